@@ -1,0 +1,44 @@
+//===- TrellisDialect.td - The trellis dialect -------------*- tablegen -*-===//
+//
+// The dialect of distributed training: device meshes, tensor shardings over
+// named mesh axes, and the collectives that move data between ranks.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_DIALECT_TRELLIS_IR_TRELLISDIALECT_TD
+#define TRELLIS_DIALECT_TRELLIS_IR_TRELLISDIALECT_TD
+
+include "mlir/IR/DialectBase.td"
+
+def Trellis_Dialect : Dialect {
+  let name = "trellis";
+  let cppNamespace = "::trellis";
+  let summary = "Device meshes, shardings and collectives for distributed training";
+  let description = [{
+    A `trellis.mesh` declares named axes with sizes, major to minor; that order
+    numbers the ranks. A `#trellis.sharding` states, for each dimension of a
+    tensor, the ordered list of mesh axes it is split over, and the axes over
+    which the value is partial (awaiting a reduction of a given kind); every
+    other axis replicates the value. Collectives over named mesh axes move
+    data between the ranks of a group: the ranks that differ only along those
+    axes.
+
+    Function arguments and results carry shardings in the `trellis.sharding`
+    attribute; values inside a body get one through `trellis.shard`.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// The name of the argument and result attribute holding a sharding.
+    static constexpr ::llvm::StringLiteral kShardingAttrName = "trellis.sharding";
+
+  private:
+    /// Registers the attributes of TrellisAttrs.td.
+    void registerAttributes();
+
+  public:
+  }];
+}
+
+#endif // TRELLIS_DIALECT_TRELLIS_IR_TRELLISDIALECT_TD

@@ -1,0 +1,27 @@
+//===- TrellisOps.h - Operations of the trellis dialect ---------*- C++ -*-===//
+
+#ifndef TRELLIS_DIALECT_TRELLIS_IR_TRELLISOPS_H
+#define TRELLIS_DIALECT_TRELLIS_IR_TRELLISOPS_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "trellis/Dialect/Trellis/IR/TrellisAttrs.h"
+#include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
+
+#define GET_OP_CLASSES
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h.inc"
+
+namespace trellis {
+
+/// Finds the `trellis.mesh` called `meshName` visible from `from`, or emits
+/// "unknown mesh" through `emitError` and returns null.
+MeshOp lookupMesh(mlir::Operation *from, mlir::FlatSymbolRefAttr meshName,
+                  llvm::function_ref<mlir::InFlightDiagnostic()> emitError);
+
+} // namespace trellis
+
+#endif // TRELLIS_DIALECT_TRELLIS_IR_TRELLISOPS_H

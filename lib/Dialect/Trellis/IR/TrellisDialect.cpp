@@ -1,0 +1,71 @@
+//===- TrellisDialect.cpp - The trellis dialect ---------------------------===//
+
+#include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
+
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+
+using namespace mlir;
+using namespace trellis;
+
+#include "trellis/Dialect/Trellis/IR/TrellisOpsDialect.cpp.inc"
+
+void TrellisDialect::initialize() {
+  registerAttributes();
+  addOperations<
+#define GET_OP_LIST
+#include "trellis/Dialect/Trellis/IR/TrellisOps.cpp.inc"
+      >();
+}
+
+namespace {
+
+/// Checks a `trellis.sharding` attribute on an argument or result of type
+/// `type` of the function-like `op`.
+LogicalResult verifyShardingAttribute(Operation *op, NamedAttribute attr,
+                                      Type type, StringRef what,
+                                      unsigned index) {
+  auto emitError = [&]() {
+    return op->emitOpError() << what << " " << index << ": ";
+  };
+  if (attr.getName() != TrellisDialect::kShardingAttrName)
+    return op->emitOpError() << "unknown trellis attribute '"
+                             << attr.getName().getValue() << "' on " << what
+                             << " " << index << "; expected '"
+                             << TrellisDialect::kShardingAttrName << "'";
+  auto sharding = llvm::dyn_cast<ShardingAttr>(attr.getValue());
+  if (!sharding)
+    return op->emitOpError() << "expected '" << TrellisDialect::kShardingAttrName
+                             << "' on " << what << " " << index
+                             << " to be a #trellis.sharding, found "
+                             << attr.getValue();
+  MeshOp mesh = lookupMesh(op, sharding.getMeshName(), emitError);
+  if (!mesh)
+    return failure();
+  return sharding.verifyForType(emitError, mesh.getMesh(), type);
+}
+
+} // namespace
+
+LogicalResult TrellisDialect::verifyRegionArgAttribute(Operation *op,
+                                                       unsigned,
+                                                       unsigned argIndex,
+                                                       NamedAttribute attr) {
+  auto function = llvm::dyn_cast<FunctionOpInterface>(op);
+  if (!function)
+    return op->emitOpError() << "'" << attr.getName().getValue()
+                             << "' is only valid on function arguments";
+  return verifyShardingAttribute(op, attr, function.getArgumentTypes()[argIndex],
+                                 "argument", argIndex);
+}
+
+LogicalResult TrellisDialect::verifyRegionResultAttribute(
+    Operation *op, unsigned, unsigned resultIndex, NamedAttribute attr) {
+  auto function = llvm::dyn_cast<FunctionOpInterface>(op);
+  if (!function)
+    return op->emitOpError() << "'" << attr.getName().getValue()
+                             << "' is only valid on function results";
+  return verifyShardingAttribute(op, attr,
+                                 function.getResultTypes()[resultIndex],
+                                 "result", resultIndex);
+}

@@ -1,0 +1,23 @@
+# lit configuration for the trellis tests: MLIR files run through trellis-opt,
+# .test files drive the `trellis` CLI.
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "TRELLIS"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.trellis_obj_root, "test")
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
+
+config.substitutions.append(("%examples", os.path.join(config.trellis_src_root, "examples")))
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+tool_dirs = [config.trellis_tools_dir, config.llvm_tools_dir]
+tools = ["trellis-opt", "trellis"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -1,0 +1,18 @@
+//===- trellis-opt.cpp - Runs trellis passes on MLIR text -----------------===//
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+#include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
+
+int main(int argc, char **argv) {
+  mlir::registerTransformsPasses();
+  mlir::DialectRegistry registry;
+  registry.insert<trellis::TrellisDialect, mlir::func::FuncDialect,
+                  mlir::arith::ArithDialect, mlir::tensor::TensorDialect>();
+  return mlir::asMainReturnCode(mlir::MlirOptMain(
+      argc, argv, "Trellis optimizer driver\n", registry));
+}

@@ -1,0 +1,22 @@
+//===- Commands.h - Subcommands of the trellis driver -----------*- C++ -*-===//
+//
+// Each subcommand lives in its own file: its llvm::cl::SubCommand, its
+// options (registered with cl::sub), and a function that runs it and returns
+// the process exit code.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_TOOLS_TRELLIS_COMMANDS_H
+#define TRELLIS_TOOLS_TRELLIS_COMMANDS_H
+
+#include "llvm/Support/CommandLine.h"
+
+namespace trellis::driver {
+
+/// `trellis groups`: prints the process groups of a mesh.
+extern llvm::cl::SubCommand groupsCommand;
+int runGroupsCommand();
+
+} // namespace trellis::driver
+
+#endif // TRELLIS_TOOLS_TRELLIS_COMMANDS_H

@@ -1,0 +1,28 @@
+//===- trellis.cpp - The trellis driver -----------------------------------===//
+//
+// `trellis <subcommand> [options]`; `trellis <subcommand> --help` lists the
+// options of one subcommand.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/WithColor.h"
+
+using namespace trellis::driver;
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  if (!llvm::cl::ParseCommandLineOptions(
+          argc, argv,
+          "Trellis: compiles models into distributed training plans and runs "
+          "them\n",
+          &llvm::errs()))
+    return 1;
+  if (groupsCommand)
+    return runGroupsCommand();
+  llvm::WithColor::error(llvm::errs(), "trellis")
+      << "expected a subcommand (groups); see 'trellis --help'\n";
+  return 1;
+}
