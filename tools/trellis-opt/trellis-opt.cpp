@@ -6,12 +6,15 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
+#include "trellis/Autodiff/Passes.h"
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 
 int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
+  trellis::registerAutodiffPasses();
   mlir::DialectRegistry registry;
-  registry.insert<trellis::TrellisDialect, mlir::func::FuncDialect,
+  registry.insert<trellis::TrellisDialect, trellis::graph::GraphDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::tensor::TensorDialect>();
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "Trellis optimizer driver\n", registry));

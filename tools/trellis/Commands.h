@@ -17,6 +17,14 @@ namespace trellis::driver {
 extern llvm::cl::SubCommand groupsCommand;
 int runGroupsCommand();
 
+/// `trellis import`: a Hugging Face config as MLIR.
+extern llvm::cl::SubCommand importCommand;
+int runImportCommand();
+
+/// `trellis compile`: a model to a training plan.
+extern llvm::cl::SubCommand compileCommand;
+int runCompileCommand();
+
 } // namespace trellis::driver
 
 #endif // TRELLIS_TOOLS_TRELLIS_COMMANDS_H

@@ -22,7 +22,12 @@ int main(int argc, char **argv) {
     return 1;
   if (groupsCommand)
     return runGroupsCommand();
+  if (importCommand)
+    return runImportCommand();
+  if (compileCommand)
+    return runCompileCommand();
   llvm::WithColor::error(llvm::errs(), "trellis")
-      << "expected a subcommand (groups); see 'trellis --help'\n";
+      << "expected a subcommand (groups, import, compile); see "
+         "'trellis --help'\n";
   return 1;
 }

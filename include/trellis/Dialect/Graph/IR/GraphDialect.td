@@ -1,0 +1,39 @@
+//===- GraphDialect.td - The graph op set ------------------*- tablegen -*-===//
+//
+// Tensor operations of models and their training steps: what the importer
+// emits, what autodiff differentiates, what the runtime executes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_DIALECT_GRAPH_IR_GRAPHDIALECT_TD
+#define TRELLIS_DIALECT_GRAPH_IR_GRAPHDIALECT_TD
+
+include "mlir/IR/DialectBase.td"
+
+def Graph_Dialect : Dialect {
+  let name = "graph";
+  let cppNamespace = "::trellis::graph";
+  let summary = "The tensor op set of Trellis models and training steps";
+  let description = [{
+    Value-semantics ops on ranked, statically shaped tensors of f32 (token ids
+    are i32). Every op infers its result types, and implements the sharding
+    rule, gradient and cost interfaces, so that passes never need to know an
+    op by name.
+  }];
+  let useDefaultAttributePrinterParser = 0;
+  let extraClassDeclaration = [{
+    /// Function argument attribute: the role of a training-step argument
+    /// ("param", "input", "adam_m", "adam_v", "momentum", "step").
+    static constexpr ::llvm::StringLiteral kRoleAttrName = "graph.role";
+    /// Function argument attribute: the name of a parameter (Hugging Face
+    /// tensor name), also on the optimizer states that belong to it.
+    static constexpr ::llvm::StringLiteral kParamNameAttrName = "graph.param";
+    /// Function argument attribute: how a parameter is initialized
+    /// ("normal:<std>", "zeros", "ones").
+    static constexpr ::llvm::StringLiteral kInitAttrName = "graph.init";
+    /// Function result attribute: index of the argument this result updates.
+    static constexpr ::llvm::StringLiteral kUpdatesAttrName = "graph.updates";
+  }];
+}
+
+#endif // TRELLIS_DIALECT_GRAPH_IR_GRAPHDIALECT_TD

@@ -1,0 +1,26 @@
+//===- GraphEnums.td - Enumerations of the graph dialect ---*- tablegen -*-===//
+
+#ifndef TRELLIS_DIALECT_GRAPH_IR_GRAPHENUMS_TD
+#define TRELLIS_DIALECT_GRAPH_IR_GRAPHENUMS_TD
+
+include "mlir/IR/EnumAttr.td"
+
+// The pointwise functions of the unary ops; `graph.unary_grad` names the one
+// it differentiates.
+def Graph_UnaryFunction : I32EnumAttr<"UnaryFunction", "a pointwise function", [
+    I32EnumAttrCase<"Neg", 0, "neg">,
+    I32EnumAttrCase<"Exp", 1, "exp">,
+    I32EnumAttrCase<"Log", 2, "log">,
+    I32EnumAttrCase<"Tanh", 3, "tanh">,
+    I32EnumAttrCase<"Sqrt", 4, "sqrt">,
+    I32EnumAttrCase<"Rsqrt", 5, "rsqrt">,
+    I32EnumAttrCase<"Sigmoid", 6, "sigmoid">,
+    I32EnumAttrCase<"Silu", 7, "silu">,
+    I32EnumAttrCase<"Gelu", 8, "gelu">,
+    I32EnumAttrCase<"GeluTanh", 9, "gelu_tanh">,
+    I32EnumAttrCase<"Relu", 10, "relu">
+  ]> {
+  let cppNamespace = "::trellis::graph";
+}
+
+#endif // TRELLIS_DIALECT_GRAPH_IR_GRAPHENUMS_TD

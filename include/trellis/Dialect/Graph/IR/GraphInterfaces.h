@@ -1,0 +1,67 @@
+//===- GraphInterfaces.h - Interfaces of graph ops --------------*- C++ -*-===//
+//
+// The sharding rule, gradient and cost interfaces, and the plain data they
+// return.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_DIALECT_GRAPH_IR_GRAPHINTERFACES_H
+#define TRELLIS_DIALECT_GRAPH_IR_GRAPHINTERFACES_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpDefinition.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <string>
+
+namespace trellis::graph {
+
+/// How splitting a factor affects an op (see ShardingRuleOpInterface).
+enum class FactorKind {
+  /// Split it, and every operand and result that has it is split alike.
+  Parallel,
+  /// Appears in operands only; splitting it leaves the results partial sums.
+  Reduction,
+  /// Must stay whole: splitting it needs a gather first.
+  Whole,
+};
+
+/// A factor-based sharding rule: each dimension of each operand and result
+/// maps to a factor index, or to kNoFactor for a dimension of size 1 that
+/// takes part in no factor (a broadcast dimension).
+struct ShardingRule {
+  static constexpr int64_t kNoFactor = -1;
+
+  llvm::SmallVector<int64_t> factorSizes;
+  llvm::SmallVector<FactorKind> factorKinds;
+  llvm::SmallVector<llvm::SmallVector<int64_t>> operandFactors;
+  llvm::SmallVector<llvm::SmallVector<int64_t>> resultFactors;
+
+  /// Adds a factor and returns its index.
+  int64_t addFactor(int64_t size, FactorKind kind) {
+    factorSizes.push_back(size);
+    factorKinds.push_back(kind);
+    return factorSizes.size() - 1;
+  }
+
+  /// `([i, j], [j, k]) -> ([i, k]) {i=8 parallel, j=16 reduction, ...}`, for
+  /// tests and reports.
+  std::string toString() const;
+};
+
+/// What one execution of an op costs.
+struct OpCost {
+  double flops = 0;
+  int64_t bytesRead = 0;
+  int64_t bytesWritten = 0;
+};
+
+/// `flopsPerElement` per result element; every operand read once, every
+/// result written once.
+OpCost defaultCost(mlir::Operation *op, double flopsPerElement);
+
+} // namespace trellis::graph
+
+#include "trellis/Dialect/Graph/IR/GraphInterfaces.h.inc"
+
+#endif // TRELLIS_DIALECT_GRAPH_IR_GRAPHINTERFACES_H

@@ -1,0 +1,59 @@
+//===- GraphInterfaces.td - Interfaces of graph ops --------*- tablegen -*-===//
+//
+// The three interfaces every graph op implements. Passes are written against
+// them, never against op names.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_DIALECT_GRAPH_IR_GRAPHINTERFACES_TD
+#define TRELLIS_DIALECT_GRAPH_IR_GRAPHINTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+
+def Graph_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
+  let cppNamespace = "::trellis::graph";
+  let description = [{
+    A factor-based sharding rule (as in Shardy): every dimension of every
+    operand and result maps to a factor or to none; dimensions that share a
+    factor must be split alike. A factor is *parallel* (split it and every
+    tensor that has it is split), *reduction* (present in operands only:
+    splitting it leaves the results partial) or *whole* (must not be split).
+  }];
+  let methods = [
+    InterfaceMethod<"Returns the sharding rule of this op.",
+      "::trellis::graph::ShardingRule", "getShardingRule">
+  ];
+}
+
+def Graph_GradientOpInterface : OpInterface<"GradientOpInterface"> {
+  let cppNamespace = "::trellis::graph";
+  let description = [{
+    The vector-Jacobian product of an op: given the gradients of its results
+    (null where a result does not reach the loss), builds the gradients of
+    its operands at the builder's insertion point. Operands that are not
+    differentiable (token ids, step counters) get a null gradient.
+  }];
+  let methods = [
+    InterfaceMethod<"Builds the operand gradients from the result gradients.",
+      "::llvm::LogicalResult", "buildGradients",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::llvm::ArrayRef<::mlir::Value>":$resultGradients,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGradients)>
+  ];
+}
+
+def Graph_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::trellis::graph";
+  let description = [{
+    What executing the op costs: floating-point operations and bytes read
+    and written, from its static shapes.
+  }];
+  let methods = [
+    InterfaceMethod<"Returns the cost of one execution.",
+      "::trellis::graph::OpCost", "getCost", (ins), [{}], [{
+        return ::trellis::graph::defaultCost($_op, /*flopsPerElement=*/1);
+      }]>
+  ];
+}
+
+#endif // TRELLIS_DIALECT_GRAPH_IR_GRAPHINTERFACES_TD

@@ -1,0 +1,27 @@
+//===- GraphOps.h - Operations of the graph dialect -------------*- C++ -*-===//
+
+#ifndef TRELLIS_DIALECT_GRAPH_IR_GRAPHOPS_H
+#define TRELLIS_DIALECT_GRAPH_IR_GRAPHOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphInterfaces.h"
+
+#include "trellis/Dialect/Graph/IR/GraphEnums.h.inc"
+
+#define GET_OP_CLASSES
+#include "trellis/Dialect/Graph/IR/GraphOps.h.inc"
+
+namespace trellis::graph {
+
+/// The NumPy broadcast of two shapes, or nullopt if they do not broadcast.
+std::optional<llvm::SmallVector<int64_t>>
+broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs);
+
+} // namespace trellis::graph
+
+#endif // TRELLIS_DIALECT_GRAPH_IR_GRAPHOPS_H

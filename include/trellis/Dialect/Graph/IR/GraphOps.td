@@ -1,0 +1,424 @@
+//===- GraphOps.td - Operations of the graph dialect -------*- tablegen -*-===//
+//
+// Shapes: ranked, static. Elementwise ops broadcast as NumPy does (trailing
+// dimensions aligned, size-1 dimensions stretched). Activations are laid out
+// [batch, sequence, features]; attention takes [batch, sequence, heads, dim].
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_DIALECT_GRAPH_IR_GRAPHOPS_TD
+#define TRELLIS_DIALECT_GRAPH_IR_GRAPHOPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "trellis/Dialect/Graph/IR/GraphDialect.td"
+include "trellis/Dialect/Graph/IR/GraphEnums.td"
+include "trellis/Dialect/Graph/IR/GraphInterfaces.td"
+
+def Graph_FloatTensor : StaticShapeTensorOf<[F32]>;
+def Graph_IndexTensor : StaticShapeTensorOf<[I32]>;
+// A rank-0 f32 operand; buildable so that formats need not spell its type.
+def Graph_ScalarTensor : 0DTensorOf<[F32]>,
+    BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getF32Type())">;
+// A rank-0 f32 result: inferred by the op, not by the format.
+def Graph_ScalarResult : 0DTensorOf<[F32]>;
+
+// Every graph op: pure, infers its result types, and has a sharding rule and
+// a gradient. Ops with a cost other than "one flop per result element"
+// override getCost.
+class Graph_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Graph_Dialect, mnemonic, !listconcat(traits, [Pure,
+        InferTypeOpAdaptor,
+        DeclareOpInterfaceMethods<Graph_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<Graph_GradientOpInterface>])>;
+
+class Graph_CostlyOp<string mnemonic, list<Trait> traits = []>
+    : Graph_Op<mnemonic, !listconcat(traits, [
+        DeclareOpInterfaceMethods<Graph_CostOpInterface, ["getCost"]>])>;
+
+class Graph_DefaultCostOp<string mnemonic, list<Trait> traits = []>
+    : Graph_Op<mnemonic, !listconcat(traits, [Graph_CostOpInterface])>;
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def Graph_FillOp : Graph_DefaultCostOp<"fill"> {
+  let summary = "A tensor with every element equal to `value`";
+  let arguments = (ins DenseI64ArrayAttr:$shape, F64Attr:$value);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$value `shape` $shape attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Graph_BinaryOp<string mnemonic> : Graph_DefaultCostOp<mnemonic> {
+  let summary = "Elementwise `" # mnemonic # "` with NumPy broadcasting";
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
+}
+
+def Graph_AddOp : Graph_BinaryOp<"add">;
+def Graph_SubOp : Graph_BinaryOp<"sub">;
+def Graph_MulOp : Graph_BinaryOp<"mul">;
+def Graph_DivOp : Graph_BinaryOp<"div">;
+def Graph_MaximumOp : Graph_BinaryOp<"maximum">;
+def Graph_EqualMaskOp : Graph_BinaryOp<"equal_mask"> {
+  let summary = "1.0 where the broadcast operands are equal, else 0.0";
+}
+
+def Graph_ScaleOp : Graph_DefaultCostOp<"scale"> {
+  let summary = "Multiplies every element by a constant";
+  let arguments = (ins Graph_FloatTensor:$input, F64Attr:$factor);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
+}
+
+class Graph_UnaryOp<string mnemonic, string function>
+    : Graph_DefaultCostOp<mnemonic> {
+  let summary = "Elementwise `" # mnemonic # "`";
+  let arguments = (ins Graph_FloatTensor:$input);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let extraClassDeclaration = [{
+    static UnaryFunction getFunction() { return UnaryFunction::}] # function # [{; }
+  }];
+}
+
+def Graph_NegOp : Graph_UnaryOp<"neg", "Neg">;
+def Graph_ExpOp : Graph_UnaryOp<"exp", "Exp">;
+def Graph_LogOp : Graph_UnaryOp<"log", "Log">;
+def Graph_TanhOp : Graph_UnaryOp<"tanh", "Tanh">;
+def Graph_SqrtOp : Graph_UnaryOp<"sqrt", "Sqrt">;
+def Graph_RsqrtOp : Graph_UnaryOp<"rsqrt", "Rsqrt">;
+def Graph_SigmoidOp : Graph_UnaryOp<"sigmoid", "Sigmoid">;
+def Graph_SiluOp : Graph_UnaryOp<"silu", "Silu">;
+def Graph_GeluOp : Graph_UnaryOp<"gelu", "Gelu"> {
+  let summary = "Exact GELU: x * Phi(x)";
+}
+def Graph_GeluTanhOp : Graph_UnaryOp<"gelu_tanh", "GeluTanh"> {
+  let summary = "GELU with the tanh approximation (GPT-2's `gelu_new`)";
+}
+def Graph_ReluOp : Graph_UnaryOp<"relu", "Relu">;
+
+def Graph_UnaryGradOp : Graph_DefaultCostOp<"unary_grad", [
+    AllTypesMatch<["input", "result_grad"]>]> {
+  let summary = "Gradient of a unary op: f'(input) * result_grad";
+  let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$result_grad,
+                       Graph_UnaryFunction:$function);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $function $input `,` $result_grad attr-dict `:` type($input)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and broadcasting
+//===----------------------------------------------------------------------===//
+
+class Graph_ReduceOp<string mnemonic> : Graph_DefaultCostOp<mnemonic> {
+  let summary = "Reduces (`" # mnemonic # "`) over `dims`";
+  let description = [{
+    `dims` are distinct and sorted; with `keep_dims` they stay with size 1,
+    otherwise they are dropped.
+  }];
+  let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$dims,
+                       UnitAttr:$keep_dims);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `dims` $dims (`keep_dims` $keep_dims^)? attr-dict `:` type($input)
+  }];
+}
+
+def Graph_ReduceSumOp : Graph_ReduceOp<"reduce_sum">;
+def Graph_ReduceMeanOp : Graph_ReduceOp<"reduce_mean">;
+def Graph_ReduceMaxOp : Graph_ReduceOp<"reduce_max">;
+
+def Graph_BroadcastToOp : Graph_DefaultCostOp<"broadcast_to"> {
+  let summary = "Broadcasts to `shape` with NumPy rules";
+  let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input `to` $shape attr-dict `:` type($input)";
+}
+
+//===----------------------------------------------------------------------===//
+// Layout
+//===----------------------------------------------------------------------===//
+
+def Graph_ReshapeOp : Graph_DefaultCostOp<"reshape"> {
+  let summary = "Same elements in row-major order, another shape";
+  let arguments = (ins AnyStaticShapeTensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$input `to` $shape attr-dict `:` type($input)";
+}
+
+def Graph_TransposeOp : Graph_DefaultCostOp<"transpose"> {
+  let summary = "Permutes dimensions: result dim i is input dim perm[i]";
+  let arguments = (ins Graph_FloatTensor:$input,
+                       DenseI64ArrayAttr:$permutation);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input `perm` $permutation attr-dict `:` type($input)";
+}
+
+def Graph_SliceOp : Graph_DefaultCostOp<"slice"> {
+  let summary = "The box [offsets, offsets + sizes) of the input";
+  let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$offsets,
+                       DenseI64ArrayAttr:$sizes);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `offsets` $offsets `sizes` $sizes attr-dict `:` type($input)
+  }];
+}
+
+def Graph_PadOp : Graph_DefaultCostOp<"pad"> {
+  let summary = "Surrounds the input with zeros: `low` before, `high` after";
+  let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$low,
+                       DenseI64ArrayAttr:$high);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input `low` $low `high` $high attr-dict `:` type($input)";
+}
+
+def Graph_ConcatOp : Graph_DefaultCostOp<"concat"> {
+  let summary = "Concatenates along `dim`";
+  let arguments = (ins Variadic<Graph_FloatTensor>:$inputs, I64Attr:$dim);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$inputs `dim` $dim attr-dict `:` type($inputs)";
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def Graph_MatmulOp : Graph_CostlyOp<"matmul"> {
+  let summary = "Batched matrix product";
+  let description = [{
+    `lhs` is [batch..., M, K] ([batch..., K, M] with `transpose_lhs`), `rhs`
+    is [batch..., K, N] ([..., N, K] with `transpose_rhs`) with the same
+    batch dimensions, or a 2-D matrix shared by every batch element. The
+    result is [batch..., M, N].
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs (`transposed` $transpose_lhs^)? `,` $rhs (`transposed` $transpose_rhs^)?
+    attr-dict `:` type($lhs) `,` type($rhs)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Neural-network layers
+//===----------------------------------------------------------------------===//
+
+def Graph_SoftmaxOp : Graph_CostlyOp<"softmax"> {
+  let summary = "Softmax over the last dimension";
+  let arguments = (ins Graph_FloatTensor:$input);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Graph_SoftmaxGradOp : Graph_CostlyOp<"softmax_grad", [
+    AllTypesMatch<["result_value", "result_grad"]>]> {
+  let summary = "Input gradient of softmax from its result and result gradient";
+  let arguments = (ins Graph_FloatTensor:$result_value,
+                       Graph_FloatTensor:$result_grad);
+  let results = (outs Graph_FloatTensor:$input_grad);
+  let assemblyFormat = "$result_value `,` $result_grad attr-dict `:` type($result_value)";
+}
+
+def Graph_LayerNormOp : Graph_CostlyOp<"layer_norm", [
+    AllTypesMatch<["weight", "bias"]>]> {
+  let hasVerifier = 1;
+  let summary = "Layer normalization over the last dimension";
+  let description = [{
+    (x - mean) / sqrt(var + epsilon) * weight + bias, with the biased
+    variance; weight and bias have the size of the last dimension.
+  }];
+  let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$weight,
+                       Graph_FloatTensor:$bias, F64Attr:$epsilon);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $bias `eps` $epsilon attr-dict `:` type($input) `,` type($weight)
+  }];
+}
+
+def Graph_LayerNormGradOp : Graph_CostlyOp<"layer_norm_grad", [
+    AllTypesMatch<["input", "result_grad"]>]> {
+  let summary = "Gradients of layer_norm for its input, weight and bias";
+  let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$weight,
+                       Graph_FloatTensor:$result_grad, F64Attr:$epsilon);
+  let results = (outs Graph_FloatTensor:$input_grad,
+                      Graph_FloatTensor:$weight_grad,
+                      Graph_FloatTensor:$bias_grad);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $result_grad `eps` $epsilon attr-dict `:` type($input) `,` type($weight)
+  }];
+}
+
+def Graph_RmsNormOp : Graph_CostlyOp<"rms_norm"> {
+  let hasVerifier = 1;
+  let summary = "RMS normalization over the last dimension";
+  let description = [{ x / sqrt(mean(x^2) + epsilon) * weight. }];
+  let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$weight,
+                       F64Attr:$epsilon);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `eps` $epsilon attr-dict `:` type($input) `,` type($weight)
+  }];
+}
+
+def Graph_RmsNormGradOp : Graph_CostlyOp<"rms_norm_grad", [
+    AllTypesMatch<["input", "result_grad"]>]> {
+  let summary = "Gradients of rms_norm for its input and weight";
+  let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$weight,
+                       Graph_FloatTensor:$result_grad, F64Attr:$epsilon);
+  let results = (outs Graph_FloatTensor:$input_grad,
+                      Graph_FloatTensor:$weight_grad);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $result_grad `eps` $epsilon attr-dict `:` type($input) `,` type($weight)
+  }];
+}
+
+def Graph_EmbeddingOp : Graph_CostlyOp<"embedding"> {
+  let summary = "Rows of `table` [V, E] selected by `ids`";
+  let description = [{
+    The result has shape ids.shape + [E]. Row `id - vocab_offset` is taken
+    when it lies in [0, V); other ids give a zero vector (a vocabulary shard
+    holds rows [vocab_offset, vocab_offset + V) of the full table).
+  }];
+  let arguments = (ins Graph_FloatTensor:$table, Graph_IndexTensor:$ids,
+                       DefaultValuedAttr<I64Attr, "0">:$vocab_offset);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$table `,` $ids attr-dict `:` type($table) `,` type($ids)";
+}
+
+def Graph_EmbeddingGradOp : Graph_CostlyOp<"embedding_grad"> {
+  let summary = "Gradient of embedding for its table: rows scatter-added";
+  let arguments = (ins Graph_IndexTensor:$ids, Graph_FloatTensor:$result_grad,
+                       I64Attr:$num_embeddings,
+                       DefaultValuedAttr<I64Attr, "0">:$vocab_offset);
+  let results = (outs Graph_FloatTensor:$table_grad);
+  let assemblyFormat = [{
+    $ids `,` $result_grad `rows` $num_embeddings attr-dict `:` type($ids) `,` type($result_grad)
+  }];
+}
+
+def Graph_RopeOp : Graph_CostlyOp<"rope"> {
+  let summary = "Rotary position embedding on [batch, seq, heads, dim]";
+  let description = [{
+    Rotates the pair (i, i + dim/2) of every head vector at position s by the
+    angle s * frequencies[i] (the Hugging Face "rotate half" convention).
+    `frequencies` has dim/2 entries: theta^(-2i/dim), possibly rescaled (as
+    Llama 3's `rope_scaling` does). With `inverse` the rotation is undone:
+    that is the gradient.
+  }];
+  let arguments = (ins Graph_FloatTensor:$input,
+                       DenseF64ArrayAttr:$frequencies,
+                       DefaultValuedAttr<BoolAttr, "false">:$inverse);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input `frequencies` $frequencies attr-dict `:` type($input)";
+}
+
+def Graph_AttentionOp : Graph_CostlyOp<"attention", [
+    AllTypesMatch<["key", "value"]>]> {
+  let summary = "Scaled dot-product attention, multi-head or grouped-query";
+  let description = [{
+    `query` is [B, S, Hq, D]; `key` and `value` are [B, S, Hkv, D] with Hkv
+    dividing Hq: query head h reads key/value head h / (Hq / Hkv). The result
+    is [B, S, Hq, D]: softmax(q k^T * scale [+ causal mask]) v per head.
+  }];
+  let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
+                       Graph_FloatTensor:$value, F64Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `scale` $scale attr-dict `:` type($query) `,` type($key)
+  }];
+}
+
+def Graph_AttentionGradOp : Graph_CostlyOp<"attention_grad", [
+    AllTypesMatch<["key", "value"]>, AllTypesMatch<["query", "result_grad"]>]> {
+  let summary = "Gradients of attention for query, key and value";
+  let description = [{
+    Recomputes the attention probabilities from query and key.
+  }];
+  let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
+                       Graph_FloatTensor:$value, Graph_FloatTensor:$result_grad,
+                       F64Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs Graph_FloatTensor:$query_grad,
+                      Graph_FloatTensor:$key_grad,
+                      Graph_FloatTensor:$value_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $result_grad `scale` $scale attr-dict `:` type($query) `,` type($key)
+  }];
+}
+
+def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy"> {
+  let summary = "Mean cross-entropy of logits [..., V] against target ids";
+  let description = [{
+    Returns sum over target positions of logsumexp(logits) - logits[target],
+    divided by `normalizer` (0: the number of target positions, i.e. the
+    mean). A partitioned program keeps the global count as normalizer, so
+    that local results are partial sums. Targets outside [0, V) are an error
+    at run time.
+  }];
+  let arguments = (ins Graph_FloatTensor:$logits, Graph_IndexTensor:$targets,
+                       DefaultValuedAttr<I64Attr, "0">:$normalizer);
+  let results = (outs Graph_ScalarResult:$loss);
+  let assemblyFormat = "$logits `,` $targets attr-dict `:` type($logits) `,` type($targets)";
+}
+
+def Graph_CrossEntropyGradOp : Graph_CostlyOp<"cross_entropy_grad"> {
+  let summary = "Gradient of cross_entropy for its logits";
+  let arguments = (ins Graph_FloatTensor:$logits, Graph_IndexTensor:$targets,
+                       Graph_ScalarTensor:$loss_grad,
+                       DefaultValuedAttr<I64Attr, "0">:$normalizer);
+  let results = (outs Graph_FloatTensor:$logits_grad);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $loss_grad attr-dict `:` type($logits) `,` type($targets)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizers
+//===----------------------------------------------------------------------===//
+
+def Graph_AdamWOp : Graph_CostlyOp<"adamw", [
+    AllTypesMatch<["param", "grad", "first_moment", "second_moment"]>]> {
+  let hasVerifier = 1;
+  let summary = "One AdamW step (decoupled weight decay)";
+  let description = [{
+    With t = step (counted from 1):
+    m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+    p = p - lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p).
+    Returns the new parameter and moments.
+  }];
+  let arguments = (ins Graph_FloatTensor:$param, Graph_FloatTensor:$grad,
+                       Graph_FloatTensor:$first_moment,
+                       Graph_FloatTensor:$second_moment,
+                       Graph_ScalarTensor:$step,
+                       F64Attr:$learning_rate, F64Attr:$beta1, F64Attr:$beta2,
+                       F64Attr:$epsilon, F64Attr:$weight_decay);
+  let results = (outs Graph_FloatTensor:$new_param,
+                      Graph_FloatTensor:$new_first_moment,
+                      Graph_FloatTensor:$new_second_moment);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $first_moment `,` $second_moment `,` $step attr-dict `:` type($param)
+  }];
+}
+
+def Graph_SgdOp : Graph_CostlyOp<"sgd", [AllTypesMatch<["param", "grad"]>]> {
+  let summary = "One SGD step with weight decay: p = p - lr (g + wd p)";
+  let arguments = (ins Graph_FloatTensor:$param, Graph_FloatTensor:$grad,
+                       F64Attr:$learning_rate, F64Attr:$weight_decay);
+  let results = (outs Graph_FloatTensor:$new_param);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($param)";
+}
+
+#endif // TRELLIS_DIALECT_GRAPH_IR_GRAPHOPS_TD

@@ -1,0 +1,70 @@
+//===- ModelImporter.h - Hugging Face configs to graph MLIR -----*- C++ -*-===//
+//
+// Builds the forward pass and loss of a decoder-only transformer from a
+// Hugging Face `config.json` (GPT-2 or Llama) as a `func.func @forward` of
+// graph ops. Parameters are arguments with role "param", their Hugging Face
+// tensor name and their initializer; `tokens` and `targets` are i32 inputs
+// of shape [batch, seq]; the single result is the mean cross-entropy.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_FRONTEND_MODELIMPORTER_H
+#define TRELLIS_FRONTEND_MODELIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace trellis {
+
+/// The architecture fields Trellis reads from a config, normalized.
+struct TransformerConfig {
+  enum class Family { Gpt2, Llama };
+  Family family = Family::Gpt2;
+  int64_t numLayers = 0;
+  int64_t hiddenSize = 0;
+  int64_t numHeads = 0;
+  int64_t numKvHeads = 0;
+  int64_t headDim = 0;
+  int64_t intermediateSize = 0;
+  int64_t vocabSize = 0;
+  int64_t maxPositions = 0;
+  double normEpsilon = 1e-5;
+  double ropeTheta = 10000.0;
+  double initializerRange = 0.02;
+  bool tieWordEmbeddings = true;
+
+  /// Llama 3's `rope_scaling` (rope_type "llama3"): rescaled frequencies.
+  struct RopeScaling {
+    bool enabled = false;
+    double factor = 1, lowFrequencyFactor = 1, highFrequencyFactor = 4;
+    int64_t originalMaxPositions = 8192;
+  } ropeScaling;
+
+  /// Parameter count of the model (tied embeddings counted once).
+  int64_t numParameters() const;
+};
+
+/// Parses and validates a config.json text. Errors name the field and say
+/// what was expected and what was found.
+llvm::Expected<TransformerConfig> parseTransformerConfig(llvm::StringRef json);
+
+/// Shapes of one training batch.
+struct BatchShape {
+  int64_t batch = 1;
+  int64_t seq = 1;
+};
+
+/// Builds `func.func @forward` for `config` at `shape` into a new module.
+/// Fails when the sequence is longer than the model's positions.
+llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
+importTransformer(mlir::MLIRContext &context, const TransformerConfig &config,
+                  const BatchShape &shape);
+
+} // namespace trellis
+
+#endif // TRELLIS_FRONTEND_MODELIMPORTER_H

@@ -1,0 +1,302 @@
+//===- Autodiff.cpp - Forward pass and loss to a training step ------------===//
+
+#include "trellis/Autodiff/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_AUTODIFFPASS
+#include "trellis/Autodiff/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+using namespace trellis::graph;
+
+namespace {
+
+enum class Optimizer { AdamW, Sgd, None };
+
+/// A constant tensor of `value` with `shape`.
+Value fill(OpBuilder &builder, Location loc, ArrayRef<int64_t> shape,
+           double value) {
+  return FillOp::create(builder, loc, builder.getDenseI64ArrayAttr(shape),
+                        builder.getF64FloatAttr(value));
+}
+
+Value zerosLike(OpBuilder &builder, Location loc, Value value) {
+  return fill(builder, loc,
+              llvm::cast<RankedTensorType>(value.getType()).getShape(), 0.0);
+}
+
+StringAttr roleOf(func::FuncOp function, unsigned index) {
+  return function.getArgAttrOfType<StringAttr>(index,
+                                               GraphDialect::kRoleAttrName);
+}
+
+/// Gradients of values, accumulated as they are produced.
+class GradientMap {
+public:
+  explicit GradientMap(OpBuilder &builder) : builder_(builder) {}
+
+  void accumulate(Location loc, Value value, Value gradient) {
+    if (!gradient)
+      return;
+    Value &slot = gradients_[value];
+    slot = slot ? AddOp::create(builder_, loc, slot, gradient).getResult()
+                : gradient;
+  }
+
+  Value lookup(Value value) const { return gradients_.lookup(value); }
+
+private:
+  OpBuilder &builder_;
+  DenseMap<Value, Value> gradients_;
+};
+
+struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
+  using AutodiffPassBase::AutodiffPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>(forwardName);
+    if (!forward) {
+      module.emitError() << "expected a function @" << forwardName
+                         << " to differentiate, found none";
+      return signalPassFailure();
+    }
+    std::optional<Optimizer> kind = parseOptimizer();
+    if (!kind) {
+      forward.emitError() << "unknown optimizer '" << optimizer
+                          << "': expected adamw, sgd or none";
+      return signalPassFailure();
+    }
+    if (failed(verifyForward(forward)) ||
+        failed(buildTrainStep(module, forward, *kind)))
+      return signalPassFailure();
+  }
+
+  std::optional<Optimizer> parseOptimizer() const {
+    if (optimizer == "adamw")
+      return Optimizer::AdamW;
+    if (optimizer == "sgd")
+      return Optimizer::Sgd;
+    if (optimizer == "none")
+      return Optimizer::None;
+    return std::nullopt;
+  }
+
+  LogicalResult verifyForward(func::FuncOp forward) {
+    if (forward.isExternal())
+      return forward.emitError("expected a body to differentiate");
+    FunctionType type = forward.getFunctionType();
+    auto loss = type.getNumResults() == 1
+                    ? llvm::dyn_cast<RankedTensorType>(type.getResult(0))
+                    : RankedTensorType();
+    if (!loss || loss.getRank() != 0 || !loss.getElementType().isF32())
+      return forward.emitError()
+             << "expected a single tensor<f32> loss result, found "
+             << type.getResults();
+    for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
+      StringAttr role = roleOf(forward, i);
+      if (!role || (role.getValue() != "param" && role.getValue() != "input"))
+        return forward.emitError()
+               << "argument " << i
+               << " needs graph.role \"param\" or \"input\", found "
+               << (role ? role.getValue() : StringRef("none"));
+      if (role.getValue() == "param" &&
+          !llvm::cast<ShapedType>(forward.getArgumentTypes()[i])
+               .getElementType()
+               .isF32())
+        return forward.emitError()
+               << "parameter argument " << i << " must be an f32 tensor, found "
+               << forward.getArgumentTypes()[i];
+    }
+    return success();
+  }
+
+  /// Adds an argument to `block` and records its type and attributes.
+  Value addArgument(Block *block, Type type, DictionaryAttr attrs,
+                    SmallVectorImpl<Type> &types,
+                    SmallVectorImpl<DictionaryAttr> &allAttrs, Location loc) {
+    types.push_back(type);
+    allAttrs.push_back(attrs);
+    return block->addArgument(type, loc);
+  }
+
+  LogicalResult buildTrainStep(ModuleOp module, func::FuncOp forward,
+                               Optimizer kind) {
+    OpBuilder builder(module.getContext());
+    Location loc = forward.getLoc();
+    StringRef stepName = kind == Optimizer::None ? "gradients" : "train_step";
+    if (module.lookupSymbol(stepName))
+      return module.emitError() << "function @" << stepName
+                                << " already exists";
+    builder.setInsertionPointAfter(forward);
+    auto step = func::FuncOp::create(builder, loc, stepName,
+                                     builder.getFunctionType({}, {}));
+    Block *body = step.addEntryBlock();
+    builder.setInsertionPointToStart(body);
+
+    // Arguments: those of @forward, then optimizer states, then the step.
+    SmallVector<Type> argTypes;
+    SmallVector<DictionaryAttr> argAttrs;
+    IRMapping mapping;
+    SmallVector<unsigned> params;
+    for (BlockArgument arg : forward.getArguments()) {
+      Value copy = addArgument(body, arg.getType(),
+                               forward.getArgAttrDict(arg.getArgNumber()),
+                               argTypes, argAttrs, arg.getLoc());
+      mapping.map(arg, copy);
+      if (roleOf(forward, arg.getArgNumber()).getValue() == "param")
+        params.push_back(arg.getArgNumber());
+    }
+
+    // Forward: a copy of @forward's body.
+    for (Operation &op : forward.getBody().front().without_terminator())
+      builder.clone(op, mapping);
+    Value loss = mapping.lookup(
+        forward.getBody().front().getTerminator()->getOperand(0));
+
+    // Backward: reverse mode from d(loss) = 1.
+    GradientMap gradients(builder);
+    gradients.accumulate(loc, loss, fill(builder, loc, {}, 1.0));
+    SmallVector<Operation *> forwardOps;
+    for (Operation &op : *body)
+      forwardOps.push_back(&op);
+    for (Operation *op : llvm::reverse(forwardOps)) {
+      SmallVector<Value> resultGradients;
+      bool reachesLoss = false;
+      for (Value result : op->getResults()) {
+        resultGradients.push_back(gradients.lookup(result));
+        reachesLoss |= static_cast<bool>(resultGradients.back());
+      }
+      if (!reachesLoss)
+        continue;
+      auto differentiable = llvm::dyn_cast<GradientOpInterface>(op);
+      if (!differentiable)
+        return op->emitOpError("has no gradient rule (GradientOpInterface)");
+      // Results that do not reach the loss get a zero gradient.
+      for (auto [result, gradient] :
+           llvm::zip(op->getResults(), resultGradients))
+        if (!gradient)
+          gradient = zerosLike(builder, loc, result);
+      SmallVector<Value> operandGradients;
+      if (failed(differentiable.buildGradients(builder, resultGradients,
+                                               operandGradients)))
+        return failure();
+      if (operandGradients.size() != op->getNumOperands())
+        return op->emitOpError() << "gradient rule returned "
+                                 << operandGradients.size()
+                                 << " gradients for " << op->getNumOperands()
+                                 << " operands";
+      for (auto [operand, gradient] :
+           llvm::zip(op->getOperands(), operandGradients))
+        gradients.accumulate(op->getLoc(), operand, gradient);
+    }
+
+    // Parameters the loss does not depend on get a zero gradient.
+    SmallVector<Value> paramGradients;
+    for (unsigned index : params) {
+      Value param = body->getArgument(index);
+      Value gradient = gradients.lookup(param);
+      if (!gradient)
+        gradient = zerosLike(builder, loc, param);
+      paramGradients.push_back(gradient);
+    }
+
+    SmallVector<Value> results = {loss};
+    SmallVector<DictionaryAttr> resultAttrs = {builder.getDictionaryAttr({})};
+    auto marked = [&](StringRef name, int64_t index) {
+      return builder.getDictionaryAttr(
+          {builder.getNamedAttr(name, builder.getI64IntegerAttr(index))});
+    };
+    auto stateAttrs = [&](unsigned paramIndex, StringRef role) {
+      return builder.getDictionaryAttr({
+          builder.getNamedAttr(GraphDialect::kRoleAttrName,
+                               builder.getStringAttr(role)),
+          builder.getNamedAttr(GraphDialect::kParamNameAttrName,
+                               argAttrs[paramIndex].get(
+                                   GraphDialect::kParamNameAttrName)),
+          builder.getNamedAttr(GraphDialect::kInitAttrName,
+                               builder.getStringAttr("zeros")),
+      });
+    };
+
+    if (kind == Optimizer::None) {
+      for (auto [index, gradient] : llvm::zip(params, paramGradients)) {
+        results.push_back(gradient);
+        resultAttrs.push_back(marked("graph.gradient_of", index));
+      }
+    } else if (kind == Optimizer::Sgd) {
+      for (auto [index, gradient] : llvm::zip(params, paramGradients)) {
+        results.push_back(SgdOp::create(
+            builder, loc, body->getArgument(index), gradient,
+            builder.getF64FloatAttr(learningRate),
+            builder.getF64FloatAttr(weightDecay)));
+        resultAttrs.push_back(marked(GraphDialect::kUpdatesAttrName, index));
+      }
+    } else {
+      SmallVector<Value> firstMoments, secondMoments;
+      SmallVector<unsigned> firstIndices, secondIndices;
+      for (unsigned index : params) {
+        firstIndices.push_back(argTypes.size());
+        firstMoments.push_back(addArgument(body, argTypes[index],
+                                           stateAttrs(index, "adam_m"),
+                                           argTypes, argAttrs, loc));
+      }
+      for (unsigned index : params) {
+        secondIndices.push_back(argTypes.size());
+        secondMoments.push_back(addArgument(body, argTypes[index],
+                                            stateAttrs(index, "adam_v"),
+                                            argTypes, argAttrs, loc));
+      }
+      unsigned stepIndex = argTypes.size();
+      Value stepCount = addArgument(
+          body, RankedTensorType::get({}, builder.getF32Type()),
+          builder.getDictionaryAttr(
+              {builder.getNamedAttr(GraphDialect::kRoleAttrName,
+                                    builder.getStringAttr("step"))}),
+          argTypes, argAttrs, loc);
+      (void)stepIndex;
+      SmallVector<Value> newParams, newFirst, newSecond;
+      for (auto [i, index] : llvm::enumerate(params)) {
+        auto update = AdamWOp::create(
+            builder, loc, body->getArgument(index), paramGradients[i],
+            firstMoments[i], secondMoments[i], stepCount,
+            builder.getF64FloatAttr(learningRate),
+            builder.getF64FloatAttr(beta1), builder.getF64FloatAttr(beta2),
+            builder.getF64FloatAttr(epsilon),
+            builder.getF64FloatAttr(weightDecay));
+        newParams.push_back(update.getNewParam());
+        newFirst.push_back(update.getNewFirstMoment());
+        newSecond.push_back(update.getNewSecondMoment());
+      }
+      for (auto [i, index] : llvm::enumerate(params)) {
+        results.push_back(newParams[i]);
+        resultAttrs.push_back(marked(GraphDialect::kUpdatesAttrName, index));
+      }
+      for (auto [i, index] : llvm::enumerate(firstIndices)) {
+        results.push_back(newFirst[i]);
+        resultAttrs.push_back(marked(GraphDialect::kUpdatesAttrName, index));
+      }
+      for (auto [i, index] : llvm::enumerate(secondIndices)) {
+        results.push_back(newSecond[i]);
+        resultAttrs.push_back(marked(GraphDialect::kUpdatesAttrName, index));
+      }
+    }
+
+    func::ReturnOp::create(builder, loc, results);
+    SmallVector<Type> resultTypes;
+    for (Value result : results)
+      resultTypes.push_back(result.getType());
+    step.setType(builder.getFunctionType(argTypes, resultTypes));
+    step.setAllArgAttrs(argAttrs);
+    step.setAllResultAttrs(resultAttrs);
+    return success();
+  }
+};
+
+} // namespace

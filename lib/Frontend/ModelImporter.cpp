@@ -1,0 +1,528 @@
+//===- ModelImporter.cpp - Hugging Face configs to graph MLIR -------------===//
+
+#include "trellis/Frontend/ModelImporter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace trellis;
+using namespace trellis::graph;
+
+namespace {
+
+llvm::Error configError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// Reads typed fields of a config object; every error names the field.
+class ConfigReader {
+public:
+  explicit ConfigReader(const llvm::json::Object &object) : object_(object) {}
+
+  /// A required integer >= `minimum`.
+  llvm::Expected<int64_t> integer(llvm::StringRef key, int64_t minimum = 1) {
+    const llvm::json::Value *value = object_.get(key);
+    if (!value || value->kind() == llvm::json::Value::Null)
+      return configError(llvm::formatv(
+          "missing field \"{0}\": expected an integer >= {1}", key, minimum));
+    return checkInteger(key, *value, minimum);
+  }
+
+  /// An optional integer >= `minimum`; `fallback` when absent or null.
+  llvm::Expected<int64_t> integerOr(llvm::StringRef key, int64_t fallback,
+                                    int64_t minimum = 1) {
+    const llvm::json::Value *value = object_.get(key);
+    if (!value || value->kind() == llvm::json::Value::Null)
+      return fallback;
+    return checkInteger(key, *value, minimum);
+  }
+
+  /// An optional positive number; `fallback` when absent or null.
+  llvm::Expected<double> numberOr(llvm::StringRef key, double fallback) {
+    const llvm::json::Value *value = object_.get(key);
+    if (!value || value->kind() == llvm::json::Value::Null)
+      return fallback;
+    std::optional<double> number = value->getAsNumber();
+    if (!number || !(*number > 0) || !std::isfinite(*number))
+      return configError(llvm::formatv(
+          "field \"{0}\": expected a positive number, found {1}", key,
+          describe(*value)));
+    return *number;
+  }
+
+  llvm::Expected<bool> booleanOr(llvm::StringRef key, bool fallback) {
+    const llvm::json::Value *value = object_.get(key);
+    if (!value || value->kind() == llvm::json::Value::Null)
+      return fallback;
+    std::optional<bool> flag = value->getAsBoolean();
+    if (!flag)
+      return configError(llvm::formatv(
+          "field \"{0}\": expected true or false, found {1}", key,
+          describe(*value)));
+    return *flag;
+  }
+
+  /// An optional string; `fallback` when absent.
+  llvm::Expected<std::string> stringOr(llvm::StringRef key,
+                                       llvm::StringRef fallback) {
+    const llvm::json::Value *value = object_.get(key);
+    if (!value || value->kind() == llvm::json::Value::Null)
+      return fallback.str();
+    std::optional<llvm::StringRef> text = value->getAsString();
+    if (!text)
+      return configError(llvm::formatv(
+          "field \"{0}\": expected a string, found {1}", key, describe(*value)));
+    return text->str();
+  }
+
+  const llvm::json::Object *object(llvm::StringRef key) {
+    return object_.getObject(key);
+  }
+
+  static std::string describe(const llvm::json::Value &value) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << value;
+    return text.size() > 40 ? text.substr(0, 40) + "..." : text;
+  }
+
+private:
+  llvm::Expected<int64_t> checkInteger(llvm::StringRef key,
+                                       const llvm::json::Value &value,
+                                       int64_t minimum) {
+    std::optional<int64_t> number = value.getAsInteger();
+    if (!number || *number < minimum)
+      return configError(llvm::formatv(
+          "field \"{0}\": expected an integer >= {1}, found {2}", key, minimum,
+          describe(value)));
+    return *number;
+  }
+
+  const llvm::json::Object &object_;
+};
+
+#define TRY_ASSIGN(target, expr)                                               \
+  do {                                                                         \
+    auto valueOrError = (expr);                                                \
+    if (!valueOrError)                                                         \
+      return valueOrError.takeError();                                         \
+    target = *valueOrError;                                                    \
+  } while (false)
+
+llvm::Error readGpt2(ConfigReader &reader, TransformerConfig &config) {
+  config.family = TransformerConfig::Family::Gpt2;
+  TRY_ASSIGN(config.numLayers, reader.integer("n_layer"));
+  TRY_ASSIGN(config.numHeads, reader.integer("n_head"));
+  TRY_ASSIGN(config.hiddenSize, reader.integer("n_embd"));
+  TRY_ASSIGN(config.vocabSize, reader.integer("vocab_size"));
+  int64_t context = 0;
+  TRY_ASSIGN(context, reader.integerOr("n_ctx", 0, 0));
+  TRY_ASSIGN(config.maxPositions,
+             context ? reader.integerOr("n_positions", context)
+                     : reader.integer("n_positions"));
+  TRY_ASSIGN(config.intermediateSize,
+             reader.integerOr("n_inner", 4 * config.hiddenSize));
+  TRY_ASSIGN(config.normEpsilon, reader.numberOr("layer_norm_epsilon", 1e-5));
+  TRY_ASSIGN(config.initializerRange,
+             reader.numberOr("initializer_range", 0.02));
+  std::string activation;
+  TRY_ASSIGN(activation, reader.stringOr("activation_function", "gelu_new"));
+  if (activation != "gelu_new")
+    return configError(llvm::formatv(
+        "field \"activation_function\": expected \"gelu_new\" (GPT-2's tanh "
+        "GELU), found \"{0}\"",
+        activation));
+  config.numKvHeads = config.numHeads;
+  config.tieWordEmbeddings = true;
+  if (config.hiddenSize % config.numHeads != 0)
+    return configError(llvm::formatv(
+        "n_head ({0}) does not divide n_embd ({1})", config.numHeads,
+        config.hiddenSize));
+  config.headDim = config.hiddenSize / config.numHeads;
+  return llvm::Error::success();
+}
+
+using RopeScaling = TransformerConfig::RopeScaling;
+
+llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config) {
+  RopeScaling &scaling = config.ropeScaling;
+  config.family = TransformerConfig::Family::Llama;
+  TRY_ASSIGN(config.numLayers, reader.integer("num_hidden_layers"));
+  TRY_ASSIGN(config.numHeads, reader.integer("num_attention_heads"));
+  TRY_ASSIGN(config.numKvHeads,
+             reader.integerOr("num_key_value_heads", config.numHeads));
+  TRY_ASSIGN(config.hiddenSize, reader.integer("hidden_size"));
+  TRY_ASSIGN(config.intermediateSize, reader.integer("intermediate_size"));
+  TRY_ASSIGN(config.vocabSize, reader.integer("vocab_size"));
+  TRY_ASSIGN(config.maxPositions, reader.integer("max_position_embeddings"));
+  TRY_ASSIGN(config.normEpsilon, reader.numberOr("rms_norm_eps", 1e-6));
+  TRY_ASSIGN(config.ropeTheta, reader.numberOr("rope_theta", 10000.0));
+  TRY_ASSIGN(config.initializerRange,
+             reader.numberOr("initializer_range", 0.02));
+  TRY_ASSIGN(config.tieWordEmbeddings,
+             reader.booleanOr("tie_word_embeddings", false));
+  std::string activation;
+  TRY_ASSIGN(activation, reader.stringOr("hidden_act", "silu"));
+  if (activation != "silu")
+    return configError(llvm::formatv(
+        "field \"hidden_act\": expected \"silu\", found \"{0}\"", activation));
+  if (config.hiddenSize % config.numHeads != 0)
+    return configError(llvm::formatv(
+        "num_attention_heads ({0}) does not divide hidden_size ({1})",
+        config.numHeads, config.hiddenSize));
+  if (config.numHeads % config.numKvHeads != 0)
+    return configError(llvm::formatv(
+        "num_key_value_heads ({0}) does not divide num_attention_heads ({1})",
+        config.numKvHeads, config.numHeads));
+  TRY_ASSIGN(config.headDim,
+             reader.integerOr("head_dim", config.hiddenSize / config.numHeads));
+  if (config.headDim % 2 != 0)
+    return configError(llvm::formatv(
+        "head dimension {0} is odd: rotary embeddings need an even one",
+        config.headDim));
+  if (const llvm::json::Object *ropeScaling = reader.object("rope_scaling")) {
+    ConfigReader sub(*ropeScaling);
+    std::string type;
+    TRY_ASSIGN(type, sub.stringOr("rope_type", ""));
+    if (type.empty())
+      TRY_ASSIGN(type, sub.stringOr("type", ""));
+    if (type != "llama3")
+      return configError(llvm::formatv(
+          "field \"rope_scaling\": expected rope_type \"llama3\", found "
+          "\"{0}\"",
+          type));
+    scaling.enabled = true;
+    TRY_ASSIGN(scaling.factor, sub.numberOr("factor", 8));
+    TRY_ASSIGN(scaling.lowFrequencyFactor, sub.numberOr("low_freq_factor", 1));
+    TRY_ASSIGN(scaling.highFrequencyFactor,
+               sub.numberOr("high_freq_factor", 4));
+    TRY_ASSIGN(scaling.originalMaxPositions,
+               sub.integerOr("original_max_position_embeddings", 8192));
+    if (scaling.highFrequencyFactor <= scaling.lowFrequencyFactor)
+      return configError(llvm::formatv(
+          "field \"rope_scaling\": expected high_freq_factor ({0}) > "
+          "low_freq_factor ({1})",
+          scaling.highFrequencyFactor, scaling.lowFrequencyFactor));
+  }
+  return llvm::Error::success();
+}
+
+/// Per-pair inverse frequencies theta^(-2i/d), with Llama 3 scaling.
+SmallVector<double> ropeFrequencies(const TransformerConfig &config) {
+  const RopeScaling &scaling = config.ropeScaling;
+  SmallVector<double> frequencies;
+  int64_t dim = config.headDim;
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    double frequency = std::pow(config.ropeTheta, -2.0 * i / dim);
+    if (scaling.enabled) {
+      double wavelength = 2 * M_PI / frequency;
+      double lowWavelength =
+          scaling.originalMaxPositions / scaling.lowFrequencyFactor;
+      double highWavelength =
+          scaling.originalMaxPositions / scaling.highFrequencyFactor;
+      if (wavelength > lowWavelength) {
+        frequency /= scaling.factor;
+      } else if (wavelength >= highWavelength) {
+        double smooth =
+            (scaling.originalMaxPositions / wavelength -
+             scaling.lowFrequencyFactor) /
+            (scaling.highFrequencyFactor - scaling.lowFrequencyFactor);
+        frequency = (1 - smooth) * frequency / scaling.factor + smooth * frequency;
+      }
+    }
+    frequencies.push_back(frequency);
+  }
+  return frequencies;
+}
+
+llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
+  llvm::Expected<llvm::json::Value> root = llvm::json::parse(json);
+  if (!root)
+    return configError("malformed JSON: " + llvm::toString(root.takeError()));
+  const llvm::json::Object *object = root->getAsObject();
+  if (!object)
+    return configError("expected a JSON object at the top level");
+  ConfigReader reader(*object);
+  std::string type;
+  TRY_ASSIGN(type, reader.stringOr("model_type", ""));
+  TransformerConfig parsed;
+  if (type == "gpt2") {
+    if (llvm::Error error = readGpt2(reader, parsed))
+      return std::move(error);
+  } else if (type == "llama") {
+    if (llvm::Error error = readLlama(reader, parsed))
+      return std::move(error);
+  } else if (type.empty()) {
+    return configError(
+        "missing field \"model_type\": expected \"gpt2\" or \"llama\"");
+  } else {
+    return configError(llvm::formatv(
+        "unsupported model_type \"{0}\": expected \"gpt2\" or \"llama\"", type));
+  }
+  return parsed;
+}
+
+/// Builds the forward function op by op.
+class TransformerBuilder {
+public:
+  TransformerBuilder(MLIRContext &context, const TransformerConfig &config,
+                     const BatchShape &shape)
+      : config_(config), shape_(shape),
+        builder_(&context), loc_(UnknownLoc::get(&context)) {}
+
+  OwningOpRef<ModuleOp> build();
+
+private:
+  RankedTensorType f32(ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, builder_.getF32Type());
+  }
+
+  /// Declares a parameter argument; `init` is "normal:<std>", "zeros" or
+  /// "ones".
+  Value param(StringRef name, ArrayRef<int64_t> shape, StringRef init);
+  std::string normalInit(double std) const {
+    return llvm::formatv("normal:{0}", std).str();
+  }
+
+  /// x [.., in] times a weight: HF Conv1D [in, out] or nn.Linear [out, in].
+  Value linear(Value x, Value weight, bool weightIsOutIn, Value bias = {});
+  Value layerNorm(Value x, StringRef prefix);
+  Value rmsNorm(Value x, StringRef name);
+  Value reshape(Value x, ArrayRef<int64_t> shape) {
+    return ReshapeOp::create(builder_, loc_, x, shape);
+  }
+
+  Value gpt2Block(Value x, int64_t layer);
+  Value llamaBlock(Value x, int64_t layer);
+
+  const TransformerConfig &config_;
+  BatchShape shape_;
+  OpBuilder builder_;
+  Location loc_;
+  Block *body_ = nullptr;
+  SmallVector<Type> argTypes_;
+  SmallVector<DictionaryAttr> argAttrs_;
+};
+
+Value TransformerBuilder::param(StringRef name, ArrayRef<int64_t> shape,
+                                StringRef init) {
+  RankedTensorType type = f32(shape);
+  argTypes_.push_back(type);
+  argAttrs_.push_back(builder_.getDictionaryAttr({
+      builder_.getNamedAttr(GraphDialect::kRoleAttrName,
+                            builder_.getStringAttr("param")),
+      builder_.getNamedAttr(GraphDialect::kParamNameAttrName,
+                            builder_.getStringAttr(name)),
+      builder_.getNamedAttr(GraphDialect::kInitAttrName,
+                            builder_.getStringAttr(init)),
+  }));
+  return body_->addArgument(type, loc_);
+}
+
+Value TransformerBuilder::linear(Value x, Value weight, bool weightIsOutIn,
+                                 Value bias) {
+  Value y = MatmulOp::create(builder_, loc_, x, weight, false, weightIsOutIn);
+  if (bias)
+    y = AddOp::create(builder_, loc_, y, bias);
+  return y;
+}
+
+Value TransformerBuilder::layerNorm(Value x, StringRef prefix) {
+  int64_t e = config_.hiddenSize;
+  Value weight = param((prefix + ".weight").str(), {e}, "ones");
+  Value bias = param((prefix + ".bias").str(), {e}, "zeros");
+  return LayerNormOp::create(builder_, loc_, x, weight, bias,
+                             builder_.getF64FloatAttr(config_.normEpsilon));
+}
+
+Value TransformerBuilder::rmsNorm(Value x, StringRef name) {
+  Value weight = param(name, {config_.hiddenSize}, "ones");
+  return RmsNormOp::create(builder_, loc_, x, weight,
+                           builder_.getF64FloatAttr(config_.normEpsilon));
+}
+
+Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
+  int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
+  int64_t h = config_.numHeads, d = config_.headDim, f = config_.intermediateSize;
+  std::string prefix = llvm::formatv("transformer.h.{0}", layer).str();
+  std::string normal = normalInit(config_.initializerRange);
+  // GPT-2 scales the init of residual projections by 1/sqrt(2 * n_layer).
+  std::string residual = normalInit(config_.initializerRange /
+                                    std::sqrt(2.0 * config_.numLayers));
+
+  Value hidden = layerNorm(x, prefix + ".ln_1");
+  Value qkvWeight = param(prefix + ".attn.c_attn.weight", {e, 3 * e}, normal);
+  Value qkvBias = param(prefix + ".attn.c_attn.bias", {3 * e}, "zeros");
+  Value qkv = linear(hidden, qkvWeight, false, qkvBias);
+  auto head = [&](int64_t index) {
+    Value part = SliceOp::create(builder_, loc_, qkv,
+                                 ArrayRef<int64_t>{0, 0, index * e},
+                                 ArrayRef<int64_t>{b, s, e});
+    return reshape(part, {b, s, h, d});
+  };
+  Value query = head(0), key = head(1), value = head(2);
+  Value attention = AttentionOp::create(
+      builder_, loc_, query, key, value,
+      builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
+      builder_.getBoolAttr(true));
+  Value projWeight = param(prefix + ".attn.c_proj.weight", {e, e}, residual);
+  Value projBias = param(prefix + ".attn.c_proj.bias", {e}, "zeros");
+  x = AddOp::create(builder_, loc_, x,
+                    linear(reshape(attention, {b, s, e}), projWeight, false,
+                           projBias));
+
+  hidden = layerNorm(x, prefix + ".ln_2");
+  Value fcWeight = param(prefix + ".mlp.c_fc.weight", {e, f}, normal);
+  Value fcBias = param(prefix + ".mlp.c_fc.bias", {f}, "zeros");
+  Value up = GeluTanhOp::create(builder_, loc_,
+                                linear(hidden, fcWeight, false, fcBias));
+  Value downWeight = param(prefix + ".mlp.c_proj.weight", {f, e}, residual);
+  Value downBias = param(prefix + ".mlp.c_proj.bias", {e}, "zeros");
+  return AddOp::create(builder_, loc_, x, linear(up, downWeight, false, downBias));
+}
+
+Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
+  int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
+  int64_t hq = config_.numHeads, hkv = config_.numKvHeads;
+  int64_t d = config_.headDim, f = config_.intermediateSize;
+  std::string prefix = llvm::formatv("model.layers.{0}", layer).str();
+  std::string normal = normalInit(config_.initializerRange);
+  DenseF64ArrayAttr frequencies =
+      builder_.getDenseF64ArrayAttr(ropeFrequencies(config_));
+
+  Value hidden = rmsNorm(x, prefix + ".input_layernorm.weight");
+  Value q = linear(hidden, param(prefix + ".self_attn.q_proj.weight",
+                                 {hq * d, e}, normal), true);
+  Value k = linear(hidden, param(prefix + ".self_attn.k_proj.weight",
+                                 {hkv * d, e}, normal), true);
+  Value v = linear(hidden, param(prefix + ".self_attn.v_proj.weight",
+                                 {hkv * d, e}, normal), true);
+  Value qRotated = RopeOp::create(builder_, loc_, reshape(q, {b, s, hq, d}),
+                                  frequencies, builder_.getBoolAttr(false));
+  Value kRotated = RopeOp::create(builder_, loc_, reshape(k, {b, s, hkv, d}),
+                                  frequencies, builder_.getBoolAttr(false));
+  Value attention = AttentionOp::create(
+      builder_, loc_, qRotated, kRotated, reshape(v, {b, s, hkv, d}),
+      builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
+      builder_.getBoolAttr(true));
+  Value output = linear(reshape(attention, {b, s, hq * d}),
+                        param(prefix + ".self_attn.o_proj.weight", {e, hq * d},
+                              normal),
+                        true);
+  x = AddOp::create(builder_, loc_, x, output);
+
+  hidden = rmsNorm(x, prefix + ".post_attention_layernorm.weight");
+  Value gate = linear(hidden, param(prefix + ".mlp.gate_proj.weight", {f, e},
+                                    normal), true);
+  Value up = linear(hidden, param(prefix + ".mlp.up_proj.weight", {f, e},
+                                  normal), true);
+  Value activated =
+      MulOp::create(builder_, loc_, SiluOp::create(builder_, loc_, gate), up);
+  Value down = linear(activated, param(prefix + ".mlp.down_proj.weight",
+                                       {e, f}, normal), true);
+  return AddOp::create(builder_, loc_, x, down);
+}
+
+OwningOpRef<ModuleOp> TransformerBuilder::build() {
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc_);
+  int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
+  int64_t v = config_.vocabSize;
+  bool gpt2 = config_.family == TransformerConfig::Family::Gpt2;
+  std::string normal = normalInit(config_.initializerRange);
+
+  auto function = func::FuncOp::create(loc_, "forward",
+                                       builder_.getFunctionType({}, {}));
+  module->push_back(function);
+  body_ = function.addEntryBlock();
+  builder_.setInsertionPointToStart(body_);
+
+  Value embedTable = param(gpt2 ? "transformer.wte.weight"
+                                : "model.embed_tokens.weight",
+                           {v, e}, normal);
+  // Inputs come after the embedding table so that parameters stay in
+  // model order; their position in the signature carries no meaning.
+  auto input = [&](StringRef name) {
+    RankedTensorType type =
+        RankedTensorType::get({b, s}, builder_.getI32Type());
+    argTypes_.push_back(type);
+    argAttrs_.push_back(builder_.getDictionaryAttr({
+        builder_.getNamedAttr(GraphDialect::kRoleAttrName,
+                              builder_.getStringAttr("input")),
+        builder_.getNamedAttr(GraphDialect::kParamNameAttrName,
+                              builder_.getStringAttr(name)),
+    }));
+    return body_->addArgument(type, loc_);
+  };
+  Value tokens = input("tokens");
+  Value targets = input("targets");
+
+  Value x = EmbeddingOp::create(builder_, loc_, embedTable, tokens, 0);
+  if (gpt2) {
+    Value positions =
+        param("transformer.wpe.weight", {config_.maxPositions, e}, normal);
+    Value used = SliceOp::create(builder_, loc_, positions,
+                                 ArrayRef<int64_t>{0, 0},
+                                 ArrayRef<int64_t>{s, e});
+    x = AddOp::create(builder_, loc_, x, used);
+  }
+  for (int64_t layer = 0; layer < config_.numLayers; ++layer)
+    x = gpt2 ? gpt2Block(x, layer) : llamaBlock(x, layer);
+  x = gpt2 ? layerNorm(x, "transformer.ln_f") : rmsNorm(x, "model.norm.weight");
+
+  Value head = config_.tieWordEmbeddings
+                   ? embedTable
+                   : param("lm_head.weight", {v, e}, normal);
+  Value logits = linear(x, head, /*weightIsOutIn=*/true);
+  Value loss = CrossEntropyOp::create(builder_, loc_, logits, targets, 0);
+  func::ReturnOp::create(builder_, loc_, loss);
+
+  function.setType(builder_.getFunctionType(argTypes_, loss.getType()));
+  function.setAllArgAttrs(argAttrs_);
+  return module;
+}
+
+} // namespace
+
+int64_t TransformerConfig::numParameters() const {
+  int64_t e = hiddenSize, d = headDim;
+  int64_t params = vocabSize * e;
+  if (!tieWordEmbeddings)
+    params += vocabSize * e;
+  int64_t perLayer = 0;
+  if (family == Family::Gpt2) {
+    params += maxPositions * e + 2 * e;
+    perLayer = 4 * e + e * 3 * e + 3 * e + e * e + e + e * intermediateSize +
+               intermediateSize + intermediateSize * e + e;
+  } else {
+    params += e;
+    perLayer = 2 * e + numHeads * d * e * 2 + 2 * numKvHeads * d * e +
+               3 * e * intermediateSize;
+  }
+  return params + numLayers * perLayer;
+}
+
+llvm::Expected<TransformerConfig>
+trellis::parseTransformerConfig(llvm::StringRef json) {
+  return parseConfig(json);
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+trellis::importTransformer(MLIRContext &context, const TransformerConfig &config,
+                           const BatchShape &shape) {
+  context.loadDialect<GraphDialect, func::FuncDialect>();
+  if (shape.batch < 1 || shape.seq < 1)
+    return configError(llvm::formatv(
+        "expected batch and sequence >= 1, found {0} and {1}", shape.batch,
+        shape.seq));
+  if (shape.seq > config.maxPositions)
+    return configError(llvm::formatv(
+        "sequence length {0} exceeds the model's {1} positions", shape.seq,
+        config.maxPositions));
+  return TransformerBuilder(context, config, shape).build();
+}

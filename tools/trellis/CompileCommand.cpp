@@ -1,0 +1,112 @@
+//===- CompileCommand.cpp - `trellis compile` -----------------------------===//
+//
+// Model (config.json or MLIR) -> training step (autodiff + optimizer) ->
+// plan file for the runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+#include "ModelLoading.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "trellis/Autodiff/Passes.h"
+#include "trellis/Target/Plan/PlanEmitter.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace cl = llvm::cl;
+
+namespace trellis::driver {
+
+cl::SubCommand compileCommand(
+    "compile", "Compile a model into a training plan for the runtime");
+
+namespace {
+cl::opt<std::string> compileInput(cl::Positional,
+                                  cl::desc("<config.json | model.mlir>"),
+                                  cl::Required, cl::sub(compileCommand));
+cl::opt<std::string> compileOutput("o", cl::desc("Output file"),
+                                   cl::value_desc("file"), cl::init("-"),
+                                   cl::sub(compileCommand));
+cl::opt<int64_t> compileBatch("batch", cl::desc("Batch size"), cl::init(8),
+                              cl::sub(compileCommand));
+cl::opt<int64_t> compileSeq("seq", cl::desc("Sequence length"), cl::init(64),
+                            cl::sub(compileCommand));
+cl::opt<std::string> compileOptimizer(
+    "optimizer", cl::desc("adamw, sgd, or none (the plan returns gradients)"),
+    cl::init("adamw"), cl::sub(compileCommand));
+cl::opt<double> compileLearningRate("lr", cl::desc("Learning rate"),
+                                    cl::init(1e-3), cl::sub(compileCommand));
+cl::opt<double> compileBeta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
+                             cl::sub(compileCommand));
+cl::opt<double> compileBeta2("beta2", cl::desc("AdamW beta2"),
+                             cl::init(0.999), cl::sub(compileCommand));
+cl::opt<double> compileEpsilon("adam-eps", cl::desc("AdamW epsilon"),
+                               cl::init(1e-8), cl::sub(compileCommand));
+cl::opt<double> compileWeightDecay("weight-decay",
+                                   cl::desc("Weight decay"), cl::init(0.0),
+                                   cl::sub(compileCommand));
+enum class EmitKind { Plan, Mlir };
+cl::opt<EmitKind> compileEmit(
+    "emit", cl::desc("What to write"),
+    cl::values(clEnumValN(EmitKind::Plan, "plan", "the plan file (default)"),
+               clEnumValN(EmitKind::Mlir, "mlir", "the training step as MLIR")),
+    cl::init(EmitKind::Plan), cl::sub(compileCommand));
+} // namespace
+
+int runCompileCommand() {
+  mlir::MLIRContext context;
+  std::optional<LoadedModel> model = loadModel(
+      context, compileInput, {compileBatch, compileSeq}, "compile");
+  if (!model)
+    return 1;
+  mlir::ModuleOp module = model->module.get();
+  bool wantsGradients = compileOptimizer == "none";
+  llvm::StringRef stepName = wantsGradients ? "gradients" : "train_step";
+
+  if (!module.lookupSymbol<mlir::func::FuncOp>(stepName)) {
+    mlir::PassManager pm(&context);
+    AutodiffPassOptions options;
+    options.optimizer = compileOptimizer;
+    options.learningRate = compileLearningRate;
+    options.beta1 = compileBeta1;
+    options.beta2 = compileBeta2;
+    options.epsilon = compileEpsilon;
+    options.weightDecay = compileWeightDecay;
+    pm.addPass(createAutodiffPass(options));
+    if (mlir::failed(pm.run(module)))
+      return 1;
+  }
+  auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
+
+  std::string error;
+  auto output = mlir::openOutputFile(compileOutput, &error);
+  if (!output)
+    return reportError("compile", error);
+  if (compileEmit == EmitKind::Mlir) {
+    module.print(output->os());
+    output->keep();
+    return 0;
+  }
+  PlanMetadata metadata{std::move(model->metadata)};
+  metadata.fields["optimizer"] = llvm::json::Object{
+      {"kind", compileOptimizer.getValue()},
+      {"learning_rate", compileLearningRate.getValue()},
+      {"beta1", compileBeta1.getValue()},
+      {"beta2", compileBeta2.getValue()},
+      {"epsilon", compileEpsilon.getValue()},
+      {"weight_decay", compileWeightDecay.getValue()},
+  };
+  mlir::FailureOr<llvm::json::Value> plan =
+      emitPlan(step, std::move(metadata));
+  if (mlir::failed(plan))
+    return 1;
+  output->os() << *plan << "\n";
+  output->keep();
+  return 0;
+}
+
+} // namespace trellis::driver

@@ -1,0 +1,79 @@
+//===- ModelLoading.cpp - Shared model input for driver commands ----------===//
+
+#include "ModelLoading.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/WithColor.h"
+
+using namespace mlir;
+
+namespace trellis::driver {
+
+void loadDriverDialects(MLIRContext &context) {
+  context.loadDialect<graph::GraphDialect, TrellisDialect, func::FuncDialect>();
+}
+
+int reportError(llvm::StringRef command, const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), ("trellis " + command).str())
+      << message << "\n";
+  return 1;
+}
+
+std::optional<LoadedModel> loadModel(MLIRContext &context, llvm::StringRef path,
+                                     const BatchShape &shape,
+                                     llvm::StringRef command) {
+  loadDriverDialects(context);
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFileOrSTDIN(path);
+  if (!file) {
+    reportError(command, "cannot read '" + path + "': " +
+                             file.getError().message());
+    return std::nullopt;
+  }
+  LoadedModel model;
+  if (path.ends_with(".mlir")) {
+    llvm::SourceMgr sourceMgr;
+    sourceMgr.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
+    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    model.module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    if (!model.module)
+      return std::nullopt;
+    model.metadata["source"] = path.str();
+    return model;
+  }
+  llvm::Expected<TransformerConfig> config =
+      parseTransformerConfig((*file)->getBuffer());
+  if (!config) {
+    reportError(command, path + ": " + llvm::toString(config.takeError()));
+    return std::nullopt;
+  }
+  llvm::Expected<OwningOpRef<ModuleOp>> module =
+      importTransformer(context, *config, shape);
+  if (!module) {
+    reportError(command, path + ": " + llvm::toString(module.takeError()));
+    return std::nullopt;
+  }
+  model.module = std::move(*module);
+  bool gpt2 = config->family == TransformerConfig::Family::Gpt2;
+  model.metadata = llvm::json::Object{
+      {"source", path.str()},
+      {"family", gpt2 ? "gpt2" : "llama"},
+      {"layers", config->numLayers},
+      {"hidden_size", config->hiddenSize},
+      {"heads", config->numHeads},
+      {"kv_heads", config->numKvHeads},
+      {"vocab_size", config->vocabSize},
+      {"parameters", config->numParameters()},
+      {"batch", shape.batch},
+      {"seq", shape.seq},
+  };
+  return model;
+}
+
+} // namespace trellis::driver
