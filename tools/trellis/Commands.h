@@ -25,6 +25,10 @@ int runImportCommand();
 extern llvm::cl::SubCommand compileCommand;
 int runCompileCommand();
 
+/// `trellis run`: trains a plan.
+extern llvm::cl::SubCommand runCommand;
+int runRunCommand();
+
 } // namespace trellis::driver
 
 #endif // TRELLIS_TOOLS_TRELLIS_COMMANDS_H

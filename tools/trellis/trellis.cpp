@@ -26,8 +26,10 @@ int main(int argc, char **argv) {
     return runImportCommand();
   if (compileCommand)
     return runCompileCommand();
+  if (runCommand)
+    return runRunCommand();
   llvm::WithColor::error(llvm::errs(), "trellis")
-      << "expected a subcommand (groups, import, compile); see "
+      << "expected a subcommand (groups, import, compile, run); see "
          "'trellis --help'\n";
   return 1;
 }

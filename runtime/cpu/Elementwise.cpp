@@ -1,0 +1,207 @@
+//===- Elementwise.cpp - Pointwise kernels --------------------------------===//
+
+#include "Kernels.h"
+
+#include <cmath>
+#include <functional>
+
+namespace trellis::runtime::cpu {
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;)
+    strides[i - 1] = strides[i] * shape[i];
+  return strides;
+}
+
+namespace {
+
+/// Strides of `shape` seen from a broadcast result of rank `rank`: zero
+/// along stretched and missing dimensions.
+std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &shape,
+                                      size_t rank) {
+  std::vector<int64_t> own = stridesOf(shape);
+  std::vector<int64_t> strides(rank, 0);
+  size_t lead = rank - shape.size();
+  for (size_t d = 0; d < shape.size(); ++d)
+    strides[lead + d] = shape[d] == 1 ? 0 : own[d];
+  return strides;
+}
+
+/// out[i] = f(lhs[i'], rhs[i'']) over the broadcast index space.
+template <typename Fn>
+void broadcastBinary(const Tensor &lhs, const Tensor &rhs, Tensor &out, Fn fn) {
+  const float *a = lhs.f32(), *b = rhs.f32();
+  float *o = out.f32();
+  int64_t total = out.size();
+  if (lhs.shape() == out.shape() && rhs.shape() == out.shape()) {
+    for (int64_t i = 0; i < total; ++i)
+      o[i] = fn(a[i], b[i]);
+    return;
+  }
+  const std::vector<int64_t> &shape = out.shape();
+  size_t rank = shape.size();
+  if (rank == 0) {
+    o[0] = fn(a[0], b[0]);
+    return;
+  }
+  std::vector<int64_t> sa = broadcastStrides(lhs.shape(), rank);
+  std::vector<int64_t> sb = broadcastStrides(rhs.shape(), rank);
+  int64_t inner = shape[rank - 1];
+  int64_t ia = sa[rank - 1], ib = sb[rank - 1];
+  std::vector<int64_t> index(rank, 0);
+  int64_t offsetA = 0, offsetB = 0;
+  for (int64_t base = 0; base < total; base += inner) {
+    for (int64_t j = 0; j < inner; ++j)
+      o[base + j] = fn(a[offsetA + j * ia], b[offsetB + j * ib]);
+    // Advance the odometer over the outer dimensions.
+    for (size_t d = rank - 1; d-- > 0;) {
+      ++index[d];
+      offsetA += sa[d];
+      offsetB += sb[d];
+      if (index[d] < shape[d])
+        break;
+      offsetA -= sa[d] * shape[d];
+      offsetB -= sb[d] * shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoefficient = 0.044715f;
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+float applyUnary(const std::string &fn, float x) {
+  switch (fn[0]) {
+  case 'n':
+    return -x;
+  case 'e':
+    return std::exp(x);
+  case 'l':
+    return std::log(x);
+  case 't':
+    return std::tanh(x);
+  case 'r':
+    if (fn == "relu")
+      return x > 0 ? x : 0;
+    return 1.0f / std::sqrt(x);
+  case 'g':
+    if (fn == "gelu")
+      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    return 0.5f * x *
+           (1.0f + std::tanh(kSqrt2OverPi *
+                             (x + kGeluCoefficient * x * x * x)));
+  default: // sqrt, sigmoid, silu
+    if (fn == "sqrt")
+      return std::sqrt(x);
+    if (fn == "sigmoid")
+      return sigmoid(x);
+    return x * sigmoid(x);
+  }
+}
+
+/// d f(x) / dx.
+float unaryDerivative(const std::string &fn, float x) {
+  if (fn == "neg")
+    return -1.0f;
+  if (fn == "exp")
+    return std::exp(x);
+  if (fn == "log")
+    return 1.0f / x;
+  if (fn == "tanh") {
+    float t = std::tanh(x);
+    return 1.0f - t * t;
+  }
+  if (fn == "sqrt")
+    return 0.5f / std::sqrt(x);
+  if (fn == "rsqrt")
+    return -0.5f / (x * std::sqrt(x));
+  if (fn == "sigmoid") {
+    float s = sigmoid(x);
+    return s * (1.0f - s);
+  }
+  if (fn == "silu") {
+    float s = sigmoid(x);
+    return s * (1.0f + x * (1.0f - s));
+  }
+  if (fn == "gelu") {
+    float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+    float pdf = 0.3989422804014327f * std::exp(-0.5f * x * x);
+    return cdf + x * pdf;
+  }
+  if (fn == "gelu_tanh") {
+    float inner = kSqrt2OverPi * (x + kGeluCoefficient * x * x * x);
+    float t = std::tanh(inner);
+    float dInner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoefficient * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dInner;
+  }
+  return x > 0 ? 1.0f : 0.0f; // relu
+}
+
+} // namespace
+
+Status runElementwise(const KernelArgs &args) {
+  const Instruction &instruction = args.instruction;
+  const std::string &op = instruction.op;
+  if (op == "fill") {
+    Tensor &out = args.out(0);
+    std::fill(out.f32(), out.f32() + out.size(),
+              static_cast<float>(instruction.real("value")));
+    return Status::success();
+  }
+  if (op == "add")
+    broadcastBinary(args.in(0), args.in(1), args.out(0),
+                    [](float a, float b) { return a + b; });
+  else if (op == "sub")
+    broadcastBinary(args.in(0), args.in(1), args.out(0),
+                    [](float a, float b) { return a - b; });
+  else if (op == "mul")
+    broadcastBinary(args.in(0), args.in(1), args.out(0),
+                    [](float a, float b) { return a * b; });
+  else if (op == "div")
+    broadcastBinary(args.in(0), args.in(1), args.out(0),
+                    [](float a, float b) { return a / b; });
+  else if (op == "maximum")
+    broadcastBinary(args.in(0), args.in(1), args.out(0),
+                    [](float a, float b) { return a >= b ? a : b; });
+  else if (op == "equal_mask")
+    broadcastBinary(args.in(0), args.in(1), args.out(0),
+                    [](float a, float b) { return a == b ? 1.0f : 0.0f; });
+  else if (op == "scale") {
+    float factor = static_cast<float>(instruction.real("factor"));
+    const float *x = args.in(0).f32();
+    float *y = args.out(0).f32();
+    for (int64_t i = 0, n = args.out(0).size(); i < n; ++i)
+      y[i] = x[i] * factor;
+  } else if (op == "unary_grad") {
+    const std::string &fn = instruction.text("function");
+    const float *x = args.in(0).f32(), *dy = args.in(1).f32();
+    float *dx = args.out(0).f32();
+    for (int64_t i = 0, n = args.out(0).size(); i < n; ++i)
+      dx[i] = unaryDerivative(fn, x[i]) * dy[i];
+  } else {
+    const float *x = args.in(0).f32();
+    float *y = args.out(0).f32();
+    int64_t n = args.out(0).size();
+    // Hot functions get their own loops; the rest share the dispatcher.
+    if (op == "gelu_tanh") {
+      for (int64_t i = 0; i < n; ++i) {
+        float v = x[i];
+        y[i] = 0.5f * v *
+               (1.0f + std::tanh(kSqrt2OverPi *
+                                 (v + kGeluCoefficient * v * v * v)));
+      }
+    } else if (op == "silu") {
+      for (int64_t i = 0; i < n; ++i)
+        y[i] = x[i] / (1.0f + std::exp(-x[i]));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        y[i] = applyUnary(op, x[i]);
+    }
+  }
+  return Status::success();
+}
+
+} // namespace trellis::runtime::cpu

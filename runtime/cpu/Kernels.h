@@ -1,0 +1,47 @@
+//===- Kernels.h - CPU kernels of plan instructions -------------*- C++ -*-===//
+//
+// One function per op family. Each kernel reads its inputs and writes its
+// outputs through the buffer table; shapes and attributes were validated
+// when the plan loaded (OpShapes.cpp), so kernels only fail on data
+// (e.g. a target id outside the vocabulary).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_RUNTIME_CPU_KERNELS_H
+#define TRELLIS_RUNTIME_CPU_KERNELS_H
+
+#include "trellis/Runtime/Status.h"
+#include "trellis/Runtime/Tensor.h"
+
+namespace trellis::runtime::cpu {
+
+/// The operands of one instruction.
+struct KernelArgs {
+  const Instruction &instruction;
+  std::vector<Tensor> &buffers;
+
+  const Tensor &in(size_t i) const { return buffers[instruction.inputs[i]]; }
+  Tensor &out(size_t i) const { return buffers[instruction.outputs[i]]; }
+};
+
+Status runElementwise(const KernelArgs &args);
+Status runLayout(const KernelArgs &args);
+Status runReduction(const KernelArgs &args);
+Status runMatmul(const KernelArgs &args);
+Status runNormalization(const KernelArgs &args);
+Status runEmbedding(const KernelArgs &args);
+Status runRope(const KernelArgs &args);
+Status runAttention(const KernelArgs &args);
+Status runCrossEntropy(const KernelArgs &args);
+Status runOptimizer(const KernelArgs &args);
+
+/// Runs `instruction`. Precondition: validated.
+Status runInstruction(const Instruction &instruction,
+                      std::vector<Tensor> &buffers);
+
+/// Row-major strides of `shape`.
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
+
+} // namespace trellis::runtime::cpu
+
+#endif // TRELLIS_RUNTIME_CPU_KERNELS_H

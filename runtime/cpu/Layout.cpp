@@ -1,0 +1,168 @@
+//===- Layout.cpp - Reshape, transpose, slice, pad, concat, broadcast -----===//
+
+#include "Kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace trellis::runtime::cpu {
+
+namespace {
+
+/// Calls `visit(outputOffset, inputOffset)` for every output element, where
+/// the input offset advances by `inputStrides` (one per output dimension)
+/// from `inputBase`.
+template <typename Visit>
+void forEachStrided(const std::vector<int64_t> &shape,
+                    const std::vector<int64_t> &inputStrides, int64_t inputBase,
+                    Visit visit) {
+  size_t rank = shape.size();
+  int64_t total = 1;
+  for (int64_t size : shape)
+    total *= size;
+  if (total == 0)
+    return;
+  if (rank == 0) {
+    visit(0, inputBase);
+    return;
+  }
+  std::vector<int64_t> index(rank, 0);
+  int64_t inner = shape[rank - 1], innerStride = inputStrides[rank - 1];
+  int64_t offset = inputBase;
+  for (int64_t base = 0; base < total; base += inner) {
+    for (int64_t j = 0; j < inner; ++j)
+      visit(base + j, offset + j * innerStride);
+    for (size_t d = rank - 1; d-- > 0;) {
+      ++index[d];
+      offset += inputStrides[d];
+      if (index[d] < shape[d])
+        break;
+      offset -= inputStrides[d] * shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+void transpose(const Tensor &in, Tensor &out,
+               const std::vector<int64_t> &perm) {
+  std::vector<int64_t> inStrides = stridesOf(in.shape());
+  std::vector<int64_t> strides;
+  for (int64_t d : perm)
+    strides.push_back(inStrides[d]);
+  const float *x = in.f32();
+  float *y = out.f32();
+  forEachStrided(out.shape(), strides, 0,
+                 [&](int64_t o, int64_t i) { y[o] = x[i]; });
+}
+
+void slice(const Tensor &in, Tensor &out, const std::vector<int64_t> &offsets) {
+  std::vector<int64_t> strides = stridesOf(in.shape());
+  int64_t base = 0;
+  for (size_t d = 0; d < offsets.size(); ++d)
+    base += offsets[d] * strides[d];
+  const float *x = in.f32();
+  float *y = out.f32();
+  forEachStrided(out.shape(), strides, base,
+                 [&](int64_t o, int64_t i) { y[o] = x[i]; });
+}
+
+void pad(const Tensor &in, Tensor &out, const std::vector<int64_t> &low) {
+  float *y = out.f32();
+  std::fill(y, y + out.size(), 0.0f);
+  // Write the input into the box of the output that starts at `low`: the
+  // output offsets of that box advance with the output's strides.
+  std::vector<int64_t> outStrides = stridesOf(out.shape());
+  int64_t base = 0;
+  for (size_t d = 0; d < low.size(); ++d)
+    base += low[d] * outStrides[d];
+  const float *x = in.f32();
+  forEachStrided(in.shape(), outStrides, base,
+                 [&](int64_t i, int64_t o) { y[o] = x[i]; });
+}
+
+void concat(const KernelArgs &args, int64_t dim) {
+  Tensor &out = args.out(0);
+  const std::vector<int64_t> &shape = out.shape();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  int64_t outRow = shape[dim] * inner;
+  int64_t offset = 0;
+  for (size_t i = 0; i < args.instruction.inputs.size(); ++i) {
+    const Tensor &in = args.in(i);
+    int64_t row = in.shape()[dim] * inner;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(out.f32() + o * outRow + offset, in.f32() + o * row,
+                  row * sizeof(float));
+    offset += row;
+  }
+}
+
+void broadcastTo(const Tensor &in, Tensor &out) {
+  size_t rank = out.shape().size();
+  std::vector<int64_t> own = stridesOf(in.shape());
+  std::vector<int64_t> strides(rank, 0);
+  size_t lead = rank - in.shape().size();
+  for (size_t d = 0; d < in.shape().size(); ++d)
+    strides[lead + d] = in.shape()[d] == 1 ? 0 : own[d];
+  const float *x = in.f32();
+  float *y = out.f32();
+  forEachStrided(out.shape(), strides, 0,
+                 [&](int64_t o, int64_t i) { y[o] = x[i]; });
+}
+
+} // namespace
+
+Status runLayout(const KernelArgs &args) {
+  const std::string &op = args.instruction.op;
+  if (op == "reshape")
+    std::memcpy(args.out(0).raw(), args.in(0).raw(), args.in(0).bytes());
+  else if (op == "transpose")
+    transpose(args.in(0), args.out(0), args.instruction.ints("permutation"));
+  else if (op == "slice")
+    slice(args.in(0), args.out(0), args.instruction.ints("offsets"));
+  else if (op == "pad")
+    pad(args.in(0), args.out(0), args.instruction.ints("low"));
+  else if (op == "concat")
+    concat(args, args.instruction.integer("dim"));
+  else
+    broadcastTo(args.in(0), args.out(0));
+  return Status::success();
+}
+
+Status runReduction(const KernelArgs &args) {
+  const Tensor &in = args.in(0);
+  Tensor &out = args.out(0);
+  const std::vector<int64_t> &dims = args.instruction.ints("dims");
+  const std::vector<int64_t> &shape = in.shape();
+  // Output offset of each input element: reduced dimensions contribute 0.
+  std::vector<int64_t> keptShape(shape);
+  for (int64_t d : dims)
+    keptShape[d] = 1;
+  std::vector<int64_t> keptStrides = stridesOf(keptShape);
+  for (int64_t d : dims)
+    keptStrides[d] = 0;
+  bool isMax = args.instruction.op == "reduce_max";
+  float *y = out.f32();
+  std::fill(y, y + out.size(),
+            isMax ? -std::numeric_limits<float>::infinity() : 0.0f);
+  const float *x = in.f32();
+  // Walk the input in order; the "input strides" here map to the output.
+  forEachStrided(shape, keptStrides, 0, [&](int64_t i, int64_t o) {
+    y[o] = isMax ? std::max(y[o], x[i]) : y[o] + x[i];
+  });
+  if (args.instruction.op == "reduce_mean") {
+    int64_t count = 1;
+    for (int64_t d : dims)
+      count *= shape[d];
+    float scale = count ? 1.0f / count : 0.0f;
+    for (int64_t i = 0; i < out.size(); ++i)
+      y[i] *= scale;
+  }
+  return Status::success();
+}
+
+} // namespace trellis::runtime::cpu

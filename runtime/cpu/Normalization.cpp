@@ -1,0 +1,173 @@
+//===- Normalization.cpp - Softmax, LayerNorm, RMSNorm and gradients ------===//
+//
+// Row statistics accumulate in double for accuracy; every op works on rows
+// of the last dimension.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace trellis::runtime::cpu {
+
+namespace {
+
+void softmax(const Tensor &in, Tensor &out) {
+  int64_t cols = in.shape().empty() ? 1 : in.shape().back();
+  int64_t rows = cols ? in.size() / cols : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = in.f32() + r * cols;
+    float *y = out.f32() + r * cols;
+    float max = *std::max_element(x, x + cols);
+    double sum = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      sum += (y[c] = std::exp(x[c] - max));
+    float inverse = static_cast<float>(1.0 / sum);
+    for (int64_t c = 0; c < cols; ++c)
+      y[c] *= inverse;
+  }
+}
+
+void softmaxGrad(const Tensor &result, const Tensor &grad, Tensor &out) {
+  int64_t cols = result.shape().empty() ? 1 : result.shape().back();
+  int64_t rows = cols ? result.size() / cols : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *y = result.f32() + r * cols, *dy = grad.f32() + r * cols;
+    float *dx = out.f32() + r * cols;
+    double dot = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      dot += double(y[c]) * dy[c];
+    for (int64_t c = 0; c < cols; ++c)
+      dx[c] = y[c] * (dy[c] - static_cast<float>(dot));
+  }
+}
+
+/// Mean and reciprocal standard deviation of one row.
+void rowMoments(const float *x, int64_t n, double epsilon, double &mean,
+                double &rstd) {
+  double sum = 0, sumSquares = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += x[i];
+  mean = sum / n;
+  for (int64_t i = 0; i < n; ++i) {
+    double centered = x[i] - mean;
+    sumSquares += centered * centered;
+  }
+  rstd = 1.0 / std::sqrt(sumSquares / n + epsilon);
+}
+
+void layerNorm(const KernelArgs &args, double epsilon) {
+  const Tensor &in = args.in(0);
+  const float *w = args.in(1).f32(), *b = args.in(2).f32();
+  int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = in.f32() + r * n;
+    float *y = args.out(0).f32() + r * n;
+    double mean, rstd;
+    rowMoments(x, n, epsilon, mean, rstd);
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = static_cast<float>((x[i] - mean) * rstd) * w[i] + b[i];
+  }
+}
+
+void layerNormGrad(const KernelArgs &args, double epsilon) {
+  const Tensor &in = args.in(0);
+  const float *w = args.in(1).f32();
+  int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
+  std::vector<double> dw(n, 0.0), db(n, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = in.f32() + r * n, *dy = args.in(2).f32() + r * n;
+    float *dx = args.out(0).f32() + r * n;
+    double mean, rstd;
+    rowMoments(x, n, epsilon, mean, rstd);
+    double meanG = 0, meanGX = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double xhat = (x[i] - mean) * rstd;
+      double g = double(dy[i]) * w[i];
+      meanG += g;
+      meanGX += g * xhat;
+      dw[i] += double(dy[i]) * xhat;
+      db[i] += dy[i];
+    }
+    meanG /= n;
+    meanGX /= n;
+    for (int64_t i = 0; i < n; ++i) {
+      double xhat = (x[i] - mean) * rstd;
+      double g = double(dy[i]) * w[i];
+      dx[i] = static_cast<float>(rstd * (g - meanG - xhat * meanGX));
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    args.out(1).f32()[i] = static_cast<float>(dw[i]);
+    args.out(2).f32()[i] = static_cast<float>(db[i]);
+  }
+}
+
+double rowInverseRms(const float *x, int64_t n, double epsilon) {
+  double sumSquares = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sumSquares += double(x[i]) * x[i];
+  return 1.0 / std::sqrt(sumSquares / n + epsilon);
+}
+
+void rmsNorm(const KernelArgs &args, double epsilon) {
+  const Tensor &in = args.in(0);
+  const float *w = args.in(1).f32();
+  int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = in.f32() + r * n;
+    float *y = args.out(0).f32() + r * n;
+    double inverse = rowInverseRms(x, n, epsilon);
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = static_cast<float>(x[i] * inverse) * w[i];
+  }
+}
+
+void rmsNormGrad(const KernelArgs &args, double epsilon) {
+  const Tensor &in = args.in(0);
+  const float *w = args.in(1).f32();
+  int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
+  std::vector<double> dw(n, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = in.f32() + r * n, *dy = args.in(2).f32() + r * n;
+    float *dx = args.out(0).f32() + r * n;
+    double inverse = rowInverseRms(x, n, epsilon);
+    double dot = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double g = double(dy[i]) * w[i];
+      dot += g * x[i];
+      dw[i] += double(dy[i]) * x[i] * inverse;
+    }
+    double correction = inverse * inverse * dot / n;
+    for (int64_t i = 0; i < n; ++i) {
+      double g = double(dy[i]) * w[i];
+      dx[i] = static_cast<float>(inverse * (g - x[i] * correction));
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    args.out(1).f32()[i] = static_cast<float>(dw[i]);
+}
+
+} // namespace
+
+Status runNormalization(const KernelArgs &args) {
+  const std::string &op = args.instruction.op;
+  double epsilon = args.instruction.real("epsilon");
+  if (op == "softmax")
+    softmax(args.in(0), args.out(0));
+  else if (op == "softmax_grad")
+    softmaxGrad(args.in(0), args.in(1), args.out(0));
+  else if (op == "layer_norm")
+    layerNorm(args, epsilon);
+  else if (op == "layer_norm_grad")
+    layerNormGrad(args, epsilon);
+  else if (op == "rms_norm")
+    rmsNorm(args, epsilon);
+  else
+    rmsNormGrad(args, epsilon);
+  return Status::success();
+}
+
+} // namespace trellis::runtime::cpu

@@ -1,0 +1,47 @@
+//===- Executor.h - Runs a plan's program on host buffers -------*- C++ -*-===//
+
+#ifndef TRELLIS_RUNTIME_EXECUTOR_H
+#define TRELLIS_RUNTIME_EXECUTOR_H
+
+#include "trellis/Runtime/Plan.h"
+#include "trellis/Runtime/Tensor.h"
+
+#include <memory>
+
+namespace trellis::runtime {
+
+/// Owns one buffer per plan buffer and executes the program over them.
+class Executor {
+public:
+  explicit Executor(Plan plan);
+
+  const Plan &plan() const { return plan_; }
+
+  /// The buffer bound to argument `index`.
+  Tensor &argument(size_t index) {
+    return buffers_[plan_.arguments[index].buffer];
+  }
+  /// The buffer of result `index`.
+  const Tensor &result(size_t index) const {
+    return buffers_[plan_.results[index].buffer];
+  }
+  float loss() const { return result(0).f32()[0]; }
+
+  /// Executes every instruction once, in order.
+  Status run();
+
+  /// Copies each result marked `updates` into the argument it replaces:
+  /// the end of a training step.
+  void commitUpdates();
+
+  /// Bytes held by all buffers.
+  int64_t allocatedBytes() const;
+
+private:
+  Plan plan_;
+  std::vector<Tensor> buffers_;
+};
+
+} // namespace trellis::runtime
+
+#endif // TRELLIS_RUNTIME_EXECUTOR_H

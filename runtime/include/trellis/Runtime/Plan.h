@@ -1,0 +1,107 @@
+//===- Plan.h - The plan file, loaded and validated -------------*- C++ -*-===//
+//
+// The runtime's view of a plan (docs/PlanFormat.md). parsePlan treats its
+// input as untrusted: every id, shape, attribute and role is checked, so
+// that executing a plan that loaded can fail only on data (a token out of
+// range), never on memory safety.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_RUNTIME_PLAN_H
+#define TRELLIS_RUNTIME_PLAN_H
+
+#include "trellis/Common/Mesh.h"
+#include "trellis/Runtime/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trellis::runtime {
+
+/// The plan format version this runtime reads.
+constexpr int64_t kPlanVersion = 1;
+
+enum class DType { F32, I32 };
+
+const char *dtypeName(DType dtype);
+
+struct BufferDesc {
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+  int64_t numElements() const;
+};
+
+/// A value an attribute of an instruction can hold.
+struct AttrValue {
+  enum class Kind { Bool, Int, Real, Ints, Reals, String } kind = Kind::Int;
+  bool flag = false;
+  int64_t integer = 0;
+  double real = 0;
+  std::vector<int64_t> ints;
+  std::vector<double> reals;
+  std::string text;
+};
+
+struct Instruction {
+  std::string op;
+  std::vector<int64_t> inputs;
+  std::vector<int64_t> outputs;
+  std::map<std::string, AttrValue> attrs;
+
+  /// Typed attribute access; validation has established presence and kind
+  /// of required attributes, so these return `fallback` only for optional
+  /// ones.
+  bool flag(const std::string &name, bool fallback = false) const;
+  int64_t integer(const std::string &name, int64_t fallback = 0) const;
+  double real(const std::string &name, double fallback = 0) const;
+  const std::vector<int64_t> &ints(const std::string &name) const;
+  const std::vector<double> &reals(const std::string &name) const;
+  const std::string &text(const std::string &name) const;
+};
+
+enum class ArgumentRole { Param, Input, AdamM, AdamV, Step };
+
+struct Argument {
+  int64_t buffer = 0;
+  ArgumentRole role = ArgumentRole::Param;
+  /// The parameter (or input) name; optimizer states carry their parameter's.
+  std::string name;
+  /// "normal:<std>", "zeros", "ones" or empty (inputs, step).
+  std::string init;
+};
+
+struct Result {
+  int64_t buffer = 0;
+  bool isLoss = false;
+  /// Argument index this result replaces after a step, if any.
+  std::optional<int64_t> updates;
+  /// Argument index whose gradient this result is, if any.
+  std::optional<int64_t> gradientOf;
+};
+
+struct Plan {
+  std::string metadataJson;
+  std::vector<MeshAxis> mesh;
+  std::vector<BufferDesc> buffers;
+  std::vector<Argument> arguments;
+  std::vector<Result> results;
+  std::vector<Instruction> program;
+
+  /// Index of the argument with `role` and `name`, or -1.
+  int64_t findArgument(ArgumentRole role, const std::string &name) const;
+  /// A metadata integer (e.g. "vocab_size"), or `fallback`.
+  int64_t metadataInteger(const std::string &key, int64_t fallback) const;
+};
+
+/// Parses and validates plan text.
+StatusOr<Plan> parsePlan(std::string_view text);
+
+/// Reads and parses a plan file.
+StatusOr<Plan> loadPlanFile(const std::string &path);
+
+} // namespace trellis::runtime
+
+#endif // TRELLIS_RUNTIME_PLAN_H

@@ -1,0 +1,57 @@
+//===- Initializer.cpp - Deterministic parameter initialization -----------===//
+
+#include "trellis/Runtime/Initializer.h"
+
+#include "trellis/Runtime/Executor.h"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace trellis::runtime {
+
+uint64_t mix64(uint64_t value) {
+  value += 0x9e3779b97f4a7c15ULL;
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebULL;
+  return value ^ (value >> 31);
+}
+
+uint64_t streamKey(uint64_t seed, const std::string &name) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (unsigned char c : name)
+    hash = (hash ^ c) * 0x100000001b3ULL;
+  return mix64(hash ^ mix64(seed));
+}
+
+double counterNormal(uint64_t key, uint64_t index) {
+  // Box-Muller on two uniforms in (0, 1] derived from the counter.
+  uint64_t a = mix64(key ^ (2 * index));
+  uint64_t b = mix64(key ^ (2 * index + 1) ^ 0x5851f42d4c957f2dULL);
+  double u1 = (static_cast<double>(a >> 11) + 1.0) / 9007199254740992.0;
+  double u2 = static_cast<double>(b >> 11) / 9007199254740992.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+void initializeArguments(Executor &executor, uint64_t seed) {
+  const Plan &plan = executor.plan();
+  for (size_t i = 0; i < plan.arguments.size(); ++i) {
+    const Argument &argument = plan.arguments[i];
+    if (argument.role == ArgumentRole::Input)
+      continue;
+    Tensor &tensor = executor.argument(i);
+    float *data = tensor.f32();
+    int64_t n = tensor.size();
+    if (argument.role == ArgumentRole::Step || argument.init == "zeros") {
+      std::fill(data, data + n, 0.0f);
+    } else if (argument.init == "ones") {
+      std::fill(data, data + n, 1.0f);
+    } else {
+      double std = std::strtod(argument.init.c_str() + 7, nullptr);
+      uint64_t key = streamKey(seed, argument.name);
+      for (int64_t e = 0; e < n; ++e)
+        data[e] = static_cast<float>(std * counterNormal(key, e));
+    }
+  }
+}
+
+} // namespace trellis::runtime

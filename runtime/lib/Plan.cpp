@@ -1,0 +1,484 @@
+//===- Plan.cpp - The plan file, loaded and validated ---------------------===//
+
+#include "trellis/Runtime/Plan.h"
+
+#include "trellis/Runtime/OpShapes.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace trellis::runtime {
+
+using json = nlohmann::json;
+
+const char *dtypeName(DType dtype) {
+  return dtype == DType::F32 ? "f32" : "i32";
+}
+
+int64_t BufferDesc::numElements() const {
+  int64_t count = 1;
+  for (int64_t size : shape)
+    count *= size;
+  return count;
+}
+
+namespace {
+
+const AttrValue *findAttr(const Instruction &instruction,
+                          const std::string &name) {
+  auto it = instruction.attrs.find(name);
+  return it == instruction.attrs.end() ? nullptr : &it->second;
+}
+
+const std::vector<int64_t> kNoInts;
+const std::vector<double> kNoReals;
+const std::string kNoText;
+
+} // namespace
+
+bool Instruction::flag(const std::string &name, bool fallback) const {
+  const AttrValue *value = findAttr(*this, name);
+  return value && value->kind == AttrValue::Kind::Bool ? value->flag : fallback;
+}
+
+int64_t Instruction::integer(const std::string &name, int64_t fallback) const {
+  const AttrValue *value = findAttr(*this, name);
+  return value && value->kind == AttrValue::Kind::Int ? value->integer
+                                                      : fallback;
+}
+
+double Instruction::real(const std::string &name, double fallback) const {
+  const AttrValue *value = findAttr(*this, name);
+  if (!value)
+    return fallback;
+  if (value->kind == AttrValue::Kind::Real)
+    return value->real;
+  if (value->kind == AttrValue::Kind::Int)
+    return static_cast<double>(value->integer);
+  return fallback;
+}
+
+const std::vector<int64_t> &Instruction::ints(const std::string &name) const {
+  const AttrValue *value = findAttr(*this, name);
+  return value && value->kind == AttrValue::Kind::Ints ? value->ints : kNoInts;
+}
+
+const std::vector<double> &Instruction::reals(const std::string &name) const {
+  const AttrValue *value = findAttr(*this, name);
+  return value && (value->kind == AttrValue::Kind::Reals ||
+                  value->kind == AttrValue::Kind::Ints)
+             ? value->reals
+             : kNoReals;
+}
+
+const std::string &Instruction::text(const std::string &name) const {
+  const AttrValue *value = findAttr(*this, name);
+  return value && value->kind == AttrValue::Kind::String ? value->text
+                                                         : kNoText;
+}
+
+int64_t Plan::findArgument(ArgumentRole role, const std::string &name) const {
+  for (size_t i = 0; i < arguments.size(); ++i)
+    if (arguments[i].role == role && arguments[i].name == name)
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
+int64_t Plan::metadataInteger(const std::string &key, int64_t fallback) const {
+  json metadata = json::parse(metadataJson, nullptr, /*allow_exceptions=*/false);
+  if (!metadata.is_object() || !metadata.contains(key) ||
+      !metadata[key].is_number_integer())
+    return fallback;
+  return metadata[key].get<int64_t>();
+}
+
+namespace {
+
+/// Largest buffer the runtime accepts: 2^36 elements (256 GiB of f32).
+constexpr int64_t kMaxElements = int64_t(1) << 36;
+constexpr size_t kMaxRank = 8;
+
+std::string describe(const json &value) {
+  std::string text = value.dump();
+  return text.size() > 40 ? text.substr(0, 40) + "..." : text;
+}
+
+/// Reads plan JSON into a Plan, checking every field's kind and range.
+class PlanReader {
+public:
+  StatusOr<Plan> read(const json &root);
+
+private:
+  Status readBuffers(const json &array);
+  Status readArguments(const json &array);
+  Status readProgram(const json &stages);
+  Status readResults(const json &array);
+  Status checkDataflow();
+
+  static Status requireKind(const json &object, const char *key,
+                            json::value_t kind, const char *expected,
+                            const std::string &where) {
+    if (!object.is_object() || !object.contains(key))
+      return Status::error(where + ": missing field \"" + key + "\" (" +
+                           expected + ")");
+    const json &value = object[key];
+    bool matches = value.type() == kind ||
+                   (kind == json::value_t::number_integer &&
+                    value.is_number_unsigned());
+    if (!matches)
+      return Status::error(where + ": field \"" + key + "\": expected " +
+                           expected + ", found " + describe(value));
+    return Status::success();
+  }
+
+  Status checkBufferId(const json &value, const std::string &where,
+                       int64_t *id) const {
+    if (!value.is_number_integer() ||
+        value.get<int64_t>() < 0 ||
+        value.get<int64_t>() >= static_cast<int64_t>(plan_.buffers.size()))
+      return Status::error(where + ": buffer id " + describe(value) +
+                           " is out of range [0, " +
+                           std::to_string(plan_.buffers.size()) + ")");
+    *id = value.get<int64_t>();
+    return Status::success();
+  }
+
+  Plan plan_;
+};
+
+Status PlanReader::readBuffers(const json &array) {
+  for (size_t i = 0; i < array.size(); ++i) {
+    std::string where = "buffer " + std::to_string(i);
+    const json &entry = array[i];
+    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "shape", json::value_t::array,
+                                        "an array of sizes", where));
+    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "dtype", json::value_t::string,
+                                        "\"f32\" or \"i32\"", where));
+    BufferDesc desc;
+    const std::string &dtype = entry["dtype"].get_ref<const std::string &>();
+    if (dtype == "f32")
+      desc.dtype = DType::F32;
+    else if (dtype == "i32")
+      desc.dtype = DType::I32;
+    else
+      return Status::error(where + ": expected dtype \"f32\" or \"i32\", found \"" +
+                           dtype + "\"");
+    const json &shape = entry["shape"];
+    if (shape.size() > kMaxRank)
+      return Status::error(where + ": expected rank <= " +
+                           std::to_string(kMaxRank) + ", found " +
+                           std::to_string(shape.size()));
+    int64_t elements = 1;
+    for (const json &size : shape) {
+      if (!size.is_number_integer() || size.get<int64_t>() < 0)
+        return Status::error(where + ": expected sizes >= 0, found " +
+                             describe(shape));
+      int64_t value = size.get<int64_t>();
+      if (value > 0 && elements > kMaxElements / value)
+        return Status::error(where + ": " + describe(shape) +
+                             " holds more than 2^36 elements");
+      elements *= value;
+      desc.shape.push_back(value);
+    }
+    plan_.buffers.push_back(std::move(desc));
+  }
+  return Status::success();
+}
+
+Status PlanReader::readArguments(const json &array) {
+  static const std::map<std::string, ArgumentRole> roles = {
+      {"param", ArgumentRole::Param}, {"input", ArgumentRole::Input},
+      {"adam_m", ArgumentRole::AdamM}, {"adam_v", ArgumentRole::AdamV},
+      {"step", ArgumentRole::Step}};
+  for (size_t i = 0; i < array.size(); ++i) {
+    std::string where = "argument " + std::to_string(i);
+    const json &entry = array[i];
+    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "buffer",
+                                        json::value_t::number_integer,
+                                        "a buffer id", where));
+    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "role", json::value_t::string,
+                                        "a role", where));
+    Argument argument;
+    TRELLIS_RETURN_IF_ERROR(checkBufferId(entry["buffer"], where, &argument.buffer));
+    auto role = roles.find(entry["role"].get<std::string>());
+    if (role == roles.end())
+      return Status::error(where + ": unknown role \"" +
+                           entry["role"].get<std::string>() +
+                           "\"; expected param, input, adam_m, adam_v or step");
+    argument.role = role->second;
+    if (entry.contains("param")) {
+      if (!entry["param"].is_string())
+        return Status::error(where + ": field \"param\": expected a name");
+      argument.name = entry["param"].get<std::string>();
+    }
+    if (entry.contains("init")) {
+      if (!entry["init"].is_string())
+        return Status::error(where + ": field \"init\": expected a string");
+      argument.init = entry["init"].get<std::string>();
+    }
+    const BufferDesc &desc = plan_.buffers[argument.buffer];
+    switch (argument.role) {
+    case ArgumentRole::Input:
+      if (desc.dtype != DType::I32)
+        return Status::error(where + ": an input must be an i32 buffer");
+      if (argument.name != "tokens" && argument.name != "targets")
+        return Status::error(where + ": unknown input \"" + argument.name +
+                             "\"; expected tokens or targets");
+      break;
+    case ArgumentRole::Step:
+      if (desc.dtype != DType::F32 || !desc.shape.empty())
+        return Status::error(where + ": the step must be a scalar f32 buffer");
+      break;
+    default:
+      if (desc.dtype != DType::F32)
+        return Status::error(where + ": parameters and optimizer states "
+                                     "must be f32 buffers");
+      if (argument.name.empty())
+        return Status::error(where + ": a parameter needs a name");
+      if (argument.init != "zeros" && argument.init != "ones" &&
+          argument.init.rfind("normal:", 0) != 0)
+        return Status::error(where + ": expected init zeros, ones or "
+                                     "normal:<std>, found \"" +
+                             argument.init + "\"");
+      if (argument.init.rfind("normal:", 0) == 0) {
+        char *end = nullptr;
+        std::string text = argument.init.substr(7);
+        double std = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !(std >= 0))
+          return Status::error(where + ": malformed init \"" + argument.init +
+                               "\"");
+      }
+    }
+    plan_.arguments.push_back(std::move(argument));
+  }
+  return Status::success();
+}
+
+StatusOr<AttrValue> readAttr(const json &value, const std::string &where) {
+  AttrValue attr;
+  if (value.is_boolean()) {
+    attr.kind = AttrValue::Kind::Bool;
+    attr.flag = value.get<bool>();
+  } else if (value.is_number_integer()) {
+    attr.kind = AttrValue::Kind::Int;
+    attr.integer = value.get<int64_t>();
+  } else if (value.is_number_float()) {
+    attr.kind = AttrValue::Kind::Real;
+    attr.real = value.get<double>();
+  } else if (value.is_string()) {
+    attr.kind = AttrValue::Kind::String;
+    attr.text = value.get<std::string>();
+  } else if (value.is_array()) {
+    bool allIntegers = true;
+    for (const json &element : value) {
+      if (!element.is_number())
+        return Status::error(where + ": expected an array of numbers, found " +
+                             describe(value));
+      allIntegers &= element.is_number_integer();
+    }
+    if (allIntegers)
+      for (const json &element : value)
+        attr.ints.push_back(element.get<int64_t>());
+    // An all-integer array is also readable as reals.
+    attr.kind = allIntegers ? AttrValue::Kind::Ints : AttrValue::Kind::Reals;
+    for (const json &element : value)
+      attr.reals.push_back(element.get<double>());
+  } else {
+    return Status::error(where + ": unsupported attribute value " +
+                         describe(value));
+  }
+  return attr;
+}
+
+Status PlanReader::readProgram(const json &stages) {
+  if (stages.size() != 1)
+    return Status::error("expected exactly one stage, found " +
+                         std::to_string(stages.size()));
+  const json &stage = stages[0];
+  TRELLIS_RETURN_IF_ERROR(requireKind(stage, "program", json::value_t::array,
+                                      "an array of instructions", "stage 0"));
+  const json &program = stage["program"];
+  for (size_t i = 0; i < program.size(); ++i) {
+    std::string where = "instruction " + std::to_string(i);
+    const json &entry = program[i];
+    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "op", json::value_t::string,
+                                        "an op name", where));
+    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "inputs", json::value_t::array,
+                                        "an array of buffer ids", where));
+    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "outputs", json::value_t::array,
+                                        "an array of buffer ids", where));
+    Instruction instruction;
+    instruction.op = entry["op"].get<std::string>();
+    where += " (" + instruction.op + ")";
+    for (const json &id : entry["inputs"]) {
+      int64_t buffer;
+      TRELLIS_RETURN_IF_ERROR(checkBufferId(id, where, &buffer));
+      instruction.inputs.push_back(buffer);
+    }
+    for (const json &id : entry["outputs"]) {
+      int64_t buffer;
+      TRELLIS_RETURN_IF_ERROR(checkBufferId(id, where, &buffer));
+      instruction.outputs.push_back(buffer);
+    }
+    if (entry.contains("attrs")) {
+      if (!entry["attrs"].is_object())
+        return Status::error(where + ": field \"attrs\": expected an object");
+      for (auto &[name, value] : entry["attrs"].items()) {
+        StatusOr<AttrValue> attr = readAttr(value, where + " attribute " + name);
+        if (!attr.ok())
+          return attr.status();
+        instruction.attrs[name] = std::move(*attr);
+      }
+    }
+    TRELLIS_RETURN_IF_ERROR(
+        validateInstruction(instruction, plan_.buffers).withContext(where));
+    plan_.program.push_back(std::move(instruction));
+  }
+  return Status::success();
+}
+
+Status PlanReader::readResults(const json &array) {
+  for (size_t i = 0; i < array.size(); ++i) {
+    std::string where = "result " + std::to_string(i);
+    const json &entry = array[i];
+    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "buffer",
+                                        json::value_t::number_integer,
+                                        "a buffer id", where));
+    Result result;
+    TRELLIS_RETURN_IF_ERROR(checkBufferId(entry["buffer"], where, &result.buffer));
+    for (const char *key : {"updates", "gradient_of"}) {
+      if (!entry.contains(key))
+        continue;
+      const json &index = entry[key];
+      if (!index.is_number_integer() || index.get<int64_t>() < 0 ||
+          index.get<int64_t>() >= static_cast<int64_t>(plan_.arguments.size()))
+        return Status::error(where + ": field \"" + key +
+                             "\": argument index " + describe(index) +
+                             " is out of range [0, " +
+                             std::to_string(plan_.arguments.size()) + ")");
+      const BufferDesc &target =
+          plan_.buffers[plan_.arguments[index.get<int64_t>()].buffer];
+      const BufferDesc &source = plan_.buffers[result.buffer];
+      if (target.shape != source.shape || target.dtype != source.dtype)
+        return Status::error(where + ": its buffer does not match the shape "
+                                     "of argument " +
+                             std::to_string(index.get<int64_t>()));
+      (std::string(key) == "updates" ? result.updates : result.gradientOf) =
+          index.get<int64_t>();
+    }
+    result.isLoss = entry.value("role", "") == "loss";
+    plan_.results.push_back(result);
+  }
+  if (plan_.results.empty() || !plan_.results[0].isLoss)
+    return Status::error("expected result 0 to be the loss");
+  const BufferDesc &loss = plan_.buffers[plan_.results[0].buffer];
+  if (!loss.shape.empty() || loss.dtype != DType::F32)
+    return Status::error("expected the loss to be a scalar f32 buffer");
+  return Status::success();
+}
+
+/// Every buffer is defined once (as an argument or an instruction output)
+/// before any instruction reads it.
+Status PlanReader::checkDataflow() {
+  std::vector<bool> defined(plan_.buffers.size(), false);
+  for (const Argument &argument : plan_.arguments) {
+    if (defined[argument.buffer])
+      return Status::error("buffer " + std::to_string(argument.buffer) +
+                           " is bound to two arguments");
+    defined[argument.buffer] = true;
+  }
+  for (size_t i = 0; i < plan_.program.size(); ++i) {
+    const Instruction &instruction = plan_.program[i];
+    for (int64_t input : instruction.inputs)
+      if (!defined[input])
+        return Status::error("instruction " + std::to_string(i) + " (" +
+                             instruction.op + ") reads buffer " +
+                             std::to_string(input) + " before it is written");
+    for (int64_t output : instruction.outputs) {
+      if (defined[output])
+        return Status::error("instruction " + std::to_string(i) + " (" +
+                             instruction.op + ") writes buffer " +
+                             std::to_string(output) +
+                             ", which is already defined");
+      defined[output] = true;
+    }
+  }
+  for (const Result &result : plan_.results)
+    if (!defined[result.buffer])
+      return Status::error("result buffer " + std::to_string(result.buffer) +
+                           " is never written");
+  return Status::success();
+}
+
+StatusOr<Plan> PlanReader::read(const json &root) {
+  if (!root.is_object())
+    return Status::error("expected a JSON object at the top level");
+  if (root.value("format", "") != "trellis-plan")
+    return Status::error("expected \"format\": \"trellis-plan\", found " +
+                         (root.contains("format") ? describe(root["format"])
+                                                  : std::string("none")));
+  TRELLIS_RETURN_IF_ERROR(requireKind(root, "version",
+                                      json::value_t::number_integer,
+                                      "an integer", "plan"));
+  int64_t version = root["version"].get<int64_t>();
+  if (version != kPlanVersion)
+    return Status::error("unsupported plan version " + std::to_string(version) +
+                         " (this runtime reads version " +
+                         std::to_string(kPlanVersion) + ")");
+  for (const char *key : {"buffers", "arguments", "results", "stages", "mesh"})
+    TRELLIS_RETURN_IF_ERROR(
+        requireKind(root, key, json::value_t::array, "an array", "plan"));
+  if (root.contains("metadata"))
+    plan_.metadataJson = root["metadata"].dump();
+  for (size_t i = 0; i < root["mesh"].size(); ++i) {
+    const json &axis = root["mesh"][i];
+    std::string where = "mesh axis " + std::to_string(i);
+    TRELLIS_RETURN_IF_ERROR(
+        requireKind(axis, "name", json::value_t::string, "a name", where));
+    TRELLIS_RETURN_IF_ERROR(requireKind(
+        axis, "size", json::value_t::number_integer, "an integer", where));
+    plan_.mesh.push_back({axis["name"].get<std::string>(),
+                          axis["size"].get<int64_t>()});
+  }
+  MeshError meshError;
+  if (!Mesh::create(plan_.mesh, &meshError))
+    return Status::error("mesh: " + meshError.message);
+  TRELLIS_RETURN_IF_ERROR(readBuffers(root["buffers"]));
+  TRELLIS_RETURN_IF_ERROR(readArguments(root["arguments"]));
+  TRELLIS_RETURN_IF_ERROR(readProgram(root["stages"]));
+  TRELLIS_RETURN_IF_ERROR(readResults(root["results"]));
+  TRELLIS_RETURN_IF_ERROR(checkDataflow());
+  return std::move(plan_);
+}
+
+} // namespace
+
+StatusOr<Plan> parsePlan(std::string_view text) {
+  json root = json::parse(text.begin(), text.end(), nullptr,
+                          /*allow_exceptions=*/false);
+  if (root.is_discarded())
+    return Status::error("malformed plan: not valid JSON (truncated or "
+                         "corrupted file?)");
+  StatusOr<Plan> plan = PlanReader().read(root);
+  if (!plan.ok())
+    return plan.status().withContext("invalid plan");
+  return plan;
+}
+
+StatusOr<Plan> loadPlanFile(const std::string &path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return Status::error("cannot open plan '" + path + "'");
+  std::stringstream contents;
+  contents << file.rdbuf();
+  StatusOr<Plan> plan = parsePlan(contents.str());
+  if (!plan.ok())
+    return plan.status().withContext(path);
+  return plan;
+}
+
+} // namespace trellis::runtime

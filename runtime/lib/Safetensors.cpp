@@ -1,0 +1,167 @@
+//===- Safetensors.cpp - Reading and writing .safetensors files -----------===//
+
+#include "trellis/Runtime/Safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace trellis::runtime {
+
+using json = nlohmann::json;
+
+namespace {
+
+float halfToFloat(uint16_t bits) {
+  uint32_t sign = (bits & 0x8000u) << 16;
+  uint32_t exponent = (bits >> 10) & 0x1f;
+  uint32_t mantissa = bits & 0x3ff;
+  uint32_t result;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      result = sign;
+    } else { // subnormal
+      exponent = 127 - 15 + 1;
+      while (!(mantissa & 0x400)) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      mantissa &= 0x3ff;
+      result = sign | (exponent << 23) | (mantissa << 13);
+    }
+  } else if (exponent == 31) {
+    result = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    result = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  float value;
+  std::memcpy(&value, &result, 4);
+  return value;
+}
+
+float bfloatToFloat(uint16_t bits) {
+  uint32_t widened = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &widened, 4);
+  return value;
+}
+
+} // namespace
+
+StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
+  std::ifstream stream(path, std::ios::binary | std::ios::ate);
+  if (!stream)
+    return Status::error("cannot open '" + path + "'");
+  int64_t size = stream.tellg();
+  stream.seekg(0);
+  std::vector<char> bytes(size);
+  if (!stream.read(bytes.data(), size))
+    return Status::error("cannot read '" + path + "'");
+  auto fail = [&](const std::string &message) {
+    return Status::error(path + ": " + message);
+  };
+  if (size < 8)
+    return fail("truncated: " + std::to_string(size) +
+                " bytes, expected at least an 8-byte header length");
+  uint64_t headerSize = 0;
+  std::memcpy(&headerSize, bytes.data(), 8);
+  if (headerSize > static_cast<uint64_t>(size - 8))
+    return fail("header length " + std::to_string(headerSize) +
+                " exceeds the file (" + std::to_string(size) + " bytes)");
+  json header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + headerSize,
+                            nullptr, /*allow_exceptions=*/false);
+  if (!header.is_object())
+    return fail("malformed JSON header");
+  const char *data = bytes.data() + 8 + headerSize;
+  uint64_t dataSize = size - 8 - headerSize;
+
+  SafetensorsFile file;
+  for (auto &[name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (entry.is_object())
+        for (auto &[key, value] : entry.items())
+          if (value.is_string())
+            file.metadata[key] = value.get<std::string>();
+      continue;
+    }
+    if (!entry.is_object() || !entry.contains("dtype") ||
+        !entry.contains("shape") || !entry.contains("data_offsets") ||
+        !entry["dtype"].is_string() || !entry["shape"].is_array() ||
+        !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2)
+      return fail("tensor \"" + name + "\": malformed entry");
+    std::string dtype = entry["dtype"].get<std::string>();
+    size_t width = dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+    if (!width)
+      return fail("tensor \"" + name + "\": unsupported dtype " + dtype +
+                  " (expected F32, F16 or BF16)");
+    SafetensorsEntry tensor;
+    uint64_t count = 1;
+    for (const json &dim : entry["shape"]) {
+      if (!dim.is_number_unsigned() || dim.get<uint64_t>() > (1ull << 36))
+        return fail("tensor \"" + name + "\": malformed shape");
+      tensor.shape.push_back(dim.get<int64_t>());
+      count *= dim.get<uint64_t>();
+      if (count > (1ull << 36))
+        return fail("tensor \"" + name + "\": too many elements");
+    }
+    const json &offsets = entry["data_offsets"];
+    if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+      return fail("tensor \"" + name + "\": malformed data_offsets");
+    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (begin > end || end > dataSize || end - begin != count * width)
+      return fail("tensor \"" + name + "\": data_offsets [" +
+                  std::to_string(begin) + ", " + std::to_string(end) +
+                  ") do not hold " + std::to_string(count) + " " + dtype +
+                  " values within " + std::to_string(dataSize) + " data bytes");
+    tensor.values.resize(count);
+    const char *source = data + begin;
+    if (width == 4) {
+      std::memcpy(tensor.values.data(), source, count * 4);
+    } else {
+      for (uint64_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, source + 2 * i, 2);
+        tensor.values[i] = dtype == "F16" ? halfToFloat(bits) : bfloatToFloat(bits);
+      }
+    }
+    file.tensors[name] = std::move(tensor);
+  }
+  return file;
+}
+
+Status writeSafetensors(const std::string &path, const SafetensorsFile &file) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto &[name, tensor] : file.tensors) {
+    uint64_t bytes = tensor.values.size() * 4;
+    header[name] = {{"dtype", "F32"},
+                    {"shape", tensor.shape},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  if (!file.metadata.empty())
+    header["__metadata__"] = file.metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string temporary = path + ".tmp";
+  {
+    std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
+    if (!stream)
+      return Status::error("cannot write '" + temporary + "'");
+    uint64_t headerSize = text.size();
+    stream.write(reinterpret_cast<const char *>(&headerSize), 8);
+    stream.write(text.data(), text.size());
+    for (const auto &[name, tensor] : file.tensors)
+      stream.write(reinterpret_cast<const char *>(tensor.values.data()),
+                   tensor.values.size() * 4);
+    if (!stream.flush())
+      return Status::error("failed writing '" + temporary + "'");
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0)
+    return Status::error("cannot rename '" + temporary + "' to '" + path + "'");
+  return Status::success();
+}
+
+} // namespace trellis::runtime

@@ -1,0 +1,293 @@
+//===- Trainer.cpp - Training loop over a plan ----------------------------===//
+
+#include "trellis/Runtime/Trainer.h"
+
+#include "trellis/Runtime/Initializer.h"
+#include "trellis/Runtime/Safetensors.h"
+#include "trellis/Runtime/TokenSource.h"
+
+#include <cblas.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+namespace trellis::runtime {
+
+Trainer::Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed)
+    : executor_(std::move(plan)), data_(std::move(data)) {
+  const Plan &p = executor_.plan();
+  for (size_t i = 0; i < p.arguments.size(); ++i) {
+    const Argument &argument = p.arguments[i];
+    if (argument.role == ArgumentRole::Input && argument.name == "tokens")
+      tokensArg_ = i;
+    else if (argument.role == ArgumentRole::Input && argument.name == "targets")
+      targetsArg_ = i;
+    else if (argument.role == ArgumentRole::Step)
+      stepArg_ = i;
+  }
+  if (tokensArg_ >= 0) {
+    const std::vector<int64_t> &shape = executor_.argument(tokensArg_).shape();
+    batch_ = shape.size() == 2 ? shape[0] : 0;
+    seq_ = shape.size() == 2 ? shape[1] : 0;
+  }
+  initializeArguments(executor_, seed);
+}
+
+Trainer::~Trainer() = default;
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options) {
+  if (options.steps < 0)
+    return Status::error("expected --steps >= 0, found " +
+                         std::to_string(options.steps));
+  if (options.threads < 1)
+    return Status::error("expected --threads >= 1, found " +
+                         std::to_string(options.threads));
+  openblas_set_num_threads(options.threads);
+  StatusOr<Plan> plan = loadPlanFile(options.planPath);
+  if (!plan.ok())
+    return plan.status();
+  int64_t tokens = plan->findArgument(ArgumentRole::Input, "tokens");
+  int64_t targets = plan->findArgument(ArgumentRole::Input, "targets");
+  if (tokens < 0 || targets < 0)
+    return Status::error("the plan has no tokens and targets inputs");
+  const BufferDesc &tokenDesc = plan->buffers[plan->arguments[tokens].buffer];
+  if (tokenDesc.shape.size() != 2 ||
+      plan->buffers[plan->arguments[targets].buffer].shape != tokenDesc.shape)
+    return Status::error("expected tokens and targets of shape [batch, seq]");
+  int64_t vocab = plan->metadataInteger("vocab_size", 0);
+  if (vocab < 1)
+    return Status::error("the plan's metadata has no vocab_size");
+
+  std::unique_ptr<TokenSource> data;
+  if (options.data == "synthetic" || options.data == "repeat") {
+    data = makeSyntheticTokens(options.seed, vocab, options.data == "repeat");
+  } else {
+    StatusOr<std::unique_ptr<TokenSource>> file =
+        openTokenFile(options.data, options.dataDtype, options.seed, vocab);
+    if (!file.ok())
+      return file.status();
+    data = std::move(*file);
+  }
+  auto trainer = std::make_unique<Trainer>(std::move(*plan), std::move(data),
+                                           options.seed);
+  if (!options.weightsPath.empty())
+    TRELLIS_RETURN_IF_ERROR(trainer->loadWeights(options.weightsPath));
+  if (!options.loadDir.empty())
+    TRELLIS_RETURN_IF_ERROR(trainer->load(options.loadDir));
+  return trainer;
+}
+
+Status Trainer::step() {
+  Tensor &tokens = executor_.argument(tokensArg_);
+  Tensor &targets = executor_.argument(targetsArg_);
+  TRELLIS_RETURN_IF_ERROR(data_->fill(completedSteps_, batch_, seq_,
+                                      tokens.i32(), targets.i32()));
+  if (stepArg_ >= 0)
+    executor_.argument(stepArg_).f32()[0] =
+        static_cast<float>(completedSteps_ + 1);
+  TRELLIS_RETURN_IF_ERROR(executor_.run().withContext(
+      "step " + std::to_string(completedSteps_ + 1)));
+  executor_.commitUpdates();
+  ++completedSteps_;
+  return Status::success();
+}
+
+std::string Trainer::fingerprint() const {
+  uint64_t hash = 0;
+  const Plan &plan = executor_.plan();
+  for (const Argument &argument : plan.arguments) {
+    if (argument.role != ArgumentRole::Param)
+      continue;
+    hash = mix64(hash ^ streamKey(0, argument.name));
+    for (int64_t size : plan.buffers[argument.buffer].shape)
+      hash = mix64(hash ^ static_cast<uint64_t>(size));
+  }
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx",
+                static_cast<unsigned long long>(hash));
+  return text;
+}
+
+namespace {
+
+const char *statePrefix(ArgumentRole role) {
+  return role == ArgumentRole::AdamM ? "adam_m." : "adam_v.";
+}
+
+/// Copies a safetensors entry into `tensor`, checking the shape.
+Status restoreTensor(const SafetensorsEntry &entry, Tensor &tensor,
+                     const std::string &name, const std::string &file) {
+  if (entry.shape != tensor.shape()) {
+    std::string found, expected;
+    for (int64_t s : entry.shape)
+      found += (found.empty() ? "" : "x") + std::to_string(s);
+    for (int64_t s : tensor.shape())
+      expected += (expected.empty() ? "" : "x") + std::to_string(s);
+    return Status::error(file + ": tensor \"" + name + "\" has shape [" + found +
+                         "], the model expects [" + expected + "]");
+  }
+  std::memcpy(tensor.f32(), entry.values.data(), tensor.bytes());
+  return Status::success();
+}
+
+} // namespace
+
+Status Trainer::save(const std::string &dir) const {
+  ::mkdir(dir.c_str(), 0755);
+  struct stat info;
+  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    return Status::error("cannot create checkpoint directory '" + dir + "'");
+  SafetensorsFile model, optimizer;
+  const Plan &plan = executor_.plan();
+  Executor &executor = const_cast<Executor &>(executor_);
+  for (size_t i = 0; i < plan.arguments.size(); ++i) {
+    const Argument &argument = plan.arguments[i];
+    const Tensor &tensor = executor.argument(i);
+    SafetensorsEntry entry{tensor.shape(),
+                           std::vector<float>(tensor.f32(),
+                                              tensor.f32() + tensor.size())};
+    if (argument.role == ArgumentRole::Param)
+      model.tensors[argument.name] = std::move(entry);
+    else if (argument.role == ArgumentRole::AdamM ||
+             argument.role == ArgumentRole::AdamV)
+      optimizer.tensors[statePrefix(argument.role) + argument.name] =
+          std::move(entry);
+  }
+  std::string step = std::to_string(completedSteps_);
+  model.metadata = {{"format", "pt"},
+                    {"trellis_step", step},
+                    {"trellis_model", fingerprint()}};
+  optimizer.metadata = {{"trellis_step", step},
+                        {"trellis_model", fingerprint()}};
+  TRELLIS_RETURN_IF_ERROR(writeSafetensors(dir + "/model.safetensors", model));
+  return writeSafetensors(dir + "/optimizer.safetensors", optimizer);
+}
+
+Status Trainer::load(const std::string &dir) {
+  StatusOr<SafetensorsFile> model = readSafetensors(dir + "/model.safetensors");
+  if (!model.ok())
+    return model.status().withContext("checkpoint");
+  StatusOr<SafetensorsFile> optimizer =
+      readSafetensors(dir + "/optimizer.safetensors");
+  if (!optimizer.ok())
+    return optimizer.status().withContext("checkpoint");
+  const Plan &plan = executor_.plan();
+  for (size_t i = 0; i < plan.arguments.size(); ++i) {
+    const Argument &argument = plan.arguments[i];
+    SafetensorsFile *file = nullptr;
+    std::string name = argument.name, fileName;
+    if (argument.role == ArgumentRole::Param) {
+      file = &*model;
+      fileName = dir + "/model.safetensors";
+    } else if (argument.role == ArgumentRole::AdamM ||
+               argument.role == ArgumentRole::AdamV) {
+      file = &*optimizer;
+      fileName = dir + "/optimizer.safetensors";
+      name = statePrefix(argument.role) + argument.name;
+    } else {
+      continue;
+    }
+    auto it = file->tensors.find(name);
+    if (it == file->tensors.end())
+      return Status::error("checkpoint: " + fileName + " has no tensor \"" +
+                           name + "\": it was written for another model");
+    TRELLIS_RETURN_IF_ERROR(
+        restoreTensor(it->second, executor_.argument(i), name, fileName)
+            .withContext("checkpoint"));
+  }
+  if (model->metadata["trellis_model"] != fingerprint())
+    return Status::error("checkpoint '" + dir +
+                         "' was written for another model (fingerprint " +
+                         model->metadata["trellis_model"] + ", this plan " +
+                         fingerprint() + ")");
+  const std::string &step = model->metadata["trellis_step"];
+  char *end = nullptr;
+  long long steps = std::strtoll(step.c_str(), &end, 10);
+  if (step.empty() || *end != '\0' || steps < 0)
+    return Status::error("checkpoint '" + dir + "': malformed trellis_step \"" +
+                         step + "\"");
+  completedSteps_ = steps;
+  return Status::success();
+}
+
+Status Trainer::loadWeights(const std::string &path) {
+  StatusOr<SafetensorsFile> file = readSafetensors(path);
+  if (!file.ok())
+    return file.status();
+  const Plan &plan = executor_.plan();
+  for (size_t i = 0; i < plan.arguments.size(); ++i) {
+    const Argument &argument = plan.arguments[i];
+    if (argument.role != ArgumentRole::Param)
+      continue;
+    auto it = file->tensors.find(argument.name);
+    const std::string prefix = "transformer.";
+    if (it == file->tensors.end() && argument.name.rfind(prefix, 0) == 0)
+      it = file->tensors.find(argument.name.substr(prefix.size()));
+    if (it == file->tensors.end())
+      return Status::error(path + ": missing parameter \"" + argument.name +
+                           "\"");
+    TRELLIS_RETURN_IF_ERROR(
+        restoreTensor(it->second, executor_.argument(i), argument.name, path));
+  }
+  return Status::success();
+}
+
+int runTrainingCommand(const TrainOptions &options) {
+  using Clock = std::chrono::steady_clock;
+  StatusOr<std::unique_ptr<Trainer>> created = Trainer::create(options);
+  if (!created.ok()) {
+    std::fprintf(stderr, "trellis run: error: %s\n",
+                 created.status().message().c_str());
+    return 1;
+  }
+  Trainer &trainer = **created;
+  int64_t first = trainer.completedSteps();
+  double totalSeconds = 0;
+  int64_t timedSteps = 0;
+  for (int64_t i = 0; i < options.steps; ++i) {
+    Clock::time_point start = Clock::now();
+    Status status = trainer.step();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!status.ok()) {
+      std::fprintf(stderr, "trellis run: error: %s\n", status.message().c_str());
+      return 1;
+    }
+    // The first step warms caches and allocations: leave it out of the mean.
+    if (i > 0 || options.steps == 1) {
+      totalSeconds += seconds;
+      ++timedSteps;
+    }
+    int64_t step = trainer.completedSteps();
+    if (step % options.logEvery == 0 || i + 1 == options.steps)
+      std::printf("step %lld | loss %.6f | %.0f tokens/s | %.1f ms\n",
+                  static_cast<long long>(step), trainer.lastLoss(),
+                  trainer.tokensPerStep() / seconds, seconds * 1e3);
+    std::fflush(stdout);
+  }
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  double meanMs = timedSteps ? totalSeconds / timedSteps * 1e3 : 0;
+  std::printf("summary: steps %lld-%lld | mean step %.2f ms | %.0f tokens/s | "
+              "buffers %.1f MiB | peak memory %.1f MiB\n",
+              static_cast<long long>(first + 1),
+              static_cast<long long>(trainer.completedSteps()), meanMs,
+              meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
+              trainer.executor().allocatedBytes() / 1048576.0,
+              usage.ru_maxrss / 1024.0);
+  if (!options.saveDir.empty()) {
+    Status status = trainer.save(options.saveDir);
+    if (!status.ok()) {
+      std::fprintf(stderr, "trellis run: error: %s\n", status.message().c_str());
+      return 1;
+    }
+    std::printf("saved checkpoint at step %lld to %s\n",
+                static_cast<long long>(trainer.completedSteps()),
+                options.saveDir.c_str());
+  }
+  return 0;
+}
+
+} // namespace trellis::runtime

@@ -1,0 +1,63 @@
+//===- RunCommand.cpp - `trellis run` -------------------------------------===//
+//
+// Trains a compiled plan on this machine's CPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+
+#include "trellis/Runtime/Trainer.h"
+
+namespace cl = llvm::cl;
+
+namespace trellis::driver {
+
+cl::SubCommand runCommand("run", "Train a compiled plan");
+
+namespace {
+cl::opt<std::string> runPlan(cl::Positional, cl::desc("<plan>"), cl::Required,
+                             cl::sub(runCommand));
+cl::opt<int64_t> runSteps("steps", cl::desc("Training steps to run"),
+                          cl::init(10), cl::sub(runCommand));
+cl::opt<uint64_t> runSeed("seed", cl::desc("Seed of initialization and data"),
+                          cl::init(0), cl::sub(runCommand));
+cl::opt<std::string> runData(
+    "data",
+    cl::desc("synthetic (default), repeat (one batch, to overfit), or a "
+             "binary token file"),
+    cl::init("synthetic"), cl::sub(runCommand));
+cl::opt<std::string> runDataDtype("data-dtype",
+                                  cl::desc("Token file element type: uint16 "
+                                           "or uint32"),
+                                  cl::init("uint16"), cl::sub(runCommand));
+cl::opt<std::string> runSave("save",
+                             cl::desc("Write a checkpoint here at the end"),
+                             cl::value_desc("dir"), cl::sub(runCommand));
+cl::opt<std::string> runLoad("load", cl::desc("Resume from this checkpoint"),
+                             cl::value_desc("dir"), cl::sub(runCommand));
+cl::opt<std::string> runWeights(
+    "weights", cl::desc("Initial weights: a Hugging Face .safetensors file"),
+    cl::value_desc("file"), cl::sub(runCommand));
+cl::opt<int> runThreads("threads", cl::desc("BLAS threads"), cl::init(1),
+                        cl::sub(runCommand));
+cl::opt<int64_t> runLogEvery("log-every",
+                             cl::desc("Print every N steps (default 1)"),
+                             cl::init(1), cl::sub(runCommand));
+} // namespace
+
+int runRunCommand() {
+  runtime::TrainOptions options;
+  options.planPath = runPlan;
+  options.steps = runSteps;
+  options.seed = runSeed;
+  options.data = runData;
+  options.dataDtype = runDataDtype;
+  options.saveDir = runSave;
+  options.loadDir = runLoad;
+  options.weightsPath = runWeights;
+  options.threads = runThreads;
+  options.logEvery = std::max<int64_t>(1, runLogEvery);
+  return runtime::runTrainingCommand(options);
+}
+
+} // namespace trellis::driver
