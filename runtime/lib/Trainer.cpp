@@ -145,6 +145,9 @@ Status Trainer::save(const std::string &dir) const {
   Executor &executor = const_cast<Executor &>(executor_);
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
+    if (argument.role == ArgumentRole::Input ||
+        argument.role == ArgumentRole::Step)
+      continue;
     const Tensor &tensor = executor.argument(i);
     SafetensorsEntry entry{tensor.shape(),
                            std::vector<float>(tensor.f32(),

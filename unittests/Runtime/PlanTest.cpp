@@ -1,0 +1,172 @@
+//===- PlanTest.cpp - The plan loader rejects malformed plans -------------===//
+
+#include "trellis/Runtime/Executor.h"
+#include "trellis/Runtime/Plan.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace trellis::runtime;
+
+namespace {
+
+/// loss = sum(a @ b): two parameters, one matmul, one reduction.
+const std::string kValidPlan = R"({
+  "format": "trellis-plan", "version": 1, "metadata": {"vocab_size": 4},
+  "mesh": [{"name": "dp", "size": 1}],
+  "buffers": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3, 4], "dtype": "f32"},
+              {"shape": [2, 4], "dtype": "f32"}, {"shape": [], "dtype": "f32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "a", "init": "ones"},
+                {"buffer": 1, "role": "param", "param": "b", "init": "normal:0.02"}],
+  "results": [{"buffer": 3, "role": "loss"}],
+  "stages": [{"stage": 0, "program": [
+    {"op": "matmul", "inputs": [0, 1], "outputs": [2], "attrs": {}},
+    {"op": "reduce_sum", "inputs": [2], "outputs": [3], "attrs": {"dims": [0, 1]}}
+  ]}]
+})";
+
+std::string replace(std::string text, const std::string &from,
+                    const std::string &to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos)
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+void expectRejected(const std::string &text, const std::string &message) {
+  StatusOr<Plan> plan = parsePlan(text);
+  ASSERT_FALSE(plan.ok()) << "accepted a plan that should fail with: "
+                          << message;
+  EXPECT_NE(plan.status().message().find(message), std::string::npos)
+      << "got: " << plan.status().message();
+}
+
+TEST(PlanTest, AcceptsAndRunsAValidPlan) {
+  StatusOr<Plan> plan = parsePlan(kValidPlan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  Executor executor(std::move(*plan));
+  std::fill(executor.argument(0).f32(), executor.argument(0).f32() + 6, 1.0f);
+  std::fill(executor.argument(1).f32(), executor.argument(1).f32() + 12, 0.5f);
+  ASSERT_TRUE(executor.run().ok());
+  EXPECT_FLOAT_EQ(executor.loss(), 2 * 4 * 3 * 0.5f);
+}
+
+TEST(PlanTest, RejectsTruncatedFiles) {
+  for (size_t length : {size_t(0), size_t(1), kValidPlan.size() / 2,
+                        kValidPlan.size() - 2})
+    expectRejected(kValidPlan.substr(0, length),
+                   "malformed plan: not valid JSON");
+}
+
+TEST(PlanTest, RejectsOtherFormatsAndVersions) {
+  expectRejected(replace(kValidPlan, "\"version\": 1", "\"version\": 2"),
+                 "unsupported plan version 2 (this runtime reads version 1)");
+  expectRejected(replace(kValidPlan, "trellis-plan", "onnx"),
+                 "expected \"format\": \"trellis-plan\", found \"onnx\"");
+  expectRejected("[1, 2, 3]", "expected a JSON object at the top level");
+}
+
+TEST(PlanTest, RejectsOutOfRangeBufferIds) {
+  expectRejected(replace(kValidPlan, "\"inputs\": [0, 1]", "\"inputs\": [0, 9]"),
+                 "instruction 0 (matmul): buffer id 9 is out of range [0, 4)");
+  expectRejected(replace(kValidPlan, "\"outputs\": [3]", "\"outputs\": [-1]"),
+                 "buffer id -1 is out of range [0, 4)");
+  expectRejected(replace(kValidPlan, "{\"buffer\": 3, \"role\": \"loss\"}",
+                         "{\"buffer\": 4, \"role\": \"loss\"}"),
+                 "result 0: buffer id 4 is out of range [0, 4)");
+  expectRejected(replace(kValidPlan, "{\"buffer\": 1, \"role\": \"param\"",
+                         "{\"buffer\": 100, \"role\": \"param\""),
+                 "argument 1: buffer id 100 is out of range [0, 4)");
+}
+
+TEST(PlanTest, RejectsShapeMismatches) {
+  expectRejected(replace(kValidPlan, "{\"shape\": [2, 4], \"dtype\": \"f32\"}",
+                         "{\"shape\": [2, 5], \"dtype\": \"f32\"}"),
+                 "instruction 0 (matmul): expected output 0 of shape [2, 4] "
+                 "(f32), found [2, 5] (f32)");
+  expectRejected(replace(kValidPlan, "{\"shape\": [3, 4], \"dtype\": \"f32\"}",
+                         "{\"shape\": [5, 4], \"dtype\": \"f32\"}"),
+                 "contracting sizes differ: [2, 3] x [5, 4]");
+  expectRejected(replace(kValidPlan, "{\"shape\": [3, 4], \"dtype\": \"f32\"}",
+                         "{\"shape\": [3, 4], \"dtype\": \"i32\"}"),
+                 "argument 1: parameters and optimizer states must be f32");
+  expectRejected(replace(kValidPlan, "{\"shape\": [], \"dtype\": \"f32\"}",
+                         "{\"shape\": [1], \"dtype\": \"f32\"}"),
+                 "expected output 0 of shape [] (f32), found [1] (f32)");
+}
+
+TEST(PlanTest, RejectsMalformedBuffers) {
+  expectRejected(replace(kValidPlan, "[2, 3]", "[2, -3]"),
+                 "buffer 0: expected sizes >= 0, found [2,-3]");
+  expectRejected(replace(kValidPlan, "[2, 3]", "[65536, 65536, 65536]"),
+                 "holds more than 2^36 elements");
+  expectRejected(replace(kValidPlan, "\"dtype\": \"f32\"}, {\"shape\": [3, 4]",
+                         "\"dtype\": \"f64\"}, {\"shape\": [3, 4]"),
+                 "buffer 0: expected dtype \"f32\" or \"i32\", found \"f64\"");
+}
+
+TEST(PlanTest, RejectsBadInstructions) {
+  expectRejected(replace(kValidPlan, "\"op\": \"matmul\"", "\"op\": \"conv2d\""),
+                 "instruction 0 (conv2d): unknown op 'conv2d'");
+  expectRejected(replace(kValidPlan, "\"attrs\": {\"dims\": [0, 1]}",
+                         "\"attrs\": {}"),
+                 "instruction 1 (reduce_sum): missing attribute 'dims'");
+  expectRejected(replace(kValidPlan, "\"dims\": [0, 1]", "\"dims\": [1, 0]"),
+                 "expected increasing reduced dimensions in [0, 2)");
+  expectRejected(replace(kValidPlan, "\"inputs\": [0, 1]", "\"inputs\": [0]"),
+                 "expected 2 inputs and 1 outputs, found 1 and 1");
+}
+
+TEST(PlanTest, RejectsBrokenDataflow) {
+  std::string swapped = replace(
+      kValidPlan,
+      "{\"op\": \"matmul\", \"inputs\": [0, 1], \"outputs\": [2], \"attrs\": {}},",
+      "");
+  swapped = replace(swapped, "\"attrs\": {\"dims\": [0, 1]}}",
+                    "\"attrs\": {\"dims\": [0, 1]}}, {\"op\": \"matmul\", "
+                    "\"inputs\": [0, 1], \"outputs\": [2], \"attrs\": {}}");
+  expectRejected(swapped, "reads buffer 2 before it is written");
+  expectRejected(replace(kValidPlan, "\"outputs\": [2]", "\"outputs\": [0]"),
+                 "expected output 0 of shape [2, 4] (f32), found [2, 3] (f32)");
+}
+
+TEST(PlanTest, RejectsBadArgumentsAndResults) {
+  expectRejected(replace(kValidPlan, "\"role\": \"param\", \"param\": \"a\"",
+                         "\"role\": \"weights\", \"param\": \"a\""),
+                 "argument 0: unknown role \"weights\"");
+  expectRejected(replace(kValidPlan, "\"init\": \"ones\"", "\"init\": \"uniform\""),
+                 "argument 0: expected init zeros, ones or normal:<std>");
+  expectRejected(replace(kValidPlan, "\"init\": \"normal:0.02\"",
+                         "\"init\": \"normal:abc\""),
+                 "argument 1: malformed init \"normal:abc\"");
+  expectRejected(replace(kValidPlan, "\"role\": \"loss\"", "\"role\": \"other\""),
+                 "expected result 0 to be the loss");
+}
+
+TEST(PlanTest, RejectsBadMeshes) {
+  expectRejected(replace(kValidPlan, "\"size\": 1", "\"size\": 0"),
+                 "mesh: expected mesh axis \"dp\" to have a size >= 1, found 0");
+}
+
+/// Random byte flips of a valid plan never crash the loader: each either
+/// loads (and then validates) or is rejected with a message.
+TEST(PlanTest, SurvivesRandomCorruption) {
+  std::mt19937 random(1234);
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text = kValidPlan;
+    int flips = 1 + random() % 4;
+    for (int f = 0; f < flips; ++f)
+      text[random() % text.size()] = static_cast<char>(random() % 128);
+    StatusOr<Plan> plan = parsePlan(text);
+    if (!plan.ok()) {
+      EXPECT_FALSE(plan.status().message().empty());
+      continue;
+    }
+    Executor executor(std::move(*plan));
+    (void)executor.run();
+  }
+}
+
+} // namespace

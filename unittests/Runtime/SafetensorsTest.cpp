@@ -1,0 +1,93 @@
+//===- SafetensorsTest.cpp - Reading and writing safetensors --------------===//
+
+#include "trellis/Runtime/Safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+using namespace trellis::runtime;
+
+namespace {
+
+std::string tempPath(const std::string &name) {
+  return ::testing::TempDir() + name;
+}
+
+void writeRaw(const std::string &path, const std::string &header,
+              const std::string &data) {
+  std::ofstream file(path, std::ios::binary);
+  uint64_t size = header.size();
+  file.write(reinterpret_cast<const char *>(&size), 8);
+  file << header << data;
+}
+
+TEST(SafetensorsTest, RoundTrips) {
+  SafetensorsFile file;
+  file.tensors["w"] = {{2, 3}, {1, 2, 3, 4, 5, 6}};
+  file.tensors["b"] = {{3}, {-1, 0.5f, 7}};
+  file.tensors["s"] = {{}, {42}};
+  file.metadata["trellis_step"] = "25";
+  std::string path = tempPath("roundtrip.safetensors");
+  ASSERT_TRUE(writeSafetensors(path, file).ok());
+  StatusOr<SafetensorsFile> read = readSafetensors(path);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->tensors["w"].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(read->tensors["w"].values, file.tensors["w"].values);
+  EXPECT_EQ(read->tensors["b"].values, file.tensors["b"].values);
+  EXPECT_EQ(read->tensors["s"].values, std::vector<float>{42});
+  EXPECT_EQ(read->metadata["trellis_step"], "25");
+}
+
+TEST(SafetensorsTest, ConvertsHalfPrecision) {
+  // bf16 1.0 = 0x3f80, f16 -2.0 = 0xc000.
+  std::string path = tempPath("half.safetensors");
+  uint16_t bf16 = 0x3f80, f16 = 0xc000;
+  std::string data(4, '\0');
+  std::memcpy(&data[0], &bf16, 2);
+  std::memcpy(&data[2], &f16, 2);
+  writeRaw(path,
+           R"({"a":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]},)"
+           R"("b":{"dtype":"F16","shape":[1],"data_offsets":[2,4]}})",
+           data);
+  StatusOr<SafetensorsFile> read = readSafetensors(path);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->tensors["a"].values[0], 1.0f);
+  EXPECT_EQ(read->tensors["b"].values[0], -2.0f);
+}
+
+TEST(SafetensorsTest, RejectsMalformedFiles) {
+  std::string path = tempPath("bad.safetensors");
+  std::ofstream(path, std::ios::binary) << "abc";
+  StatusOr<SafetensorsFile> read = readSafetensors(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("truncated"), std::string::npos);
+
+  writeRaw(path, R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+           std::string(8, '\0'));
+  read = readSafetensors(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("do not hold 4 F32 values"),
+            std::string::npos)
+      << read.status().message();
+
+  writeRaw(path, R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
+           std::string(8, '\0'));
+  read = readSafetensors(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("unsupported dtype I64"),
+            std::string::npos);
+
+  writeRaw(path, "{not json", "");
+  read = readSafetensors(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("malformed JSON header"),
+            std::string::npos);
+
+  read = readSafetensors(tempPath("missing.safetensors"));
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("cannot open"), std::string::npos);
+}
+
+} // namespace
