@@ -4,6 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 
 namespace trellis {
@@ -289,6 +290,11 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     }
 
     func::ReturnOp::create(builder, loc, results);
+    // Gradients of data inputs are built by the rules but never used.
+    for (Operation &op :
+         llvm::make_early_inc_range(llvm::reverse(body->getOperations())))
+      if (isOpTriviallyDead(&op))
+        op.erase();
     SmallVector<Type> resultTypes;
     for (Value result : results)
       resultTypes.push_back(result.getType());

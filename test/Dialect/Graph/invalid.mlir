@@ -1,0 +1,134 @@
+// RUN: trellis-opt %s -split-input-file -verify-diagnostics
+
+// Tests that operands that do not broadcast are rejected.
+func.func @no_broadcast(%a: tensor<3x4xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{operands of shapes [3, 4] and [3] do not broadcast}}
+  %0 = graph.add %a, %b : tensor<3x4xf32>, tensor<3xf32>
+  return
+}
+
+// -----
+
+// Tests that matmul needs matching contracting sizes.
+func.func @matmul_contracting(%a: tensor<3x4xf32>, %b: tensor<5x6xf32>) {
+  // expected-error @+1 {{contracting sizes differ: lhs [3, 4] has 4, rhs [5, 6] has 5}}
+  %0 = graph.matmul %a, %b : tensor<3x4xf32>, tensor<5x6xf32>
+  return
+}
+
+// -----
+
+// Tests that matmul needs equal batch dimensions.
+func.func @matmul_batch(%a: tensor<2x3x4xf32>, %b: tensor<3x4x5xf32>) {
+  // expected-error @+1 {{expected rhs batch dimensions [2], found [3]}}
+  %0 = graph.matmul %a, %b : tensor<2x3x4xf32>, tensor<3x4x5xf32>
+  return
+}
+
+// -----
+
+// Tests that a reshape keeps the element count.
+func.func @reshape_count(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{cannot reshape [2, 3] (6 elements) to [4, 2]}}
+  %0 = graph.reshape %a to [4, 2] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+// Tests that a transpose needs a permutation.
+func.func @transpose_perm(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{expected a permutation of 2 dimensions, found [0, 0]}}
+  %0 = graph.transpose %a perm [0, 0] : tensor<2x3xf32>
+  return
+}
+
+// -----
+
+// Tests that a slice stays inside its input.
+func.func @slice_bounds(%a: tensor<4x5xf32>) {
+  // expected-error @+1 {{slice [3, 6) of dimension 1 is outside [0, 5)}}
+  %0 = graph.slice %a offsets [0, 3] sizes [4, 3] : tensor<4x5xf32>
+  return
+}
+
+// -----
+
+// Tests that reduced dimensions are increasing and in range.
+func.func @reduce_dims(%a: tensor<4x5xf32>) {
+  // expected-error @+1 {{expected reduced dimensions in [0, 2), found 2}}
+  %0 = graph.reduce_sum %a dims [2] : tensor<4x5xf32>
+  return
+}
+
+// -----
+
+// Tests that layer_norm needs per-feature vectors.
+func.func @layer_norm_weight(%x: tensor<2x8xf32>, %w: tensor<4xf32>) {
+  // expected-error @+1 {{expected weight of shape [8] (the last dimension of the input), found [4]}}
+  %0 = graph.layer_norm %x, %w, %w eps 1.0e-5 : tensor<2x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that epsilon must be positive.
+func.func @layer_norm_epsilon(%x: tensor<2x8xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{'graph.rms_norm' op expected epsilon > 0, found 0}}
+  %0 = graph.rms_norm %x, %w eps 0.0 : tensor<2x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that kv heads must divide query heads.
+func.func @attention_heads(%q: tensor<1x4x6x8xf32>, %kv: tensor<1x4x4x8xf32>) {
+  // expected-error @+1 {{expected kv heads (4) to divide query heads (6)}}
+  %0 = graph.attention %q, %kv, %kv scale 1.0 : tensor<1x4x6x8xf32>, tensor<1x4x4x8xf32>
+  return
+}
+
+// -----
+
+// Tests that rope needs half a head dimension of frequencies.
+func.func @rope_frequencies(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{expected 4 frequencies (half the head dimension), found 2}}
+  %0 = graph.rope %x frequencies [1.0, 0.5] : tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+// Tests that targets must match the logits without their class dimension.
+func.func @cross_entropy_targets(%l: tensor<2x8x32xf32>, %t: tensor<2x4xi32>) {
+  // expected-error @+1 {{expected targets of shape [2, 8] (logits [2, 8, 32] without the class dimension), found [2, 4]}}
+  %0 = graph.cross_entropy %l, %t : tensor<2x8x32xf32>, tensor<2x4xi32>
+  return
+}
+
+// -----
+
+// Tests that AdamW betas lie in [0, 1).
+func.func @adamw_betas(%p: tensor<4xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{'graph.adamw' op expected betas in [0, 1), found 1.000000e+00 and 9.990000e-01}}
+  %0:3 = graph.adamw %p, %p, %p, %p, %s {learning_rate = 1.0e-3, beta1 = 1.0, beta2 = 0.999, epsilon = 1.0e-8, weight_decay = 0.0} : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a generic form missing a required attribute is an error, not a crash.
+func.func @missing_attribute(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'graph.reshape' op requires attribute 'shape'}}
+  %0 = "graph.reshape"(%a) : (tensor<2x3xf32>) -> tensor<6xf32>
+  return
+}
+
+// -----
+
+// Tests that token ids must be i32.
+func.func @embedding_ids(%t: tensor<8x4xf32>, %ids: tensor<2xf32>) {
+  // expected-error @+1 {{'graph.embedding' op operand #1 must be statically shaped tensor of 32-bit signless integer values, but got 'tensor<2xf32>'}}
+  %0 = "graph.embedding"(%t, %ids) : (tensor<8x4xf32>, tensor<2xf32>) -> tensor<2x4xf32>
+  return
+}
