@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Sets up and builds Trellis, then runs the main job on its embedded default:
-# the process groups of the default mesh, and the compiler on a sample
-# annotated module.
+# compile the tiny GPT-2 of examples/ into a training plan and train it for
+# 30 steps on the CPU (one rank), then print the process groups of a 3-D
+# mesh.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${TRELLIS_BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh" >/dev/null
 
-echo "== trellis groups --mesh dp=2,pp=2,tp=4 =="
-"$build/bin/trellis" groups --mesh dp=2,pp=2,tp=4
+plan=$(mktemp --suffix=.plan)
+trap 'rm -f "$plan"' EXIT
+echo "== trellis compile examples/configs/gpt2-tiny.json --batch 8 --seq 64 =="
+"$build/bin/trellis" compile "$root/examples/configs/gpt2-tiny.json" \
+  --batch 8 --seq 64 --lr 3e-3 -o "$plan"
+echo "== trellis run (30 steps, synthetic data) =="
+"$build/bin/trellis" run "$plan" --steps 30 --log-every 5
 echo
-echo "== trellis-opt examples/mlp_tp.mlir =="
-"$build/bin/trellis-opt" "$root/examples/mlp_tp.mlir"
+echo "== trellis groups --mesh dp=2,pp=2,tp=4 --rank 3 =="
+"$build/bin/trellis" groups --mesh dp=2,pp=2,tp=4 --rank 3

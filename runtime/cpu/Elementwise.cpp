@@ -73,71 +73,127 @@ constexpr float kGeluCoefficient = 0.044715f;
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-float applyUnary(const std::string &fn, float x) {
-  switch (fn[0]) {
-  case 'n':
+enum class UnaryFn {
+  Neg, Exp, Log, Tanh, Sqrt, Rsqrt, Sigmoid, Silu, Gelu, GeluTanh, Relu
+};
+
+/// Validation guarantees a known name (OpShapes.cpp).
+UnaryFn parseUnaryFn(const std::string &name) {
+  static const std::pair<const char *, UnaryFn> names[] = {
+      {"neg", UnaryFn::Neg},         {"exp", UnaryFn::Exp},
+      {"log", UnaryFn::Log},         {"tanh", UnaryFn::Tanh},
+      {"sqrt", UnaryFn::Sqrt},       {"rsqrt", UnaryFn::Rsqrt},
+      {"sigmoid", UnaryFn::Sigmoid}, {"silu", UnaryFn::Silu},
+      {"gelu", UnaryFn::Gelu},       {"gelu_tanh", UnaryFn::GeluTanh},
+      {"relu", UnaryFn::Relu}};
+  for (const auto &[text, fn] : names)
+    if (name == text)
+      return fn;
+  return UnaryFn::Neg;
+}
+
+template <UnaryFn Fn> float applyUnary(float x) {
+  switch (Fn) {
+  case UnaryFn::Neg:
     return -x;
-  case 'e':
+  case UnaryFn::Exp:
     return std::exp(x);
-  case 'l':
+  case UnaryFn::Log:
     return std::log(x);
-  case 't':
+  case UnaryFn::Tanh:
     return std::tanh(x);
-  case 'r':
-    if (fn == "relu")
-      return x > 0 ? x : 0;
+  case UnaryFn::Sqrt:
+    return std::sqrt(x);
+  case UnaryFn::Rsqrt:
     return 1.0f / std::sqrt(x);
-  case 'g':
-    if (fn == "gelu")
-      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-    return 0.5f * x *
-           (1.0f + std::tanh(kSqrt2OverPi *
-                             (x + kGeluCoefficient * x * x * x)));
-  default: // sqrt, sigmoid, silu
-    if (fn == "sqrt")
-      return std::sqrt(x);
-    if (fn == "sigmoid")
-      return sigmoid(x);
+  case UnaryFn::Sigmoid:
+    return sigmoid(x);
+  case UnaryFn::Silu:
     return x * sigmoid(x);
+  case UnaryFn::Gelu:
+    return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+  case UnaryFn::GeluTanh:
+    return 0.5f * x *
+           (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCoefficient * x * x * x)));
+  case UnaryFn::Relu:
+    return x > 0 ? x : 0;
   }
+  return x;
 }
 
 /// d f(x) / dx.
-float unaryDerivative(const std::string &fn, float x) {
-  if (fn == "neg")
+template <UnaryFn Fn> float unaryDerivative(float x) {
+  switch (Fn) {
+  case UnaryFn::Neg:
     return -1.0f;
-  if (fn == "exp")
+  case UnaryFn::Exp:
     return std::exp(x);
-  if (fn == "log")
+  case UnaryFn::Log:
     return 1.0f / x;
-  if (fn == "tanh") {
+  case UnaryFn::Tanh: {
     float t = std::tanh(x);
     return 1.0f - t * t;
   }
-  if (fn == "sqrt")
+  case UnaryFn::Sqrt:
     return 0.5f / std::sqrt(x);
-  if (fn == "rsqrt")
+  case UnaryFn::Rsqrt:
     return -0.5f / (x * std::sqrt(x));
-  if (fn == "sigmoid") {
+  case UnaryFn::Sigmoid: {
     float s = sigmoid(x);
     return s * (1.0f - s);
   }
-  if (fn == "silu") {
+  case UnaryFn::Silu: {
     float s = sigmoid(x);
     return s * (1.0f + x * (1.0f - s));
   }
-  if (fn == "gelu") {
+  case UnaryFn::Gelu: {
     float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
     float pdf = 0.3989422804014327f * std::exp(-0.5f * x * x);
     return cdf + x * pdf;
   }
-  if (fn == "gelu_tanh") {
+  case UnaryFn::GeluTanh: {
     float inner = kSqrt2OverPi * (x + kGeluCoefficient * x * x * x);
     float t = std::tanh(inner);
     float dInner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoefficient * x * x);
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dInner;
   }
-  return x > 0 ? 1.0f : 0.0f; // relu
+  case UnaryFn::Relu:
+    return x > 0 ? 1.0f : 0.0f;
+  }
+  return 0.0f;
+}
+
+/// y = f(x), or with a gradient dy: y = f'(x) dy. One loop per function, so
+/// the compiler sees straight-line code.
+template <UnaryFn Fn>
+void unaryLoop(const float *x, const float *dy, float *y, int64_t n) {
+  if (dy)
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = unaryDerivative<Fn>(x[i]) * dy[i];
+  else
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = applyUnary<Fn>(x[i]);
+}
+
+void runUnary(UnaryFn fn, const float *x, const float *dy, float *y,
+              int64_t n) {
+  switch (fn) {
+#define TRELLIS_UNARY_CASE(NAME)                                               \
+  case UnaryFn::NAME:                                                          \
+    return unaryLoop<UnaryFn::NAME>(x, dy, y, n);
+    TRELLIS_UNARY_CASE(Neg)
+    TRELLIS_UNARY_CASE(Exp)
+    TRELLIS_UNARY_CASE(Log)
+    TRELLIS_UNARY_CASE(Tanh)
+    TRELLIS_UNARY_CASE(Sqrt)
+    TRELLIS_UNARY_CASE(Rsqrt)
+    TRELLIS_UNARY_CASE(Sigmoid)
+    TRELLIS_UNARY_CASE(Silu)
+    TRELLIS_UNARY_CASE(Gelu)
+    TRELLIS_UNARY_CASE(GeluTanh)
+    TRELLIS_UNARY_CASE(Relu)
+#undef TRELLIS_UNARY_CASE
+  }
 }
 
 } // namespace
@@ -176,30 +232,11 @@ Status runElementwise(const KernelArgs &args) {
     for (int64_t i = 0, n = args.out(0).size(); i < n; ++i)
       y[i] = x[i] * factor;
   } else if (op == "unary_grad") {
-    const std::string &fn = instruction.text("function");
-    const float *x = args.in(0).f32(), *dy = args.in(1).f32();
-    float *dx = args.out(0).f32();
-    for (int64_t i = 0, n = args.out(0).size(); i < n; ++i)
-      dx[i] = unaryDerivative(fn, x[i]) * dy[i];
+    runUnary(parseUnaryFn(instruction.text("function")), args.in(0).f32(),
+             args.in(1).f32(), args.out(0).f32(), args.out(0).size());
   } else {
-    const float *x = args.in(0).f32();
-    float *y = args.out(0).f32();
-    int64_t n = args.out(0).size();
-    // Hot functions get their own loops; the rest share the dispatcher.
-    if (op == "gelu_tanh") {
-      for (int64_t i = 0; i < n; ++i) {
-        float v = x[i];
-        y[i] = 0.5f * v *
-               (1.0f + std::tanh(kSqrt2OverPi *
-                                 (v + kGeluCoefficient * v * v * v)));
-      }
-    } else if (op == "silu") {
-      for (int64_t i = 0; i < n; ++i)
-        y[i] = x[i] / (1.0f + std::exp(-x[i]));
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        y[i] = applyUnary(op, x[i]);
-    }
+    runUnary(parseUnaryFn(op), args.in(0).f32(), nullptr, args.out(0).f32(),
+             args.out(0).size());
   }
   return Status::success();
 }

@@ -4,6 +4,7 @@
 
 #include "../cpu/Kernels.h"
 
+#include <chrono>
 #include <cstring>
 
 namespace trellis::runtime {
@@ -17,7 +18,15 @@ Executor::Executor(Plan plan) : plan_(std::move(plan)) {
 Status Executor::run() {
   for (size_t i = 0; i < plan_.program.size(); ++i) {
     const Instruction &instruction = plan_.program[i];
+    auto start = std::chrono::steady_clock::now();
     Status status = cpu::runInstruction(instruction, buffers_);
+    if (profiling_) {
+      auto &entry = profile_[instruction.op];
+      entry.first += std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+      ++entry.second;
+    }
     if (!status.ok())
       return status.withContext("instruction " + std::to_string(i) + " (" +
                                 instruction.op + ")");

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -247,6 +248,7 @@ int runTrainingCommand(const TrainOptions &options) {
     return 1;
   }
   Trainer &trainer = **created;
+  trainer.executor().setProfiling(options.profile);
   int64_t first = trainer.completedSteps();
   double totalSeconds = 0;
   int64_t timedSteps = 0;
@@ -280,6 +282,20 @@ int runTrainingCommand(const TrainOptions &options) {
               meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
               trainer.executor().allocatedBytes() / 1048576.0,
               usage.ru_maxrss / 1024.0);
+  if (options.profile) {
+    double total = 0;
+    for (const auto &[op, entry] : trainer.executor().profile())
+      total += entry.first;
+    std::vector<std::pair<double, std::string>> sorted;
+    for (const auto &[op, entry] : trainer.executor().profile())
+      sorted.emplace_back(entry.first, op);
+    std::sort(sorted.rbegin(), sorted.rend());
+    std::printf("profile: %.1f ms in kernels over %lld steps\n", total * 1e3,
+                static_cast<long long>(options.steps));
+    for (const auto &[seconds, op] : sorted)
+      std::printf("  %-20s %9.2f ms  %5.1f%%\n", op.c_str(), seconds * 1e3,
+                  total > 0 ? 100.0 * seconds / total : 0.0);
+  }
   if (!options.saveDir.empty()) {
     Status status = trainer.save(options.saveDir);
     if (!status.ok()) {

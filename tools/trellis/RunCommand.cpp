@@ -43,6 +43,9 @@ cl::opt<int> runThreads("threads", cl::desc("BLAS threads"), cl::init(1),
 cl::opt<int64_t> runLogEvery("log-every",
                              cl::desc("Print every N steps (default 1)"),
                              cl::init(1), cl::sub(runCommand));
+cl::opt<bool> runProfile("profile",
+                         cl::desc("Print the time spent per op kind"),
+                         cl::sub(runCommand));
 } // namespace
 
 int runRunCommand() {
@@ -57,6 +60,7 @@ int runRunCommand() {
   options.weightsPath = runWeights;
   options.threads = runThreads;
   options.logEvery = std::max<int64_t>(1, runLogEvery);
+  options.profile = runProfile;
   return runtime::runTrainingCommand(options);
 }
 

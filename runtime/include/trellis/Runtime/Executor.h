@@ -6,7 +6,9 @@
 #include "trellis/Runtime/Plan.h"
 #include "trellis/Runtime/Tensor.h"
 
+#include <map>
 #include <memory>
+#include <string>
 
 namespace trellis::runtime {
 
@@ -37,9 +39,18 @@ public:
   /// Bytes held by all buffers.
   int64_t allocatedBytes() const;
 
+  /// When on, run() accumulates the wall time of each op kind.
+  void setProfiling(bool enabled) { profiling_ = enabled; }
+  /// Seconds spent per op name since profiling started, and call counts.
+  const std::map<std::string, std::pair<double, int64_t>> &profile() const {
+    return profile_;
+  }
+
 private:
   Plan plan_;
   std::vector<Tensor> buffers_;
+  bool profiling_ = false;
+  std::map<std::string, std::pair<double, int64_t>> profile_;
 };
 
 } // namespace trellis::runtime

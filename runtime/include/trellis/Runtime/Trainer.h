@@ -38,6 +38,8 @@ struct TrainOptions {
   int threads = 1;
   /// Print a line every this many steps (the last step always prints).
   int64_t logEvery = 1;
+  /// Print the time spent per op kind after the run.
+  bool profile = false;
 };
 
 class Trainer {
