@@ -4,15 +4,95 @@
 
 #include "../cpu/Kernels.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 namespace trellis::runtime {
 
+namespace {
+
+/// Arena slots are 64-byte aligned.
+constexpr int64_t kAlignment = 64;
+
+int64_t alignedBytes(const BufferDesc &desc) {
+  int64_t bytes = desc.numElements() * 4;
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+} // namespace
+
+int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
+  size_t count = plan_.buffers.size();
+  offsets.assign(count, -1);
+  std::vector<bool> persistent(count, false);
+  for (const Argument &argument : plan_.arguments)
+    persistent[argument.buffer] = true;
+  for (const Result &result : plan_.results)
+    persistent[result.buffer] = true;
+  // Lifetimes in instruction indices, inclusive: an instruction's outputs
+  // never share bytes with its inputs.
+  std::vector<int64_t> first(count, -1), last(count, -1);
+  for (size_t i = 0; i < plan_.program.size(); ++i) {
+    for (int64_t output : plan_.program[i].outputs)
+      first[output] = last[output] = i;
+    for (int64_t input : plan_.program[i].inputs)
+      last[input] = i;
+  }
+  std::vector<int64_t> temporaries;
+  for (size_t b = 0; b < count; ++b)
+    if (!persistent[b] && first[b] >= 0)
+      temporaries.push_back(b);
+  // Largest first; each at the lowest offset free during its lifetime.
+  std::stable_sort(temporaries.begin(), temporaries.end(),
+                   [&](int64_t a, int64_t b) {
+                     return alignedBytes(plan_.buffers[a]) >
+                            alignedBytes(plan_.buffers[b]);
+                   });
+  struct Placed {
+    int64_t first, last, offset, bytes;
+  };
+  std::vector<Placed> placed;
+  int64_t arena = 0;
+  std::vector<std::pair<int64_t, int64_t>> busy;
+  for (int64_t b : temporaries) {
+    int64_t bytes = alignedBytes(plan_.buffers[b]);
+    busy.clear();
+    for (const Placed &p : placed)
+      if (p.first <= last[b] && first[b] <= p.last)
+        busy.emplace_back(p.offset, p.offset + p.bytes);
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto &[begin, end] : busy) {
+      if (offset + bytes <= begin)
+        break;
+      offset = std::max(offset, end);
+    }
+    offsets[b] = offset;
+    placed.push_back({first[b], last[b], offset, bytes});
+    arena = std::max(arena, offset + bytes);
+  }
+  return arena;
+}
+
 Executor::Executor(Plan plan) : plan_(std::move(plan)) {
+  std::vector<int64_t> offsets;
+  arenaBytes_ = planArena(offsets);
+  arena_.reset(new float[std::max<int64_t>(arenaBytes_ / 4, 1)]());
   buffers_.reserve(plan_.buffers.size());
-  for (const BufferDesc &desc : plan_.buffers)
-    buffers_.emplace_back(desc);
+  for (size_t b = 0; b < plan_.buffers.size(); ++b) {
+    const BufferDesc &desc = plan_.buffers[b];
+    void *data;
+    if (offsets[b] >= 0) {
+      data = reinterpret_cast<char *>(arena_.get()) + offsets[b];
+    } else {
+      // Arguments, results, and buffers no instruction writes.
+      persistent_.emplace_back(new float[std::max<int64_t>(desc.numElements(), 1)]());
+      persistentBytes_ += desc.numElements() * 4;
+      data = persistent_.back().get();
+    }
+    buffers_.emplace_back(desc, data);
+  }
 }
 
 Status Executor::run() {
@@ -44,11 +124,5 @@ void Executor::commitUpdates() {
   }
 }
 
-int64_t Executor::allocatedBytes() const {
-  int64_t bytes = 0;
-  for (const Tensor &tensor : buffers_)
-    bytes += tensor.bytes();
-  return bytes;
-}
 
 } // namespace trellis::runtime

@@ -12,7 +12,14 @@
 
 namespace trellis::runtime {
 
-/// Owns one buffer per plan buffer and executes the program over them.
+/// Owns the memory of a plan's buffers and executes the program over them.
+///
+/// Memory plan: arguments and results live in their own allocations for the
+/// executor's lifetime. Every other buffer lives in one arena, at an offset
+/// chosen when the executor is built so that buffers whose lifetimes
+/// (first write to last read, both inclusive) overlap never share bytes;
+/// the arena is allocated once, and its size is the step's peak of
+/// temporaries.
 class Executor {
 public:
   explicit Executor(Plan plan);
@@ -36,8 +43,9 @@ public:
   /// the end of a training step.
   void commitUpdates();
 
-  /// Bytes held by all buffers.
-  int64_t allocatedBytes() const;
+  /// Bytes held by all buffers: persistent ones plus the arena.
+  int64_t allocatedBytes() const { return persistentBytes_ + arenaBytes_; }
+  int64_t arenaBytes() const { return arenaBytes_; }
 
   /// When on, run() accumulates the wall time of each op kind.
   void setProfiling(bool enabled) { profiling_ = enabled; }
@@ -47,8 +55,15 @@ public:
   }
 
 private:
+  /// Places temporaries in the arena; returns the arena size in bytes.
+  int64_t planArena(std::vector<int64_t> &offsets) const;
+
   Plan plan_;
   std::vector<Tensor> buffers_;
+  std::vector<std::unique_ptr<float[]>> persistent_;
+  std::unique_ptr<float[]> arena_;
+  int64_t persistentBytes_ = 0;
+  int64_t arenaBytes_ = 0;
   bool profiling_ = false;
   std::map<std::string, std::pair<double, int64_t>> profile_;
 };

@@ -1,4 +1,4 @@
-//===- Tensor.h - Host buffers of a plan ------------------------*- C++ -*-===//
+//===- Tensor.h - Views of a plan's buffers ---------------------*- C++ -*-===//
 
 #ifndef TRELLIS_RUNTIME_TENSOR_H
 #define TRELLIS_RUNTIME_TENSOR_H
@@ -6,41 +6,31 @@
 #include "trellis/Runtime/Plan.h"
 
 #include <cstdint>
-#include <vector>
 
 namespace trellis::runtime {
 
-/// A dense row-major host tensor of f32 or i32.
+/// A dense row-major f32 or i32 tensor in memory the executor owns (a
+/// persistent allocation or a slot of the step's arena).
 class Tensor {
 public:
   Tensor() = default;
-  explicit Tensor(BufferDesc desc) : desc_(std::move(desc)) {
-    if (desc_.dtype == DType::F32)
-      f32_.assign(desc_.numElements(), 0.0f);
-    else
-      i32_.assign(desc_.numElements(), 0);
-  }
+  Tensor(BufferDesc desc, void *data) : desc_(std::move(desc)), data_(data) {}
 
   const BufferDesc &desc() const { return desc_; }
   const std::vector<int64_t> &shape() const { return desc_.shape; }
   int64_t size() const { return desc_.numElements(); }
   int64_t bytes() const { return size() * 4; }
 
-  float *f32() { return f32_.data(); }
-  const float *f32() const { return f32_.data(); }
-  int32_t *i32() { return i32_.data(); }
-  const int32_t *i32() const { return i32_.data(); }
-  /// The raw bytes, whatever the dtype.
-  void *raw() { return desc_.dtype == DType::F32 ? (void *)f32_.data() : (void *)i32_.data(); }
-  const void *raw() const {
-    return desc_.dtype == DType::F32 ? (const void *)f32_.data()
-                                     : (const void *)i32_.data();
-  }
+  float *f32() { return static_cast<float *>(data_); }
+  const float *f32() const { return static_cast<const float *>(data_); }
+  int32_t *i32() { return static_cast<int32_t *>(data_); }
+  const int32_t *i32() const { return static_cast<const int32_t *>(data_); }
+  void *raw() { return data_; }
+  const void *raw() const { return data_; }
 
 private:
   BufferDesc desc_;
-  std::vector<float> f32_;
-  std::vector<int32_t> i32_;
+  void *data_ = nullptr;
 };
 
 } // namespace trellis::runtime

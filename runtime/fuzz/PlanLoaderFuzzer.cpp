@@ -1,0 +1,32 @@
+//===- PlanLoaderFuzzer.cpp - libFuzzer target for the plan loader --------===//
+//
+// Feeds arbitrary bytes to parsePlan; a plan that loads is executed once
+// (with an execution budget), so that validation gaps show up as crashes in
+// kernels. Build with scripts/fuzz.sh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Runtime/Executor.h"
+#include "trellis/Runtime/Plan.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+using namespace trellis::runtime;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  StatusOr<Plan> plan =
+      parsePlan(std::string_view(reinterpret_cast<const char *>(data), size));
+  if (!plan.ok())
+    return 0;
+  // Keep each input cheap: skip plans whose buffers are large.
+  int64_t elements = 0;
+  for (const BufferDesc &buffer : plan->buffers)
+    elements += buffer.numElements();
+  if (elements > (int64_t(1) << 22))
+    return 0;
+  Executor executor(std::move(*plan));
+  (void)executor.run();
+  return 0;
+}

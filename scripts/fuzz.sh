@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the runtime alone with clang + libFuzzer + AddressSanitizer and
+# fuzzes the plan loader for the given number of seconds (default 60),
+# starting from plans of the tiny example models.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+seconds=${1:-60}
+build=$root/build-fuzz
+corpus=$build/corpus
+cmake -G Ninja -S "$root/runtime" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DTRELLIS_BUILD_FUZZERS=ON >/dev/null
+ninja -C "$build" trellis-plan-fuzzer
+mkdir -p "$corpus"
+if [[ -x $root/build/bin/trellis ]]; then
+  for config in gpt2-tiny llama-tiny; do
+    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
+      --batch 1 --seq 4 -o "$corpus/$config.plan"
+  done
+fi
+"$build/trellis-plan-fuzzer" "$corpus" -max_total_time="$seconds" \
+  -max_len=200000 -print_final_stats=1
