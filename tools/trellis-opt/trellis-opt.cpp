@@ -8,11 +8,13 @@
 #include "mlir/Transforms/Passes.h"
 #include "trellis/Autodiff/Passes.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/Transforms/Passes.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 
 int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
   trellis::registerAutodiffPasses();
+  trellis::graph::registerGraphPasses();
   mlir::DialectRegistry registry;
   registry.insert<trellis::TrellisDialect, trellis::graph::GraphDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::tensor::TensorDialect>();

@@ -42,6 +42,15 @@ OpCost trellis::graph::defaultCost(Operation *op, double flopsPerElement) {
   return cost;
 }
 
+// Data movement: no arithmetic, only bytes.
+OpCost FillOp::getCost() { return defaultCost(*this, 0); }
+OpCost BroadcastToOp::getCost() { return defaultCost(*this, 0); }
+OpCost ReshapeOp::getCost() { return defaultCost(*this, 0); }
+OpCost TransposeOp::getCost() { return defaultCost(*this, 0); }
+OpCost SliceOp::getCost() { return defaultCost(*this, 0); }
+OpCost PadOp::getCost() { return defaultCost(*this, 0); }
+OpCost ConcatOp::getCost() { return defaultCost(*this, 0); }
+
 OpCost MatmulOp::getCost() {
   ArrayRef<int64_t> lhs = getLhs().getType().getShape();
   int64_t k = lhs[lhs.size() - (getTransposeLhs() ? 2 : 1)];

@@ -45,7 +45,7 @@ class Graph_DefaultCostOp<string mnemonic, list<Trait> traits = []>
 // Constants
 //===----------------------------------------------------------------------===//
 
-def Graph_FillOp : Graph_DefaultCostOp<"fill"> {
+def Graph_FillOp : Graph_CostlyOp<"fill"> {
   let summary = "A tensor with every element equal to `value`";
   let arguments = (ins DenseI64ArrayAttr:$shape, F64Attr:$value);
   let results = (outs Graph_FloatTensor:$result);
@@ -139,7 +139,7 @@ def Graph_ReduceSumOp : Graph_ReduceOp<"reduce_sum">;
 def Graph_ReduceMeanOp : Graph_ReduceOp<"reduce_mean">;
 def Graph_ReduceMaxOp : Graph_ReduceOp<"reduce_max">;
 
-def Graph_BroadcastToOp : Graph_DefaultCostOp<"broadcast_to"> {
+def Graph_BroadcastToOp : Graph_CostlyOp<"broadcast_to"> {
   let summary = "Broadcasts to `shape` with NumPy rules";
   let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Graph_FloatTensor:$result);
@@ -150,14 +150,14 @@ def Graph_BroadcastToOp : Graph_DefaultCostOp<"broadcast_to"> {
 // Layout
 //===----------------------------------------------------------------------===//
 
-def Graph_ReshapeOp : Graph_DefaultCostOp<"reshape"> {
+def Graph_ReshapeOp : Graph_CostlyOp<"reshape"> {
   let summary = "Same elements in row-major order, another shape";
   let arguments = (ins AnyStaticShapeTensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs AnyStaticShapeTensor:$result);
   let assemblyFormat = "$input `to` $shape attr-dict `:` type($input)";
 }
 
-def Graph_TransposeOp : Graph_DefaultCostOp<"transpose"> {
+def Graph_TransposeOp : Graph_CostlyOp<"transpose"> {
   let summary = "Permutes dimensions: result dim i is input dim perm[i]";
   let arguments = (ins Graph_FloatTensor:$input,
                        DenseI64ArrayAttr:$permutation);
@@ -165,7 +165,7 @@ def Graph_TransposeOp : Graph_DefaultCostOp<"transpose"> {
   let assemblyFormat = "$input `perm` $permutation attr-dict `:` type($input)";
 }
 
-def Graph_SliceOp : Graph_DefaultCostOp<"slice"> {
+def Graph_SliceOp : Graph_CostlyOp<"slice"> {
   let summary = "The box [offsets, offsets + sizes) of the input";
   let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$offsets,
                        DenseI64ArrayAttr:$sizes);
@@ -175,7 +175,7 @@ def Graph_SliceOp : Graph_DefaultCostOp<"slice"> {
   }];
 }
 
-def Graph_PadOp : Graph_DefaultCostOp<"pad"> {
+def Graph_PadOp : Graph_CostlyOp<"pad"> {
   let summary = "Surrounds the input with zeros: `low` before, `high` after";
   let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$low,
                        DenseI64ArrayAttr:$high);
@@ -183,7 +183,7 @@ def Graph_PadOp : Graph_DefaultCostOp<"pad"> {
   let assemblyFormat = "$input `low` $low `high` $high attr-dict `:` type($input)";
 }
 
-def Graph_ConcatOp : Graph_DefaultCostOp<"concat"> {
+def Graph_ConcatOp : Graph_CostlyOp<"concat"> {
   let summary = "Concatenates along `dim`";
   let arguments = (ins Variadic<Graph_FloatTensor>:$inputs, I64Attr:$dim);
   let results = (outs Graph_FloatTensor:$result);

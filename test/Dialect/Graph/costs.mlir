@@ -1,0 +1,14 @@
+// RUN: trellis-opt %s -trellis-print-op-costs -o /dev/null 2>&1 | FileCheck %s
+
+// Tests op costs: 2 M N K flops for a matmul, none for data movement, and
+// the function total.
+func.func @costs(%x: tensor<8x16xf32>, %w: tensor<16x32xf32>, %q: tensor<2x8x4x16xf32>) {
+  // CHECK: 6:8: remark: cost: 8192 flops, 2560 bytes read, 1024 bytes written
+  %0 = graph.matmul %x, %w : tensor<8x16xf32>, tensor<16x32xf32>
+  // CHECK: 8:8: remark: cost: 0 flops, 1024 bytes read, 1024 bytes written
+  %1 = graph.reshape %0 to [16, 16] : tensor<8x32xf32>
+  // CHECK: 10:8: remark: cost: 32768 flops, 12288 bytes read, 4096 bytes written
+  %2 = graph.attention %q, %q, %q scale 0.25 : tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>
+  return
+}
+// CHECK: 5:1: remark: total cost: 40960 flops, 15872 bytes read, 6144 bytes written
