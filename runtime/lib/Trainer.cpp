@@ -58,9 +58,15 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options) 
   if (tokenDesc.shape.size() != 2 ||
       plan->buffers[plan->arguments[targets].buffer].shape != tokenDesc.shape)
     return Status::error("expected tokens and targets of shape [batch, seq]");
+  // The vocabulary: from the metadata, else the class dimension of the
+  // loss (plans compiled from hand-written MLIR carry no model metadata).
   int64_t vocab = plan->metadataInteger("vocab_size", 0);
+  for (const Instruction &instruction : plan->program)
+    if (vocab < 1 && instruction.op == "cross_entropy")
+      vocab = plan->buffers[instruction.inputs[0]].shape.back();
   if (vocab < 1)
-    return Status::error("the plan's metadata has no vocab_size");
+    return Status::error("cannot tell the vocabulary size: the plan has no "
+                         "vocab_size metadata and no cross_entropy");
 
   std::unique_ptr<TokenSource> data;
   if (options.data == "synthetic" || options.data == "repeat") {
