@@ -42,13 +42,7 @@ void attentionProbabilities(const AttentionShape &s, const float *q,
   for (int64_t i = 0; i < s.seq; ++i) {
     float *row = probabilities + i * s.seq;
     int64_t visible = causal ? i + 1 : s.seq;
-    float max = *std::max_element(row, row + visible);
-    double sum = 0;
-    for (int64_t j = 0; j < visible; ++j)
-      sum += (row[j] = std::exp(row[j] - max));
-    float inverse = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < visible; ++j)
-      row[j] *= inverse;
+    softmaxRow(row, row, visible);
     std::fill(row + visible, row + s.seq, 0.0f);
   }
 }

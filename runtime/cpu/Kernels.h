@@ -39,6 +39,9 @@ Status runOptimizer(const KernelArgs &args);
 Status runInstruction(const Instruction &instruction,
                       std::vector<Tensor> &buffers);
 
+/// y[0, n) = softmax(x[0, n)), with the sum in double. `x` may equal `y`.
+void softmaxRow(const float *x, float *y, int64_t n);
+
 /// Row-major strides of `shape`.
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
 

@@ -12,22 +12,25 @@
 
 namespace trellis::runtime::cpu {
 
+void softmaxRow(const float *x, float *y, int64_t n) {
+  if (n == 0)
+    return;
+  float max = *std::max_element(x, x + n);
+  double sum = 0;
+  for (int64_t c = 0; c < n; ++c)
+    sum += (y[c] = std::exp(x[c] - max));
+  float inverse = static_cast<float>(1.0 / sum);
+  for (int64_t c = 0; c < n; ++c)
+    y[c] *= inverse;
+}
+
 namespace {
 
 void softmax(const Tensor &in, Tensor &out) {
   int64_t cols = in.shape().empty() ? 1 : in.shape().back();
   int64_t rows = cols ? in.size() / cols : 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *x = in.f32() + r * cols;
-    float *y = out.f32() + r * cols;
-    float max = *std::max_element(x, x + cols);
-    double sum = 0;
-    for (int64_t c = 0; c < cols; ++c)
-      sum += (y[c] = std::exp(x[c] - max));
-    float inverse = static_cast<float>(1.0 / sum);
-    for (int64_t c = 0; c < cols; ++c)
-      y[c] *= inverse;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    softmaxRow(in.f32() + r * cols, out.f32() + r * cols, cols);
 }
 
 void softmaxGrad(const Tensor &result, const Tensor &grad, Tensor &out) {
