@@ -1,0 +1,253 @@
+//===- GlooCommunicator.cpp - Collectives over Gloo -----------------------===//
+//
+// One gloo::rendezvous::Context per group this rank belongs to, created
+// through a FileStore with a per-group key prefix. Every Gloo call goes
+// through TRELLIS_GLOO_CALL, which turns an exception into a Status carrying
+// file, line, the call, and the group.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Runtime/Communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <map>
+
+namespace trellis::runtime {
+
+namespace {
+
+/// Runs a Gloo call; an exception becomes a Status naming the call site.
+#define TRELLIS_GLOO_CALL(group, expr)                                         \
+  do {                                                                         \
+    try {                                                                      \
+      expr;                                                                    \
+    } catch (const std::exception &error) {                                    \
+      return Status::error(std::string("gloo: ") + #expr + " over " +          \
+                           (group) + " failed at " + __FILE__ + ":" +          \
+                           std::to_string(__LINE__) + ": " + error.what());    \
+    }                                                                          \
+  } while (false)
+
+std::string axesKey(const Mesh &mesh, const AxisList &axes) {
+  std::string key;
+  for (size_t axis : axes)
+    key += (key.empty() ? "" : ",") + mesh.axes()[axis].name;
+  return key.empty() ? "world" : key;
+}
+
+class GlooCommunicator : public Communicator {
+public:
+  GlooCommunicator(Mesh mesh, int64_t rank,
+                   std::chrono::milliseconds timeout)
+      : Communicator(std::move(mesh), rank), timeout_(timeout) {}
+
+  Status connect(const std::vector<AxisList> &groups,
+                 const RendezvousOptions &options) {
+    try {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = options.hostname;
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception &error) {
+      return Status::error(std::string("gloo: cannot create a TCP device on ") +
+                           options.hostname + ": " + error.what());
+    }
+    gloo::rendezvous::FileStore store(options.storeDir);
+    std::vector<AxisList> all = groups;
+    AxisList everything;
+    for (size_t axis = 0; axis < mesh_.numAxes(); ++axis)
+      everything.push_back(axis);
+    all.push_back(everything);
+    for (const AxisList &axes : all) {
+      std::string key = axesKey(mesh_, axes);
+      if (contexts_.count(key) || mesh_.groupSize(axes) == 1)
+        continue;
+      // Groups are named by their smallest rank.
+      std::vector<int64_t> members = mesh_.group(rank_, axes);
+      int64_t first = *std::min_element(members.begin(), members.end());
+      std::string name = key + "/" + std::to_string(first);
+      gloo::rendezvous::PrefixStore prefixed(name, store);
+      auto context = std::make_shared<gloo::rendezvous::Context>(
+          static_cast<int>(mesh_.groupPosition(rank_, axes)),
+          static_cast<int>(members.size()));
+      context->setTimeout(timeout_);
+      TRELLIS_GLOO_CALL(describe(axes), context->connectFullMesh(prefixed, device_));
+      contexts_[key] = std::move(context);
+    }
+    return Status::success();
+  }
+
+  Status allReduce(const AxisList &axes, float *data, int64_t count,
+                   ReduceKind kind) override {
+    auto context = contextFor(axes);
+    if (!context || count == 0)
+      return Status::success();
+    gloo::AllreduceOptions opts(context);
+    opts.setOutput(data, count);
+    opts.setTimeout(timeout_);
+    using ReduceFn = void (*)(void *, const void *, const void *, size_t);
+    ReduceFn sum = &gloo::sum<float>, max = &gloo::max<float>,
+             min = &gloo::min<float>;
+    opts.setReduceFunction(kind == ReduceKind::Sum   ? sum
+                           : kind == ReduceKind::Max ? max
+                                                     : min);
+    TRELLIS_GLOO_CALL(describe(axes), gloo::allreduce(opts));
+    return Status::success();
+  }
+
+  Status allGather(const AxisList &axes, const float *input, float *output,
+                   int64_t count) override {
+    auto context = contextFor(axes);
+    if (!context) {
+      std::copy(input, input + count, output);
+      return Status::success();
+    }
+    if (count == 0)
+      return Status::success();
+    gloo::AllgatherOptions opts(context);
+    opts.setInput(const_cast<float *>(input), count);
+    opts.setOutput(output, count * context->size);
+    opts.setTimeout(timeout_);
+    TRELLIS_GLOO_CALL(describe(axes), gloo::allgather(opts));
+    return Status::success();
+  }
+
+  Status allToAll(const AxisList &axes, const float *input, float *output,
+                  int64_t chunk) override {
+    auto context = contextFor(axes);
+    if (!context) {
+      std::copy(input, input + chunk, output);
+      return Status::success();
+    }
+    if (chunk == 0)
+      return Status::success();
+    gloo::AlltoallOptions opts(context);
+    opts.setInput(const_cast<float *>(input), chunk * context->size);
+    opts.setOutput(output, chunk * context->size);
+    opts.setTimeout(timeout_);
+    TRELLIS_GLOO_CALL(describe(axes), gloo::alltoall(opts));
+    return Status::success();
+  }
+
+  Status broadcast(const AxisList &axes, float *data, int64_t count,
+                   int64_t root) override {
+    auto context = contextFor(axes);
+    if (!context || count == 0)
+      return Status::success();
+    gloo::BroadcastOptions opts(context);
+    opts.setOutput(data, count);
+    opts.setRoot(static_cast<int>(root));
+    opts.setTimeout(timeout_);
+    TRELLIS_GLOO_CALL(describe(axes), gloo::broadcast(opts));
+    return Status::success();
+  }
+
+  Status send(const AxisList &axes, const float *data, int64_t count,
+              int64_t peer, int64_t channel) override {
+    auto context = contextFor(axes);
+    if (!context)
+      return Status::error("send to a group of one rank along " +
+                           describe(axes));
+    TRELLIS_GLOO_CALL(describe(axes), {
+      auto buffer = context->createUnboundBuffer(const_cast<float *>(data),
+                                                 count * sizeof(float));
+      buffer->send(static_cast<int>(peer), static_cast<uint64_t>(channel));
+      buffer->waitSend(timeout_);
+    });
+    return Status::success();
+  }
+
+  Status recv(const AxisList &axes, float *data, int64_t count, int64_t peer,
+              int64_t channel) override {
+    auto context = contextFor(axes);
+    if (!context)
+      return Status::error("recv from a group of one rank along " +
+                           describe(axes));
+    TRELLIS_GLOO_CALL(describe(axes), {
+      auto buffer = context->createUnboundBuffer(data, count * sizeof(float));
+      buffer->recv(static_cast<int>(peer), static_cast<uint64_t>(channel));
+      buffer->waitRecv(timeout_);
+    });
+    return Status::success();
+  }
+
+  Status permute(const AxisList &axes, const float *input, float *output,
+                 int64_t count, int64_t shift) override {
+    auto context = contextFor(axes);
+    int64_t size = mesh_.groupSize(axes);
+    int64_t position = mesh_.groupPosition(rank_, axes);
+    int64_t to = ((position + shift) % size + size) % size;
+    int64_t from = ((position - shift) % size + size) % size;
+    if (!context || to == position) {
+      std::copy(input, input + count, output);
+      return Status::success();
+    }
+    // A reserved slot range keeps permutes apart from user channels.
+    constexpr uint64_t kPermuteSlot = uint64_t(1) << 40;
+    TRELLIS_GLOO_CALL(describe(axes), {
+      auto out = context->createUnboundBuffer(const_cast<float *>(input),
+                                              count * sizeof(float));
+      auto in = context->createUnboundBuffer(output, count * sizeof(float));
+      out->send(static_cast<int>(to), kPermuteSlot);
+      in->recv(static_cast<int>(from), kPermuteSlot);
+      in->waitRecv(timeout_);
+      out->waitSend(timeout_);
+    });
+    return Status::success();
+  }
+
+  Status barrier() override {
+    AxisList everything;
+    for (size_t axis = 0; axis < mesh_.numAxes(); ++axis)
+      everything.push_back(axis);
+    auto context = contextFor(everything);
+    if (!context)
+      return Status::success();
+    gloo::BarrierOptions opts(context);
+    opts.setTimeout(timeout_);
+    TRELLIS_GLOO_CALL("the whole mesh", gloo::barrier(opts));
+    return Status::success();
+  }
+
+private:
+  std::shared_ptr<gloo::Context> contextFor(const AxisList &axes) const {
+    auto it = contexts_.find(axesKey(mesh_, axes));
+    return it == contexts_.end() ? nullptr : it->second;
+  }
+
+  /// `group {0,1,2,3} along "tp" (rank 1 at position 1)`.
+  std::string describe(const AxisList &axes) const {
+    return "group " + formatRankSet(mesh_.group(rank_, axes)) + " along \"" +
+           axesKey(mesh_, axes) + "\" (rank " + std::to_string(rank_) + ")";
+  }
+
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::map<std::string, std::shared_ptr<gloo::Context>> contexts_;
+};
+
+} // namespace
+
+StatusOr<std::unique_ptr<Communicator>>
+connectGloo(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
+            const RendezvousOptions &options) {
+  if (rank < 0 || rank >= mesh.size())
+    return Status::error("rank " + std::to_string(rank) +
+                         " is outside the mesh of " +
+                         std::to_string(mesh.size()) + " ranks");
+  auto communicator =
+      std::make_unique<GlooCommunicator>(mesh, rank, options.timeout);
+  TRELLIS_RETURN_IF_ERROR(communicator->connect(groups, options));
+  return std::unique_ptr<Communicator>(std::move(communicator));
+}
+
+} // namespace trellis::runtime

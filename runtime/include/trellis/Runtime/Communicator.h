@@ -1,0 +1,95 @@
+//===- Communicator.h - Collectives over groups of a device mesh -*- C++ -*-===//
+//
+// A rank's view of the other ranks: collectives and point-to-point over
+// groups named by mesh axes (the ranks that differ only along those axes,
+// ordered by position, the first axis most significant). Backends (Gloo on
+// CPU; NCCL later) implement it; every failure, including a peer that died
+// or stopped answering within the timeout, is a Status naming the
+// operation, the group and the ranks involved.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_RUNTIME_COMMUNICATOR_H
+#define TRELLIS_RUNTIME_COMMUNICATOR_H
+
+#include "trellis/Common/Mesh.h"
+#include "trellis/Runtime/Status.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trellis::runtime {
+
+enum class ReduceKind { Sum, Max, Min };
+
+/// Mesh axes by index, in the order a plan lists them.
+using AxisList = std::vector<size_t>;
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+
+  const Mesh &mesh() const { return mesh_; }
+  int64_t rank() const { return rank_; }
+
+  /// Ranks and this rank's position in its group along `axes`.
+  int64_t groupSize(const AxisList &axes) const { return mesh_.groupSize(axes); }
+  int64_t groupPosition(const AxisList &axes) const {
+    return mesh_.groupPosition(rank_, axes);
+  }
+
+  /// In place: every member ends with the reduction of all members' data.
+  virtual Status allReduce(const AxisList &axes, float *data, int64_t count,
+                           ReduceKind kind) = 0;
+  /// `output` (count * group size) receives every member's `input` (count),
+  /// in group order.
+  virtual Status allGather(const AxisList &axes, const float *input,
+                           float *output, int64_t count) = 0;
+  /// `input` holds group-size chunks of `chunk` elements; chunk j goes to
+  /// member j; `output` receives member i's chunk for us at position i.
+  virtual Status allToAll(const AxisList &axes, const float *input,
+                          float *output, int64_t chunk) = 0;
+  /// In place: every member ends with the data of member `root`.
+  virtual Status broadcast(const AxisList &axes, float *data, int64_t count,
+                           int64_t root) = 0;
+  /// Sends `data` to member `peer` on `channel`.
+  virtual Status send(const AxisList &axes, const float *data, int64_t count,
+                      int64_t peer, int64_t channel) = 0;
+  /// Receives into `data` from member `peer` on `channel`.
+  virtual Status recv(const AxisList &axes, float *data, int64_t count,
+                      int64_t peer, int64_t channel) = 0;
+  /// `output` receives the data of member (position - shift) mod size.
+  virtual Status permute(const AxisList &axes, const float *input,
+                         float *output, int64_t count, int64_t shift) = 0;
+  /// Returns once every rank of the mesh has called it.
+  virtual Status barrier() = 0;
+
+protected:
+  Communicator(Mesh mesh, int64_t rank) : mesh_(std::move(mesh)), rank_(rank) {}
+
+  Mesh mesh_;
+  int64_t rank_;
+};
+
+/// How the ranks of one job find each other.
+struct RendezvousOptions {
+  /// A directory all ranks can write (a fresh one per job).
+  std::string storeDir;
+  /// The address this rank listens on.
+  std::string hostname = "127.0.0.1";
+  /// Bound on connecting and on every collective.
+  std::chrono::milliseconds timeout{60000};
+};
+
+/// Connects `rank` of `mesh` through Gloo over TCP, building communicators
+/// for the groups along every axis list in `groups` (and the whole mesh).
+StatusOr<std::unique_ptr<Communicator>>
+connectGloo(const Mesh &mesh, int64_t rank,
+            const std::vector<AxisList> &groups,
+            const RendezvousOptions &options);
+
+} // namespace trellis::runtime
+
+#endif // TRELLIS_RUNTIME_COMMUNICATOR_H

@@ -1,0 +1,149 @@
+//===- CommunicatorTest.cpp - Gloo collectives across forked ranks --------===//
+//
+// Each test forks one process per rank; a rank checks its own results and
+// exits 0 (pass) or with the number of the first failed check.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Runtime/Communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+#include <numeric>
+
+using namespace trellis;
+using namespace trellis::runtime;
+
+namespace {
+
+/// Runs `body(rank)` in `ranks` forked processes; returns their exit codes.
+std::vector<int> runRanks(int ranks, const std::function<int(int)> &body) {
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < ranks; ++rank) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::fflush(stdout);
+      _exit(body(rank));
+    }
+    children.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 100);
+  }
+  return codes;
+}
+
+std::string freshStore(const std::string &name) {
+  std::string dir = ::testing::TempDir() + "store-" + name + "-" +
+                    std::to_string(getpid());
+  std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
+  EXPECT_EQ(std::system(command.c_str()), 0);
+  return dir;
+}
+
+TEST(CommunicatorTest, CollectivesOverAxesOfATwoByTwoMesh) {
+  Mesh mesh = *Mesh::parse("dp=2,tp=2", nullptr);
+  AxisList dp = {0}, tp = {1}, both = {0, 1};
+  RendezvousOptions options;
+  options.storeDir = freshStore("collectives");
+  std::vector<int> codes = runRanks(4, [&](int rank) {
+    auto connected = connectGloo(mesh, rank, {dp, tp, both}, options);
+    if (!connected.ok()) {
+      std::fprintf(stderr, "%s\n", connected.status().message().c_str());
+      return 1;
+    }
+    Communicator &comm = **connected;
+    int64_t d = rank / 2, t = rank % 2;
+    // all_reduce over tp: ranks {2d, 2d+1}.
+    std::vector<float> values = {float(rank), float(10 * rank)};
+    if (!comm.allReduce(tp, values.data(), 2, ReduceKind::Sum).ok() ||
+        values[0] != float(4 * d + 1) || values[1] != float(10 * (4 * d + 1)))
+      return 2;
+    // max over dp: ranks {t, t+2}.
+    values = {float(rank)};
+    if (!comm.allReduce(dp, values.data(), 1, ReduceKind::Max).ok() ||
+        values[0] != float(t + 2))
+      return 3;
+    // all_gather over dp, in group order.
+    float mine = float(rank);
+    std::vector<float> gathered(2);
+    if (!comm.allGather(dp, &mine, gathered.data(), 1).ok() ||
+        gathered[0] != float(t) || gathered[1] != float(t + 2))
+      return 4;
+    // all_to_all over the whole mesh: chunk j goes to position j.
+    std::vector<float> send(4), received(4);
+    for (int j = 0; j < 4; ++j)
+      send[j] = float(100 * rank + j);
+    if (!comm.allToAll(both, send.data(), received.data(), 1).ok())
+      return 5;
+    for (int i = 0; i < 4; ++i)
+      if (received[i] != float(100 * i + rank))
+        return 6;
+    // broadcast from position 1 over tp.
+    values = {float(rank)};
+    if (!comm.broadcast(tp, values.data(), 1, 1).ok() ||
+        values[0] != float(2 * d + 1))
+      return 7;
+    // point to point within tp: position 0 sends, position 1 receives.
+    float message = float(rank + 0.5f);
+    if (t == 0 && !comm.send(tp, &message, 1, 1, 7).ok())
+      return 8;
+    if (t == 1 && (!comm.recv(tp, &message, 1, 0, 7).ok() ||
+                   message != float(rank - 1 + 0.5f)))
+      return 9;
+    // permute around the whole mesh by one.
+    float out = 0;
+    if (!comm.permute(both, &mine, &out, 1, 1).ok() ||
+        out != float((rank + 3) % 4))
+      return 10;
+    return comm.barrier().ok() ? 0 : 11;
+  });
+  EXPECT_EQ(codes, std::vector<int>(4, 0));
+}
+
+TEST(CommunicatorTest, ADeadRankFailsTheOthersWithinTheTimeout) {
+  Mesh mesh = *Mesh::parse("dp=3", nullptr);
+  RendezvousOptions options;
+  options.storeDir = freshStore("dead");
+  options.timeout = std::chrono::milliseconds(3000);
+  std::vector<int> codes = runRanks(3, [&](int rank) {
+    auto connected = connectGloo(mesh, rank, {{0}}, options);
+    // The dead rank may leave before a survivor finished connecting: that
+    // is the same failure, reported by the connection instead.
+    if (!connected.ok())
+      return connected.status().message().find("group {0,1,2}") !=
+                     std::string::npos
+                 ? 0
+                 : 1;
+    if (rank == 2)
+      _exit(0); // dies before the collective
+    std::vector<float> values(1024, 1.0f);
+    Status status = (*connected)->allReduce({0}, values.data(), 1024,
+                                            ReduceKind::Sum);
+    if (status.ok())
+      return 2;
+    bool named = status.message().find("group {0,1,2}") != std::string::npos;
+    return named ? 0 : 3;
+  });
+  EXPECT_EQ(codes, std::vector<int>(3, 0));
+}
+
+TEST(CommunicatorTest, RejectsARankOutsideTheMesh) {
+  Mesh mesh = *Mesh::parse("dp=2", nullptr);
+  RendezvousOptions options;
+  options.storeDir = freshStore("outside");
+  auto connected = connectGloo(mesh, 5, {}, options);
+  ASSERT_FALSE(connected.ok());
+  EXPECT_EQ(connected.status().message(),
+            "rank 5 is outside the mesh of 2 ranks");
+}
+
+} // namespace
