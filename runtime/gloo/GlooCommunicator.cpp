@@ -20,6 +20,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <map>
 
 namespace trellis::runtime {
@@ -244,6 +245,9 @@ connectGloo(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
     return Status::error("rank " + std::to_string(rank) +
                          " is outside the mesh of " +
                          std::to_string(mesh.size()) + " ranks");
+  // A peer that dies closes its sockets; writing to them must fail with an
+  // error we report, not kill this process with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   auto communicator =
       std::make_unique<GlooCommunicator>(mesh, rank, options.timeout);
   TRELLIS_RETURN_IF_ERROR(communicator->connect(groups, options));

@@ -3,6 +3,8 @@
 #include "trellis/Runtime/Executor.h"
 
 #include "../cpu/Kernels.h"
+#include "trellis/Runtime/Collectives.h"
+#include "trellis/Runtime/OpShapes.h"
 
 #include <algorithm>
 #include <chrono>
@@ -75,7 +77,8 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
   return arena;
 }
 
-Executor::Executor(Plan plan) : plan_(std::move(plan)) {
+Executor::Executor(Plan plan, Communicator *communicator)
+    : plan_(std::move(plan)), communicator_(communicator) {
   std::vector<int64_t> offsets;
   arenaBytes_ = planArena(offsets);
   arena_.reset(new float[std::max<int64_t>(arenaBytes_ / 4, 1)]());
@@ -99,7 +102,11 @@ Status Executor::run() {
   for (size_t i = 0; i < plan_.program.size(); ++i) {
     const Instruction &instruction = plan_.program[i];
     auto start = std::chrono::steady_clock::now();
-    Status status = cpu::runInstruction(instruction, buffers_);
+    Status status =
+        isCollective(instruction.op)
+            ? runCollective(instruction, plan_.instructionAxes[i], buffers_,
+                            communicator_)
+            : cpu::runInstruction(instruction, buffers_);
     if (profiling_) {
       auto &entry = profile_[instruction.op];
       entry.first += std::chrono::duration<double>(

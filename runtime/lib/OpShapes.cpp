@@ -43,8 +43,13 @@ namespace {
 /// expected and what was found.
 class Checker {
 public:
-  Checker(const Instruction &instruction, const std::vector<BufferDesc> &buffers)
-      : instruction_(instruction), buffers_(buffers) {}
+  Checker(const Instruction &instruction, const std::vector<BufferDesc> &buffers,
+          const std::vector<size_t> &axes, const Mesh &mesh)
+      : instruction_(instruction), buffers_(buffers), axes_(axes), mesh_(mesh) {}
+
+  /// Ranks in each group along the instruction's axes.
+  int64_t groupSize() const { return mesh_.groupSize(axes_); }
+  const std::vector<size_t> &axes() const { return axes_; }
 
   const BufferDesc &in(size_t i) const {
     return buffers_[instruction_.inputs[i]];
@@ -140,6 +145,8 @@ public:
 private:
   const Instruction &instruction_;
   const std::vector<BufferDesc> &buffers_;
+  const std::vector<size_t> &axes_;
+  const Mesh &mesh_;
 };
 
 using Kind = AttrValue::Kind;
@@ -241,6 +248,110 @@ Status checkTargets(const Checker &c) {
     return Status::error("targets " + formatShape(c.inShape(1)) +
                          " do not match logits " + formatShape(logits));
   return Status::success();
+}
+
+/// What every collective needs: mesh axes, f32 operands, and the listed
+/// integer attributes.
+Status checkCollective(const Checker &c, int64_t inputs, int64_t outputs,
+                       std::initializer_list<const char *> integers) {
+  TRELLIS_RETURN_IF_ERROR(c.arity(inputs, outputs));
+  TRELLIS_RETURN_IF_ERROR(c.allFloat());
+  TRELLIS_RETURN_IF_ERROR(c.attr("axes", Kind::Strings));
+  if (c.axes().empty())
+    return Status::error("expected at least one mesh axis");
+  for (const char *name : integers)
+    TRELLIS_RETURN_IF_ERROR(c.attr(name, Kind::Int));
+  return Status::success();
+}
+
+Status checkReduceKind(const Checker &c) {
+  TRELLIS_RETURN_IF_ERROR(c.attr("kind", Kind::String));
+  const std::string &kind = c.instruction().text("kind");
+  if (kind != "sum" && kind != "max" && kind != "min")
+    return Status::error("expected kind sum, max or min, found '" + kind + "'");
+  return Status::success();
+}
+
+Status checkDim(const Checker &c, const char *name, size_t rank) {
+  int64_t dim = c.instruction().integer(name);
+  if (dim < 0 || dim >= static_cast<int64_t>(rank))
+    return Status::error(std::string(name) + " " + std::to_string(dim) +
+                         " is out of range for rank " + std::to_string(rank));
+  return Status::success();
+}
+
+Status checkDivisible(const Checker &c, int64_t dim) {
+  int64_t size = c.inShape(0)[dim];
+  if (size % c.groupSize() != 0)
+    return Status::error("dimension " + std::to_string(dim) + " of size " +
+                         std::to_string(size) +
+                         " is not divisible by the group size " +
+                         std::to_string(c.groupSize()));
+  return Status::success();
+}
+
+Status checkPosition(const Checker &c, const char *name) {
+  int64_t position = c.instruction().integer(name);
+  if (position < 0 || position >= c.groupSize())
+    return Status::error(std::string(name) + " " + std::to_string(position) +
+                         " is not a position in a group of " +
+                         std::to_string(c.groupSize()));
+  return Status::success();
+}
+
+void addCollectiveRules(std::map<std::string, Rule> &t) {
+  t["all_reduce"] = [](const Checker &c) {
+    TRELLIS_RETURN_IF_ERROR(checkCollective(c, 1, 1, {}));
+    TRELLIS_RETURN_IF_ERROR(checkReduceKind(c));
+    return c.output(0, c.inShape(0));
+  };
+  t["all_gather"] = [](const Checker &c) {
+    TRELLIS_RETURN_IF_ERROR(checkCollective(c, 1, 1, {"dim"}));
+    TRELLIS_RETURN_IF_ERROR(checkDim(c, "dim", c.inShape(0).size()));
+    Shape result = c.inShape(0);
+    result[c.instruction().integer("dim")] *= c.groupSize();
+    return c.output(0, result);
+  };
+  t["reduce_scatter"] = [](const Checker &c) {
+    TRELLIS_RETURN_IF_ERROR(checkCollective(c, 1, 1, {"dim"}));
+    TRELLIS_RETURN_IF_ERROR(checkReduceKind(c));
+    TRELLIS_RETURN_IF_ERROR(checkDim(c, "dim", c.inShape(0).size()));
+    int64_t dim = c.instruction().integer("dim");
+    TRELLIS_RETURN_IF_ERROR(checkDivisible(c, dim));
+    Shape result = c.inShape(0);
+    result[dim] /= c.groupSize();
+    return c.output(0, result);
+  };
+  t["all_to_all"] = [](const Checker &c) {
+    TRELLIS_RETURN_IF_ERROR(
+        checkCollective(c, 1, 1, {"split_dim", "concat_dim"}));
+    TRELLIS_RETURN_IF_ERROR(checkDim(c, "split_dim", c.inShape(0).size()));
+    TRELLIS_RETURN_IF_ERROR(checkDim(c, "concat_dim", c.inShape(0).size()));
+    int64_t split = c.instruction().integer("split_dim");
+    int64_t concat = c.instruction().integer("concat_dim");
+    TRELLIS_RETURN_IF_ERROR(checkDivisible(c, split));
+    Shape result = c.inShape(0);
+    result[split] /= c.groupSize();
+    result[concat] *= c.groupSize();
+    return c.output(0, result);
+  };
+  t["broadcast"] = [](const Checker &c) {
+    TRELLIS_RETURN_IF_ERROR(checkCollective(c, 1, 1, {"root"}));
+    TRELLIS_RETURN_IF_ERROR(checkPosition(c, "root"));
+    return c.output(0, c.inShape(0));
+  };
+  t["collective_permute"] = [](const Checker &c) {
+    TRELLIS_RETURN_IF_ERROR(checkCollective(c, 1, 1, {"shift"}));
+    return c.output(0, c.inShape(0));
+  };
+  t["send"] = [](const Checker &c) {
+    TRELLIS_RETURN_IF_ERROR(checkCollective(c, 1, 0, {"peer", "channel"}));
+    return checkPosition(c, "peer");
+  };
+  t["recv"] = [](const Checker &c) {
+    TRELLIS_RETURN_IF_ERROR(checkCollective(c, 0, 1, {"peer", "channel"}));
+    return checkPosition(c, "peer");
+  };
 }
 
 const std::map<std::string, Rule> &rules() {
@@ -512,6 +623,7 @@ const std::map<std::string, Rule> &rules() {
       TRELLIS_RETURN_IF_ERROR(c.attr("weight_decay", Kind::Real));
       return c.output(0, c.inShape(0));
     };
+    addCollectiveRules(t);
     return t;
   }();
   return table;
@@ -519,12 +631,19 @@ const std::map<std::string, Rule> &rules() {
 
 } // namespace
 
+bool isCollective(const std::string &op) {
+  return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" ||
+         op == "all_to_all" || op == "broadcast" ||
+         op == "collective_permute" || op == "send" || op == "recv";
+}
+
 Status validateInstruction(const Instruction &instruction,
-                           const std::vector<BufferDesc> &buffers) {
+                           const std::vector<BufferDesc> &buffers,
+                           const std::vector<size_t> &axes, const Mesh &mesh) {
   auto rule = rules().find(instruction.op);
   if (rule == rules().end())
     return Status::error("unknown op '" + instruction.op + "'");
-  return rule->second(Checker(instruction, buffers));
+  return rule->second(Checker(instruction, buffers, axes, mesh));
 }
 
 } // namespace trellis::runtime

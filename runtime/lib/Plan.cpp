@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -81,6 +82,16 @@ const std::string &Instruction::text(const std::string &name) const {
                                                          : kNoText;
 }
 
+const std::vector<std::string> &
+Instruction::texts(const std::string &name) const {
+  static const std::vector<std::string> kNoTexts;
+  const AttrValue *value = findAttr(*this, name);
+  return value && value->kind == AttrValue::Kind::Strings ? value->texts
+                                                          : kNoTexts;
+}
+
+Mesh planMesh(const Plan &plan) { return *Mesh::create(plan.mesh, nullptr); }
+
 int64_t Plan::findArgument(ArgumentRole role, const std::string &name) const {
   for (size_t i = 0; i < arguments.size(); ++i)
     if (arguments[i].role == role && arguments[i].name == name)
@@ -115,6 +126,10 @@ public:
 private:
   Status readBuffers(const json &array);
   Status readArguments(const json &array);
+  Status readSharding(const json &value, const std::string &where,
+                      Argument &argument);
+  StatusOr<std::vector<size_t>> resolveAxes(const std::vector<std::string> &names,
+                                            const std::string &where) const;
   Status readProgram(const json &stages);
   Status readResults(const json &array);
   Status checkDataflow();
@@ -189,6 +204,53 @@ Status PlanReader::readBuffers(const json &array) {
   return Status::success();
 }
 
+StatusOr<std::vector<size_t>>
+PlanReader::resolveAxes(const std::vector<std::string> &names,
+                        const std::string &where) const {
+  std::vector<size_t> axes;
+  for (const std::string &name : names) {
+    size_t index = 0;
+    while (index < plan_.mesh.size() && plan_.mesh[index].name != name)
+      ++index;
+    if (index == plan_.mesh.size())
+      return Status::error(where + ": unknown mesh axis \"" + name + "\"");
+    if (std::find(axes.begin(), axes.end(), index) != axes.end())
+      return Status::error(where + ": mesh axis \"" + name +
+                           "\" is listed twice");
+    axes.push_back(index);
+  }
+  return axes;
+}
+
+Status PlanReader::readSharding(const json &value, const std::string &where,
+                                Argument &argument) {
+  const BufferDesc &desc = plan_.buffers[argument.buffer];
+  if (!value.is_array() || value.size() != desc.shape.size())
+    return Status::error(where + ": expected \"sharding\" to list the axes of "
+                                 "each of the " +
+                         std::to_string(desc.shape.size()) + " dimensions");
+  std::vector<std::string> used;
+  for (const json &dim : value) {
+    std::vector<std::string> names;
+    if (!dim.is_array())
+      return Status::error(where + ": malformed sharding " + describe(value));
+    for (const json &name : dim) {
+      if (!name.is_string())
+        return Status::error(where + ": malformed sharding " + describe(value));
+      names.push_back(name.get<std::string>());
+      used.push_back(names.back());
+    }
+    StatusOr<std::vector<size_t>> axes = resolveAxes(names, where);
+    if (!axes.ok())
+      return axes.status();
+    argument.sharding.push_back(*axes);
+  }
+  std::sort(used.begin(), used.end());
+  if (std::adjacent_find(used.begin(), used.end()) != used.end())
+    return Status::error(where + ": a mesh axis splits two dimensions");
+  return Status::success();
+}
+
 Status PlanReader::readArguments(const json &array) {
   static const std::map<std::string, ArgumentRole> roles = {
       {"param", ArgumentRole::Param}, {"input", ArgumentRole::Input},
@@ -220,6 +282,8 @@ Status PlanReader::readArguments(const json &array) {
         return Status::error(where + ": field \"init\": expected a string");
       argument.init = entry["init"].get<std::string>();
     }
+    if (entry.contains("sharding"))
+      TRELLIS_RETURN_IF_ERROR(readSharding(entry["sharding"], where, argument));
     const BufferDesc &desc = plan_.buffers[argument.buffer];
     switch (argument.role) {
     case ArgumentRole::Input:
@@ -272,6 +336,12 @@ StatusOr<AttrValue> readAttr(const json &value, const std::string &where) {
   } else if (value.is_string()) {
     attr.kind = AttrValue::Kind::String;
     attr.text = value.get<std::string>();
+  } else if (value.is_array() && !value.empty() &&
+             std::all_of(value.begin(), value.end(),
+                         [](const json &e) { return e.is_string(); })) {
+    attr.kind = AttrValue::Kind::Strings;
+    for (const json &element : value)
+      attr.texts.push_back(element.get<std::string>());
   } else if (value.is_array()) {
     bool allIntegers = true;
     for (const json &element : value) {
@@ -334,9 +404,19 @@ Status PlanReader::readProgram(const json &stages) {
         instruction.attrs[name] = std::move(*attr);
       }
     }
+    std::vector<size_t> axes;
+    if (instruction.attrs.count("axes")) {
+      StatusOr<std::vector<size_t>> resolved =
+          resolveAxes(instruction.texts("axes"), where);
+      if (!resolved.ok())
+        return resolved.status();
+      axes = *resolved;
+    }
     TRELLIS_RETURN_IF_ERROR(
-        validateInstruction(instruction, plan_.buffers).withContext(where));
+        validateInstruction(instruction, plan_.buffers, axes, planMesh(plan_))
+            .withContext(where));
     plan_.program.push_back(std::move(instruction));
+    plan_.instructionAxes.push_back(std::move(axes));
   }
   return Status::success();
 }

@@ -15,7 +15,7 @@
 namespace trellis {
 
 /// The plan format version the emitter writes and the runtime reads.
-constexpr int64_t kPlanFormatVersion = 1;
+constexpr int64_t kPlanFormatVersion = 2;
 
 /// Free-form facts copied into the plan's "metadata" object.
 struct PlanMetadata {

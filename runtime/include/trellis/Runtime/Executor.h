@@ -3,6 +3,7 @@
 #ifndef TRELLIS_RUNTIME_EXECUTOR_H
 #define TRELLIS_RUNTIME_EXECUTOR_H
 
+#include "trellis/Runtime/Communicator.h"
 #include "trellis/Runtime/Plan.h"
 #include "trellis/Runtime/Tensor.h"
 
@@ -22,7 +23,9 @@ namespace trellis::runtime {
 /// temporaries.
 class Executor {
 public:
-  explicit Executor(Plan plan);
+  /// `communicator` runs the plan's collectives; it may be null for a
+  /// plan without any.
+  explicit Executor(Plan plan, Communicator *communicator = nullptr);
 
   const Plan &plan() const { return plan_; }
 
@@ -59,6 +62,7 @@ private:
   int64_t planArena(std::vector<int64_t> &offsets) const;
 
   Plan plan_;
+  Communicator *communicator_ = nullptr;
   std::vector<Tensor> buffers_;
   std::vector<std::unique_ptr<float[]>> persistent_;
   std::unique_ptr<float[]> arena_;

@@ -14,9 +14,14 @@
 
 namespace trellis::runtime {
 
-/// Checks `instruction` against the buffers it names.
+/// Checks `instruction` against the buffers it names. `axes` are its
+/// resolved mesh axes (collectives), `mesh` the plan's mesh.
 Status validateInstruction(const Instruction &instruction,
-                           const std::vector<BufferDesc> &buffers);
+                           const std::vector<BufferDesc> &buffers,
+                           const std::vector<size_t> &axes, const Mesh &mesh);
+
+/// True for ops that communicate (all_reduce, send, ...).
+bool isCollective(const std::string &op);
 
 /// The pointwise functions of unary ops and `unary_grad`, by name.
 bool isUnaryFunction(const std::string &name);

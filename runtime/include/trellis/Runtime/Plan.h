@@ -22,7 +22,7 @@
 namespace trellis::runtime {
 
 /// The plan format version this runtime reads.
-constexpr int64_t kPlanVersion = 1;
+constexpr int64_t kPlanVersion = 2;
 
 enum class DType { F32, I32 };
 
@@ -36,13 +36,15 @@ struct BufferDesc {
 
 /// A value an attribute of an instruction can hold.
 struct AttrValue {
-  enum class Kind { Bool, Int, Real, Ints, Reals, String } kind = Kind::Int;
+  enum class Kind { Bool, Int, Real, Ints, Reals, String, Strings } kind =
+      Kind::Int;
   bool flag = false;
   int64_t integer = 0;
   double real = 0;
   std::vector<int64_t> ints;
   std::vector<double> reals;
   std::string text;
+  std::vector<std::string> texts;
 };
 
 struct Instruction {
@@ -60,6 +62,7 @@ struct Instruction {
   const std::vector<int64_t> &ints(const std::string &name) const;
   const std::vector<double> &reals(const std::string &name) const;
   const std::string &text(const std::string &name) const;
+  const std::vector<std::string> &texts(const std::string &name) const;
 };
 
 enum class ArgumentRole { Param, Input, AdamM, AdamV, Step };
@@ -71,6 +74,9 @@ struct Argument {
   std::string name;
   /// "normal:<std>", "zeros", "ones" or empty (inputs, step).
   std::string init;
+  /// Per dimension, the mesh axes (indices) it is split over; empty when the
+  /// argument is replicated. The buffer holds this rank's shard.
+  std::vector<std::vector<size_t>> sharding;
 };
 
 struct Result {
@@ -85,6 +91,9 @@ struct Result {
 struct Plan {
   std::string metadataJson;
   std::vector<MeshAxis> mesh;
+  /// Axis names resolved to indices, for instructions with an "axes" attr
+  /// (collectives): one entry per instruction, empty for the others.
+  std::vector<std::vector<size_t>> instructionAxes;
   std::vector<BufferDesc> buffers;
   std::vector<Argument> arguments;
   std::vector<Result> results;
@@ -95,6 +104,9 @@ struct Plan {
   /// A metadata integer (e.g. "vocab_size"), or `fallback`.
   int64_t metadataInteger(const std::string &key, int64_t fallback) const;
 };
+
+/// The mesh of `plan` (validated when the plan loaded).
+Mesh planMesh(const Plan &plan);
 
 /// Parses and validates plan text.
 StatusOr<Plan> parsePlan(std::string_view text);
