@@ -3,6 +3,7 @@
 #include "trellis/Runtime/Initializer.h"
 
 #include "trellis/Runtime/Executor.h"
+#include "trellis/Runtime/ShardLayout.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -32,8 +33,9 @@ double counterNormal(uint64_t key, uint64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-void initializeArguments(Executor &executor, uint64_t seed) {
+void initializeArguments(Executor &executor, uint64_t seed, int64_t rank) {
   const Plan &plan = executor.plan();
+  Mesh mesh = planMesh(plan);
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     if (argument.role == ArgumentRole::Input)
@@ -48,8 +50,10 @@ void initializeArguments(Executor &executor, uint64_t seed) {
     } else {
       double std = std::strtod(argument.init.c_str() + 7, nullptr);
       uint64_t key = streamKey(seed, argument.name);
-      for (int64_t e = 0; e < n; ++e)
-        data[e] = static_cast<float>(std * counterNormal(key, e));
+      ShardLayout::of(tensor.shape(), argument.sharding, mesh, rank)
+          .forEach([&](int64_t local, int64_t global) {
+            data[local] = static_cast<float>(std * counterNormal(key, global));
+          });
     }
   }
 }

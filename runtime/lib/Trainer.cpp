@@ -3,7 +3,9 @@
 #include "trellis/Runtime/Trainer.h"
 
 #include "trellis/Runtime/Initializer.h"
+#include "trellis/Runtime/Launcher.h"
 #include "trellis/Runtime/Safetensors.h"
+#include "trellis/Runtime/ShardLayout.h"
 #include "trellis/Runtime/TokenSource.h"
 
 #include <cblas.h>
@@ -12,13 +14,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 
 namespace trellis::runtime {
 
-Trainer::Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed)
-    : executor_(std::move(plan)), data_(std::move(data)) {
+Trainer::Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed,
+                 std::unique_ptr<Communicator> communicator)
+    : communicator_(std::move(communicator)),
+      executor_(std::move(plan), communicator_.get()), data_(std::move(data)) {
   const Plan &p = executor_.plan();
   for (size_t i = 0; i < p.arguments.size(); ++i) {
     const Argument &argument = p.arguments[i];
@@ -30,11 +36,31 @@ Trainer::Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed)
       stepArg_ = i;
   }
   if (tokensArg_ >= 0) {
-    const std::vector<int64_t> &shape = executor_.argument(tokensArg_).shape();
-    batch_ = shape.size() == 2 ? shape[0] : 0;
-    seq_ = shape.size() == 2 ? shape[1] : 0;
+    // The data source produces the global batch; each rank takes its shard.
+    const Argument &tokens = p.arguments[tokensArg_];
+    ShardLayout layout =
+        ShardLayout::of(p.buffers[tokens.buffer].shape, tokens.sharding,
+                        planMesh(p), rank());
+    batch_ = layout.globalShape.size() == 2 ? layout.globalShape[0] : 0;
+    seq_ = layout.globalShape.size() == 2 ? layout.globalShape[1] : 0;
   }
-  initializeArguments(executor_, seed);
+  initializeArguments(executor_, seed, rank());
+}
+
+int64_t Trainer::rank() const {
+  return communicator_ ? communicator_->rank() : 0;
+}
+
+void Trainer::scatterInput(int64_t argument,
+                           const std::vector<int32_t> &global,
+                           const std::vector<int64_t> &globalShape) {
+  const Plan &p = executor_.plan();
+  Tensor &tensor = executor_.argument(argument);
+  ShardLayout layout = ShardLayout::of(
+      tensor.shape(), p.arguments[argument].sharding, planMesh(p), rank());
+  (void)globalShape;
+  int32_t *local = tensor.i32();
+  layout.forEach([&](int64_t l, int64_t g) { local[l] = global[g]; });
 }
 
 Trainer::~Trainer() = default;
@@ -50,6 +76,30 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options) 
   StatusOr<Plan> plan = loadPlanFile(options.planPath);
   if (!plan.ok())
     return plan.status();
+  Mesh mesh = planMesh(*plan);
+  std::unique_ptr<Communicator> communicator;
+  if (options.rank >= 0) {
+    std::vector<AxisList> groups;
+    for (const AxisList &axes : plan->instructionAxes)
+      if (!axes.empty() &&
+          std::find(groups.begin(), groups.end(), axes) == groups.end())
+        groups.push_back(axes);
+    RendezvousOptions rendezvous;
+    rendezvous.storeDir = options.rendezvousDir;
+    rendezvous.hostname = options.hostname;
+    rendezvous.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(options.timeoutSeconds * 1000));
+    StatusOr<std::unique_ptr<Communicator>> connected =
+        connectGloo(mesh, options.rank, groups, rendezvous);
+    if (!connected.ok())
+      return connected.status();
+    communicator = std::move(*connected);
+  } else if (mesh.size() > 1) {
+    return Status::error("the plan's mesh " + mesh.toString() + " has " +
+                         std::to_string(mesh.size()) +
+                         " ranks: run it with --nproc " +
+                         std::to_string(mesh.size()));
+  }
   int64_t tokens = plan->findArgument(ArgumentRole::Input, "tokens");
   int64_t targets = plan->findArgument(ArgumentRole::Input, "targets");
   if (tokens < 0 || targets < 0)
@@ -79,7 +129,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options) 
     data = std::move(*file);
   }
   auto trainer = std::make_unique<Trainer>(std::move(*plan), std::move(data),
-                                           options.seed);
+                                           options.seed, std::move(communicator));
   if (!options.weightsPath.empty())
     TRELLIS_RETURN_IF_ERROR(trainer->loadWeights(options.weightsPath));
   if (!options.loadDir.empty())
@@ -88,10 +138,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options) 
 }
 
 Status Trainer::step() {
-  Tensor &tokens = executor_.argument(tokensArg_);
-  Tensor &targets = executor_.argument(targetsArg_);
+  std::vector<int32_t> tokens(batch_ * seq_), targets(batch_ * seq_);
   TRELLIS_RETURN_IF_ERROR(data_->fill(completedSteps_, batch_, seq_,
-                                      tokens.i32(), targets.i32()));
+                                      tokens.data(), targets.data()));
+  scatterInput(tokensArg_, tokens, {batch_, seq_});
+  scatterInput(targetsArg_, targets, {batch_, seq_});
   if (stepArg_ >= 0)
     executor_.argument(stepArg_).f32()[0] =
         static_cast<float>(completedSteps_ + 1);
@@ -142,7 +193,21 @@ Status restoreTensor(const SafetensorsEntry &entry, Tensor &tensor,
 
 } // namespace
 
+Status Trainer::checkCheckpointable() const {
+  for (const Argument &argument : executor_.plan().arguments)
+    for (const std::vector<size_t> &axes : argument.sharding)
+      if (!axes.empty())
+        return Status::error("checkpoints of sharded parameters are not "
+                             "supported yet (\"" +
+                             argument.name + "\" is split over the mesh)");
+  return Status::success();
+}
+
 Status Trainer::save(const std::string &dir) const {
+  TRELLIS_RETURN_IF_ERROR(checkCheckpointable());
+  // Replicated state: rank 0 writes it for everyone.
+  if (rank() != 0)
+    return Status::success();
   ::mkdir(dir.c_str(), 0755);
   struct stat info;
   if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
@@ -177,6 +242,7 @@ Status Trainer::save(const std::string &dir) const {
 }
 
 Status Trainer::load(const std::string &dir) {
+  TRELLIS_RETURN_IF_ERROR(checkCheckpointable());
   StatusOr<SafetensorsFile> model = readSafetensors(dir + "/model.safetensors");
   if (!model.ok())
     return model.status().withContext("checkpoint");
@@ -245,34 +311,85 @@ Status Trainer::loadWeights(const std::string &path) {
   return Status::success();
 }
 
+namespace {
+
+/// "crash:R:S" / "hang:R:S" -> action, rank, step.
+struct Fault {
+  std::string action;
+  int64_t rank = -1, step = -1;
+};
+
+StatusOr<Fault> parseFault(const std::string &text) {
+  Fault fault;
+  if (text.empty())
+    return fault;
+  size_t first = text.find(':'), second = text.rfind(':');
+  if (first == std::string::npos || first == second)
+    return Status::error("expected --inject-fault crash:RANK:STEP or "
+                         "hang:RANK:STEP, found '" + text + "'");
+  fault.action = text.substr(0, first);
+  fault.rank = std::atoll(text.substr(first + 1, second - first - 1).c_str());
+  fault.step = std::atoll(text.substr(second + 1).c_str());
+  if (fault.action != "crash" && fault.action != "hang")
+    return Status::error("unknown fault '" + fault.action +
+                         "': expected crash or hang");
+  return fault;
+}
+
+} // namespace
+
 int runTrainingCommand(const TrainOptions &options) {
   using Clock = std::chrono::steady_clock;
-  StatusOr<std::unique_ptr<Trainer>> created = Trainer::create(options);
-  if (!created.ok()) {
-    std::fprintf(stderr, "trellis run: error: %s\n",
-                 created.status().message().c_str());
+  std::string prefix = options.rank >= 0
+                           ? "trellis run: rank " + std::to_string(options.rank) +
+                                 ": error: "
+                           : "trellis run: error: ";
+  auto fail = [&](const Status &status) {
+    std::fprintf(stderr, "%s%s\n", prefix.c_str(), status.message().c_str());
     return 1;
+  };
+  StatusOr<Fault> fault = parseFault(options.injectFault);
+  if (!fault.ok())
+    return fail(fault.status());
+  if (options.rank < 0) {
+    // The launcher: start one process per rank if the plan needs several.
+    StatusOr<Plan> plan = loadPlanFile(options.planPath);
+    if (!plan.ok())
+      return fail(plan.status());
+    int64_t ranks = planMesh(*plan).size();
+    if (ranks > 1 || options.nproc > 1 || options.nnodes > 1)
+      return launchRanks(options, planMesh(*plan));
   }
+  StatusOr<std::unique_ptr<Trainer>> created = Trainer::create(options);
+  if (!created.ok())
+    return fail(created.status());
   Trainer &trainer = **created;
+  bool printing = trainer.rank() == 0;
   trainer.executor().setProfiling(options.profile);
   int64_t first = trainer.completedSteps();
   double totalSeconds = 0;
   int64_t timedSteps = 0;
   for (int64_t i = 0; i < options.steps; ++i) {
+    if (fault->rank == trainer.rank() &&
+        fault->step == trainer.completedSteps() + 1) {
+      std::fflush(stdout);
+      if (fault->action == "crash")
+        std::raise(SIGKILL);
+      while (true)
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     Clock::time_point start = Clock::now();
     Status status = trainer.step();
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (!status.ok()) {
-      std::fprintf(stderr, "trellis run: error: %s\n", status.message().c_str());
-      return 1;
-    }
+    if (!status.ok())
+      return fail(status);
     // The first step warms caches and allocations: leave it out of the mean.
     if (i > 0 || options.steps == 1) {
       totalSeconds += seconds;
       ++timedSteps;
     }
     int64_t step = trainer.completedSteps();
-    if (step % options.logEvery == 0 || i + 1 == options.steps)
+    if (printing && (step % options.logEvery == 0 || i + 1 == options.steps))
       std::printf("step %lld | loss %.6f | %.0f tokens/s | %.1f ms\n",
                   static_cast<long long>(step), trainer.lastLoss(),
                   trainer.tokensPerStep() / seconds, seconds * 1e3);
@@ -281,20 +398,21 @@ int runTrainingCommand(const TrainOptions &options) {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   double meanMs = timedSteps ? totalSeconds / timedSteps * 1e3 : 0;
-  std::printf("summary: steps %lld-%lld | mean step %.2f ms | %.0f tokens/s | "
-              "buffers %.1f MiB | peak memory %.1f MiB\n",
-              static_cast<long long>(first + 1),
-              static_cast<long long>(trainer.completedSteps()), meanMs,
-              meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
-              trainer.executor().allocatedBytes() / 1048576.0,
-              usage.ru_maxrss / 1024.0);
-  if (options.profile) {
+  if (printing)
+    std::printf("summary: steps %lld-%lld | mean step %.2f ms | %.0f tokens/s | "
+                "buffers %.1f MiB | peak memory %.1f MiB\n",
+                static_cast<long long>(first + 1),
+                static_cast<long long>(trainer.completedSteps()), meanMs,
+                meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
+                trainer.executor().allocatedBytes() / 1048576.0,
+                usage.ru_maxrss / 1024.0);
+  if (options.profile && printing) {
     double total = 0;
-    for (const auto &[op, entry] : trainer.executor().profile())
-      total += entry.first;
     std::vector<std::pair<double, std::string>> sorted;
-    for (const auto &[op, entry] : trainer.executor().profile())
+    for (const auto &[op, entry] : trainer.executor().profile()) {
+      total += entry.first;
       sorted.emplace_back(entry.first, op);
+    }
     std::sort(sorted.rbegin(), sorted.rend());
     std::printf("profile: %.1f ms in kernels over %lld steps\n", total * 1e3,
                 static_cast<long long>(options.steps));
@@ -304,13 +422,12 @@ int runTrainingCommand(const TrainOptions &options) {
   }
   if (!options.saveDir.empty()) {
     Status status = trainer.save(options.saveDir);
-    if (!status.ok()) {
-      std::fprintf(stderr, "trellis run: error: %s\n", status.message().c_str());
-      return 1;
-    }
-    std::printf("saved checkpoint at step %lld to %s\n",
-                static_cast<long long>(trainer.completedSteps()),
-                options.saveDir.c_str());
+    if (!status.ok())
+      return fail(status);
+    if (printing)
+      std::printf("saved checkpoint at step %lld to %s\n",
+                  static_cast<long long>(trainer.completedSteps()),
+                  options.saveDir.c_str());
   }
   return 0;
 }

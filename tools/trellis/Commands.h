@@ -11,7 +11,14 @@
 
 #include "llvm/Support/CommandLine.h"
 
+#include <string>
+#include <vector>
+
 namespace trellis::driver {
+
+/// The process's command line, as main received it (for `run` to start its
+/// ranks with the same options).
+std::vector<std::string> &commandLine();
 
 /// `trellis groups`: prints the process groups of a mesh.
 extern llvm::cl::SubCommand groupsCommand;

@@ -43,6 +43,33 @@ cl::opt<int> runThreads("threads", cl::desc("BLAS threads"), cl::init(1),
 cl::opt<int64_t> runLogEvery("log-every",
                              cl::desc("Print every N steps (default 1)"),
                              cl::init(1), cl::sub(runCommand));
+cl::opt<int64_t> runNproc("nproc",
+                          cl::desc("Processes (ranks) to start on this node"),
+                          cl::init(1), cl::sub(runCommand));
+cl::opt<int64_t> runNnodes("nnodes", cl::desc("Nodes taking part"),
+                           cl::init(1), cl::sub(runCommand));
+cl::opt<int64_t> runNodeRank("node-rank", cl::desc("This node's index"),
+                             cl::init(0), cl::sub(runCommand));
+cl::opt<std::string> runRendezvous(
+    "rendezvous",
+    cl::desc("Directory the ranks meet in (shared by all nodes; default: a "
+             "fresh temporary one)"),
+    cl::value_desc("dir"), cl::sub(runCommand));
+cl::opt<std::string> runHost("host",
+                             cl::desc("Address this node's ranks listen on"),
+                             cl::init("127.0.0.1"), cl::sub(runCommand));
+cl::opt<double> runTimeout(
+    "timeout",
+    cl::desc("Seconds a collective may wait before the rank fails (a dead or "
+             "hung rank fails the job within this bound)"),
+    cl::init(60), cl::sub(runCommand));
+cl::opt<int64_t> runRank("rank", cl::desc("Global rank of this process (set "
+                                          "by the launcher)"),
+                         cl::init(-1), cl::Hidden, cl::sub(runCommand));
+cl::opt<std::string> runInjectFault(
+    "inject-fault",
+    cl::desc("Testing: crash:RANK:STEP or hang:RANK:STEP"), cl::Hidden,
+    cl::sub(runCommand));
 cl::opt<bool> runProfile("profile",
                          cl::desc("Print the time spent per op kind"),
                          cl::sub(runCommand));
@@ -61,6 +88,15 @@ int runRunCommand() {
   options.threads = runThreads;
   options.logEvery = std::max<int64_t>(1, runLogEvery);
   options.profile = runProfile;
+  options.nproc = runNproc;
+  options.nnodes = runNnodes;
+  options.nodeRank = runNodeRank;
+  options.rank = runRank;
+  options.rendezvousDir = runRendezvous;
+  options.hostname = runHost;
+  options.timeoutSeconds = runTimeout;
+  options.injectFault = runInjectFault;
+  options.command = commandLine();
   return runtime::runTrainingCommand(options);
 }
 

@@ -12,7 +12,13 @@
 
 using namespace trellis::driver;
 
+std::vector<std::string> &trellis::driver::commandLine() {
+  static std::vector<std::string> line;
+  return line;
+}
+
 int main(int argc, char **argv) {
+  commandLine().assign(argv, argv + argc);
   llvm::InitLLVM initLLVM(argc, argv);
   if (!llvm::cl::ParseCommandLineOptions(
           argc, argv,

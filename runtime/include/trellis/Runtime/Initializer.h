@@ -17,8 +17,9 @@ namespace trellis::runtime {
 class Executor;
 
 /// Fills parameters and optimizer states per their `init` ("normal:<std>",
-/// "zeros", "ones") and the step counter with 0.
-void initializeArguments(Executor &executor, uint64_t seed);
+/// "zeros", "ones") and the step counter with 0. A sharded argument of
+/// `rank` gets the values of its box of the global tensor.
+void initializeArguments(Executor &executor, uint64_t seed, int64_t rank);
 
 /// The standard normal sample number `index` of stream `key`.
 double counterNormal(uint64_t key, uint64_t index);

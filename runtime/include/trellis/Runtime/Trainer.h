@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace trellis::runtime {
 
@@ -40,11 +41,35 @@ struct TrainOptions {
   int64_t logEvery = 1;
   /// Print the time spent per op kind after the run.
   bool profile = false;
+
+  // Distributed runs (torchrun-like). The launcher (rank < 0) starts
+  // `nproc` processes on this node, each re-running the same command with
+  // --rank; ranks find each other through files in `rendezvousDir`.
+  /// Processes per node; the plan's mesh size must equal nproc * nnodes.
+  int64_t nproc = 1;
+  int64_t nnodes = 1;
+  int64_t nodeRank = 0;
+  /// This process's global rank, or -1 in the launcher.
+  int64_t rank = -1;
+  /// Shared directory for the rendezvous ("" = a fresh temporary one; with
+  /// several nodes it must be on a filesystem they share).
+  std::string rendezvousDir;
+  /// Address this node's ranks listen on.
+  std::string hostname = "127.0.0.1";
+  /// Bound on connecting and on every collective; a rank that dies or hangs
+  /// fails the others within it.
+  double timeoutSeconds = 60;
+  /// The command line to re-run in each rank (argv of the launcher).
+  std::vector<std::string> command;
+  /// Fault injection for tests: "crash:R:S" makes rank R kill itself with
+  /// SIGKILL before step S; "hang:R:S" makes it stop responding there.
+  std::string injectFault;
 };
 
 class Trainer {
 public:
-  Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed);
+  Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed,
+          std::unique_ptr<Communicator> communicator = nullptr);
   ~Trainer();
 
   /// Builds a trainer for `options` (reads the plan, opens the data,
@@ -55,8 +80,11 @@ public:
   Status step();
 
   int64_t completedSteps() const { return completedSteps_; }
+  /// This process's rank (0 without a communicator).
+  int64_t rank() const;
   float lastLoss() const { return executor_.loss(); }
   Executor &executor() { return executor_; }
+  /// Tokens of the global batch (all data-parallel shards).
   int64_t tokensPerStep() const { return batch_ * seq_; }
 
   /// Writes model.safetensors (parameters, Hugging Face names) and
@@ -70,7 +98,14 @@ public:
 
 private:
   std::string fingerprint() const;
+  /// Checkpoints hold whole tensors: sharded arguments cannot be saved yet.
+  Status checkCheckpointable() const;
 
+  /// Fills an input argument with this rank's shard of `global`.
+  void scatterInput(int64_t argument, const std::vector<int32_t> &global,
+                    const std::vector<int64_t> &globalShape);
+
+  std::unique_ptr<Communicator> communicator_;
   Executor executor_;
   std::unique_ptr<TokenSource> data_;
   int64_t completedSteps_ = 0;
