@@ -3,6 +3,7 @@
 #include "trellis/Target/Plan/PlanEmitter.h"
 
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 
 using namespace mlir;
 using namespace trellis;
@@ -38,6 +39,18 @@ std::optional<llvm::json::Value> attributeToJson(Attribute attr) {
     return llvm::json::Value(integer.getInt());
   if (auto real = llvm::dyn_cast<FloatAttr>(attr))
     return llvm::json::Value(real.getValueAsDouble());
+  if (auto kind = llvm::dyn_cast<ReductionKindAttr>(attr))
+    return llvm::json::Value(stringifyReductionKind(kind.getValue()).str());
+  if (auto array = llvm::dyn_cast<ArrayAttr>(attr)) {
+    llvm::json::Array names;
+    for (Attribute element : array) {
+      auto name = llvm::dyn_cast<StringAttr>(element);
+      if (!name)
+        return std::nullopt;
+      names.push_back(name.getValue().str());
+    }
+    return llvm::json::Value(std::move(names));
+  }
   if (auto ints = llvm::dyn_cast<DenseI64ArrayAttr>(attr))
     return llvm::json::Value(shapeArray(ints.asArrayRef()));
   if (auto reals = llvm::dyn_cast<DenseF64ArrayAttr>(attr)) {
@@ -54,12 +67,47 @@ public:
   FailureOr<llvm::json::Value> emit(func::FuncOp step, PlanMetadata metadata);
 
 private:
+  /// The mesh every sharding and collective of `step` uses (a plan runs on
+  /// one mesh), or none for a single-device program.
+  FailureOr<MeshOp> findMesh(func::FuncOp step);
+  /// Uses of a mesh must name the plan's mesh.
+  LogicalResult checkMesh(Operation *where, FlatSymbolRefAttr name);
+
   /// Assigns a buffer to `value` (once).
   FailureOr<int64_t> defineBuffer(Value value, Operation *where);
 
   DenseMap<Value, int64_t> bufferIds_;
   llvm::json::Array buffers_;
+  MeshOp mesh_;
 };
+
+LogicalResult Emitter::checkMesh(Operation *where, FlatSymbolRefAttr name) {
+  if (!mesh_)
+    mesh_ = lookupMesh(where, name, [&] { return where->emitError(); });
+  if (!mesh_)
+    return failure();
+  if (mesh_.getSymName() != name.getValue())
+    return where->emitError() << "a plan runs on one mesh: found @"
+                              << mesh_.getSymName() << " and " << name;
+  return success();
+}
+
+FailureOr<MeshOp> Emitter::findMesh(func::FuncOp step) {
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    if (auto sharding = step.getArgAttrOfType<ShardingAttr>(
+            i, TrellisDialect::kShardingAttrName))
+      if (failed(checkMesh(step, sharding.getMeshName())))
+        return failure();
+  WalkResult walk = step.walk([&](Operation *op) {
+    if (auto mesh = op->getAttrOfType<FlatSymbolRefAttr>("mesh"))
+      if (failed(checkMesh(op, mesh)))
+        return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  return mesh_;
+}
 
 FailureOr<int64_t> Emitter::defineBuffer(Value value, Operation *where) {
   auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
@@ -79,6 +127,15 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
   if (!llvm::hasSingleElement(step.getBody()))
     return step.emitError("expected a function with a single block");
   Block &body = step.getBody().front();
+  if (failed(findMesh(step)))
+    return failure();
+  llvm::json::Array mesh;
+  if (mesh_)
+    for (MeshAxisAttr axis : mesh_.getMesh().getAxes())
+      mesh.push_back(llvm::json::Object{{"name", axis.getName().str()},
+                                        {"size", axis.getSize()}});
+  else
+    mesh.push_back(llvm::json::Object{{"name", "dp"}, {"size", 1}});
 
   llvm::json::Array arguments;
   for (BlockArgument arg : body.getArguments()) {
@@ -96,13 +153,32 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
     if (!entry.get("role"))
       return step.emitError() << "argument " << arg.getArgNumber()
                               << " has no graph.role";
+    if (auto sharding = step.getArgAttrOfType<ShardingAttr>(
+            arg.getArgNumber(), TrellisDialect::kShardingAttrName)) {
+      if (!sharding.getPartialAxes().empty())
+        return step.emitError() << "argument " << arg.getArgNumber()
+                                << " is partial: a plan's arguments hold "
+                                   "whole or split values";
+      llvm::json::Array dims;
+      for (DimShardingAttr dim : sharding.getDims()) {
+        llvm::json::Array axes;
+        for (StringAttr axis : dim.getAxes())
+          axes.push_back(axis.getValue().str());
+        dims.push_back(std::move(axes));
+      }
+      entry["sharding"] = std::move(dims);
+    }
     arguments.push_back(std::move(entry));
   }
 
   llvm::json::Array program;
   for (Operation &op : body.without_terminator()) {
-    if (!llvm::isa<GraphDialect>(op.getDialect()))
-      return op.emitError() << "the plan executes graph ops only, found '"
+    if (llvm::isa<ShardOp>(op))
+      return op.emitError() << "sharding annotations remain: partition the "
+                               "program before emitting a plan";
+    if (!llvm::isa<GraphDialect, TrellisDialect>(op.getDialect()))
+      return op.emitError() << "the plan executes graph and trellis ops, "
+                               "found '"
                             << op.getName() << "'";
     llvm::json::Array inputs, outputs;
     for (Value operand : op.getOperands())
@@ -118,6 +194,9 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
         op.getPropertiesAsAttribute());
     for (NamedAttribute named :
          inherent ? inherent.getValue() : ArrayRef<NamedAttribute>()) {
+      // The plan has one mesh: collectives need not name it.
+      if (named.getName() == "mesh")
+        continue;
       std::optional<llvm::json::Value> value =
           attributeToJson(named.getValue());
       if (!value)
@@ -155,8 +234,7 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       {"format", "trellis-plan"},
       {"version", kPlanFormatVersion},
       {"metadata", std::move(metadata.fields)},
-      {"mesh", llvm::json::Array{llvm::json::Object{{"name", "dp"},
-                                                    {"size", 1}}}},
+      {"mesh", std::move(mesh)},
       {"buffers", std::move(buffers_)},
       {"arguments", std::move(arguments)},
       {"results", std::move(results)},

@@ -360,3 +360,20 @@ func.func @nested_mesh() {
   trellis.mesh @mesh = <["dp"=2]>
   return
 }
+
+// -----
+
+// Tests that trellis.partitioned is a unit attribute of functions.
+trellis.mesh @mesh = <["dp"=2]>
+// expected-error @+1 {{'func.func' op 'trellis.partitioned' is a unit attribute of functions}}
+func.func @bad_partitioned() attributes {trellis.partitioned = 1} {
+  return
+}
+
+// -----
+
+// Tests that unknown trellis attributes on operations are rejected.
+// expected-error @+1 {{'func.func' op unknown trellis attribute 'trellis.partition'}}
+func.func @misspelled_partitioned() attributes {trellis.partition} {
+  return
+}

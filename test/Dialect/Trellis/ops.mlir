@@ -54,3 +54,12 @@ func.func @point_to_point(%arg0: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
   %0 = trellis.recv from @mesh ["pp"] peer 1 channel 4 : tensor<4x8xbf16>
   return %0 : tensor<4x8xbf16>
 }
+
+// Tests that in a partitioned function argument shardings describe local
+// shards: a local size of 1 split over dp=4 is fine.
+trellis.mesh @mesh4 = <["dp"=4]>
+// CHECK-LABEL: func.func @partitioned
+// CHECK-SAME: attributes {trellis.partitioned}
+func.func @partitioned(%arg0: tensor<1x8xi32> {trellis.sharding = #trellis.sharding<@mesh4, [{"dp"}, {}]>}) attributes {trellis.partitioned} {
+  return
+}

@@ -269,7 +269,7 @@ bool ShardingAttr::usesAxis(StringRef axis) const {
 
 LogicalResult
 ShardingAttr::verifyForType(function_ref<InFlightDiagnostic()> emitError,
-                            MeshAttr mesh, Type type) const {
+                            MeshAttr mesh, Type type, bool typeIsLocal) const {
   auto tensorType = llvm::dyn_cast<RankedTensorType>(type);
   if (!tensorType)
     return emitError() << "expected a ranked tensor to carry a sharding, found "
@@ -298,7 +298,7 @@ ShardingAttr::verifyForType(function_ref<InFlightDiagnostic()> emitError,
         return failure();
       divisor *= mesh.getAxes()[*mesh.getAxisIndex(axis.getValue())].getSize();
     }
-    if (dim.getAxes().empty())
+    if (dim.getAxes().empty() || typeIsLocal)
       continue;
     int64_t size = tensorType.getDimSize(dimIndex);
     if (ShapedType::isDynamic(size))

@@ -42,10 +42,24 @@ LogicalResult verifyShardingAttribute(Operation *op, NamedAttribute attr,
   MeshOp mesh = lookupMesh(op, sharding.getMeshName(), emitError);
   if (!mesh)
     return failure();
-  return sharding.verifyForType(emitError, mesh.getMesh(), type);
+  bool local = op->hasAttr(TrellisDialect::kPartitionedAttrName);
+  return sharding.verifyForType(emitError, mesh.getMesh(), type, local);
 }
 
 } // namespace
+
+LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
+                                                      NamedAttribute attr) {
+  if (attr.getName() == kPartitionedAttrName) {
+    if (!llvm::isa<UnitAttr>(attr.getValue()) ||
+        !llvm::isa<FunctionOpInterface>(op))
+      return op->emitOpError() << "'" << kPartitionedAttrName
+                               << "' is a unit attribute of functions";
+    return success();
+  }
+  return op->emitOpError() << "unknown trellis attribute '"
+                           << attr.getName().getValue() << "'";
+}
 
 LogicalResult TrellisDialect::verifyRegionArgAttribute(Operation *op,
                                                        unsigned,

@@ -90,10 +90,12 @@ def Trellis_ShardingAttr : Trellis_Attr<"Sharding", "sharding"> {
     /// True when `axis` splits some dimension or is partial.
     bool usesAxis(::llvm::StringRef axis) const;
     /// Checks this sharding against `mesh` and a value of type `type`:
-    /// known axes, matching rank, divisible dimensions.
+    /// known axes, matching rank, and (unless `typeIsLocal`: the type is
+    /// one rank's shard, as in a partitioned function) divisible
+    /// dimensions.
     ::llvm::LogicalResult verifyForType(
         ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
-        MeshAttr mesh, ::mlir::Type type) const;
+        MeshAttr mesh, ::mlir::Type type, bool typeIsLocal = false) const;
     /// The per-rank shape of a tensor of `globalShape` under this sharding.
     /// Precondition: verifyForType succeeded.
     ::llvm::SmallVector<int64_t> getLocalShape(

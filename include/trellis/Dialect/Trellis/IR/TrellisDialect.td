@@ -27,11 +27,17 @@ def Trellis_Dialect : Dialect {
     attribute; values inside a body get one through `trellis.shard`.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
   let extraClassDeclaration = [{
     /// The name of the argument and result attribute holding a sharding.
     static constexpr ::llvm::StringLiteral kShardingAttrName = "trellis.sharding";
+    /// Unit attribute of a function whose values are per-rank shards (the
+    /// partitioner's output): its argument and result shardings describe
+    /// local types, so sizes need not divide.
+    static constexpr ::llvm::StringLiteral kPartitionedAttrName =
+        "trellis.partitioned";
 
   private:
     /// Registers the attributes of TrellisAttrs.td.
