@@ -93,6 +93,15 @@ Status runCollective(const Instruction &instruction, const AxisList &axes,
     return comm->recv(axes, out->f32(), out->size(), instruction.integer("peer"),
                       instruction.integer("channel"));
 
+  if (op == "slice_shard") {
+    // This rank's piece along dim: no communication.
+    int64_t dim = instruction.integer("dim");
+    std::vector<float> packed(in->size());
+    packAlong(in->f32(), in->shape(), dim, group, packed.data());
+    std::memcpy(out->raw(), packed.data() + comm->groupPosition(axes) * out->size(),
+                out->bytes());
+    return Status::success();
+  }
   if (op == "all_gather") {
     // Members' pieces arrive one after another; interleave them along dim.
     std::vector<float> gathered(out->size());

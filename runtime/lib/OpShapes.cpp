@@ -340,6 +340,15 @@ void addCollectiveRules(std::map<std::string, Rule> &t) {
     TRELLIS_RETURN_IF_ERROR(checkPosition(c, "root"));
     return c.output(0, c.inShape(0));
   };
+  t["slice_shard"] = [](const Checker &c) {
+    TRELLIS_RETURN_IF_ERROR(checkCollective(c, 1, 1, {"dim"}));
+    TRELLIS_RETURN_IF_ERROR(checkDim(c, "dim", c.inShape(0).size()));
+    int64_t dim = c.instruction().integer("dim");
+    TRELLIS_RETURN_IF_ERROR(checkDivisible(c, dim));
+    Shape result = c.inShape(0);
+    result[dim] /= c.groupSize();
+    return c.output(0, result);
+  };
   t["collective_permute"] = [](const Checker &c) {
     TRELLIS_RETURN_IF_ERROR(checkCollective(c, 1, 1, {"shift"}));
     return c.output(0, c.inShape(0));
@@ -634,7 +643,8 @@ const std::map<std::string, Rule> &rules() {
 bool isCollective(const std::string &op) {
   return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" ||
          op == "all_to_all" || op == "broadcast" ||
-         op == "collective_permute" || op == "send" || op == "recv";
+         op == "collective_permute" || op == "send" || op == "recv" ||
+         op == "slice_shard";
 }
 
 Status validateInstruction(const Instruction &instruction,

@@ -10,11 +10,13 @@
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Graph/Transforms/Passes.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
+#include "trellis/Sharding/Passes.h"
 
 int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
   trellis::registerAutodiffPasses();
   trellis::graph::registerGraphPasses();
+  trellis::registerShardingPasses();
   mlir::DialectRegistry registry;
   registry.insert<trellis::TrellisDialect, trellis::graph::GraphDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::tensor::TensorDialect>();

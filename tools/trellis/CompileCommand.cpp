@@ -13,6 +13,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "trellis/Autodiff/Passes.h"
+#include "trellis/Sharding/Passes.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -49,6 +50,9 @@ cl::opt<double> compileEpsilon("adam-eps", cl::desc("AdamW epsilon"),
 cl::opt<double> compileWeightDecay("weight-decay",
                                    cl::desc("Weight decay"), cl::init(0.0),
                                    cl::sub(compileCommand));
+cl::opt<int64_t> compileDataParallel(
+    "dp", cl::desc("Data-parallel degree: split the batch over N ranks"),
+    cl::init(1), cl::sub(compileCommand));
 enum class EmitKind { Plan, Mlir };
 cl::opt<EmitKind> compileEmit(
     "emit", cl::desc("What to write"),
@@ -77,6 +81,17 @@ int runCompileCommand() {
     options.epsilon = compileEpsilon;
     options.weightDecay = compileWeightDecay;
     pm.addPass(createAutodiffPass(options));
+    if (mlir::failed(pm.run(module)))
+      return 1;
+  }
+  if (compileDataParallel != 1) {
+    mlir::PassManager pm(&context);
+    ApplyPresetPassOptions preset;
+    preset.functionName = stepName.str();
+    preset.dataParallel = compileDataParallel;
+    pm.addPass(createApplyPresetPass(preset));
+    pm.addNestedPass<mlir::func::FuncOp>(createPropagateShardingsPass());
+    pm.addNestedPass<mlir::func::FuncOp>(createPartitionPass());
     if (mlir::failed(pm.run(module)))
       return 1;
   }

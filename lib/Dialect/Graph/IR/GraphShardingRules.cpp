@@ -192,8 +192,10 @@ ShardingRule ReduceMeanOp::getShardingRule() {
 
 // Splitting a max-reduced dimension leaves the result partial with kind max.
 ShardingRule ReduceMaxOp::getShardingRule() {
-  return reduceRule(getInput(), getDims(), getKeepDims(),
-                    FactorKind::Reduction);
+  ShardingRule rule = reduceRule(getInput(), getDims(), getKeepDims(),
+                                 FactorKind::Reduction);
+  rule.partialIsMax = true;
+  return rule;
 }
 
 //===----------------------------------------------------------------------===//

@@ -57,6 +57,25 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
                                << "' is a unit attribute of functions";
     return success();
   }
+  if (attr.getName() == kResultShardingsAttrName) {
+    auto shardings = llvm::dyn_cast<ArrayAttr>(attr.getValue());
+    if (!shardings || shardings.size() != op->getNumResults() ||
+        !llvm::all_of(shardings, [](Attribute a) {
+          return llvm::isa<ShardingAttr>(a);
+        }))
+      return op->emitOpError()
+             << "expected '" << kResultShardingsAttrName << "' to hold "
+             << op->getNumResults() << " #trellis.sharding, one per result";
+    for (auto [result, sharding] : llvm::zip(op->getResults(), shardings)) {
+      auto emitError = [&]() { return op->emitOpError() << "result sharding: "; };
+      auto attr = llvm::cast<ShardingAttr>(sharding);
+      MeshOp mesh = lookupMesh(op, attr.getMeshName(), emitError);
+      if (!mesh || failed(attr.verifyForType(emitError, mesh.getMesh(),
+                                             result.getType())))
+        return failure();
+    }
+    return success();
+  }
   return op->emitOpError() << "unknown trellis attribute '"
                            << attr.getName().getValue() << "'";
 }

@@ -186,6 +186,23 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &) {
                               .str());
 }
 
+LogicalResult SliceShardOp::verifySymbolUses(SymbolTableCollection &) {
+  FailureOr<int64_t> groupSize = verifyGroup(*this, getMeshAttr(), getAxes());
+  if (failed(groupSize))
+    return failure();
+  auto inputType = llvm::cast<RankedTensorType>(getInput().getType());
+  int64_t dim = getDim();
+  if (failed(verifyDimInRange(*this, "dim", dim, inputType)) ||
+      failed(verifyDivisible(*this, dim, inputType, *groupSize, getAxes())))
+    return failure();
+  SmallVector<int64_t> shape(inputType.getShape());
+  shape[dim] /= *groupSize;
+  return verifyResultType(*this, inputType.clone(shape), getResult().getType(),
+                          ("dimension " + Twine(dim) + " cut into " +
+                           Twine(*groupSize) + " pieces")
+                              .str());
+}
+
 LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &) {
   FailureOr<int64_t> groupSize = verifyGroup(*this, getMeshAttr(), getAxes());
   if (failed(groupSize))

@@ -9,7 +9,8 @@
 namespace trellis::runtime {
 
 /// Executes a collective instruction (all_reduce, all_gather,
-/// reduce_scatter, all_to_all, broadcast, collective_permute, send, recv)
+/// reduce_scatter, all_to_all, broadcast, collective_permute, send, recv,
+/// slice_shard)
 /// over the group along `axes`. Precondition: validated.
 Status runCollective(const Instruction &instruction, const AxisList &axes,
                      std::vector<Tensor> &buffers, Communicator *comm);

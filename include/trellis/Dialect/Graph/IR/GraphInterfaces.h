@@ -36,6 +36,9 @@ struct ShardingRule {
   llvm::SmallVector<FactorKind> factorKinds;
   llvm::SmallVector<llvm::SmallVector<int64_t>> operandFactors;
   llvm::SmallVector<llvm::SmallVector<int64_t>> resultFactors;
+  /// How results combine when a factor they lack is split: partial sums,
+  /// or partial maxima (reduce_max).
+  bool partialIsMax = false;
 
   /// Adds a factor and returns its index.
   int64_t addFactor(int64_t size, FactorKind kind) {

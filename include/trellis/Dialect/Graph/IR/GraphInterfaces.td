@@ -21,7 +21,19 @@ def Graph_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   }];
   let methods = [
     InterfaceMethod<"Returns the sharding rule of this op.",
-      "::trellis::graph::ShardingRule", "getShardingRule">
+      "::trellis::graph::ShardingRule", "getShardingRule">,
+    InterfaceMethod<[{
+        Called by the partitioner on the per-rank copy of an op, whose
+        operands and results have local types; `globalOperandTypes` are the
+        types the op had before partitioning. Rewrites attributes that
+        encode global sizes (a result shape, a count to normalize by).
+        Fails, with a diagnostic, for a split this op cannot run locally
+        yet.
+      }],
+      "::llvm::LogicalResult", "localizeAttributes",
+      (ins "::mlir::TypeRange":$globalOperandTypes), [{}], [{
+        return ::mlir::success();
+      }]>
   ];
 }
 

@@ -28,15 +28,22 @@ def Graph_ScalarResult : 0DTensorOf<[F32]>;
 // Every graph op: pure, infers its result types, and has a sharding rule and
 // a gradient. Ops with a cost other than "one flop per result element"
 // override getCost.
-class Graph_Op<string mnemonic, list<Trait> traits = []>
+// `shardingMethods` lists the optional ShardingRuleOpInterface methods the
+// op overrides (["localizeAttributes"] for ops whose attributes encode
+// global sizes).
+class Graph_Op<string mnemonic, list<Trait> traits = [],
+               list<string> shardingMethods = []>
     : Op<Graph_Dialect, mnemonic, !listconcat(traits, [Pure,
         InferTypeOpAdaptor,
-        DeclareOpInterfaceMethods<Graph_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<Graph_ShardingRuleOpInterface,
+                                  shardingMethods>,
         DeclareOpInterfaceMethods<Graph_GradientOpInterface>])>;
 
-class Graph_CostlyOp<string mnemonic, list<Trait> traits = []>
+class Graph_CostlyOp<string mnemonic, list<Trait> traits = [],
+                     list<string> shardingMethods = []>
     : Graph_Op<mnemonic, !listconcat(traits, [
-        DeclareOpInterfaceMethods<Graph_CostOpInterface, ["getCost"]>])>;
+        DeclareOpInterfaceMethods<Graph_CostOpInterface, ["getCost"]>]),
+        shardingMethods>;
 
 class Graph_DefaultCostOp<string mnemonic, list<Trait> traits = []>
     : Graph_Op<mnemonic, !listconcat(traits, [Graph_CostOpInterface])>;
@@ -45,7 +52,7 @@ class Graph_DefaultCostOp<string mnemonic, list<Trait> traits = []>
 // Constants
 //===----------------------------------------------------------------------===//
 
-def Graph_FillOp : Graph_CostlyOp<"fill"> {
+def Graph_FillOp : Graph_CostlyOp<"fill", [], ["localizeAttributes"]> {
   let summary = "A tensor with every element equal to `value`";
   let arguments = (ins DenseI64ArrayAttr:$shape, F64Attr:$value);
   let results = (outs Graph_FloatTensor:$result);
@@ -139,7 +146,7 @@ def Graph_ReduceSumOp : Graph_ReduceOp<"reduce_sum">;
 def Graph_ReduceMeanOp : Graph_ReduceOp<"reduce_mean">;
 def Graph_ReduceMaxOp : Graph_ReduceOp<"reduce_max">;
 
-def Graph_BroadcastToOp : Graph_CostlyOp<"broadcast_to"> {
+def Graph_BroadcastToOp : Graph_CostlyOp<"broadcast_to", [], ["localizeAttributes"]> {
   let summary = "Broadcasts to `shape` with NumPy rules";
   let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Graph_FloatTensor:$result);
@@ -150,7 +157,7 @@ def Graph_BroadcastToOp : Graph_CostlyOp<"broadcast_to"> {
 // Layout
 //===----------------------------------------------------------------------===//
 
-def Graph_ReshapeOp : Graph_CostlyOp<"reshape"> {
+def Graph_ReshapeOp : Graph_CostlyOp<"reshape", [], ["localizeAttributes"]> {
   let summary = "Same elements in row-major order, another shape";
   let arguments = (ins AnyStaticShapeTensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs AnyStaticShapeTensor:$result);
@@ -165,7 +172,7 @@ def Graph_TransposeOp : Graph_CostlyOp<"transpose"> {
   let assemblyFormat = "$input `perm` $permutation attr-dict `:` type($input)";
 }
 
-def Graph_SliceOp : Graph_CostlyOp<"slice"> {
+def Graph_SliceOp : Graph_CostlyOp<"slice", [], ["localizeAttributes"]> {
   let summary = "The box [offsets, offsets + sizes) of the input";
   let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$offsets,
                        DenseI64ArrayAttr:$sizes);
@@ -284,7 +291,7 @@ def Graph_RmsNormGradOp : Graph_CostlyOp<"rms_norm_grad", [
   }];
 }
 
-def Graph_EmbeddingOp : Graph_CostlyOp<"embedding"> {
+def Graph_EmbeddingOp : Graph_CostlyOp<"embedding", [], ["localizeAttributes"]> {
   let summary = "Rows of `table` [V, E] selected by `ids`";
   let description = [{
     The result has shape ids.shape + [E]. Row `id - vocab_offset` is taken
@@ -297,7 +304,7 @@ def Graph_EmbeddingOp : Graph_CostlyOp<"embedding"> {
   let assemblyFormat = "$table `,` $ids attr-dict `:` type($table) `,` type($ids)";
 }
 
-def Graph_EmbeddingGradOp : Graph_CostlyOp<"embedding_grad"> {
+def Graph_EmbeddingGradOp : Graph_CostlyOp<"embedding_grad", [], ["localizeAttributes"]> {
   let summary = "Gradient of embedding for its table: rows scatter-added";
   let arguments = (ins Graph_IndexTensor:$ids, Graph_FloatTensor:$result_grad,
                        I64Attr:$num_embeddings,
@@ -359,7 +366,7 @@ def Graph_AttentionGradOp : Graph_CostlyOp<"attention_grad", [
   }];
 }
 
-def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy"> {
+def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy", [], ["localizeAttributes"]> {
   let summary = "Mean cross-entropy of logits [..., V] against target ids";
   let description = [{
     Returns sum over target positions of logsumexp(logits) - logits[target],
@@ -374,7 +381,7 @@ def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy"> {
   let assemblyFormat = "$logits `,` $targets attr-dict `:` type($logits) `,` type($targets)";
 }
 
-def Graph_CrossEntropyGradOp : Graph_CostlyOp<"cross_entropy_grad"> {
+def Graph_CrossEntropyGradOp : Graph_CostlyOp<"cross_entropy_grad", [], ["localizeAttributes"]> {
   let summary = "Gradient of cross_entropy for its logits";
   let arguments = (ins Graph_FloatTensor:$logits, Graph_IndexTensor:$targets,
                        Graph_ScalarTensor:$loss_grad,

@@ -38,6 +38,10 @@ def Trellis_Dialect : Dialect {
     /// local types, so sizes need not divide.
     static constexpr ::llvm::StringLiteral kPartitionedAttrName =
         "trellis.partitioned";
+    /// Attribute propagation leaves on ops: one #trellis.sharding per
+    /// result.
+    static constexpr ::llvm::StringLiteral kResultShardingsAttrName =
+        "trellis.result_shardings";
 
   private:
     /// Registers the attributes of TrellisAttrs.td.

@@ -175,6 +175,24 @@ def Trellis_CollectivePermuteOp : Trellis_CollectiveOp<"collective_permute", [
     "$input `over` $mesh $axes `shift` $shift attr-dict `:` type($result)";
 }
 
+def Trellis_SliceShardOp : Trellis_CollectiveOp<"slice_shard", [Pure]> {
+  let summary = "Keeps this rank's piece of a replicated value (no communication)";
+  let description = [{
+    ```mlir
+    %1 = trellis.slice_shard %0 over @mesh ["tp"] dim 1
+        : tensor<8x16xf32> -> tensor<8x4xf32>
+    ```
+    The rank at group position i keeps piece i of `dim`, cut into group-size
+    equal pieces: the local step from a replicated to a split value.
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$dim);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    $input `over` $mesh $axes `dim` $dim attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Point to point
 //===----------------------------------------------------------------------===//

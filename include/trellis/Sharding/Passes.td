@@ -1,0 +1,69 @@
+//===- Passes.td - Sharding passes -------------------------*- tablegen -*-===//
+
+#ifndef TRELLIS_SHARDING_PASSES_TD
+#define TRELLIS_SHARDING_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
+  let summary = "Declares the mesh and annotates a training step for a preset";
+  let description = [{
+    Writes annotations only; the partitioner derives every collective.
+    `dp=N`: declares `trellis.mesh @mesh` with axis "dp" of size N and
+    splits the batch dimension of the `tokens` and `targets` inputs of the
+    function over it (parameters stay replicated).
+
+    Preconditions: the function (option `function`, default `train_step`)
+    has inputs named tokens and targets (graph.param) whose batch dimension
+    N divides. Postconditions: those arguments carry `trellis.sharding`.
+    Errors: a batch not divisible by N, an existing mesh named @mesh.
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "Function to annotate">,
+    Option<"dataParallel", "dp", "int64_t", "1", "Data-parallel degree">
+  ];
+  let dependentDialects = ["::trellis::TrellisDialect"];
+}
+
+def PropagateShardingsPass
+    : Pass<"trellis-propagate-shardings", "::mlir::func::FuncOp"> {
+  let summary = "Gives every value a sharding from the annotated ones";
+  let description = [{
+    Starting from argument shardings (`trellis.sharding`), propagates
+    through each op's factor-based sharding rule, forwards and backwards, to
+    a fixpoint: a factor takes the axes of the first tensor dimension that
+    has them (argument annotations are never changed), and every dimension
+    of that factor that is still unsplit takes them too, unless the factor
+    must stay whole, the axis is already used by the tensor, or the size
+    does not divide. Results whose split factors they lack are partial over
+    those axes.
+
+    Postconditions: every op with results carries
+    `trellis.result_shardings`, one `#trellis.sharding` per result; values
+    that no sharding reached are replicated. With `explain`, a remark on
+    each op tells which factors were split and why a large value stayed
+    replicated.
+  }];
+  let options = [
+    Option<"explain", "explain", "bool", "false",
+           "Emit remarks on where shardings came from">
+  ];
+}
+
+def PartitionPass : Pass<"trellis-partition", "::mlir::func::FuncOp"> {
+  let summary = "Rewrites a sharded function into its per-rank program";
+  let description = [{
+    Preconditions: shardings propagated (`trellis.result_shardings` on every
+    op). Rewrites every value to its local shape and inserts, where the
+    sharding a value has differs from the one its user needs, the cheapest
+    collective: partial -> replicated all_reduce; partial -> split
+    reduce_scatter; split -> replicated all_gather; split along another
+    dimension all_to_all; replicated -> split a local `trellis.slice_shard`.
+    Function results become replicated. Postconditions: the function is
+    marked `trellis.partitioned`; no `trellis.result_shardings` remain.
+  }];
+  let dependentDialects = ["::trellis::TrellisDialect"];
+}
+
+#endif // TRELLIS_SHARDING_PASSES_TD

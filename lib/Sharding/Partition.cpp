@@ -1,0 +1,288 @@
+//===- Partition.cpp - A sharded function becomes its per-rank program ----===//
+
+#include "trellis/Sharding/Passes.h"
+
+#include "ValueSharding.h"
+
+#include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_PARTITIONPASS
+#include "trellis/Sharding/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+using namespace trellis::sharding;
+
+namespace {
+
+class Partitioner {
+public:
+  Partitioner(func::FuncOp function, MeshOp mesh)
+      : function_(function), mesh_(mesh.getMesh()),
+        meshName_(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
+        builder_(function.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  /// Turns `value` (local, sharded as `actual`) into one sharded as
+  /// `required`, inserting collectives before the builder's point.
+  Value reshard(Location loc, Value value, ValueSharding actual,
+                const ValueSharding &required);
+  Value allReduce(Location loc, Value value, const AxisNames &axes,
+                  ReductionKind kind);
+  /// `value` with `type`'s element type and `shape`.
+  RankedTensorType withShape(Value value, ArrayRef<int64_t> shape) {
+    return llvm::cast<RankedTensorType>(value.getType()).clone(shape);
+  }
+  ArrayAttr axesAttr(ArrayRef<StringAttr> axes) {
+    return builder_.getArrayAttr(SmallVector<Attribute>(axes.begin(), axes.end()));
+  }
+  /// What partitioning an op needs from before any type changed.
+  struct GlobalView {
+    Operation *op;
+    graph::ShardingRule rule;
+    SmallVector<Type> operandTypes;
+  };
+  LogicalResult partitionOp(const GlobalView &global);
+
+  func::FuncOp function_;
+  MeshAttr mesh_;
+  FlatSymbolRefAttr meshName_;
+  OpBuilder builder_;
+  /// The sharding each (already local) value has.
+  DenseMap<Value, ValueSharding> actual_;
+};
+
+Value Partitioner::allReduce(Location loc, Value value, const AxisNames &axes,
+                             ReductionKind kind) {
+  return AllReduceOp::create(builder_, loc, value.getType(), value, meshName_,
+                             axesAttr(axes),
+                             ReductionKindAttr::get(builder_.getContext(), kind));
+}
+
+Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
+                           const ValueSharding &required) {
+  SmallVector<int64_t> shape(
+      llvm::cast<RankedTensorType>(value.getType()).getShape());
+  auto isPrefix = [](const AxisNames &prefix, const AxisNames &of) {
+    return prefix.size() <= of.size() &&
+           std::equal(prefix.begin(), prefix.end(), of.begin());
+  };
+  // 1. Partial values: a reduce_scatter where the required split appends
+  //    exactly that axis to a dimension, an all_reduce for the rest.
+  if (!actual.partial.empty()) {
+    AxisNames reduceAll, scatterAxes;
+    SmallVector<int64_t> scatterDims;
+    for (StringAttr axis : actual.partial) {
+      bool scattered = false;
+      for (size_t d = 0; d < shape.size() && !scattered; ++d) {
+        AxisNames extended = actual.dims[d];
+        extended.push_back(axis);
+        if (extended == required.dims[d] &&
+            shape[d] % axesSize(mesh_, {axis}) == 0) {
+          scatterAxes.push_back(axis);
+          scatterDims.push_back(d);
+          scattered = true;
+        }
+      }
+      if (!scattered)
+        reduceAll.push_back(axis);
+    }
+    if (!reduceAll.empty())
+      value = allReduce(loc, value, reduceAll, actual.partialKind);
+    for (auto [axis, d] : llvm::zip(scatterAxes, scatterDims)) {
+      shape[d] /= axesSize(mesh_, {axis});
+      value = ReduceScatterOp::create(
+          builder_, loc, withShape(value, shape), value, meshName_,
+          axesAttr({axis}), builder_.getI64IntegerAttr(d),
+          ReductionKindAttr::get(builder_.getContext(), actual.partialKind));
+      actual.dims[d].push_back(axis);
+    }
+    actual.partial.clear();
+  }
+  // 2. Undo splits the requirement does not start with, minor axis first:
+  //    move it to the dimension that wants it next (all_to_all), else
+  //    gather it.
+  for (size_t d = 0; d < shape.size(); ++d) {
+    while (!isPrefix(actual.dims[d], required.dims[d])) {
+      StringAttr axis = actual.dims[d].back();
+      int64_t pieces = axesSize(mesh_, {axis});
+      std::optional<size_t> target;
+      for (size_t e = 0; e < shape.size() && !target; ++e) {
+        if (e == d)
+          continue;
+        AxisNames extended = actual.dims[e];
+        extended.push_back(axis);
+        if (isPrefix(extended, required.dims[e]) && shape[e] % pieces == 0)
+          target = e;
+      }
+      if (target) {
+        shape[*target] /= pieces;
+        shape[d] *= pieces;
+        value = AllToAllOp::create(builder_, loc, withShape(value, shape), value,
+                                   meshName_, axesAttr({axis}),
+                                   builder_.getI64IntegerAttr(*target),
+                                   builder_.getI64IntegerAttr(d));
+        actual.dims[*target].push_back(axis);
+      } else {
+        shape[d] *= pieces;
+        value = AllGatherOp::create(builder_, loc, withShape(value, shape),
+                                    value, meshName_, axesAttr({axis}),
+                                    builder_.getI64IntegerAttr(d));
+      }
+      actual.dims[d].pop_back();
+    }
+  }
+  // 3. Add the splits still missing: each rank keeps its piece.
+  for (size_t d = 0; d < shape.size(); ++d) {
+    for (size_t k = actual.dims[d].size(); k < required.dims[d].size(); ++k) {
+      StringAttr axis = required.dims[d][k];
+      shape[d] /= axesSize(mesh_, {axis});
+      value = SliceShardOp::create(builder_, loc, withShape(value, shape), value,
+                                   meshName_, axesAttr({axis}),
+                                   builder_.getI64IntegerAttr(d));
+      actual.dims[d].push_back(axis);
+    }
+  }
+  return value;
+}
+
+LogicalResult Partitioner::partitionOp(const GlobalView &global) {
+  Operation *op = global.op;
+  const graph::ShardingRule &rule = global.rule;
+  auto ruleOp = llvm::dyn_cast<graph::ShardingRuleOpInterface>(op);
+  auto shardings = op->getAttrOfType<ArrayAttr>(kResultShardingsAttrName);
+  if (!ruleOp || !shardings || shardings.size() != op->getNumResults())
+    return op->emitOpError("has no propagated sharding: run "
+                           "-trellis-propagate-shardings first");
+  SmallVector<ValueSharding> resultShardings;
+  for (Attribute attr : shardings)
+    resultShardings.push_back(
+        ValueSharding::fromAttr(llvm::cast<ShardingAttr>(attr)));
+
+  // The factors' axes follow from the operands as they are and the results
+  // as propagation decided; each operand is brought to its projection.
+  // Copies: pointers into actual_ would not survive its growth.
+  SmallVector<ValueSharding> operandShardings;
+  for (Value operand : op->getOperands())
+    operandShardings.push_back(actual_.lookup(operand));
+  SmallVector<const ValueSharding *> known;
+  for (const ValueSharding &sharding : operandShardings)
+    known.push_back(&sharding);
+  for (const ValueSharding &sharding : resultShardings)
+    known.push_back(&sharding);
+  // Results first: the decision already made wins over operand layouts.
+  SmallVector<const ValueSharding *> resultsFirst(
+      known.begin() + op->getNumOperands(), known.end());
+  graph::ShardingRule resultsOnly = rule;
+  resultsOnly.operandFactors.clear();
+  SmallVector<AxisNames> factorAxes = resolveFactors(resultsOnly, resultsFirst);
+  SmallVector<AxisNames> fromOperands = resolveFactors(rule, known);
+  for (auto [factor, axes] : llvm::enumerate(factorAxes))
+    if (axes.empty()) {
+      bool taken = llvm::any_of(fromOperands[factor], [&](StringAttr axis) {
+        return llvm::any_of(factorAxes, [&](const AxisNames &other) {
+          return llvm::is_contained(other, axis);
+        });
+      });
+      if (!taken)
+        axes = fromOperands[factor];
+    }
+
+  builder_.setInsertionPoint(op);
+  SmallVector<Value> operands;
+  for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+    ValueSharding required = projectFactors(rule.operandFactors[i], factorAxes);
+    operands.push_back(
+        reshard(op->getLoc(), operand, operandShardings[i], required));
+  }
+  SmallVector<Type> resultTypes;
+  for (auto [result, sharding] : llvm::zip(op->getResults(), resultShardings)) {
+    auto type = llvm::cast<RankedTensorType>(result.getType());
+    resultTypes.push_back(
+        type.clone(localShape(mesh_, type.getShape(), sharding)));
+  }
+  OperationState state(op->getLoc(), op->getName(), operands, resultTypes,
+                       op->getAttrs());
+  state.attributes.erase(kResultShardingsAttrName);
+  if (op->getPropertiesStorage())
+    state.propertiesAttr = op->getPropertiesAsAttribute();
+  Operation *local = builder_.create(state);
+  if (failed(llvm::cast<graph::ShardingRuleOpInterface>(local)
+                 .localizeAttributes(global.operandTypes)))
+    return failure();
+  for (auto [result, localResult, sharding] :
+       llvm::zip(op->getResults(), local->getResults(), resultShardings)) {
+    actual_[localResult] = sharding;
+    result.replaceAllUsesWith(localResult);
+  }
+  op->erase();
+  return success();
+}
+
+LogicalResult Partitioner::run() {
+  Block &body = function_.getBody().front();
+  // Rules and attributes read global shapes: capture them all before any
+  // type changes.
+  std::vector<GlobalView> work;
+  for (Operation &op : body.without_terminator()) {
+    auto ruleOp = llvm::dyn_cast<graph::ShardingRuleOpInterface>(&op);
+    if (!ruleOp)
+      return op.emitOpError("has no sharding rule: the partitioner handles "
+                            "graph ops only");
+    work.push_back({&op, ruleOp.getShardingRule(),
+                    SmallVector<Type>(op.getOperandTypes())});
+  }
+  SmallVector<Type> argTypes;
+  for (BlockArgument arg : body.getArguments()) {
+    auto type = llvm::cast<RankedTensorType>(arg.getType());
+    ValueSharding sharding = ValueSharding::replicated(type.getRank());
+    if (auto attr = function_.getArgAttrOfType<ShardingAttr>(
+            arg.getArgNumber(), TrellisDialect::kShardingAttrName))
+      sharding = ValueSharding::fromAttr(attr);
+    arg.setType(type.clone(localShape(mesh_, type.getShape(), sharding)));
+    argTypes.push_back(arg.getType());
+    actual_[arg] = sharding;
+  }
+  for (const GlobalView &global : work)
+    if (failed(partitionOp(global)))
+      return failure();
+  // Results leave replicated.
+  Operation *terminator = body.getTerminator();
+  builder_.setInsertionPoint(terminator);
+  for (OpOperand &operand : terminator->getOpOperands()) {
+    Value value = operand.get();
+    auto type = llvm::cast<RankedTensorType>(value.getType());
+    operand.set(reshard(terminator->getLoc(), value, actual_.lookup(value),
+                        ValueSharding::replicated(type.getRank())));
+  }
+  SmallVector<Type> resultTypes(terminator->getOperandTypes());
+  function_.setType(builder_.getFunctionType(argTypes, resultTypes));
+  function_->setAttr(TrellisDialect::kPartitionedAttrName,
+                     builder_.getUnitAttr());
+  return success();
+}
+
+struct PartitionPass : public trellis::impl::PartitionPassBase<PartitionPass> {
+  void runOnOperation() override {
+    func::FuncOp function = getOperation();
+    // The mesh: that of the argument annotations (none: nothing to do).
+    FlatSymbolRefAttr meshName;
+    for (unsigned i = 0; i < function.getNumArguments() && !meshName; ++i)
+      if (auto attr = function.getArgAttrOfType<ShardingAttr>(
+              i, TrellisDialect::kShardingAttrName))
+        meshName = attr.getMeshName();
+    if (!meshName || function.isExternal())
+      return;
+    MeshOp mesh =
+        lookupMesh(function, meshName, [&] { return function.emitError(); });
+    if (!mesh || failed(Partitioner(function, mesh).run()))
+      return signalPassFailure();
+  }
+};
+
+} // namespace

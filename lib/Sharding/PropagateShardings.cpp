@@ -1,0 +1,187 @@
+//===- PropagateShardings.cpp - Every value gets a sharding ---------------===//
+
+#include "trellis/Sharding/Passes.h"
+
+#include "ValueSharding.h"
+
+#include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_PROPAGATESHARDINGSPASS
+#include "trellis/Sharding/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+using namespace trellis::sharding;
+
+namespace {
+
+/// Tensors of at least this many bytes are named by --explain when they end
+/// up replicated.
+constexpr int64_t kLargeTensorBytes = 1 << 20;
+
+struct PropagateShardingsPass
+    : public trellis::impl::PropagateShardingsPassBase<PropagateShardingsPass> {
+  using PropagateShardingsPassBase::PropagateShardingsPassBase;
+
+  void runOnOperation() override;
+
+private:
+  /// One sweep over `op`: returns true if a sharding changed.
+  bool propagateThrough(graph::ShardingRuleOpInterface op);
+
+  ValueSharding &shardingOf(Value value) {
+    auto it = shardings_.find(value);
+    if (it == shardings_.end()) {
+      auto type = llvm::cast<RankedTensorType>(value.getType());
+      it = shardings_
+               .try_emplace(value, ValueSharding::replicated(type.getRank()))
+               .first;
+    }
+    return it->second;
+  }
+
+  MeshAttr mesh_;
+  DenseMap<Value, ValueSharding> shardings_;
+  /// Values whose sharding the user fixed (argument annotations).
+  DenseSet<Value> fixed_;
+};
+
+bool PropagateShardingsPass::propagateThrough(
+    graph::ShardingRuleOpInterface op) {
+  graph::ShardingRule rule = op.getShardingRule();
+  SmallVector<Value> tensors(op->getOperands());
+  tensors.append(op->getResults().begin(), op->getResults().end());
+  for (Value tensor : tensors)
+    (void)shardingOf(tensor); // create entries before taking pointers
+  SmallVector<const ValueSharding *> known;
+  for (Value tensor : tensors)
+    known.push_back(&shardings_.find(tensor)->second);
+  SmallVector<AxisNames> factorAxes = resolveFactors(rule, known);
+
+  bool changed = false;
+  size_t numOperands = op->getNumOperands();
+  for (auto [i, tensor] : llvm::enumerate(tensors)) {
+    if (fixed_.contains(tensor))
+      continue;
+    ArrayRef<int64_t> factors = i < numOperands
+                                    ? ArrayRef<int64_t>(rule.operandFactors[i])
+                                    : ArrayRef<int64_t>(
+                                          rule.resultFactors[i - numOperands]);
+    ValueSharding &sharding = shardingOf(tensor);
+    ArrayRef<int64_t> shape =
+        llvm::cast<RankedTensorType>(tensor.getType()).getShape();
+    for (auto [d, factor] : llvm::enumerate(factors)) {
+      if (factor == graph::ShardingRule::kNoFactor ||
+          factorAxes[factor].empty() || !sharding.dims[d].empty())
+        continue;
+      const AxisNames &axes = factorAxes[factor];
+      if (llvm::any_of(axes, [&](StringAttr a) { return sharding.usesAxis(a); }) ||
+          shape[d] % axesSize(mesh_, axes) != 0)
+        continue;
+      sharding.dims[d] = axes;
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+void PropagateShardingsPass::runOnOperation() {
+  func::FuncOp function = getOperation();
+  MLIRContext *context = &getContext();
+  FlatSymbolRefAttr meshName;
+  for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+    auto attr = function.getArgAttrOfType<ShardingAttr>(
+        i, TrellisDialect::kShardingAttrName);
+    if (!attr)
+      continue;
+    if (meshName && meshName != attr.getMeshName()) {
+      function.emitError() << "arguments are sharded over two meshes: "
+                           << meshName << " and " << attr.getMeshName();
+      return signalPassFailure();
+    }
+    meshName = attr.getMeshName();
+    Value arg = function.getArgument(i);
+    shardings_[arg] = ValueSharding::fromAttr(attr);
+    fixed_.insert(arg);
+  }
+  if (!meshName)
+    return; // Nothing is sharded: a single-device program.
+  MeshOp meshOp =
+      lookupMesh(function, meshName, [&] { return function.emitError(); });
+  if (!meshOp)
+    return signalPassFailure();
+  mesh_ = meshOp.getMesh();
+
+  SmallVector<graph::ShardingRuleOpInterface> ops;
+  function.walk([&](graph::ShardingRuleOpInterface op) { ops.push_back(op); });
+  // Forward then backward sweeps until nothing changes; each change splits
+  // one more dimension, so this ends.
+  for (int sweep = 0; sweep < 64; ++sweep) {
+    bool changed = false;
+    for (graph::ShardingRuleOpInterface op : ops)
+      changed |= propagateThrough(op);
+    for (graph::ShardingRuleOpInterface op : llvm::reverse(ops))
+      changed |= propagateThrough(op);
+    if (!changed)
+      break;
+  }
+
+  // Record: partial axes of results, shardings on ops and arguments.
+  Builder builder(context);
+  for (graph::ShardingRuleOpInterface op : ops) {
+    graph::ShardingRule rule = op.getShardingRule();
+    SmallVector<Value> tensors(op->getOperands());
+    tensors.append(op->getResults().begin(), op->getResults().end());
+    for (Value tensor : tensors)
+      (void)shardingOf(tensor); // create entries before taking pointers
+    SmallVector<const ValueSharding *> known;
+    for (Value tensor : tensors)
+      known.push_back(&shardings_.find(tensor)->second);
+    SmallVector<AxisNames> factorAxes = resolveFactors(rule, known);
+    SmallVector<Attribute> attrs;
+    for (auto [i, result] : llvm::enumerate(op->getResults())) {
+      ValueSharding &sharding = shardingOf(result);
+      sharding.partial.clear();
+      for (StringAttr axis : partialAxes(rule, factorAxes, i))
+        if (!sharding.usesAxis(axis))
+          sharding.partial.push_back(axis);
+      sharding.partialKind =
+          rule.partialIsMax ? ReductionKind::Max : ReductionKind::Sum;
+      attrs.push_back(sharding.toAttr(context, meshName));
+    }
+    op->setAttr(kResultShardingsAttrName, builder.getArrayAttr(attrs));
+    if (explain) {
+      std::string text;
+      for (auto [factor, axes] : llvm::enumerate(factorAxes)) {
+        if (axes.empty())
+          continue;
+        text += llvm::formatv("{0}f{1} over", text.empty() ? "" : "; ", factor);
+        for (StringAttr axis : axes)
+          text += " \"" + axis.getValue().str() + "\"";
+      }
+      InFlightDiagnostic remark = op->emitRemark();
+      remark << (text.empty() ? "no factor split" : "split " + text);
+      for (Value result : op->getResults()) {
+        auto type = llvm::cast<RankedTensorType>(result.getType());
+        int64_t bytes = type.getNumElements() * 4;
+        if (bytes >= kLargeTensorBytes && shardingOf(result).isReplicated())
+          remark << llvm::formatv("; a result of {0} MiB stays replicated",
+                                  bytes >> 20);
+      }
+    }
+  }
+  for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+    Value arg = function.getArgument(i);
+    if (fixed_.contains(arg) || !shardings_.count(arg) ||
+        shardingOf(arg).isReplicated())
+      continue;
+    function.setArgAttr(i, TrellisDialect::kShardingAttrName,
+                        shardingOf(arg).toAttr(context, meshName));
+  }
+}
+
+} // namespace
