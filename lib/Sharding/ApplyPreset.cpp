@@ -22,11 +22,12 @@ struct ApplyPresetPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (dataParallel < 1) {
-      module.emitError() << "expected dp >= 1, found " << dataParallel;
+    int64_t dp = dataParallel;
+    if (dp < 1) {
+      module.emitError() << "expected dp >= 1, found " << dp;
       return signalPassFailure();
     }
-    if (dataParallel == 1)
+    if (dp == 1)
       return;
     auto function = module.lookupSymbol<func::FuncOp>(functionName);
     if (!function) {
@@ -42,10 +43,10 @@ struct ApplyPresetPass
     OpBuilder builder(context);
     builder.setInsertionPointToStart(module.getBody());
     MeshAttr mesh = MeshAttr::get(
-        context, {MeshAxisAttr::get(context, "dp", dataParallel)});
+        context, {MeshAxisAttr::get(context, "dp", dp)});
     MeshOp::create(builder, module.getLoc(), "mesh", mesh);
     FlatSymbolRefAttr meshName = FlatSymbolRefAttr::get(context, "mesh");
-    StringAttr dp = builder.getStringAttr("dp");
+    StringAttr dpAxis = builder.getStringAttr("dp");
 
     bool annotated = false;
     for (unsigned i = 0; i < function.getNumArguments(); ++i) {
@@ -54,15 +55,14 @@ struct ApplyPresetPass
       if (!role || role.getValue() != "input")
         continue;
       auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
-      if (type.getRank() < 1 || type.getDimSize(0) % dataParallel != 0) {
+      if (type.getRank() < 1 || type.getDimSize(0) % dp != 0) {
         function.emitError() << "the batch of input argument " << i << " ("
-                             << type << ") is not divisible by dp="
-                             << dataParallel;
+                             << type << ") is not divisible by dp=" << dp;
         return signalPassFailure();
       }
       SmallVector<DimShardingAttr> dims(
           type.getRank(), DimShardingAttr::get(context, {}, false));
-      dims[0] = DimShardingAttr::get(context, {dp}, false);
+      dims[0] = DimShardingAttr::get(context, {dpAxis}, false);
       function.setArgAttr(i, TrellisDialect::kShardingAttrName,
                           ShardingAttr::get(context, meshName, dims));
       annotated = true;

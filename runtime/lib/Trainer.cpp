@@ -194,12 +194,15 @@ Status restoreTensor(const SafetensorsEntry &entry, Tensor &tensor,
 } // namespace
 
 Status Trainer::checkCheckpointable() const {
-  for (const Argument &argument : executor_.plan().arguments)
+  for (const Argument &argument : executor_.plan().arguments) {
+    if (argument.role == ArgumentRole::Input)
+      continue;
     for (const std::vector<size_t> &axes : argument.sharding)
       if (!axes.empty())
         return Status::error("checkpoints of sharded parameters are not "
                              "supported yet (\"" +
                              argument.name + "\" is split over the mesh)");
+  }
   return Status::success();
 }
 
