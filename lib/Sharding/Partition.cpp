@@ -182,8 +182,13 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   resultsOnly.operandFactors.clear();
   SmallVector<AxisNames> factorAxes = resolveFactors(resultsOnly, resultsFirst);
   SmallVector<AxisNames> fromOperands = resolveFactors(rule, known);
+  // Factors the results have were decided with them; operands decide only
+  // the factors no result has (contractions, reductions).
   for (auto [factor, axes] : llvm::enumerate(factorAxes))
-    if (axes.empty()) {
+    if (axes.empty() &&
+        llvm::none_of(rule.resultFactors, [&](const auto &dims) {
+          return llvm::is_contained(dims, static_cast<int64_t>(factor));
+        })) {
       bool taken = llvm::any_of(fromOperands[factor], [&](StringAttr axis) {
         return llvm::any_of(factorAxes, [&](const AxisNames &other) {
           return llvm::is_contained(other, axis);

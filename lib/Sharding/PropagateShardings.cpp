@@ -86,6 +86,26 @@ bool PropagateShardingsPass::propagateThrough(
       changed = true;
     }
   }
+  // Results lacking a split factor are partial over its axes: recorded now,
+  // so that no user splits a dimension over an axis the value is partial on.
+  for (size_t i = 0; i < op->getNumResults(); ++i) {
+    Value result = op->getResult(i);
+    if (fixed_.contains(result))
+      continue;
+    ValueSharding &sharding = shardingOf(result);
+    AxisNames partial;
+    for (StringAttr axis : partialAxes(rule, factorAxes, i))
+      if (!llvm::any_of(sharding.dims, [&](const AxisNames &axes) {
+            return llvm::is_contained(axes, axis);
+          }))
+        partial.push_back(axis);
+    if (partial != sharding.partial) {
+      sharding.partial = partial;
+      sharding.partialKind =
+          rule.partialIsMax ? ReductionKind::Max : ReductionKind::Sum;
+      changed = true;
+    }
+  }
   return changed;
 }
 
