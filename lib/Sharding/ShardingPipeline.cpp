@@ -6,10 +6,16 @@
 
 using namespace mlir;
 
-void trellis::buildShardingPipeline(OpPassManager &pm, int64_t dataParallel) {
+void trellis::buildShardingPipeline(OpPassManager &pm, StringRef function,
+                                    int64_t dataParallel,
+                                    int64_t bucketBytes) {
   ApplyPresetPassOptions preset;
+  preset.functionName = function.str();
   preset.dataParallel = dataParallel;
   pm.addPass(createApplyPresetPass(preset));
   pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass());
   pm.addNestedPass<func::FuncOp>(createPartitionPass());
+  BucketAllReducesPassOptions buckets;
+  buckets.bucketBytes = bucketBytes;
+  pm.addNestedPass<func::FuncOp>(createBucketAllReducesPass(buckets));
 }

@@ -53,6 +53,10 @@ cl::opt<double> compileWeightDecay("weight-decay",
 cl::opt<int64_t> compileDataParallel(
     "dp", cl::desc("Data-parallel degree: split the batch over N ranks"),
     cl::init(1), cl::sub(compileCommand));
+cl::opt<double> compileBucketMiB(
+    "bucket-mib",
+    cl::desc("Size of the fused data-parallel gradient reductions (MiB)"),
+    cl::init(25), cl::sub(compileCommand));
 enum class EmitKind { Plan, Mlir };
 cl::opt<EmitKind> compileEmit(
     "emit", cl::desc("What to write"),
@@ -86,12 +90,8 @@ int runCompileCommand() {
   }
   if (compileDataParallel != 1) {
     mlir::PassManager pm(&context);
-    ApplyPresetPassOptions preset;
-    preset.functionName = stepName.str();
-    preset.dataParallel = compileDataParallel;
-    pm.addPass(createApplyPresetPass(preset));
-    pm.addNestedPass<mlir::func::FuncOp>(createPropagateShardingsPass());
-    pm.addNestedPass<mlir::func::FuncOp>(createPartitionPass());
+    buildShardingPipeline(pm, stepName, compileDataParallel,
+                          static_cast<int64_t>(compileBucketMiB * (1 << 20)));
     if (mlir::failed(pm.run(module)))
       return 1;
   }

@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 
 namespace trellis {
@@ -19,8 +20,10 @@ namespace trellis {
 constexpr llvm::StringLiteral kResultShardingsAttrName =
     TrellisDialect::kResultShardingsAttrName;
 
-/// Adds preset, propagation and partitioning for `dataParallel` ranks.
-void buildShardingPipeline(mlir::OpPassManager &pm, int64_t dataParallel);
+/// Adds preset, propagation, partitioning and gradient bucketing for
+/// `dataParallel` ranks on `function`.
+void buildShardingPipeline(mlir::OpPassManager &pm, llvm::StringRef function,
+                           int64_t dataParallel, int64_t bucketBytes);
 
 } // namespace trellis
 

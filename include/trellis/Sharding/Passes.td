@@ -66,4 +66,33 @@ def PartitionPass : Pass<"trellis-partition", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
 
+def BucketAllReducesPass
+    : Pass<"trellis-bucket-all-reduces", "::mlir::func::FuncOp"> {
+  let summary = "Fuses all_reduces into buckets issued as soon as ready";
+  let description = [{
+    Groups the f32 `trellis.all_reduce` ops of a partitioned function that
+    share mesh, axes and kind (the data-parallel gradient reductions) into
+    buckets of about `bucket-bytes` each, in the order their operands are
+    produced: in a training step that is the backward order, last layer
+    first. Each bucket flattens and concatenates its operands, reduces them
+    with one all_reduce placed right after the last of them is produced
+    (so it can overlap the rest of the backward pass), and slices the
+    results back out.
+
+    ```mlir
+    // Before: two reductions at the end of the step
+    %a = trellis.all_reduce %ga over @mesh ["dp"] sum : tensor<4x4xf32>
+    %b = trellis.all_reduce %gb over @mesh ["dp"] sum : tensor<8xf32>
+    // After: one, right after %gb is produced
+    %flat = graph.concat %ga_flat, %gb_flat dim 0 : tensor<16xf32>, tensor<8xf32>
+    %sum = trellis.all_reduce %flat over @mesh ["dp"] sum : tensor<24xf32>
+    ```
+  }];
+  let options = [
+    Option<"bucketBytes", "bucket-bytes", "int64_t", "25 << 20",
+           "Bytes per bucket (a reduction larger than this is alone)">
+  ];
+  let dependentDialects = ["::trellis::graph::GraphDialect"];
+}
+
 #endif // TRELLIS_SHARDING_PASSES_TD

@@ -1,0 +1,144 @@
+//===- BucketAllReduces.cpp - Fused all_reduces issued when ready ---------===//
+
+#include "trellis/Sharding/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_BUCKETALLREDUCESPASS
+#include "trellis/Sharding/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+
+namespace {
+
+struct BucketAllReducesPass
+    : public trellis::impl::BucketAllReducesPassBase<BucketAllReducesPass> {
+  using BucketAllReducesPassBase::BucketAllReducesPassBase;
+
+  void runOnOperation() override {
+    func::FuncOp function = getOperation();
+    if (function.isExternal())
+      return;
+    Block &body = function.getBody().front();
+    // Position of every op, to order reductions by when their operand is
+    // produced (block arguments first).
+    DenseMap<Operation *, int64_t> position;
+    for (auto [index, op] : llvm::enumerate(body))
+      position[&op] = index;
+    auto readyAt = [&](AllReduceOp op) -> int64_t {
+      Operation *producer = op.getInput().getDefiningOp();
+      return producer ? position.lookup(producer) : -1;
+    };
+
+    // Reductions by (mesh, axes, kind), f32 only, produced in this block.
+    std::map<std::string, SmallVector<AllReduceOp>> groups;
+    for (AllReduceOp op : body.getOps<AllReduceOp>()) {
+      auto type = op.getInput().getType();
+      if (!type.getElementType().isF32() || readyAt(op) < 0)
+        continue;
+      std::string key = op.getMesh().str() + "|" +
+                        stringifyReductionKind(op.getKind()).str();
+      for (StringRef axis : op.getAxisNames())
+        key += "|" + axis.str();
+      groups[key].push_back(op);
+    }
+    for (auto &[key, ops] : groups) {
+      llvm::stable_sort(ops, [&](AllReduceOp a, AllReduceOp b) {
+        return readyAt(a) < readyAt(b);
+      });
+      // A bucket is issued after its last operand is produced, so every
+      // member's result must be first used after that.
+      SmallVector<AllReduceOp> bucket;
+      int64_t bytes = 0, issueAt = -1, firstUse = INT64_MAX;
+      for (AllReduceOp op : ops) {
+        int64_t use = firstUseOf(op, position);
+        if (!bucket.empty() &&
+            std::max(issueAt, readyAt(op)) >= std::min(firstUse, use)) {
+          emitBucket(bucket, readyAt);
+          bucket.clear();
+          bytes = 0;
+          issueAt = -1;
+          firstUse = INT64_MAX;
+        }
+        bucket.push_back(op);
+        bytes += op.getInput().getType().getNumElements() * 4;
+        issueAt = std::max(issueAt, readyAt(op));
+        firstUse = std::min(firstUse, use);
+        if (bytes >= bucketBytes) {
+          emitBucket(bucket, readyAt);
+          bucket.clear();
+          bytes = 0;
+          issueAt = -1;
+          firstUse = INT64_MAX;
+        }
+      }
+      emitBucket(bucket, readyAt);
+    }
+  }
+
+  /// Position of the first op using `op`'s result.
+  static int64_t firstUseOf(AllReduceOp op,
+                            const DenseMap<Operation *, int64_t> &position) {
+    int64_t first = INT64_MAX;
+    for (Operation *user : op.getResult().getUsers())
+      first = std::min(first, position.lookup(user));
+    return first;
+  }
+
+  /// Replaces `bucket` by one all_reduce of its concatenated operands,
+  /// placed after the last operand is produced.
+  template <typename ReadyAt>
+  void emitBucket(ArrayRef<AllReduceOp> bucket, ReadyAt readyAt) {
+    if (bucket.size() < 2)
+      return;
+    AllReduceOp last = *llvm::max_element(
+        bucket, [&](AllReduceOp a, AllReduceOp b) {
+          return readyAt(a) < readyAt(b);
+        });
+    OpBuilder builder(last.getContext());
+    builder.setInsertionPointAfter(last.getInput().getDefiningOp());
+    Location loc = last.getLoc();
+    SmallVector<Value> flat;
+    for (AllReduceOp op : bucket) {
+      int64_t count = op.getInput().getType().getNumElements();
+      flat.push_back(op.getInput().getType().getRank() == 1
+                         ? op.getInput()
+                         : graph::ReshapeOp::create(builder, loc, op.getInput(),
+                                                    ArrayRef<int64_t>{count})
+                               .getResult());
+    }
+    Value joined = graph::ConcatOp::create(builder, loc, flat, 0);
+    Value reduced = AllReduceOp::create(
+        builder, loc, joined.getType(), joined, last.getMeshAttr(),
+        last.getAxes(), last.getKindAttr());
+    // Build every replacement before erasing anything: the insertion point
+    // may sit right before one of the reductions being replaced.
+    int64_t offset = 0;
+    SmallVector<Value> replacements;
+    for (AllReduceOp op : bucket) {
+      RankedTensorType type = op.getInput().getType();
+      int64_t count = type.getNumElements();
+      Value piece = graph::SliceOp::create(builder, loc, reduced,
+                                           ArrayRef<int64_t>{offset},
+                                           ArrayRef<int64_t>{count});
+      replacements.push_back(
+          type.getRank() == 1
+              ? piece
+              : graph::ReshapeOp::create(builder, loc, piece, type.getShape())
+                    .getResult());
+      offset += count;
+    }
+    for (auto [index, op] : llvm::enumerate(bucket)) {
+      AllReduceOp reduction = op;
+      reduction.getResult().replaceAllUsesWith(replacements[index]);
+      reduction.erase();
+    }
+  }
+};
+
+} // namespace
