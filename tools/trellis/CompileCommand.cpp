@@ -12,6 +12,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "trellis/Analysis/StepReport.h"
 #include "trellis/Autodiff/Passes.h"
 #include "trellis/Sharding/Passes.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
@@ -57,6 +58,11 @@ cl::opt<double> compileBucketMiB(
     "bucket-mib",
     cl::desc("Size of the fused data-parallel gradient reductions (MiB)"),
     cl::init(25), cl::sub(compileCommand));
+cl::opt<bool> compileReport(
+    "report",
+    cl::desc("Print per rank: parameters, activation estimate, and "
+             "communication per step by collective kind and mesh axis"),
+    cl::sub(compileCommand));
 enum class EmitKind { Plan, Mlir };
 cl::opt<EmitKind> compileEmit(
     "emit", cl::desc("What to write"),
@@ -96,6 +102,8 @@ int runCompileCommand() {
       return 1;
   }
   auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
+  if (compileReport)
+    computeStepReport(step).print(llvm::errs());
 
   std::string error;
   auto output = mlir::openOutputFile(compileOutput, &error);

@@ -1,0 +1,44 @@
+//===- StepReport.h - What one rank holds and sends per step ----*- C++ -*-===//
+//
+// A summary of a (partitioned) training step for `trellis compile
+// --report`: the parameters one rank holds, an estimate of its peak live
+// activations, and the communication of one step by collective kind and
+// mesh axes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_ANALYSIS_STEPREPORT_H
+#define TRELLIS_ANALYSIS_STEPREPORT_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <string>
+
+namespace trellis {
+
+struct StepReport {
+  int64_t parameterCount = 0;
+  int64_t parameterBytes = 0;
+  /// Optimizer states (moments) and the step counter.
+  int64_t optimizerStateBytes = 0;
+  /// Peak bytes of values live at once, arguments excluded.
+  int64_t peakActivationBytes = 0;
+  struct Traffic {
+    int64_t count = 0;
+    /// Bytes of the operands handed to the collective on one rank.
+    int64_t bytes = 0;
+  };
+  /// Keyed by "all_reduce over dp".
+  std::map<std::string, Traffic> communication;
+
+  void print(llvm::raw_ostream &os) const;
+};
+
+/// Computes the report of `step` (per rank: its types are local).
+StepReport computeStepReport(mlir::func::FuncOp step);
+
+} // namespace trellis
+
+#endif // TRELLIS_ANALYSIS_STEPREPORT_H

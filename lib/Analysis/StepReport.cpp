@@ -1,0 +1,103 @@
+//===- StepReport.cpp - What one rank holds and sends per step ------------===//
+
+#include "trellis/Analysis/StepReport.h"
+
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+
+namespace trellis {
+
+namespace {
+
+int64_t bytesOf(Type type) {
+  auto tensor = llvm::dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return 0;
+  return tensor.getNumElements() *
+         ((tensor.getElementTypeBitWidth() + 7) / 8);
+}
+
+std::string formatBytes(int64_t bytes) {
+  if (bytes >= (int64_t(1) << 30))
+    return llvm::formatv("{0:F2} GiB", bytes / double(1 << 30)).str();
+  if (bytes >= (1 << 20))
+    return llvm::formatv("{0:F2} MiB", bytes / double(1 << 20)).str();
+  if (bytes >= (1 << 10))
+    return llvm::formatv("{0:F1} KiB", bytes / 1024.0).str();
+  return llvm::formatv("{0} B", bytes).str();
+}
+
+} // namespace
+
+StepReport computeStepReport(func::FuncOp step) {
+  StepReport report;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    auto role = step.getArgAttrOfType<StringAttr>(
+        i, graph::GraphDialect::kRoleAttrName);
+    Type type = step.getArgumentTypes()[i];
+    if (role && role.getValue() == "param") {
+      report.parameterBytes += bytesOf(type);
+      report.parameterCount +=
+          llvm::cast<RankedTensorType>(type).getNumElements();
+    } else if (role && role.getValue() != "input") {
+      report.optimizerStateBytes += bytesOf(type);
+    }
+  }
+  if (step.isExternal())
+    return report;
+  Block &body = step.getBody().front();
+  // Liveness in program order: a value lives from its op to its last user.
+  DenseMap<Operation *, int64_t> position;
+  for (auto [index, op] : llvm::enumerate(body))
+    position[&op] = index;
+  std::vector<int64_t> delta(body.getOperations().size() + 1, 0);
+  for (Operation &op : body) {
+    for (Value result : op.getResults()) {
+      int64_t last = position[&op];
+      for (Operation *user : result.getUsers())
+        last = std::max(last, position.lookup(user));
+      delta[position[&op]] += bytesOf(result.getType());
+      delta[last + 1] -= bytesOf(result.getType());
+    }
+    if (op.getDialect() &&
+        llvm::isa<TrellisDialect>(op.getDialect()) && op.getNumOperands()) {
+      std::string key = op.getName().stripDialect().str();
+      if (auto axes = op.getAttrOfType<ArrayAttr>("axes")) {
+        key += " over";
+        for (Attribute axis : axes)
+          key += " " + llvm::cast<StringAttr>(axis).getValue().str();
+      }
+      StepReport::Traffic &traffic = report.communication[key];
+      ++traffic.count;
+      traffic.bytes += bytesOf(op.getOperand(0).getType());
+    }
+  }
+  int64_t live = 0;
+  for (int64_t change : delta) {
+    live += change;
+    report.peakActivationBytes = std::max(report.peakActivationBytes, live);
+  }
+  return report;
+}
+
+void StepReport::print(llvm::raw_ostream &os) const {
+  os << llvm::formatv("parameters: {0} ({1}) per rank\n", parameterCount,
+                      formatBytes(parameterBytes));
+  os << llvm::formatv("optimizer state: {0} per rank\n",
+                      formatBytes(optimizerStateBytes));
+  os << llvm::formatv("activations (peak live, estimate): {0} per rank\n",
+                      formatBytes(peakActivationBytes));
+  if (communication.empty()) {
+    os << "communication per step: none\n";
+    return;
+  }
+  os << "communication per step (per rank):\n";
+  for (const auto &[key, traffic] : communication)
+    os << llvm::formatv("  {0,-28} {1,5} calls  {2}\n", key, traffic.count,
+                        formatBytes(traffic.bytes));
+}
+
+} // namespace trellis
