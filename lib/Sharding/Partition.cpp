@@ -73,8 +73,9 @@ Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
            std::equal(prefix.begin(), prefix.end(), of.begin());
   };
   // 1. Partial values: a reduce_scatter where the required split appends
-  //    exactly that axis to a dimension, an all_reduce for the rest.
-  if (!actual.partial.empty()) {
+  //    exactly that axis to a dimension, an all_reduce for the rest. A
+  //    partial value its user takes as it is (a linear op) stays partial.
+  if (!actual.partial.empty() && actual.partial != required.partial) {
     AxisNames reduceAll, scatterAxes;
     SmallVector<int64_t> scatterDims;
     for (StringAttr axis : actual.partial) {
@@ -198,10 +199,20 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
         axes = fromOperands[factor];
     }
 
+  // A linear op whose result stays partial takes its operands partial too.
+  AxisNames keptPartial;
+  if (!resultShardings.empty())
+    for (StringAttr axis : inheritedPartial(
+             rule, ArrayRef<const ValueSharding *>(known).take_front(
+                       op->getNumOperands())))
+      if (llvm::is_contained(resultShardings[0].partial, axis))
+        keptPartial.push_back(axis);
+
   builder_.setInsertionPoint(op);
   SmallVector<Value> operands;
   for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
     ValueSharding required = projectFactors(rule.operandFactors[i], factorAxes);
+    required.partial = keptPartial;
     operands.push_back(
         reshard(op->getLoc(), operand, operandShardings[i], required));
   }

@@ -88,13 +88,20 @@ bool PropagateShardingsPass::propagateThrough(
   }
   // Results lacking a split factor are partial over its axes: recorded now,
   // so that no user splits a dimension over an axis the value is partial on.
+  SmallVector<const ValueSharding *> operandShardings(
+      known.begin(), known.begin() + numOperands);
+  AxisNames inherited = inheritedPartial(rule, operandShardings);
   for (size_t i = 0; i < op->getNumResults(); ++i) {
     Value result = op->getResult(i);
     if (fixed_.contains(result))
       continue;
     ValueSharding &sharding = shardingOf(result);
     AxisNames partial;
-    for (StringAttr axis : partialAxes(rule, factorAxes, i))
+    AxisNames candidates = partialAxes(rule, factorAxes, i);
+    for (StringAttr axis : inherited)
+      if (!llvm::is_contained(candidates, axis))
+        candidates.push_back(axis);
+    for (StringAttr axis : candidates)
       if (!llvm::any_of(sharding.dims, [&](const AxisNames &axes) {
             return llvm::is_contained(axes, axis);
           }))
@@ -162,11 +169,18 @@ void PropagateShardingsPass::runOnOperation() {
     for (Value tensor : tensors)
       known.push_back(&shardings_.find(tensor)->second);
     SmallVector<AxisNames> factorAxes = resolveFactors(rule, known);
+    AxisNames inherited = inheritedPartial(
+        rule, ArrayRef<const ValueSharding *>(known).take_front(
+                  op->getNumOperands()));
     SmallVector<Attribute> attrs;
     for (auto [i, result] : llvm::enumerate(op->getResults())) {
       ValueSharding &sharding = shardingOf(result);
       sharding.partial.clear();
-      for (StringAttr axis : partialAxes(rule, factorAxes, i))
+      AxisNames candidates = partialAxes(rule, factorAxes, i);
+      for (StringAttr axis : inherited)
+        if (!llvm::is_contained(candidates, axis))
+          candidates.push_back(axis);
+      for (StringAttr axis : candidates)
         if (!sharding.usesAxis(axis))
           sharding.partial.push_back(axis);
       sharding.partialKind =

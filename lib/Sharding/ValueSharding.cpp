@@ -110,4 +110,16 @@ AxisNames partialAxes(const graph::ShardingRule &rule,
   return partial;
 }
 
+AxisNames inheritedPartial(const graph::ShardingRule &rule,
+                           ArrayRef<const ValueSharding *> operands) {
+  if (!rule.linear || operands.empty() || !operands[0])
+    return {};
+  const AxisNames &first = operands[0]->partial;
+  for (const ValueSharding *operand : operands)
+    if (!operand || operand->partial != first ||
+        operand->partialKind != ReductionKind::Sum)
+      return {};
+  return first;
+}
+
 } // namespace trellis::sharding

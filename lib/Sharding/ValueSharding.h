@@ -66,6 +66,11 @@ AxisNames partialAxes(const graph::ShardingRule &rule,
                       llvm::ArrayRef<AxisNames> factorAxes,
                       size_t resultIndex);
 
+/// For a linear op: the axes over which every operand is a partial sum
+/// (all the same), which the results then inherit; empty otherwise.
+AxisNames inheritedPartial(const graph::ShardingRule &rule,
+                           llvm::ArrayRef<const ValueSharding *> operands);
+
 } // namespace trellis::sharding
 
 #endif // TRELLIS_LIB_SHARDING_VALUESHARDING_H

@@ -97,3 +97,26 @@ func.func @two_axes_and_local_attributes(
   %flat = graph.reshape %logits to [32, 16] : tensor<8x4x16xf32>
   return %loss, %flat : tensor<f32>, tensor<32x16xf32>
 }
+
+// -----
+
+// Tests that partial sums pass through linear ops (add, reshape): the two
+// contracted products are summed locally and reduced once.
+trellis.mesh @mesh = <["x"=2]>
+// CHECK-LABEL: func.func @partials_through_linear_ops
+func.func @partials_through_linear_ops(
+    %a: tensor<8x8xf32> {trellis.sharding = #trellis.sharding<@mesh, [{}, {"x"}]>},
+    %b: tensor<8x16xf32> {trellis.sharding = #trellis.sharding<@mesh, [{"x"}, {}]>},
+    %c: tensor<8x16xf32> {trellis.sharding = #trellis.sharding<@mesh, [{"x"}, {}]>}) -> tensor<128xf32> {
+  // CHECK: %[[P:.*]] = graph.matmul
+  // CHECK: %[[Q:.*]] = graph.matmul
+  // CHECK: %[[S:.*]] = graph.add %[[P]], %[[Q]] : tensor<8x16xf32>, tensor<8x16xf32>
+  // CHECK: %[[F:.*]] = graph.reshape %[[S]] to [128] : tensor<8x16xf32>
+  // CHECK: trellis.all_reduce %[[F]] over @mesh ["x"] sum : tensor<128xf32>
+  // CHECK-COUNT-1: trellis.all_reduce
+  %0 = graph.matmul %a, %b : tensor<8x8xf32>, tensor<8x16xf32>
+  %1 = graph.matmul %a, %c : tensor<8x8xf32>, tensor<8x16xf32>
+  %2 = graph.add %0, %1 : tensor<8x16xf32>, tensor<8x16xf32>
+  %3 = graph.reshape %2 to [128] : tensor<8x16xf32>
+  return %3 : tensor<128xf32>
+}

@@ -131,14 +131,24 @@ ShardingRule FillOp::getShardingRule() {
   ShardingRule OP::getShardingRule() {                                         \
     return elementwiseRule(getOperation()->getOperands(), getResult());        \
   }
-GRAPH_ELEMENTWISE_RULE(AddOp)
-GRAPH_ELEMENTWISE_RULE(SubOp)
+// Linear in their operands: partial sums pass through.
+#define GRAPH_LINEAR_ELEMENTWISE_RULE(OP)                                      \
+  ShardingRule OP::getShardingRule() {                                         \
+    ShardingRule rule =                                                        \
+        elementwiseRule(getOperation()->getOperands(), getResult());           \
+    rule.linear = true;                                                        \
+    return rule;                                                               \
+  }
+GRAPH_LINEAR_ELEMENTWISE_RULE(AddOp)
+GRAPH_LINEAR_ELEMENTWISE_RULE(SubOp)
+GRAPH_LINEAR_ELEMENTWISE_RULE(ScaleOp)
+GRAPH_LINEAR_ELEMENTWISE_RULE(NegOp)
+GRAPH_LINEAR_ELEMENTWISE_RULE(BroadcastToOp)
+#undef GRAPH_LINEAR_ELEMENTWISE_RULE
 GRAPH_ELEMENTWISE_RULE(MulOp)
 GRAPH_ELEMENTWISE_RULE(DivOp)
 GRAPH_ELEMENTWISE_RULE(MaximumOp)
 GRAPH_ELEMENTWISE_RULE(EqualMaskOp)
-GRAPH_ELEMENTWISE_RULE(ScaleOp)
-GRAPH_ELEMENTWISE_RULE(NegOp)
 GRAPH_ELEMENTWISE_RULE(ExpOp)
 GRAPH_ELEMENTWISE_RULE(LogOp)
 GRAPH_ELEMENTWISE_RULE(TanhOp)
@@ -150,7 +160,6 @@ GRAPH_ELEMENTWISE_RULE(GeluOp)
 GRAPH_ELEMENTWISE_RULE(GeluTanhOp)
 GRAPH_ELEMENTWISE_RULE(ReluOp)
 GRAPH_ELEMENTWISE_RULE(UnaryGradOp)
-GRAPH_ELEMENTWISE_RULE(BroadcastToOp)
 #undef GRAPH_ELEMENTWISE_RULE
 
 //===----------------------------------------------------------------------===//
@@ -180,8 +189,10 @@ ShardingRule reduceRule(Value input, ArrayRef<int64_t> dims, bool keepDims,
 } // namespace
 
 ShardingRule ReduceSumOp::getShardingRule() {
-  return reduceRule(getInput(), getDims(), getKeepDims(),
-                    FactorKind::Reduction);
+  ShardingRule rule = reduceRule(getInput(), getDims(), getKeepDims(),
+                                 FactorKind::Reduction);
+  rule.linear = true;
+  return rule;
 }
 
 // A mean over a split dimension is not a partial sum of local means: keep
@@ -253,6 +264,7 @@ ShardingRule ReshapeOp::getShardingRule() {
   }
   rule.operandFactors.push_back(fromFactors);
   rule.resultFactors.push_back(toFactors);
+  rule.linear = true;
   return rule;
 }
 
@@ -265,6 +277,7 @@ ShardingRule TransposeOp::getShardingRule() {
     resultFactors.push_back(inputFactors[d]);
   rule.operandFactors.push_back(inputFactors);
   rule.resultFactors.push_back(resultFactors);
+  rule.linear = true;
   return rule;
 }
 
@@ -287,6 +300,7 @@ ShardingRule boxRule(Value input, Value result,
   }
   rule.operandFactors.push_back(inputFactors);
   rule.resultFactors.push_back(resultFactors);
+  rule.linear = true;
   return rule;
 }
 } // namespace
@@ -319,6 +333,7 @@ ShardingRule ConcatOp::getShardingRule() {
   }
   factors[getDim()] = rule.addFactor(shape[getDim()], FactorKind::Whole);
   rule.resultFactors.push_back(factors);
+  rule.linear = true;
   return rule;
 }
 

@@ -39,6 +39,10 @@ struct ShardingRule {
   /// How results combine when a factor they lack is split: partial sums,
   /// or partial maxima (reduce_max).
   bool partialIsMax = false;
+  /// The op is linear in every operand jointly (add, reshape, ...): when all
+  /// operands are partial sums over the same axes, so is the result, and
+  /// the reduction can wait.
+  bool linear = false;
 
   /// Adds a factor and returns its index.
   int64_t addFactor(int64_t size, FactorKind kind) {
