@@ -1,4 +1,10 @@
 //===- ApplyPreset.cpp - Annotations for a parallelism preset -------------===//
+//
+// The one place that knows model parameter names: presets translate a
+// parallelism recipe into shardings of arguments. Everything downstream is
+// generic.
+//
+//===----------------------------------------------------------------------===//
 
 #include "trellis/Sharding/Passes.h"
 
@@ -16,18 +22,40 @@ using namespace trellis;
 
 namespace {
 
+/// The Megatron layout: which dimension of a parameter splits over "tp",
+/// by the suffix of its Hugging Face name.
+std::optional<int64_t> megatronSplitDim(StringRef name) {
+  // Llama (nn.Linear weights are [out, in]).
+  for (StringRef columns : {".q_proj.weight", ".k_proj.weight",
+                            ".v_proj.weight", ".gate_proj.weight",
+                            ".up_proj.weight"})
+    if (name.ends_with(columns))
+      return 0;
+  for (StringRef rows : {".o_proj.weight", ".down_proj.weight"})
+    if (name.ends_with(rows))
+      return 1;
+  // GPT-2 (Conv1D weights are [in, out]).
+  if (name.ends_with(".mlp.c_fc.weight"))
+    return 1;
+  if (name.ends_with(".mlp.c_fc.bias") || name.ends_with(".mlp.c_proj.weight") ||
+      name.ends_with(".attn.c_proj.weight"))
+    return 0;
+  return std::nullopt;
+}
+
 struct ApplyPresetPass
     : public trellis::impl::ApplyPresetPassBase<ApplyPresetPass> {
   using ApplyPresetPassBase::ApplyPresetPassBase;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    int64_t dp = dataParallel;
-    if (dp < 1) {
-      module.emitError() << "expected dp >= 1, found " << dp;
+    int64_t dp = dataParallel, tp = tensorParallel;
+    if (dp < 1 || tp < 1) {
+      module.emitError() << "expected dp >= 1 and tp >= 1, found " << dp
+                         << " and " << tp;
       return signalPassFailure();
     }
-    if (dp == 1)
+    if (dp == 1 && tp == 1)
       return;
     auto function = module.lookupSymbol<func::FuncOp>(functionName);
     if (!function) {
@@ -42,32 +70,56 @@ struct ApplyPresetPass
     MLIRContext *context = &getContext();
     OpBuilder builder(context);
     builder.setInsertionPointToStart(module.getBody());
-    MeshAttr mesh = MeshAttr::get(
-        context, {MeshAxisAttr::get(context, "dp", dp)});
+    MeshAttr mesh = MeshAttr::get(context, {MeshAxisAttr::get(context, "dp", dp),
+                                            MeshAxisAttr::get(context, "tp", tp)});
     MeshOp::create(builder, module.getLoc(), "mesh", mesh);
     FlatSymbolRefAttr meshName = FlatSymbolRefAttr::get(context, "mesh");
-    StringAttr dpAxis = builder.getStringAttr("dp");
 
-    bool annotated = false;
+    // Splits dimension `dim` of argument `i` over `axis`, or fails with the
+    // sizes.
+    auto split = [&](unsigned i, int64_t dim, StringRef axis,
+                     int64_t pieces) -> LogicalResult {
+      auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
+      auto name = function.getArgAttrOfType<StringAttr>(
+          i, graph::GraphDialect::kParamNameAttrName);
+      if (type.getRank() <= dim || type.getDimSize(dim) % pieces != 0)
+        return function.emitError()
+               << "dimension " << dim << " of argument " << i << " \""
+               << (name ? name.getValue() : "") << "\" (" << type
+               << ") is not divisible by " << axis << "=" << pieces;
+      SmallVector<DimShardingAttr> dims(
+          type.getRank(), DimShardingAttr::get(context, {}, false));
+      dims[dim] = DimShardingAttr::get(context, {builder.getStringAttr(axis)},
+                                       false);
+      function.setArgAttr(i, TrellisDialect::kShardingAttrName,
+                          ShardingAttr::get(context, meshName, dims));
+      return success();
+    };
+
+    bool sawInput = false;
     for (unsigned i = 0; i < function.getNumArguments(); ++i) {
       auto role = function.getArgAttrOfType<StringAttr>(
           i, graph::GraphDialect::kRoleAttrName);
-      if (!role || role.getValue() != "input")
+      auto name = function.getArgAttrOfType<StringAttr>(
+          i, graph::GraphDialect::kParamNameAttrName);
+      if (!role)
         continue;
-      auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
-      if (type.getRank() < 1 || type.getDimSize(0) % dp != 0) {
-        function.emitError() << "the batch of input argument " << i << " ("
-                             << type << ") is not divisible by dp=" << dp;
-        return signalPassFailure();
+      if (role.getValue() == "input") {
+        sawInput = true;
+        if (dp > 1 && failed(split(i, 0, "dp", dp)))
+          return signalPassFailure();
+        continue;
       }
-      SmallVector<DimShardingAttr> dims(
-          type.getRank(), DimShardingAttr::get(context, {}, false));
-      dims[0] = DimShardingAttr::get(context, {dpAxis}, false);
-      function.setArgAttr(i, TrellisDialect::kShardingAttrName,
-                          ShardingAttr::get(context, meshName, dims));
-      annotated = true;
+      bool parameterLike = role.getValue() == "param" ||
+                           role.getValue() == "adam_m" ||
+                           role.getValue() == "adam_v";
+      if (tp == 1 || !parameterLike || !name)
+        continue;
+      if (std::optional<int64_t> dim = megatronSplitDim(name.getValue()))
+        if (failed(split(i, *dim, "tp", tp)))
+          return signalPassFailure();
     }
-    if (!annotated) {
+    if (dp > 1 && !sawInput) {
       function.emitError("found no input argument to split over dp");
       return signalPassFailure();
     }

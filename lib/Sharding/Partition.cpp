@@ -181,8 +181,8 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
       known.begin() + op->getNumOperands(), known.end());
   graph::ShardingRule resultsOnly = rule;
   resultsOnly.operandFactors.clear();
-  SmallVector<AxisNames> factorAxes = resolveFactors(resultsOnly, resultsFirst);
-  SmallVector<AxisNames> fromOperands = resolveFactors(rule, known);
+  SmallVector<AxisNames> factorAxes = resolveFactors(resultsOnly, resultsFirst, mesh_);
+  SmallVector<AxisNames> fromOperands = resolveFactors(rule, known, mesh_);
   // Factors the results have were decided with them; operands decide only
   // the factors no result has (contractions, reductions).
   for (auto [factor, axes] : llvm::enumerate(factorAxes))
@@ -216,8 +216,25 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
     operands.push_back(
         reshard(op->getLoc(), operand, operandShardings[i], required));
   }
+  // What the op produces is what its rule implies from the factors; a user
+  // may have asked for more (a split of a dimension the op needs whole):
+  // such results are resharded after the op.
+  SmallVector<ValueSharding> produced;
+  for (size_t i = 0; i < op->getNumResults(); ++i) {
+    ValueSharding sharding = projectFactors(rule.resultFactors[i], factorAxes);
+    AxisNames partial = partialAxes(rule, factorAxes, i);
+    for (StringAttr axis : keptPartial)
+      if (!llvm::is_contained(partial, axis))
+        partial.push_back(axis);
+    for (StringAttr axis : partial)
+      if (!sharding.usesAxis(axis))
+        sharding.partial.push_back(axis);
+    sharding.partialKind =
+        rule.partialIsMax ? ReductionKind::Max : ReductionKind::Sum;
+    produced.push_back(sharding);
+  }
   SmallVector<Type> resultTypes;
-  for (auto [result, sharding] : llvm::zip(op->getResults(), resultShardings)) {
+  for (auto [result, sharding] : llvm::zip(op->getResults(), produced)) {
     auto type = llvm::cast<RankedTensorType>(result.getType());
     resultTypes.push_back(
         type.clone(localShape(mesh_, type.getShape(), sharding)));
@@ -231,10 +248,15 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   if (failed(llvm::cast<graph::ShardingRuleOpInterface>(local)
                  .localizeAttributes(global.operandTypes)))
     return failure();
-  for (auto [result, localResult, sharding] :
-       llvm::zip(op->getResults(), local->getResults(), resultShardings)) {
-    actual_[localResult] = sharding;
-    result.replaceAllUsesWith(localResult);
+  builder_.setInsertionPointAfter(local);
+  for (auto [result, localResult, made, wanted] :
+       llvm::zip(op->getResults(), local->getResults(), produced,
+                 resultShardings)) {
+    Value value = localResult;
+    if (!(made == wanted))
+      value = reshard(op->getLoc(), value, made, wanted);
+    actual_[value] = wanted;
+    result.replaceAllUsesWith(value);
   }
   op->erase();
   return success();
@@ -267,14 +289,21 @@ LogicalResult Partitioner::run() {
   for (const GlobalView &global : work)
     if (failed(partitionOp(global)))
       return failure();
-  // Results leave replicated.
+  // Results leave replicated, except those that replace an argument after
+  // the step (`graph.updates`, the training-step contract): they keep that
+  // argument's layout.
   Operation *terminator = body.getTerminator();
   builder_.setInsertionPoint(terminator);
   for (OpOperand &operand : terminator->getOpOperands()) {
     Value value = operand.get();
     auto type = llvm::cast<RankedTensorType>(value.getType());
-    operand.set(reshard(terminator->getLoc(), value, actual_.lookup(value),
-                        ValueSharding::replicated(type.getRank())));
+    ValueSharding required = ValueSharding::replicated(type.getRank());
+    if (auto updates = function_.getResultAttrOfType<IntegerAttr>(
+            operand.getOperandNumber(),
+            graph::GraphDialect::kUpdatesAttrName))
+      required = actual_.lookup(body.getArgument(updates.getInt()));
+    operand.set(
+        reshard(terminator->getLoc(), value, actual_.lookup(value), required));
   }
   SmallVector<Type> resultTypes(terminator->getOperandTypes());
   function_.setType(builder_.getFunctionType(argTypes, resultTypes));

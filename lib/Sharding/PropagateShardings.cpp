@@ -60,7 +60,7 @@ bool PropagateShardingsPass::propagateThrough(
   SmallVector<const ValueSharding *> known;
   for (Value tensor : tensors)
     known.push_back(&shardings_.find(tensor)->second);
-  SmallVector<AxisNames> factorAxes = resolveFactors(rule, known);
+  SmallVector<AxisNames> factorAxes = resolveFactors(rule, known, mesh_);
 
   bool changed = false;
   size_t numOperands = op->getNumOperands();
@@ -168,7 +168,7 @@ void PropagateShardingsPass::runOnOperation() {
     SmallVector<const ValueSharding *> known;
     for (Value tensor : tensors)
       known.push_back(&shardings_.find(tensor)->second);
-    SmallVector<AxisNames> factorAxes = resolveFactors(rule, known);
+    SmallVector<AxisNames> factorAxes = resolveFactors(rule, known, mesh_);
     AxisNames inherited = inheritedPartial(
         rule, ArrayRef<const ValueSharding *>(known).take_front(
                   op->getNumOperands()));

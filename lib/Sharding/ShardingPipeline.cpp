@@ -8,10 +8,12 @@ using namespace mlir;
 
 void trellis::buildShardingPipeline(OpPassManager &pm, StringRef function,
                                     int64_t dataParallel,
+                                    int64_t tensorParallel,
                                     int64_t bucketBytes) {
   ApplyPresetPassOptions preset;
   preset.functionName = function.str();
   preset.dataParallel = dataParallel;
+  preset.tensorParallel = tensorParallel;
   pm.addPass(createApplyPresetPass(preset));
   pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass());
   pm.addNestedPass<func::FuncOp>(createPartitionPass());

@@ -54,7 +54,8 @@ SmallVector<int64_t> localShape(MeshAttr mesh, ArrayRef<int64_t> globalShape,
 }
 
 SmallVector<AxisNames> resolveFactors(const graph::ShardingRule &rule,
-                                      ArrayRef<const ValueSharding *> tensors) {
+                                      ArrayRef<const ValueSharding *> tensors,
+                                      MeshAttr mesh) {
   SmallVector<AxisNames> factorAxes(rule.factorSizes.size());
   auto visit = [&](ArrayRef<int64_t> factors, const ValueSharding *sharding) {
     if (!sharding)
@@ -66,6 +67,8 @@ SmallVector<AxisNames> resolveFactors(const graph::ShardingRule &rule,
           rule.factorKinds[factor] == graph::FactorKind::Whole)
         continue;
       const AxisNames &axes = sharding->dims[d];
+      if (rule.factorSizes[factor] % axesSize(mesh, axes) != 0)
+        continue;
       bool taken = llvm::any_of(axes, [&](StringAttr axis) {
         return llvm::any_of(factorAxes, [&](const AxisNames &other) {
           return llvm::is_contained(other, axis);

@@ -54,6 +54,11 @@ cl::opt<double> compileWeightDecay("weight-decay",
 cl::opt<int64_t> compileDataParallel(
     "dp", cl::desc("Data-parallel degree: split the batch over N ranks"),
     cl::init(1), cl::sub(compileCommand));
+cl::opt<int64_t> compileTensorParallel(
+    "tp",
+    cl::desc("Tensor-parallel degree: split attention and MLP weights "
+             "(Megatron layout) over N ranks"),
+    cl::init(1), cl::sub(compileCommand));
 cl::opt<double> compileBucketMiB(
     "bucket-mib",
     cl::desc("Size of the fused data-parallel gradient reductions (MiB)"),
@@ -94,9 +99,10 @@ int runCompileCommand() {
     if (mlir::failed(pm.run(module)))
       return 1;
   }
-  if (compileDataParallel != 1) {
+  if (compileDataParallel != 1 || compileTensorParallel != 1) {
     mlir::PassManager pm(&context);
     buildShardingPipeline(pm, stepName, compileDataParallel,
+                          compileTensorParallel,
                           static_cast<int64_t>(compileBucketMiB * (1 << 20)));
     if (mlir::failed(pm.run(module)))
       return 1;

@@ -20,10 +20,11 @@ namespace trellis {
 constexpr llvm::StringLiteral kResultShardingsAttrName =
     TrellisDialect::kResultShardingsAttrName;
 
-/// Adds preset, propagation, partitioning and gradient bucketing for
-/// `dataParallel` ranks on `function`.
+/// Adds preset, propagation, partitioning and gradient bucketing for a
+/// `dataParallel` x `tensorParallel` mesh on `function`.
 void buildShardingPipeline(mlir::OpPassManager &pm, llvm::StringRef function,
-                           int64_t dataParallel, int64_t bucketBytes);
+                           int64_t dataParallel, int64_t tensorParallel,
+                           int64_t bucketBytes);
 
 } // namespace trellis
 

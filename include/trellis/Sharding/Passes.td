@@ -9,19 +9,28 @@ def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
   let summary = "Declares the mesh and annotates a training step for a preset";
   let description = [{
     Writes annotations only; the partitioner derives every collective.
-    `dp=N`: declares `trellis.mesh @mesh` with axis "dp" of size N and
-    splits the batch dimension of the `tokens` and `targets` inputs of the
-    function over it (parameters stay replicated).
+    Declares `trellis.mesh @mesh = <["dp"=D, "tp"=T]>` and annotates the
+    arguments of the function:
+    - `dp=D`: the batch dimension of the `tokens` and `targets` inputs is
+      split over "dp".
+    - `tp=T` (Megatron layout, by Hugging Face parameter name): attention
+      q/k/v and MLP up/gate weights split by output columns, attention
+      output and MLP down weights by input rows (GPT-2's Conv1D weights are
+      [in, out], Llama's Linear weights [out, in]); the MLP up bias with its
+      columns. Optimizer moments follow their parameter. GPT-2's fused QKV
+      weight stays replicated: its q, k and v column blocks are not
+      contiguous per rank.
 
     Preconditions: the function (option `function`, default `train_step`)
-    has inputs named tokens and targets (graph.param) whose batch dimension
-    N divides. Postconditions: those arguments carry `trellis.sharding`.
-    Errors: a batch not divisible by N, an existing mesh named @mesh.
+    has inputs named tokens and targets (graph.param) whose batch divides by
+    D, and every split dimension divides by T. Errors name the argument and
+    the sizes.
   }];
   let options = [
     Option<"functionName", "function", "std::string", "\"train_step\"",
            "Function to annotate">,
-    Option<"dataParallel", "dp", "int64_t", "1", "Data-parallel degree">
+    Option<"dataParallel", "dp", "int64_t", "1", "Data-parallel degree">,
+    Option<"tensorParallel", "tp", "int64_t", "1", "Tensor-parallel degree">
   ];
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
