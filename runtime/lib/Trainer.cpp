@@ -160,7 +160,11 @@ std::string Trainer::fingerprint() const {
     if (argument.role != ArgumentRole::Param)
       continue;
     hash = mix64(hash ^ streamKey(0, argument.name));
-    for (int64_t size : plan.buffers[argument.buffer].shape)
+    // Global shapes: a checkpoint serves every layout of the same model.
+    for (int64_t size :
+         ShardLayout::of(plan.buffers[argument.buffer].shape, argument.sharding,
+                         planMesh(plan), rank())
+             .globalShape)
       hash = mix64(hash ^ static_cast<uint64_t>(size));
   }
   char text[17];
@@ -175,65 +179,90 @@ const char *statePrefix(ArgumentRole role) {
   return role == ArgumentRole::AdamM ? "adam_m." : "adam_v.";
 }
 
-/// Copies a safetensors entry into `tensor`, checking the shape.
+/// Copies this rank's box of a whole tensor from a checkpoint into `tensor`,
+/// checking the shape.
 Status restoreTensor(const SafetensorsEntry &entry, Tensor &tensor,
-                     const std::string &name, const std::string &file) {
-  if (entry.shape != tensor.shape()) {
+                     const ShardLayout &layout, const std::string &name,
+                     const std::string &file) {
+  if (entry.shape != layout.globalShape) {
     std::string found, expected;
     for (int64_t s : entry.shape)
       found += (found.empty() ? "" : "x") + std::to_string(s);
-    for (int64_t s : tensor.shape())
+    for (int64_t s : layout.globalShape)
       expected += (expected.empty() ? "" : "x") + std::to_string(s);
     return Status::error(file + ": tensor \"" + name + "\" has shape [" + found +
                          "], the model expects [" + expected + "]");
   }
-  std::memcpy(tensor.f32(), entry.values.data(), tensor.bytes());
+  float *local = tensor.f32();
+  layout.forEach([&](int64_t l, int64_t g) { local[l] = entry.values[g]; });
   return Status::success();
 }
 
 } // namespace
 
-Status Trainer::checkCheckpointable() const {
-  for (const Argument &argument : executor_.plan().arguments) {
-    if (argument.role == ArgumentRole::Input)
-      continue;
-    for (const std::vector<size_t> &axes : argument.sharding)
-      if (!axes.empty())
-        return Status::error("checkpoints of sharded parameters are not "
-                             "supported yet (\"" +
-                             argument.name + "\" is split over the mesh)");
+ShardLayout Trainer::layoutOf(size_t argument) const {
+  const Plan &plan = executor_.plan();
+  return ShardLayout::of(plan.buffers[plan.arguments[argument].buffer].shape,
+                         plan.arguments[argument].sharding, planMesh(plan),
+                         rank());
+}
+
+Status Trainer::gatherArgument(size_t argument,
+                               SafetensorsEntry &entry) const {
+  const Plan &plan = executor_.plan();
+  const Tensor &tensor = const_cast<Executor &>(executor_).argument(argument);
+  ShardLayout layout = layoutOf(argument);
+  entry.shape = layout.globalShape;
+  bool split = false;
+  for (const std::vector<size_t> &axes : plan.arguments[argument].sharding)
+    split |= !axes.empty();
+  if (!split || !communicator_) {
+    entry.values.assign(tensor.f32(), tensor.f32() + tensor.size());
+    return Status::success();
   }
+  // Every rank's shard, then each placed at its box.
+  Mesh mesh = planMesh(plan);
+  AxisList everything;
+  for (size_t axis = 0; axis < mesh.numAxes(); ++axis)
+    everything.push_back(axis);
+  std::vector<float> shards(tensor.size() * mesh.size());
+  TRELLIS_RETURN_IF_ERROR(communicator_->allGather(
+      everything, tensor.f32(), shards.data(), tensor.size()));
+  int64_t total = 1;
+  for (int64_t size : layout.globalShape)
+    total *= size;
+  entry.values.assign(total, 0.0f);
+  for (int64_t r = 0; r < mesh.size(); ++r)
+    ShardLayout::of(tensor.shape(), plan.arguments[argument].sharding, mesh, r)
+        .forEach([&](int64_t l, int64_t g) {
+          entry.values[g] = shards[r * tensor.size() + l];
+        });
   return Status::success();
 }
 
 Status Trainer::save(const std::string &dir) const {
-  TRELLIS_RETURN_IF_ERROR(checkCheckpointable());
-  // Replicated state: rank 0 writes it for everyone.
+  // Every rank takes part in gathering split tensors; rank 0 writes.
+  SafetensorsFile model, optimizer;
+  const Plan &plan = executor_.plan();
+  for (size_t i = 0; i < plan.arguments.size(); ++i) {
+    const Argument &argument = plan.arguments[i];
+    if (argument.role == ArgumentRole::Input ||
+        argument.role == ArgumentRole::Step)
+      continue;
+    SafetensorsEntry entry;
+    TRELLIS_RETURN_IF_ERROR(gatherArgument(i, entry));
+    if (argument.role == ArgumentRole::Param)
+      model.tensors[argument.name] = std::move(entry);
+    else
+      optimizer.tensors[statePrefix(argument.role) + argument.name] =
+          std::move(entry);
+  }
   if (rank() != 0)
     return Status::success();
   ::mkdir(dir.c_str(), 0755);
   struct stat info;
   if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
     return Status::error("cannot create checkpoint directory '" + dir + "'");
-  SafetensorsFile model, optimizer;
-  const Plan &plan = executor_.plan();
-  Executor &executor = const_cast<Executor &>(executor_);
-  for (size_t i = 0; i < plan.arguments.size(); ++i) {
-    const Argument &argument = plan.arguments[i];
-    if (argument.role == ArgumentRole::Input ||
-        argument.role == ArgumentRole::Step)
-      continue;
-    const Tensor &tensor = executor.argument(i);
-    SafetensorsEntry entry{tensor.shape(),
-                           std::vector<float>(tensor.f32(),
-                                              tensor.f32() + tensor.size())};
-    if (argument.role == ArgumentRole::Param)
-      model.tensors[argument.name] = std::move(entry);
-    else if (argument.role == ArgumentRole::AdamM ||
-             argument.role == ArgumentRole::AdamV)
-      optimizer.tensors[statePrefix(argument.role) + argument.name] =
-          std::move(entry);
-  }
   std::string step = std::to_string(completedSteps_);
   model.metadata = {{"format", "pt"},
                     {"trellis_step", step},
@@ -245,7 +274,6 @@ Status Trainer::save(const std::string &dir) const {
 }
 
 Status Trainer::load(const std::string &dir) {
-  TRELLIS_RETURN_IF_ERROR(checkCheckpointable());
   StatusOr<SafetensorsFile> model = readSafetensors(dir + "/model.safetensors");
   if (!model.ok())
     return model.status().withContext("checkpoint");
@@ -274,7 +302,8 @@ Status Trainer::load(const std::string &dir) {
       return Status::error("checkpoint: " + fileName + " has no tensor \"" +
                            name + "\": it was written for another model");
     TRELLIS_RETURN_IF_ERROR(
-        restoreTensor(it->second, executor_.argument(i), name, fileName)
+        restoreTensor(it->second, executor_.argument(i), layoutOf(i), name,
+                      fileName)
             .withContext("checkpoint"));
   }
   if (model->metadata["trellis_model"] != fingerprint())
@@ -309,7 +338,8 @@ Status Trainer::loadWeights(const std::string &path) {
       return Status::error(path + ": missing parameter \"" + argument.name +
                            "\"");
     TRELLIS_RETURN_IF_ERROR(
-        restoreTensor(it->second, executor_.argument(i), argument.name, path));
+        restoreTensor(it->second, executor_.argument(i), layoutOf(i),
+                      argument.name, path));
   }
   return Status::success();
 }

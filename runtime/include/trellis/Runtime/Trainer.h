@@ -11,6 +11,8 @@
 #define TRELLIS_RUNTIME_TRAINER_H
 
 #include "trellis/Runtime/Executor.h"
+#include "trellis/Runtime/Safetensors.h"
+#include "trellis/Runtime/ShardLayout.h"
 #include "trellis/Runtime/Status.h"
 
 #include <memory>
@@ -88,9 +90,12 @@ public:
   int64_t tokensPerStep() const { return batch_ * seq_; }
 
   /// Writes model.safetensors (parameters, Hugging Face names) and
-  /// optimizer.safetensors (moments and step) into `dir`.
+  /// optimizer.safetensors (moments) into `dir`: whole tensors, whatever the
+  /// layout (split ones are gathered; every rank must call it, rank 0
+  /// writes).
   Status save(const std::string &dir) const;
-  /// Restores a checkpoint written by `save` for the same model.
+  /// Restores a checkpoint written by `save` for the same model, in any
+  /// layout: each rank takes its piece.
   Status load(const std::string &dir);
   /// Takes parameters from a Hugging Face safetensors file (extra tensors
   /// ignored, a "transformer." prefix optional; every parameter required).
@@ -98,8 +103,10 @@ public:
 
 private:
   std::string fingerprint() const;
-  /// Checkpoints hold whole tensors: sharded arguments cannot be saved yet.
-  Status checkCheckpointable() const;
+  /// Where this rank's piece of argument `argument` sits in the whole.
+  ShardLayout layoutOf(size_t argument) const;
+  /// The whole tensor of an argument (gathered from every rank if split).
+  Status gatherArgument(size_t argument, SafetensorsEntry &entry) const;
 
   /// Fills an input argument with this rank's shard of `global`.
   void scatterInput(int64_t argument, const std::vector<int32_t> &global,
