@@ -462,7 +462,8 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   Value tokens = input("tokens");
   Value targets = input("targets");
 
-  Value x = EmbeddingOp::create(builder_, loc_, embedTable, tokens, 0);
+  Value x = EmbeddingOp::create(builder_, loc_, embedTable, tokens, 0,
+                                /*axes=*/nullptr);
   if (gpt2) {
     Value positions =
         param("transformer.wpe.weight", {config_.maxPositions, e}, normal);
@@ -479,7 +480,8 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
                    ? embedTable
                    : param("lm_head.weight", {v, e}, normal);
   Value logits = linear(x, head, /*weightIsOutIn=*/true);
-  Value loss = CrossEntropyOp::create(builder_, loc_, logits, targets, 0);
+  Value loss = CrossEntropyOp::create(builder_, loc_, logits, targets, 0,
+                                      /*axes=*/nullptr);
   func::ReturnOp::create(builder_, loc_, loss);
 
   function.setType(builder_.getFunctionType(argTypes_, loss.getType()));

@@ -34,6 +34,10 @@ std::optional<int64_t> megatronSplitDim(StringRef name) {
   for (StringRef rows : {".o_proj.weight", ".down_proj.weight"})
     if (name.ends_with(rows))
       return 1;
+  // Vocabulary parallel: embedding tables and the LM head split by rows.
+  if (name.ends_with("embed_tokens.weight") || name == "lm_head.weight" ||
+      name.ends_with(".wte.weight"))
+    return 0;
   // GPT-2 (Conv1D weights are [in, out]).
   if (name.ends_with(".mlp.c_fc.weight"))
     return 1;

@@ -55,6 +55,10 @@ private:
   OpBuilder builder_;
   /// The sharding each (already local) value has.
   DenseMap<Value, ValueSharding> actual_;
+  /// Reshards already made, by value and required sharding: a value used
+  /// twice in one layout is resharded once (the first use dominates the
+  /// later ones in the block).
+  DenseMap<std::pair<Value, Attribute>, Value> reshards_;
 };
 
 Value Partitioner::allReduce(Location loc, Value value, const AxisNames &axes,
@@ -213,8 +217,21 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
     ValueSharding required = projectFactors(rule.operandFactors[i], factorAxes);
     required.partial = keptPartial;
-    operands.push_back(
-        reshard(op->getLoc(), operand, operandShardings[i], required));
+    if (operandShardings[i] == required) {
+      operands.push_back(operand);
+      continue;
+    }
+    auto key = std::make_pair(
+        operand, Attribute(required.toAttr(builder_.getContext(), meshName_)));
+    auto cached = reshards_.find(key);
+    if (cached != reshards_.end()) {
+      operands.push_back(cached->second);
+      continue;
+    }
+    Value resharded =
+        reshard(op->getLoc(), operand, operandShardings[i], required);
+    reshards_[key] = resharded;
+    operands.push_back(resharded);
   }
   // What the op produces is what its rule implies from the factors; a user
   // may have asked for more (a split of a dimension the op needs whole):
@@ -245,8 +262,22 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   if (op->getPropertiesStorage())
     state.propertiesAttr = op->getPropertiesAsAttribute();
   Operation *local = builder_.create(state);
+  // The split of each operand and result dimension, for attributes that
+  // depend on the rank's place.
+  auto axesOf = [&](const ValueSharding &sharding) {
+    SmallVector<Attribute> dims;
+    for (const AxisNames &axes : sharding.dims)
+      dims.push_back(axesAttr(axes));
+    return builder_.getArrayAttr(dims);
+  };
+  SmallVector<ArrayAttr> tensorAxes;
+  for (auto [i, operand] : llvm::enumerate(operands))
+    tensorAxes.push_back(
+        axesOf(projectFactors(rule.operandFactors[i], factorAxes)));
+  for (const ValueSharding &sharding : produced)
+    tensorAxes.push_back(axesOf(sharding));
   if (failed(llvm::cast<graph::ShardingRuleOpInterface>(local)
-                 .localizeAttributes(global.operandTypes)))
+                 .localizeAttributes(global.operandTypes, tensorAxes)))
     return failure();
   builder_.setInsertionPointAfter(local);
   for (auto [result, localResult, made, wanted] :

@@ -101,7 +101,9 @@ AxisNames partialAxes(const graph::ShardingRule &rule,
   AxisNames partial;
   ArrayRef<int64_t> resultFactors = rule.resultFactors[resultIndex];
   for (size_t factor = 0; factor < factorAxes.size(); ++factor) {
+    // A collective factor's op combines the split itself.
     if (factorAxes[factor].empty() ||
+        rule.factorKinds[factor] == graph::FactorKind::Collective ||
         llvm::is_contained(resultFactors, static_cast<int64_t>(factor)))
       continue;
     bool inOperand = llvm::any_of(rule.operandFactors, [&](const auto &dims) {

@@ -4,9 +4,20 @@
 
 namespace trellis::runtime::cpu {
 
+StatusOr<int64_t> shardPosition(const KernelArgs &args) {
+  if (args.axes.empty())
+    return int64_t(0);
+  if (!args.comm)
+    return Status::error(args.instruction.op +
+                         " is split over mesh axes: run the plan with --nproc "
+                         "equal to its mesh size");
+  return args.comm->groupPosition(args.axes);
+}
+
 Status runInstruction(const Instruction &instruction,
-                      std::vector<Tensor> &buffers) {
-  KernelArgs args{instruction, buffers};
+                      std::vector<Tensor> &buffers,
+                      const std::vector<size_t> &axes, Communicator *comm) {
+  KernelArgs args{instruction, buffers, axes, comm};
   const std::string &op = instruction.op;
   if (op == "matmul")
     return runMatmul(args);

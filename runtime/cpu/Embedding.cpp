@@ -5,14 +5,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace trellis::runtime::cpu {
 
 Status runEmbedding(const KernelArgs &args) {
-  int64_t offset = args.instruction.integer("vocab_offset");
+  StatusOr<int64_t> position = shardPosition(args);
+  if (!position.ok())
+    return position.status();
   if (args.instruction.op == "embedding") {
     const Tensor &table = args.in(0), &ids = args.in(1);
     int64_t rows = table.shape()[0], width = table.shape()[1];
+    // A vocabulary shard holds the rows at this rank's position.
+    int64_t offset = args.instruction.integer("vocab_offset") + *position * rows;
     float *out = args.out(0).f32();
     for (int64_t t = 0; t < ids.size(); ++t) {
       int64_t row = static_cast<int64_t>(ids.i32()[t]) - offset;
@@ -28,6 +33,7 @@ Status runEmbedding(const KernelArgs &args) {
   const Tensor &ids = args.in(0), &grad = args.in(1);
   Tensor &out = args.out(0);
   int64_t rows = out.shape()[0], width = out.shape()[1];
+  int64_t offset = args.instruction.integer("vocab_offset") + *position * rows;
   std::fill(out.f32(), out.f32() + out.size(), 0.0f);
   for (int64_t t = 0; t < ids.size(); ++t) {
     int64_t row = static_cast<int64_t>(ids.i32()[t]) - offset;
@@ -78,29 +84,73 @@ Status runCrossEntropy(const KernelArgs &args) {
   double scale = 1.0 / static_cast<double>(normalizer ? normalizer : rows);
   bool isGrad = args.instruction.op == "cross_entropy_grad";
   double upstream = isGrad ? args.in(2).f32()[0] : 1.0;
-  double total = 0;
+  // With the classes split over `axes`, this rank holds classes
+  // [offset, offset + classes) of the vocabulary.
+  StatusOr<int64_t> position = shardPosition(args);
+  if (!position.ok())
+    return position.status();
+  bool split = !args.axes.empty();
+  int64_t offset = *position * classes;
+  int64_t vocabulary = split ? classes * args.comm->groupSize(args.axes) : classes;
+
+  // Row maxima, sums of exponentials and target logits; over the whole
+  // vocabulary when it is split (three reductions across the group).
+  std::vector<float> maxima(rows), picked(rows, 0.0f);
+  std::vector<double> sums(rows);
   for (int64_t r = 0; r < rows; ++r) {
     int64_t target = targets.i32()[r];
-    if (target < 0 || target >= classes)
+    if (target < 0 || target >= vocabulary)
       return Status::error("target id " + std::to_string(target) +
                            " at position " + std::to_string(r) +
                            " is outside the vocabulary [0, " +
-                           std::to_string(classes) + ")");
+                           std::to_string(vocabulary) + ")");
     const float *x = logits.f32() + r * classes;
-    float max = *std::max_element(x, x + classes);
+    maxima[r] = classes ? *std::max_element(x, x + classes)
+                        : -std::numeric_limits<float>::infinity();
+    if (target >= offset && target < offset + classes)
+      picked[r] = x[target - offset];
+  }
+  if (split)
+    TRELLIS_RETURN_IF_ERROR(
+        args.comm->allReduce(args.axes, maxima.data(), rows, ReduceKind::Max));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = logits.f32() + r * classes;
     double sum = 0;
     for (int64_t c = 0; c < classes; ++c)
-      sum += std::exp(double(x[c]) - max);
-    double logSumExp = max + std::log(sum);
+      sum += std::exp(double(x[c]) - maxima[r]);
+    sums[r] = sum;
+  }
+  if (split) {
+    // The sums travel as float pairs (high part, remainder), so the
+    // combined sum keeps double precision, as on one rank.
+    std::vector<float> pairs(2 * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      pairs[r] = static_cast<float>(sums[r]);
+      pairs[rows + r] = static_cast<float>(sums[r] - double(pairs[r]));
+    }
+    TRELLIS_RETURN_IF_ERROR(args.comm->allReduce(args.axes, pairs.data(),
+                                                 2 * rows, ReduceKind::Sum));
+    for (int64_t r = 0; r < rows; ++r)
+      sums[r] = double(pairs[r]) + double(pairs[rows + r]);
+    TRELLIS_RETURN_IF_ERROR(
+        args.comm->allReduce(args.axes, picked.data(), rows, ReduceKind::Sum));
+  }
+
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double logSumExp = maxima[r] + std::log(sums[r]);
     if (!isGrad) {
-      total += logSumExp - x[target];
+      total += logSumExp - picked[r];
       continue;
     }
+    const float *x = logits.f32() + r * classes;
     float *dx = args.out(0).f32() + r * classes;
     double factor = upstream * scale;
     for (int64_t c = 0; c < classes; ++c)
       dx[c] = static_cast<float>(std::exp(double(x[c]) - logSumExp) * factor);
-    dx[target] -= static_cast<float>(factor);
+    int64_t target = targets.i32()[r];
+    if (target >= offset && target < offset + classes)
+      dx[target - offset] -= static_cast<float>(factor);
   }
   if (!isGrad)
     args.out(0).f32()[0] = static_cast<float>(total * scale);

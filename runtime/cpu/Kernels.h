@@ -10,15 +10,19 @@
 #ifndef TRELLIS_RUNTIME_CPU_KERNELS_H
 #define TRELLIS_RUNTIME_CPU_KERNELS_H
 
+#include "trellis/Runtime/Communicator.h"
 #include "trellis/Runtime/Status.h"
 #include "trellis/Runtime/Tensor.h"
 
 namespace trellis::runtime::cpu {
 
-/// The operands of one instruction.
+/// The operands of one instruction, and the rank's place for ops that are
+/// split over mesh axes (`axes`, resolved from the instruction's "axes").
 struct KernelArgs {
   const Instruction &instruction;
   std::vector<Tensor> &buffers;
+  const std::vector<size_t> &axes;
+  Communicator *comm = nullptr;
 
   const Tensor &in(size_t i) const { return buffers[instruction.inputs[i]]; }
   Tensor &out(size_t i) const { return buffers[instruction.outputs[i]]; }
@@ -37,7 +41,12 @@ Status runOptimizer(const KernelArgs &args);
 
 /// Runs `instruction`. Precondition: validated.
 Status runInstruction(const Instruction &instruction,
-                      std::vector<Tensor> &buffers);
+                      std::vector<Tensor> &buffers,
+                      const std::vector<size_t> &axes, Communicator *comm);
+
+/// The rank's position along `args.axes` (0 when the op is not split);
+/// fails without a communicator for a split op.
+StatusOr<int64_t> shardPosition(const KernelArgs &args);
 
 /// y[0, n) = softmax(x[0, n)), with the sum in double. `x` may equal `y`.
 void softmaxRow(const float *x, float *y, int64_t n);

@@ -106,7 +106,8 @@ Status Executor::run() {
         isCollective(instruction.op)
             ? runCollective(instruction, plan_.instructionAxes[i], buffers_,
                             communicator_)
-            : cpu::runInstruction(instruction, buffers_);
+            : cpu::runInstruction(instruction, buffers_,
+                                  plan_.instructionAxes[i], communicator_);
     if (profiling_) {
       auto &entry = profile_[instruction.op];
       entry.first += std::chrono::duration<double>(

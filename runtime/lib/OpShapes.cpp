@@ -240,6 +240,7 @@ Status checkTargets(const Checker &c) {
   TRELLIS_RETURN_IF_ERROR(c.dtype(0, DType::F32));
   TRELLIS_RETURN_IF_ERROR(c.dtype(1, DType::I32));
   TRELLIS_RETURN_IF_ERROR(c.optionalAttr("normalizer", Kind::Int));
+  TRELLIS_RETURN_IF_ERROR(c.optionalAttr("axes", Kind::Strings));
   if (c.instruction().integer("normalizer") < 0)
     return Status::error("expected normalizer >= 0");
   const Shape &logits = c.inShape(0);
@@ -546,6 +547,7 @@ const std::map<std::string, Rule> &rules() {
       TRELLIS_RETURN_IF_ERROR(c.dtype(1, DType::I32));
       TRELLIS_RETURN_IF_ERROR(c.rank(0, 2));
       TRELLIS_RETURN_IF_ERROR(c.optionalAttr("vocab_offset", Kind::Int));
+      TRELLIS_RETURN_IF_ERROR(c.optionalAttr("axes", Kind::Strings));
       Shape result = c.inShape(1);
       result.push_back(c.inShape(0)[1]);
       return c.output(0, result);
@@ -556,6 +558,7 @@ const std::map<std::string, Rule> &rules() {
       TRELLIS_RETURN_IF_ERROR(c.dtype(1, DType::F32));
       TRELLIS_RETURN_IF_ERROR(c.attr("num_embeddings", Kind::Int));
       TRELLIS_RETURN_IF_ERROR(c.optionalAttr("vocab_offset", Kind::Int));
+      TRELLIS_RETURN_IF_ERROR(c.optionalAttr("axes", Kind::Strings));
       Shape expected = c.inShape(0);
       if (c.inShape(1).empty())
         return Status::error("expected result_grad of rank >= 1");

@@ -17,7 +17,10 @@ def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
       q/k/v and MLP up/gate weights split by output columns, attention
       output and MLP down weights by input rows (GPT-2's Conv1D weights are
       [in, out], Llama's Linear weights [out, in]); the MLP up bias with its
-      columns. Optimizer moments follow their parameter. GPT-2's fused QKV
+      columns; embedding tables and the LM head by vocabulary rows (the
+      lookup masks ids outside a rank's rows, the loss combines the split
+      logits without gathering them). Optimizer moments follow their
+      parameter. GPT-2's fused QKV
       weight stays replicated: its q, k and v column blocks are not
       contiguous per rank.
 

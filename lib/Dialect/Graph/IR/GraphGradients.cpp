@@ -327,7 +327,8 @@ LogicalResult RmsNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
 LogicalResult EmbeddingOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                           SmallVectorImpl<Value> &grads) {
   grads.push_back(EmbeddingGradOp::create(
-      b, getLoc(), getIds(), dy[0], shapeOf(getTable())[0], getVocabOffset()));
+      b, getLoc(), getIds(), dy[0], shapeOf(getTable())[0], getVocabOffset(),
+      getAxesAttr()));
   grads.push_back(Value());
   return success();
 }
@@ -354,7 +355,7 @@ LogicalResult CrossEntropyOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                              SmallVectorImpl<Value> &grads) {
   grads.push_back(CrossEntropyGradOp::create(b, getLoc(), getLogits(),
                                              getTargets(), dy[0],
-                                             getNormalizer()));
+                                             getNormalizer(), getAxesAttr()));
   grads.push_back(Value());
   return success();
 }

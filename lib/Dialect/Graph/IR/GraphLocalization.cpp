@@ -23,61 +23,81 @@ int64_t elementsOf(Type type) {
   return llvm::cast<RankedTensorType>(type).getNumElements();
 }
 
-int64_t dimOf(Type type, int64_t dim) {
-  return llvm::cast<RankedTensorType>(type).getDimSize(dim);
-}
 
 } // namespace
 
 // Ops whose shape attribute is their result shape.
-LogicalResult FillOp::localizeAttributes(TypeRange) {
+LogicalResult FillOp::localizeAttributes(TypeRange, ArrayRef<ArrayAttr>) {
   setShape(resultShape(*this));
   return success();
 }
 
-LogicalResult ReshapeOp::localizeAttributes(TypeRange) {
+LogicalResult ReshapeOp::localizeAttributes(TypeRange, ArrayRef<ArrayAttr>) {
   setShape(resultShape(*this));
   return success();
 }
 
-LogicalResult BroadcastToOp::localizeAttributes(TypeRange) {
+LogicalResult BroadcastToOp::localizeAttributes(TypeRange,
+                                                ArrayRef<ArrayAttr>) {
   setShape(resultShape(*this));
   return success();
 }
 
 // Only whole dimensions can be cut (the sharding rule keeps them unsplit),
 // so offsets stay; the sizes of split dimensions become local.
-LogicalResult SliceOp::localizeAttributes(TypeRange) {
+LogicalResult SliceOp::localizeAttributes(TypeRange, ArrayRef<ArrayAttr>) {
   setSizes(resultShape(*this));
   return success();
 }
 
+/// The mesh axes dimension `dim` of operand `operand` is split over, or
+/// null when it is whole.
+ArrayAttr splitAxes(ArrayRef<ArrayAttr> operandAxes, size_t operand,
+                    size_t dim) {
+  if (operand >= operandAxes.size() || !operandAxes[operand] ||
+      dim >= operandAxes[operand].size())
+    return {};
+  auto axes = llvm::dyn_cast<ArrayAttr>(operandAxes[operand][dim]);
+  return axes && !axes.empty() ? axes : ArrayAttr();
+}
+
 // A split over target positions makes local losses partial sums: they
-// divide by the global count.
-LogicalResult CrossEntropyOp::localizeAttributes(TypeRange global) {
+// divide by the global count. A split of the classes is combined inside.
+LogicalResult CrossEntropyOp::localizeAttributes(TypeRange global,
+                                                 ArrayRef<ArrayAttr> axes) {
   if (getNormalizer() == 0)
     setNormalizer(elementsOf(global[1]));
+  int64_t classDim = llvm::cast<RankedTensorType>(global[0]).getRank() - 1;
+  if (ArrayAttr classAxes = splitAxes(axes, 0, classDim))
+    setAxesAttr(classAxes);
   return success();
 }
 
-LogicalResult CrossEntropyGradOp::localizeAttributes(TypeRange global) {
+LogicalResult CrossEntropyGradOp::localizeAttributes(TypeRange global,
+                                                     ArrayRef<ArrayAttr> axes) {
   if (getNormalizer() == 0)
     setNormalizer(elementsOf(global[1]));
+  int64_t classDim = llvm::cast<RankedTensorType>(global[0]).getRank() - 1;
+  if (ArrayAttr classAxes = splitAxes(axes, 0, classDim))
+    setAxesAttr(classAxes);
   return success();
 }
 
-LogicalResult EmbeddingOp::localizeAttributes(TypeRange global) {
-  if (getTable().getType().getShape()[0] != dimOf(global[0], 0))
-    return emitOpError("a vocabulary split across ranks needs a per-rank "
-                       "vocab_offset, which the partitioner does not "
-                       "derive yet");
+// A vocabulary split: each rank holds the rows at its position.
+LogicalResult EmbeddingOp::localizeAttributes(TypeRange,
+                                              ArrayRef<ArrayAttr> axes) {
+  if (ArrayAttr vocabAxes = splitAxes(axes, 0, 0))
+    setAxesAttr(vocabAxes);
   return success();
 }
 
-LogicalResult EmbeddingGradOp::localizeAttributes(TypeRange) {
-  if (resultShape(*this)[0] != getNumEmbeddings())
-    return emitOpError("a vocabulary split across ranks needs a per-rank "
-                       "vocab_offset, which the partitioner does not "
-                       "derive yet");
+// The table gradient holds this rank's vocabulary rows (its first result
+// dimension's split; tensors are listed operands first, then results).
+LogicalResult EmbeddingGradOp::localizeAttributes(TypeRange,
+                                                  ArrayRef<ArrayAttr> axes) {
+  if (ArrayAttr vocabAxes = splitAxes(axes, getNumOperands(), 0)) {
+    setNumEmbeddings(resultShape(*this)[0]);
+    setAxesAttr(vocabAxes);
+  }
   return success();
 }

@@ -38,7 +38,8 @@ std::string ShardingRule::toString() const {
   printTensors(resultFactors);
   os << " {";
   for (size_t f = 0; f < factorSizes.size(); ++f) {
-    static const char *kinds[] = {"parallel", "reduction", "whole"};
+    static const char *kinds[] = {"parallel", "reduction", "whole",
+                                  "collective"};
     os << (f ? ", " : "") << "f" << f << "=" << factorSizes[f] << " "
        << kinds[static_cast<int>(factorKinds[f])];
   }
@@ -475,15 +476,14 @@ ShardingRule AttentionGradOp::getShardingRule() {
 }
 
 ShardingRule CrossEntropyOp::getShardingRule() {
-  // Token dimensions sum away (the normalizer keeps the global count); the
-  // class dimension stays whole here: vocabulary-parallel cross-entropy is
-  // a lowering of its own.
+  // Token dimensions sum away (the normalizer keeps the global count); a
+  // split of the classes the op combines itself (vocabulary parallelism).
   ShardingRule rule;
   ArrayRef<int64_t> logits = shapeOf(getLogits());
   SmallVector<int64_t> tokens =
       addFactors(rule, logits.drop_back(), FactorKind::Reduction);
   SmallVector<int64_t> logitFactors(tokens);
-  logitFactors.push_back(rule.addFactor(logits.back(), FactorKind::Whole));
+  logitFactors.push_back(rule.addFactor(logits.back(), FactorKind::Collective));
   rule.operandFactors = {logitFactors, tokens};
   rule.resultFactors = {{}};
   return rule;
@@ -495,7 +495,7 @@ ShardingRule CrossEntropyGradOp::getShardingRule() {
   SmallVector<int64_t> tokens =
       addFactors(rule, logits.drop_back(), FactorKind::Parallel);
   SmallVector<int64_t> logitFactors(tokens);
-  logitFactors.push_back(rule.addFactor(logits.back(), FactorKind::Whole));
+  logitFactors.push_back(rule.addFactor(logits.back(), FactorKind::Collective));
   rule.operandFactors = {logitFactors, tokens, {}};
   rule.resultFactors = {logitFactors};
   return rule;

@@ -24,6 +24,10 @@ enum class FactorKind {
   Reduction,
   /// Must stay whole: splitting it needs a gather first.
   Whole,
+  /// May be split; the op then communicates itself over the splitting axes
+  /// (vocabulary-parallel cross-entropy), and results that lack the factor
+  /// are complete rather than partial.
+  Collective,
 };
 
 /// A factor-based sharding rule: each dimension of each operand and result

@@ -25,13 +25,17 @@ def Graph_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
     InterfaceMethod<[{
         Called by the partitioner on the per-rank copy of an op, whose
         operands and results have local types; `globalOperandTypes` are the
-        types the op had before partitioning. Rewrites attributes that
-        encode global sizes (a result shape, a count to normalize by).
-        Fails, with a diagnostic, for a split this op cannot run locally
-        yet.
+        types the op had before partitioning and `operandAxes` name, for
+        each dimension of each operand and then each result, the mesh axes
+        it is split over (an ArrayAttr per tensor, of ArrayAttrs of
+        StringAttr). Rewrites attributes that
+        encode global sizes (a result shape, a count to normalize by) or
+        the rank's place (the axes a vocabulary is split over). Fails, with
+        a diagnostic, for a split this op cannot run locally.
       }],
       "::llvm::LogicalResult", "localizeAttributes",
-      (ins "::mlir::TypeRange":$globalOperandTypes), [{}], [{
+      (ins "::mlir::TypeRange":$globalOperandTypes,
+           "::llvm::ArrayRef<::mlir::ArrayAttr>":$operandAxes), [{}], [{
         return ::mlir::success();
       }]>
   ];

@@ -294,12 +294,15 @@ def Graph_RmsNormGradOp : Graph_CostlyOp<"rms_norm_grad", [
 def Graph_EmbeddingOp : Graph_CostlyOp<"embedding", [], ["localizeAttributes"]> {
   let summary = "Rows of `table` [V, E] selected by `ids`";
   let description = [{
-    The result has shape ids.shape + [E]. Row `id - vocab_offset` is taken
-    when it lies in [0, V); other ids give a zero vector (a vocabulary shard
-    holds rows [vocab_offset, vocab_offset + V) of the full table).
+    The result has shape ids.shape + [E]. Row `id - offset` is taken when it
+    lies in [0, V); other ids give a zero vector. A vocabulary shard holds
+    rows [offset, offset + V) of the full table, where offset =
+    `vocab_offset` + (the rank's position along the mesh `axes`) * V: the
+    partitioner sets `axes` when it splits the vocabulary.
   }];
   let arguments = (ins Graph_FloatTensor:$table, Graph_IndexTensor:$ids,
-                       DefaultValuedAttr<I64Attr, "0">:$vocab_offset);
+                       DefaultValuedAttr<I64Attr, "0">:$vocab_offset,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$table `,` $ids attr-dict `:` type($table) `,` type($ids)";
 }
@@ -308,7 +311,8 @@ def Graph_EmbeddingGradOp : Graph_CostlyOp<"embedding_grad", [], ["localizeAttri
   let summary = "Gradient of embedding for its table: rows scatter-added";
   let arguments = (ins Graph_IndexTensor:$ids, Graph_FloatTensor:$result_grad,
                        I64Attr:$num_embeddings,
-                       DefaultValuedAttr<I64Attr, "0">:$vocab_offset);
+                       DefaultValuedAttr<I64Attr, "0">:$vocab_offset,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Graph_FloatTensor:$table_grad);
   let assemblyFormat = [{
     $ids `,` $result_grad `rows` $num_embeddings attr-dict `:` type($ids) `,` type($result_grad)
@@ -372,11 +376,15 @@ def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy", [], ["localizeAttribu
     Returns sum over target positions of logsumexp(logits) - logits[target],
     divided by `normalizer` (0: the number of target positions, i.e. the
     mean). A partitioned program keeps the global count as normalizer, so
-    that local results are partial sums. Targets outside [0, V) are an error
-    at run time.
+    that local results are partial sums. With `axes`, the class dimension
+    is split over those mesh axes (the rank holds classes [position * V,
+    (position + 1) * V)): the op combines maxima, sums and target logits
+    over them itself, never gathering the logits. Targets outside the
+    vocabulary are an error at run time.
   }];
   let arguments = (ins Graph_FloatTensor:$logits, Graph_IndexTensor:$targets,
-                       DefaultValuedAttr<I64Attr, "0">:$normalizer);
+                       DefaultValuedAttr<I64Attr, "0">:$normalizer,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Graph_ScalarResult:$loss);
   let assemblyFormat = "$logits `,` $targets attr-dict `:` type($logits) `,` type($targets)";
 }
@@ -385,7 +393,8 @@ def Graph_CrossEntropyGradOp : Graph_CostlyOp<"cross_entropy_grad", [], ["locali
   let summary = "Gradient of cross_entropy for its logits";
   let arguments = (ins Graph_FloatTensor:$logits, Graph_IndexTensor:$targets,
                        Graph_ScalarTensor:$loss_grad,
-                       DefaultValuedAttr<I64Attr, "0">:$normalizer);
+                       DefaultValuedAttr<I64Attr, "0">:$normalizer,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Graph_FloatTensor:$logits_grad);
   let assemblyFormat = [{
     $logits `,` $targets `,` $loss_grad attr-dict `:` type($logits) `,` type($targets)
