@@ -9,6 +9,8 @@
 
 #include "trellis/Runtime/Communicator.h"
 
+#include "TcpStore.h"
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -62,7 +64,14 @@ public:
       return Status::error(std::string("gloo: cannot create a TCP device on ") +
                            options.hostname + ": " + error.what());
     }
-    gloo::rendezvous::FileStore store(options.storeDir);
+    std::unique_ptr<gloo::rendezvous::Store> ownedStore;
+    if (options.storePort > 0)
+      ownedStore = std::make_unique<TcpStoreClient>(
+          options.storeHost, options.storePort, timeout_);
+    else
+      ownedStore =
+          std::make_unique<gloo::rendezvous::FileStore>(options.storeDir);
+    gloo::rendezvous::Store &store = *ownedStore;
     std::vector<AxisList> all = groups;
     AxisList everything;
     for (size_t axis = 0; axis < mesh_.numAxes(); ++axis)

@@ -4,6 +4,8 @@
 
 #include "trellis/Runtime/Trainer.h"
 
+#include "../gloo/TcpStore.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -57,12 +59,22 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
                 std::to_string(options.nproc) + " x --nnodes " +
                 std::to_string(options.nnodes) + " start " +
                 std::to_string(world));
+  // Node 0's launcher serves the TCP store when a master port is given.
+  std::unique_ptr<TcpStoreServer> server;
+  if (options.masterPort > 0 && options.nodeRank == 0) {
+    StatusOr<std::unique_ptr<TcpStoreServer>> started =
+        TcpStoreServer::start(options.masterAddr, options.masterPort);
+    if (!started.ok())
+      return fail(started.status().message());
+    server = std::move(*started);
+  }
   std::string store = options.rendezvousDir;
-  bool temporary = store.empty();
+  bool temporary = store.empty() && options.masterPort == 0;
   if (temporary) {
     if (options.nnodes > 1)
-      return fail("--rendezvous DIR on a filesystem every node shares is "
-                  "required with --nnodes > 1");
+      return fail("--nnodes > 1 needs --master-addr and --master-port (a "
+                  "store served by node 0), or --rendezvous DIR on a "
+                  "filesystem every node shares");
     char pattern[] = "/tmp/trellis-rendezvous-XXXXXX";
     if (!mkdtemp(pattern))
       return fail(std::string("cannot create a rendezvous directory: ") +
@@ -75,7 +87,8 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
     int64_t rank = options.nodeRank * options.nproc + local;
     std::vector<std::string> args = options.command;
     args.push_back("--rank=" + std::to_string(rank));
-    args.push_back("--rendezvous=" + store);
+    if (!store.empty())
+      args.push_back("--rendezvous=" + store);
     std::vector<char *> argv;
     for (std::string &arg : args)
       argv.push_back(arg.data());

@@ -86,6 +86,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options) 
         groups.push_back(axes);
     RendezvousOptions rendezvous;
     rendezvous.storeDir = options.rendezvousDir;
+    rendezvous.storeHost = options.masterAddr;
+    rendezvous.storePort = options.masterPort;
     rendezvous.hostname = options.hostname;
     rendezvous.timeout = std::chrono::milliseconds(
         static_cast<int64_t>(options.timeoutSeconds * 1000));

@@ -55,6 +55,14 @@ cl::opt<std::string> runRendezvous(
     cl::desc("Directory the ranks meet in (shared by all nodes; default: a "
              "fresh temporary one)"),
     cl::value_desc("dir"), cl::sub(runCommand));
+cl::opt<std::string> runMasterAddr(
+    "master-addr",
+    cl::desc("Address of node 0, whose launcher serves the rendezvous store"),
+    cl::init("127.0.0.1"), cl::sub(runCommand));
+cl::opt<int> runMasterPort(
+    "master-port",
+    cl::desc("Port of the rendezvous store on node 0 (0: a directory store)"),
+    cl::init(0), cl::sub(runCommand));
 cl::opt<std::string> runHost("host",
                              cl::desc("Address this node's ranks listen on"),
                              cl::init("127.0.0.1"), cl::sub(runCommand));
@@ -94,6 +102,8 @@ int runRunCommand() {
   options.rank = runRank;
   options.rendezvousDir = runRendezvous;
   options.hostname = runHost;
+  options.masterAddr = runMasterAddr;
+  options.masterPort = runMasterPort;
   options.timeoutSeconds = runTimeout;
   options.injectFault = runInjectFault;
   options.command = commandLine();

@@ -75,8 +75,13 @@ protected:
 
 /// How the ranks of one job find each other.
 struct RendezvousOptions {
-  /// A directory all ranks can write (a fresh one per job).
+  /// A directory all ranks can write (a fresh one per job); used when
+  /// storePort is 0.
   std::string storeDir;
+  /// The TCP store served by the launcher of node 0 (--master-addr,
+  /// --master-port), when storePort > 0.
+  std::string storeHost;
+  int storePort = 0;
   /// The address this rank listens on.
   std::string hostname = "127.0.0.1";
   /// Bound on connecting and on every collective.

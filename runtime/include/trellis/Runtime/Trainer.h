@@ -58,6 +58,10 @@ struct TrainOptions {
   std::string rendezvousDir;
   /// Address this node's ranks listen on.
   std::string hostname = "127.0.0.1";
+  /// The rendezvous store of node 0's launcher (torchrun's MASTER_ADDR and
+  /// MASTER_PORT); a port of 0 means the file store in rendezvousDir.
+  std::string masterAddr = "127.0.0.1";
+  int masterPort = 0;
   /// Bound on connecting and on every collective; a rank that dies or hangs
   /// fails the others within it.
   double timeoutSeconds = 60;

@@ -1,0 +1,61 @@
+//===- TcpStore.h - A key-value store over TCP for rendezvous ---*- C++ -*-===//
+//
+// How ranks on several nodes meet without a shared filesystem (torchrun's
+// MASTER_ADDR / MASTER_PORT): the launcher of node 0 serves a key-value
+// store; every rank's Gloo rendezvous reads and writes it. Keys are written
+// once; a read waits until its key exists or the timeout passes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_RUNTIME_GLOO_TCPSTORE_H
+#define TRELLIS_RUNTIME_GLOO_TCPSTORE_H
+
+#include "trellis/Runtime/Status.h"
+
+#include <gloo/rendezvous/store.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace trellis::runtime {
+
+/// The server side: accepts clients on a background thread until destroyed.
+class TcpStoreServer {
+public:
+  ~TcpStoreServer();
+  /// Listens on `host`:`port`.
+  static StatusOr<std::unique_ptr<TcpStoreServer>> start(const std::string &host,
+                                                         int port);
+
+private:
+  TcpStoreServer() = default;
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+/// The client side, as a Gloo store. Connection failures and timeouts throw
+/// (Gloo's stores report errors by exceptions; GlooCommunicator turns them
+/// into a Status).
+class TcpStoreClient : public gloo::rendezvous::Store {
+public:
+  TcpStoreClient(std::string host, int port, std::chrono::milliseconds timeout);
+  ~TcpStoreClient() override;
+
+  void set(const std::string &key, const std::vector<char> &data) override;
+  std::vector<char> get(const std::string &key) override;
+  void wait(const std::vector<std::string> &keys) override;
+  void wait(const std::vector<std::string> &keys,
+            const std::chrono::milliseconds &timeout) override;
+
+private:
+  void connectOnce();
+  int socket_ = -1;
+  std::string host_;
+  int port_;
+  std::chrono::milliseconds timeout_;
+};
+
+} // namespace trellis::runtime
+
+#endif // TRELLIS_RUNTIME_GLOO_TCPSTORE_H
