@@ -62,8 +62,9 @@ StepReport computeStepReport(func::FuncOp step) {
       delta[position[&op]] += bytesOf(result.getType());
       delta[last + 1] -= bytesOf(result.getType());
     }
-    if (op.getDialect() &&
-        llvm::isa<TrellisDialect>(op.getDialect()) && op.getNumOperands()) {
+    // Collectives move data; slice_shard only keeps a local piece.
+    if (op.getDialect() && llvm::isa<TrellisDialect>(op.getDialect()) &&
+        op.getNumOperands() && !llvm::isa<SliceShardOp>(op)) {
       std::string key = op.getName().stripDialect().str();
       if (auto axes = op.getAttrOfType<ArrayAttr>("axes")) {
         key += " over";

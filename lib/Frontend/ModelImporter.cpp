@@ -351,6 +351,7 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
   int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
   int64_t h = config_.numHeads, d = config_.headDim, f = config_.intermediateSize;
   std::string prefix = llvm::formatv("transformer.h.{0}", layer).str();
+  loc_ = NameLoc::get(builder_.getStringAttr(prefix));
   std::string normal = normalInit(config_.initializerRange);
   // GPT-2 scales the init of residual projections by 1/sqrt(2 * n_layer).
   std::string residual = normalInit(config_.initializerRange /
@@ -392,6 +393,7 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
   int64_t hq = config_.numHeads, hkv = config_.numKvHeads;
   int64_t d = config_.headDim, f = config_.intermediateSize;
   std::string prefix = llvm::formatv("model.layers.{0}", layer).str();
+  loc_ = NameLoc::get(builder_.getStringAttr(prefix));
   std::string normal = normalInit(config_.initializerRange);
   DenseF64ArrayAttr frequencies =
       builder_.getDenseF64ArrayAttr(ropeFrequencies(config_));
@@ -462,6 +464,7 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   Value tokens = input("tokens");
   Value targets = input("targets");
 
+  loc_ = NameLoc::get(builder_.getStringAttr("embedding"));
   Value x = EmbeddingOp::create(builder_, loc_, embedTable, tokens, 0,
                                 /*axes=*/nullptr);
   if (gpt2) {
@@ -474,6 +477,7 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   }
   for (int64_t layer = 0; layer < config_.numLayers; ++layer)
     x = gpt2 ? gpt2Block(x, layer) : llamaBlock(x, layer);
+  loc_ = NameLoc::get(builder_.getStringAttr("head"));
   x = gpt2 ? layerNorm(x, "transformer.ln_f") : rmsNorm(x, "model.norm.weight");
 
   Value head = config_.tieWordEmbeddings

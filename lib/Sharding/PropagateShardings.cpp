@@ -206,6 +206,17 @@ void PropagateShardingsPass::runOnOperation() {
           remark << llvm::formatv("; a result of {0} MiB stays replicated",
                                   bytes >> 20);
       }
+      // Operands laid out otherwise than the factors say: where the
+      // partitioner will insert collectives, and why.
+      for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+        ValueSharding wanted = projectFactors(rule.operandFactors[i], factorAxes);
+        const ValueSharding &has = shardingOf(operand);
+        if (has.dims == wanted.dims && has.partial.empty())
+          continue;
+        remark << llvm::formatv("; operand {0} is resharded from ", i)
+               << has.toAttr(context, meshName) << " to "
+               << wanted.toAttr(context, meshName);
+      }
     }
   }
   for (unsigned i = 0; i < function.getNumArguments(); ++i) {

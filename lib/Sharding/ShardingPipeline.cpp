@@ -9,13 +9,15 @@ using namespace mlir;
 void trellis::buildShardingPipeline(OpPassManager &pm, StringRef function,
                                     int64_t dataParallel,
                                     int64_t tensorParallel,
-                                    int64_t bucketBytes) {
+                                    int64_t bucketBytes, bool explain) {
   ApplyPresetPassOptions preset;
   preset.functionName = function.str();
   preset.dataParallel = dataParallel;
   preset.tensorParallel = tensorParallel;
   pm.addPass(createApplyPresetPass(preset));
-  pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass());
+  PropagateShardingsPassOptions propagation;
+  propagation.explain = explain;
+  pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass(propagation));
   pm.addNestedPass<func::FuncOp>(createPartitionPass());
   BucketAllReducesPassOptions buckets;
   buckets.bucketBytes = bucketBytes;

@@ -63,6 +63,12 @@ cl::opt<double> compileBucketMiB(
     "bucket-mib",
     cl::desc("Size of the fused data-parallel gradient reductions (MiB)"),
     cl::init(25), cl::sub(compileCommand));
+cl::opt<bool> compileExplain(
+    "explain",
+    cl::desc("Report, op by op, which factors propagation split, which "
+             "operands get resharded, and which large values stay "
+             "replicated"),
+    cl::sub(compileCommand));
 cl::opt<bool> compileReport(
     "report",
     cl::desc("Print per rank: parameters, activation estimate, and "
@@ -103,7 +109,8 @@ int runCompileCommand() {
     mlir::PassManager pm(&context);
     buildShardingPipeline(pm, stepName, compileDataParallel,
                           compileTensorParallel,
-                          static_cast<int64_t>(compileBucketMiB * (1 << 20)));
+                          static_cast<int64_t>(compileBucketMiB * (1 << 20)),
+                          compileExplain);
     if (mlir::failed(pm.run(module)))
       return 1;
   }

@@ -17,6 +17,32 @@ namespace trellis::driver {
 
 void loadDriverDialects(MLIRContext &context) {
   context.loadDialect<graph::GraphDialect, TrellisDialect, func::FuncDialect>();
+  // Print every diagnostic, remarks included (--explain), as
+  // `location: severity: message`.
+  context.getDiagEngine().registerHandler([](Diagnostic &diagnostic) {
+    auto print = [](Diagnostic &d) {
+      llvm::errs() << d.getLocation() << ": ";
+      switch (d.getSeverity()) {
+      case DiagnosticSeverity::Error:
+        llvm::errs() << "error: ";
+        break;
+      case DiagnosticSeverity::Warning:
+        llvm::errs() << "warning: ";
+        break;
+      case DiagnosticSeverity::Remark:
+        llvm::errs() << "remark: ";
+        break;
+      case DiagnosticSeverity::Note:
+        llvm::errs() << "note: ";
+        break;
+      }
+      llvm::errs() << d << "\n";
+    };
+    print(diagnostic);
+    for (Diagnostic &note : diagnostic.getNotes())
+      print(note);
+    return success();
+  });
 }
 
 int reportError(llvm::StringRef command, const llvm::Twine &message) {

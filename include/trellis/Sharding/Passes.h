@@ -24,7 +24,7 @@ constexpr llvm::StringLiteral kResultShardingsAttrName =
 /// `dataParallel` x `tensorParallel` mesh on `function`.
 void buildShardingPipeline(mlir::OpPassManager &pm, llvm::StringRef function,
                            int64_t dataParallel, int64_t tensorParallel,
-                           int64_t bucketBytes);
+                           int64_t bucketBytes, bool explain = false);
 
 } // namespace trellis
 
