@@ -239,15 +239,7 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   SmallVector<ValueSharding> produced;
   for (size_t i = 0; i < op->getNumResults(); ++i) {
     ValueSharding sharding = projectFactors(rule.resultFactors[i], factorAxes);
-    AxisNames partial = partialAxes(rule, factorAxes, i);
-    for (StringAttr axis : keptPartial)
-      if (!llvm::is_contained(partial, axis))
-        partial.push_back(axis);
-    for (StringAttr axis : partial)
-      if (!sharding.usesAxis(axis))
-        sharding.partial.push_back(axis);
-    sharding.partialKind =
-        rule.partialIsMax ? ReductionKind::Max : ReductionKind::Sum;
+    setResultPartial(rule, factorAxes, keptPartial, i, sharding);
     produced.push_back(sharding);
   }
   SmallVector<Type> resultTypes;

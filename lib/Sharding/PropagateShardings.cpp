@@ -44,6 +44,19 @@ private:
     return it->second;
   }
 
+  /// The shardings of `op`'s operands then results (entries created as
+  /// needed; valid until the next insertion).
+  SmallVector<const ValueSharding *> tensorShardings(Operation *op) {
+    SmallVector<Value> tensors(op->getOperands());
+    tensors.append(op->getResults().begin(), op->getResults().end());
+    for (Value tensor : tensors)
+      (void)shardingOf(tensor); // create entries before taking pointers
+    SmallVector<const ValueSharding *> known;
+    for (Value tensor : tensors)
+      known.push_back(&shardings_.find(tensor)->second);
+    return known;
+  }
+
   MeshAttr mesh_;
   DenseMap<Value, ValueSharding> shardings_;
   /// Values whose sharding the user fixed (argument annotations).
@@ -55,11 +68,7 @@ bool PropagateShardingsPass::propagateThrough(
   graph::ShardingRule rule = op.getShardingRule();
   SmallVector<Value> tensors(op->getOperands());
   tensors.append(op->getResults().begin(), op->getResults().end());
-  for (Value tensor : tensors)
-    (void)shardingOf(tensor); // create entries before taking pointers
-  SmallVector<const ValueSharding *> known;
-  for (Value tensor : tensors)
-    known.push_back(&shardings_.find(tensor)->second);
+  SmallVector<const ValueSharding *> known = tensorShardings(op);
   SmallVector<AxisNames> factorAxes = resolveFactors(rule, known, mesh_);
 
   bool changed = false;
@@ -96,22 +105,9 @@ bool PropagateShardingsPass::propagateThrough(
     if (fixed_.contains(result))
       continue;
     ValueSharding &sharding = shardingOf(result);
-    AxisNames partial;
-    AxisNames candidates = partialAxes(rule, factorAxes, i);
-    for (StringAttr axis : inherited)
-      if (!llvm::is_contained(candidates, axis))
-        candidates.push_back(axis);
-    for (StringAttr axis : candidates)
-      if (!llvm::any_of(sharding.dims, [&](const AxisNames &axes) {
-            return llvm::is_contained(axes, axis);
-          }))
-        partial.push_back(axis);
-    if (partial != sharding.partial) {
-      sharding.partial = partial;
-      sharding.partialKind =
-          rule.partialIsMax ? ReductionKind::Max : ReductionKind::Sum;
-      changed = true;
-    }
+    AxisNames before = sharding.partial;
+    setResultPartial(rule, factorAxes, inherited, i, sharding);
+    changed |= sharding.partial != before;
   }
   return changed;
 }
@@ -161,13 +157,7 @@ void PropagateShardingsPass::runOnOperation() {
   Builder builder(context);
   for (graph::ShardingRuleOpInterface op : ops) {
     graph::ShardingRule rule = op.getShardingRule();
-    SmallVector<Value> tensors(op->getOperands());
-    tensors.append(op->getResults().begin(), op->getResults().end());
-    for (Value tensor : tensors)
-      (void)shardingOf(tensor); // create entries before taking pointers
-    SmallVector<const ValueSharding *> known;
-    for (Value tensor : tensors)
-      known.push_back(&shardings_.find(tensor)->second);
+    SmallVector<const ValueSharding *> known = tensorShardings(op);
     SmallVector<AxisNames> factorAxes = resolveFactors(rule, known, mesh_);
     AxisNames inherited = inheritedPartial(
         rule, ArrayRef<const ValueSharding *>(known).take_front(
@@ -175,16 +165,7 @@ void PropagateShardingsPass::runOnOperation() {
     SmallVector<Attribute> attrs;
     for (auto [i, result] : llvm::enumerate(op->getResults())) {
       ValueSharding &sharding = shardingOf(result);
-      sharding.partial.clear();
-      AxisNames candidates = partialAxes(rule, factorAxes, i);
-      for (StringAttr axis : inherited)
-        if (!llvm::is_contained(candidates, axis))
-          candidates.push_back(axis);
-      for (StringAttr axis : candidates)
-        if (!sharding.usesAxis(axis))
-          sharding.partial.push_back(axis);
-      sharding.partialKind =
-          rule.partialIsMax ? ReductionKind::Max : ReductionKind::Sum;
+      setResultPartial(rule, factorAxes, inherited, i, sharding);
       attrs.push_back(sharding.toAttr(context, meshName));
     }
     op->setAttr(kResultShardingsAttrName, builder.getArrayAttr(attrs));

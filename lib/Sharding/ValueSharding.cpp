@@ -127,4 +127,19 @@ AxisNames inheritedPartial(const graph::ShardingRule &rule,
   return first;
 }
 
+void setResultPartial(const graph::ShardingRule &rule,
+                      ArrayRef<AxisNames> factorAxes, const AxisNames &inherited,
+                      size_t resultIndex, ValueSharding &result) {
+  AxisNames candidates = partialAxes(rule, factorAxes, resultIndex);
+  for (StringAttr axis : inherited)
+    if (!llvm::is_contained(candidates, axis))
+      candidates.push_back(axis);
+  result.partial.clear();
+  for (StringAttr axis : candidates)
+    if (!result.usesAxis(axis))
+      result.partial.push_back(axis);
+  result.partialKind =
+      rule.partialIsMax ? ReductionKind::Max : ReductionKind::Sum;
+}
+
 } // namespace trellis::sharding

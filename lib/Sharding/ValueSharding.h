@@ -72,6 +72,13 @@ AxisNames partialAxes(const graph::ShardingRule &rule,
 AxisNames inheritedPartial(const graph::ShardingRule &rule,
                            llvm::ArrayRef<const ValueSharding *> operands);
 
+/// Sets `result`'s partial axes (and kind): those of `partialAxes` plus
+/// `inherited`, except axes the result's dimensions are split over.
+void setResultPartial(const graph::ShardingRule &rule,
+                      llvm::ArrayRef<AxisNames> factorAxes,
+                      const AxisNames &inherited, size_t resultIndex,
+                      ValueSharding &result);
+
 } // namespace trellis::sharding
 
 #endif // TRELLIS_LIB_SHARDING_VALUESHARDING_H
