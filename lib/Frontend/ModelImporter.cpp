@@ -284,8 +284,10 @@ private:
   }
 
   /// Declares a parameter argument; `init` is "normal:<std>", "zeros" or
-  /// "ones".
-  Value param(StringRef name, ArrayRef<int64_t> shape, StringRef init);
+  /// "ones". `fileShape`, when given, is the shape checkpoints store the
+  /// same row-major elements under (Hugging Face's).
+  Value param(StringRef name, ArrayRef<int64_t> shape, StringRef init,
+              ArrayRef<int64_t> fileShape = {});
   std::string normalInit(double std) const {
     return llvm::formatv("normal:{0}", std).str();
   }
@@ -311,17 +313,22 @@ private:
 };
 
 Value TransformerBuilder::param(StringRef name, ArrayRef<int64_t> shape,
-                                StringRef init) {
+                                StringRef init, ArrayRef<int64_t> fileShape) {
   RankedTensorType type = f32(shape);
   argTypes_.push_back(type);
-  argAttrs_.push_back(builder_.getDictionaryAttr({
+  SmallVector<NamedAttribute> attrs = {
       builder_.getNamedAttr(GraphDialect::kRoleAttrName,
                             builder_.getStringAttr("param")),
       builder_.getNamedAttr(GraphDialect::kParamNameAttrName,
                             builder_.getStringAttr(name)),
       builder_.getNamedAttr(GraphDialect::kInitAttrName,
                             builder_.getStringAttr(init)),
-  }));
+  };
+  if (!fileShape.empty())
+    attrs.push_back(builder_.getNamedAttr(
+        GraphDialect::kFileShapeAttrName,
+        builder_.getDenseI64ArrayAttr(fileShape)));
+  argAttrs_.push_back(builder_.getDictionaryAttr(attrs));
   return body_->addArgument(type, loc_);
 }
 
@@ -358,14 +365,23 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
                                     std::sqrt(2.0 * config_.numLayers));
 
   Value hidden = layerNorm(x, prefix + ".ln_1");
-  Value qkvWeight = param(prefix + ".attn.c_attn.weight", {e, 3 * e}, normal);
-  Value qkvBias = param(prefix + ".attn.c_attn.bias", {3 * e}, "zeros");
-  Value qkv = linear(hidden, qkvWeight, false, qkvBias);
+  // The fused QKV projection ([E, 3E] in Hugging Face) is held as [E, 3, E]
+  // (the same elements): q, k and v are then each one slice along the middle
+  // dimension, and their output columns can be split by heads.
+  Value qkvWeight = param(prefix + ".attn.c_attn.weight", {e, 3, e}, normal,
+                          {e, 3 * e});
+  Value qkvBias =
+      param(prefix + ".attn.c_attn.bias", {3, e}, "zeros", {3 * e});
   auto head = [&](int64_t index) {
-    Value part = SliceOp::create(builder_, loc_, qkv,
-                                 ArrayRef<int64_t>{0, 0, index * e},
-                                 ArrayRef<int64_t>{b, s, e});
-    return reshape(part, {b, s, h, d});
+    Value weight = reshape(SliceOp::create(builder_, loc_, qkvWeight,
+                                           ArrayRef<int64_t>{0, index, 0},
+                                           ArrayRef<int64_t>{e, 1, e}),
+                           {e, e});
+    Value bias = reshape(SliceOp::create(builder_, loc_, qkvBias,
+                                         ArrayRef<int64_t>{index, 0},
+                                         ArrayRef<int64_t>{1, e}),
+                         {e});
+    return reshape(linear(hidden, weight, false, bias), {b, s, h, d});
   };
   Value query = head(0), key = head(1), value = head(2);
   Value attention = AttentionOp::create(

@@ -41,6 +41,11 @@ std::optional<int64_t> megatronSplitDim(StringRef name) {
   // GPT-2 (Conv1D weights are [in, out]).
   if (name.ends_with(".mlp.c_fc.weight"))
     return 1;
+  // The fused QKV, held as [E, 3, E] (bias [3, E]): output columns by heads.
+  if (name.ends_with(".attn.c_attn.weight"))
+    return 2;
+  if (name.ends_with(".attn.c_attn.bias"))
+    return 1;
   if (name.ends_with(".mlp.c_fc.bias") || name.ends_with(".mlp.c_proj.weight") ||
       name.ends_with(".attn.c_proj.weight"))
     return 0;

@@ -147,21 +147,29 @@ Status runReduction(const KernelArgs &args) {
     keptStrides[d] = 0;
   bool isMax = args.instruction.op == "reduce_max";
   float *y = out.f32();
-  std::fill(y, y + out.size(),
-            isMax ? -std::numeric_limits<float>::infinity() : 0.0f);
   const float *x = in.f32();
-  // Walk the input in order; the "input strides" here map to the output.
-  forEachStrided(shape, keptStrides, 0, [&](int64_t i, int64_t o) {
-    y[o] = isMax ? std::max(y[o], x[i]) : y[o] + x[i];
-  });
+  if (isMax) {
+    std::fill(y, y + out.size(), -std::numeric_limits<float>::infinity());
+    // Walk the input in order; the "input strides" here map to the output.
+    forEachStrided(shape, keptStrides, 0, [&](int64_t i, int64_t o) {
+      y[o] = std::max(y[o], x[i]);
+    });
+    return Status::success();
+  }
+  // Sums accumulate in double: they are long (a bias gradient sums every
+  // token) and their rounding should not depend on how they are split.
+  std::vector<double> sums(out.size(), 0.0);
+  forEachStrided(shape, keptStrides, 0,
+                 [&](int64_t i, int64_t o) { sums[o] += x[i]; });
+  double scale = 1.0;
   if (args.instruction.op == "reduce_mean") {
     int64_t count = 1;
     for (int64_t d : dims)
       count *= shape[d];
-    float scale = count ? 1.0f / count : 0.0f;
-    for (int64_t i = 0; i < out.size(); ++i)
-      y[i] *= scale;
+    scale = count ? 1.0 / count : 0.0;
   }
+  for (int64_t i = 0; i < out.size(); ++i)
+    y[i] = static_cast<float>(sums[i] * scale);
   return Status::success();
 }
 

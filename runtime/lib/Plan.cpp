@@ -284,6 +284,30 @@ Status PlanReader::readArguments(const json &array) {
     }
     if (entry.contains("sharding"))
       TRELLIS_RETURN_IF_ERROR(readSharding(entry["sharding"], where, argument));
+    if (entry.contains("file_shape")) {
+      const json &shape = entry["file_shape"];
+      int64_t local = plan_.buffers[argument.buffer].numElements(), whole = 1;
+      int64_t pieces = 1;
+      for (const std::vector<size_t> &axes : argument.sharding)
+        for (size_t axis : axes)
+          pieces *= plan_.mesh[axis].size;
+      if (!shape.is_array() || shape.size() > kMaxRank)
+        return Status::error(where + ": malformed file_shape");
+      for (const json &size : shape) {
+        if (!size.is_number_integer() || size.get<int64_t>() < 0 ||
+            size.get<int64_t>() > kMaxElements)
+          return Status::error(where + ": malformed file_shape");
+        whole *= size.get<int64_t>();
+        if (whole > kMaxElements)
+          return Status::error(where + ": malformed file_shape");
+        argument.fileShape.push_back(size.get<int64_t>());
+      }
+      if (whole != local * pieces)
+        return Status::error(where + ": file_shape " + describe(shape) +
+                             " holds " + std::to_string(whole) +
+                             " elements, the tensor " +
+                             std::to_string(local * pieces));
+    }
     const BufferDesc &desc = plan_.buffers[argument.buffer];
     switch (argument.role) {
     case ArgumentRole::Input:

@@ -182,15 +182,19 @@ const char *statePrefix(ArgumentRole role) {
 }
 
 /// Copies this rank's box of a whole tensor from a checkpoint into `tensor`,
-/// checking the shape.
+/// checking the shape (the whole tensor's, or `fileShape` when given: the
+/// same elements stored under another shape).
 Status restoreTensor(const SafetensorsEntry &entry, Tensor &tensor,
-                     const ShardLayout &layout, const std::string &name,
-                     const std::string &file) {
-  if (entry.shape != layout.globalShape) {
+                     const ShardLayout &layout,
+                     const std::vector<int64_t> &fileShape,
+                     const std::string &name, const std::string &file) {
+  const std::vector<int64_t> &stored =
+      fileShape.empty() ? layout.globalShape : fileShape;
+  if (entry.shape != stored) {
     std::string found, expected;
     for (int64_t s : entry.shape)
       found += (found.empty() ? "" : "x") + std::to_string(s);
-    for (int64_t s : layout.globalShape)
+    for (int64_t s : stored)
       expected += (expected.empty() ? "" : "x") + std::to_string(s);
     return Status::error(file + ": tensor \"" + name + "\" has shape [" + found +
                          "], the model expects [" + expected + "]");
@@ -214,7 +218,8 @@ Status Trainer::gatherArgument(size_t argument,
   const Plan &plan = executor_.plan();
   const Tensor &tensor = const_cast<Executor &>(executor_).argument(argument);
   ShardLayout layout = layoutOf(argument);
-  entry.shape = layout.globalShape;
+  const std::vector<int64_t> &fileShape = plan.arguments[argument].fileShape;
+  entry.shape = fileShape.empty() ? layout.globalShape : fileShape;
   bool split = false;
   for (const std::vector<size_t> &axes : plan.arguments[argument].sharding)
     split |= !axes.empty();
@@ -304,8 +309,8 @@ Status Trainer::load(const std::string &dir) {
       return Status::error("checkpoint: " + fileName + " has no tensor \"" +
                            name + "\": it was written for another model");
     TRELLIS_RETURN_IF_ERROR(
-        restoreTensor(it->second, executor_.argument(i), layoutOf(i), name,
-                      fileName)
+        restoreTensor(it->second, executor_.argument(i), layoutOf(i),
+                      argument.fileShape, name, fileName)
             .withContext("checkpoint"));
   }
   if (model->metadata["trellis_model"] != fingerprint())
@@ -341,7 +346,7 @@ Status Trainer::loadWeights(const std::string &path) {
                            "\"");
     TRELLIS_RETURN_IF_ERROR(
         restoreTensor(it->second, executor_.argument(i), layoutOf(i),
-                      argument.name, path));
+                      argument.fileShape, argument.name, path));
   }
   return Status::success();
 }

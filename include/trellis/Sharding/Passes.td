@@ -20,9 +20,8 @@ def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
       columns; embedding tables and the LM head by vocabulary rows (the
       lookup masks ids outside a rank's rows, the loss combines the split
       logits without gathering them). Optimizer moments follow their
-      parameter. GPT-2's fused QKV
-      weight stays replicated: its q, k and v column blocks are not
-      contiguous per rank.
+      parameter. GPT-2's fused QKV weight, held as [E, 3, E] (bias [3, E]),
+      splits its last dimension: each rank gets its heads of q, k and v.
 
     Preconditions: the function (option `function`, default `train_step`)
     has inputs named tokens and targets (graph.param) whose batch divides by

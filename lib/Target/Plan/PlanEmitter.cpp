@@ -153,6 +153,9 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
     if (!entry.get("role"))
       return step.emitError() << "argument " << arg.getArgNumber()
                               << " has no graph.role";
+    if (auto fileShape = step.getArgAttrOfType<DenseI64ArrayAttr>(
+            arg.getArgNumber(), GraphDialect::kFileShapeAttrName))
+      entry["file_shape"] = shapeArray(fileShape.asArrayRef());
     if (auto sharding = step.getArgAttrOfType<ShardingAttr>(
             arg.getArgNumber(), TrellisDialect::kShardingAttrName)) {
       if (!sharding.getPartialAxes().empty())

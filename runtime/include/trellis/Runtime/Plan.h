@@ -77,6 +77,9 @@ struct Argument {
   /// Per dimension, the mesh axes (indices) it is split over; empty when the
   /// argument is replicated. The buffer holds this rank's shard.
   std::vector<std::vector<size_t>> sharding;
+  /// The shape checkpoints store the whole tensor under, when it differs
+  /// from the whole tensor's shape (same row-major elements); else empty.
+  std::vector<int64_t> fileShape;
 };
 
 struct Result {

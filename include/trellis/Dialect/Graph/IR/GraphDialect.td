@@ -31,6 +31,10 @@ def Graph_Dialect : Dialect {
     /// Function argument attribute: how a parameter is initialized
     /// ("normal:<std>", "zeros", "ones").
     static constexpr ::llvm::StringLiteral kInitAttrName = "graph.init";
+    /// Function argument attribute: the shape checkpoints store a parameter
+    /// under when it differs from its type's (same row-major elements).
+    static constexpr ::llvm::StringLiteral kFileShapeAttrName =
+        "graph.file_shape";
     /// Function result attribute: index of the argument this result updates.
     static constexpr ::llvm::StringLiteral kUpdatesAttrName = "graph.updates";
   }];
