@@ -88,6 +88,9 @@ struct ApplyPresetPass
     // sizes.
     auto split = [&](unsigned i, int64_t dim, StringRef axis,
                      int64_t pieces) -> LogicalResult {
+      // The user's own annotations win over the preset's.
+      if (function.getArgAttr(i, TrellisDialect::kShardingAttrName))
+        return success();
       auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
       auto name = function.getArgAttrOfType<StringAttr>(
           i, graph::GraphDialect::kParamNameAttrName);

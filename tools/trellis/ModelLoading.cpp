@@ -18,10 +18,12 @@ namespace trellis::driver {
 void loadDriverDialects(MLIRContext &context) {
   context.loadDialect<graph::GraphDialect, TrellisDialect, func::FuncDialect>();
   // Print every diagnostic, remarks included (--explain), as
-  // `location: severity: message`.
+  // `location: severity: message`, without dumping the op a pass failed on.
+  context.printOpOnDiagnostic(false);
   context.getDiagEngine().registerHandler([](Diagnostic &diagnostic) {
     auto print = [](Diagnostic &d) {
-      llvm::errs() << d.getLocation() << ": ";
+      if (!llvm::isa<UnknownLoc>(d.getLocation()))
+        llvm::errs() << d.getLocation() << ": ";
       switch (d.getSeverity()) {
       case DiagnosticSeverity::Error:
         llvm::errs() << "error: ";

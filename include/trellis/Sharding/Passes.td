@@ -23,6 +23,8 @@ def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
       parameter. GPT-2's fused QKV weight, held as [E, 3, E] (bias [3, E]),
       splits its last dimension: each rank gets its heads of q, k and v.
 
+    Arguments that already carry a `trellis.sharding` (the user's) keep it.
+
     Preconditions: the function (option `function`, default `train_step`)
     has inputs named tokens and targets (graph.param) whose batch divides by
     D, and every split dimension divides by T. Errors name the argument and
