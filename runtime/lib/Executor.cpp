@@ -8,7 +8,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
 
 namespace trellis::runtime {
 
@@ -24,6 +28,117 @@ int64_t alignedBytes(const BufferDesc &desc) {
 
 } // namespace
 
+/// Runs tasks in submission order on one thread; a ticket's result is
+/// available once the task ran. After a failure, later tasks are skipped and
+/// report that failure: peers would otherwise wait on them until timeout.
+class Executor::CommunicationThread {
+public:
+  CommunicationThread() : thread_([this] { loop(); }) {}
+  ~CommunicationThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    thread_.join();
+  }
+
+  int64_t submit(std::function<Status()> task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+    results_.push_back(std::nullopt);
+    ready_.notify_all();
+    return static_cast<int64_t>(results_.size()) - 1;
+  }
+
+  /// Waits until every task up to `ticket` ran; returns the first failure.
+  Status waitFor(int64_t ticket) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return completed_ > ticket; });
+    for (int64_t t = waited_; t <= ticket; ++t)
+      if (!results_[t]->ok())
+        return *results_[t];
+    waited_ = std::max(waited_, ticket + 1);
+    return Status::success();
+  }
+
+  /// Waits for everything submitted; then forgets it (a new step starts).
+  Status drain() {
+    int64_t last;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last = static_cast<int64_t>(results_.size()) - 1;
+    }
+    Status status = last >= 0 ? waitFor(last) : Status::success();
+    std::lock_guard<std::mutex> lock(mutex_);
+    results_.clear();
+    completed_ = 0;
+    waited_ = 0;
+    failed_.reset();
+    return status;
+  }
+
+private:
+  void loop() {
+    while (true) {
+      std::function<Status()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty())
+          return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Status status = failed_ ? *failed_ : task();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!status.ok() && !failed_)
+          failed_ = status;
+        results_[completed_] = status;
+        ++completed_;
+      }
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_, done_;
+  std::deque<std::function<Status()>> queue_;
+  std::vector<std::optional<Status>> results_;
+  int64_t completed_ = 0, waited_ = 0;
+  std::optional<Status> failed_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+void Executor::planWaitPoints() {
+  size_t count = plan_.program.size();
+  waitPoint_.assign(count, -1);
+  // Instructions that communicate inside their kernel (a split loss) must
+  // not run while the communication thread does.
+  std::vector<bool> communicates(count, false);
+  for (size_t i = 0; i < count; ++i)
+    communicates[i] = !isCollective(plan_.program[i].op) &&
+                      !plan_.instructionAxes[i].empty();
+  for (size_t i = 0; i < count; ++i) {
+    if (!isCollective(plan_.program[i].op))
+      continue;
+    int64_t wait = count;
+    const std::vector<int64_t> &outputs = plan_.program[i].outputs;
+    for (size_t j = i + 1; j < count && wait == static_cast<int64_t>(count);
+         ++j) {
+      bool reads = communicates[j];
+      for (int64_t input : plan_.program[j].inputs)
+        reads |= std::find(outputs.begin(), outputs.end(), input) !=
+                 outputs.end();
+      if (reads)
+        wait = j;
+    }
+    waitPoint_[i] = wait;
+  }
+}
+
 int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
   size_t count = plan_.buffers.size();
   offsets.assign(count, -1);
@@ -36,10 +151,14 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
   // never share bytes with its inputs.
   std::vector<int64_t> first(count, -1), last(count, -1);
   for (size_t i = 0; i < plan_.program.size(); ++i) {
-    for (int64_t output : plan_.program[i].outputs)
-      first[output] = last[output] = i;
+    // A collective in flight touches its buffers until its wait point.
+    int64_t end = std::max<int64_t>(i, waitPoint_[i]);
+    for (int64_t output : plan_.program[i].outputs) {
+      first[output] = i;
+      last[output] = std::max(last[output], end);
+    }
     for (int64_t input : plan_.program[i].inputs)
-      last[input] = i;
+      last[input] = std::max(last[input], end);
   }
   std::vector<int64_t> temporaries;
   for (size_t b = 0; b < count; ++b)
@@ -79,6 +198,9 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
 
 Executor::Executor(Plan plan, Communicator *communicator)
     : plan_(std::move(plan)), communicator_(communicator) {
+  planWaitPoints();
+  if (communicator_)
+    commThread_ = std::make_unique<CommunicationThread>();
   std::vector<int64_t> offsets;
   arenaBytes_ = planArena(offsets);
   arena_.reset(new float[std::max<int64_t>(arenaBytes_ / 4, 1)]());
@@ -98,28 +220,89 @@ Executor::Executor(Plan plan, Communicator *communicator)
   }
 }
 
+Executor::~Executor() = default;
+
+void Executor::record(const std::string &op, double seconds) {
+  if (!profiling_)
+    return;
+  std::lock_guard<std::mutex> lock(profileMutex_);
+  auto &entry = profile_[op];
+  entry.first += seconds;
+  ++entry.second;
+}
+
+std::map<std::string, std::pair<double, int64_t>> Executor::profile() const {
+  std::lock_guard<std::mutex> lock(profileMutex_);
+  return profile_;
+}
+
 Status Executor::run() {
-  for (size_t i = 0; i < plan_.program.size(); ++i) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  auto context = [&](size_t i) {
+    return "instruction " + std::to_string(i) + " (" + plan_.program[i].op +
+           ")";
+  };
+  // Tickets of the collectives in flight, by the instruction they wait at.
+  std::vector<std::pair<int64_t, int64_t>> inFlight; // (wait point, ticket)
+  std::vector<size_t> inFlightInstruction;
+  auto waitUntil = [&](int64_t point) -> Status {
+    for (size_t k = 0; k < inFlight.size(); ++k) {
+      auto [wait, ticket] = inFlight[k];
+      if (wait > point || ticket < 0)
+        continue;
+      Clock::time_point start = Clock::now();
+      Status status = commThread_->waitFor(ticket);
+      const Instruction &waited = plan_.program[inFlightInstruction[k]];
+      record(waited.op + " (wait)", seconds(start));
+      if (!status.ok())
+        return status;
+      inFlight[k].second = -1;
+    }
+    return Status::success();
+  };
+
+  Status failure = Status::success();
+  for (size_t i = 0; i < plan_.program.size() && failure.ok(); ++i) {
     const Instruction &instruction = plan_.program[i];
-    auto start = std::chrono::steady_clock::now();
+    if (commThread_) {
+      failure = waitUntil(i);
+      if (!failure.ok())
+        break;
+    }
+    if (isCollective(instruction.op) && commThread_) {
+      int64_t ticket = commThread_->submit([this, i, context]() {
+        Clock::time_point start = Clock::now();
+        Status status = runCollective(plan_.program[i], plan_.instructionAxes[i],
+                                      buffers_, communicator_);
+        record(plan_.program[i].op,
+               std::chrono::duration<double>(Clock::now() - start).count());
+        return status.withContext(context(i));
+      });
+      inFlight.emplace_back(waitPoint_[i], ticket);
+      inFlightInstruction.push_back(i);
+      continue;
+    }
+    Clock::time_point start = Clock::now();
     Status status =
         isCollective(instruction.op)
             ? runCollective(instruction, plan_.instructionAxes[i], buffers_,
                             communicator_)
             : cpu::runInstruction(instruction, buffers_,
                                   plan_.instructionAxes[i], communicator_);
-    if (profiling_) {
-      auto &entry = profile_[instruction.op];
-      entry.first += std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
-      ++entry.second;
-    }
+    record(instruction.op, seconds(start));
     if (!status.ok())
-      return status.withContext("instruction " + std::to_string(i) + " (" +
-                                instruction.op + ")");
+      failure = status.withContext(context(i));
   }
-  return Status::success();
+  // The end of the step: everything in flight completes (or fails) first.
+  if (commThread_) {
+    Status drained = commThread_->drain();
+    if (failure.ok())
+      failure = drained;
+  }
+  return failure;
 }
 
 void Executor::commitUpdates() {

@@ -8,6 +8,7 @@
 #include "trellis/Runtime/Tensor.h"
 
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 
@@ -21,11 +22,21 @@ namespace trellis::runtime {
 /// (first write to last read, both inclusive) overlap never share bytes;
 /// the arena is allocated once, and its size is the step's peak of
 /// temporaries.
+///
+/// Overlap: with a communicator, collective instructions run in order on a
+/// communication thread while the program goes on; the program waits for a
+/// collective only at its "wait point", the first instruction that reads
+/// its results (or communicates itself, or the end of the step). Lifetimes
+/// of a collective's buffers reach its wait point, so the arena never
+/// reuses memory a collective in flight may touch.
 class Executor {
 public:
   /// `communicator` runs the plan's collectives; it may be null for a
   /// plan without any.
   explicit Executor(Plan plan, Communicator *communicator = nullptr);
+  ~Executor();
+  Executor(const Executor &) = delete;
+  Executor &operator=(const Executor &) = delete;
 
   const Plan &plan() const { return plan_; }
 
@@ -53,13 +64,22 @@ public:
   /// When on, run() accumulates the wall time of each op kind.
   void setProfiling(bool enabled) { profiling_ = enabled; }
   /// Seconds spent per op name since profiling started, and call counts.
-  const std::map<std::string, std::pair<double, int64_t>> &profile() const {
-    return profile_;
-  }
+  /// Collectives count their time on the communication thread; the time
+  /// the program waited for them is under "<op> (wait)".
+  std::map<std::string, std::pair<double, int64_t>> profile() const;
 
 private:
   /// Places temporaries in the arena; returns the arena size in bytes.
   int64_t planArena(std::vector<int64_t> &offsets) const;
+  /// Computes waitPoint_.
+  void planWaitPoints();
+  void record(const std::string &op, double seconds);
+
+  class CommunicationThread;
+  std::unique_ptr<CommunicationThread> commThread_;
+  /// For each collective instruction, the index before which the program
+  /// waits for it; -1 for other instructions.
+  std::vector<int64_t> waitPoint_;
 
   Plan plan_;
   Communicator *communicator_ = nullptr;
@@ -69,6 +89,7 @@ private:
   int64_t persistentBytes_ = 0;
   int64_t arenaBytes_ = 0;
   bool profiling_ = false;
+  mutable std::mutex profileMutex_;
   std::map<std::string, std::pair<double, int64_t>> profile_;
 };
 
