@@ -52,13 +52,11 @@ int64_t Trainer::rank() const {
 }
 
 void Trainer::scatterInput(int64_t argument,
-                           const std::vector<int32_t> &global,
-                           const std::vector<int64_t> &globalShape) {
+                           const std::vector<int32_t> &global) {
   const Plan &p = executor_.plan();
   Tensor &tensor = executor_.argument(argument);
   ShardLayout layout = ShardLayout::of(
       tensor.shape(), p.arguments[argument].sharding, planMesh(p), rank());
-  (void)globalShape;
   int32_t *local = tensor.i32();
   layout.forEach([&](int64_t l, int64_t g) { local[l] = global[g]; });
 }
@@ -143,8 +141,8 @@ Status Trainer::step() {
   std::vector<int32_t> tokens(batch_ * seq_), targets(batch_ * seq_);
   TRELLIS_RETURN_IF_ERROR(data_->fill(completedSteps_, batch_, seq_,
                                       tokens.data(), targets.data()));
-  scatterInput(tokensArg_, tokens, {batch_, seq_});
-  scatterInput(targetsArg_, targets, {batch_, seq_});
+  scatterInput(tokensArg_, tokens);
+  scatterInput(targetsArg_, targets);
   if (stepArg_ >= 0)
     executor_.argument(stepArg_).f32()[0] =
         static_cast<float>(completedSteps_ + 1);
@@ -216,7 +214,7 @@ ShardLayout Trainer::layoutOf(size_t argument) const {
 Status Trainer::gatherArgument(size_t argument,
                                SafetensorsEntry &entry) const {
   const Plan &plan = executor_.plan();
-  const Tensor &tensor = const_cast<Executor &>(executor_).argument(argument);
+  const Tensor &tensor = executor_.argument(argument);
   ShardLayout layout = layoutOf(argument);
   const std::vector<int64_t> &fileShape = plan.arguments[argument].fileShape;
   entry.shape = fileShape.empty() ? layout.globalShape : fileShape;

@@ -44,6 +44,9 @@ public:
   Tensor &argument(size_t index) {
     return buffers_[plan_.arguments[index].buffer];
   }
+  const Tensor &argument(size_t index) const {
+    return buffers_[plan_.arguments[index].buffer];
+  }
   /// The buffer of result `index`.
   const Tensor &result(size_t index) const {
     return buffers_[plan_.results[index].buffer];

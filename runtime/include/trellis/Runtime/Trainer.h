@@ -112,9 +112,9 @@ private:
   /// The whole tensor of an argument (gathered from every rank if split).
   Status gatherArgument(size_t argument, SafetensorsEntry &entry) const;
 
-  /// Fills an input argument with this rank's shard of `global`.
-  void scatterInput(int64_t argument, const std::vector<int32_t> &global,
-                    const std::vector<int64_t> &globalShape);
+  /// Fills an input argument with this rank's piece of the whole batch
+  /// `global` ([batch, seq], row-major).
+  void scatterInput(int64_t argument, const std::vector<int32_t> &global);
 
   std::unique_ptr<Communicator> communicator_;
   Executor executor_;
