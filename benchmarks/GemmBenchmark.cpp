@@ -44,7 +44,8 @@ std::string planFor(const GemmShape &s) {
   std::string lhs = s.transposeLhs ? shape(s.k, s.m) : shape(s.m, s.k);
   std::string rhs = s.transposeRhs ? shape(s.n, s.k) : shape(s.k, s.n);
   return R"({"format": "trellis-plan", "version": 2, "mesh": [{"name": "dp", "size": 1}],
-    "buffers": [{"shape": )" + lhs + R"(, "dtype": "f32"}, {"shape": )" + rhs +
+    "buffers": [{"shape": )" +
+         lhs + R"(, "dtype": "f32"}, {"shape": )" + rhs +
          R"(, "dtype": "f32"}, {"shape": )" + shape(s.m, s.n) +
          R"(, "dtype": "f32"}, {"shape": [], "dtype": "f32"}],
     "arguments": [{"buffer": 0, "role": "param", "param": "a", "init": "ones"},

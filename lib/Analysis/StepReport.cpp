@@ -16,8 +16,7 @@ int64_t bytesOf(Type type) {
   auto tensor = llvm::dyn_cast<RankedTensorType>(type);
   if (!tensor || !tensor.hasStaticShape())
     return 0;
-  return tensor.getNumElements() *
-         ((tensor.getElementTypeBitWidth() + 7) / 8);
+  return tensor.getNumElements() * ((tensor.getElementTypeBitWidth() + 7) / 8);
 }
 
 std::string formatBytes(int64_t bytes) {

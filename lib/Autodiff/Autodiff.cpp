@@ -133,8 +133,8 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     Location loc = forward.getLoc();
     StringRef stepName = kind == Optimizer::None ? "gradients" : "train_step";
     if (module.lookupSymbol(stepName))
-      return module.emitError() << "function @" << stepName
-                                << " already exists";
+      return module.emitError()
+             << "function @" << stepName << " already exists";
     builder.setInsertionPointAfter(forward);
     auto step = func::FuncOp::create(builder, loc, stepName,
                                      builder.getFunctionType({}, {}));
@@ -189,10 +189,9 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
                                                operandGradients)))
         return failure();
       if (operandGradients.size() != op->getNumOperands())
-        return op->emitOpError() << "gradient rule returned "
-                                 << operandGradients.size()
-                                 << " gradients for " << op->getNumOperands()
-                                 << " operands";
+        return op->emitOpError()
+               << "gradient rule returned " << operandGradients.size()
+               << " gradients for " << op->getNumOperands() << " operands";
       for (auto [operand, gradient] :
            llvm::zip(op->getOperands(), operandGradients))
         gradients.accumulate(op->getLoc(), operand, gradient);
@@ -218,9 +217,9 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
       return builder.getDictionaryAttr({
           builder.getNamedAttr(GraphDialect::kRoleAttrName,
                                builder.getStringAttr(role)),
-          builder.getNamedAttr(GraphDialect::kParamNameAttrName,
-                               argAttrs[paramIndex].get(
-                                   GraphDialect::kParamNameAttrName)),
+          builder.getNamedAttr(
+              GraphDialect::kParamNameAttrName,
+              argAttrs[paramIndex].get(GraphDialect::kParamNameAttrName)),
           builder.getNamedAttr(GraphDialect::kInitAttrName,
                                builder.getStringAttr("zeros")),
       });
@@ -233,10 +232,10 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
       }
     } else if (kind == Optimizer::Sgd) {
       for (auto [index, gradient] : llvm::zip(params, paramGradients)) {
-        results.push_back(SgdOp::create(
-            builder, loc, body->getArgument(index), gradient,
-            builder.getF64FloatAttr(learningRate),
-            builder.getF64FloatAttr(weightDecay)));
+        results.push_back(SgdOp::create(builder, loc, body->getArgument(index),
+                                        gradient,
+                                        builder.getF64FloatAttr(learningRate),
+                                        builder.getF64FloatAttr(weightDecay)));
         resultAttrs.push_back(marked(GraphDialect::kUpdatesAttrName, index));
       }
     } else {
@@ -257,9 +256,8 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
       unsigned stepIndex = argTypes.size();
       Value stepCount = addArgument(
           body, RankedTensorType::get({}, builder.getF32Type()),
-          builder.getDictionaryAttr(
-              {builder.getNamedAttr(GraphDialect::kRoleAttrName,
-                                    builder.getStringAttr("step"))}),
+          builder.getDictionaryAttr({builder.getNamedAttr(
+              GraphDialect::kRoleAttrName, builder.getStringAttr("step"))}),
           argTypes, argAttrs, loc);
       (void)stepIndex;
       SmallVector<Value> newParams, newFirst, newSecond;

@@ -50,9 +50,9 @@ public:
       return fallback;
     std::optional<double> number = value->getAsNumber();
     if (!number || !(*number > 0) || !std::isfinite(*number))
-      return configError(llvm::formatv(
-          "field \"{0}\": expected a positive number, found {1}", key,
-          describe(*value)));
+      return configError(
+          llvm::formatv("field \"{0}\": expected a positive number, found {1}",
+                        key, describe(*value)));
     return *number;
   }
 
@@ -62,9 +62,9 @@ public:
       return fallback;
     std::optional<bool> flag = value->getAsBoolean();
     if (!flag)
-      return configError(llvm::formatv(
-          "field \"{0}\": expected true or false, found {1}", key,
-          describe(*value)));
+      return configError(
+          llvm::formatv("field \"{0}\": expected true or false, found {1}", key,
+                        describe(*value)));
     return *flag;
   }
 
@@ -76,8 +76,9 @@ public:
       return fallback.str();
     std::optional<llvm::StringRef> text = value->getAsString();
     if (!text)
-      return configError(llvm::formatv(
-          "field \"{0}\": expected a string, found {1}", key, describe(*value)));
+      return configError(
+          llvm::formatv("field \"{0}\": expected a string, found {1}", key,
+                        describe(*value)));
     return text->str();
   }
 
@@ -98,9 +99,9 @@ private:
                                        int64_t minimum) {
     std::optional<int64_t> number = value.getAsInteger();
     if (!number || *number < minimum)
-      return configError(llvm::formatv(
-          "field \"{0}\": expected an integer >= {1}, found {2}", key, minimum,
-          describe(value)));
+      return configError(
+          llvm::formatv("field \"{0}\": expected an integer >= {1}, found {2}",
+                        key, minimum, describe(value)));
     return *number;
   }
 
@@ -123,9 +124,9 @@ llvm::Error readGpt2(ConfigReader &reader, TransformerConfig &config) {
   TRY_ASSIGN(config.vocabSize, reader.integer("vocab_size"));
   int64_t context = 0;
   TRY_ASSIGN(context, reader.integerOr("n_ctx", 0, 0));
-  TRY_ASSIGN(config.maxPositions,
-             context ? reader.integerOr("n_positions", context)
-                     : reader.integer("n_positions"));
+  TRY_ASSIGN(config.maxPositions, context
+                                      ? reader.integerOr("n_positions", context)
+                                      : reader.integer("n_positions"));
   TRY_ASSIGN(config.intermediateSize,
              reader.integerOr("n_inner", 4 * config.hiddenSize));
   TRY_ASSIGN(config.normEpsilon, reader.numberOr("layer_norm_epsilon", 1e-5));
@@ -141,9 +142,9 @@ llvm::Error readGpt2(ConfigReader &reader, TransformerConfig &config) {
   config.numKvHeads = config.numHeads;
   config.tieWordEmbeddings = true;
   if (config.hiddenSize % config.numHeads != 0)
-    return configError(llvm::formatv(
-        "n_head ({0}) does not divide n_embd ({1})", config.numHeads,
-        config.hiddenSize));
+    return configError(
+        llvm::formatv("n_head ({0}) does not divide n_embd ({1})",
+                      config.numHeads, config.hiddenSize));
   config.headDim = config.hiddenSize / config.numHeads;
   return llvm::Error::success();
 }
@@ -233,7 +234,8 @@ SmallVector<double> ropeFrequencies(const TransformerConfig &config) {
             (scaling.originalMaxPositions / wavelength -
              scaling.lowFrequencyFactor) /
             (scaling.highFrequencyFactor - scaling.lowFrequencyFactor);
-        frequency = (1 - smooth) * frequency / scaling.factor + smooth * frequency;
+        frequency =
+            (1 - smooth) * frequency / scaling.factor + smooth * frequency;
       }
     }
     frequencies.push_back(frequency);
@@ -263,7 +265,8 @@ llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
         "missing field \"model_type\": expected \"gpt2\" or \"llama\"");
   } else {
     return configError(llvm::formatv(
-        "unsupported model_type \"{0}\": expected \"gpt2\" or \"llama\"", type));
+        "unsupported model_type \"{0}\": expected \"gpt2\" or \"llama\"",
+        type));
   }
   return parsed;
 }
@@ -273,8 +276,8 @@ class TransformerBuilder {
 public:
   TransformerBuilder(MLIRContext &context, const TransformerConfig &config,
                      const BatchShape &shape)
-      : config_(config), shape_(shape),
-        builder_(&context), loc_(UnknownLoc::get(&context)) {}
+      : config_(config), shape_(shape), builder_(&context),
+        loc_(UnknownLoc::get(&context)) {}
 
   OwningOpRef<ModuleOp> build();
 
@@ -325,9 +328,9 @@ Value TransformerBuilder::param(StringRef name, ArrayRef<int64_t> shape,
                             builder_.getStringAttr(init)),
   };
   if (!fileShape.empty())
-    attrs.push_back(builder_.getNamedAttr(
-        GraphDialect::kFileShapeAttrName,
-        builder_.getDenseI64ArrayAttr(fileShape)));
+    attrs.push_back(
+        builder_.getNamedAttr(GraphDialect::kFileShapeAttrName,
+                              builder_.getDenseI64ArrayAttr(fileShape)));
   argAttrs_.push_back(builder_.getDictionaryAttr(attrs));
   return body_->addArgument(type, loc_);
 }
@@ -356,22 +359,22 @@ Value TransformerBuilder::rmsNorm(Value x, StringRef name) {
 
 Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
   int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
-  int64_t h = config_.numHeads, d = config_.headDim, f = config_.intermediateSize;
+  int64_t h = config_.numHeads, d = config_.headDim,
+          f = config_.intermediateSize;
   std::string prefix = llvm::formatv("transformer.h.{0}", layer).str();
   loc_ = NameLoc::get(builder_.getStringAttr(prefix));
   std::string normal = normalInit(config_.initializerRange);
   // GPT-2 scales the init of residual projections by 1/sqrt(2 * n_layer).
-  std::string residual = normalInit(config_.initializerRange /
-                                    std::sqrt(2.0 * config_.numLayers));
+  std::string residual =
+      normalInit(config_.initializerRange / std::sqrt(2.0 * config_.numLayers));
 
   Value hidden = layerNorm(x, prefix + ".ln_1");
   // The fused QKV projection ([E, 3E] in Hugging Face) is held as [E, 3, E]
   // (the same elements): q, k and v are then each one slice along the middle
   // dimension, and their output columns can be split by heads.
-  Value qkvWeight = param(prefix + ".attn.c_attn.weight", {e, 3, e}, normal,
-                          {e, 3 * e});
-  Value qkvBias =
-      param(prefix + ".attn.c_attn.bias", {3, e}, "zeros", {3 * e});
+  Value qkvWeight =
+      param(prefix + ".attn.c_attn.weight", {e, 3, e}, normal, {e, 3 * e});
+  Value qkvBias = param(prefix + ".attn.c_attn.bias", {3, e}, "zeros", {3 * e});
   auto head = [&](int64_t index) {
     Value weight = reshape(SliceOp::create(builder_, loc_, qkvWeight,
                                            ArrayRef<int64_t>{0, index, 0},
@@ -384,15 +387,15 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
     return reshape(linear(hidden, weight, false, bias), {b, s, h, d});
   };
   Value query = head(0), key = head(1), value = head(2);
-  Value attention = AttentionOp::create(
-      builder_, loc_, query, key, value,
-      builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
-      builder_.getBoolAttr(true));
+  Value attention =
+      AttentionOp::create(builder_, loc_, query, key, value,
+                          builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
+                          builder_.getBoolAttr(true));
   Value projWeight = param(prefix + ".attn.c_proj.weight", {e, e}, residual);
   Value projBias = param(prefix + ".attn.c_proj.bias", {e}, "zeros");
-  x = AddOp::create(builder_, loc_, x,
-                    linear(reshape(attention, {b, s, e}), projWeight, false,
-                           projBias));
+  x = AddOp::create(
+      builder_, loc_, x,
+      linear(reshape(attention, {b, s, e}), projWeight, false, projBias));
 
   hidden = layerNorm(x, prefix + ".ln_2");
   Value fcWeight = param(prefix + ".mlp.c_fc.weight", {e, f}, normal);
@@ -401,7 +404,8 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
                                 linear(hidden, fcWeight, false, fcBias));
   Value downWeight = param(prefix + ".mlp.c_proj.weight", {f, e}, residual);
   Value downBias = param(prefix + ".mlp.c_proj.bias", {e}, "zeros");
-  return AddOp::create(builder_, loc_, x, linear(up, downWeight, false, downBias));
+  return AddOp::create(builder_, loc_, x,
+                       linear(up, downWeight, false, downBias));
 }
 
 Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
@@ -415,12 +419,15 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
       builder_.getDenseF64ArrayAttr(ropeFrequencies(config_));
 
   Value hidden = rmsNorm(x, prefix + ".input_layernorm.weight");
-  Value q = linear(hidden, param(prefix + ".self_attn.q_proj.weight",
-                                 {hq * d, e}, normal), true);
-  Value k = linear(hidden, param(prefix + ".self_attn.k_proj.weight",
-                                 {hkv * d, e}, normal), true);
-  Value v = linear(hidden, param(prefix + ".self_attn.v_proj.weight",
-                                 {hkv * d, e}, normal), true);
+  Value q = linear(
+      hidden, param(prefix + ".self_attn.q_proj.weight", {hq * d, e}, normal),
+      true);
+  Value k = linear(
+      hidden, param(prefix + ".self_attn.k_proj.weight", {hkv * d, e}, normal),
+      true);
+  Value v = linear(
+      hidden, param(prefix + ".self_attn.v_proj.weight", {hkv * d, e}, normal),
+      true);
   Value qRotated = RopeOp::create(builder_, loc_, reshape(q, {b, s, hq, d}),
                                   frequencies, builder_.getBoolAttr(false));
   Value kRotated = RopeOp::create(builder_, loc_, reshape(k, {b, s, hkv, d}),
@@ -429,21 +436,20 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
       builder_, loc_, qRotated, kRotated, reshape(v, {b, s, hkv, d}),
       builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
       builder_.getBoolAttr(true));
-  Value output = linear(reshape(attention, {b, s, hq * d}),
-                        param(prefix + ".self_attn.o_proj.weight", {e, hq * d},
-                              normal),
-                        true);
+  Value output = linear(
+      reshape(attention, {b, s, hq * d}),
+      param(prefix + ".self_attn.o_proj.weight", {e, hq * d}, normal), true);
   x = AddOp::create(builder_, loc_, x, output);
 
   hidden = rmsNorm(x, prefix + ".post_attention_layernorm.weight");
-  Value gate = linear(hidden, param(prefix + ".mlp.gate_proj.weight", {f, e},
-                                    normal), true);
-  Value up = linear(hidden, param(prefix + ".mlp.up_proj.weight", {f, e},
-                                  normal), true);
+  Value gate = linear(
+      hidden, param(prefix + ".mlp.gate_proj.weight", {f, e}, normal), true);
+  Value up = linear(
+      hidden, param(prefix + ".mlp.up_proj.weight", {f, e}, normal), true);
   Value activated =
       MulOp::create(builder_, loc_, SiluOp::create(builder_, loc_, gate), up);
-  Value down = linear(activated, param(prefix + ".mlp.down_proj.weight",
-                                       {e, f}, normal), true);
+  Value down = linear(
+      activated, param(prefix + ".mlp.down_proj.weight", {e, f}, normal), true);
   return AddOp::create(builder_, loc_, x, down);
 }
 
@@ -454,15 +460,15 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   bool gpt2 = config_.family == TransformerConfig::Family::Gpt2;
   std::string normal = normalInit(config_.initializerRange);
 
-  auto function = func::FuncOp::create(loc_, "forward",
-                                       builder_.getFunctionType({}, {}));
+  auto function =
+      func::FuncOp::create(loc_, "forward", builder_.getFunctionType({}, {}));
   module->push_back(function);
   body_ = function.addEntryBlock();
   builder_.setInsertionPointToStart(body_);
 
-  Value embedTable = param(gpt2 ? "transformer.wte.weight"
-                                : "model.embed_tokens.weight",
-                           {v, e}, normal);
+  Value embedTable =
+      param(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight",
+            {v, e}, normal);
   // Inputs come after the embedding table so that parameters stay in
   // model order; their position in the signature carries no meaning.
   auto input = [&](StringRef name) {
@@ -486,9 +492,9 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   if (gpt2) {
     Value positions =
         param("transformer.wpe.weight", {config_.maxPositions, e}, normal);
-    Value used = SliceOp::create(builder_, loc_, positions,
-                                 ArrayRef<int64_t>{0, 0},
-                                 ArrayRef<int64_t>{s, e});
+    Value used =
+        SliceOp::create(builder_, loc_, positions, ArrayRef<int64_t>{0, 0},
+                        ArrayRef<int64_t>{s, e});
     x = AddOp::create(builder_, loc_, x, used);
   }
   for (int64_t layer = 0; layer < config_.numLayers; ++layer)
@@ -535,16 +541,17 @@ trellis::parseTransformerConfig(llvm::StringRef json) {
 }
 
 llvm::Expected<OwningOpRef<ModuleOp>>
-trellis::importTransformer(MLIRContext &context, const TransformerConfig &config,
+trellis::importTransformer(MLIRContext &context,
+                           const TransformerConfig &config,
                            const BatchShape &shape) {
   context.loadDialect<GraphDialect, func::FuncDialect>();
   if (shape.batch < 1 || shape.seq < 1)
-    return configError(llvm::formatv(
-        "expected batch and sequence >= 1, found {0} and {1}", shape.batch,
-        shape.seq));
+    return configError(
+        llvm::formatv("expected batch and sequence >= 1, found {0} and {1}",
+                      shape.batch, shape.seq));
   if (shape.seq > config.maxPositions)
-    return configError(llvm::formatv(
-        "sequence length {0} exceeds the model's {1} positions", shape.seq,
-        config.maxPositions));
+    return configError(
+        llvm::formatv("sequence length {0} exceeds the model's {1} positions",
+                      shape.seq, config.maxPositions));
   return TransformerBuilder(context, config, shape).build();
 }

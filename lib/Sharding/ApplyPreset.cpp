@@ -26,9 +26,9 @@ namespace {
 /// by the suffix of its Hugging Face name.
 std::optional<int64_t> megatronSplitDim(StringRef name) {
   // Llama (nn.Linear weights are [out, in]).
-  for (StringRef columns : {".q_proj.weight", ".k_proj.weight",
-                            ".v_proj.weight", ".gate_proj.weight",
-                            ".up_proj.weight"})
+  for (StringRef columns :
+       {".q_proj.weight", ".k_proj.weight", ".v_proj.weight",
+        ".gate_proj.weight", ".up_proj.weight"})
     if (name.ends_with(columns))
       return 0;
   for (StringRef rows : {".o_proj.weight", ".down_proj.weight"})
@@ -46,7 +46,8 @@ std::optional<int64_t> megatronSplitDim(StringRef name) {
     return 2;
   if (name.ends_with(".attn.c_attn.bias"))
     return 1;
-  if (name.ends_with(".mlp.c_fc.bias") || name.ends_with(".mlp.c_proj.weight") ||
+  if (name.ends_with(".mlp.c_fc.bias") ||
+      name.ends_with(".mlp.c_proj.weight") ||
       name.ends_with(".attn.c_proj.weight"))
     return 0;
   return std::nullopt;
@@ -79,8 +80,9 @@ struct ApplyPresetPass
     MLIRContext *context = &getContext();
     OpBuilder builder(context);
     builder.setInsertionPointToStart(module.getBody());
-    MeshAttr mesh = MeshAttr::get(context, {MeshAxisAttr::get(context, "dp", dp),
-                                            MeshAxisAttr::get(context, "tp", tp)});
+    MeshAttr mesh =
+        MeshAttr::get(context, {MeshAxisAttr::get(context, "dp", dp),
+                                MeshAxisAttr::get(context, "tp", tp)});
     MeshOp::create(builder, module.getLoc(), "mesh", mesh);
     FlatSymbolRefAttr meshName = FlatSymbolRefAttr::get(context, "mesh");
 
@@ -101,8 +103,8 @@ struct ApplyPresetPass
                << ") is not divisible by " << axis << "=" << pieces;
       SmallVector<DimShardingAttr> dims(
           type.getRank(), DimShardingAttr::get(context, {}, false));
-      dims[dim] = DimShardingAttr::get(context, {builder.getStringAttr(axis)},
-                                       false);
+      dims[dim] =
+          DimShardingAttr::get(context, {builder.getStringAttr(axis)}, false);
       function.setArgAttr(i, TrellisDialect::kShardingAttrName,
                           ShardingAttr::get(context, meshName, dims));
       return success();

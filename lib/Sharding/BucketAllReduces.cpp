@@ -41,8 +41,8 @@ struct BucketAllReducesPass
       auto type = op.getInput().getType();
       if (!type.getElementType().isF32() || readyAt(op) < 0)
         continue;
-      std::string key = op.getMesh().str() + "|" +
-                        stringifyReductionKind(op.getKind()).str();
+      std::string key =
+          op.getMesh().str() + "|" + stringifyReductionKind(op.getKind()).str();
       for (StringRef axis : op.getAxisNames())
         key += "|" + axis.str();
       groups[key].push_back(op);
@@ -96,8 +96,8 @@ struct BucketAllReducesPass
   void emitBucket(ArrayRef<AllReduceOp> bucket, ReadyAt readyAt) {
     if (bucket.size() < 2)
       return;
-    AllReduceOp last = *llvm::max_element(
-        bucket, [&](AllReduceOp a, AllReduceOp b) {
+    AllReduceOp last =
+        *llvm::max_element(bucket, [&](AllReduceOp a, AllReduceOp b) {
           return readyAt(a) < readyAt(b);
         });
     OpBuilder builder(last.getContext());
@@ -113,9 +113,9 @@ struct BucketAllReducesPass
                                .getResult());
     }
     Value joined = graph::ConcatOp::create(builder, loc, flat, 0);
-    Value reduced = AllReduceOp::create(
-        builder, loc, joined.getType(), joined, last.getMeshAttr(),
-        last.getAxes(), last.getKindAttr());
+    Value reduced = AllReduceOp::create(builder, loc, joined.getType(), joined,
+                                        last.getMeshAttr(), last.getAxes(),
+                                        last.getKindAttr());
     // Build every replacement before erasing anything: the insertion point
     // may sit right before one of the reductions being replaced.
     int64_t offset = 0;

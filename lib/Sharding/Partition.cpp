@@ -39,7 +39,8 @@ private:
     return llvm::cast<RankedTensorType>(value.getType()).clone(shape);
   }
   ArrayAttr axesAttr(ArrayRef<StringAttr> axes) {
-    return builder_.getArrayAttr(SmallVector<Attribute>(axes.begin(), axes.end()));
+    return builder_.getArrayAttr(
+        SmallVector<Attribute>(axes.begin(), axes.end()));
   }
   /// What partitioning an op needs from before any type changed.
   struct GlobalView {
@@ -63,9 +64,9 @@ private:
 
 Value Partitioner::allReduce(Location loc, Value value, const AxisNames &axes,
                              ReductionKind kind) {
-  return AllReduceOp::create(builder_, loc, value.getType(), value, meshName_,
-                             axesAttr(axes),
-                             ReductionKindAttr::get(builder_.getContext(), kind));
+  return AllReduceOp::create(
+      builder_, loc, value.getType(), value, meshName_, axesAttr(axes),
+      ReductionKindAttr::get(builder_.getContext(), kind));
 }
 
 Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
@@ -128,8 +129,8 @@ Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
       if (target) {
         shape[*target] /= pieces;
         shape[d] *= pieces;
-        value = AllToAllOp::create(builder_, loc, withShape(value, shape), value,
-                                   meshName_, axesAttr({axis}),
+        value = AllToAllOp::create(builder_, loc, withShape(value, shape),
+                                   value, meshName_, axesAttr({axis}),
                                    builder_.getI64IntegerAttr(*target),
                                    builder_.getI64IntegerAttr(d));
         actual.dims[*target].push_back(axis);
@@ -147,8 +148,8 @@ Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
     for (size_t k = actual.dims[d].size(); k < required.dims[d].size(); ++k) {
       StringAttr axis = required.dims[d][k];
       shape[d] /= axesSize(mesh_, {axis});
-      value = SliceShardOp::create(builder_, loc, withShape(value, shape), value,
-                                   meshName_, axesAttr({axis}),
+      value = SliceShardOp::create(builder_, loc, withShape(value, shape),
+                                   value, meshName_, axesAttr({axis}),
                                    builder_.getI64IntegerAttr(d));
       actual.dims[d].push_back(axis);
     }
@@ -159,9 +160,8 @@ Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
 LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   Operation *op = global.op;
   const graph::ShardingRule &rule = global.rule;
-  auto ruleOp = llvm::dyn_cast<graph::ShardingRuleOpInterface>(op);
   auto shardings = op->getAttrOfType<ArrayAttr>(kResultShardingsAttrName);
-  if (!ruleOp || !shardings || shardings.size() != op->getNumResults())
+  if (!shardings || shardings.size() != op->getNumResults())
     return op->emitOpError("has no propagated sharding: run "
                            "-trellis-propagate-shardings first");
   SmallVector<ValueSharding> resultShardings;
@@ -185,7 +185,8 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
       known.begin() + op->getNumOperands(), known.end());
   graph::ShardingRule resultsOnly = rule;
   resultsOnly.operandFactors.clear();
-  SmallVector<AxisNames> factorAxes = resolveFactors(resultsOnly, resultsFirst, mesh_);
+  SmallVector<AxisNames> factorAxes =
+      resolveFactors(resultsOnly, resultsFirst, mesh_);
   SmallVector<AxisNames> fromOperands = resolveFactors(rule, known, mesh_);
   // Factors the results have were decided with them; operands decide only
   // the factors no result has (contractions, reductions).
@@ -268,13 +269,13 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
         axesOf(projectFactors(rule.operandFactors[i], factorAxes)));
   for (const ValueSharding &sharding : produced)
     tensorAxes.push_back(axesOf(sharding));
-  if (failed(llvm::cast<graph::ShardingRuleOpInterface>(local)
-                 .localizeAttributes(global.operandTypes, tensorAxes)))
+  if (failed(
+          llvm::cast<graph::ShardingRuleOpInterface>(local).localizeAttributes(
+              global.operandTypes, tensorAxes)))
     return failure();
   builder_.setInsertionPointAfter(local);
-  for (auto [result, localResult, made, wanted] :
-       llvm::zip(op->getResults(), local->getResults(), produced,
-                 resultShardings)) {
+  for (auto [result, localResult, made, wanted] : llvm::zip(
+           op->getResults(), local->getResults(), produced, resultShardings)) {
     Value value = localResult;
     if (!(made == wanted))
       value = reshard(op->getLoc(), value, made, wanted);
@@ -322,8 +323,7 @@ LogicalResult Partitioner::run() {
     auto type = llvm::cast<RankedTensorType>(value.getType());
     ValueSharding required = ValueSharding::replicated(type.getRank());
     if (auto updates = function_.getResultAttrOfType<IntegerAttr>(
-            operand.getOperandNumber(),
-            graph::GraphDialect::kUpdatesAttrName))
+            operand.getOperandNumber(), graph::GraphDialect::kUpdatesAttrName))
       required = actual_.lookup(body.getArgument(updates.getInt()));
     operand.set(
         reshard(terminator->getLoc(), value, actual_.lookup(value), required));

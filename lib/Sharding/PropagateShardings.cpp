@@ -76,10 +76,10 @@ bool PropagateShardingsPass::propagateThrough(
   for (auto [i, tensor] : llvm::enumerate(tensors)) {
     if (fixed_.contains(tensor))
       continue;
-    ArrayRef<int64_t> factors = i < numOperands
-                                    ? ArrayRef<int64_t>(rule.operandFactors[i])
-                                    : ArrayRef<int64_t>(
-                                          rule.resultFactors[i - numOperands]);
+    ArrayRef<int64_t> factors =
+        i < numOperands
+            ? ArrayRef<int64_t>(rule.operandFactors[i])
+            : ArrayRef<int64_t>(rule.resultFactors[i - numOperands]);
     ValueSharding &sharding = shardingOf(tensor);
     ArrayRef<int64_t> shape =
         llvm::cast<RankedTensorType>(tensor.getType()).getShape();
@@ -88,7 +88,8 @@ bool PropagateShardingsPass::propagateThrough(
           factorAxes[factor].empty() || !sharding.dims[d].empty())
         continue;
       const AxisNames &axes = factorAxes[factor];
-      if (llvm::any_of(axes, [&](StringAttr a) { return sharding.usesAxis(a); }) ||
+      if (llvm::any_of(axes,
+                       [&](StringAttr a) { return sharding.usesAxis(a); }) ||
           shape[d] % axesSize(mesh_, axes) != 0)
         continue;
       sharding.dims[d] = axes;
@@ -190,7 +191,8 @@ void PropagateShardingsPass::runOnOperation() {
       // Operands laid out otherwise than the factors say: where the
       // partitioner will insert collectives, and why.
       for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
-        ValueSharding wanted = projectFactors(rule.operandFactors[i], factorAxes);
+        ValueSharding wanted =
+            projectFactors(rule.operandFactors[i], factorAxes);
         const ValueSharding &has = shardingOf(operand);
         if (has.dims == wanted.dims && has.partial.empty())
           continue;

@@ -8,8 +8,8 @@ using namespace mlir;
 
 void trellis::buildShardingPipeline(OpPassManager &pm, StringRef function,
                                     int64_t dataParallel,
-                                    int64_t tensorParallel,
-                                    int64_t bucketBytes, bool explain) {
+                                    int64_t tensorParallel, int64_t bucketBytes,
+                                    bool explain) {
   ApplyPresetPassOptions preset;
   preset.functionName = function.str();
   preset.dataParallel = dataParallel;

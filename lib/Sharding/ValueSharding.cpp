@@ -128,8 +128,9 @@ AxisNames inheritedPartial(const graph::ShardingRule &rule,
 }
 
 void setResultPartial(const graph::ShardingRule &rule,
-                      ArrayRef<AxisNames> factorAxes, const AxisNames &inherited,
-                      size_t resultIndex, ValueSharding &result) {
+                      ArrayRef<AxisNames> factorAxes,
+                      const AxisNames &inherited, size_t resultIndex,
+                      ValueSharding &result) {
   AxisNames candidates = partialAxes(rule, factorAxes, resultIndex);
   for (StringAttr axis : inherited)
     if (!llvm::is_contained(candidates, axis))

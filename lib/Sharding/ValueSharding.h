@@ -64,8 +64,7 @@ ValueSharding projectFactors(llvm::ArrayRef<int64_t> factors,
 /// The axes over which result `resultIndex` is partial: those of split
 /// factors that some operand has and the result lacks.
 AxisNames partialAxes(const graph::ShardingRule &rule,
-                      llvm::ArrayRef<AxisNames> factorAxes,
-                      size_t resultIndex);
+                      llvm::ArrayRef<AxisNames> factorAxes, size_t resultIndex);
 
 /// For a linear op: the axes over which every operand is a partial sum
 /// (all the same), which the results then inherit; empty otherwise.

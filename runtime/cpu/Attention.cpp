@@ -105,8 +105,8 @@ Status runAttention(const KernelArgs &args) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, dim, seq,
                   scale, ds, seq, k + ko, s.kvStride(), 0.0f, dq + qo,
                   s.queryStride());
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, dim, seq,
-                  scale, ds, seq, q + qo, s.queryStride(), 1.0f, dk + ko,
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, dim, seq, scale,
+                  ds, seq, q + qo, s.queryStride(), 1.0f, dk + ko,
                   s.kvStride());
     }
   return Status::success();

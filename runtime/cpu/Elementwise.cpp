@@ -74,7 +74,17 @@ constexpr float kGeluCoefficient = 0.044715f;
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 enum class UnaryFn {
-  Neg, Exp, Log, Tanh, Sqrt, Rsqrt, Sigmoid, Silu, Gelu, GeluTanh, Relu
+  Neg,
+  Exp,
+  Log,
+  Tanh,
+  Sqrt,
+  Rsqrt,
+  Sigmoid,
+  Silu,
+  Gelu,
+  GeluTanh,
+  Relu
 };
 
 /// Validation guarantees a known name (OpShapes.cpp).
@@ -114,7 +124,8 @@ template <UnaryFn Fn> float applyUnary(float x) {
     return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
   case UnaryFn::GeluTanh:
     return 0.5f * x *
-           (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCoefficient * x * x * x)));
+           (1.0f +
+            std::tanh(kSqrt2OverPi * (x + kGeluCoefficient * x * x * x)));
   case UnaryFn::Relu:
     return x > 0 ? x : 0;
   }

@@ -17,7 +17,8 @@ Status runEmbedding(const KernelArgs &args) {
     const Tensor &table = args.in(0), &ids = args.in(1);
     int64_t rows = table.shape()[0], width = table.shape()[1];
     // A vocabulary shard holds the rows at this rank's position.
-    int64_t offset = args.instruction.integer("vocab_offset") + *position * rows;
+    int64_t offset =
+        args.instruction.integer("vocab_offset") + *position * rows;
     float *out = args.out(0).f32();
     for (int64_t t = 0; t < ids.size(); ++t) {
       int64_t row = static_cast<int64_t>(ids.i32()[t]) - offset;
@@ -52,7 +53,8 @@ Status runRope(const KernelArgs &args) {
   const std::vector<int64_t> &shape = in.shape();
   int64_t batch = shape[0], seq = shape[1], heads = shape[2], dim = shape[3];
   int64_t half = dim / 2;
-  const std::vector<double> &frequencies = args.instruction.reals("frequencies");
+  const std::vector<double> &frequencies =
+      args.instruction.reals("frequencies");
   double sign = args.instruction.flag("inverse") ? -1.0 : 1.0;
   std::vector<float> cosines(half), sines(half);
   for (int64_t s = 0; s < seq; ++s) {
@@ -91,7 +93,8 @@ Status runCrossEntropy(const KernelArgs &args) {
     return position.status();
   bool split = !args.axes.empty();
   int64_t offset = *position * classes;
-  int64_t vocabulary = split ? classes * args.comm->groupSize(args.axes) : classes;
+  int64_t vocabulary =
+      split ? classes * args.comm->groupSize(args.axes) : classes;
 
   // Row maxima, sums of exponentials and target logits; over the whole
   // vocabulary when it is split (three reductions across the group).

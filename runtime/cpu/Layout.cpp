@@ -151,9 +151,8 @@ Status runReduction(const KernelArgs &args) {
   if (isMax) {
     std::fill(y, y + out.size(), -std::numeric_limits<float>::infinity());
     // Walk the input in order; the "input strides" here map to the output.
-    forEachStrided(shape, keptStrides, 0, [&](int64_t i, int64_t o) {
-      y[o] = std::max(y[o], x[i]);
-    });
+    forEachStrided(shape, keptStrides, 0,
+                   [&](int64_t i, int64_t o) { y[o] = std::max(y[o], x[i]); });
     return Status::success();
   }
   // Sums accumulate in double: they are long (a bias gradient sums every

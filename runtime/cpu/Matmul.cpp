@@ -39,9 +39,8 @@ Status runMatmul(const KernelArgs &args) {
     return Status::success();
   }
   for (int64_t b = 0; b < batch; ++b)
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(k), 1.0f,
-                lhs.f32() + b * m * k, lda,
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, lhs.f32() + b * m * k, lda,
                 rhs.f32() + (sharedRhs ? 0 : b * k * n), ldb, 0.0f,
                 out.f32() + b * m * n, static_cast<int>(n));
   return Status::success();

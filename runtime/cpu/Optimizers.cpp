@@ -33,7 +33,8 @@ Status runOptimizer(const KernelArgs &args) {
     double g = grad[i];
     double mi = beta1 * m[i] + (1.0 - beta1) * g;
     double vi = beta2 * v[i] + (1.0 - beta2) * g * g;
-    double update = (mi / correction1) / (std::sqrt(vi / correction2) + epsilon);
+    double update =
+        (mi / correction1) / (std::sqrt(vi / correction2) + epsilon);
     newParam[i] =
         static_cast<float>(param[i] - lr * (update + decay * param[i]));
     newM[i] = static_cast<float>(mi);

@@ -50,8 +50,7 @@ std::string axesKey(const Mesh &mesh, const AxisList &axes) {
 
 class GlooCommunicator : public Communicator {
 public:
-  GlooCommunicator(Mesh mesh, int64_t rank,
-                   std::chrono::milliseconds timeout)
+  GlooCommunicator(Mesh mesh, int64_t rank, std::chrono::milliseconds timeout)
       : Communicator(std::move(mesh), rank), timeout_(timeout) {}
 
   Status connect(const std::vector<AxisList> &groups,
@@ -90,7 +89,8 @@ public:
           static_cast<int>(mesh_.groupPosition(rank_, axes)),
           static_cast<int>(members.size()));
       context->setTimeout(timeout_);
-      TRELLIS_GLOO_CALL(describe(axes), context->connectFullMesh(prefixed, device_));
+      TRELLIS_GLOO_CALL(describe(axes),
+                        context->connectFullMesh(prefixed, device_));
       contexts_[key] = std::move(context);
     }
     return Status::success();

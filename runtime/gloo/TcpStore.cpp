@@ -94,9 +94,9 @@ struct TcpStoreServer::State {
         if (!readAll(fd, &timeoutMs, 8))
           break;
         std::unique_lock<std::mutex> lock(mutex);
-        bool found = changed.wait_for(
-            lock, std::chrono::milliseconds(timeoutMs),
-            [&] { return stopping || values.count(key); });
+        bool found =
+            changed.wait_for(lock, std::chrono::milliseconds(timeoutMs),
+                             [&] { return stopping || values.count(key); });
         if (!found || stopping) {
           lock.unlock();
           if (!writeAll(fd, "T", 1))
@@ -130,7 +130,8 @@ TcpStoreServer::start(const std::string &host, int port) {
   address.sin_port = htons(static_cast<uint16_t>(port));
   if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1)
     return Status::error("store: expected an IPv4 address for --master-addr, "
-                         "found '" + host + "'");
+                         "found '" +
+                         host + "'");
   if (::bind(state->listener, reinterpret_cast<sockaddr *>(&address),
              sizeof(address)) != 0 ||
       ::listen(state->listener, 256) != 0) {
@@ -203,8 +204,8 @@ void TcpStoreClient::connectOnce() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   throw std::runtime_error("store: cannot reach " + host_ + ":" +
-                           std::to_string(port_) + " within the timeout: " +
-                           error);
+                           std::to_string(port_) +
+                           " within the timeout: " + error);
 }
 
 void TcpStoreClient::set(const std::string &key,

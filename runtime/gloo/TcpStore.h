@@ -25,8 +25,8 @@ class TcpStoreServer {
 public:
   ~TcpStoreServer();
   /// Listens on `host`:`port`.
-  static StatusOr<std::unique_ptr<TcpStoreServer>> start(const std::string &host,
-                                                         int port);
+  static StatusOr<std::unique_ptr<TcpStoreServer>>
+  start(const std::string &host, int port);
 
 private:
   TcpStoreServer() = default;

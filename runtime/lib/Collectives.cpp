@@ -55,8 +55,9 @@ void unpackAlong(const float *packed, const std::vector<int64_t> &shape,
 }
 
 ReduceKind parseKind(const std::string &kind) {
-  return kind == "max" ? ReduceKind::Max
-                       : kind == "min" ? ReduceKind::Min : ReduceKind::Sum;
+  return kind == "max"   ? ReduceKind::Max
+         : kind == "min" ? ReduceKind::Min
+                         : ReduceKind::Sum;
 }
 
 } // namespace
@@ -90,7 +91,8 @@ Status runCollective(const Instruction &instruction, const AxisList &axes,
     return comm->send(axes, in->f32(), in->size(), instruction.integer("peer"),
                       instruction.integer("channel"));
   if (op == "recv")
-    return comm->recv(axes, out->f32(), out->size(), instruction.integer("peer"),
+    return comm->recv(axes, out->f32(), out->size(),
+                      instruction.integer("peer"),
                       instruction.integer("channel"));
 
   if (op == "slice_shard") {
@@ -98,7 +100,8 @@ Status runCollective(const Instruction &instruction, const AxisList &axes,
     int64_t dim = instruction.integer("dim");
     std::vector<float> packed(in->size());
     packAlong(in->f32(), in->shape(), dim, group, packed.data());
-    std::memcpy(out->raw(), packed.data() + comm->groupPosition(axes) * out->size(),
+    std::memcpy(out->raw(),
+                packed.data() + comm->groupPosition(axes) * out->size(),
                 out->bytes());
     return Status::success();
   }
@@ -117,8 +120,8 @@ Status runCollective(const Instruction &instruction, const AxisList &axes,
     int64_t dim = instruction.integer("dim");
     std::vector<float> packed(in->size()), received(in->size());
     packAlong(in->f32(), in->shape(), dim, group, packed.data());
-    TRELLIS_RETURN_IF_ERROR(comm->allToAll(axes, packed.data(), received.data(),
-                                           out->size()));
+    TRELLIS_RETURN_IF_ERROR(
+        comm->allToAll(axes, packed.data(), received.data(), out->size()));
     ReduceKind kind = parseKind(instruction.text("kind"));
     float *result = out->f32();
     std::memcpy(result, received.data(), out->bytes());
@@ -136,8 +139,9 @@ Status runCollective(const Instruction &instruction, const AxisList &axes,
   int64_t concatDim = instruction.integer("concat_dim");
   std::vector<float> packed(in->size()), received(in->size());
   packAlong(in->f32(), in->shape(), splitDim, group, packed.data());
-  TRELLIS_RETURN_IF_ERROR(comm->allToAll(axes, packed.data(), received.data(),
-                                         in->size() / std::max<int64_t>(group, 1)));
+  TRELLIS_RETURN_IF_ERROR(
+      comm->allToAll(axes, packed.data(), received.data(),
+                     in->size() / std::max<int64_t>(group, 1)));
   unpackAlong(received.data(), out->shape(), concatDim, group, out->f32());
   return Status::success();
 }

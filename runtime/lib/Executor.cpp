@@ -119,8 +119,8 @@ void Executor::planWaitPoints() {
   // not run while the communication thread does.
   std::vector<bool> communicates(count, false);
   for (size_t i = 0; i < count; ++i)
-    communicates[i] = !isCollective(plan_.program[i].op) &&
-                      !plan_.instructionAxes[i].empty();
+    communicates[i] =
+        !isCollective(plan_.program[i].op) && !plan_.instructionAxes[i].empty();
   for (size_t i = 0; i < count; ++i) {
     if (!isCollective(plan_.program[i].op))
       continue;
@@ -130,8 +130,8 @@ void Executor::planWaitPoints() {
          ++j) {
       bool reads = communicates[j];
       for (int64_t input : plan_.program[j].inputs)
-        reads |= std::find(outputs.begin(), outputs.end(), input) !=
-                 outputs.end();
+        reads |=
+            std::find(outputs.begin(), outputs.end(), input) != outputs.end();
       if (reads)
         wait = j;
     }
@@ -165,11 +165,10 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
     if (!persistent[b] && first[b] >= 0)
       temporaries.push_back(b);
   // Largest first; each at the lowest offset free during its lifetime.
-  std::stable_sort(temporaries.begin(), temporaries.end(),
-                   [&](int64_t a, int64_t b) {
-                     return alignedBytes(plan_.buffers[a]) >
-                            alignedBytes(plan_.buffers[b]);
-                   });
+  std::stable_sort(
+      temporaries.begin(), temporaries.end(), [&](int64_t a, int64_t b) {
+        return alignedBytes(plan_.buffers[a]) > alignedBytes(plan_.buffers[b]);
+      });
   struct Placed {
     int64_t first, last, offset, bytes;
   };
@@ -212,7 +211,8 @@ Executor::Executor(Plan plan, Communicator *communicator)
       data = reinterpret_cast<char *>(arena_.get()) + offsets[b];
     } else {
       // Arguments, results, and buffers no instruction writes.
-      persistent_.emplace_back(new float[std::max<int64_t>(desc.numElements(), 1)]());
+      persistent_.emplace_back(
+          new float[std::max<int64_t>(desc.numElements(), 1)]());
       persistentBytes_ += desc.numElements() * 4;
       data = persistent_.back().get();
     }
@@ -275,8 +275,9 @@ Status Executor::run() {
     if (isCollective(instruction.op) && commThread_) {
       int64_t ticket = commThread_->submit([this, i, context]() {
         Clock::time_point start = Clock::now();
-        Status status = runCollective(plan_.program[i], plan_.instructionAxes[i],
-                                      buffers_, communicator_);
+        Status status =
+            runCollective(plan_.program[i], plan_.instructionAxes[i], buffers_,
+                          communicator_);
         record(plan_.program[i].op,
                std::chrono::duration<double>(Clock::now() - start).count());
         return status.withContext(context(i));
@@ -314,6 +315,5 @@ void Executor::commitUpdates() {
     std::memcpy(target.raw(), source.raw(), source.bytes());
   }
 }
-
 
 } // namespace trellis::runtime

@@ -127,8 +127,9 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
         failures.push_back("rank " + std::to_string(rank) + " " +
                            describeExit(status));
         if (!deadline)
-          deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
-                                        options.timeoutSeconds * 1000 + 5000));
+          deadline =
+              Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
+                                 options.timeoutSeconds * 1000 + 5000));
       }
       continue;
     }

@@ -43,9 +43,11 @@ namespace {
 /// expected and what was found.
 class Checker {
 public:
-  Checker(const Instruction &instruction, const std::vector<BufferDesc> &buffers,
+  Checker(const Instruction &instruction,
+          const std::vector<BufferDesc> &buffers,
           const std::vector<size_t> &axes, const Mesh &mesh)
-      : instruction_(instruction), buffers_(buffers), axes_(axes), mesh_(mesh) {}
+      : instruction_(instruction), buffers_(buffers), axes_(axes), mesh_(mesh) {
+  }
 
   /// Ranks in each group along the instruction's axes.
   int64_t groupSize() const { return mesh_.groupSize(axes_); }
@@ -61,11 +63,12 @@ public:
     int64_t foundOut = instruction_.outputs.size();
     bool inputsOk = inputs < 0 ? foundIn >= -inputs : foundIn == inputs;
     if (!inputsOk || foundOut != outputs)
-      return Status::error(
-          "expected " + (inputs < 0 ? "at least " + std::to_string(-inputs)
-                                    : std::to_string(inputs)) +
-          " inputs and " + std::to_string(outputs) + " outputs, found " +
-          std::to_string(foundIn) + " and " + std::to_string(foundOut));
+      return Status::error("expected " +
+                           (inputs < 0 ? "at least " + std::to_string(-inputs)
+                                       : std::to_string(inputs)) +
+                           " inputs and " + std::to_string(outputs) +
+                           " outputs, found " + std::to_string(foundIn) +
+                           " and " + std::to_string(foundOut));
     return Status::success();
   }
 
@@ -107,8 +110,7 @@ public:
                          formatShape(inShape(i)));
   }
 
-  Status output(size_t i, const Shape &shape,
-                DType dtype = DType::F32) const {
+  Status output(size_t i, const Shape &shape, DType dtype = DType::F32) const {
     const BufferDesc &found = buffers_[instruction_.outputs[i]];
     if (found.shape == shape && found.dtype == dtype)
       return Status::success();
@@ -125,9 +127,10 @@ public:
     if (it == instruction_.attrs.end())
       return Status::error("missing attribute '" + name + "'");
     AttrValue::Kind found = it->second.kind;
-    bool ok = found == kind ||
-              (kind == AttrValue::Kind::Real && found == AttrValue::Kind::Int) ||
-              (kind == AttrValue::Kind::Reals && found == AttrValue::Kind::Ints);
+    bool ok =
+        found == kind ||
+        (kind == AttrValue::Kind::Real && found == AttrValue::Kind::Int) ||
+        (kind == AttrValue::Kind::Reals && found == AttrValue::Kind::Ints);
     if (!ok)
       return Status::error("attribute '" + name + "' has the wrong kind");
     return Status::success();
@@ -244,8 +247,7 @@ Status checkTargets(const Checker &c) {
   if (c.instruction().integer("normalizer") < 0)
     return Status::error("expected normalizer >= 0");
   const Shape &logits = c.inShape(0);
-  if (logits.empty() ||
-      Shape(logits.begin(), logits.end() - 1) != c.inShape(1))
+  if (logits.empty() || Shape(logits.begin(), logits.end() - 1) != c.inShape(1))
     return Status::error("targets " + formatShape(c.inShape(1)) +
                          " do not match logits " + formatShape(logits));
   return Status::success();
@@ -375,9 +377,9 @@ const std::map<std::string, Rule> &rules() {
     };
     for (const char *op : {"add", "sub", "mul", "div", "maximum", "equal_mask"})
       t[op] = checkBinary;
-    for (const char *op : {"neg", "exp", "log", "tanh", "sqrt", "rsqrt",
-                           "sigmoid", "silu", "gelu", "gelu_tanh", "relu",
-                           "softmax"})
+    for (const char *op :
+         {"neg", "exp", "log", "tanh", "sqrt", "rsqrt", "sigmoid", "silu",
+          "gelu", "gelu_tanh", "relu", "softmax"})
       t[op] = checkSameAsInput;
     t["scale"] = [](const Checker &c) {
       TRELLIS_RETURN_IF_ERROR(c.attr("factor", Kind::Real));
@@ -533,7 +535,9 @@ const std::map<std::string, Rule> &rules() {
       result.push_back(n);
       return c.output(0, result);
     };
-    t["layer_norm"] = [](const Checker &c) { return checkNorm(c, true, false); };
+    t["layer_norm"] = [](const Checker &c) {
+      return checkNorm(c, true, false);
+    };
     t["layer_norm_grad"] = [](const Checker &c) {
       return checkNorm(c, true, true);
     };

@@ -71,7 +71,7 @@ const std::vector<int64_t> &Instruction::ints(const std::string &name) const {
 const std::vector<double> &Instruction::reals(const std::string &name) const {
   const AttrValue *value = findAttr(*this, name);
   return value && (value->kind == AttrValue::Kind::Reals ||
-                  value->kind == AttrValue::Kind::Ints)
+                   value->kind == AttrValue::Kind::Ints)
              ? value->reals
              : kNoReals;
 }
@@ -100,7 +100,8 @@ int64_t Plan::findArgument(ArgumentRole role, const std::string &name) const {
 }
 
 int64_t Plan::metadataInteger(const std::string &key, int64_t fallback) const {
-  json metadata = json::parse(metadataJson, nullptr, /*allow_exceptions=*/false);
+  json metadata =
+      json::parse(metadataJson, nullptr, /*allow_exceptions=*/false);
   if (!metadata.is_object() || !metadata.contains(key) ||
       !metadata[key].is_number_integer())
     return fallback;
@@ -128,8 +129,9 @@ private:
   Status readArguments(const json &array);
   Status readSharding(const json &value, const std::string &where,
                       Argument &argument);
-  StatusOr<std::vector<size_t>> resolveAxes(const std::vector<std::string> &names,
-                                            const std::string &where) const;
+  StatusOr<std::vector<size_t>>
+  resolveAxes(const std::vector<std::string> &names,
+              const std::string &where) const;
   Status readProgram(const json &stages);
   Status readResults(const json &array);
   Status checkDataflow();
@@ -141,9 +143,9 @@ private:
       return Status::error(where + ": missing field \"" + key + "\" (" +
                            expected + ")");
     const json &value = object[key];
-    bool matches = value.type() == kind ||
-                   (kind == json::value_t::number_integer &&
-                    value.is_number_unsigned());
+    bool matches =
+        value.type() == kind ||
+        (kind == json::value_t::number_integer && value.is_number_unsigned());
     if (!matches)
       return Status::error(where + ": field \"" + key + "\": expected " +
                            expected + ", found " + describe(value));
@@ -152,8 +154,7 @@ private:
 
   Status checkBufferId(const json &value, const std::string &where,
                        int64_t *id) const {
-    if (!value.is_number_integer() ||
-        value.get<int64_t>() < 0 ||
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
         value.get<int64_t>() >= static_cast<int64_t>(plan_.buffers.size()))
       return Status::error(where + ": buffer id " + describe(value) +
                            " is out of range [0, " +
@@ -180,13 +181,14 @@ Status PlanReader::readBuffers(const json &array) {
     else if (dtype == "i32")
       desc.dtype = DType::I32;
     else
-      return Status::error(where + ": expected dtype \"f32\" or \"i32\", found \"" +
+      return Status::error(where +
+                           ": expected dtype \"f32\" or \"i32\", found \"" +
                            dtype + "\"");
     const json &shape = entry["shape"];
     if (shape.size() > kMaxRank)
-      return Status::error(where + ": expected rank <= " +
-                           std::to_string(kMaxRank) + ", found " +
-                           std::to_string(shape.size()));
+      return Status::error(where +
+                           ": expected rank <= " + std::to_string(kMaxRank) +
+                           ", found " + std::to_string(shape.size()));
     int64_t elements = 1;
     for (const json &size : shape) {
       if (!size.is_number_integer() || size.get<int64_t>() < 0)
@@ -226,8 +228,9 @@ Status PlanReader::readSharding(const json &value, const std::string &where,
                                 Argument &argument) {
   const BufferDesc &desc = plan_.buffers[argument.buffer];
   if (!value.is_array() || value.size() != desc.shape.size())
-    return Status::error(where + ": expected \"sharding\" to list the axes of "
-                                 "each of the " +
+    return Status::error(where +
+                         ": expected \"sharding\" to list the axes of "
+                         "each of the " +
                          std::to_string(desc.shape.size()) + " dimensions");
   std::vector<std::string> used;
   for (const json &dim : value) {
@@ -253,19 +256,21 @@ Status PlanReader::readSharding(const json &value, const std::string &where,
 
 Status PlanReader::readArguments(const json &array) {
   static const std::map<std::string, ArgumentRole> roles = {
-      {"param", ArgumentRole::Param}, {"input", ArgumentRole::Input},
-      {"adam_m", ArgumentRole::AdamM}, {"adam_v", ArgumentRole::AdamV},
+      {"param", ArgumentRole::Param},
+      {"input", ArgumentRole::Input},
+      {"adam_m", ArgumentRole::AdamM},
+      {"adam_v", ArgumentRole::AdamV},
       {"step", ArgumentRole::Step}};
   for (size_t i = 0; i < array.size(); ++i) {
     std::string where = "argument " + std::to_string(i);
     const json &entry = array[i];
-    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "buffer",
-                                        json::value_t::number_integer,
-                                        "a buffer id", where));
-    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "role", json::value_t::string,
-                                        "a role", where));
+    TRELLIS_RETURN_IF_ERROR(requireKind(
+        entry, "buffer", json::value_t::number_integer, "a buffer id", where));
+    TRELLIS_RETURN_IF_ERROR(
+        requireKind(entry, "role", json::value_t::string, "a role", where));
     Argument argument;
-    TRELLIS_RETURN_IF_ERROR(checkBufferId(entry["buffer"], where, &argument.buffer));
+    TRELLIS_RETURN_IF_ERROR(
+        checkBufferId(entry["buffer"], where, &argument.buffer));
     auto role = roles.find(entry["role"].get<std::string>());
     if (role == roles.end())
       return Status::error(where + ": unknown role \"" +
@@ -329,8 +334,9 @@ Status PlanReader::readArguments(const json &array) {
         return Status::error(where + ": a parameter needs a name");
       if (argument.init != "zeros" && argument.init != "ones" &&
           argument.init.rfind("normal:", 0) != 0)
-        return Status::error(where + ": expected init zeros, ones or "
-                                     "normal:<std>, found \"" +
+        return Status::error(where +
+                             ": expected init zeros, ones or "
+                             "normal:<std>, found \"" +
                              argument.init + "\"");
       if (argument.init.rfind("normal:", 0) == 0) {
         char *end = nullptr;
@@ -399,8 +405,8 @@ Status PlanReader::readProgram(const json &stages) {
   for (size_t i = 0; i < program.size(); ++i) {
     std::string where = "instruction " + std::to_string(i);
     const json &entry = program[i];
-    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "op", json::value_t::string,
-                                        "an op name", where));
+    TRELLIS_RETURN_IF_ERROR(
+        requireKind(entry, "op", json::value_t::string, "an op name", where));
     TRELLIS_RETURN_IF_ERROR(requireKind(entry, "inputs", json::value_t::array,
                                         "an array of buffer ids", where));
     TRELLIS_RETURN_IF_ERROR(requireKind(entry, "outputs", json::value_t::array,
@@ -422,7 +428,8 @@ Status PlanReader::readProgram(const json &stages) {
       if (!entry["attrs"].is_object())
         return Status::error(where + ": field \"attrs\": expected an object");
       for (auto &[name, value] : entry["attrs"].items()) {
-        StatusOr<AttrValue> attr = readAttr(value, where + " attribute " + name);
+        StatusOr<AttrValue> attr =
+            readAttr(value, where + " attribute " + name);
         if (!attr.ok())
           return attr.status();
         instruction.attrs[name] = std::move(*attr);
@@ -449,11 +456,11 @@ Status PlanReader::readResults(const json &array) {
   for (size_t i = 0; i < array.size(); ++i) {
     std::string where = "result " + std::to_string(i);
     const json &entry = array[i];
-    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "buffer",
-                                        json::value_t::number_integer,
-                                        "a buffer id", where));
+    TRELLIS_RETURN_IF_ERROR(requireKind(
+        entry, "buffer", json::value_t::number_integer, "a buffer id", where));
     Result result;
-    TRELLIS_RETURN_IF_ERROR(checkBufferId(entry["buffer"], where, &result.buffer));
+    TRELLIS_RETURN_IF_ERROR(
+        checkBufferId(entry["buffer"], where, &result.buffer));
     for (const char *key : {"updates", "gradient_of"}) {
       if (!entry.contains(key))
         continue;
@@ -468,8 +475,9 @@ Status PlanReader::readResults(const json &array) {
           plan_.buffers[plan_.arguments[index.get<int64_t>()].buffer];
       const BufferDesc &source = plan_.buffers[result.buffer];
       if (target.shape != source.shape || target.dtype != source.dtype)
-        return Status::error(where + ": its buffer does not match the shape "
-                                     "of argument " +
+        return Status::error(where +
+                             ": its buffer does not match the shape "
+                             "of argument " +
                              std::to_string(index.get<int64_t>()));
       (std::string(key) == "updates" ? result.updates : result.gradientOf) =
           index.get<int64_t>();
@@ -525,9 +533,8 @@ StatusOr<Plan> PlanReader::read(const json &root) {
     return Status::error("expected \"format\": \"trellis-plan\", found " +
                          (root.contains("format") ? describe(root["format"])
                                                   : std::string("none")));
-  TRELLIS_RETURN_IF_ERROR(requireKind(root, "version",
-                                      json::value_t::number_integer,
-                                      "an integer", "plan"));
+  TRELLIS_RETURN_IF_ERROR(requireKind(
+      root, "version", json::value_t::number_integer, "an integer", "plan"));
   int64_t version = root["version"].get<int64_t>();
   if (version != kPlanVersion)
     return Status::error("unsupported plan version " + std::to_string(version) +
@@ -545,8 +552,8 @@ StatusOr<Plan> PlanReader::read(const json &root) {
         requireKind(axis, "name", json::value_t::string, "a name", where));
     TRELLIS_RETURN_IF_ERROR(requireKind(
         axis, "size", json::value_t::number_integer, "an integer", where));
-    plan_.mesh.push_back({axis["name"].get<std::string>(),
-                          axis["size"].get<int64_t>()});
+    plan_.mesh.push_back(
+        {axis["name"].get<std::string>(), axis["size"].get<int64_t>()});
   }
   MeshError meshError;
   if (!Mesh::create(plan_.mesh, &meshError))

@@ -92,7 +92,9 @@ StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
         !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2)
       return fail("tensor \"" + name + "\": malformed entry");
     std::string dtype = entry["dtype"].get<std::string>();
-    size_t width = dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+    size_t width = dtype == "F32"                        ? 4
+                   : (dtype == "F16" || dtype == "BF16") ? 2
+                                                         : 0;
     if (!width)
       return fail("tensor \"" + name + "\": unsupported dtype " + dtype +
                   " (expected F32, F16 or BF16)");
@@ -109,7 +111,8 @@ StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
     const json &offsets = entry["data_offsets"];
     if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
       return fail("tensor \"" + name + "\": malformed data_offsets");
-    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    uint64_t begin = offsets[0].get<uint64_t>(),
+             end = offsets[1].get<uint64_t>();
     if (begin > end || end > dataSize || end - begin != count * width)
       return fail("tensor \"" + name + "\": data_offsets [" +
                   std::to_string(begin) + ", " + std::to_string(end) +
@@ -123,7 +126,8 @@ StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
       for (uint64_t i = 0; i < count; ++i) {
         uint16_t bits;
         std::memcpy(&bits, source + 2 * i, 2);
-        tensor.values[i] = dtype == "F16" ? halfToFloat(bits) : bfloatToFloat(bits);
+        tensor.values[i] =
+            dtype == "F16" ? halfToFloat(bits) : bfloatToFloat(bits);
       }
     }
     file.tensors[name] = std::move(tensor);

@@ -70,15 +70,15 @@ private:
 
 } // namespace
 
-std::unique_ptr<TokenSource> makeSyntheticTokens(uint64_t seed,
-                                                 int64_t vocabSize,
-                                                 bool repeat) {
+std::unique_ptr<TokenSource>
+makeSyntheticTokens(uint64_t seed, int64_t vocabSize, bool repeat) {
   return std::make_unique<SyntheticTokens>(seed, vocabSize, repeat);
 }
 
-StatusOr<std::unique_ptr<TokenSource>>
-openTokenFile(const std::string &path, const std::string &dtype, uint64_t seed,
-              int64_t vocabSize) {
+StatusOr<std::unique_ptr<TokenSource>> openTokenFile(const std::string &path,
+                                                     const std::string &dtype,
+                                                     uint64_t seed,
+                                                     int64_t vocabSize) {
   if (dtype != "uint16" && dtype != "uint32")
     return Status::error("expected token dtype uint16 or uint32, found '" +
                          dtype + "'");
@@ -89,19 +89,18 @@ openTokenFile(const std::string &path, const std::string &dtype, uint64_t seed,
   size_t width = dtype == "uint16" ? 2 : 4;
   if (bytes % width != 0)
     return Status::error("token file '" + path + "' has " +
-                         std::to_string(bytes) +
-                         " bytes, not a multiple of " + std::to_string(width) +
-                         " (" + dtype + ")");
+                         std::to_string(bytes) + " bytes, not a multiple of " +
+                         std::to_string(width) + " (" + dtype + ")");
   file.seekg(0);
   std::vector<uint32_t> ids(bytes / width);
   for (size_t i = 0; i < ids.size(); ++i) {
     uint32_t value = 0;
     file.read(reinterpret_cast<char *>(&value), width);
     if (value >= static_cast<uint64_t>(vocabSize))
-      return Status::error("token file '" + path + "': id " +
-                           std::to_string(value) + " at position " +
-                           std::to_string(i) + " is outside the vocabulary [0, " +
-                           std::to_string(vocabSize) + ")");
+      return Status::error(
+          "token file '" + path + "': id " + std::to_string(value) +
+          " at position " + std::to_string(i) +
+          " is outside the vocabulary [0, " + std::to_string(vocabSize) + ")");
     ids[i] = value;
   }
   return std::unique_ptr<TokenSource>(

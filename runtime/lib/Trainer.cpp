@@ -15,9 +15,9 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <thread>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 namespace trellis::runtime {
 
@@ -38,9 +38,8 @@ Trainer::Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed,
   if (tokensArg_ >= 0) {
     // The data source produces the global batch; each rank takes its shard.
     const Argument &tokens = p.arguments[tokensArg_];
-    ShardLayout layout =
-        ShardLayout::of(p.buffers[tokens.buffer].shape, tokens.sharding,
-                        planMesh(p), rank());
+    ShardLayout layout = ShardLayout::of(p.buffers[tokens.buffer].shape,
+                                         tokens.sharding, planMesh(p), rank());
     batch_ = layout.globalShape.size() == 2 ? layout.globalShape[0] : 0;
     seq_ = layout.globalShape.size() == 2 ? layout.globalShape[1] : 0;
   }
@@ -63,7 +62,8 @@ void Trainer::scatterInput(int64_t argument,
 
 Trainer::~Trainer() = default;
 
-StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options) {
+StatusOr<std::unique_ptr<Trainer>>
+Trainer::create(const TrainOptions &options) {
   if (options.steps < 0)
     return Status::error("expected --steps >= 0, found " +
                          std::to_string(options.steps));
@@ -128,8 +128,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options) 
       return file.status();
     data = std::move(*file);
   }
-  auto trainer = std::make_unique<Trainer>(std::move(*plan), std::move(data),
-                                           options.seed, std::move(communicator));
+  auto trainer = std::make_unique<Trainer>(
+      std::move(*plan), std::move(data), options.seed, std::move(communicator));
   if (!options.weightsPath.empty())
     TRELLIS_RETURN_IF_ERROR(trainer->loadWeights(options.weightsPath));
   if (!options.loadDir.empty())
@@ -194,8 +194,8 @@ Status restoreTensor(const SafetensorsEntry &entry, Tensor &tensor,
       found += (found.empty() ? "" : "x") + std::to_string(s);
     for (int64_t s : stored)
       expected += (expected.empty() ? "" : "x") + std::to_string(s);
-    return Status::error(file + ": tensor \"" + name + "\" has shape [" + found +
-                         "], the model expects [" + expected + "]");
+    return Status::error(file + ": tensor \"" + name + "\" has shape [" +
+                         found + "], the model expects [" + expected + "]");
   }
   float *local = tensor.f32();
   layout.forEach([&](int64_t l, int64_t g) { local[l] = entry.values[g]; });
@@ -211,8 +211,7 @@ ShardLayout Trainer::layoutOf(size_t argument) const {
                          rank());
 }
 
-Status Trainer::gatherArgument(size_t argument,
-                               SafetensorsEntry &entry) const {
+Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   const Plan &plan = executor_.plan();
   const Tensor &tensor = executor_.argument(argument);
   ShardLayout layout = layoutOf(argument);
@@ -306,10 +305,10 @@ Status Trainer::load(const std::string &dir) {
     if (it == file->tensors.end())
       return Status::error("checkpoint: " + fileName + " has no tensor \"" +
                            name + "\": it was written for another model");
-    TRELLIS_RETURN_IF_ERROR(
-        restoreTensor(it->second, executor_.argument(i), layoutOf(i),
-                      argument.fileShape, name, fileName)
-            .withContext("checkpoint"));
+    TRELLIS_RETURN_IF_ERROR(restoreTensor(it->second, executor_.argument(i),
+                                          layoutOf(i), argument.fileShape, name,
+                                          fileName)
+                                .withContext("checkpoint"));
   }
   if (model->metadata["trellis_model"] != fingerprint())
     return Status::error("checkpoint '" + dir +
@@ -342,9 +341,9 @@ Status Trainer::loadWeights(const std::string &path) {
     if (it == file->tensors.end())
       return Status::error(path + ": missing parameter \"" + argument.name +
                            "\"");
-    TRELLIS_RETURN_IF_ERROR(
-        restoreTensor(it->second, executor_.argument(i), layoutOf(i),
-                      argument.fileShape, argument.name, path));
+    TRELLIS_RETURN_IF_ERROR(restoreTensor(it->second, executor_.argument(i),
+                                          layoutOf(i), argument.fileShape,
+                                          argument.name, path));
   }
   return Status::success();
 }
@@ -364,7 +363,8 @@ StatusOr<Fault> parseFault(const std::string &text) {
   size_t first = text.find(':'), second = text.rfind(':');
   if (first == std::string::npos || first == second)
     return Status::error("expected --inject-fault crash:RANK:STEP or "
-                         "hang:RANK:STEP, found '" + text + "'");
+                         "hang:RANK:STEP, found '" +
+                         text + "'");
   fault.action = text.substr(0, first);
   fault.rank = std::atoll(text.substr(first + 1, second - first - 1).c_str());
   fault.step = std::atoll(text.substr(second + 1).c_str());
@@ -378,10 +378,10 @@ StatusOr<Fault> parseFault(const std::string &text) {
 
 int runTrainingCommand(const TrainOptions &options) {
   using Clock = std::chrono::steady_clock;
-  std::string prefix = options.rank >= 0
-                           ? "trellis run: rank " + std::to_string(options.rank) +
-                                 ": error: "
-                           : "trellis run: error: ";
+  std::string prefix =
+      options.rank >= 0
+          ? "trellis run: rank " + std::to_string(options.rank) + ": error: "
+          : "trellis run: error: ";
   auto fail = [&](const Status &status) {
     std::fprintf(stderr, "%s%s\n", prefix.c_str(), status.message().c_str());
     return 1;
@@ -418,7 +418,8 @@ int runTrainingCommand(const TrainOptions &options) {
     }
     Clock::time_point start = Clock::now();
     Status status = trainer.step();
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    double seconds =
+        std::chrono::duration<double>(Clock::now() - start).count();
     if (!status.ok())
       return fail(status);
     // The first step warms caches and allocations: leave it out of the mean.
@@ -437,13 +438,14 @@ int runTrainingCommand(const TrainOptions &options) {
   getrusage(RUSAGE_SELF, &usage);
   double meanMs = timedSteps ? totalSeconds / timedSteps * 1e3 : 0;
   if (printing)
-    std::printf("summary: steps %lld-%lld | mean step %.2f ms | %.0f tokens/s | "
-                "buffers %.1f MiB | peak memory %.1f MiB\n",
-                static_cast<long long>(first + 1),
-                static_cast<long long>(trainer.completedSteps()), meanMs,
-                meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
-                trainer.executor().allocatedBytes() / 1048576.0,
-                usage.ru_maxrss / 1024.0);
+    std::printf(
+        "summary: steps %lld-%lld | mean step %.2f ms | %.0f tokens/s | "
+        "buffers %.1f MiB | peak memory %.1f MiB\n",
+        static_cast<long long>(first + 1),
+        static_cast<long long>(trainer.completedSteps()), meanMs,
+        meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
+        trainer.executor().allocatedBytes() / 1048576.0,
+        usage.ru_maxrss / 1024.0);
   if (options.profile && printing) {
     double total = 0;
     std::vector<std::pair<double, std::string>> sorted;

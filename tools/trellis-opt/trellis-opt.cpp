@@ -18,8 +18,9 @@ int main(int argc, char **argv) {
   trellis::graph::registerGraphPasses();
   trellis::registerShardingPasses();
   mlir::DialectRegistry registry;
-  registry.insert<trellis::TrellisDialect, trellis::graph::GraphDialect, mlir::func::FuncDialect,
-                  mlir::arith::ArithDialect, mlir::tensor::TensorDialect>();
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "Trellis optimizer driver\n", registry));
+  registry.insert<trellis::TrellisDialect, trellis::graph::GraphDialect,
+                  mlir::func::FuncDialect, mlir::arith::ArithDialect,
+                  mlir::tensor::TensorDialect>();
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "Trellis optimizer driver\n", registry));
 }

@@ -23,8 +23,9 @@ namespace cl = llvm::cl;
 
 namespace trellis::driver {
 
-cl::SubCommand compileCommand(
-    "compile", "Compile a model into a training plan for the runtime");
+cl::SubCommand
+    compileCommand("compile",
+                   "Compile a model into a training plan for the runtime");
 
 namespace {
 cl::opt<std::string> compileInput(cl::Positional,
@@ -44,13 +45,12 @@ cl::opt<double> compileLearningRate("lr", cl::desc("Learning rate"),
                                     cl::init(1e-3), cl::sub(compileCommand));
 cl::opt<double> compileBeta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
                              cl::sub(compileCommand));
-cl::opt<double> compileBeta2("beta2", cl::desc("AdamW beta2"),
-                             cl::init(0.999), cl::sub(compileCommand));
+cl::opt<double> compileBeta2("beta2", cl::desc("AdamW beta2"), cl::init(0.999),
+                             cl::sub(compileCommand));
 cl::opt<double> compileEpsilon("adam-eps", cl::desc("AdamW epsilon"),
                                cl::init(1e-8), cl::sub(compileCommand));
-cl::opt<double> compileWeightDecay("weight-decay",
-                                   cl::desc("Weight decay"), cl::init(0.0),
-                                   cl::sub(compileCommand));
+cl::opt<double> compileWeightDecay("weight-decay", cl::desc("Weight decay"),
+                                   cl::init(0.0), cl::sub(compileCommand));
 cl::opt<int64_t> compileDataParallel(
     "dp", cl::desc("Data-parallel degree: split the batch over N ranks"),
     cl::init(1), cl::sub(compileCommand));
@@ -84,8 +84,8 @@ cl::opt<EmitKind> compileEmit(
 
 int runCompileCommand() {
   mlir::MLIRContext context;
-  std::optional<LoadedModel> model = loadModel(
-      context, compileInput, {compileBatch, compileSeq}, "compile");
+  std::optional<LoadedModel> model =
+      loadModel(context, compileInput, {compileBatch, compileSeq}, "compile");
   if (!model)
     return 1;
   mlir::ModuleOp module = model->module.get();
@@ -107,10 +107,9 @@ int runCompileCommand() {
   }
   if (compileDataParallel != 1 || compileTensorParallel != 1) {
     mlir::PassManager pm(&context);
-    buildShardingPipeline(pm, stepName, compileDataParallel,
-                          compileTensorParallel,
-                          static_cast<int64_t>(compileBucketMiB * (1 << 20)),
-                          compileExplain);
+    buildShardingPipeline(
+        pm, stepName, compileDataParallel, compileTensorParallel,
+        static_cast<int64_t>(compileBucketMiB * (1 << 20)), compileExplain);
     if (mlir::failed(pm.run(module)))
       return 1;
   }
@@ -136,8 +135,7 @@ int runCompileCommand() {
       {"epsilon", compileEpsilon.getValue()},
       {"weight_decay", compileWeightDecay.getValue()},
   };
-  mlir::FailureOr<llvm::json::Value> plan =
-      emitPlan(step, std::move(metadata));
+  mlir::FailureOr<llvm::json::Value> plan = emitPlan(step, std::move(metadata));
   if (mlir::failed(plan))
     return 1;
   output->os() << *plan << "\n";

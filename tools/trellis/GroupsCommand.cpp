@@ -26,9 +26,10 @@ cl::SubCommand groupsCommand("groups",
 
 namespace {
 
-cl::opt<std::string> meshOption(
-    "mesh", cl::desc("Mesh axes, major to minor, e.g. dp=2,pp=2,tp=4"),
-    cl::value_desc("axes"), cl::Required, cl::sub(groupsCommand));
+cl::opt<std::string>
+    meshOption("mesh",
+               cl::desc("Mesh axes, major to minor, e.g. dp=2,pp=2,tp=4"),
+               cl::value_desc("axes"), cl::Required, cl::sub(groupsCommand));
 cl::opt<int64_t> rankOption("rank", cl::desc("Print only this rank"),
                             cl::init(-1), cl::sub(groupsCommand));
 cl::opt<int64_t> worldSizeOption(
@@ -62,8 +63,8 @@ bool resolveAxis(const Mesh &mesh, const std::string &option,
   axis = mesh.axisIndex(option);
   if (axis)
     return true;
-  fail(llvm::formatv("--{0}: unknown mesh axis \"{1}\" in mesh {2}",
-                     optionName, option, mesh.toString()));
+  fail(llvm::formatv("--{0}: unknown mesh axis \"{1}\" in mesh {2}", optionName,
+                     option, mesh.toString()));
   return false;
 }
 
@@ -117,8 +118,8 @@ int runGroupsCommand() {
     std::vector<std::string> row = {std::to_string(rank)};
     for (int64_t coordinate : mesh->coordinates(rank))
       row.push_back(std::to_string(coordinate));
-    row.push_back(std::to_string(
-        pipelineAxis ? mesh->stage(rank, *pipelineAxis) : int64_t(0)));
+    row.push_back(std::to_string(pipelineAxis ? mesh->stage(rank, *pipelineAxis)
+                                              : int64_t(0)));
     for (size_t axis = 0; axis < mesh->numAxes(); ++axis)
       row.push_back(formatRankSet(mesh->group(rank, {axis})));
     row.push_back(formatRankSet(mesh->group(rank, modelCopyAxes)));

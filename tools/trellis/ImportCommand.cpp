@@ -33,8 +33,8 @@ cl::opt<int64_t> importSeq("seq", cl::desc("Sequence length"), cl::init(64),
 
 int runImportCommand() {
   mlir::MLIRContext context;
-  std::optional<LoadedModel> model = loadModel(
-      context, importInput, {importBatch, importSeq}, "import");
+  std::optional<LoadedModel> model =
+      loadModel(context, importInput, {importBatch, importSeq}, "import");
   if (!model)
     return 1;
   std::string error;

@@ -60,8 +60,8 @@ std::optional<LoadedModel> loadModel(MLIRContext &context, llvm::StringRef path,
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
       llvm::MemoryBuffer::getFileOrSTDIN(path);
   if (!file) {
-    reportError(command, "cannot read '" + path + "': " +
-                             file.getError().message());
+    reportError(command,
+                "cannot read '" + path + "': " + file.getError().message());
     return std::nullopt;
   }
   LoadedModel model;

@@ -35,9 +35,10 @@ cl::opt<std::string> runSave("save",
                              cl::value_desc("dir"), cl::sub(runCommand));
 cl::opt<std::string> runLoad("load", cl::desc("Resume from this checkpoint"),
                              cl::value_desc("dir"), cl::sub(runCommand));
-cl::opt<std::string> runWeights(
-    "weights", cl::desc("Initial weights: a Hugging Face .safetensors file"),
-    cl::value_desc("file"), cl::sub(runCommand));
+cl::opt<std::string>
+    runWeights("weights",
+               cl::desc("Initial weights: a Hugging Face .safetensors file"),
+               cl::value_desc("file"), cl::sub(runCommand));
 cl::opt<int> runThreads("threads", cl::desc("BLAS threads"), cl::init(1),
                         cl::sub(runCommand));
 cl::opt<int64_t> runLogEvery("log-every",
@@ -46,8 +47,8 @@ cl::opt<int64_t> runLogEvery("log-every",
 cl::opt<int64_t> runNproc("nproc",
                           cl::desc("Processes (ranks) to start on this node"),
                           cl::init(1), cl::sub(runCommand));
-cl::opt<int64_t> runNnodes("nnodes", cl::desc("Nodes taking part"),
-                           cl::init(1), cl::sub(runCommand));
+cl::opt<int64_t> runNnodes("nnodes", cl::desc("Nodes taking part"), cl::init(1),
+                           cl::sub(runCommand));
 cl::opt<int64_t> runNodeRank("node-rank", cl::desc("This node's index"),
                              cl::init(0), cl::sub(runCommand));
 cl::opt<std::string> runRendezvous(
@@ -71,13 +72,14 @@ cl::opt<double> runTimeout(
     cl::desc("Seconds a collective may wait before the rank fails (a dead or "
              "hung rank fails the job within this bound)"),
     cl::init(60), cl::sub(runCommand));
-cl::opt<int64_t> runRank("rank", cl::desc("Global rank of this process (set "
-                                          "by the launcher)"),
+cl::opt<int64_t> runRank("rank",
+                         cl::desc("Global rank of this process (set "
+                                  "by the launcher)"),
                          cl::init(-1), cl::Hidden, cl::sub(runCommand));
-cl::opt<std::string> runInjectFault(
-    "inject-fault",
-    cl::desc("Testing: crash:RANK:STEP or hang:RANK:STEP"), cl::Hidden,
-    cl::sub(runCommand));
+cl::opt<std::string>
+    runInjectFault("inject-fault",
+                   cl::desc("Testing: crash:RANK:STEP or hang:RANK:STEP"),
+                   cl::Hidden, cl::sub(runCommand));
 cl::opt<bool> runProfile("profile",
                          cl::desc("Print the time spent per op kind"),
                          cl::sub(runCommand));

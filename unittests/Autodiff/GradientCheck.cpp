@@ -59,11 +59,10 @@ GradientCheckResult checkGradients(ModuleOp module,
     uint64_t key = runtime::streamKey(options.seed, p.arguments[i].name);
     for (int64_t e = 0; e < tensor.size(); ++e) {
       if (p.arguments[i].role == runtime::ArgumentRole::Input)
-        tensor.i32()[e] =
-            static_cast<int32_t>(runtime::mix64(key + e) % 4);
+        tensor.i32()[e] = static_cast<int32_t>(runtime::mix64(key + e) % 4);
       else
-        tensor.f32()[e] = static_cast<float>(
-            options.paramScale * runtime::counterNormal(key, e));
+        tensor.f32()[e] = static_cast<float>(options.paramScale *
+                                             runtime::counterNormal(key, e));
     }
   }
   runtime::Status status = executor.run();
@@ -94,11 +93,12 @@ GradientCheckResult checkGradients(ModuleOp module,
     int64_t n = param.size();
     int samples = std::min<int64_t>(options.samplesPerParam, n);
     for (int s = 0; s < samples; ++s) {
-      int64_t e = samples == n ? s
-                               : static_cast<int64_t>(
-                                     runtime::mix64(options.seed * 31 + s +
-                                                    argIndex * 1000) %
-                                     n);
+      int64_t e =
+          samples == n
+              ? s
+              : static_cast<int64_t>(
+                    runtime::mix64(options.seed * 31 + s + argIndex * 1000) %
+                    n);
       float *slot = param.f32() + e;
       float x = *slot;
       double h = options.step;
@@ -110,16 +110,17 @@ GradientCheckResult checkGradients(ModuleOp module,
       // A kink (relu, max) between x - h and x + h makes the one-sided
       // slopes disagree: such a point has no derivative to compare.
       double right = (plus - center) / h, left = (center - minus) / h;
-      double tolerance = options.absolute +
-                         options.relative * std::max(std::fabs(right),
-                                                     std::fabs(left));
+      double tolerance =
+          options.absolute +
+          options.relative * std::max(std::fabs(right), std::fabs(left));
       if (std::fabs(right - left) > 4 * tolerance + 10 * h) {
         ++result.skippedAtKinks;
         continue;
       }
       double a = gradient[e];
-      double allowed = options.absolute +
-                       options.relative * std::max(std::fabs(a), std::fabs(numeric));
+      double allowed =
+          options.absolute +
+          options.relative * std::max(std::fabs(a), std::fabs(numeric));
       if (std::fabs(a - numeric) > allowed)
         return failWith("gradient of " + name + "[" + std::to_string(e) +
                         "]: analytic " + std::to_string(a) + ", numeric " +

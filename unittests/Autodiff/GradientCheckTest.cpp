@@ -1,4 +1,5 @@
-//===- GradientCheckTest.cpp - Gradients of every op, by finite differences ===//
+//===- GradientCheckTest.cpp - Gradients of every op, by finite differences
+//===//
 //
 // Each case builds loss = sum(f(params) * r) with r a random parameter, so
 // that every output element has its own weight, and checks the gradient of
@@ -24,8 +25,9 @@ namespace {
 
 /// A parameter argument declaration.
 std::string param(const std::string &name, const std::string &type) {
-  return "%" + name + ": " + type + " {graph.role = \"param\", graph.param = \"" +
-         name + "\", graph.init = \"zeros\"}";
+  return "%" + name + ": " + type +
+         " {graph.role = \"param\", graph.param = \"" + name +
+         "\", graph.init = \"zeros\"}";
 }
 
 std::string allDims(int rank) {
@@ -38,8 +40,8 @@ std::string allDims(int rank) {
 /// A module whose loss is sum(body result * r). `args` are extra argument
 /// declarations; `body` computes `%y` of `resultType` (rank `rank`).
 std::string weightedLoss(const std::vector<std::string> &args,
-                         const std::string &body,
-                         const std::string &resultType, int rank) {
+                         const std::string &body, const std::string &resultType,
+                         int rank) {
   std::string signature;
   for (const std::string &arg : args)
     signature += arg + ", ";
@@ -68,9 +70,8 @@ TEST(GradientCheck, BinaryOpsWithBroadcasting) {
       body = "  %e = graph.exp %b : tensor<4xf32>\n"
              "  %y = graph.div %a, %e : tensor<3x4xf32>, tensor<4xf32>";
     SCOPED_TRACE(op);
-    expectGradientsMatch(weightedLoss({param("a", kMatrix),
-                                       param("b", "tensor<4xf32>")},
-                                      body, kMatrix, 2));
+    expectGradientsMatch(weightedLoss(
+        {param("a", kMatrix), param("b", "tensor<4xf32>")}, body, kMatrix, 2));
   }
 }
 
@@ -100,24 +101,23 @@ TEST(GradientCheck, UnaryOps) {
 TEST(GradientCheck, Reductions) {
   for (const char *op : {"reduce_sum", "reduce_mean", "reduce_max"}) {
     SCOPED_TRACE(op);
-    expectGradientsMatch(weightedLoss(
-        {param("a", "tensor<2x3x4xf32>")},
-        std::string("  %y = graph.") + op +
-            " %a dims [0, 2] : tensor<2x3x4xf32>",
-        "tensor<3xf32>", 1));
-    expectGradientsMatch(weightedLoss(
-        {param("a", "tensor<2x3x4xf32>")},
-        std::string("  %y = graph.") + op +
-            " %a dims [1] keep_dims : tensor<2x3x4xf32>",
-        "tensor<2x1x4xf32>", 3));
+    expectGradientsMatch(weightedLoss({param("a", "tensor<2x3x4xf32>")},
+                                      std::string("  %y = graph.") + op +
+                                          " %a dims [0, 2] : tensor<2x3x4xf32>",
+                                      "tensor<3xf32>", 1));
+    expectGradientsMatch(
+        weightedLoss({param("a", "tensor<2x3x4xf32>")},
+                     std::string("  %y = graph.") + op +
+                         " %a dims [1] keep_dims : tensor<2x3x4xf32>",
+                     "tensor<2x1x4xf32>", 3));
   }
 }
 
 TEST(GradientCheck, LayoutOps) {
-  expectGradientsMatch(weightedLoss(
-      {param("a", "tensor<2x3x4xf32>")},
-      "  %y = graph.reshape %a to [6, 4] : tensor<2x3x4xf32>", "tensor<6x4xf32>",
-      2));
+  expectGradientsMatch(
+      weightedLoss({param("a", "tensor<2x3x4xf32>")},
+                   "  %y = graph.reshape %a to [6, 4] : tensor<2x3x4xf32>",
+                   "tensor<6x4xf32>", 2));
   expectGradientsMatch(weightedLoss(
       {param("a", "tensor<2x3x4xf32>")},
       "  %y = graph.transpose %a perm [2, 0, 1] : tensor<2x3x4xf32>",
@@ -141,20 +141,26 @@ TEST(GradientCheck, MatmulEveryLayout) {
     const char *lhs, *rhs, *flags, *result;
     int rank;
   };
-  for (Case c : {Case{"tensor<3x4xf32>", "tensor<4x5xf32>", "", "tensor<3x5xf32>", 2},
-                 Case{"tensor<4x3xf32>", "tensor<4x5xf32>", "lt", "tensor<3x5xf32>", 2},
-                 Case{"tensor<3x4xf32>", "tensor<5x4xf32>", "rt", "tensor<3x5xf32>", 2},
-                 Case{"tensor<4x3xf32>", "tensor<5x4xf32>", "lt rt", "tensor<3x5xf32>", 2},
-                 Case{"tensor<2x3x4xf32>", "tensor<2x4x5xf32>", "", "tensor<2x3x5xf32>", 3},
-                 Case{"tensor<2x3x4xf32>", "tensor<4x5xf32>", "", "tensor<2x3x5xf32>", 3},
-                 Case{"tensor<2x3x4xf32>", "tensor<5x4xf32>", "rt", "tensor<2x3x5xf32>", 3},
-                 Case{"tensor<2x4x3xf32>", "tensor<4x5xf32>", "lt", "tensor<2x3x5xf32>", 3}}) {
+  for (Case c :
+       {Case{"tensor<3x4xf32>", "tensor<4x5xf32>", "", "tensor<3x5xf32>", 2},
+        Case{"tensor<4x3xf32>", "tensor<4x5xf32>", "lt", "tensor<3x5xf32>", 2},
+        Case{"tensor<3x4xf32>", "tensor<5x4xf32>", "rt", "tensor<3x5xf32>", 2},
+        Case{"tensor<4x3xf32>", "tensor<5x4xf32>", "lt rt", "tensor<3x5xf32>",
+             2},
+        Case{"tensor<2x3x4xf32>", "tensor<2x4x5xf32>", "", "tensor<2x3x5xf32>",
+             3},
+        Case{"tensor<2x3x4xf32>", "tensor<4x5xf32>", "", "tensor<2x3x5xf32>",
+             3},
+        Case{"tensor<2x3x4xf32>", "tensor<5x4xf32>", "rt", "tensor<2x3x5xf32>",
+             3},
+        Case{"tensor<2x4x3xf32>", "tensor<4x5xf32>", "lt", "tensor<2x3x5xf32>",
+             3}}) {
     std::string flags = c.flags;
-    std::string body = std::string("  %y = graph.matmul %a") +
-                       (flags.find("lt") != std::string::npos ? " transposed" : "") +
-                       ", %b" +
-                       (flags.find("rt") != std::string::npos ? " transposed" : "") +
-                       " : " + c.lhs + ", " + c.rhs;
+    std::string body =
+        std::string("  %y = graph.matmul %a") +
+        (flags.find("lt") != std::string::npos ? " transposed" : "") + ", %b" +
+        (flags.find("rt") != std::string::npos ? " transposed" : "") + " : " +
+        c.lhs + ", " + c.rhs;
     SCOPED_TRACE(body);
     expectGradientsMatch(weightedLoss({param("a", c.lhs), param("b", c.rhs)},
                                       body, c.result, c.rank));
@@ -162,9 +168,9 @@ TEST(GradientCheck, MatmulEveryLayout) {
 }
 
 TEST(GradientCheck, SoftmaxAndNorms) {
-  expectGradientsMatch(weightedLoss(
-      {param("a", kMatrix)}, "  %y = graph.softmax %a : tensor<3x4xf32>",
-      kMatrix, 2));
+  expectGradientsMatch(weightedLoss({param("a", kMatrix)},
+                                    "  %y = graph.softmax %a : tensor<3x4xf32>",
+                                    kMatrix, 2));
   expectGradientsMatch(weightedLoss(
       {param("a", "tensor<2x3x8xf32>"), param("w", "tensor<8xf32>"),
        param("b", "tensor<8xf32>")},
@@ -197,8 +203,8 @@ TEST(GradientCheck, EmbeddingAndRope) {
 
 TEST(GradientCheck, Attention) {
   const char *q = "tensor<2x5x4x3xf32>";
-  for (const char *kv : {"tensor<2x5x4x3xf32>", "tensor<2x5x2x3xf32>",
-                         "tensor<2x5x1x3xf32>"})
+  for (const char *kv :
+       {"tensor<2x5x4x3xf32>", "tensor<2x5x2x3xf32>", "tensor<2x5x1x3xf32>"})
     for (const char *causal : {"", " {causal = false}"}) {
       SCOPED_TRACE(std::string(kv) + causal);
       expectGradientsMatch(weightedLoss(

@@ -146,8 +146,8 @@ TEST(MeshTest, RejectsSizesBelowOne) {
 
 TEST(MeshTest, RejectsOverflowingSize) {
   MeshError error;
-  EXPECT_FALSE(Mesh::create(
-      {{"a", int64_t(1) << 40}, {"b", int64_t(1) << 40}}, &error));
+  EXPECT_FALSE(
+      Mesh::create({{"a", int64_t(1) << 40}, {"b", int64_t(1) << 40}}, &error));
   EXPECT_EQ(error.message, "mesh size overflows a 64-bit integer");
 }
 

@@ -42,8 +42,8 @@ std::vector<int> runRanks(int ranks, const std::function<int(int)> &body) {
 }
 
 std::string freshStore(const std::string &name) {
-  std::string dir = ::testing::TempDir() + "store-" + name + "-" +
-                    std::to_string(getpid());
+  std::string dir =
+      ::testing::TempDir() + "store-" + name + "-" + std::to_string(getpid());
   std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
   EXPECT_EQ(std::system(command.c_str()), 0);
   return dir;
@@ -126,8 +126,8 @@ TEST(CommunicatorTest, ADeadRankFailsTheOthersWithinTheTimeout) {
     if (rank == 2)
       _exit(0); // dies before the collective
     std::vector<float> values(1024, 1.0f);
-    Status status = (*connected)->allReduce({0}, values.data(), 1024,
-                                            ReduceKind::Sum);
+    Status status =
+        (*connected)->allReduce({0}, values.data(), 1024, ReduceKind::Sum);
     if (status.ok())
       return 2;
     bool named = status.message().find("group {0,1,2}") != std::string::npos;

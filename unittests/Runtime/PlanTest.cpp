@@ -1,7 +1,7 @@
 //===- PlanTest.cpp - The plan loader rejects malformed plans -------------===//
 
-#include "trellis/Runtime/Executor.h"
 #include "trellis/Runtime/Plan.h"
+#include "trellis/Runtime/Executor.h"
 
 #include <gtest/gtest.h>
 
@@ -54,8 +54,8 @@ TEST(PlanTest, AcceptsAndRunsAValidPlan) {
 }
 
 TEST(PlanTest, RejectsTruncatedFiles) {
-  for (size_t length : {size_t(0), size_t(1), kValidPlan.size() / 2,
-                        kValidPlan.size() - 2})
+  for (size_t length :
+       {size_t(0), size_t(1), kValidPlan.size() / 2, kValidPlan.size() - 2})
     expectRejected(kValidPlan.substr(0, length),
                    "malformed plan: not valid JSON");
 }
@@ -69,8 +69,9 @@ TEST(PlanTest, RejectsOtherFormatsAndVersions) {
 }
 
 TEST(PlanTest, RejectsOutOfRangeBufferIds) {
-  expectRejected(replace(kValidPlan, "\"inputs\": [0, 1]", "\"inputs\": [0, 9]"),
-                 "instruction 0 (matmul): buffer id 9 is out of range [0, 4)");
+  expectRejected(
+      replace(kValidPlan, "\"inputs\": [0, 1]", "\"inputs\": [0, 9]"),
+      "instruction 0 (matmul): buffer id 9 is out of range [0, 4)");
   expectRejected(replace(kValidPlan, "\"outputs\": [3]", "\"outputs\": [-1]"),
                  "buffer id -1 is out of range [0, 4)");
   expectRejected(replace(kValidPlan, "{\"buffer\": 3, \"role\": \"loss\"}",
@@ -108,11 +109,12 @@ TEST(PlanTest, RejectsMalformedBuffers) {
 }
 
 TEST(PlanTest, RejectsBadInstructions) {
-  expectRejected(replace(kValidPlan, "\"op\": \"matmul\"", "\"op\": \"conv2d\""),
-                 "instruction 0 (conv2d): unknown op 'conv2d'");
-  expectRejected(replace(kValidPlan, "\"attrs\": {\"dims\": [0, 1]}",
-                         "\"attrs\": {}"),
-                 "instruction 1 (reduce_sum): missing attribute 'dims'");
+  expectRejected(
+      replace(kValidPlan, "\"op\": \"matmul\"", "\"op\": \"conv2d\""),
+      "instruction 0 (conv2d): unknown op 'conv2d'");
+  expectRejected(
+      replace(kValidPlan, "\"attrs\": {\"dims\": [0, 1]}", "\"attrs\": {}"),
+      "instruction 1 (reduce_sum): missing attribute 'dims'");
   expectRejected(replace(kValidPlan, "\"dims\": [0, 1]", "\"dims\": [1, 0]"),
                  "expected increasing reduced dimensions in [0, 2)");
   expectRejected(replace(kValidPlan, "\"inputs\": [0, 1]", "\"inputs\": [0]"),
@@ -120,10 +122,10 @@ TEST(PlanTest, RejectsBadInstructions) {
 }
 
 TEST(PlanTest, RejectsBrokenDataflow) {
-  std::string swapped = replace(
-      kValidPlan,
-      "{\"op\": \"matmul\", \"inputs\": [0, 1], \"outputs\": [2], \"attrs\": {}},",
-      "");
+  std::string swapped = replace(kValidPlan,
+                                "{\"op\": \"matmul\", \"inputs\": [0, 1], "
+                                "\"outputs\": [2], \"attrs\": {}},",
+                                "");
   swapped = replace(swapped, "\"attrs\": {\"dims\": [0, 1]}}",
                     "\"attrs\": {\"dims\": [0, 1]}}, {\"op\": \"matmul\", "
                     "\"inputs\": [0, 1], \"outputs\": [2], \"attrs\": {}}");
@@ -136,18 +138,21 @@ TEST(PlanTest, RejectsBadArgumentsAndResults) {
   expectRejected(replace(kValidPlan, "\"role\": \"param\", \"param\": \"a\"",
                          "\"role\": \"weights\", \"param\": \"a\""),
                  "argument 0: unknown role \"weights\"");
-  expectRejected(replace(kValidPlan, "\"init\": \"ones\"", "\"init\": \"uniform\""),
-                 "argument 0: expected init zeros, ones or normal:<std>");
+  expectRejected(
+      replace(kValidPlan, "\"init\": \"ones\"", "\"init\": \"uniform\""),
+      "argument 0: expected init zeros, ones or normal:<std>");
   expectRejected(replace(kValidPlan, "\"init\": \"normal:0.02\"",
                          "\"init\": \"normal:abc\""),
                  "argument 1: malformed init \"normal:abc\"");
-  expectRejected(replace(kValidPlan, "\"role\": \"loss\"", "\"role\": \"other\""),
-                 "expected result 0 to be the loss");
+  expectRejected(
+      replace(kValidPlan, "\"role\": \"loss\"", "\"role\": \"other\""),
+      "expected result 0 to be the loss");
 }
 
 TEST(PlanTest, RejectsBadMeshes) {
-  expectRejected(replace(kValidPlan, "\"size\": 1", "\"size\": 0"),
-                 "mesh: expected mesh axis \"dp\" to have a size >= 1, found 0");
+  expectRejected(
+      replace(kValidPlan, "\"size\": 1", "\"size\": 0"),
+      "mesh: expected mesh axis \"dp\" to have a size >= 1, found 0");
 }
 
 /// Random byte flips of a valid plan never crash the loader: each either

@@ -128,8 +128,9 @@ TEST_P(TrainingTest, RejectsACheckpointOfAnotherModel) {
   options.loadDir = dir;
   auto rejected = trellis::runtime::Trainer::create(options);
   ASSERT_FALSE(rejected.ok());
-  EXPECT_NE(rejected.status().message().find("it was written for another model"),
-            std::string::npos)
+  EXPECT_NE(
+      rejected.status().message().find("it was written for another model"),
+      std::string::npos)
       << rejected.status().message();
 
   options.loadDir = ::testing::TempDir() + "no-such-checkpoint";

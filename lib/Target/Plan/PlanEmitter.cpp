@@ -143,16 +143,16 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
     if (failed(id))
       return failure();
     llvm::json::Object entry{{"buffer", *id}};
-    for (StringRef key : {GraphDialect::kRoleAttrName,
-                          GraphDialect::kParamNameAttrName,
-                          GraphDialect::kInitAttrName}) {
+    for (StringRef key :
+         {GraphDialect::kRoleAttrName, GraphDialect::kParamNameAttrName,
+          GraphDialect::kInitAttrName}) {
       auto text = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), key);
       if (text)
         entry[key.drop_front(strlen("graph."))] = text.getValue().str();
     }
     if (!entry.get("role"))
-      return step.emitError() << "argument " << arg.getArgNumber()
-                              << " has no graph.role";
+      return step.emitError()
+             << "argument " << arg.getArgNumber() << " has no graph.role";
     if (auto fileShape = step.getArgAttrOfType<DenseI64ArrayAttr>(
             arg.getArgNumber(), GraphDialect::kFileShapeAttrName))
       entry["file_shape"] = shapeArray(fileShape.asArrayRef());

@@ -32,7 +32,8 @@ public:
   explicit MeshLexer(std::string_view text) : text_(text) {}
 
   void skipSpaces() {
-    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_])))
+    while (pos_ < text_.size() &&
+           std::isspace(static_cast<unsigned char>(text_[pos_])))
       ++pos_;
   }
   bool atEnd() const { return pos_ >= text_.size(); }
@@ -63,8 +64,7 @@ bool isDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)); }
 
 } // namespace
 
-std::optional<Mesh> Mesh::create(std::vector<MeshAxis> axes,
-                                 MeshError *error) {
+std::optional<Mesh> Mesh::create(std::vector<MeshAxis> axes, MeshError *error) {
   if (axes.empty()) {
     fail(error, 0, "expected at least one mesh axis, found none");
     return std::nullopt;
@@ -82,8 +82,8 @@ std::optional<Mesh> Mesh::create(std::vector<MeshAxis> axes,
     }
     if (axis.size < 1) {
       fail(error, 0,
-           "expected mesh axis \"" + axis.name + "\" to have a size >= 1, found " +
-               std::to_string(axis.size));
+           "expected mesh axis \"" + axis.name +
+               "\" to have a size >= 1, found " + std::to_string(axis.size));
       return std::nullopt;
     }
     if (size > std::numeric_limits<int64_t>::max() / axis.size) {
@@ -136,8 +136,8 @@ std::optional<Mesh> Mesh::parse(std::string_view text, MeshError *error) {
     }
     if (digits.size() > 18) {
       fail(error, sizeColumn,
-           "size of mesh axis \"" + name + "\" is too large: " +
-               std::string(digits));
+           "size of mesh axis \"" + name +
+               "\" is too large: " + std::string(digits));
       return std::nullopt;
     }
     int64_t size = std::stoll(std::string(digits));
@@ -197,8 +197,8 @@ int64_t Mesh::groupSize(const std::vector<size_t> &axisIndices) const {
   return size;
 }
 
-std::vector<int64_t>
-Mesh::group(int64_t rank, const std::vector<size_t> &axisIndices) const {
+std::vector<int64_t> Mesh::group(int64_t rank,
+                                 const std::vector<size_t> &axisIndices) const {
   std::vector<int64_t> coords = coordinates(rank);
   int64_t count = groupSize(axisIndices);
   std::vector<int64_t> members;

@@ -15,8 +15,7 @@ namespace {
 
 int64_t bytesOf(Value value) {
   auto type = llvm::cast<RankedTensorType>(value.getType());
-  return type.getNumElements() *
-         ((type.getElementTypeBitWidth() + 7) / 8);
+  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
 }
 
 int64_t elementsOf(Value value) {
@@ -87,7 +86,8 @@ OpCost RopeOp::getCost() { return defaultCost(*this, 6); }
 namespace {
 /// Multiply-adds of q k^T and p v over every head: 4 B Hq S_q S_k D.
 double attentionFlops(Value query, Value key) {
-  ArrayRef<int64_t> q = llvm::cast<RankedTensorType>(query.getType()).getShape();
+  ArrayRef<int64_t> q =
+      llvm::cast<RankedTensorType>(query.getType()).getShape();
   ArrayRef<int64_t> k = llvm::cast<RankedTensorType>(key.getType()).getShape();
   return 4.0 * q[0] * q[2] * q[1] * k[1] * q[3];
 }

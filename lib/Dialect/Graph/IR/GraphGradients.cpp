@@ -185,8 +185,8 @@ LogicalResult ReduceMeanOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
     count *= shapeOf(getInput())[d];
   Value expanded =
       expandReduced(b, getLoc(), dy[0], shapeOf(getInput()), getDims());
-  grads.push_back(ScaleOp::create(b, getLoc(), expanded,
-                                  b.getF64FloatAttr(1.0 / count)));
+  grads.push_back(
+      ScaleOp::create(b, getLoc(), expanded, b.getF64FloatAttr(1.0 / count)));
   return success();
 }
 
@@ -318,17 +318,17 @@ LogicalResult LayerNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
 
 LogicalResult RmsNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                         SmallVectorImpl<Value> &grads) {
-  auto grad = RmsNormGradOp::create(b, getLoc(), getInput(), getWeight(),
-                                    dy[0], getEpsilonAttr());
+  auto grad = RmsNormGradOp::create(b, getLoc(), getInput(), getWeight(), dy[0],
+                                    getEpsilonAttr());
   grads.append({grad.getInputGrad(), grad.getWeightGrad()});
   return success();
 }
 
 LogicalResult EmbeddingOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                           SmallVectorImpl<Value> &grads) {
-  grads.push_back(EmbeddingGradOp::create(
-      b, getLoc(), getIds(), dy[0], shapeOf(getTable())[0], getVocabOffset(),
-      getAxesAttr()));
+  grads.push_back(EmbeddingGradOp::create(b, getLoc(), getIds(), dy[0],
+                                          shapeOf(getTable())[0],
+                                          getVocabOffset(), getAxesAttr()));
   grads.push_back(Value());
   return success();
 }
@@ -336,17 +336,16 @@ LogicalResult EmbeddingOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
 LogicalResult RopeOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                      SmallVectorImpl<Value> &grads) {
   // A rotation's transpose is the inverse rotation.
-  grads.push_back(
-      RopeOp::create(b, getLoc(), dy[0], getFrequenciesAttr(),
-                     b.getBoolAttr(!getInverse())));
+  grads.push_back(RopeOp::create(b, getLoc(), dy[0], getFrequenciesAttr(),
+                                 b.getBoolAttr(!getInverse())));
   return success();
 }
 
 LogicalResult AttentionOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                           SmallVectorImpl<Value> &grads) {
-  auto grad = AttentionGradOp::create(b, getLoc(), getQuery(), getKey(),
-                                      getValue(), dy[0], getScaleAttr(),
-                                      getCausalAttr());
+  auto grad =
+      AttentionGradOp::create(b, getLoc(), getQuery(), getKey(), getValue(),
+                              dy[0], getScaleAttr(), getCausalAttr());
   grads.append({grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()});
   return success();
 }

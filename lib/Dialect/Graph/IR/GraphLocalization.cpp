@@ -23,7 +23,6 @@ int64_t elementsOf(Type type) {
   return llvm::cast<RankedTensorType>(type).getNumElements();
 }
 
-
 } // namespace
 
 // Ops whose shape attribute is their result shape.

@@ -14,9 +14,9 @@
 using namespace mlir;
 using namespace trellis::graph;
 
-#include "trellis/Dialect/Graph/IR/GraphOpsDialect.cpp.inc"
 #include "trellis/Dialect/Graph/IR/GraphEnums.cpp.inc"
 #include "trellis/Dialect/Graph/IR/GraphInterfaces.cpp.inc"
+#include "trellis/Dialect/Graph/IR/GraphOpsDialect.cpp.inc"
 
 void GraphDialect::initialize() {
   addOperations<
@@ -142,9 +142,9 @@ LogicalResult inferBinary(std::optional<Location> loc, Value lhs, Value rhs,
 } // namespace
 
 #define GRAPH_INFER_BINARY(OP)                                                 \
-  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc,\
-                                     Adaptor adaptor,                          \
-                                     SmallVectorImpl<Type> &types) {           \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &types) {                                          \
     return inferBinary(loc, adaptor.getLhs(), adaptor.getRhs(), types);        \
   }
 GRAPH_INFER_BINARY(AddOp)
@@ -200,12 +200,12 @@ LogicalResult inferReduce(std::optional<Location> loc, Value input,
   int64_t rank = shape.size();
   for (auto [i, dim] : llvm::enumerate(dims)) {
     if (dim < 0 || dim >= rank)
-      return emitOptionalError(loc, "expected reduced dimensions in [0, ",
-                               rank, "), found ", dim);
+      return emitOptionalError(loc, "expected reduced dimensions in [0, ", rank,
+                               "), found ", dim);
     if (i > 0 && dims[i - 1] >= dim)
-      return emitOptionalError(loc,
-                               "expected strictly increasing dimensions, found ",
-                               formatShape(dims));
+      return emitOptionalError(
+          loc, "expected strictly increasing dimensions, found ",
+          formatShape(dims));
   }
   SmallVector<int64_t> result;
   for (int64_t d = 0; d < rank; ++d) {
@@ -220,9 +220,9 @@ LogicalResult inferReduce(std::optional<Location> loc, Value input,
 } // namespace
 
 #define GRAPH_INFER_REDUCE(OP)                                                 \
-  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc,\
-                                     Adaptor adaptor,                          \
-                                     SmallVectorImpl<Type> &types) {           \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &types) {                                          \
     REQUIRE_ATTRIBUTE(adaptor.getDimsAttr(), "dims");                          \
     return inferReduce(loc, adaptor.getInput(), adaptor.getDims(),             \
                        adaptor.getKeepDims(), types);                          \
@@ -494,9 +494,9 @@ LogicalResult EmbeddingGradOp::inferReturnTypes(MLIRContext *,
   if (adaptor.getNumEmbeddings() < 1)
     return emitOptionalError(loc, "expected rows >= 1, found ",
                              adaptor.getNumEmbeddings());
-  types.push_back(
-      tensorLike(adaptor.getResultGrad(),
-                 {static_cast<int64_t>(adaptor.getNumEmbeddings()), grad.back()}));
+  types.push_back(tensorLike(
+      adaptor.getResultGrad(),
+      {static_cast<int64_t>(adaptor.getNumEmbeddings()), grad.back()}));
   return success();
 }
 
@@ -569,11 +569,10 @@ LogicalResult verifyTargets(std::optional<Location> loc, Value logits,
                             Value targets) {
   ArrayRef<int64_t> l = shapeOf(logits), t = shapeOf(targets);
   if (l.empty() || l.drop_back() != t)
-    return emitOptionalError(loc, "expected targets of shape ",
-                             formatShape(l.empty() ? l : l.drop_back()),
-                             " (logits ", formatShape(l),
-                             " without the class dimension), found ",
-                             formatShape(t));
+    return emitOptionalError(
+        loc, "expected targets of shape ",
+        formatShape(l.empty() ? l : l.drop_back()), " (logits ", formatShape(l),
+        " without the class dimension), found ", formatShape(t));
   return success();
 }
 } // namespace
@@ -588,9 +587,10 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult CrossEntropyGradOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &types) {
+LogicalResult
+CrossEntropyGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                     Adaptor adaptor,
+                                     SmallVectorImpl<Type> &types) {
   if (failed(verifyTargets(loc, adaptor.getLogits(), adaptor.getTargets())))
     return failure();
   types.push_back(adaptor.getLogits().getType());

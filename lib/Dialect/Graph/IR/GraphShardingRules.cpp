@@ -67,8 +67,9 @@ ShardingRule elementwiseRule(ValueRange operands, Value result) {
     size_t lead = shape.size() - operandShape.size();
     SmallVector<int64_t> dims;
     for (size_t d = 0; d < operandShape.size(); ++d)
-      dims.push_back(operandShape[d] == shape[lead + d] ? factors[lead + d]
-                                                        : ShardingRule::kNoFactor);
+      dims.push_back(operandShape[d] == shape[lead + d]
+                         ? factors[lead + d]
+                         : ShardingRule::kNoFactor);
     rule.operandFactors.push_back(dims);
   }
   rule.resultFactors.push_back(factors);
@@ -82,9 +83,9 @@ ShardingRule rowwiseRule(unsigned numOperands, unsigned numResults,
   ShardingRule rule;
   SmallVector<int64_t> factors;
   for (size_t d = 0; d < shape.size(); ++d)
-    factors.push_back(rule.addFactor(
-        shape[d], d + 1 == shape.size() ? FactorKind::Whole
-                                        : FactorKind::Parallel));
+    factors.push_back(rule.addFactor(shape[d], d + 1 == shape.size()
+                                                   ? FactorKind::Whole
+                                                   : FactorKind::Parallel));
   rule.operandFactors.assign(numOperands, factors);
   rule.resultFactors.assign(numResults, factors);
   return rule;
@@ -190,8 +191,8 @@ ShardingRule reduceRule(Value input, ArrayRef<int64_t> dims, bool keepDims,
 } // namespace
 
 ShardingRule ReduceSumOp::getShardingRule() {
-  ShardingRule rule = reduceRule(getInput(), getDims(), getKeepDims(),
-                                 FactorKind::Reduction);
+  ShardingRule rule =
+      reduceRule(getInput(), getDims(), getKeepDims(), FactorKind::Reduction);
   rule.linear = true;
   return rule;
 }
@@ -204,8 +205,8 @@ ShardingRule ReduceMeanOp::getShardingRule() {
 
 // Splitting a max-reduced dimension leaves the result partial with kind max.
 ShardingRule ReduceMaxOp::getShardingRule() {
-  ShardingRule rule = reduceRule(getInput(), getDims(), getKeepDims(),
-                                 FactorKind::Reduction);
+  ShardingRule rule =
+      reduceRule(getInput(), getDims(), getKeepDims(), FactorKind::Reduction);
   rule.partialIsMax = true;
   return rule;
 }
@@ -248,12 +249,13 @@ ShardingRule ReshapeOp::getShardingRule() {
     }
     int64_t majorFrom = from[groupStartFrom], majorTo = to[groupStartTo];
     if (majorFrom % majorTo == 0 || majorTo % majorFrom == 0) {
-      int64_t shared = rule.addFactor(std::min(majorFrom, majorTo),
-                                      FactorKind::Parallel);
+      int64_t shared =
+          rule.addFactor(std::min(majorFrom, majorTo), FactorKind::Parallel);
       fromFactors[groupStartFrom] = shared;
       toFactors[groupStartTo] = shared;
     } else {
-      fromFactors[groupStartFrom] = rule.addFactor(majorFrom, FactorKind::Whole);
+      fromFactors[groupStartFrom] =
+          rule.addFactor(majorFrom, FactorKind::Whole);
       toFactors[groupStartTo] = rule.addFactor(majorTo, FactorKind::Whole);
     }
     for (size_t d = groupStartFrom + 1; d < i; ++d)

@@ -23,15 +23,17 @@ struct PrintOpCostsPass
       function->walk([&](CostOpInterface op) {
         OpCost cost = op.getCost();
         op->emitRemark() << llvm::formatv(
-            "cost: {0} flops, {1} bytes read, {2} bytes written", static_cast<int64_t>(cost.flops),
-            cost.bytesRead, cost.bytesWritten);
+            "cost: {0} flops, {1} bytes read, {2} bytes written",
+            static_cast<int64_t>(cost.flops), cost.bytesRead,
+            cost.bytesWritten);
         total.flops += cost.flops;
         total.bytesRead += cost.bytesRead;
         total.bytesWritten += cost.bytesWritten;
       });
       function->emitRemark() << llvm::formatv(
           "total cost: {0} flops, {1} bytes read, {2} bytes written",
-          static_cast<int64_t>(total.flops), total.bytesRead, total.bytesWritten);
+          static_cast<int64_t>(total.flops), total.bytesRead,
+          total.bytesWritten);
     });
   }
 };

@@ -221,10 +221,11 @@ void ShardingAttr::print(AsmPrinter &printer) const {
   printer << ">";
 }
 
-LogicalResult
-ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                     FlatSymbolRefAttr meshName, ArrayRef<DimShardingAttr> dims,
-                     ArrayRef<StringAttr> partialAxes, ReductionKind) {
+LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   FlatSymbolRefAttr meshName,
+                                   ArrayRef<DimShardingAttr> dims,
+                                   ArrayRef<StringAttr> partialAxes,
+                                   ReductionKind) {
   if (!meshName)
     return emitError() << "expected a mesh symbol";
   // Where each axis was first seen: a dimension index, or -1 for partial.
@@ -322,7 +323,8 @@ ShardingAttr::verifyForType(function_ref<InFlightDiagnostic()> emitError,
 }
 
 SmallVector<int64_t>
-ShardingAttr::getLocalShape(MeshAttr mesh, ArrayRef<int64_t> globalShape) const {
+ShardingAttr::getLocalShape(MeshAttr mesh,
+                            ArrayRef<int64_t> globalShape) const {
   SmallVector<int64_t> shape(globalShape);
   for (auto [dimIndex, dim] : llvm::enumerate(getDims()))
     for (StringAttr axis : dim.getAxes())

@@ -29,16 +29,16 @@ LogicalResult verifyShardingAttribute(Operation *op, NamedAttribute attr,
     return op->emitOpError() << what << " " << index << ": ";
   };
   if (attr.getName() != TrellisDialect::kShardingAttrName)
-    return op->emitOpError() << "unknown trellis attribute '"
-                             << attr.getName().getValue() << "' on " << what
-                             << " " << index << "; expected '"
-                             << TrellisDialect::kShardingAttrName << "'";
+    return op->emitOpError()
+           << "unknown trellis attribute '" << attr.getName().getValue()
+           << "' on " << what << " " << index << "; expected '"
+           << TrellisDialect::kShardingAttrName << "'";
   auto sharding = llvm::dyn_cast<ShardingAttr>(attr.getValue());
   if (!sharding)
-    return op->emitOpError() << "expected '" << TrellisDialect::kShardingAttrName
-                             << "' on " << what << " " << index
-                             << " to be a #trellis.sharding, found "
-                             << attr.getValue();
+    return op->emitOpError()
+           << "expected '" << TrellisDialect::kShardingAttrName << "' on "
+           << what << " " << index << " to be a #trellis.sharding, found "
+           << attr.getValue();
   MeshOp mesh = lookupMesh(op, sharding.getMeshName(), emitError);
   if (!mesh)
     return failure();
@@ -49,7 +49,7 @@ LogicalResult verifyShardingAttribute(Operation *op, NamedAttribute attr,
 } // namespace
 
 LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
-                                                      NamedAttribute attr) {
+                                                       NamedAttribute attr) {
   if (attr.getName() == kPartitionedAttrName) {
     if (!llvm::isa<UnitAttr>(attr.getValue()) ||
         !llvm::isa<FunctionOpInterface>(op))
@@ -60,14 +60,15 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
   if (attr.getName() == kResultShardingsAttrName) {
     auto shardings = llvm::dyn_cast<ArrayAttr>(attr.getValue());
     if (!shardings || shardings.size() != op->getNumResults() ||
-        !llvm::all_of(shardings, [](Attribute a) {
-          return llvm::isa<ShardingAttr>(a);
-        }))
+        !llvm::all_of(shardings,
+                      [](Attribute a) { return llvm::isa<ShardingAttr>(a); }))
       return op->emitOpError()
              << "expected '" << kResultShardingsAttrName << "' to hold "
              << op->getNumResults() << " #trellis.sharding, one per result";
     for (auto [result, sharding] : llvm::zip(op->getResults(), shardings)) {
-      auto emitError = [&]() { return op->emitOpError() << "result sharding: "; };
+      auto emitError = [&]() {
+        return op->emitOpError() << "result sharding: ";
+      };
       auto attr = llvm::cast<ShardingAttr>(sharding);
       MeshOp mesh = lookupMesh(op, attr.getMeshName(), emitError);
       if (!mesh || failed(attr.verifyForType(emitError, mesh.getMesh(),
@@ -80,25 +81,25 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
                            << attr.getName().getValue() << "'";
 }
 
-LogicalResult TrellisDialect::verifyRegionArgAttribute(Operation *op,
-                                                       unsigned,
+LogicalResult TrellisDialect::verifyRegionArgAttribute(Operation *op, unsigned,
                                                        unsigned argIndex,
                                                        NamedAttribute attr) {
   auto function = llvm::dyn_cast<FunctionOpInterface>(op);
   if (!function)
     return op->emitOpError() << "'" << attr.getName().getValue()
                              << "' is only valid on function arguments";
-  return verifyShardingAttribute(op, attr, function.getArgumentTypes()[argIndex],
-                                 "argument", argIndex);
+  return verifyShardingAttribute(
+      op, attr, function.getArgumentTypes()[argIndex], "argument", argIndex);
 }
 
-LogicalResult TrellisDialect::verifyRegionResultAttribute(
-    Operation *op, unsigned, unsigned resultIndex, NamedAttribute attr) {
+LogicalResult TrellisDialect::verifyRegionResultAttribute(Operation *op,
+                                                          unsigned,
+                                                          unsigned resultIndex,
+                                                          NamedAttribute attr) {
   auto function = llvm::dyn_cast<FunctionOpInterface>(op);
   if (!function)
     return op->emitOpError() << "'" << attr.getName().getValue()
                              << "' is only valid on function results";
-  return verifyShardingAttribute(op, attr,
-                                 function.getResultTypes()[resultIndex],
-                                 "result", resultIndex);
+  return verifyShardingAttribute(
+      op, attr, function.getResultTypes()[resultIndex], "result", resultIndex);
 }

@@ -76,8 +76,8 @@ FailureOr<int64_t> verifyGroup(Operation *op, FlatSymbolRefAttr meshName,
     StringRef axis = llvm::cast<StringAttr>(axisAttr).getValue();
     std::optional<size_t> index = mesh.getMesh().getAxisIndex(axis);
     if (!index)
-      return op->emitOpError() << "unknown mesh axis \"" << axis
-                               << "\" in mesh " << meshName;
+      return op->emitOpError()
+             << "unknown mesh axis \"" << axis << "\" in mesh " << meshName;
     if (!seen.insert(axis).second)
       return op->emitOpError()
              << "mesh axis \"" << axis << "\" is listed twice";
@@ -95,9 +95,8 @@ LogicalResult verifyDimInRange(Operation *op, StringRef what, int64_t dim,
                            << ", found " << dim;
 }
 
-LogicalResult verifyDivisible(Operation *op, int64_t dim,
-                              RankedTensorType type, int64_t groupSize,
-                              ArrayAttr axes) {
+LogicalResult verifyDivisible(Operation *op, int64_t dim, RankedTensorType type,
+                              int64_t groupSize, ArrayAttr axes) {
   if (type.getDimSize(dim) % groupSize == 0)
     return success();
   return op->emitOpError() << "dimension " << dim << " of size "
@@ -111,8 +110,7 @@ LogicalResult verifyPositionInGroup(Operation *op, StringRef what,
   if (position >= 0 && position < groupSize)
     return success();
   return op->emitOpError() << "expected " << what << " in [0, " << groupSize
-                           << ") (a position in the group), found "
-                           << position;
+                           << ") (a position in the group), found " << position;
 }
 
 /// Compares the result type with the one that follows from the operand.
@@ -140,11 +138,10 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &) {
     return failure();
   SmallVector<int64_t> shape(inputType.getShape());
   shape[dim] *= *groupSize;
-  return verifyResultType(
-      *this, inputType.clone(shape), getResult().getType(),
-      ("dimension " + Twine(dim) + " gathered over a group of " +
-       Twine(*groupSize))
-          .str());
+  return verifyResultType(*this, inputType.clone(shape), getResult().getType(),
+                          ("dimension " + Twine(dim) +
+                           " gathered over a group of " + Twine(*groupSize))
+                              .str());
 }
 
 LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &) {
@@ -158,11 +155,10 @@ LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &) {
     return failure();
   SmallVector<int64_t> shape(inputType.getShape());
   shape[dim] /= *groupSize;
-  return verifyResultType(
-      *this, inputType.clone(shape), getResult().getType(),
-      ("dimension " + Twine(dim) + " scattered over a group of " +
-       Twine(*groupSize))
-          .str());
+  return verifyResultType(*this, inputType.clone(shape), getResult().getType(),
+                          ("dimension " + Twine(dim) +
+                           " scattered over a group of " + Twine(*groupSize))
+                              .str());
 }
 
 LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &) {
@@ -173,8 +169,8 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &) {
   int64_t splitDim = getSplitDim(), concatDim = getConcatDim();
   if (failed(verifyDimInRange(*this, "split dim", splitDim, inputType)) ||
       failed(verifyDimInRange(*this, "concat dim", concatDim, inputType)) ||
-      failed(verifyDivisible(*this, splitDim, inputType, *groupSize,
-                             getAxes())))
+      failed(
+          verifyDivisible(*this, splitDim, inputType, *groupSize, getAxes())))
     return failure();
   SmallVector<int64_t> shape(inputType.getShape());
   shape[splitDim] /= *groupSize;
@@ -197,10 +193,10 @@ LogicalResult SliceShardOp::verifySymbolUses(SymbolTableCollection &) {
     return failure();
   SmallVector<int64_t> shape(inputType.getShape());
   shape[dim] /= *groupSize;
-  return verifyResultType(*this, inputType.clone(shape), getResult().getType(),
-                          ("dimension " + Twine(dim) + " cut into " +
-                           Twine(*groupSize) + " pieces")
-                              .str());
+  return verifyResultType(
+      *this, inputType.clone(shape), getResult().getType(),
+      ("dimension " + Twine(dim) + " cut into " + Twine(*groupSize) + " pieces")
+          .str());
 }
 
 LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &) {

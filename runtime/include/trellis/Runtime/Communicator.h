@@ -1,4 +1,5 @@
-//===- Communicator.h - Collectives over groups of a device mesh -*- C++ -*-===//
+//===- Communicator.h - Collectives over groups of a device mesh -*- C++
+//-*-===//
 //
 // A rank's view of the other ranks: collectives and point-to-point over
 // groups named by mesh axes (the ranks that differ only along those axes,
@@ -35,7 +36,9 @@ public:
   int64_t rank() const { return rank_; }
 
   /// Ranks and this rank's position in its group along `axes`.
-  int64_t groupSize(const AxisList &axes) const { return mesh_.groupSize(axes); }
+  int64_t groupSize(const AxisList &axes) const {
+    return mesh_.groupSize(axes);
+  }
   int64_t groupPosition(const AxisList &axes) const {
     return mesh_.groupPosition(rank_, axes);
   }
@@ -93,8 +96,7 @@ struct RendezvousOptions {
 /// Ignores SIGPIPE process-wide, so that a dead peer is an error, not a
 /// signal.
 StatusOr<std::unique_ptr<Communicator>>
-connectGloo(const Mesh &mesh, int64_t rank,
-            const std::vector<AxisList> &groups,
+connectGloo(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
             const RendezvousOptions &options);
 
 } // namespace trellis::runtime

@@ -8,8 +8,8 @@
 #include "trellis/Runtime/Tensor.h"
 
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace trellis::runtime {

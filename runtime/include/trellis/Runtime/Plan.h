@@ -36,8 +36,15 @@ struct BufferDesc {
 
 /// A value an attribute of an instruction can hold.
 struct AttrValue {
-  enum class Kind { Bool, Int, Real, Ints, Reals, String, Strings } kind =
-      Kind::Int;
+  enum class Kind {
+    Bool,
+    Int,
+    Real,
+    Ints,
+    Reals,
+    String,
+    Strings
+  } kind = Kind::Int;
   bool flag = false;
   int64_t integer = 0;
   double real = 0;

@@ -1,4 +1,5 @@
-//===- ShardLayout.h - Where a rank's shard sits in a global tensor -*- C++ -*-===//
+//===- ShardLayout.h - Where a rank's shard sits in a global tensor -*- C++
+//-*-===//
 
 #ifndef TRELLIS_RUNTIME_SHARDLAYOUT_H
 #define TRELLIS_RUNTIME_SHARDLAYOUT_H

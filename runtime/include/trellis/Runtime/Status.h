@@ -18,7 +18,9 @@ namespace trellis::runtime {
 class [[nodiscard]] Status {
 public:
   static Status success() { return Status(); }
-  static Status error(std::string message) { return Status(std::move(message)); }
+  static Status error(std::string message) {
+    return Status(std::move(message));
+  }
 
   bool ok() const { return !message_.has_value(); }
   const std::string &message() const { return *message_; }
