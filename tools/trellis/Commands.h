@@ -32,6 +32,10 @@ int runImportCommand();
 extern llvm::cl::SubCommand compileCommand;
 int runCompileCommand();
 
+/// `trellis schedule`: simulates a pipeline schedule.
+extern llvm::cl::SubCommand scheduleCommand;
+int runScheduleCommand();
+
 /// `trellis run`: trains a plan.
 extern llvm::cl::SubCommand runCommand;
 int runRunCommand();

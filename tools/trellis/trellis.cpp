@@ -34,8 +34,10 @@ int main(int argc, char **argv) {
     return runCompileCommand();
   if (runCommand)
     return runRunCommand();
+  if (scheduleCommand)
+    return runScheduleCommand();
   llvm::WithColor::error(llvm::errs(), "trellis")
-      << "expected a subcommand (groups, import, compile, run); see "
+      << "expected a subcommand (groups, import, compile, run, schedule); see "
          "'trellis --help'\n";
   return 1;
 }

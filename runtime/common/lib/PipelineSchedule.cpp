@@ -1,0 +1,372 @@
+//===- PipelineSchedule.cpp - Micro-batch schedules of a pipeline ---------===//
+
+#include "trellis/Common/PipelineSchedule.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+namespace trellis {
+
+std::optional<ScheduleKind> parseScheduleKind(const std::string &name) {
+  if (name == "gpipe")
+    return ScheduleKind::GPipe;
+  if (name == "1f1b")
+    return ScheduleKind::OneFOneB;
+  if (name == "interleaved")
+    return ScheduleKind::Interleaved;
+  return std::nullopt;
+}
+
+const char *scheduleKindName(ScheduleKind kind) {
+  switch (kind) {
+  case ScheduleKind::GPipe:
+    return "gpipe";
+  case ScheduleKind::OneFOneB:
+    return "1f1b";
+  case ScheduleKind::Interleaved:
+    return "interleaved";
+  }
+  return "?";
+}
+
+std::string PipelineAction::toString() const {
+  std::string prefix;
+  std::string name;
+  switch (kind) {
+  case Kind::Forward:
+    name = "F";
+    break;
+  case Kind::Backward:
+    name = "B";
+    break;
+  case Kind::SendActivation:
+    prefix = "send ";
+    name = "F";
+    break;
+  case Kind::RecvActivation:
+    prefix = "recv ";
+    name = "F";
+    break;
+  case Kind::SendGradient:
+    prefix = "send ";
+    name = "B";
+    break;
+  case Kind::RecvGradient:
+    prefix = "recv ";
+    name = "B";
+    break;
+  }
+  std::string text = prefix + name + std::to_string(microBatch);
+  if (chunk)
+    text += ".c" + std::to_string(chunk);
+  return text;
+}
+
+namespace {
+
+using Kind = PipelineAction::Kind;
+
+/// The compute actions (forward/backward) of one rank, in schedule order.
+std::vector<PipelineAction> computeOrder(ScheduleKind kind,
+                                         const PipelineShape &shape,
+                                         int64_t rank) {
+  int64_t p = shape.ranks, m = shape.microBatches, v = shape.chunks;
+  std::vector<PipelineAction> order;
+  auto forward = [&](int64_t mb, int64_t chunk) {
+    order.push_back({Kind::Forward, mb, chunk});
+  };
+  auto backward = [&](int64_t mb, int64_t chunk) {
+    order.push_back({Kind::Backward, mb, chunk});
+  };
+  switch (kind) {
+  case ScheduleKind::GPipe:
+    // All forwards, then all backwards (last micro-batch first).
+    for (int64_t mb = 0; mb < m; ++mb)
+      forward(mb, 0);
+    for (int64_t mb = m; mb-- > 0;)
+      backward(mb, 0);
+    break;
+  case ScheduleKind::OneFOneB: {
+    // PipeDream-flush: p - rank - 1 warm-up forwards, then one forward and
+    // one backward in turn, then the remaining backwards.
+    int64_t warmup = std::min(p - rank - 1, m);
+    for (int64_t mb = 0; mb < warmup; ++mb)
+      forward(mb, 0);
+    for (int64_t i = 0; i < m - warmup; ++i) {
+      forward(warmup + i, 0);
+      backward(i, 0);
+    }
+    for (int64_t mb = m - warmup; mb < m; ++mb)
+      backward(mb, 0);
+    break;
+  }
+  case ScheduleKind::Interleaved: {
+    // Megatron's interleaved 1F1B: micro-batches go through a rank's chunks
+    // in groups of p; backwards visit the chunks in reverse.
+    int64_t total = m * v;
+    auto microBatchOf = [&](int64_t k) { return (k / (p * v)) * p + k % p; };
+    auto forwardChunk = [&](int64_t k) { return (k / p) % v; };
+    auto backwardChunk = [&](int64_t k) { return v - 1 - (k / p) % v; };
+    int64_t warmup = std::min((p - rank - 1) * 2 + (v - 1) * p, total);
+    for (int64_t k = 0; k < warmup; ++k)
+      forward(microBatchOf(k), forwardChunk(k));
+    for (int64_t i = 0; i < total - warmup; ++i) {
+      forward(microBatchOf(warmup + i), forwardChunk(warmup + i));
+      backward(microBatchOf(i), backwardChunk(i));
+    }
+    for (int64_t k = total - warmup; k < total; ++k)
+      backward(microBatchOf(k), backwardChunk(k));
+    break;
+  }
+  }
+  return order;
+}
+
+} // namespace
+
+std::optional<PipelineStreams> buildSchedule(ScheduleKind kind,
+                                             const PipelineShape &shape,
+                                             std::string *error) {
+  auto fail = [&](const std::string &message) -> std::optional<PipelineStreams> {
+    if (error)
+      *error = message;
+    return std::nullopt;
+  };
+  if (shape.ranks < 1 || shape.microBatches < 1 || shape.chunks < 1)
+    return fail("expected pipeline ranks, micro-batches and chunks >= 1, "
+                "found " +
+                std::to_string(shape.ranks) + ", " +
+                std::to_string(shape.microBatches) + " and " +
+                std::to_string(shape.chunks));
+  if (kind != ScheduleKind::Interleaved && shape.chunks != 1)
+    return fail(std::string("the ") + scheduleKindName(kind) +
+                " schedule runs one chunk per rank, found " +
+                std::to_string(shape.chunks) +
+                " (use the interleaved schedule)");
+  if (kind == ScheduleKind::Interleaved &&
+      shape.microBatches % shape.ranks != 0)
+    return fail("the interleaved schedule needs micro-batches (" +
+                std::to_string(shape.microBatches) +
+                ") to be a multiple of pipeline ranks (" +
+                std::to_string(shape.ranks) + ")");
+
+  int64_t p = shape.ranks, lastStage = shape.virtualStages() - 1;
+  PipelineStreams streams(p);
+  for (int64_t rank = 0; rank < p; ++rank) {
+    for (const PipelineAction &action : computeOrder(kind, shape, rank)) {
+      int64_t stage = action.chunk * p + rank;
+      std::vector<PipelineAction> &stream = streams[rank];
+      if (action.kind == Kind::Forward) {
+        if (stage > 0)
+          stream.push_back({Kind::RecvActivation, action.microBatch,
+                            action.chunk});
+        stream.push_back(action);
+        if (stage < lastStage)
+          stream.push_back({Kind::SendActivation, action.microBatch,
+                            action.chunk});
+      } else {
+        if (stage < lastStage)
+          stream.push_back({Kind::RecvGradient, action.microBatch,
+                            action.chunk});
+        stream.push_back(action);
+        if (stage > 0)
+          stream.push_back({Kind::SendGradient, action.microBatch,
+                            action.chunk});
+      }
+    }
+  }
+  return streams;
+}
+
+std::optional<PipelineSimulation>
+simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
+                 const PipelineCosts &costs, std::string *error) {
+  auto fail =
+      [&](const std::string &message) -> std::optional<PipelineSimulation> {
+    if (error)
+      *error = message;
+    return std::nullopt;
+  };
+  int64_t p = shape.ranks, lastStage = shape.virtualStages() - 1;
+  if (static_cast<int64_t>(streams.size()) != p)
+    return fail("expected " + std::to_string(p) + " streams, found " +
+                std::to_string(streams.size()));
+  double forwardTime = costs.forward / shape.chunks;
+  double backwardTime = costs.backward / shape.chunks;
+
+  // Messages by (is gradient, micro-batch, receiving virtual stage): the
+  // time they arrive.
+  using Message = std::tuple<bool, int64_t, int64_t>;
+  std::map<Message, double> inFlight;
+  std::set<std::pair<int64_t, int64_t>> forwardDone, backwardDone;
+  std::set<std::pair<int64_t, int64_t>> received; // (mb, stage) per kind
+  std::set<std::pair<int64_t, int64_t>> gradientReceived;
+
+  PipelineSimulation simulation;
+  simulation.peakLiveActivations.assign(p, 0);
+  std::vector<size_t> next(p, 0);
+  std::vector<double> free(p, 0.0), busy(p, 0.0);
+  std::vector<int64_t> live(p, 0);
+
+  auto stageOf = [&](int64_t rank, int64_t chunk) { return chunk * p + rank; };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int64_t rank = 0; rank < p; ++rank) {
+      while (next[rank] < streams[rank].size()) {
+        const PipelineAction &action = streams[rank][next[rank]];
+        if (action.chunk < 0 || action.chunk >= shape.chunks ||
+            action.microBatch < 0 || action.microBatch >= shape.microBatches)
+          return fail("rank " + std::to_string(rank) + ": " +
+                      action.toString() + " is outside the schedule's " +
+                      std::to_string(shape.microBatches) +
+                      " micro-batches and " + std::to_string(shape.chunks) +
+                      " chunks");
+        int64_t stage = stageOf(rank, action.chunk);
+        std::pair<int64_t, int64_t> key{action.microBatch, stage};
+        TimedAction timed{rank, action, free[rank], free[rank]};
+        bool blocked = false;
+        switch (action.kind) {
+        case Kind::RecvActivation:
+        case Kind::RecvGradient: {
+          bool gradient = action.kind == Kind::RecvGradient;
+          auto it = inFlight.find({gradient, action.microBatch, stage});
+          if (it == inFlight.end()) {
+            blocked = true;
+            break;
+          }
+          // The rank idles until the message arrives.
+          timed.start = timed.end = std::max(free[rank], it->second);
+          free[rank] = timed.end;
+          inFlight.erase(it);
+          (gradient ? gradientReceived : received).insert(key);
+          break;
+        }
+        case Kind::SendActivation:
+        case Kind::SendGradient: {
+          bool gradient = action.kind == Kind::SendGradient;
+          int64_t to = gradient ? stage - 1 : stage + 1;
+          if (to < 0 || to > lastStage)
+            return fail("rank " + std::to_string(rank) + ": " +
+                        action.toString() + " has no stage to go to");
+          timed.end = free[rank] + costs.transfer;
+          inFlight[{gradient, action.microBatch, to}] = timed.end;
+          break;
+        }
+        case Kind::Forward:
+          if (stage > 0 && !received.count(key))
+            return fail("rank " + std::to_string(rank) + ": " +
+                        action.toString() +
+                        " runs before its activations are received");
+          if (forwardDone.count(key))
+            return fail("rank " + std::to_string(rank) + ": " +
+                        action.toString() + " runs twice");
+          timed.end = free[rank] + forwardTime;
+          free[rank] = timed.end;
+          busy[rank] += forwardTime;
+          forwardDone.insert(key);
+          simulation.peakLiveActivations[rank] =
+              std::max(simulation.peakLiveActivations[rank], ++live[rank]);
+          break;
+        case Kind::Backward:
+          if (!forwardDone.count(key))
+            return fail("rank " + std::to_string(rank) + ": " +
+                        action.toString() + " runs before its forward");
+          if (stage < lastStage && !gradientReceived.count(key))
+            return fail("rank " + std::to_string(rank) + ": " +
+                        action.toString() +
+                        " runs before its gradient is received");
+          if (backwardDone.count(key))
+            return fail("rank " + std::to_string(rank) + ": " +
+                        action.toString() + " runs twice");
+          timed.end = free[rank] + backwardTime;
+          free[rank] = timed.end;
+          busy[rank] += backwardTime;
+          backwardDone.insert(key);
+          --live[rank];
+          break;
+        }
+        if (blocked)
+          break;
+        simulation.timeline.push_back(timed);
+        ++next[rank];
+        progress = true;
+      }
+    }
+  }
+
+  // Deadlock: some rank still has actions, and every such rank waits for a
+  // message no one will send.
+  std::string stuck;
+  for (int64_t rank = 0; rank < p; ++rank)
+    if (next[rank] < streams[rank].size())
+      stuck += (stuck.empty() ? "" : "; ") + std::string("rank ") +
+               std::to_string(rank) + " waits at " +
+               streams[rank][next[rank]].toString();
+  if (!stuck.empty())
+    return fail("the schedule deadlocks: " + stuck);
+  for (const auto &[message, time] : inFlight)
+    return fail("a message is never received: " +
+                std::string(std::get<0>(message) ? "gradient" : "activation") +
+                " of micro-batch " + std::to_string(std::get<1>(message)) +
+                " for virtual stage " + std::to_string(std::get<2>(message)));
+  for (int64_t mb = 0; mb < shape.microBatches; ++mb)
+    for (int64_t stage = 0; stage <= lastStage; ++stage)
+      if (!forwardDone.count({mb, stage}) || !backwardDone.count({mb, stage}))
+        return fail("incomplete: micro-batch " + std::to_string(mb) +
+                    " misses its " +
+                    (forwardDone.count({mb, stage}) ? "backward" : "forward") +
+                    " at virtual stage " + std::to_string(stage));
+
+  for (double end : free)
+    simulation.makespan = std::max(simulation.makespan, end);
+  double totalBusy = 0;
+  for (double b : busy)
+    totalBusy += b;
+  simulation.bubbleFraction =
+      simulation.makespan > 0 ? 1.0 - totalBusy / (p * simulation.makespan)
+                              : 0.0;
+  return simulation;
+}
+
+std::string chromeTrace(const PipelineSimulation &simulation) {
+  std::ostringstream os;
+  os << "{\"traceEvents\": [";
+  bool first = true;
+  for (const TimedAction &timed : simulation.timeline) {
+    bool compute = timed.action.kind == PipelineAction::Kind::Forward ||
+                   timed.action.kind == PipelineAction::Kind::Backward;
+    bool send = timed.action.kind == PipelineAction::Kind::SendActivation ||
+                timed.action.kind == PipelineAction::Kind::SendGradient;
+    if (!compute && !send)
+      continue;
+    os << (first ? "\n" : ",\n") << "  {\"name\": \""
+       << timed.action.toString() << "\", \"cat\": \""
+       << (compute ? "compute" : "transfer")
+       << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": "
+       << (compute ? timed.rank : 1000 + timed.rank)
+       << ", \"ts\": " << timed.start * 1000.0
+       << ", \"dur\": " << (timed.end - timed.start) * 1000.0 << "}";
+    first = false;
+  }
+  // Row names: a compute row and a transfer row per rank.
+  int64_t ranks = 0;
+  for (const TimedAction &timed : simulation.timeline)
+    ranks = std::max(ranks, timed.rank + 1);
+  for (int64_t rank = 0; rank < ranks; ++rank) {
+    os << (first ? "\n" : ",\n")
+       << "  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": "
+       << rank << ", \"args\": {\"name\": \"stage " << rank << "\"}},\n"
+       << "  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": "
+       << 1000 + rank << ", \"args\": {\"name\": \"stage " << rank
+       << " sends\"}}";
+    first = false;
+  }
+  os << "\n]}\n";
+  return os.str();
+}
+
+} // namespace trellis
