@@ -59,6 +59,12 @@ cl::opt<int64_t> compileTensorParallel(
     cl::desc("Tensor-parallel degree: split attention and MLP weights "
              "(Megatron layout) over N ranks"),
     cl::init(1), cl::sub(compileCommand));
+cl::opt<std::string> compileMesh(
+    "mesh",
+    cl::desc("Mesh axes, major to minor, instead of --dp/--tp: dp=D,tp=T "
+             "(tp minor, so a tensor-parallel group is adjacent ranks); a "
+             "pp axis must have size 1"),
+    cl::value_desc("dp=2,tp=2"), cl::sub(compileCommand));
 cl::opt<double> compileBucketMiB(
     "bucket-mib",
     cl::desc("Size of the fused data-parallel gradient reductions (MiB)"),
@@ -80,9 +86,65 @@ cl::opt<EmitKind> compileEmit(
     cl::values(clEnumValN(EmitKind::Plan, "plan", "the plan file (default)"),
                clEnumValN(EmitKind::Mlir, "mlir", "the training step as MLIR")),
     cl::init(EmitKind::Plan), cl::sub(compileCommand));
+
+struct ParallelDegrees {
+  int64_t dataParallel = 1;
+  int64_t tensorParallel = 1;
+};
+
+/// The degrees from `--mesh`, or from `--dp`/`--tp` when it is absent.
+std::optional<ParallelDegrees> resolveParallelDegrees() {
+  if (compileMesh.getNumOccurrences() == 0)
+    return ParallelDegrees{compileDataParallel, compileTensorParallel};
+  if (compileDataParallel.getNumOccurrences() ||
+      compileTensorParallel.getNumOccurrences()) {
+    reportError("compile", "--mesh and --dp/--tp both given: expected one "
+                           "description of the mesh");
+    return std::nullopt;
+  }
+  std::optional<Mesh> mesh = parseMeshOption(compileMesh);
+  if (!mesh)
+    return std::nullopt;
+  ParallelDegrees degrees;
+  std::optional<size_t> dataAxis = mesh->axisIndex("dp");
+  std::optional<size_t> tensorAxis = mesh->axisIndex("tp");
+  for (const MeshAxis &axis : mesh->axes()) {
+    if (axis.name == "dp") {
+      degrees.dataParallel = axis.size;
+    } else if (axis.name == "tp") {
+      degrees.tensorParallel = axis.size;
+    } else if (axis.name == "pp") {
+      if (axis.size != 1) {
+        reportError("compile",
+                    llvm::formatv("--mesh: axis 'pp' has size {0}: pipeline "
+                                  "stages are not compiled yet (expected "
+                                  "pp=1); `trellis schedule` simulates "
+                                  "pipeline schedules",
+                                  axis.size));
+        return std::nullopt;
+      }
+    } else {
+      reportError("compile",
+                  "--mesh: unknown axis '" + axis.name +
+                      "': expected dp (data), tp (tensor) or pp (pipeline)");
+      return std::nullopt;
+    }
+  }
+  if (dataAxis && tensorAxis && *tensorAxis < *dataAxis &&
+      degrees.dataParallel > 1 && degrees.tensorParallel > 1) {
+    reportError("compile", "--mesh: expected 'tp' after 'dp' (tensor-parallel "
+                           "groups are adjacent ranks), found '" +
+                               compileMesh + "'");
+    return std::nullopt;
+  }
+  return degrees;
+}
 } // namespace
 
 int runCompileCommand() {
+  std::optional<ParallelDegrees> degrees = resolveParallelDegrees();
+  if (!degrees)
+    return 1;
   mlir::MLIRContext context;
   std::optional<LoadedModel> model =
       loadModel(context, compileInput, {compileBatch, compileSeq}, "compile");
@@ -105,10 +167,10 @@ int runCompileCommand() {
     if (mlir::failed(pm.run(module)))
       return 1;
   }
-  if (compileDataParallel != 1 || compileTensorParallel != 1) {
+  if (degrees->dataParallel != 1 || degrees->tensorParallel != 1) {
     mlir::PassManager pm(&context);
     buildShardingPipeline(
-        pm, stepName, compileDataParallel, compileTensorParallel,
+        pm, stepName, degrees->dataParallel, degrees->tensorParallel,
         static_cast<int64_t>(compileBucketMiB * (1 << 20)), compileExplain);
     if (mlir::failed(pm.run(module)))
       return 1;

@@ -7,11 +7,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
+#include "ModelLoading.h"
 
 #include "trellis/Common/Mesh.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -71,21 +70,10 @@ bool resolveAxis(const Mesh &mesh, const std::string &option,
 } // namespace
 
 int runGroupsCommand() {
-  MeshError error;
-  std::optional<Mesh> mesh = Mesh::parse(meshOption, &error);
-  if (!mesh) {
-    // Report like a compiler diagnostic: --mesh:1:COL, the text and a caret.
-    llvm::SourceMgr sourceMgr;
-    sourceMgr.AddNewSourceBuffer(
-        llvm::MemoryBuffer::getMemBufferCopy(meshOption, "--mesh"),
-        llvm::SMLoc());
-    const char *start =
-        sourceMgr.getMemoryBuffer(1)->getBufferStart() +
-        std::min(error.column ? error.column - 1 : 0, meshOption.size());
-    sourceMgr.PrintMessage(llvm::errs(), llvm::SMLoc::getFromPointer(start),
-                           llvm::SourceMgr::DK_Error, error.message);
+  std::optional<Mesh> mesh = parseMeshOption(meshOption);
+  if (!mesh)
     return 1;
-  }
+  MeshError error;
   if (worldSizeOption != -1 && !mesh->matchesWorldSize(worldSizeOption, &error))
     return fail(error.message);
   if (rankOption != -1 && (rankOption < 0 || rankOption >= mesh->size()))

@@ -11,6 +11,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
 
+#include <algorithm>
+
 using namespace mlir;
 
 namespace trellis::driver {
@@ -45,6 +47,22 @@ void loadDriverDialects(MLIRContext &context) {
       print(note);
     return success();
   });
+}
+
+std::optional<Mesh> parseMeshOption(llvm::StringRef text) {
+  MeshError error;
+  std::optional<Mesh> mesh = Mesh::parse(std::string_view(text), &error);
+  if (mesh)
+    return mesh;
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(text, "--mesh"), llvm::SMLoc());
+  const char *start =
+      sourceMgr.getMemoryBuffer(1)->getBufferStart() +
+      std::min(error.column ? error.column - 1 : 0, text.size());
+  sourceMgr.PrintMessage(llvm::errs(), llvm::SMLoc::getFromPointer(start),
+                         llvm::SourceMgr::DK_Error, error.message);
+  return std::nullopt;
 }
 
 int reportError(llvm::StringRef command, const llvm::Twine &message) {

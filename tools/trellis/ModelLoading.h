@@ -4,6 +4,7 @@
 #define TRELLIS_TOOLS_TRELLIS_MODELLOADING_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "trellis/Common/Mesh.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "trellis/Frontend/ModelImporter.h"
 #include "llvm/Support/JSON.h"
@@ -27,6 +28,11 @@ std::optional<LoadedModel> loadModel(mlir::MLIRContext &context,
                                      llvm::StringRef path,
                                      const BatchShape &shape,
                                      llvm::StringRef command);
+
+/// Parses the text of a `--mesh` option; on malformed text prints a
+/// diagnostic located in the option (`--mesh:1:COL`, the text and a caret)
+/// and returns nullopt.
+std::optional<Mesh> parseMeshOption(llvm::StringRef text);
 
 /// Reports an error as `trellis <command>: error: <message>`; returns 1.
 int reportError(llvm::StringRef command, const llvm::Twine &message);
