@@ -194,8 +194,21 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
   if (static_cast<int64_t>(streams.size()) != p)
     return fail("expected " + std::to_string(p) + " streams, found " +
                 std::to_string(streams.size()));
-  double forwardTime = costs.forward / shape.chunks;
-  double backwardTime = costs.backward / shape.chunks;
+  int64_t stages = shape.virtualStages();
+  for (const std::vector<double> *byStage :
+       {&costs.forwardByStage, &costs.backwardByStage})
+    if (!byStage->empty() && static_cast<int64_t>(byStage->size()) != stages)
+      return fail("expected " + std::to_string(stages) +
+                  " per-stage durations, found " +
+                  std::to_string(byStage->size()));
+  auto forwardTimeOf = [&](int64_t stage) {
+    return costs.forwardByStage.empty() ? costs.forward / shape.chunks
+                                        : costs.forwardByStage[stage];
+  };
+  auto backwardTimeOf = [&](int64_t stage) {
+    return costs.backwardByStage.empty() ? costs.backward / shape.chunks
+                                         : costs.backwardByStage[stage];
+  };
 
   // Messages by (is gradient, micro-batch, receiving virtual stage): the
   // time they arrive.
@@ -264,9 +277,9 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
           if (forwardDone.count(key))
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " runs twice");
-          timed.end = free[rank] + forwardTime;
+          timed.end = free[rank] + forwardTimeOf(stage);
           free[rank] = timed.end;
-          busy[rank] += forwardTime;
+          busy[rank] += forwardTimeOf(stage);
           forwardDone.insert(key);
           simulation.peakLiveActivations[rank] =
               std::max(simulation.peakLiveActivations[rank], ++live[rank]);
@@ -282,9 +295,9 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
           if (backwardDone.count(key))
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " runs twice");
-          timed.end = free[rank] + backwardTime;
+          timed.end = free[rank] + backwardTimeOf(stage);
           free[rank] = timed.end;
-          busy[rank] += backwardTime;
+          busy[rank] += backwardTimeOf(stage);
           backwardDone.insert(key);
           --live[rank];
           break;

@@ -68,11 +68,17 @@ std::optional<PipelineStreams> buildSchedule(ScheduleKind kind,
                                              const PipelineShape &shape,
                                              std::string *error);
 
-/// Durations for simulation; transfers take `transfer` each.
+/// Durations for simulation; transfers take `transfer` each. `forward` and
+/// `backward` are those of a whole rank (all its chunks) per micro-batch,
+/// split evenly over chunks, unless per-stage durations are given.
 struct PipelineCosts {
   double forward = 1.0;
   double backward = 2.0;
   double transfer = 0.0;
+  /// When not empty: one duration per virtual stage (chunk * ranks + rank),
+  /// replacing `forward` and `backward` (stages of unequal cost).
+  std::vector<double> forwardByStage;
+  std::vector<double> backwardByStage;
 };
 
 struct TimedAction {
