@@ -4,8 +4,8 @@
 #define TRELLIS_TOOLS_TRELLIS_MODELLOADING_H
 
 #include "mlir/IR/BuiltinOps.h"
-#include "trellis/Common/Mesh.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "trellis/Common/Mesh.h"
 #include "trellis/Frontend/ModelImporter.h"
 #include "llvm/Support/JSON.h"
 

@@ -2,14 +2,19 @@
 //
 // Builds a pipeline schedule, proves it deadlock-free and complete by
 // simulating it, and reports its bubble and peak live activations per
-// stage; optionally writes a Chrome trace of the simulated timeline.
+// stage; optionally writes a Chrome trace of the simulated timeline. Given a
+// model, splits its layers into stages (balanced by estimated time, then
+// memory, or as --pp-layers says) and simulates with each stage's cost.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
 #include "ModelLoading.h"
 
+#include "mlir/IR/MLIRContext.h"
+#include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Common/PipelineSchedule.h"
+#include "trellis/Common/StageSplit.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -20,25 +25,47 @@ namespace cl = llvm::cl;
 namespace trellis::driver {
 
 cl::SubCommand scheduleCommand(
-    "schedule", "Simulate a pipeline schedule: bubble, live activations, trace");
+    "schedule",
+    "Simulate a pipeline schedule: bubble, live activations, trace");
 
 namespace {
+cl::opt<std::string> scheduleModel(cl::Positional,
+                                   cl::desc("[config.json | model.mlir]"),
+                                   cl::sub(scheduleCommand));
+cl::opt<int64_t> scheduleBatch("batch", cl::desc("Micro-batch size (model)"),
+                               cl::init(1), cl::sub(scheduleCommand));
+cl::opt<int64_t> scheduleSeq("seq", cl::desc("Sequence length (model)"),
+                             cl::init(64), cl::sub(scheduleCommand));
+cl::opt<std::string> scheduleLayers(
+    "pp-layers",
+    cl::desc("Layers per virtual stage instead of the balanced split"),
+    cl::value_desc("6,7,7,6"), cl::sub(scheduleCommand));
+cl::opt<double>
+    scheduleFlopRate("flops-per-second",
+                     cl::desc("Roofline compute rate of a stage (model)"),
+                     cl::init(1e11), cl::sub(scheduleCommand));
+cl::opt<double>
+    scheduleByteRate("bytes-per-second",
+                     cl::desc("Roofline memory rate of a stage (model)"),
+                     cl::init(1e10), cl::sub(scheduleCommand));
 cl::opt<int64_t> schedulePipeline("pp", cl::desc("Pipeline stages (ranks)"),
                                   cl::init(2), cl::sub(scheduleCommand));
 cl::opt<int64_t> scheduleMicroBatches("microbatches",
                                       cl::desc("Micro-batches per batch"),
                                       cl::init(8), cl::sub(scheduleCommand));
-cl::opt<std::string> scheduleKind(
-    "schedule", cl::desc("gpipe, 1f1b or interleaved"), cl::init("1f1b"),
-    cl::sub(scheduleCommand));
-cl::opt<int64_t> scheduleChunks(
-    "chunks", cl::desc("Model chunks per stage (interleaved)"), cl::init(1),
-    cl::sub(scheduleCommand));
+cl::opt<std::string> scheduleKind("schedule",
+                                  cl::desc("gpipe, 1f1b or interleaved"),
+                                  cl::init("1f1b"), cl::sub(scheduleCommand));
+cl::opt<int64_t>
+    scheduleChunks("chunks", cl::desc("Model chunks per stage (interleaved)"),
+                   cl::init(1), cl::sub(scheduleCommand));
 cl::opt<double> scheduleForward("forward-time",
-                                cl::desc("Time of one stage's forward"),
+                                cl::desc("Time of one stage's forward "
+                                         "(without a model)"),
                                 cl::init(1.0), cl::sub(scheduleCommand));
 cl::opt<double> scheduleBackward("backward-time",
-                                 cl::desc("Time of one stage's backward"),
+                                 cl::desc("Time of one stage's backward "
+                                          "(without a model)"),
                                  cl::init(2.0), cl::sub(scheduleCommand));
 cl::opt<double> scheduleTransfer("transfer-time",
                                  cl::desc("Time of one transfer"),
@@ -47,6 +74,86 @@ cl::opt<std::string> scheduleTrace("trace",
                                    cl::desc("Write a Chrome trace here"),
                                    cl::value_desc("file.json"),
                                    cl::sub(scheduleCommand));
+
+std::string mebibytes(double bytes) {
+  return llvm::formatv("{0:F2} MiB", bytes / (1 << 20)).str();
+}
+
+/// A model's stages: the layers of each virtual stage and their costs.
+struct StagePlan {
+  StageLayers layers;
+  std::vector<PartCost> costs;
+  std::vector<double> activationBytes;
+};
+
+/// Splits the model's layers over the schedule's virtual stages and sets
+/// per-stage durations in `costs`; prints the split. Returns nullopt after
+/// reporting an error.
+std::optional<StagePlan> planStages(const PipelineShape &shape,
+                                    PipelineCosts &costs) {
+  mlir::MLIRContext context;
+  std::optional<LoadedModel> model = loadModel(
+      context, scheduleModel, {scheduleBatch, scheduleSeq}, "schedule");
+  if (!model)
+    return std::nullopt;
+  auto forward = model->module->lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!forward) {
+    reportError("schedule",
+                "expected a function @forward in '" + scheduleModel + "'");
+    return std::nullopt;
+  }
+  mlir::FailureOr<ModelPipelineCost> cost = computePipelineCost(
+      forward, RooflineRates{scheduleFlopRate, scheduleByteRate});
+  if (mlir::failed(cost))
+    return std::nullopt;
+  int64_t stages = shape.virtualStages();
+  int64_t numLayers = cost->parts.layers.size();
+  std::string error;
+  StagePlan plan;
+  bool given = !scheduleLayers.empty();
+  if (given) {
+    std::optional<StageLayers> split = parseStageLayers(scheduleLayers, &error);
+    if (!split || !verifyStageLayers(*split, numLayers, stages, &error)) {
+      reportError("schedule", "--pp-layers: " + error);
+      return std::nullopt;
+    }
+    plan.layers = *split;
+  } else {
+    std::optional<StageLayers> split =
+        balanceStages(cost->parts, stages, &error);
+    if (!split) {
+      reportError("schedule", error);
+      return std::nullopt;
+    }
+    plan.layers = *split;
+  }
+  plan.costs = stageCosts(cost->parts, plan.layers);
+  for (const PartCost &activation : stageCosts(cost->activations, plan.layers))
+    plan.activationBytes.push_back(activation.memory);
+  llvm::outs() << llvm::formatv(
+      "{0} layers over {1} virtual stages ({2}):", numLayers, stages,
+      given ? "--pp-layers" : "balanced");
+  for (int64_t layers : plan.layers)
+    llvm::outs() << " " << layers;
+  llvm::outs() << "\n";
+  int64_t first = 0;
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    double forwardSeconds =
+        plan.costs[stage].time * ModelPipelineCost::forwardShare;
+    costs.forwardByStage.push_back(forwardSeconds);
+    costs.backwardByStage.push_back(plan.costs[stage].time - forwardSeconds);
+    int64_t last = first + plan.layers[stage] - 1;
+    llvm::outs() << llvm::formatv(
+        "virtual stage {0}: layers {1}-{2}{3}{4}, forward {5:F3} ms, backward "
+        "{6:F3} ms, activations {7} per micro-batch\n",
+        stage, first, last, stage == 0 ? " + embedding" : "",
+        stage == stages - 1 ? " + head" : "", forwardSeconds * 1e3,
+        (plan.costs[stage].time - forwardSeconds) * 1e3,
+        mebibytes(plan.activationBytes[stage]));
+    first = last + 1;
+  }
+  return plan;
+}
 } // namespace
 
 int runScheduleCommand() {
@@ -61,6 +168,12 @@ int runScheduleCommand() {
   if (!streams)
     return reportError("schedule", error);
   PipelineCosts costs{scheduleForward, scheduleBackward, scheduleTransfer};
+  std::optional<StagePlan> stagePlan;
+  if (!scheduleModel.empty()) {
+    stagePlan = planStages(shape, costs);
+    if (!stagePlan)
+      return 1;
+  }
   std::optional<PipelineSimulation> simulation =
       simulateSchedule(*streams, shape, costs, &error);
   if (!simulation)
@@ -68,13 +181,37 @@ int runScheduleCommand() {
   llvm::outs() << llvm::formatv(
       "{0}: {1} stages, {2} micro-batches, {3} chunk(s) per stage\n",
       scheduleKindName(*kind), shape.ranks, shape.microBatches, shape.chunks);
-  llvm::outs() << llvm::formatv("makespan {0:F2}, bubble {1:F4}\n",
-                                simulation->makespan,
-                                simulation->bubbleFraction);
-  for (int64_t stage = 0; stage < shape.ranks; ++stage)
+  if (stagePlan)
+    llvm::outs() << llvm::formatv("makespan {0:F3} ms, bubble {1:F4}\n",
+                                  simulation->makespan * 1e3,
+                                  simulation->bubbleFraction);
+  else
+    llvm::outs() << llvm::formatv("makespan {0:F2}, bubble {1:F4}\n",
+                                  simulation->makespan,
+                                  simulation->bubbleFraction);
+  for (int64_t rank = 0; rank < shape.ranks; ++rank) {
     llvm::outs() << llvm::formatv(
-        "stage {0}: {1} actions, peak live activations {2}\n", stage,
-        (*streams)[stage].size(), simulation->peakLiveActivations[stage]);
+        "stage {0}: {1} actions, peak live activations {2}", rank,
+        (*streams)[rank].size(), simulation->peakLiveActivations[rank]);
+    if (stagePlan) {
+      // Weights and optimizer state of every chunk on the rank, and the
+      // saved activations of its most live micro-batches (chunks weighted
+      // alike: an upper bound when their activations differ).
+      double states = 0, activations = 0;
+      for (int64_t chunk = 0; chunk < shape.chunks; ++chunk) {
+        int64_t stage = chunk * shape.ranks + rank;
+        states +=
+            stagePlan->costs[stage].memory - stagePlan->activationBytes[stage];
+        activations = std::max(activations, stagePlan->activationBytes[stage]);
+      }
+      llvm::outs() << llvm::formatv(
+          ", peak memory {0} (states {1})",
+          mebibytes(states +
+                    simulation->peakLiveActivations[rank] * activations),
+          mebibytes(states));
+    }
+    llvm::outs() << "\n";
+  }
   if (!scheduleTrace.empty()) {
     std::ofstream trace(scheduleTrace);
     if (!trace)

@@ -1,7 +1,7 @@
 //===- StageSplitTest.cpp - Balancing layers over pipeline stages ---------===//
 
-#include "trellis/Common/PipelineSchedule.h"
 #include "trellis/Common/StageSplit.h"
+#include "trellis/Common/PipelineSchedule.h"
 
 #include <gtest/gtest.h>
 
@@ -88,11 +88,12 @@ TEST(StageSplitTest, ParsesLayerCounts) {
   std::string error;
   EXPECT_EQ(parseStageLayers("6,7,7,6", &error), (StageLayers{6, 7, 7, 6}));
   EXPECT_EQ(parseStageLayers("3", &error), (StageLayers{3}));
-  for (const char *bad : {"", "6,,7", "6,7,", "a", "-1,2", "6, 7",
-                          "99999999999999999999"}) {
+  for (const char *bad :
+       {"", "6,,7", "6,7,", "a", "-1,2", "6, 7", "99999999999999999999"}) {
     EXPECT_FALSE(parseStageLayers(bad, &error)) << bad;
-    EXPECT_EQ(error, std::string("expected layer counts like 6,7,7,6, found '") +
-                         bad + "'");
+    EXPECT_EQ(error,
+              std::string("expected layer counts like 6,7,7,6, found '") + bad +
+                  "'");
   }
 }
 

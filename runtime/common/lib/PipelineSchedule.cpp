@@ -70,9 +70,8 @@ namespace {
 using Kind = PipelineAction::Kind;
 
 /// The compute actions (forward/backward) of one rank, in schedule order.
-std::vector<PipelineAction> computeOrder(ScheduleKind kind,
-                                         const PipelineShape &shape,
-                                         int64_t rank) {
+std::vector<PipelineAction>
+computeOrder(ScheduleKind kind, const PipelineShape &shape, int64_t rank) {
   int64_t p = shape.ranks, m = shape.microBatches, v = shape.chunks;
   std::vector<PipelineAction> order;
   auto forward = [&](int64_t mb, int64_t chunk) {
@@ -130,7 +129,8 @@ std::vector<PipelineAction> computeOrder(ScheduleKind kind,
 std::optional<PipelineStreams> buildSchedule(ScheduleKind kind,
                                              const PipelineShape &shape,
                                              std::string *error) {
-  auto fail = [&](const std::string &message) -> std::optional<PipelineStreams> {
+  auto fail =
+      [&](const std::string &message) -> std::optional<PipelineStreams> {
     if (error)
       *error = message;
     return std::nullopt;
@@ -161,20 +161,20 @@ std::optional<PipelineStreams> buildSchedule(ScheduleKind kind,
       std::vector<PipelineAction> &stream = streams[rank];
       if (action.kind == Kind::Forward) {
         if (stage > 0)
-          stream.push_back({Kind::RecvActivation, action.microBatch,
-                            action.chunk});
+          stream.push_back(
+              {Kind::RecvActivation, action.microBatch, action.chunk});
         stream.push_back(action);
         if (stage < lastStage)
-          stream.push_back({Kind::SendActivation, action.microBatch,
-                            action.chunk});
+          stream.push_back(
+              {Kind::SendActivation, action.microBatch, action.chunk});
       } else {
         if (stage < lastStage)
-          stream.push_back({Kind::RecvGradient, action.microBatch,
-                            action.chunk});
+          stream.push_back(
+              {Kind::RecvGradient, action.microBatch, action.chunk});
         stream.push_back(action);
         if (stage > 0)
-          stream.push_back({Kind::SendGradient, action.microBatch,
-                            action.chunk});
+          stream.push_back(
+              {Kind::SendGradient, action.microBatch, action.chunk});
       }
     }
   }
@@ -339,9 +339,9 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
   double totalBusy = 0;
   for (double b : busy)
     totalBusy += b;
-  simulation.bubbleFraction =
-      simulation.makespan > 0 ? 1.0 - totalBusy / (p * simulation.makespan)
-                              : 0.0;
+  simulation.bubbleFraction = simulation.makespan > 0
+                                  ? 1.0 - totalBusy / (p * simulation.makespan)
+                                  : 0.0;
   return simulation;
 }
 
@@ -356,9 +356,8 @@ std::string chromeTrace(const PipelineSimulation &simulation) {
                 timed.action.kind == PipelineAction::Kind::SendGradient;
     if (!compute && !send)
       continue;
-    os << (first ? "\n" : ",\n") << "  {\"name\": \""
-       << timed.action.toString() << "\", \"cat\": \""
-       << (compute ? "compute" : "transfer")
+    os << (first ? "\n" : ",\n") << "  {\"name\": \"" << timed.action.toString()
+       << "\", \"cat\": \"" << (compute ? "compute" : "transfer")
        << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": "
        << (compute ? timed.rank : 1000 + timed.rank)
        << ", \"ts\": " << timed.start * 1000.0

@@ -27,8 +27,8 @@ std::optional<StageLayers> minMaxSplit(int64_t n, int64_t stages,
   const double infinity = std::numeric_limits<double>::infinity();
   // best[s][i]: the smallest largest measure of stages 0..s-1 holding
   // layers [0, i); cut[s][i]: where stage s-1 starts in that split.
-  std::vector<std::vector<double>> best(
-      stages + 1, std::vector<double>(n + 1, infinity));
+  std::vector<std::vector<double>> best(stages + 1,
+                                        std::vector<double>(n + 1, infinity));
   std::vector<std::vector<int64_t>> cut(stages + 1,
                                         std::vector<int64_t>(n + 1, -1));
   best[0][0] = 0;
@@ -61,8 +61,8 @@ std::optional<StageLayers> balanceStages(const StagedModelCost &model,
                                          int64_t stages, std::string *error) {
   int64_t n = static_cast<int64_t>(model.layers.size());
   if (stages < 1) {
-    fail(error, "expected at least 1 pipeline stage, found " +
-                    std::to_string(stages));
+    fail(error,
+         "expected at least 1 pipeline stage, found " + std::to_string(stages));
     return std::nullopt;
   }
   if (n < stages) {
@@ -134,8 +134,9 @@ std::optional<StageLayers> parseStageLayers(const std::string &text,
   size_t position = 0;
   while (true) {
     size_t end = text.find(',', position);
-    std::string item = text.substr(
-        position, end == std::string::npos ? std::string::npos : end - position);
+    std::string item =
+        text.substr(position, end == std::string::npos ? std::string::npos
+                                                       : end - position);
     bool digits = !item.empty() && item.size() <= 9 &&
                   std::all_of(item.begin(), item.end(), [](char c) {
                     return std::isdigit(static_cast<unsigned char>(c));
