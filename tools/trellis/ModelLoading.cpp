@@ -17,15 +17,34 @@ using namespace mlir;
 
 namespace trellis::driver {
 
+/// Prints a location as compilers do: `file:line:col` for source
+/// positions, the name of a named location (`transformer.h.0`), MLIR's own
+/// form otherwise.
+static void printLocation(Location location, llvm::raw_ostream &os) {
+  if (auto file = llvm::dyn_cast<FileLineColLoc>(location)) {
+    os << file.getFilename().getValue() << ":" << file.getLine() << ":"
+       << file.getColumn();
+    return;
+  }
+  if (auto name = llvm::dyn_cast<NameLoc>(location)) {
+    os << name.getName().getValue();
+    return;
+  }
+  os << location;
+}
+
 void loadDriverDialects(MLIRContext &context) {
   context.loadDialect<graph::GraphDialect, TrellisDialect, func::FuncDialect>();
   // Print every diagnostic, remarks included (--explain), as
-  // `location: severity: message`, without dumping the op a pass failed on.
+  // `location: severity: message` (see printLocation), without dumping the op a
+  // pass failed on.
   context.printOpOnDiagnostic(false);
   context.getDiagEngine().registerHandler([](Diagnostic &diagnostic) {
     auto print = [](Diagnostic &d) {
-      if (!llvm::isa<UnknownLoc>(d.getLocation()))
-        llvm::errs() << d.getLocation() << ": ";
+      if (!llvm::isa<UnknownLoc>(d.getLocation())) {
+        printLocation(d.getLocation(), llvm::errs());
+        llvm::errs() << ": ";
+      }
       switch (d.getSeverity()) {
       case DiagnosticSeverity::Error:
         llvm::errs() << "error: ";
