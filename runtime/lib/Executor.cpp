@@ -7,7 +7,6 @@
 #include "trellis/Runtime/OpShapes.h"
 
 #include <algorithm>
-#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -222,13 +221,18 @@ Executor::Executor(Plan plan, Communicator *communicator)
 
 Executor::~Executor() = default;
 
-void Executor::record(const std::string &op, double seconds) {
-  if (!profiling_)
+void Executor::record(const std::string &op, double startMicros,
+                      double endMicros, TraceSlice::Lane lane) {
+  if (!profiling_ && !tracing_)
     return;
   std::lock_guard<std::mutex> lock(profileMutex_);
-  auto &entry = profile_[op];
-  entry.first += seconds;
-  ++entry.second;
+  if (profiling_) {
+    auto &entry = profile_[op];
+    entry.first += (endMicros - startMicros) * 1e-6;
+    ++entry.second;
+  }
+  if (tracing_)
+    trace_.push_back({op, startMicros, endMicros, lane});
 }
 
 std::map<std::string, std::pair<double, int64_t>> Executor::profile() const {
@@ -236,11 +240,13 @@ std::map<std::string, std::pair<double, int64_t>> Executor::profile() const {
   return profile_;
 }
 
+std::vector<TraceSlice> Executor::trace() const {
+  std::lock_guard<std::mutex> lock(profileMutex_);
+  return trace_;
+}
+
 Status Executor::run() {
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
+  using Lane = TraceSlice::Lane;
   auto context = [&](size_t i) {
     return "instruction " + std::to_string(i) + " (" + plan_.program[i].op +
            ")";
@@ -253,10 +259,10 @@ Status Executor::run() {
       auto [wait, ticket] = inFlight[k];
       if (wait > point || ticket < 0)
         continue;
-      Clock::time_point start = Clock::now();
+      double start = monotonicMicros();
       Status status = commThread_->waitFor(ticket);
       const Instruction &waited = plan_.program[inFlightInstruction[k]];
-      record(waited.op + " (wait)", seconds(start));
+      record(waited.op + " (wait)", start, monotonicMicros(), Lane::Compute);
       if (!status.ok())
         return status;
       inFlight[k].second = -1;
@@ -274,26 +280,26 @@ Status Executor::run() {
     }
     if (isCollective(instruction.op) && commThread_) {
       int64_t ticket = commThread_->submit([this, i, context]() {
-        Clock::time_point start = Clock::now();
+        double start = monotonicMicros();
         Status status =
             runCollective(plan_.program[i], plan_.instructionAxes[i], buffers_,
                           communicator_);
-        record(plan_.program[i].op,
-               std::chrono::duration<double>(Clock::now() - start).count());
+        record(plan_.program[i].op, start, monotonicMicros(),
+               Lane::Communication);
         return status.withContext(context(i));
       });
       inFlight.emplace_back(waitPoint_[i], ticket);
       inFlightInstruction.push_back(i);
       continue;
     }
-    Clock::time_point start = Clock::now();
+    double start = monotonicMicros();
     Status status =
         isCollective(instruction.op)
             ? runCollective(instruction, plan_.instructionAxes[i], buffers_,
                             communicator_)
             : cpu::runInstruction(instruction, buffers_,
                                   plan_.instructionAxes[i], communicator_);
-    record(instruction.op, seconds(start));
+    record(instruction.op, start, monotonicMicros(), Lane::Compute);
     if (!status.ok())
       failure = status.withContext(context(i));
   }

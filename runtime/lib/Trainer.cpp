@@ -2,11 +2,14 @@
 
 #include "trellis/Runtime/Trainer.h"
 
+#include "trellis/Runtime/Trace.h"
+
 #include "trellis/Runtime/Initializer.h"
 #include "trellis/Runtime/Launcher.h"
 #include "trellis/Runtime/Safetensors.h"
 #include "trellis/Runtime/ShardLayout.h"
 #include "trellis/Runtime/TokenSource.h"
+#include "trellis/Runtime/Trace.h"
 
 #include <cblas.h>
 #include <sys/resource.h>
@@ -17,6 +20,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 namespace trellis::runtime {
@@ -389,14 +393,27 @@ int runTrainingCommand(const TrainOptions &options) {
   StatusOr<Fault> fault = parseFault(options.injectFault);
   if (!fault.ok())
     return fail(fault.status());
+  if (options.rank < 0 && !options.tracePath.empty()) {
+    // Fail before training, not after it, when the trace cannot be written.
+    if (!std::ofstream(options.tracePath))
+      return fail(
+          Status::error("cannot write the trace '" + options.tracePath + "'"));
+  }
   if (options.rank < 0) {
     // The launcher: start one process per rank if the plan needs several.
     StatusOr<Plan> plan = loadPlanFile(options.planPath);
     if (!plan.ok())
       return fail(plan.status());
     int64_t ranks = planMesh(*plan).size();
-    if (ranks > 1 || options.nproc > 1 || options.nnodes > 1)
-      return launchRanks(options, planMesh(*plan));
+    if (ranks > 1 || options.nproc > 1 || options.nnodes > 1) {
+      int exitCode = launchRanks(options, planMesh(*plan));
+      if (exitCode == 0 && !options.tracePath.empty() && options.nnodes == 1) {
+        Status merged = mergeRankTraces(options.tracePath, ranks);
+        if (!merged.ok())
+          return fail(merged);
+      }
+      return exitCode;
+    }
   }
   StatusOr<std::unique_ptr<Trainer>> created = Trainer::create(options);
   if (!created.ok())
@@ -404,6 +421,7 @@ int runTrainingCommand(const TrainOptions &options) {
   Trainer &trainer = **created;
   bool printing = trainer.rank() == 0;
   trainer.executor().setProfiling(options.profile);
+  trainer.executor().setTracing(!options.tracePath.empty());
   int64_t first = trainer.completedSteps();
   double totalSeconds = 0;
   int64_t timedSteps = 0;
@@ -468,6 +486,17 @@ int runTrainingCommand(const TrainOptions &options) {
       std::printf("saved checkpoint at step %lld to %s\n",
                   static_cast<long long>(trainer.completedSteps()),
                   options.saveDir.c_str());
+  }
+  if (!options.tracePath.empty()) {
+    // A launched rank leaves its file for the launcher to merge; a lone
+    // process merges its own.
+    int64_t rank = std::max<int64_t>(options.rank, 0);
+    Status written = writeRankTrace(rankTracePath(options.tracePath, rank),
+                                    rank, trainer.executor().trace());
+    if (written.ok() && options.rank < 0)
+      written = mergeRankTraces(options.tracePath, 1);
+    if (!written.ok())
+      return fail(written);
   }
   return 0;
 }

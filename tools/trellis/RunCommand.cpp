@@ -83,6 +83,11 @@ cl::opt<std::string>
 cl::opt<bool> runProfile("profile",
                          cl::desc("Print the time spent per op kind"),
                          cl::sub(runCommand));
+cl::opt<std::string> runTrace(
+    "trace",
+    cl::desc("Write the measured timeline (a row per rank for compute and "
+             "one for communication) as a Chrome trace"),
+    cl::value_desc("file.json"), cl::sub(runCommand));
 } // namespace
 
 int runRunCommand() {
@@ -98,6 +103,7 @@ int runRunCommand() {
   options.threads = runThreads;
   options.logEvery = std::max<int64_t>(1, runLogEvery);
   options.profile = runProfile;
+  options.tracePath = runTrace;
   options.nproc = runNproc;
   options.nnodes = runNnodes;
   options.nodeRank = runNodeRank;

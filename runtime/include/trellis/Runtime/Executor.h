@@ -6,6 +6,7 @@
 #include "trellis/Runtime/Communicator.h"
 #include "trellis/Runtime/Plan.h"
 #include "trellis/Runtime/Tensor.h"
+#include "trellis/Runtime/Trace.h"
 
 #include <map>
 #include <memory>
@@ -71,12 +72,20 @@ public:
   /// the program waited for them is under "<op> (wait)".
   std::map<std::string, std::pair<double, int64_t>> profile() const;
 
+  /// When on, run() records every instruction (and every wait for a
+  /// collective) as a slice of its lane.
+  void setTracing(bool enabled) { tracing_ = enabled; }
+  /// The slices recorded since tracing started, in completion order.
+  std::vector<TraceSlice> trace() const;
+
 private:
   /// Places temporaries in the arena; returns the arena size in bytes.
   int64_t planArena(std::vector<int64_t> &offsets) const;
   /// Computes waitPoint_.
   void planWaitPoints();
-  void record(const std::string &op, double seconds);
+  /// Adds one executed instruction to the profile and the trace.
+  void record(const std::string &op, double startMicros, double endMicros,
+              TraceSlice::Lane lane);
 
   class CommunicationThread;
   std::unique_ptr<CommunicationThread> commThread_;
@@ -92,8 +101,11 @@ private:
   int64_t persistentBytes_ = 0;
   int64_t arenaBytes_ = 0;
   bool profiling_ = false;
+  bool tracing_ = false;
+  /// Guards profile_ and trace_ (the communication thread records too).
   mutable std::mutex profileMutex_;
   std::map<std::string, std::pair<double, int64_t>> profile_;
+  std::vector<TraceSlice> trace_;
 };
 
 } // namespace trellis::runtime

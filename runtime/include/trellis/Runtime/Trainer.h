@@ -43,6 +43,10 @@ struct TrainOptions {
   int64_t logEvery = 1;
   /// Print the time spent per op kind after the run.
   bool profile = false;
+  /// Write the measured timeline of every rank here as one Chrome trace
+  /// ("" = none). With several nodes, each rank keeps its own
+  /// `<path>.rank<N>` file instead.
+  std::string tracePath;
 
   // Distributed runs (torchrun-like). The launcher (rank < 0) starts
   // `nproc` processes on this node, each re-running the same command with
