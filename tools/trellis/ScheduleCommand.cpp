@@ -90,6 +90,7 @@ struct StagePlan {
 /// per-stage durations in `costs`; prints the split. Returns nullopt after
 /// reporting an error.
 std::optional<StagePlan> planStages(const PipelineShape &shape,
+                                    const PipelineStreams &streams,
                                     PipelineCosts &costs) {
   mlir::MLIRContext context;
   std::optional<LoadedModel> model = loadModel(
@@ -125,7 +126,8 @@ std::optional<StagePlan> planStages(const PipelineShape &shape,
       reportError("schedule", error);
       return std::nullopt;
     }
-    plan.layers = *split;
+    plan.layers = refineStagesBySimulation(cost->parts, *split, streams, shape,
+                                           ModelPipelineCost::forwardShare);
   }
   plan.costs = stageCosts(cost->parts, plan.layers);
   for (const PartCost &activation : stageCosts(cost->activations, plan.layers))
@@ -170,7 +172,7 @@ int runScheduleCommand() {
   PipelineCosts costs{scheduleForward, scheduleBackward, scheduleTransfer};
   std::optional<StagePlan> stagePlan;
   if (!scheduleModel.empty()) {
-    stagePlan = planStages(shape, costs);
+    stagePlan = planStages(shape, *streams, costs);
     if (!stagePlan)
       return 1;
   }

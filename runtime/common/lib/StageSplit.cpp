@@ -152,6 +152,50 @@ std::optional<StageLayers> parseStageLayers(const std::string &text,
   }
 }
 
+StageLayers refineStagesBySimulation(const StagedModelCost &model,
+                                     StageLayers split,
+                                     const PipelineStreams &streams,
+                                     const PipelineShape &shape,
+                                     double forwardShare) {
+  auto makespanOf = [&](const StageLayers &candidate) {
+    PipelineCosts costs;
+    for (const PartCost &stage : stageCosts(model, candidate)) {
+      costs.forwardByStage.push_back(stage.time * forwardShare);
+      costs.backwardByStage.push_back(stage.time * (1 - forwardShare));
+    }
+    std::optional<PipelineSimulation> simulation =
+        simulateSchedule(streams, shape, costs, nullptr);
+    return simulation ? simulation->makespan
+                      : std::numeric_limits<double>::infinity();
+  };
+  double best = makespanOf(split);
+  // Each accepted move shortens the makespan, so the loop ends; the bound
+  // only guards against floating-point ties.
+  for (size_t round = 0; round < 64 * split.size(); ++round) {
+    StageLayers bestCandidate;
+    double bestCandidateMakespan = best * (1 - 1e-9);
+    for (size_t boundary = 0; boundary + 1 < split.size(); ++boundary) {
+      for (int direction : {-1, 1}) {
+        StageLayers candidate = split;
+        candidate[boundary] += direction;
+        candidate[boundary + 1] -= direction;
+        if (candidate[boundary] < 1 || candidate[boundary + 1] < 1)
+          continue;
+        double makespan = makespanOf(candidate);
+        if (makespan < bestCandidateMakespan) {
+          bestCandidateMakespan = makespan;
+          bestCandidate = std::move(candidate);
+        }
+      }
+    }
+    if (bestCandidate.empty())
+      break;
+    split = std::move(bestCandidate);
+    best = bestCandidateMakespan;
+  }
+  return split;
+}
+
 std::vector<PartCost> stageCosts(const StagedModelCost &model,
                                  const StageLayers &split) {
   std::vector<PartCost> costs(split.size());

@@ -11,6 +11,8 @@
 #ifndef TRELLIS_COMMON_STAGESPLIT_H
 #define TRELLIS_COMMON_STAGESPLIT_H
 
+#include "trellis/Common/PipelineSchedule.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -61,6 +63,19 @@ bool verifyStageLayers(const StageLayers &split, int64_t numLayers,
 /// separated by commas.
 std::optional<StageLayers> parseStageLayers(const std::string &text,
                                             std::string *error);
+
+/// Improves `split` for a schedule: moves one layer at a time across a
+/// stage boundary, keeping the move that shortens the simulated makespan
+/// most, until none does. Balancing stages one by one can leave a rank's
+/// chunks unevenly loaded when they interleave; the simulation sees it.
+/// `forwardShare` of a stage's time is its forward, the rest its backward.
+/// Preconditions: `split` verified against `model` for the schedule's
+/// virtual stages, and `streams` built for `shape`.
+StageLayers refineStagesBySimulation(const StagedModelCost &model,
+                                     StageLayers split,
+                                     const PipelineStreams &streams,
+                                     const PipelineShape &shape,
+                                     double forwardShare);
 
 /// The cost of each stage of `split` (embedding on the first, head on the
 /// last). Precondition: `split` verified against `model`.
