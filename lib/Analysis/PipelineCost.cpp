@@ -8,6 +8,7 @@
 #include "llvm/Support/Regex.h"
 
 #include <algorithm>
+#include <limits>
 
 using namespace mlir;
 
@@ -62,6 +63,15 @@ FailureOr<ModelPipelineCost> computePipelineCost(func::FuncOp forward,
   // Parameters pin memory on every part that uses them (tied embeddings on
   // the first and the last stage).
   llvm::DenseMap<Value, llvm::SmallSetVector<int64_t, 2>> partsUsing;
+  // Parts in model order (embedding, layers, head) and, for every value an
+  // op makes, the latest part that uses it.
+  llvm::DenseMap<Operation *, int64_t> orderOf;
+  llvm::DenseMap<Value, int64_t> lastUse;
+  auto order = [](int64_t part) {
+    return part == -1   ? 0
+           : part == -2 ? std::numeric_limits<int64_t>::max()
+                        : part + 1;
+  };
   WalkResult walk = forward.walk([&](Operation *op) -> WalkResult {
     if (op == forward.getOperation() || isa<func::ReturnOp>(op))
       return WalkResult::advance();
@@ -72,9 +82,15 @@ FailureOr<ModelPipelineCost> computePipelineCost(func::FuncOp forward,
                     "stage splitting; hand-written models have none");
       return WalkResult::interrupt();
     }
-    for (Value operand : op->getOperands())
-      if (isa<BlockArgument>(operand))
+    orderOf[op] = order(*part);
+    for (Value operand : op->getOperands()) {
+      if (isa<BlockArgument>(operand)) {
         partsUsing[operand].insert(*part);
+        continue;
+      }
+      int64_t &last = lastUse[operand];
+      last = std::max(last, order(*part));
+    }
     double seconds = 0;
     if (auto costly = dyn_cast<graph::CostOpInterface>(op)) {
       graph::OpCost opCost = costly.getCost();
@@ -103,6 +119,19 @@ FailureOr<ModelPipelineCost> computePipelineCost(func::FuncOp forward,
           kStateCopies * bytesOf(argument.getType());
   }
   cost.activations.layers.resize(cost.parts.layers.size());
+  // Boundary k lies between parts k and k + 1 in model order (0 is the
+  // embedding); the head comes after the last layer.
+  int64_t headOrder = static_cast<int64_t>(cost.parts.layers.size()) + 1;
+  std::vector<double> crossing(headOrder, 0.0);
+  for (auto [value, last] : lastUse) {
+    int64_t from = orderOf.lookup(value.getDefiningOp());
+    int64_t to = std::min(last, headOrder);
+    from = std::min(from, headOrder);
+    for (int64_t boundary = from; boundary < to; ++boundary)
+      crossing[boundary] += bytesOf(value.getType());
+  }
+  for (double bytes : crossing)
+    cost.boundaryBytes = std::max(cost.boundaryBytes, bytes);
   return cost;
 }
 

@@ -48,6 +48,11 @@ cl::opt<double>
     scheduleByteRate("bytes-per-second",
                      cl::desc("Roofline memory rate of a stage (model)"),
                      cl::init(1e10), cl::sub(scheduleCommand));
+cl::opt<double> scheduleLinkRate(
+    "link-bytes-per-second",
+    cl::desc("Bandwidth between neighbouring stages (model): a transfer "
+             "takes the boundary's bytes over it"),
+    cl::init(2.5e10), cl::sub(scheduleCommand));
 cl::opt<int64_t> schedulePipeline("pp", cl::desc("Pipeline stages (ranks)"),
                                   cl::init(2), cl::sub(scheduleCommand));
 cl::opt<int64_t> scheduleMicroBatches("microbatches",
@@ -68,7 +73,8 @@ cl::opt<double> scheduleBackward("backward-time",
                                           "(without a model)"),
                                  cl::init(2.0), cl::sub(scheduleCommand));
 cl::opt<double> scheduleTransfer("transfer-time",
-                                 cl::desc("Time of one transfer"),
+                                 cl::desc("Time of one transfer (without a "
+                                          "model)"),
                                  cl::init(0.0), cl::sub(scheduleCommand));
 cl::opt<std::string> scheduleTrace("trace",
                                    cl::desc("Write a Chrome trace here"),
@@ -138,6 +144,10 @@ std::optional<StagePlan> planStages(const PipelineShape &shape,
   for (int64_t layers : plan.layers)
     llvm::outs() << " " << layers;
   llvm::outs() << "\n";
+  costs.transfer = cost->boundaryBytes / scheduleLinkRate;
+  llvm::outs() << llvm::formatv(
+      "transfers: {0} per micro-batch across a boundary, {1:F3} ms\n",
+      mebibytes(cost->boundaryBytes), costs.transfer * 1e3);
   int64_t first = 0;
   for (int64_t stage = 0; stage < stages; ++stage) {
     double forwardSeconds =

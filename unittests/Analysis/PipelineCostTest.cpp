@@ -79,6 +79,19 @@ TEST_P(PipelineCostTest, StatesAreFourCopiesOfTheWeights) {
   EXPECT_DOUBLE_EQ(stateBytes(cost), 4 * 4 * weights);
 }
 
+TEST_P(PipelineCostTest, BoundariesCarryTheResidualStream) {
+  // GPT-2 sends only the residual stream [batch, seq, hidden]; Llama may
+  // also reuse values computed once (rotary tables) across layers.
+  auto [family, tied] = GetParam();
+  mlir::MLIRContext context;
+  ModelPipelineCost cost = costOf(context, tinyConfig(family, tied));
+  double residual = 2 * 16 * 32 * 4;
+  if (family == TransformerConfig::Family::Gpt2)
+    EXPECT_DOUBLE_EQ(cost.boundaryBytes, residual);
+  else
+    EXPECT_GE(cost.boundaryBytes, residual);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, PipelineCostTest,
     ::testing::Combine(::testing::Values(TransformerConfig::Family::Gpt2,

@@ -32,6 +32,10 @@ struct ModelPipelineCost {
   /// Saved activations of one micro-batch per part, in bytes (in `parts`
   /// too, inside memory).
   StagedModelCost activations;
+  /// Bytes one micro-batch sends across the busiest boundary between
+  /// consecutive parts (the values one part makes and a later one uses:
+  /// the residual stream, and anything else computed once and reused).
+  double boundaryBytes = 0;
   static constexpr double forwardShare = 1.0 / 3.0;
 };
 mlir::FailureOr<ModelPipelineCost>
