@@ -57,6 +57,13 @@ private:
     return known;
   }
 
+  /// Warns where two user-annotated values of `op` split one factor
+  /// differently (or one factor's axes another wants): propagation keeps
+  /// the first one's split and the partitioner reshards the other.
+  void reportAnnotationConflicts(graph::ShardingRuleOpInterface op,
+                                 const graph::ShardingRule &rule,
+                                 ArrayRef<AxisNames> factorAxes);
+
   MeshAttr mesh_;
   DenseMap<Value, ValueSharding> shardings_;
   /// Values whose sharding the user fixed (argument annotations).
@@ -111,6 +118,69 @@ bool PropagateShardingsPass::propagateThrough(
     changed |= sharding.partial != before;
   }
   return changed;
+}
+
+/// `argument 3 ("lm_head.weight")`, or `argument 3`.
+static std::string describeArgument(Value value) {
+  auto arg = llvm::cast<BlockArgument>(value);
+  std::string text = llvm::formatv("argument {0}", arg.getArgNumber()).str();
+  auto function = llvm::dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+  if (!function)
+    return text;
+  if (auto name = function.getArgAttrOfType<StringAttr>(
+          arg.getArgNumber(), graph::GraphDialect::kParamNameAttrName))
+    text += " (\"" + name.getValue().str() + "\")";
+  return text;
+}
+
+static std::string describeAxes(const AxisNames &axes) {
+  if (axes.empty())
+    return "nothing";
+  std::string text;
+  for (StringAttr axis : axes)
+    text += (text.empty() ? "\"" : ", \"") + axis.getValue().str() + "\"";
+  return text;
+}
+
+void PropagateShardingsPass::reportAnnotationConflicts(
+    graph::ShardingRuleOpInterface op, const graph::ShardingRule &rule,
+    ArrayRef<AxisNames> factorAxes) {
+  // The annotated operand that decided each factor's split, if any.
+  SmallVector<Value> decidedBy(factorAxes.size());
+  for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+    if (!fixed_.contains(operand))
+      continue;
+    for (auto [d, factor] : llvm::enumerate(rule.operandFactors[i]))
+      if (factor != graph::ShardingRule::kNoFactor && !decidedBy[factor] &&
+          !factorAxes[factor].empty() &&
+          shardingOf(operand).dims[d] == factorAxes[factor])
+        decidedBy[factor] = operand;
+  }
+  for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+    if (!fixed_.contains(operand))
+      continue;
+    for (auto [d, factor] : llvm::enumerate(rule.operandFactors[i])) {
+      if (factor == graph::ShardingRule::kNoFactor ||
+          rule.factorKinds[factor] == graph::FactorKind::Whole)
+        continue;
+      const AxisNames &wanted = shardingOf(operand).dims[d];
+      if (wanted.empty() || wanted == factorAxes[factor])
+        continue;
+      InFlightDiagnostic warning = op->emitWarning();
+      warning << "conflicting annotations: operand " << i << ", "
+              << describeArgument(operand) << ", splits dimension " << d
+              << " over " << describeAxes(wanted) << ", but ";
+      if (Value winner = decidedBy[factor])
+        warning << describeArgument(winner) << " splits the same factor over "
+                << describeAxes(factorAxes[factor]);
+      else
+        warning << "the op splits that factor over "
+                << describeAxes(factorAxes[factor])
+                << " (its axes are taken by another factor, or do not divide "
+                   "it)";
+      warning << "; operand " << i << " is resharded";
+    }
+  }
 }
 
 void PropagateShardingsPass::runOnOperation() {
@@ -170,6 +240,7 @@ void PropagateShardingsPass::runOnOperation() {
       attrs.push_back(sharding.toAttr(context, meshName));
     }
     op->setAttr(kResultShardingsAttrName, builder.getArrayAttr(attrs));
+    reportAnnotationConflicts(op, rule, factorAxes);
     if (explain) {
       std::string text;
       for (auto [factor, axes] : llvm::enumerate(factorAxes)) {
