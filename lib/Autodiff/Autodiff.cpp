@@ -74,6 +74,11 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
                           << "': expected adamw, sgd or none";
       return signalPassFailure();
     }
+    if (microBatches < 1) {
+      forward.emitError() << "expected micro-batches >= 1, found "
+                          << static_cast<int64_t>(microBatches);
+      return signalPassFailure();
+    }
     if (failed(verifyForward(forward)) ||
         failed(buildTrainStep(module, forward, *kind)))
       return signalPassFailure();
@@ -127,46 +132,12 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     return block->addArgument(type, loc);
   }
 
-  LogicalResult buildTrainStep(ModuleOp module, func::FuncOp forward,
-                               Optimizer kind) {
-    OpBuilder builder(module.getContext());
-    Location loc = forward.getLoc();
-    StringRef stepName = kind == Optimizer::None ? "gradients" : "train_step";
-    if (module.lookupSymbol(stepName))
-      return module.emitError()
-             << "function @" << stepName << " already exists";
-    builder.setInsertionPointAfter(forward);
-    auto step = func::FuncOp::create(builder, loc, stepName,
-                                     builder.getFunctionType({}, {}));
-    Block *body = step.addEntryBlock();
-    builder.setInsertionPointToStart(body);
-
-    // Arguments: those of @forward, then optimizer states, then the step.
-    SmallVector<Type> argTypes;
-    SmallVector<DictionaryAttr> argAttrs;
-    IRMapping mapping;
-    SmallVector<unsigned> params;
-    for (BlockArgument arg : forward.getArguments()) {
-      Value copy = addArgument(body, arg.getType(),
-                               forward.getArgAttrDict(arg.getArgNumber()),
-                               argTypes, argAttrs, arg.getLoc());
-      mapping.map(arg, copy);
-      if (roleOf(forward, arg.getArgNumber()).getValue() == "param")
-        params.push_back(arg.getArgNumber());
-    }
-
-    // Forward: a copy of @forward's body.
-    for (Operation &op : forward.getBody().front().without_terminator())
-      builder.clone(op, mapping);
-    Value loss = mapping.lookup(
-        forward.getBody().front().getTerminator()->getOperand(0));
-
-    // Backward: reverse mode from d(loss) = 1.
-    GradientMap gradients(builder);
-    gradients.accumulate(loc, loss, fill(builder, loc, {}, 1.0));
-    SmallVector<Operation *> forwardOps;
-    for (Operation &op : *body)
-      forwardOps.push_back(&op);
+  /// Reverse mode over `forwardOps` (in program order), from the
+  /// gradients already in `gradients`; appends the backward ops at the
+  /// builder's insertion point.
+  LogicalResult buildBackward(OpBuilder &builder, Location loc,
+                              ArrayRef<Operation *> forwardOps,
+                              GradientMap &gradients) {
     for (Operation *op : llvm::reverse(forwardOps)) {
       SmallVector<Value> resultGradients;
       bool reachesLoss = false;
@@ -195,6 +166,85 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
       for (auto [operand, gradient] :
            llvm::zip(op->getOperands(), operandGradients))
         gradients.accumulate(op->getLoc(), operand, gradient);
+    }
+    return success();
+  }
+
+  /// An input's attributes for micro-batch `index`: its name gets the
+  /// suffix `.<index>` when the step has several micro-batches.
+  DictionaryAttr microBatchAttrs(DictionaryAttr attrs, size_t index) const {
+    if (microBatches == 1 || !attrs)
+      return attrs;
+    NamedAttrList list(attrs);
+    if (auto name = list.get(GraphDialect::kParamNameAttrName))
+      list.set(GraphDialect::kParamNameAttrName,
+               StringAttr::get(attrs.getContext(),
+                               llvm::cast<StringAttr>(name).getValue() + "." +
+                                   llvm::Twine(index)));
+    return list.getDictionary(attrs.getContext());
+  }
+
+  LogicalResult buildTrainStep(ModuleOp module, func::FuncOp forward,
+                               Optimizer kind) {
+    OpBuilder builder(module.getContext());
+    Location loc = forward.getLoc();
+    StringRef stepName = kind == Optimizer::None ? "gradients" : "train_step";
+    if (module.lookupSymbol(stepName))
+      return module.emitError()
+             << "function @" << stepName << " already exists";
+    builder.setInsertionPointAfter(forward);
+    auto step = func::FuncOp::create(builder, loc, stepName,
+                                     builder.getFunctionType({}, {}));
+    Block *body = step.addEntryBlock();
+    builder.setInsertionPointToStart(body);
+
+    // Arguments: those of @forward (each input once per micro-batch, named
+    // `<name>.<i>` when there are several), then optimizer states, then the
+    // step.
+    SmallVector<Type> argTypes;
+    SmallVector<DictionaryAttr> argAttrs;
+    SmallVector<IRMapping> mappings(microBatches);
+    SmallVector<unsigned> params;
+    for (BlockArgument arg : forward.getArguments()) {
+      unsigned index = arg.getArgNumber();
+      DictionaryAttr attrs = forward.getArgAttrDict(index);
+      if (roleOf(forward, index).getValue() == "param") {
+        params.push_back(argTypes.size());
+        Value copy = addArgument(body, arg.getType(), attrs, argTypes, argAttrs,
+                                 arg.getLoc());
+        for (IRMapping &mapping : mappings)
+          mapping.map(arg, copy);
+        continue;
+      }
+      for (auto [i, mapping] : llvm::enumerate(mappings))
+        mapping.map(arg,
+                    addArgument(body, arg.getType(), microBatchAttrs(attrs, i),
+                                argTypes, argAttrs, arg.getLoc()));
+    }
+
+    // Each micro-batch: a copy of @forward's body, then its backward from
+    // d(loss_i) = 1 / m, so that only one micro-batch's activations are
+    // alive at a time. Parameter gradients accumulate over micro-batches.
+    GradientMap gradients(builder);
+    SmallVector<Value> losses;
+    for (IRMapping &mapping : mappings) {
+      SmallVector<Operation *> forwardOps;
+      for (Operation &op : forward.getBody().front().without_terminator())
+        forwardOps.push_back(builder.clone(op, mapping));
+      Value loss = mapping.lookup(
+          forward.getBody().front().getTerminator()->getOperand(0));
+      losses.push_back(loss);
+      gradients.accumulate(loc, loss,
+                           fill(builder, loc, {}, 1.0 / microBatches));
+      if (failed(buildBackward(builder, loc, forwardOps, gradients)))
+        return failure();
+    }
+    Value loss = losses.front();
+    if (microBatches > 1) {
+      for (Value next : ArrayRef<Value>(losses).drop_front())
+        loss = AddOp::create(builder, loc, loss, next);
+      loss = MulOp::create(builder, loc, loss,
+                           fill(builder, loc, {}, 1.0 / microBatches));
     }
 
     // Parameters the loss does not depend on get a zero gradient.

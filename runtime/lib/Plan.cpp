@@ -29,6 +29,22 @@ int64_t BufferDesc::numElements() const {
 
 namespace {
 
+/// `tokens`, `targets`, or either followed by `.<micro-batch>`.
+bool isInputName(const std::string &name) {
+  for (const char *base : {"tokens", "targets"}) {
+    std::string prefix = std::string(base);
+    if (name == prefix)
+      return true;
+    prefix += ".";
+    if (name.size() > prefix.size() && name.size() <= prefix.size() + 6 &&
+        name.compare(0, prefix.size(), prefix) == 0 &&
+        name.find_first_not_of("0123456789", prefix.size()) ==
+            std::string::npos)
+      return true;
+  }
+  return false;
+}
+
 const AttrValue *findAttr(const Instruction &instruction,
                           const std::string &name) {
   auto it = instruction.attrs.find(name);
@@ -318,9 +334,10 @@ Status PlanReader::readArguments(const json &array) {
     case ArgumentRole::Input:
       if (desc.dtype != DType::I32)
         return Status::error(where + ": an input must be an i32 buffer");
-      if (argument.name != "tokens" && argument.name != "targets")
+      if (!isInputName(argument.name))
         return Status::error(where + ": unknown input \"" + argument.name +
-                             "\"; expected tokens or targets");
+                             "\"; expected tokens or targets, or tokens.<i> "
+                             "and targets.<i> per micro-batch");
       break;
     case ArgumentRole::Step:
       if (desc.dtype != DType::F32 || !desc.shape.empty())

@@ -25,26 +25,63 @@
 
 namespace trellis::runtime {
 
+/// The input arguments called `name` (one batch) or `name.0`, `name.1`...
+/// (one per micro-batch), in micro-batch order; empty when they are missing,
+/// mixed, or not numbered 0..m-1.
+static std::vector<int64_t> microBatchInputs(const Plan &plan,
+                                             const std::string &name) {
+  std::vector<int64_t> whole;
+  std::vector<std::pair<int64_t, int64_t>> numbered; // (micro-batch, argument)
+  for (size_t i = 0; i < plan.arguments.size(); ++i) {
+    const Argument &argument = plan.arguments[i];
+    if (argument.role != ArgumentRole::Input)
+      continue;
+    if (argument.name == name) {
+      whole.push_back(i);
+      continue;
+    }
+    const std::string prefix = name + ".";
+    std::string suffix =
+        argument.name.substr(std::min(prefix.size(), argument.name.size()));
+    if (argument.name.compare(0, prefix.size(), prefix) != 0 ||
+        suffix.empty() || suffix.size() > 6 ||
+        suffix.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    numbered.emplace_back(std::stoll(suffix), i);
+  }
+  if (!whole.empty())
+    return whole.size() == 1 && numbered.empty() ? whole
+                                                 : std::vector<int64_t>{};
+  std::sort(numbered.begin(), numbered.end());
+  std::vector<int64_t> arguments;
+  for (auto [microBatch, argument] : numbered) {
+    if (microBatch != static_cast<int64_t>(arguments.size()))
+      return {};
+    arguments.push_back(argument);
+  }
+  return arguments;
+}
+
 Trainer::Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed,
                  std::unique_ptr<Communicator> communicator)
     : communicator_(std::move(communicator)),
       executor_(std::move(plan), communicator_.get()), data_(std::move(data)) {
   const Plan &p = executor_.plan();
-  for (size_t i = 0; i < p.arguments.size(); ++i) {
-    const Argument &argument = p.arguments[i];
-    if (argument.role == ArgumentRole::Input && argument.name == "tokens")
-      tokensArg_ = i;
-    else if (argument.role == ArgumentRole::Input && argument.name == "targets")
-      targetsArg_ = i;
-    else if (argument.role == ArgumentRole::Step)
+  tokensArgs_ = microBatchInputs(p, "tokens");
+  targetsArgs_ = microBatchInputs(p, "targets");
+  for (size_t i = 0; i < p.arguments.size(); ++i)
+    if (p.arguments[i].role == ArgumentRole::Step)
       stepArg_ = i;
-  }
-  if (tokensArg_ >= 0) {
-    // The data source produces the global batch; each rank takes its shard.
-    const Argument &tokens = p.arguments[tokensArg_];
+  if (!tokensArgs_.empty()) {
+    // The data source produces the global batch; each rank takes its shard
+    // of each micro-batch's rows.
+    const Argument &tokens = p.arguments[tokensArgs_.front()];
     ShardLayout layout = ShardLayout::of(p.buffers[tokens.buffer].shape,
                                          tokens.sharding, planMesh(p), rank());
-    batch_ = layout.globalShape.size() == 2 ? layout.globalShape[0] : 0;
+    batch_ =
+        layout.globalShape.size() == 2
+            ? layout.globalShape[0] * static_cast<int64_t>(tokensArgs_.size())
+            : 0;
     seq_ = layout.globalShape.size() == 2 ? layout.globalShape[1] : 0;
   }
   initializeArguments(executor_, seed, rank());
@@ -54,14 +91,15 @@ int64_t Trainer::rank() const {
   return communicator_ ? communicator_->rank() : 0;
 }
 
-void Trainer::scatterInput(int64_t argument,
-                           const std::vector<int32_t> &global) {
+void Trainer::scatterInput(int64_t argument, const std::vector<int32_t> &global,
+                           int64_t firstRow) {
   const Plan &p = executor_.plan();
   Tensor &tensor = executor_.argument(argument);
   ShardLayout layout = ShardLayout::of(
       tensor.shape(), p.arguments[argument].sharding, planMesh(p), rank());
   int32_t *local = tensor.i32();
-  layout.forEach([&](int64_t l, int64_t g) { local[l] = global[g]; });
+  int64_t offset = firstRow * seq_;
+  layout.forEach([&](int64_t l, int64_t g) { local[l] = global[offset + g]; });
 }
 
 Trainer::~Trainer() = default;
@@ -104,14 +142,26 @@ Trainer::create(const TrainOptions &options) {
                          " ranks: run it with --nproc " +
                          std::to_string(mesh.size()));
   }
-  int64_t tokens = plan->findArgument(ArgumentRole::Input, "tokens");
-  int64_t targets = plan->findArgument(ArgumentRole::Input, "targets");
-  if (tokens < 0 || targets < 0)
-    return Status::error("the plan has no tokens and targets inputs");
-  const BufferDesc &tokenDesc = plan->buffers[plan->arguments[tokens].buffer];
-  if (tokenDesc.shape.size() != 2 ||
-      plan->buffers[plan->arguments[targets].buffer].shape != tokenDesc.shape)
-    return Status::error("expected tokens and targets of shape [batch, seq]");
+  std::vector<int64_t> tokens = microBatchInputs(*plan, "tokens");
+  std::vector<int64_t> targets = microBatchInputs(*plan, "targets");
+  if (tokens.empty() || tokens.size() != targets.size())
+    return Status::error(
+        "expected tokens and targets inputs (named tokens and targets, or "
+        "tokens.0 ... and targets.0 ... per micro-batch), found " +
+        std::to_string(tokens.size()) + " tokens and " +
+        std::to_string(targets.size()) + " targets inputs");
+  const BufferDesc &tokenDesc =
+      plan->buffers[plan->arguments[tokens.front()].buffer];
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokenDesc.shape.size() != 2 ||
+        plan->buffers[plan->arguments[tokens[i]].buffer].shape !=
+            tokenDesc.shape ||
+        plan->buffers[plan->arguments[targets[i]].buffer].shape !=
+            tokenDesc.shape ||
+        plan->arguments[tokens[i]].sharding !=
+            plan->arguments[tokens.front()].sharding)
+      return Status::error("expected tokens and targets of one shape "
+                           "[batch, seq] and one layout in every micro-batch");
   // The vocabulary: from the metadata, else the class dimension of the
   // loss (plans compiled from hand-written MLIR carry no model metadata).
   int64_t vocab = plan->metadataInteger("vocab_size", 0);
@@ -145,8 +195,11 @@ Status Trainer::step() {
   std::vector<int32_t> tokens(batch_ * seq_), targets(batch_ * seq_);
   TRELLIS_RETURN_IF_ERROR(data_->fill(completedSteps_, batch_, seq_,
                                       tokens.data(), targets.data()));
-  scatterInput(tokensArg_, tokens);
-  scatterInput(targetsArg_, targets);
+  int64_t rows = batch_ / static_cast<int64_t>(tokensArgs_.size());
+  for (size_t i = 0; i < tokensArgs_.size(); ++i) {
+    scatterInput(tokensArgs_[i], tokens, i * rows);
+    scatterInput(targetsArgs_[i], targets, i * rows);
+  }
   if (stepArg_ >= 0)
     executor_.argument(stepArg_).f32()[0] =
         static_cast<float>(completedSteps_ + 1);

@@ -38,6 +38,11 @@ cl::opt<int64_t> compileBatch("batch", cl::desc("Batch size"), cl::init(8),
                               cl::sub(compileCommand));
 cl::opt<int64_t> compileSeq("seq", cl::desc("Sequence length"), cl::init(64),
                             cl::sub(compileCommand));
+cl::opt<int64_t> compileMicroBatches(
+    "microbatches",
+    cl::desc("Split each batch into N micro-batches run one after the other, "
+             "accumulating gradients (one optimizer step per batch)"),
+    cl::init(1), cl::sub(compileCommand));
 cl::opt<std::string> compileOptimizer(
     "optimizer", cl::desc("adamw, sgd, or none (the plan returns gradients)"),
     cl::init("adamw"), cl::sub(compileCommand));
@@ -145,15 +150,32 @@ int runCompileCommand() {
   std::optional<ParallelDegrees> degrees = resolveParallelDegrees();
   if (!degrees)
     return 1;
+  if (compileMicroBatches < 1 || compileBatch % compileMicroBatches != 0)
+    return reportError(
+        "compile",
+        llvm::formatv("--microbatches: expected a positive divisor of the "
+                      "batch ({0}), found {1}",
+                      compileBatch.getValue(), compileMicroBatches.getValue()));
   mlir::MLIRContext context;
+  // The forward describes one micro-batch; the step takes them all.
   std::optional<LoadedModel> model =
-      loadModel(context, compileInput, {compileBatch, compileSeq}, "compile");
+      loadModel(context, compileInput,
+                {compileBatch / compileMicroBatches, compileSeq}, "compile");
   if (!model)
     return 1;
+  if (model->metadata.get("batch"))
+    model->metadata["batch"] = compileBatch.getValue();
+  model->metadata["micro_batches"] = compileMicroBatches.getValue();
   mlir::ModuleOp module = model->module.get();
   bool wantsGradients = compileOptimizer == "none";
   llvm::StringRef stepName = wantsGradients ? "gradients" : "train_step";
 
+  if (module.lookupSymbol<mlir::func::FuncOp>(stepName) &&
+      compileMicroBatches != 1)
+    return reportError("compile",
+                       "--microbatches: expected a @forward to differentiate, "
+                       "found an existing @" +
+                           stepName);
   if (!module.lookupSymbol<mlir::func::FuncOp>(stepName)) {
     mlir::PassManager pm(&context);
     AutodiffPassOptions options;
@@ -163,6 +185,7 @@ int runCompileCommand() {
     options.beta2 = compileBeta2;
     options.epsilon = compileEpsilon;
     options.weightDecay = compileWeightDecay;
+    options.microBatches = compileMicroBatches;
     pm.addPass(createAutodiffPass(options));
     if (mlir::failed(pm.run(module)))
       return 1;

@@ -175,3 +175,31 @@ TEST(PlanTest, SurvivesRandomCorruption) {
 }
 
 } // namespace
+
+namespace {
+
+/// kValidPlan with one more i32 [2, 3] buffer bound to an input `name`.
+std::string planWithInput(const std::string &name) {
+  std::string text = replace(kValidPlan, R"({"shape": [], "dtype": "f32"}])",
+                             R"({"shape": [], "dtype": "f32"},
+              {"shape": [2, 3], "dtype": "i32"}])");
+  return replace(text, R"("init": "normal:0.02"}])",
+                 R"("init": "normal:0.02"},
+                {"buffer": 4, "role": "input", "param": ")" +
+                     name + R"("}])");
+}
+
+TEST(PlanTest, InputsAreTokensAndTargetsOrTheirMicroBatches) {
+  for (const char *name : {"tokens", "targets", "tokens.0", "targets.12"}) {
+    StatusOr<Plan> plan = parsePlan(planWithInput(name));
+    EXPECT_TRUE(plan.ok()) << name << ": " << plan.status().message();
+  }
+  for (const char *name : {"images", "tokens.", "tokens.x", "tokens.-1",
+                           "tokens.1234567", "tokens0"})
+    expectRejected(planWithInput(name),
+                   std::string("unknown input \"") + name +
+                       "\"; expected tokens or targets, or tokens.<i> and "
+                       "targets.<i> per micro-batch");
+}
+
+} // namespace

@@ -24,6 +24,15 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
     With `optimizer=none` it returns the loss and the gradient of every
     parameter (marked `graph.gradient_of = <argument>`), for gradient checks.
 
+    With `micro-batches=m` > 1, @forward describes one micro-batch: the step
+    takes every input m times (named `<name>.0` ... `<name>.<m-1>`), runs
+    the forward and then the backward of each micro-batch in turn (so only
+    one micro-batch's activations are alive at a time), seeds each
+    backward with 1/m, accumulates the parameter gradients, and updates
+    once; the loss is the mean of the micro-batch losses. This equals one
+    step over the concatenated batch when the loss is a mean over equally
+    sized micro-batches.
+
     ```mlir
     // Before
     func.func @forward(%w: tensor<4x4xf32> {graph.role = "param", ...},
@@ -44,7 +53,9 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
     Option<"beta2", "beta2", "double", "0.999", "AdamW second-moment decay">,
     Option<"epsilon", "epsilon", "double", "1e-8", "AdamW epsilon">,
     Option<"weightDecay", "weight-decay", "double", "0.0",
-           "Decoupled weight decay (AdamW) or L2 term (SGD)">
+           "Decoupled weight decay (AdamW) or L2 term (SGD)">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "Micro-batches per step (gradient accumulation)">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect",
                            "::mlir::func::FuncDialect"];

@@ -116,16 +116,20 @@ private:
   /// The whole tensor of an argument (gathered from every rank if split).
   Status gatherArgument(size_t argument, SafetensorsEntry &entry) const;
 
-  /// Fills an input argument with this rank's piece of the whole batch
-  /// `global` ([batch, seq], row-major).
-  void scatterInput(int64_t argument, const std::vector<int32_t> &global);
+  /// Fills an input argument with this rank's piece of the rows of the
+  /// whole batch `global` ([batch, seq], row-major) starting at `firstRow`.
+  void scatterInput(int64_t argument, const std::vector<int32_t> &global,
+                    int64_t firstRow);
 
   std::unique_ptr<Communicator> communicator_;
   Executor executor_;
   std::unique_ptr<TokenSource> data_;
   int64_t completedSteps_ = 0;
   int64_t batch_ = 0, seq_ = 0;
-  int64_t tokensArg_ = -1, targetsArg_ = -1, stepArg_ = -1;
+  /// The tokens and targets inputs of each micro-batch, in order (one of
+  /// each without micro-batches).
+  std::vector<int64_t> tokensArgs_, targetsArgs_;
+  int64_t stepArg_ = -1;
 };
 
 /// `trellis run`: trains for options.steps steps, printing a line per step
