@@ -74,6 +74,11 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
                           << "': expected adamw, sgd or none";
       return signalPassFailure();
     }
+    if (recompute != "none" && recompute != "full") {
+      forward.emitError() << "unknown recomputation '" << recompute
+                          << "': expected none or full";
+      return signalPassFailure();
+    }
     if (microBatches < 1) {
       forward.emitError() << "expected micro-batches >= 1, found "
                           << static_cast<int64_t>(microBatches);
@@ -170,6 +175,46 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     return success();
   }
 
+  /// The backward of `forwardOps` (one micro-batch's forward, in program
+  /// order), recomputing each named part first when asked to.
+  LogicalResult buildMicroBatchBackward(OpBuilder &builder, Location loc,
+                                        ArrayRef<Operation *> forwardOps,
+                                        GradientMap &gradients) {
+    if (recompute == "none")
+      return buildBackward(builder, loc, forwardOps, gradients);
+    // Parts: maximal runs of ops with one named location, last part first.
+    SmallVector<ArrayRef<Operation *>> parts;
+    for (size_t begin = 0, end; begin < forwardOps.size(); begin = end) {
+      Location partLoc = forwardOps[begin]->getLoc();
+      for (end = begin + 1;
+           end < forwardOps.size() && forwardOps[end]->getLoc() == partLoc;
+           ++end) {
+      }
+      parts.push_back(forwardOps.slice(begin, end - begin));
+    }
+    for (ArrayRef<Operation *> part : llvm::reverse(parts)) {
+      if (!llvm::isa<NameLoc>(part.front()->getLoc())) {
+        if (failed(buildBackward(builder, loc, part, gradients)))
+          return failure();
+        continue;
+      }
+      // Recompute the part from the values it reads, move the gradients
+      // its results have gathered so far onto the copies, and differentiate
+      // the copies.
+      IRMapping mapping;
+      SmallVector<Operation *> copies;
+      for (Operation *op : part)
+        copies.push_back(builder.clone(*op, mapping));
+      for (auto [op, copy] : llvm::zip(part, copies))
+        for (auto [result, copied] :
+             llvm::zip(op->getResults(), copy->getResults()))
+          gradients.accumulate(loc, copied, gradients.lookup(result));
+      if (failed(buildBackward(builder, loc, copies, gradients)))
+        return failure();
+    }
+    return success();
+  }
+
   /// An input's attributes for micro-batch `index`: its name gets the
   /// suffix `.<index>` when the step has several micro-batches.
   DictionaryAttr microBatchAttrs(DictionaryAttr attrs, size_t index) const {
@@ -236,7 +281,7 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
       losses.push_back(loss);
       gradients.accumulate(loc, loss,
                            fill(builder, loc, {}, 1.0 / microBatches));
-      if (failed(buildBackward(builder, loc, forwardOps, gradients)))
+      if (failed(buildMicroBatchBackward(builder, loc, forwardOps, gradients)))
         return failure();
     }
     Value loss = losses.front();

@@ -43,6 +43,11 @@ cl::opt<int64_t> compileMicroBatches(
     cl::desc("Split each batch into N micro-batches run one after the other, "
              "accumulating gradients (one optimizer step per batch)"),
     cl::init(1), cl::sub(compileCommand));
+cl::opt<std::string> compileRecompute(
+    "recompute",
+    cl::desc("none, or full: recompute each layer's forward in the backward "
+             "pass instead of keeping its activations"),
+    cl::init("none"), cl::sub(compileCommand));
 cl::opt<std::string> compileOptimizer(
     "optimizer", cl::desc("adamw, sgd, or none (the plan returns gradients)"),
     cl::init("adamw"), cl::sub(compileCommand));
@@ -186,6 +191,7 @@ int runCompileCommand() {
     options.epsilon = compileEpsilon;
     options.weightDecay = compileWeightDecay;
     options.microBatches = compileMicroBatches;
+    options.recompute = compileRecompute;
     pm.addPass(createAutodiffPass(options));
     if (mlir::failed(pm.run(module)))
       return 1;

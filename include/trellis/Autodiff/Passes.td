@@ -33,6 +33,13 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
     step over the concatenated batch when the loss is a mean over equally
     sized micro-batches.
 
+    With `recompute=full`, the backward of each model part (a maximal run
+    of ops sharing one named location, as the importer gives a layer)
+    first recomputes the part's forward from its inputs and takes the
+    gradients through the recomputed ops, so the part's inner activations
+    die with the forward: only part boundaries stay alive until the
+    backward. The results are the same ops on the same values.
+
     ```mlir
     // Before
     func.func @forward(%w: tensor<4x4xf32> {graph.role = "param", ...},
@@ -55,7 +62,10 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
     Option<"weightDecay", "weight-decay", "double", "0.0",
            "Decoupled weight decay (AdamW) or L2 term (SGD)">,
     Option<"microBatches", "micro-batches", "int64_t", "1",
-           "Micro-batches per step (gradient accumulation)">
+           "Micro-batches per step (gradient accumulation)">,
+    Option<"recompute", "recompute", "std::string", "\"none\"",
+           "none, or full: recompute each model part's forward (a run of "
+           "ops with one named location, e.g. a layer) before its backward">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect",
                            "::mlir::func::FuncDialect"];
