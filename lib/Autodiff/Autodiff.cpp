@@ -192,8 +192,10 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
       }
       parts.push_back(forwardOps.slice(begin, end - begin));
     }
-    for (ArrayRef<Operation *> part : llvm::reverse(parts)) {
-      if (!llvm::isa<NameLoc>(part.front()->getLoc())) {
+    for (auto [index, part] : llvm::enumerate(llvm::reverse(parts))) {
+      // The last part's backward follows its forward at once: nothing to
+      // save by recomputing it.
+      if (index == 0 || !llvm::isa<NameLoc>(part.front()->getLoc())) {
         if (failed(buildBackward(builder, loc, part, gradients)))
           return failure();
         continue;

@@ -11,8 +11,9 @@
 // CHECK: %[[Y:.*]] = graph.matmul %[[X]], %[[W]]
 // CHECK: %[[T:.*]] = graph.tanh %[[Y]]
 // CHECK: %[[LOSS:.*]] = graph.reduce_sum %[[T]]
-// The layer's matmul runs again, and tanh's gradient reads the copy; the
-// copies nothing reads (the head's sum, the tanh) are removed.
+// The last part (the head) is not recomputed: its backward follows at
+// once. The layer's matmul runs again, and tanh's gradient reads the copy;
+// copies nothing reads (the tanh) are removed.
 // CHECK: %[[Y2:.*]] = graph.matmul %[[X]], %[[W]]
 // CHECK: %[[DY:.*]] = graph.unary_grad tanh %[[Y2]], %{{.*}}
 // CHECK: %[[DW:.*]] = graph.matmul %[[X]] transposed, %[[DY]]

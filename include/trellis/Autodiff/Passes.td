@@ -38,7 +38,9 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
     first recomputes the part's forward from its inputs and takes the
     gradients through the recomputed ops, so the part's inner activations
     die with the forward: only part boundaries stay alive until the
-    backward. The results are the same ops on the same values.
+    backward. The last part (the loss) is not recomputed: its backward
+    follows its forward at once. The results are the same ops on the same
+    values.
 
     ```mlir
     // Before
