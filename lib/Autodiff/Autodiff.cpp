@@ -74,9 +74,10 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
                           << "': expected adamw, sgd or none";
       return signalPassFailure();
     }
-    if (recompute != "none" && recompute != "full") {
+    if (recompute != "none" && recompute != "selective" &&
+        recompute != "full") {
       forward.emitError() << "unknown recomputation '" << recompute
-                          << "': expected none or full";
+                          << "': expected none, selective or full";
       return signalPassFailure();
     }
     if (microBatches < 1) {
@@ -180,7 +181,10 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
   LogicalResult buildMicroBatchBackward(OpBuilder &builder, Location loc,
                                         ArrayRef<Operation *> forwardOps,
                                         GradientMap &gradients) {
-    if (recompute == "none")
+    // Selective recomputation (of the attention core) is what the fused
+    // attention gradient always does: it recomputes the probabilities
+    // from query and key, so no [S, S] value is ever kept.
+    if (recompute != "full")
       return buildBackward(builder, loc, forwardOps, gradients);
     // Parts: maximal runs of ops with one named location, last part first.
     SmallVector<ArrayRef<Operation *>> parts;

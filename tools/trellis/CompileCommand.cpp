@@ -45,8 +45,10 @@ cl::opt<int64_t> compileMicroBatches(
     cl::init(1), cl::sub(compileCommand));
 cl::opt<std::string> compileRecompute(
     "recompute",
-    cl::desc("none, or full: recompute each layer's forward in the backward "
-             "pass instead of keeping its activations"),
+    cl::desc("none; selective: the attention core (always: the fused "
+             "attention backward recomputes its probabilities, so this is "
+             "none); full: each layer's forward again before its backward "
+             "instead of keeping its activations"),
     cl::init("none"), cl::sub(compileCommand));
 cl::opt<std::string> compileOptimizer(
     "optimizer", cl::desc("adamw, sgd, or none (the plan returns gradients)"),

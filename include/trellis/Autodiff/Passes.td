@@ -66,8 +66,10 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "Micro-batches per step (gradient accumulation)">,
     Option<"recompute", "recompute", "std::string", "\"none\"",
-           "none, or full: recompute each model part's forward (a run of "
-           "ops with one named location, e.g. a layer) before its backward">
+           "none, selective (the attention core: the same program as none, "
+           "since the fused attention gradient recomputes its probabilities) "
+           "or full (each model part's forward, e.g. a layer, again before "
+           "its backward)">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect",
                            "::mlir::func::FuncDialect"];
