@@ -48,6 +48,12 @@ cl::opt<double>
     scheduleByteRate("bytes-per-second",
                      cl::desc("Roofline memory rate of a stage (model)"),
                      cl::init(1e10), cl::sub(scheduleCommand));
+cl::opt<std::string> scheduleRecompute(
+    "recompute",
+    cl::desc("none, selective or full (model): with full, a stage keeps "
+             "only its layers' inputs per micro-batch and recomputes each "
+             "layer's forward before its backward"),
+    cl::init("none"), cl::sub(scheduleCommand));
 cl::opt<double> scheduleLinkRate(
     "link-bytes-per-second",
     cl::desc("Bandwidth between neighbouring stages (model): a transfer "
@@ -89,7 +95,10 @@ std::string mebibytes(double bytes) {
 struct StagePlan {
   StageLayers layers;
   std::vector<PartCost> costs;
+  /// Per virtual stage: activations one micro-batch keeps until its
+  /// backward, and those alive only while one part is recomputed.
   std::vector<double> activationBytes;
+  std::vector<double> transientBytes;
 };
 
 /// Splits the model's layers over the schedule's virtual stages and sets
@@ -98,6 +107,13 @@ struct StagePlan {
 std::optional<StagePlan> planStages(const PipelineShape &shape,
                                     const PipelineStreams &streams,
                                     PipelineCosts &costs) {
+  bool recomputeAll = scheduleRecompute == "full";
+  if (!recomputeAll && scheduleRecompute != "none" &&
+      scheduleRecompute != "selective") {
+    reportError("schedule", "unknown recomputation '" + scheduleRecompute +
+                                "': expected none, selective or full");
+    return std::nullopt;
+  }
   mlir::MLIRContext context;
   std::optional<LoadedModel> model = loadModel(
       context, scheduleModel, {scheduleBatch, scheduleSeq}, "schedule");
@@ -138,6 +154,22 @@ std::optional<StagePlan> planStages(const PipelineShape &shape,
   plan.costs = stageCosts(cost->parts, plan.layers);
   for (const PartCost &activation : stageCosts(cost->activations, plan.layers))
     plan.activationBytes.push_back(activation.memory);
+  plan.transientBytes.assign(stages, 0.0);
+  if (recomputeAll) {
+    // Each layer keeps its input; one layer's activations come back at a
+    // time during the backward (the head is not recomputed).
+    for (int64_t stage = 0, layer = 0; stage < stages; ++stage) {
+      double kept = cost->boundaryBytes * plan.layers[stage];
+      double largest = 0;
+      for (int64_t i = 0; i < plan.layers[stage]; ++i, ++layer)
+        largest = std::max(largest, cost->activations.layers[layer].memory);
+      if (stage == stages - 1)
+        kept += cost->activations.head.memory;
+      plan.costs[stage].memory -= plan.activationBytes[stage] - kept;
+      plan.activationBytes[stage] = kept;
+      plan.transientBytes[stage] = largest;
+    }
+  }
   llvm::outs() << llvm::formatv(
       "{0} layers over {1} virtual stages ({2}):", numLayers, stages,
       given ? "--pp-layers" : "balanced");
@@ -152,16 +184,18 @@ std::optional<StagePlan> planStages(const PipelineShape &shape,
   for (int64_t stage = 0; stage < stages; ++stage) {
     double forwardSeconds =
         plan.costs[stage].time * ModelPipelineCost::forwardShare;
+    double backwardSeconds = plan.costs[stage].time - forwardSeconds;
+    if (recomputeAll)
+      backwardSeconds += forwardSeconds;
     costs.forwardByStage.push_back(forwardSeconds);
-    costs.backwardByStage.push_back(plan.costs[stage].time - forwardSeconds);
+    costs.backwardByStage.push_back(backwardSeconds);
     int64_t last = first + plan.layers[stage] - 1;
     llvm::outs() << llvm::formatv(
         "virtual stage {0}: layers {1}-{2}{3}{4}, forward {5:F3} ms, backward "
         "{6:F3} ms, activations {7} per micro-batch\n",
         stage, first, last, stage == 0 ? " + embedding" : "",
         stage == stages - 1 ? " + head" : "", forwardSeconds * 1e3,
-        (plan.costs[stage].time - forwardSeconds) * 1e3,
-        mebibytes(plan.activationBytes[stage]));
+        backwardSeconds * 1e3, mebibytes(plan.activationBytes[stage]));
     first = last + 1;
   }
   return plan;
@@ -209,17 +243,19 @@ int runScheduleCommand() {
       // Weights and optimizer state of every chunk on the rank, and the
       // saved activations of its most live micro-batches (chunks weighted
       // alike: an upper bound when their activations differ).
-      double states = 0, activations = 0;
+      double states = 0, activations = 0, transient = 0;
       for (int64_t chunk = 0; chunk < shape.chunks; ++chunk) {
         int64_t stage = chunk * shape.ranks + rank;
         states +=
             stagePlan->costs[stage].memory - stagePlan->activationBytes[stage];
         activations = std::max(activations, stagePlan->activationBytes[stage]);
+        transient = std::max(transient, stagePlan->transientBytes[stage]);
       }
       llvm::outs() << llvm::formatv(
           ", peak memory {0} (states {1})",
           mebibytes(states +
-                    simulation->peakLiveActivations[rank] * activations),
+                    simulation->peakLiveActivations[rank] * activations +
+                    transient),
           mebibytes(states));
     }
     llvm::outs() << "\n";
