@@ -29,22 +29,6 @@ int64_t BufferDesc::numElements() const {
 
 namespace {
 
-/// `tokens`, `targets`, or either followed by `.<micro-batch>`.
-bool isInputName(const std::string &name) {
-  for (const char *base : {"tokens", "targets"}) {
-    std::string prefix = std::string(base);
-    if (name == prefix)
-      return true;
-    prefix += ".";
-    if (name.size() > prefix.size() && name.size() <= prefix.size() + 6 &&
-        name.compare(0, prefix.size(), prefix) == 0 &&
-        name.find_first_not_of("0123456789", prefix.size()) ==
-            std::string::npos)
-      return true;
-  }
-  return false;
-}
-
 const AttrValue *findAttr(const Instruction &instruction,
                           const std::string &name) {
   auto it = instruction.attrs.find(name);
@@ -107,6 +91,20 @@ Instruction::texts(const std::string &name) const {
 }
 
 Mesh planMesh(const Plan &plan) { return *Mesh::create(plan.mesh, nullptr); }
+
+std::optional<InputName> parseInputName(const std::string &name) {
+  for (const char *stream : {"tokens", "targets"}) {
+    if (name == stream)
+      return InputName{stream, -1};
+    std::string prefix = std::string(stream) + ".";
+    if (name.size() > prefix.size() && name.size() <= prefix.size() + 6 &&
+        name.compare(0, prefix.size(), prefix) == 0 &&
+        name.find_first_not_of("0123456789", prefix.size()) ==
+            std::string::npos)
+      return InputName{stream, std::stoll(name.substr(prefix.size()))};
+  }
+  return std::nullopt;
+}
 
 int64_t Plan::findArgument(ArgumentRole role, const std::string &name) const {
   for (size_t i = 0; i < arguments.size(); ++i)
@@ -334,7 +332,7 @@ Status PlanReader::readArguments(const json &array) {
     case ArgumentRole::Input:
       if (desc.dtype != DType::I32)
         return Status::error(where + ": an input must be an i32 buffer");
-      if (!isInputName(argument.name))
+      if (!parseInputName(argument.name))
         return Status::error(where + ": unknown input \"" + argument.name +
                              "\"; expected tokens or targets, or tokens.<i> "
                              "and targets.<i> per micro-batch");

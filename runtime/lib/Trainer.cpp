@@ -25,29 +25,23 @@
 
 namespace trellis::runtime {
 
-/// The input arguments called `name` (one batch) or `name.0`, `name.1`...
+/// The input arguments of `stream` (`tokens`: one batch) or `tokens.0`, ...
 /// (one per micro-batch), in micro-batch order; empty when they are missing,
 /// mixed, or not numbered 0..m-1.
 static std::vector<int64_t> microBatchInputs(const Plan &plan,
-                                             const std::string &name) {
+                                             const std::string &stream) {
   std::vector<int64_t> whole;
   std::vector<std::pair<int64_t, int64_t>> numbered; // (micro-batch, argument)
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
-    const Argument &argument = plan.arguments[i];
-    if (argument.role != ArgumentRole::Input)
+    if (plan.arguments[i].role != ArgumentRole::Input)
       continue;
-    if (argument.name == name) {
+    std::optional<InputName> name = parseInputName(plan.arguments[i].name);
+    if (!name || name->stream != stream)
+      continue;
+    if (name->microBatch < 0)
       whole.push_back(i);
-      continue;
-    }
-    const std::string prefix = name + ".";
-    std::string suffix =
-        argument.name.substr(std::min(prefix.size(), argument.name.size()));
-    if (argument.name.compare(0, prefix.size(), prefix) != 0 ||
-        suffix.empty() || suffix.size() > 6 ||
-        suffix.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    numbered.emplace_back(std::stoll(suffix), i);
+    else
+      numbered.emplace_back(name->microBatch, i);
   }
   if (!whole.empty())
     return whole.size() == 1 && numbered.empty() ? whole

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -114,6 +115,17 @@ struct Plan {
   /// A metadata integer (e.g. "vocab_size"), or `fallback`.
   int64_t metadataInteger(const std::string &key, int64_t fallback) const;
 };
+
+/// The name of an input argument: its data stream ("tokens" or "targets")
+/// and micro-batch (-1 for `tokens`, i for `tokens.<i>`).
+struct InputName {
+  std::string stream;
+  int64_t microBatch = -1;
+};
+
+/// Parses `tokens`, `targets`, or either followed by `.<micro-batch>` (up
+/// to 6 digits); nullopt for any other name.
+std::optional<InputName> parseInputName(const std::string &name);
 
 /// The mesh of `plan` (validated when the plan loaded).
 Mesh planMesh(const Plan &plan);
