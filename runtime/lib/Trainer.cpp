@@ -454,6 +454,9 @@ int runTrainingCommand(const TrainOptions &options) {
     int64_t ranks = planMesh(*plan).size();
     if (ranks > 1 || options.nproc > 1 || options.nnodes > 1) {
       int exitCode = launchRanks(options, planMesh(*plan));
+      // A failed run leaves no empty trace behind (the rank files stay).
+      if (exitCode != 0 && !options.tracePath.empty())
+        std::remove(options.tracePath.c_str());
       if (exitCode == 0 && !options.tracePath.empty() && options.nnodes == 1) {
         Status merged = mergeRankTraces(options.tracePath, ranks);
         if (!merged.ok())
