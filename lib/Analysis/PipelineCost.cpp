@@ -24,17 +24,17 @@ int64_t bytesOf(Type type) {
          std::max<int64_t>(1, tensor.getElementTypeBitWidth() / 8);
 }
 
-/// The part `op` belongs to: -1 embedding, -2 head, else its layer.
-std::optional<int64_t> partOf(Operation *op) {
-  static constexpr int64_t kEmbedding = -1, kHead = -2;
+} // namespace
+
+std::optional<int64_t> modelPartOf(Operation *op) {
   auto name = dyn_cast<NameLoc>(op->getLoc());
   if (!name)
     return std::nullopt;
   StringRef text = name.getName().getValue();
   if (text == "embedding")
-    return kEmbedding;
+    return kEmbeddingPart;
   if (text == "head")
-    return kHead;
+    return kHeadPart;
   static const llvm::Regex layerName(
       "^(transformer\\.h|model\\.layers)\\.([0-9]+)$");
   SmallVector<StringRef> groups;
@@ -44,17 +44,15 @@ std::optional<int64_t> partOf(Operation *op) {
   return layer;
 }
 
-} // namespace
-
 FailureOr<ModelPipelineCost> computePipelineCost(func::FuncOp forward,
                                                  const RooflineRates &rates) {
   // Weights, gradients and the two AdamW moments.
   constexpr int64_t kStateCopies = 4;
   ModelPipelineCost cost;
   auto slot = [&](StagedModelCost &model, int64_t part) -> PartCost & {
-    if (part == -1)
+    if (part == kEmbeddingPart)
       return model.embedding;
-    if (part == -2)
+    if (part == kHeadPart)
       return model.head;
     if (static_cast<int64_t>(model.layers.size()) <= part)
       model.layers.resize(part + 1);
@@ -68,14 +66,14 @@ FailureOr<ModelPipelineCost> computePipelineCost(func::FuncOp forward,
   llvm::DenseMap<Operation *, int64_t> orderOf;
   llvm::DenseMap<Value, int64_t> lastUse;
   auto order = [](int64_t part) {
-    return part == -1   ? 0
-           : part == -2 ? std::numeric_limits<int64_t>::max()
+    return part == kEmbeddingPart ? 0
+           : part == kHeadPart ? std::numeric_limits<int64_t>::max()
                         : part + 1;
   };
   WalkResult walk = forward.walk([&](Operation *op) -> WalkResult {
     if (op == forward.getOperation() || isa<func::ReturnOp>(op))
       return WalkResult::advance();
-    std::optional<int64_t> part = partOf(op);
+    std::optional<int64_t> part = modelPartOf(op);
     if (!part) {
       op->emitError("expected the location of a model part (embedding, "
                     "transformer.h.N, model.layers.N or head) for pipeline "

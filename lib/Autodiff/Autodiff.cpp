@@ -37,7 +37,11 @@ StringAttr roleOf(func::FuncOp function, unsigned index) {
                                                GraphDialect::kRoleAttrName);
 }
 
-/// Gradients of values, accumulated as they are produced.
+/// Gradients of values, accumulated as they are produced. A parameter's
+/// gradient is summed per model part (the op location's name) first and
+/// the parts' sums are added once at the end: a parameter two parts share
+/// (GPT-2's tied embedding, used by the embedding and the head) then has
+/// one accumulation per part, which a pipeline keeps on each part's stage.
 class GradientMap {
 public:
   explicit GradientMap(OpBuilder &builder) : builder_(builder) {}
@@ -45,16 +49,65 @@ public:
   void accumulate(Location loc, Value value, Value gradient) {
     if (!gradient)
       return;
-    Value &slot = gradients_[value];
-    slot = slot ? AddOp::create(builder_, loc, slot, gradient).getResult()
-                : gradient;
+    StringAttr part;
+    if (llvm::isa<BlockArgument>(value))
+      if (auto name = llvm::dyn_cast<NameLoc>(loc))
+        part = name.getName();
+    auto key = std::make_pair(value, part);
+    auto [slot, inserted] = gradients_.try_emplace(key, gradient);
+    if (inserted) {
+      parts_[value].push_back(part);
+      return;
+    }
+    slot->second = AddOp::create(builder_, loc, slot->second, gradient);
   }
 
-  Value lookup(Value value) const { return gradients_.lookup(value); }
+  /// The gradient of an op result (null if nothing reached it).
+  Value lookup(Value value) const {
+    return gradients_.lookup(std::make_pair(value, StringAttr()));
+  }
+
+  /// The whole gradient of a parameter: its parts' sums added in the order
+  /// the parts first contributed (null if none did).
+  Value total(Location loc, Value param) {
+    Value sum;
+    for (StringAttr part : parts_.lookup(param)) {
+      Value partial = gradients_.lookup(std::make_pair(param, part));
+      sum = sum ? AddOp::create(builder_, loc, sum, partial).getResult()
+                : partial;
+    }
+    return sum;
+  }
 
 private:
   OpBuilder &builder_;
-  DenseMap<Value, Value> gradients_;
+  DenseMap<std::pair<Value, StringAttr>, Value> gradients_;
+  DenseMap<Value, SmallVector<StringAttr, 1>> parts_;
+};
+
+/// Marks every op the builder inserts with the micro-batch and phase being
+/// built (or leaves it unmarked between micro-batches).
+class ActionTagger : public OpBuilder::Listener {
+public:
+  void setAction(std::optional<int64_t> microBatch, StringRef phase,
+                 MLIRContext *context) {
+    microBatch_ = microBatch ? IntegerAttr::get(IntegerType::get(context, 64),
+                                                *microBatch)
+                             : IntegerAttr();
+    phase_ = microBatch ? StringAttr::get(context, phase) : StringAttr();
+  }
+
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint) override {
+    if (!microBatch_)
+      return;
+    op->setAttr(GraphDialect::kMicroBatchAttrName, microBatch_);
+    op->setAttr(GraphDialect::kPhaseAttrName, phase_);
+  }
+
+private:
+  IntegerAttr microBatch_;
+  StringAttr phase_;
 };
 
 struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
@@ -277,19 +330,25 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     // d(loss_i) = 1 / m, so that only one micro-batch's activations are
     // alive at a time. Parameter gradients accumulate over micro-batches.
     GradientMap gradients(builder);
+    ActionTagger tagger;
+    if (tagActions)
+      builder.setListener(&tagger);
     SmallVector<Value> losses;
-    for (IRMapping &mapping : mappings) {
+    for (auto [index, mapping] : llvm::enumerate(mappings)) {
+      tagger.setAction(index, "forward", builder.getContext());
       SmallVector<Operation *> forwardOps;
       for (Operation &op : forward.getBody().front().without_terminator())
         forwardOps.push_back(builder.clone(op, mapping));
       Value loss = mapping.lookup(
           forward.getBody().front().getTerminator()->getOperand(0));
       losses.push_back(loss);
+      tagger.setAction(index, "backward", builder.getContext());
       gradients.accumulate(loc, loss,
                            fill(builder, loc, {}, 1.0 / microBatches));
       if (failed(buildMicroBatchBackward(builder, loc, forwardOps, gradients)))
         return failure();
     }
+    tagger.setAction(std::nullopt, "", builder.getContext());
     Value loss = losses.front();
     if (microBatches > 1) {
       for (Value next : ArrayRef<Value>(losses).drop_front())
@@ -302,7 +361,7 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     SmallVector<Value> paramGradients;
     for (unsigned index : params) {
       Value param = body->getArgument(index);
-      Value gradient = gradients.lookup(param);
+      Value gradient = gradients.total(loc, param);
       if (!gradient)
         gradient = zerosLike(builder, loc, param);
       paramGradients.push_back(gradient);
@@ -388,6 +447,7 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
       }
     }
 
+    builder.setListener(nullptr);
     func::ReturnOp::create(builder, loc, results);
     // Gradients of data inputs are built by the rules but never used.
     for (Operation &op :

@@ -18,12 +18,31 @@ using namespace trellis::sharding;
 
 namespace {
 
+/// Gives every op the builder inserts the pipeline action (micro-batch and
+/// phase) of the op being partitioned, so that collectives made for an op
+/// run in the same forward or backward as the op.
+class ActionCopier : public OpBuilder::Listener {
+public:
+  void setSource(Operation *op) { source_ = op; }
+
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint) override {
+    for (StringRef name : {graph::GraphDialect::kMicroBatchAttrName,
+                           graph::GraphDialect::kPhaseAttrName})
+      if (Attribute value = source_ ? source_->getAttr(name) : Attribute())
+        op->setAttr(name, value);
+  }
+
+private:
+  Operation *source_ = nullptr;
+};
+
 class Partitioner {
 public:
   Partitioner(func::FuncOp function, MeshOp mesh)
       : function_(function), mesh_(mesh.getMesh()),
         meshName_(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
-        builder_(function.getContext()) {}
+        builder_(function.getContext(), &actionCopier_) {}
 
   LogicalResult run();
 
@@ -53,6 +72,7 @@ private:
   func::FuncOp function_;
   MeshAttr mesh_;
   FlatSymbolRefAttr meshName_;
+  ActionCopier actionCopier_;
   OpBuilder builder_;
   /// The sharding each (already local) value has.
   DenseMap<Value, ValueSharding> actual_;
@@ -214,6 +234,7 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
         keptPartial.push_back(axis);
 
   builder_.setInsertionPoint(op);
+  actionCopier_.setSource(op);
   SmallVector<Value> operands;
   for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
     ValueSharding required = projectFactors(rule.operandFactors[i], factorAxes);
@@ -318,6 +339,7 @@ LogicalResult Partitioner::run() {
   // argument's layout.
   Operation *terminator = body.getTerminator();
   builder_.setInsertionPoint(terminator);
+  actionCopier_.setSource(nullptr);
   for (OpOperand &operand : terminator->getOpOperands()) {
     Value value = operand.get();
     auto type = llvm::cast<RankedTensorType>(value.getType());

@@ -13,7 +13,9 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "trellis/Analysis/StepReport.h"
+#include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Autodiff/Passes.h"
+#include "trellis/Pipeline/PipelineSplit.h"
 #include "trellis/Sharding/Passes.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -71,11 +73,28 @@ cl::opt<int64_t> compileTensorParallel(
     cl::desc("Tensor-parallel degree: split attention and MLP weights "
              "(Megatron layout) over N ranks"),
     cl::init(1), cl::sub(compileCommand));
+cl::opt<int64_t> compilePipeline(
+    "pp",
+    cl::desc("Pipeline stages: split the layers over N ranks (the pp axis, "
+             "major to dp and tp); --microbatches gives the micro-batches"),
+    cl::init(1), cl::sub(compileCommand));
+cl::opt<std::string> compileSchedule(
+    "schedule", cl::desc("Pipeline schedule: gpipe, 1f1b or interleaved"),
+    cl::init("1f1b"), cl::sub(compileCommand));
+cl::opt<int64_t> compileChunks(
+    "chunks",
+    cl::desc("Model chunks per pipeline rank (interleaved schedule)"),
+    cl::init(1), cl::sub(compileCommand));
+cl::opt<std::string> compileStageLayers(
+    "pp-layers",
+    cl::desc("Layers per virtual pipeline stage instead of the balanced "
+             "split"),
+    cl::value_desc("6,7,7,6"), cl::sub(compileCommand));
 cl::opt<std::string> compileMesh(
     "mesh",
-    cl::desc("Mesh axes, major to minor, instead of --dp/--tp: dp=D,tp=T "
-             "(tp minor, so a tensor-parallel group is adjacent ranks); a "
-             "pp axis must have size 1"),
+    cl::desc("Mesh axes, major to minor, instead of --dp/--tp/--pp: e.g. "
+             "pp=2,dp=2,tp=2 (tp after dp, so a tensor-parallel group is "
+             "adjacent ranks)"),
     cl::value_desc("dp=2,tp=2"), cl::sub(compileCommand));
 cl::opt<double> compileBucketMiB(
     "bucket-mib",
@@ -102,22 +121,37 @@ cl::opt<EmitKind> compileEmit(
 struct ParallelDegrees {
   int64_t dataParallel = 1;
   int64_t tensorParallel = 1;
+  int64_t pipeline = 1;
+  /// The plan's mesh, major to minor (with the pp axis).
+  std::vector<std::pair<std::string, int64_t>> axes;
 };
 
-/// The degrees from `--mesh`, or from `--dp`/`--tp` when it is absent.
+/// The degrees from `--mesh`, or from `--dp`/`--tp`/`--pp` when it is
+/// absent.
 std::optional<ParallelDegrees> resolveParallelDegrees() {
   if (compileMesh.getNumOccurrences() == 0)
-    return ParallelDegrees{compileDataParallel, compileTensorParallel};
+    return ParallelDegrees{compileDataParallel,
+                           compileTensorParallel,
+                           compilePipeline,
+                           {{"pp", compilePipeline},
+                            {"dp", compileDataParallel},
+                            {"tp", compileTensorParallel}}};
   if (compileDataParallel.getNumOccurrences() ||
-      compileTensorParallel.getNumOccurrences()) {
-    reportError("compile", "--mesh and --dp/--tp both given: expected one "
-                           "description of the mesh");
+      compileTensorParallel.getNumOccurrences() ||
+      compilePipeline.getNumOccurrences()) {
+    reportError("compile", "--mesh and --dp/--tp/--pp both given: expected "
+                           "one description of the mesh");
     return std::nullopt;
   }
   std::optional<Mesh> mesh = parseMeshOption(compileMesh);
   if (!mesh)
     return std::nullopt;
   ParallelDegrees degrees;
+  for (const MeshAxis &axis : mesh->axes())
+    degrees.axes.emplace_back(axis.name, axis.size);
+  for (const char *name : {"pp", "dp", "tp"})
+    if (!mesh->axisIndex(name))
+      degrees.axes.emplace_back(name, 1);
   std::optional<size_t> dataAxis = mesh->axisIndex("dp");
   std::optional<size_t> tensorAxis = mesh->axisIndex("tp");
   for (const MeshAxis &axis : mesh->axes()) {
@@ -126,15 +160,7 @@ std::optional<ParallelDegrees> resolveParallelDegrees() {
     } else if (axis.name == "tp") {
       degrees.tensorParallel = axis.size;
     } else if (axis.name == "pp") {
-      if (axis.size != 1) {
-        reportError("compile",
-                    llvm::formatv("--mesh: axis 'pp' has size {0}: pipeline "
-                                  "stages are not compiled yet (expected "
-                                  "pp=1); `trellis schedule` simulates "
-                                  "pipeline schedules",
-                                  axis.size));
-        return std::nullopt;
-      }
+      degrees.pipeline = axis.size;
     } else {
       reportError("compile",
                   "--mesh: unknown axis '" + axis.name +
@@ -150,6 +176,53 @@ std::optional<ParallelDegrees> resolveParallelDegrees() {
     return std::nullopt;
   }
   return degrees;
+}
+
+/// The schedule and the layers of each virtual stage for a pipeline of
+/// `stages` ranks over `forward`, or nullopt after reporting an error.
+std::optional<PipelineConfig> planPipeline(mlir::func::FuncOp forward,
+                                           int64_t stages) {
+  std::optional<ScheduleKind> kind = parseScheduleKind(compileSchedule);
+  if (!kind) {
+    reportError("compile", "--schedule: unknown schedule '" + compileSchedule +
+                               "': expected gpipe, 1f1b or interleaved");
+    return std::nullopt;
+  }
+  PipelineConfig config{*kind, {stages, compileMicroBatches, compileChunks},
+                        {}};
+  std::string error;
+  std::optional<PipelineStreams> streams =
+      buildSchedule(*kind, config.shape, &error);
+  if (!streams) {
+    reportError("compile", "--schedule: " + error);
+    return std::nullopt;
+  }
+  mlir::FailureOr<ModelPipelineCost> cost =
+      computePipelineCost(forward, RooflineRates());
+  if (mlir::failed(cost))
+    return std::nullopt;
+  int64_t numLayers = cost->parts.layers.size();
+  int64_t virtualStages = config.shape.virtualStages();
+  if (!compileStageLayers.empty()) {
+    std::optional<StageLayers> split =
+        parseStageLayers(compileStageLayers, &error);
+    if (!split || !verifyStageLayers(*split, numLayers, virtualStages, &error)) {
+      reportError("compile", "--pp-layers: " + error);
+      return std::nullopt;
+    }
+    config.layers = *split;
+    return config;
+  }
+  std::optional<StageLayers> split =
+      balanceStages(cost->parts, virtualStages, &error);
+  if (!split) {
+    reportError("compile", "--pp " + std::to_string(stages) + ": " + error);
+    return std::nullopt;
+  }
+  config.layers =
+      refineStagesBySimulation(cost->parts, *split, *streams, config.shape,
+                               ModelPipelineCost::forwardShare);
+  return config;
 }
 } // namespace
 
@@ -178,11 +251,35 @@ int runCompileCommand() {
   llvm::StringRef stepName = wantsGradients ? "gradients" : "train_step";
 
   if (module.lookupSymbol<mlir::func::FuncOp>(stepName) &&
-      compileMicroBatches != 1)
+      (compileMicroBatches != 1 || degrees->pipeline != 1))
     return reportError("compile",
-                       "--microbatches: expected a @forward to differentiate, "
-                       "found an existing @" +
+                       llvm::Twine(compileMicroBatches != 1 ? "--microbatches"
+                                                            : "--pp") +
+                           ": expected a @forward to differentiate, found an "
+                           "existing @" +
                            stepName);
+  std::optional<PipelineConfig> pipeline;
+  if (degrees->pipeline != 1) {
+    if (degrees->pipeline < 1)
+      return reportError("compile", "--pp: expected a positive number of "
+                                    "stages, found " +
+                                        std::to_string(degrees->pipeline));
+    auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+    if (!forward)
+      return reportError("compile", "--pp: expected a function @forward");
+    pipeline = planPipeline(forward, degrees->pipeline);
+    if (!pipeline)
+      return 1;
+    llvm::json::Array layers;
+    for (int64_t count : pipeline->layers)
+      layers.push_back(count);
+    model->metadata["pipeline"] = llvm::json::Object{
+        {"schedule", compileSchedule.getValue()},
+        {"stages", degrees->pipeline},
+        {"chunks", compileChunks.getValue()},
+        {"stage_layers", std::move(layers)},
+    };
+  }
   if (!module.lookupSymbol<mlir::func::FuncOp>(stepName)) {
     mlir::PassManager pm(&context);
     AutodiffPassOptions options;
@@ -194,15 +291,19 @@ int runCompileCommand() {
     options.weightDecay = compileWeightDecay;
     options.microBatches = compileMicroBatches;
     options.recompute = compileRecompute;
+    options.tagActions = pipeline.has_value();
     pm.addPass(createAutodiffPass(options));
     if (mlir::failed(pm.run(module)))
       return 1;
   }
   if (degrees->dataParallel != 1 || degrees->tensorParallel != 1) {
     mlir::PassManager pm(&context);
-    buildShardingPipeline(
-        pm, stepName, degrees->dataParallel, degrees->tensorParallel,
-        static_cast<int64_t>(compileBucketMiB * (1 << 20)), compileExplain);
+    // Gradient buckets would join gradients of different stages.
+    int64_t bucketBytes =
+        pipeline ? -1 : static_cast<int64_t>(compileBucketMiB * (1 << 20));
+    buildShardingPipeline(pm, stepName, degrees->dataParallel,
+                          degrees->tensorParallel, bucketBytes,
+                          compileExplain);
     if (mlir::failed(pm.run(module)))
       return 1;
   }
@@ -228,7 +329,16 @@ int runCompileCommand() {
       {"epsilon", compileEpsilon.getValue()},
       {"weight_decay", compileWeightDecay.getValue()},
   };
-  mlir::FailureOr<llvm::json::Value> plan = emitPlan(step, std::move(metadata));
+  std::optional<PipelinePlan> pipelinePlan;
+  if (pipeline) {
+    mlir::FailureOr<PipelineProgram> program = splitPipeline(step, *pipeline);
+    if (mlir::failed(program))
+      return 1;
+    pipelinePlan = PipelinePlan{std::move(*program), degrees->axes, "pp"};
+  }
+  mlir::FailureOr<llvm::json::Value> plan =
+      emitPlan(step, std::move(metadata),
+               pipelinePlan ? &*pipelinePlan : nullptr);
   if (mlir::failed(plan))
     return 1;
   output->os() << *plan << "\n";

@@ -17,6 +17,16 @@
 
 namespace trellis {
 
+/// Parts of a model, as `modelPartOf` names them: a layer index, or one of
+/// these.
+constexpr int64_t kEmbeddingPart = -1;
+constexpr int64_t kHeadPart = -2;
+
+/// The part `op` belongs to by its location (`embedding`, `head`,
+/// `transformer.h.N` or `model.layers.N`), or nullopt for any other
+/// location.
+std::optional<int64_t> modelPartOf(mlir::Operation *op);
+
 /// The machine a stage runs on, for the roofline.
 struct RooflineRates {
   double flopsPerSecond = 1e11;

@@ -69,7 +69,11 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
            "none, selective (the attention core: the same program as none, "
            "since the fused attention gradient recomputes its probabilities) "
            "or full (each model part's forward, e.g. a layer, again before "
-           "its backward)">
+           "its backward)">,
+    Option<"tagActions", "tag-actions", "bool", "false",
+           "Mark each op with the micro-batch (graph.micro_batch) and phase "
+           "(graph.phase = forward or backward) it belongs to, for the "
+           "pipeline split">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect",
                            "::mlir::func::FuncDialect"];

@@ -64,9 +64,17 @@ std::optional<llvm::json::Value> attributeToJson(Attribute attr) {
 
 class Emitter {
 public:
-  FailureOr<llvm::json::Value> emit(func::FuncOp step, PlanMetadata metadata);
+  FailureOr<llvm::json::Value> emit(func::FuncOp step, PlanMetadata metadata,
+                                    const PipelinePlan *pipeline);
 
 private:
+  /// The instruction of `op` (its results get buffers on first sight).
+  FailureOr<llvm::json::Object> emitInstruction(Operation &op);
+  /// The instruction of one end of a pipeline transfer.
+  FailureOr<llvm::json::Object> emitTransfer(const PipelinePlan &pipeline,
+                                             const StageItem &item,
+                                             Operation *where);
+
   /// The mesh every sharding and collective of `step` uses (a plan runs on
   /// one mesh), or none for a single-device program.
   FailureOr<MeshOp> findMesh(func::FuncOp step);
@@ -110,6 +118,8 @@ FailureOr<MeshOp> Emitter::findMesh(func::FuncOp step) {
 }
 
 FailureOr<int64_t> Emitter::defineBuffer(Value value, Operation *where) {
+  if (auto known = bufferIds_.find(value); known != bufferIds_.end())
+    return known->second;
   auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
   StringRef dtype = type ? dtypeName(type.getElementType()) : "";
   if (!type || !type.hasStaticShape() || dtype.empty())
@@ -122,20 +132,109 @@ FailureOr<int64_t> Emitter::defineBuffer(Value value, Operation *where) {
   return id;
 }
 
+FailureOr<llvm::json::Object> Emitter::emitInstruction(Operation &op) {
+  if (llvm::isa<ShardOp>(op))
+    return op.emitError() << "sharding annotations remain: partition the "
+                             "program before emitting a plan";
+  if (!llvm::isa<GraphDialect, TrellisDialect>(op.getDialect()))
+    return op.emitError() << "the plan executes graph and trellis ops, "
+                             "found '"
+                          << op.getName() << "'";
+  llvm::json::Array inputs, outputs;
+  for (Value operand : op.getOperands())
+    inputs.push_back(bufferIds_.lookup(operand));
+  for (Value result : op.getResults()) {
+    FailureOr<int64_t> id = defineBuffer(result, &op);
+    if (failed(id))
+      return failure();
+    outputs.push_back(*id);
+  }
+  llvm::json::Object attrs;
+  auto inherent =
+      llvm::dyn_cast_if_present<DictionaryAttr>(op.getPropertiesAsAttribute());
+  for (NamedAttribute named :
+       inherent ? inherent.getValue() : ArrayRef<NamedAttribute>()) {
+    // The plan has one mesh: collectives need not name it.
+    if (named.getName() == "mesh")
+      continue;
+    std::optional<llvm::json::Value> value = attributeToJson(named.getValue());
+    if (!value)
+      return op.emitError() << "attribute '" << named.getName().getValue()
+                            << "' has no plan form";
+    attrs[named.getName().getValue()] = std::move(*value);
+  }
+  return llvm::json::Object{
+      {"op", op.getName().stripDialect().str()},
+      {"inputs", std::move(inputs)},
+      {"outputs", std::move(outputs)},
+      {"attrs", std::move(attrs)},
+  };
+}
+
+FailureOr<llvm::json::Object>
+Emitter::emitTransfer(const PipelinePlan &pipeline, const StageItem &item,
+                      Operation *where) {
+  const StageTransfer &transfer = pipeline.program.transfers[item.transfer];
+  FailureOr<int64_t> id = defineBuffer(transfer.value, where);
+  if (failed(id))
+    return failure();
+  bool sending = item.kind == StageItem::Kind::Send;
+  llvm::json::Array buffer{*id};
+  return llvm::json::Object{
+      {"op", sending ? "send" : "recv"},
+      {"inputs", sending ? std::move(buffer) : llvm::json::Array()},
+      {"outputs", sending ? llvm::json::Array() : std::move(buffer)},
+      {"attrs",
+       llvm::json::Object{
+           {"axes", llvm::json::Array{pipeline.axis}},
+           {"peer", sending ? transfer.to : transfer.from},
+           {"channel", transfer.channel},
+       }},
+  };
+}
+
 FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
-                                           PlanMetadata metadata) {
+                                           PlanMetadata metadata,
+                                           const PipelinePlan *pipeline) {
   if (!llvm::hasSingleElement(step.getBody()))
     return step.emitError("expected a function with a single block");
   Block &body = step.getBody().front();
   if (failed(findMesh(step)))
     return failure();
   llvm::json::Array mesh;
-  if (mesh_)
+  if (pipeline) {
+    // The pipeline's mesh adds its axis to the step's (same sizes).
+    for (const auto &[name, size] : pipeline->mesh) {
+      std::optional<MeshAxisAttr> stepAxis;
+      if (mesh_)
+        for (MeshAxisAttr axis : mesh_.getMesh().getAxes())
+          if (axis.getName() == name)
+            stepAxis = axis;
+      if (name == pipeline->axis
+              ? stepAxis.has_value() ||
+                    size != static_cast<int64_t>(
+                                pipeline->program.streams.size())
+              : stepAxis && stepAxis->getSize() != size)
+        return step.emitError()
+               << "the pipeline mesh's axis '" << name << "' of size " << size
+               << " does not match the step's mesh and stages";
+      mesh.push_back(llvm::json::Object{{"name", name}, {"size", size}});
+    }
+    if (mesh_)
+      for (MeshAxisAttr axis : mesh_.getMesh().getAxes())
+        if (llvm::none_of(pipeline->mesh,
+                          [&](const auto &entry) {
+                            return entry.first == axis.getName();
+                          }))
+          return step.emitError() << "the pipeline mesh lacks the step's axis '"
+                                  << axis.getName() << "'";
+  } else if (mesh_) {
     for (MeshAxisAttr axis : mesh_.getMesh().getAxes())
       mesh.push_back(llvm::json::Object{{"name", axis.getName().str()},
                                         {"size", axis.getSize()}});
-  else
+  } else {
     mesh.push_back(llvm::json::Object{{"name", "dp"}, {"size", 1}});
+  }
 
   llvm::json::Array arguments;
   for (BlockArgument arg : body.getArguments()) {
@@ -171,48 +270,39 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       }
       entry["sharding"] = std::move(dims);
     }
+    if (pipeline)
+      entry["stages"] = shapeArray(
+          pipeline->program.argumentRanks[arg.getArgNumber()]);
     arguments.push_back(std::move(entry));
   }
 
-  llvm::json::Array program;
-  for (Operation &op : body.without_terminator()) {
-    if (llvm::isa<ShardOp>(op))
-      return op.emitError() << "sharding annotations remain: partition the "
-                               "program before emitting a plan";
-    if (!llvm::isa<GraphDialect, TrellisDialect>(op.getDialect()))
-      return op.emitError() << "the plan executes graph and trellis ops, "
-                               "found '"
-                            << op.getName() << "'";
-    llvm::json::Array inputs, outputs;
-    for (Value operand : op.getOperands())
-      inputs.push_back(bufferIds_.lookup(operand));
-    for (Value result : op.getResults()) {
-      FailureOr<int64_t> id = defineBuffer(result, &op);
-      if (failed(id))
+  llvm::json::Array stages;
+  if (!pipeline) {
+    llvm::json::Array program;
+    for (Operation &op : body.without_terminator()) {
+      FailureOr<llvm::json::Object> instruction = emitInstruction(op);
+      if (failed(instruction))
         return failure();
-      outputs.push_back(*id);
+      program.push_back(std::move(*instruction));
     }
-    llvm::json::Object attrs;
-    auto inherent = llvm::dyn_cast_if_present<DictionaryAttr>(
-        op.getPropertiesAsAttribute());
-    for (NamedAttribute named :
-         inherent ? inherent.getValue() : ArrayRef<NamedAttribute>()) {
-      // The plan has one mesh: collectives need not name it.
-      if (named.getName() == "mesh")
-        continue;
-      std::optional<llvm::json::Value> value =
-          attributeToJson(named.getValue());
-      if (!value)
-        return op.emitError() << "attribute '" << named.getName().getValue()
-                              << "' has no plan form";
-      attrs[named.getName().getValue()] = std::move(*value);
+    stages.push_back(
+        llvm::json::Object{{"stage", 0}, {"program", std::move(program)}});
+  }
+  for (auto [rank, stream] :
+       llvm::enumerate(pipeline ? pipeline->program.streams
+                                : std::vector<std::vector<StageItem>>())) {
+    llvm::json::Array program;
+    for (const StageItem &item : stream) {
+      FailureOr<llvm::json::Object> instruction =
+          item.kind == StageItem::Kind::Op
+              ? emitInstruction(*item.op)
+              : emitTransfer(*pipeline, item, step);
+      if (failed(instruction))
+        return failure();
+      program.push_back(std::move(*instruction));
     }
-    program.push_back(llvm::json::Object{
-        {"op", op.getName().stripDialect().str()},
-        {"inputs", std::move(inputs)},
-        {"outputs", std::move(outputs)},
-        {"attrs", std::move(attrs)},
-    });
+    stages.push_back(llvm::json::Object{{"stage", static_cast<int64_t>(rank)},
+                                        {"program", std::move(program)}});
   }
 
   llvm::json::Array results;
@@ -230,10 +320,12 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       entry["gradient_of"] = gradientOf.getInt();
     else if (index == 0)
       entry["role"] = "loss";
+    if (pipeline)
+      entry["stages"] = shapeArray(pipeline->program.resultRanks[index]);
     results.push_back(std::move(entry));
   }
 
-  return llvm::json::Value(llvm::json::Object{
+  llvm::json::Object plan{
       {"format", "trellis-plan"},
       {"version", kPlanFormatVersion},
       {"metadata", std::move(metadata.fields)},
@@ -241,14 +333,17 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       {"buffers", std::move(buffers_)},
       {"arguments", std::move(arguments)},
       {"results", std::move(results)},
-      {"stages", llvm::json::Array{llvm::json::Object{
-                     {"stage", 0}, {"program", std::move(program)}}}},
-  });
+      {"stages", std::move(stages)},
+  };
+  if (pipeline)
+    plan["pipeline_axis"] = pipeline->axis;
+  return llvm::json::Value(std::move(plan));
 }
 
 } // namespace
 
 FailureOr<llvm::json::Value> trellis::emitPlan(func::FuncOp step,
-                                               PlanMetadata metadata) {
-  return Emitter().emit(step, std::move(metadata));
+                                               PlanMetadata metadata,
+                                               const PipelinePlan *pipeline) {
+  return Emitter().emit(step, std::move(metadata), pipeline);
 }

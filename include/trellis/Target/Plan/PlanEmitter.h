@@ -10,6 +10,7 @@
 #define TRELLIS_TARGET_PLAN_PLANEMITTER_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "trellis/Pipeline/PipelineSplit.h"
 #include "llvm/Support/JSON.h"
 
 namespace trellis {
@@ -22,10 +23,22 @@ struct PlanMetadata {
   llvm::json::Object fields;
 };
 
-/// Emits the plan of `step`. Fails (with a diagnostic on the offending op)
-/// when the function holds an op the plan cannot express.
-mlir::FailureOr<llvm::json::Value> emitPlan(mlir::func::FuncOp step,
-                                            PlanMetadata metadata);
+/// A pipelined step: its streams, the mesh with the pipeline axis added
+/// (major to minor), and that axis's name.
+struct PipelinePlan {
+  PipelineProgram program;
+  std::vector<std::pair<std::string, int64_t>> mesh;
+  std::string axis = "pp";
+};
+
+/// Emits the plan of `step`: one program, or with `pipeline` one program
+/// per pipeline rank (transfers as send and recv over the pipeline axis,
+/// each argument and result listing the stages that hold it). Fails (with a
+/// diagnostic on the offending op) when the function holds an op the plan
+/// cannot express.
+mlir::FailureOr<llvm::json::Value>
+emitPlan(mlir::func::FuncOp step, PlanMetadata metadata,
+         const PipelinePlan *pipeline = nullptr);
 
 } // namespace trellis
 

@@ -37,6 +37,13 @@ def Graph_Dialect : Dialect {
         "graph.file_shape";
     /// Function result attribute: index of the argument this result updates.
     static constexpr ::llvm::StringLiteral kUpdatesAttrName = "graph.updates";
+    /// Op attribute (pipelined steps): the micro-batch whose forward or
+    /// backward the op belongs to; absent on ops of the whole step (loss
+    /// average, gradient reductions, optimizer).
+    static constexpr ::llvm::StringLiteral kMicroBatchAttrName =
+        "graph.micro_batch";
+    /// Op attribute (pipelined steps): "forward" or "backward".
+    static constexpr ::llvm::StringLiteral kPhaseAttrName = "graph.phase";
   }];
 }
 

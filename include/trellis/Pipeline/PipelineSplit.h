@@ -1,0 +1,79 @@
+//===- PipelineSplit.h - A training step cut into pipeline stages -*- C++ -*-===//
+//
+// Cuts a training step whose ops carry their micro-batch and phase
+// (graph.micro_batch, graph.phase: the autodiff's tag-actions option) into
+// one instruction stream per pipeline rank:
+//
+// - Every op of a micro-batch's forward or backward goes to the virtual
+//   stage of its model part (its location: embedding on the first stage,
+//   the layers as the split says, the head and loss on the last); ops
+//   without a part (constants, resharding collectives) go with their users.
+// - Ops of the whole step (loss average, gradient reductions, optimizer)
+//   run on every rank that needs their results: a parameter's update where
+//   the parameter is used, so that a parameter two stages share (a tied
+//   embedding) is updated alike on both, from the same summed gradient.
+// - A value made on one rank and read on another becomes a transfer: a
+//   send after the action that made it, a receive at the schedule's receive
+//   slot for the action that reads it (else just before it). Values keep
+//   their layout: with tensor parallelism each rank sends its own shard.
+// - Each rank runs its actions in the schedule's order, then the step's
+//   ops in program order. The result is checked by simulation (sends never
+//   block; an op waits for the transfers it reads) before it is returned:
+//   every send is received and no rank waits forever.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_PIPELINE_PIPELINESPLIT_H
+#define TRELLIS_PIPELINE_PIPELINESPLIT_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "trellis/Common/PipelineSchedule.h"
+#include "trellis/Common/StageSplit.h"
+
+#include <vector>
+
+namespace trellis {
+
+struct PipelineConfig {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  /// Ranks (pipeline stages), micro-batches, chunks per rank.
+  PipelineShape shape;
+  /// Layers per virtual stage (shape.virtualStages() entries).
+  StageLayers layers;
+};
+
+/// A value sent from one rank of the pipeline to another. `channel` is
+/// unique within the step.
+struct StageTransfer {
+  mlir::Value value;
+  int64_t from = 0, to = 0;
+  int64_t channel = 0;
+};
+
+/// One entry of a rank's stream: an op, or one end of a transfer.
+struct StageItem {
+  enum class Kind { Op, Send, Recv };
+  Kind kind = Kind::Op;
+  mlir::Operation *op = nullptr;
+  /// Index into PipelineProgram::transfers (Send and Recv).
+  int64_t transfer = -1;
+};
+
+struct PipelineProgram {
+  /// One stream per pipeline rank.
+  std::vector<std::vector<StageItem>> streams;
+  std::vector<StageTransfer> transfers;
+  /// Per argument and per result of the step: the ranks that hold it.
+  std::vector<std::vector<int64_t>> argumentRanks;
+  std::vector<std::vector<int64_t>> resultRanks;
+};
+
+/// Splits `step` for `config`. Fails with a diagnostic when an op has no
+/// action tags or no stage, when the schedule cannot be built, or when the
+/// streams would deadlock.
+mlir::FailureOr<PipelineProgram> splitPipeline(mlir::func::FuncOp step,
+                                               const PipelineConfig &config);
+
+} // namespace trellis
+
+#endif // TRELLIS_PIPELINE_PIPELINESPLIT_H

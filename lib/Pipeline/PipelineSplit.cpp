@@ -1,0 +1,500 @@
+//===- PipelineSplit.cpp - A training step cut into pipeline stages -------===//
+
+#include "trellis/Pipeline/PipelineSplit.h"
+
+#include "trellis/Analysis/PipelineCost.h"
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <map>
+#include <set>
+
+using namespace mlir;
+
+namespace trellis {
+
+namespace {
+
+using RankSet = std::set<int64_t>;
+
+/// A forward or backward of one micro-batch on one virtual stage.
+struct ActionKey {
+  bool backward = false;
+  int64_t microBatch = 0;
+  int64_t virtualStage = 0;
+  bool operator<(const ActionKey &other) const {
+    return std::tie(backward, microBatch, virtualStage) <
+           std::tie(other.backward, other.microBatch, other.virtualStage);
+  }
+};
+
+/// Where an op runs: an action of one virtual stage, or (step ops) every
+/// rank in `ranks`.
+struct Placement {
+  std::optional<ActionKey> action;
+  RankSet ranks;
+};
+
+class Splitter {
+public:
+  Splitter(func::FuncOp step, const PipelineConfig &config)
+      : step_(step), config_(config), body_(step.getBody().front()),
+        ranks_(config.shape.ranks) {}
+
+  FailureOr<PipelineProgram> run();
+
+private:
+  LogicalResult placeActionOps();
+  void placeStepOps();
+  void placeArgumentsAndResults();
+  /// Records a transfer of `value` to `rank` unless it is made there.
+  void requireOn(Value value, int64_t rank);
+  LogicalResult buildStreams(const PipelineStreams &schedule);
+  LogicalResult checkStreams();
+
+  int64_t rankOf(int64_t virtualStage) const {
+    return virtualStage % ranks_;
+  }
+  int64_t virtualStageOf(int64_t part) const;
+
+  func::FuncOp step_;
+  const PipelineConfig &config_;
+  Block &body_;
+  int64_t ranks_;
+  llvm::DenseMap<Operation *, Placement> placement_;
+  PipelineProgram program_;
+  /// Transfers by (value, destination rank).
+  std::map<std::pair<void *, int64_t>, int64_t> transferOf_;
+};
+
+int64_t Splitter::virtualStageOf(int64_t part) const {
+  int64_t stages = static_cast<int64_t>(config_.layers.size());
+  if (part == kEmbeddingPart)
+    return 0;
+  if (part == kHeadPart)
+    return stages - 1;
+  int64_t first = 0;
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    first += config_.layers[stage];
+    if (part < first)
+      return stage;
+  }
+  return stages - 1;
+}
+
+LogicalResult Splitter::placeActionOps() {
+  // Ops of a micro-batch: by part, else by their users, else by operands.
+  SmallVector<Operation *> unplaced;
+  for (Operation &op : body_.without_terminator()) {
+    auto microBatch = op.getAttrOfType<IntegerAttr>(
+        graph::GraphDialect::kMicroBatchAttrName);
+    if (!microBatch)
+      continue;
+    auto phase =
+        op.getAttrOfType<StringAttr>(graph::GraphDialect::kPhaseAttrName);
+    if (!phase ||
+        (phase.getValue() != "forward" && phase.getValue() != "backward"))
+      return op.emitOpError()
+             << "has a micro-batch but no graph.phase \"forward\" or "
+                "\"backward\"";
+    if (microBatch.getInt() < 0 ||
+        microBatch.getInt() >= config_.shape.microBatches)
+      return op.emitOpError()
+             << "belongs to micro-batch " << microBatch.getInt()
+             << ", outside the schedule's " << config_.shape.microBatches;
+    ActionKey key{phase.getValue() == "backward", microBatch.getInt(), -1};
+    if (std::optional<int64_t> part = modelPartOf(&op))
+      key.virtualStage = virtualStageOf(*part);
+    else
+      unplaced.push_back(&op);
+    placement_[&op].action = key;
+  }
+  auto stageOf = [&](Operation *op) -> int64_t {
+    auto it = placement_.find(op);
+    return it != placement_.end() && it->second.action
+               ? it->second.action->virtualStage
+               : -1;
+  };
+  for (Operation *op : llvm::reverse(unplaced)) {
+    int64_t stage = -1;
+    for (Operation *user : op->getUsers())
+      if (int64_t candidate = stageOf(user); candidate >= 0)
+        stage = stage < 0 ? candidate : std::min(stage, candidate);
+    placement_[op].action->virtualStage = stage;
+  }
+  for (Operation *op : unplaced) {
+    ActionKey &key = *placement_[op].action;
+    for (Value operand : op->getOperands())
+      if (Operation *producer = operand.getDefiningOp();
+          key.virtualStage < 0 && producer)
+        key.virtualStage = stageOf(producer);
+    if (key.virtualStage < 0)
+      return op->emitOpError()
+             << "has no pipeline stage: its location names no model part and "
+                "no user or operand has one";
+  }
+  for (auto &[op, where] : placement_)
+    where.ranks = {rankOf(where.action->virtualStage)};
+  return success();
+}
+
+void Splitter::placeStepOps() {
+  // Ranks that read each argument inside micro-batches.
+  llvm::DenseMap<Value, RankSet> actionReaders;
+  for (auto &[op, where] : placement_)
+    for (Value operand : op->getOperands())
+      if (llvm::isa<BlockArgument>(operand))
+        actionReaders[operand].insert(where.ranks.begin(), where.ranks.end());
+  // What each result needs: an update or gradient where its parameter is
+  // used, the loss on rank 0 (which reports it).
+  Operation *terminator = body_.getTerminator();
+  std::vector<RankSet> resultNeeds(terminator->getNumOperands());
+  for (unsigned i = 0; i < terminator->getNumOperands(); ++i) {
+    std::optional<int64_t> argument;
+    if (auto updates = step_.getResultAttrOfType<IntegerAttr>(
+            i, graph::GraphDialect::kUpdatesAttrName))
+      argument = updates.getInt();
+    else if (auto gradientOf =
+                 step_.getResultAttrOfType<IntegerAttr>(i, "graph.gradient_of"))
+      argument = gradientOf.getInt();
+    if (!argument) {
+      resultNeeds[i] = {0};
+      continue;
+    }
+    if (*argument >= 0 && *argument < body_.getNumArguments())
+      resultNeeds[i] = actionReaders.lookup(body_.getArgument(*argument));
+  }
+  // Step ops, last first: every rank a user runs on, or that needs the
+  // result they return.
+  SmallVector<Operation *> stepOps;
+  for (Operation &op : body_.without_terminator())
+    if (!placement_.count(&op))
+      stepOps.push_back(&op);
+  for (Operation *op : llvm::reverse(stepOps)) {
+    RankSet ranks;
+    for (OpOperand &use : op->getUses()) {
+      if (use.getOwner() == terminator) {
+        const RankSet &needs = resultNeeds[use.getOperandNumber()];
+        ranks.insert(needs.begin(), needs.end());
+        continue;
+      }
+      const RankSet &userRanks = placement_[use.getOwner()].ranks;
+      ranks.insert(userRanks.begin(), userRanks.end());
+    }
+    if (ranks.empty())
+      ranks = {0};
+    placement_[op].ranks = std::move(ranks);
+  }
+  program_.resultRanks.clear();
+  for (unsigned i = 0; i < terminator->getNumOperands(); ++i) {
+    RankSet ranks = resultNeeds[i];
+    if (ranks.empty()) {
+      Operation *producer = terminator->getOperand(i).getDefiningOp();
+      ranks = producer ? placement_[producer].ranks : RankSet{0};
+    }
+    program_.resultRanks.emplace_back(ranks.begin(), ranks.end());
+  }
+}
+
+void Splitter::placeArgumentsAndResults() {
+  std::vector<RankSet> holders(body_.getNumArguments());
+  for (auto &[op, where] : placement_)
+    for (Value operand : op->getOperands())
+      if (auto argument = llvm::dyn_cast<BlockArgument>(operand))
+        holders[argument.getArgNumber()].insert(where.ranks.begin(),
+                                                where.ranks.end());
+  // An argument returned unchanged, or read by nothing, stays on rank 0
+  // unless a result that updates it lives elsewhere.
+  Operation *terminator = body_.getTerminator();
+  for (unsigned i = 0; i < terminator->getNumOperands(); ++i)
+    if (auto updates = step_.getResultAttrOfType<IntegerAttr>(
+            i, graph::GraphDialect::kUpdatesAttrName))
+      if (updates.getInt() >= 0 && updates.getInt() < body_.getNumArguments())
+        holders[updates.getInt()].insert(program_.resultRanks[i].begin(),
+                                         program_.resultRanks[i].end());
+  for (RankSet &ranks : holders)
+    if (ranks.empty())
+      ranks = {0};
+  for (const RankSet &ranks : holders)
+    program_.argumentRanks.emplace_back(ranks.begin(), ranks.end());
+}
+
+void Splitter::requireOn(Value value, int64_t rank) {
+  Operation *producer = value.getDefiningOp();
+  if (!producer)
+    return; // Arguments are held where they are read.
+  const RankSet &made = placement_[producer].ranks;
+  if (made.count(rank))
+    return;
+  auto key = std::make_pair(value.getAsOpaquePointer(), rank);
+  if (transferOf_.count(key))
+    return;
+  transferOf_[key] = program_.transfers.size();
+  program_.transfers.push_back(
+      {value, *made.begin(), rank,
+       static_cast<int64_t>(program_.transfers.size())});
+}
+
+LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
+  for (Operation &op : body_.without_terminator())
+    for (int64_t rank : placement_[&op].ranks)
+      for (Value operand : op.getOperands())
+        requireOn(operand, rank);
+  Operation *terminator = body_.getTerminator();
+  for (unsigned i = 0; i < terminator->getNumOperands(); ++i)
+    for (int64_t rank : program_.resultRanks[i])
+      requireOn(terminator->getOperand(i), rank);
+
+  // Ops of each action, in program order; step ops per rank.
+  std::map<ActionKey, SmallVector<Operation *>> actionOps;
+  std::vector<SmallVector<Operation *>> stepOps(ranks_);
+  for (Operation &op : body_.without_terminator()) {
+    const Placement &where = placement_[&op];
+    if (where.action)
+      actionOps[*where.action].push_back(&op);
+    else
+      for (int64_t rank : where.ranks)
+        stepOps[rank].push_back(&op);
+  }
+  // Transfers a rank receives before an action, and sends after the op
+  // that makes the value (after its action for action ops).
+  std::map<std::pair<int64_t, ActionKey>, SmallVector<int64_t>> receivesFor;
+  std::map<std::pair<int64_t, Operation *>, SmallVector<int64_t>>
+      stepReceivesFor;
+  llvm::DenseMap<Operation *, SmallVector<int64_t>> sendsAfter;
+  // Where each action runs in its rank's schedule: a received value goes
+  // to the reader that runs first there (step ops run after every action).
+  std::map<ActionKey, size_t> schedulePosition;
+  for (int64_t rank = 0; rank < ranks_; ++rank)
+    for (auto [position, action] : llvm::enumerate(schedule[rank]))
+      if (action.kind == PipelineAction::Kind::Forward ||
+          action.kind == PipelineAction::Kind::Backward)
+        schedulePosition[{action.kind == PipelineAction::Kind::Backward,
+                          action.microBatch,
+                          action.chunk * ranks_ + rank}] = position;
+  auto runsBefore = [&](Operation *a, Operation *b) {
+    const Placement &pa = placement_[a], &pb = placement_[b];
+    if (pa.action && pb.action && !(*pa.action < *pb.action) &&
+        !(*pb.action < *pa.action))
+      return a->isBeforeInBlock(b);
+    if (pa.action && pb.action)
+      return schedulePosition[*pa.action] < schedulePosition[*pb.action];
+    if (pa.action || pb.action)
+      return static_cast<bool>(pa.action);
+    return a->isBeforeInBlock(b);
+  };
+  for (auto [index, transfer] : llvm::enumerate(program_.transfers)) {
+    sendsAfter[transfer.value.getDefiningOp()].push_back(index);
+    // The first reader on the destination; none: only the results need it.
+    Operation *first = nullptr;
+    for (Operation *user : transfer.value.getUsers())
+      if (user != terminator && placement_[user].ranks.count(transfer.to) &&
+          (!first || runsBefore(user, first)))
+        first = user;
+    if (first && placement_[first].action)
+      receivesFor[{transfer.to, *placement_[first].action}].push_back(index);
+    else
+      stepReceivesFor[{transfer.to, first ? first : terminator}].push_back(
+          index);
+  }
+
+  program_.streams.assign(ranks_, {});
+  std::set<int64_t> received;
+  for (int64_t rank = 0; rank < ranks_; ++rank) {
+    std::vector<StageItem> &stream = program_.streams[rank];
+    auto receive = [&](const SmallVector<int64_t> &transfers) {
+      for (int64_t transfer : transfers)
+        if (received.insert(transfer).second)
+          stream.push_back({StageItem::Kind::Recv, nullptr, transfer});
+    };
+    auto emitOp = [&](Operation *op) {
+      stream.push_back({StageItem::Kind::Op, op, -1});
+    };
+    auto sendFrom = [&](Operation *op) {
+      for (int64_t transfer : sendsAfter.lookup(op))
+        if (program_.transfers[transfer].from == rank)
+          stream.push_back({StageItem::Kind::Send, nullptr, transfer});
+    };
+    for (const PipelineAction &action : schedule[rank]) {
+      ActionKey key{false, action.microBatch, action.chunk * ranks_ + rank};
+      switch (action.kind) {
+      case PipelineAction::Kind::RecvActivation:
+        receive(receivesFor[{rank, key}]);
+        break;
+      case PipelineAction::Kind::RecvGradient:
+        key.backward = true;
+        receive(receivesFor[{rank, key}]);
+        break;
+      case PipelineAction::Kind::Forward:
+      case PipelineAction::Kind::Backward: {
+        key.backward = action.kind == PipelineAction::Kind::Backward;
+        receive(receivesFor[{rank, key}]);
+        const SmallVector<Operation *> &ops = actionOps[key];
+        for (Operation *op : ops)
+          emitOp(op);
+        for (Operation *op : ops)
+          sendFrom(op);
+        break;
+      }
+      case PipelineAction::Kind::SendActivation:
+      case PipelineAction::Kind::SendGradient:
+        break; // Sent right after the action that made the values.
+      }
+    }
+    for (Operation *op : stepOps[rank]) {
+      receive(stepReceivesFor[{rank, op}]);
+      emitOp(op);
+      sendFrom(op);
+    }
+    receive(stepReceivesFor[{rank, terminator}]);
+  }
+  // Every action op must have been emitted by the schedule.
+  for (auto &[key, ops] : actionOps) {
+    int64_t rank = rankOf(key.virtualStage);
+    bool scheduled = llvm::any_of(schedule[rank], [&](const auto &action) {
+      return (action.kind == PipelineAction::Kind::Forward ||
+              action.kind == PipelineAction::Kind::Backward) &&
+             action.microBatch == key.microBatch &&
+             action.chunk * ranks_ + rank == key.virtualStage &&
+             (action.kind == PipelineAction::Kind::Backward) == key.backward;
+    });
+    if (!scheduled)
+      return ops.front()->emitOpError()
+             << "belongs to no action of the schedule (micro-batch "
+             << key.microBatch << ", virtual stage " << key.virtualStage << ")";
+  }
+  return success();
+}
+
+LogicalResult Splitter::checkStreams() {
+  // Each rank runs its stream in order; a send never blocks; an op waits
+  // until every transfer it reads on this rank was sent.
+  size_t count = program_.transfers.size();
+  std::vector<int> sends(count, 0), receives(count, 0);
+  for (const std::vector<StageItem> &stream : program_.streams)
+    for (const StageItem &item : stream) {
+      if (item.kind == StageItem::Kind::Send)
+        ++sends[item.transfer];
+      if (item.kind == StageItem::Kind::Recv)
+        ++receives[item.transfer];
+    }
+  for (size_t t = 0; t < count; ++t)
+    if (sends[t] != 1 || receives[t] != 1)
+      return step_.emitError()
+             << "pipeline transfer " << t << " (rank "
+             << program_.transfers[t].from << " to rank "
+             << program_.transfers[t].to << ") is sent " << sends[t]
+             << " times and received " << receives[t]
+             << " times: expected once each";
+  std::map<std::pair<int64_t, void *>, int64_t> incoming; // (rank, value)
+  for (auto [index, transfer] : llvm::enumerate(program_.transfers))
+    incoming[{transfer.to, transfer.value.getAsOpaquePointer()}] = index;
+  std::vector<bool> sent(count, false);
+  std::vector<size_t> next(ranks_, 0);
+  // Values each rank has made or posted a receive for.
+  std::vector<llvm::DenseSet<Value>> available(ranks_);
+  // The first operand `item` reads that this rank lacks, and whether only
+  // its send is missing (the op waits) or it was never received or made
+  // before (a broken stream).
+  struct Missing {
+    Value value;
+    bool waiting = false;
+  };
+  auto missingFor = [&](int64_t rank,
+                        const StageItem &item) -> std::optional<Missing> {
+    if (item.kind == StageItem::Kind::Recv)
+      return std::nullopt;
+    SmallVector<Value> reads;
+    if (item.kind == StageItem::Kind::Send)
+      reads.push_back(program_.transfers[item.transfer].value);
+    else
+      reads.append(item.op->operand_begin(), item.op->operand_end());
+    for (Value value : reads) {
+      if (llvm::isa<BlockArgument>(value))
+        continue;
+      if (!available[rank].contains(value))
+        return Missing{value, false};
+      auto it = incoming.find({rank, value.getAsOpaquePointer()});
+      if (it != incoming.end() && !sent[it->second])
+        return Missing{value, true};
+    }
+    return std::nullopt;
+  };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int64_t rank = 0; rank < ranks_; ++rank) {
+      const std::vector<StageItem> &stream = program_.streams[rank];
+      while (next[rank] < stream.size()) {
+        const StageItem &item = stream[next[rank]];
+        std::optional<Missing> missing = missingFor(rank, item);
+        if (missing && missing->waiting)
+          break;
+        if (missing) {
+          InFlightDiagnostic diag =
+              item.op ? item.op->emitOpError() : step_.emitError();
+          diag << "reads a value on pipeline rank " << rank
+               << " before it is made or received there";
+          diag.attachNote(missing->value.getLoc()) << "the value";
+          return failure();
+        }
+        if (item.kind == StageItem::Kind::Send)
+          sent[item.transfer] = true;
+        if (item.kind == StageItem::Kind::Recv)
+          available[rank].insert(program_.transfers[item.transfer].value);
+        if (item.kind == StageItem::Kind::Op)
+          available[rank].insert(item.op->result_begin(), item.op->result_end());
+        ++next[rank];
+        progress = true;
+      }
+    }
+  }
+  for (int64_t rank = 0; rank < ranks_; ++rank) {
+    const std::vector<StageItem> &stream = program_.streams[rank];
+    if (next[rank] == stream.size())
+      continue;
+    const StageItem &item = stream[next[rank]];
+    const StageTransfer &waited = program_.transfers[incoming[{
+        rank, missingFor(rank, item)->value.getAsOpaquePointer()}]];
+    InFlightDiagnostic diag =
+        item.op ? item.op->emitOpError() : step_.emitError();
+    return diag << "deadlocks the pipeline: rank " << rank
+                << " waits for a value from rank " << waited.from
+                << " that is never sent before it";
+  }
+  return success();
+}
+
+FailureOr<PipelineProgram> Splitter::run() {
+  std::string error;
+  std::optional<PipelineStreams> schedule =
+      buildSchedule(config_.kind, config_.shape, &error);
+  if (!schedule)
+    return step_.emitError() << "pipeline schedule: " << error;
+  if (!simulateSchedule(*schedule, config_.shape, PipelineCosts(), &error))
+    return step_.emitError() << "pipeline schedule: " << error;
+  if (static_cast<int64_t>(config_.layers.size()) !=
+      config_.shape.virtualStages())
+    return step_.emitError() << "expected layers for "
+                             << config_.shape.virtualStages()
+                             << " virtual stages, found "
+                             << config_.layers.size();
+  if (failed(placeActionOps()))
+    return failure();
+  placeStepOps();
+  placeArgumentsAndResults();
+  if (failed(buildStreams(*schedule)) || failed(checkStreams()))
+    return failure();
+  return std::move(program_);
+}
+
+} // namespace
+
+FailureOr<PipelineProgram> splitPipeline(func::FuncOp step,
+                                         const PipelineConfig &config) {
+  if (!llvm::hasSingleElement(step.getBody()))
+    return step.emitError("expected a function with a single block");
+  return Splitter(step, config).run();
+}
+
+} // namespace trellis
