@@ -48,6 +48,32 @@ std::string axesKey(const Mesh &mesh, const AxisList &axes) {
   return key.empty() ? "world" : key;
 }
 
+/// A Gloo unbound-buffer send or receive in flight.
+class GlooTransfer : public PendingTransfer {
+public:
+  GlooTransfer(std::unique_ptr<gloo::transport::UnboundBuffer> buffer,
+               bool sending, std::chrono::milliseconds timeout,
+               std::string description)
+      : buffer_(std::move(buffer)), sending_(sending), timeout_(timeout),
+        description_(std::move(description)) {}
+
+  Status wait() override {
+    TRELLIS_GLOO_CALL(description_, {
+      if (sending_)
+        buffer_->waitSend(timeout_);
+      else
+        buffer_->waitRecv(timeout_);
+    });
+    return Status::success();
+  }
+
+private:
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
+  bool sending_;
+  std::chrono::milliseconds timeout_;
+  std::string description_;
+};
+
 class GlooCommunicator : public Communicator {
 public:
   GlooCommunicator(Mesh mesh, int64_t rank, std::chrono::milliseconds timeout)
@@ -190,6 +216,19 @@ public:
     return Status::success();
   }
 
+  StatusOr<std::unique_ptr<PendingTransfer>>
+  startSend(const AxisList &axes, const float *data, int64_t count,
+            int64_t peer, int64_t channel) override {
+    return startTransfer(axes, const_cast<float *>(data), count, peer, channel,
+                         /*sending=*/true);
+  }
+
+  StatusOr<std::unique_ptr<PendingTransfer>>
+  startRecv(const AxisList &axes, float *data, int64_t count, int64_t peer,
+            int64_t channel) override {
+    return startTransfer(axes, data, count, peer, channel, /*sending=*/false);
+  }
+
   Status permute(const AxisList &axes, const float *input, float *output,
                  int64_t count, int64_t shift) override {
     auto context = contextFor(axes);
@@ -229,6 +268,28 @@ public:
   }
 
 private:
+  StatusOr<std::unique_ptr<PendingTransfer>>
+  startTransfer(const AxisList &axes, float *data, int64_t count, int64_t peer,
+                int64_t channel, bool sending) {
+    auto context = contextFor(axes);
+    std::string what = std::string(sending ? "send to" : "recv from") +
+                       " member " + std::to_string(peer) + " of " +
+                       describe(axes) + " on channel " +
+                       std::to_string(channel);
+    if (!context)
+      return Status::error(what + ": the group has one rank");
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    TRELLIS_GLOO_CALL(what, {
+      buffer = context->createUnboundBuffer(data, count * sizeof(float));
+      if (sending)
+        buffer->send(static_cast<int>(peer), static_cast<uint64_t>(channel));
+      else
+        buffer->recv(static_cast<int>(peer), static_cast<uint64_t>(channel));
+    });
+    return std::unique_ptr<PendingTransfer>(std::make_unique<GlooTransfer>(
+        std::move(buffer), sending, timeout_, what));
+  }
+
   std::shared_ptr<gloo::Context> contextFor(const AxisList &axes) const {
     auto it = contexts_.find(axesKey(mesh_, axes));
     return it == contexts_.end() ? nullptr : it->second;

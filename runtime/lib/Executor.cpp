@@ -123,11 +123,18 @@ void Executor::planWaitPoints() {
   for (size_t i = 0; i < count; ++i) {
     if (!isCollective(plan_.program[i].op))
       continue;
+    // A send completes when its peer receives: its buffer stays until the
+    // end of the step. Transfers go over their own group, so they neither
+    // wait for collectives nor make them wait.
+    if (plan_.program[i].op == "send") {
+      waitPoint_[i] = count;
+      continue;
+    }
     int64_t wait = count;
     const std::vector<int64_t> &outputs = plan_.program[i].outputs;
     for (size_t j = i + 1; j < count && wait == static_cast<int64_t>(count);
          ++j) {
-      bool reads = communicates[j];
+      bool reads = communicates[j] && !isPointToPoint(plan_.program[i].op);
       for (int64_t input : plan_.program[j].inputs)
         reads |=
             std::find(outputs.begin(), outputs.end(), input) != outputs.end();
@@ -202,11 +209,25 @@ Executor::Executor(Plan plan, Communicator *communicator)
   std::vector<int64_t> offsets;
   arenaBytes_ = planArena(offsets);
   arena_.reset(new float[std::max<int64_t>(arenaBytes_ / 4, 1)]());
+  // A pipeline stage touches only its own buffers.
+  std::vector<bool> used(plan_.buffers.size(), false);
+  for (const Instruction &instruction : plan_.program) {
+    for (int64_t b : instruction.inputs)
+      used[b] = true;
+    for (int64_t b : instruction.outputs)
+      used[b] = true;
+  }
+  for (const Argument &argument : plan_.arguments)
+    used[argument.buffer] = used[argument.buffer] || plan_.holds(argument.stages);
+  for (const Result &result : plan_.results)
+    used[result.buffer] = used[result.buffer] || plan_.holds(result.stages);
   buffers_.reserve(plan_.buffers.size());
   for (size_t b = 0; b < plan_.buffers.size(); ++b) {
     const BufferDesc &desc = plan_.buffers[b];
-    void *data;
-    if (offsets[b] >= 0) {
+    void *data = nullptr;
+    if (!used[b]) {
+      // Held by another stage: no memory here.
+    } else if (offsets[b] >= 0) {
       data = reinterpret_cast<char *>(arena_.get()) + offsets[b];
     } else {
       // Arguments, results, and buffers no instruction writes.
@@ -254,7 +275,29 @@ Status Executor::run() {
   // Tickets of the collectives in flight, by the instruction they wait at.
   std::vector<std::pair<int64_t, int64_t>> inFlight; // (wait point, ticket)
   std::vector<size_t> inFlightInstruction;
+  // Sends and receives in flight, by the instruction they wait at.
+  struct Transfer {
+    int64_t waitPoint;
+    size_t instruction;
+    std::unique_ptr<PendingTransfer> pending;
+  };
+  std::vector<Transfer> transfers;
+  auto waitForTransfers = [&](int64_t point) -> Status {
+    for (Transfer &transfer : transfers) {
+      if (!transfer.pending || transfer.waitPoint > point)
+        continue;
+      double start = monotonicMicros();
+      Status status = transfer.pending->wait();
+      transfer.pending.reset();
+      record(plan_.program[transfer.instruction].op + " (wait)", start,
+             monotonicMicros(), Lane::Compute);
+      if (!status.ok())
+        return status.withContext(context(transfer.instruction));
+    }
+    return Status::success();
+  };
   auto waitUntil = [&](int64_t point) -> Status {
+    TRELLIS_RETURN_IF_ERROR(waitForTransfers(point));
     for (size_t k = 0; k < inFlight.size(); ++k) {
       auto [wait, ticket] = inFlight[k];
       if (wait > point || ticket < 0)
@@ -277,6 +320,25 @@ Status Executor::run() {
       failure = waitUntil(i);
       if (!failure.ok())
         break;
+    }
+    if (isPointToPoint(instruction.op) && communicator_) {
+      const AxisList &axes = plan_.instructionAxes[i];
+      int64_t peer = instruction.integer("peer");
+      int64_t channel = instruction.integer("channel");
+      StatusOr<std::unique_ptr<PendingTransfer>> started =
+          instruction.op == "send"
+              ? communicator_->startSend(
+                    axes, buffers_[instruction.inputs[0]].f32(),
+                    buffers_[instruction.inputs[0]].size(), peer, channel)
+              : communicator_->startRecv(
+                    axes, buffers_[instruction.outputs[0]].f32(),
+                    buffers_[instruction.outputs[0]].size(), peer, channel);
+      if (!started.ok()) {
+        failure = started.status().withContext(context(i));
+        break;
+      }
+      transfers.push_back({waitPoint_[i], i, std::move(*started)});
+      continue;
     }
     if (isCollective(instruction.op) && commThread_) {
       int64_t ticket = commThread_->submit([this, i, context]() {
@@ -304,6 +366,9 @@ Status Executor::run() {
       failure = status.withContext(context(i));
   }
   // The end of the step: everything in flight completes (or fails) first.
+  if (Status waited = waitForTransfers(plan_.program.size());
+      failure.ok() && !waited.ok())
+    failure = waited;
   if (commThread_) {
     Status drained = commThread_->drain();
     if (failure.ok())
@@ -314,7 +379,7 @@ Status Executor::run() {
 
 void Executor::commitUpdates() {
   for (const Result &result : plan_.results) {
-    if (!result.updates)
+    if (!result.updates || !plan_.holds(result.stages))
       continue;
     Tensor &target = argument(*result.updates);
     const Tensor &source = buffers_[result.buffer];

@@ -38,7 +38,7 @@ void initializeArguments(Executor &executor, uint64_t seed, int64_t rank) {
   Mesh mesh = planMesh(plan);
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
-    if (argument.role == ArgumentRole::Input)
+    if (argument.role == ArgumentRole::Input || !plan.holds(argument.stages))
       continue;
     Tensor &tensor = executor.argument(i);
     float *data = tensor.f32();

@@ -654,6 +654,10 @@ bool isCollective(const std::string &op) {
          op == "slice_shard";
 }
 
+bool isPointToPoint(const std::string &op) {
+  return op == "send" || op == "recv";
+}
+
 Status validateInstruction(const Instruction &instruction,
                            const std::vector<BufferDesc> &buffers,
                            const std::vector<size_t> &axes, const Mesh &mesh) {

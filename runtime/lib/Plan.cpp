@@ -147,8 +147,12 @@ private:
   resolveAxes(const std::vector<std::string> &names,
               const std::string &where) const;
   Status readProgram(const json &stages);
+  Status readInstructions(const json &program, const std::string &stageName,
+                          StageProgram &stage);
+  Status readStageList(const json &entry, const std::string &where,
+                       std::vector<int64_t> &stages) const;
   Status readResults(const json &array);
-  Status checkDataflow();
+  Status checkDataflow(int64_t stage);
 
   static Status requireKind(const json &object, const char *key,
                             json::value_t kind, const char *expected,
@@ -178,6 +182,8 @@ private:
   }
 
   Plan plan_;
+  /// The plan's JSON while it is read.
+  const json *root_ = nullptr;
 };
 
 Status PlanReader::readBuffers(const json &array) {
@@ -303,6 +309,7 @@ Status PlanReader::readArguments(const json &array) {
     }
     if (entry.contains("sharding"))
       TRELLIS_RETURN_IF_ERROR(readSharding(entry["sharding"], where, argument));
+    TRELLIS_RETURN_IF_ERROR(readStageList(entry, where, argument.stages));
     if (entry.contains("file_shape")) {
       const json &shape = entry["file_shape"];
       int64_t local = plan_.buffers[argument.buffer].numElements(), whole = 1;
@@ -409,16 +416,74 @@ StatusOr<AttrValue> readAttr(const json &value, const std::string &where) {
   return attr;
 }
 
+Status PlanReader::readStageList(const json &entry, const std::string &where,
+                                 std::vector<int64_t> &stages) const {
+  if (!entry.contains("stages"))
+    return Status::success();
+  const json &list = entry["stages"];
+  int64_t count = static_cast<int64_t>(plan_.stages.size());
+  if (!list.is_array() || list.empty())
+    return Status::error(where + ": field \"stages\": expected a non-empty "
+                                 "array of stage indices");
+  for (const json &stage : list) {
+    if (!stage.is_number_integer() || stage.get<int64_t>() < 0 ||
+        stage.get<int64_t>() >= count)
+      return Status::error(where + ": field \"stages\": stage " +
+                           describe(stage) + " is out of range [0, " +
+                           std::to_string(count) + ")");
+    stages.push_back(stage.get<int64_t>());
+  }
+  return Status::success();
+}
+
 Status PlanReader::readProgram(const json &stages) {
-  if (stages.size() != 1)
-    return Status::error("expected exactly one stage, found " +
-                         std::to_string(stages.size()));
-  const json &stage = stages[0];
-  TRELLIS_RETURN_IF_ERROR(requireKind(stage, "program", json::value_t::array,
-                                      "an array of instructions", "stage 0"));
-  const json &program = stage["program"];
+  if (stages.empty())
+    return Status::error("expected at least one stage, found none");
+  if (stages.size() > 1) {
+    // Stages are the coordinates along the pipeline axis.
+    if (!root_->contains("pipeline_axis") ||
+        !(*root_)["pipeline_axis"].is_string())
+      return Status::error("a plan of " + std::to_string(stages.size()) +
+                           " stages needs \"pipeline_axis\": the mesh axis "
+                           "that numbers them");
+    std::string name = (*root_)["pipeline_axis"].get<std::string>();
+    StatusOr<std::vector<size_t>> axis =
+        resolveAxes({name}, "pipeline_axis");
+    if (!axis.ok())
+      return axis.status();
+    if (plan_.mesh[axis->front()].size != static_cast<int64_t>(stages.size()))
+      return Status::error("the pipeline axis '" + name + "' has size " +
+                           std::to_string(plan_.mesh[axis->front()].size) +
+                           ", the plan " + std::to_string(stages.size()) +
+                           " stages");
+    plan_.pipelineAxis = axis->front();
+  }
+  plan_.stages.resize(stages.size());
+  for (size_t s = 0; s < stages.size(); ++s) {
+    std::string where = "stage " + std::to_string(s);
+    const json &stage = stages[s];
+    TRELLIS_RETURN_IF_ERROR(requireKind(
+        stage, "program", json::value_t::array, "an array of instructions",
+        where));
+    if (stage.contains("stage") &&
+        (!stage["stage"].is_number_integer() ||
+         stage["stage"].get<int64_t>() != static_cast<int64_t>(s)))
+      return Status::error(where + ": field \"stage\": expected " +
+                           std::to_string(s) + ", found " +
+                           describe(stage["stage"]));
+    TRELLIS_RETURN_IF_ERROR(
+        readInstructions(stage["program"],
+                         stages.size() > 1 ? where + ": " : "",
+                         plan_.stages[s]));
+  }
+  return Status::success();
+}
+
+Status PlanReader::readInstructions(const json &program,
+                                    const std::string &stageName,
+                                    StageProgram &stage) {
   for (size_t i = 0; i < program.size(); ++i) {
-    std::string where = "instruction " + std::to_string(i);
+    std::string where = stageName + "instruction " + std::to_string(i);
     const json &entry = program[i];
     TRELLIS_RETURN_IF_ERROR(
         requireKind(entry, "op", json::value_t::string, "an op name", where));
@@ -461,8 +526,8 @@ Status PlanReader::readProgram(const json &stages) {
     TRELLIS_RETURN_IF_ERROR(
         validateInstruction(instruction, plan_.buffers, axes, planMesh(plan_))
             .withContext(where));
-    plan_.program.push_back(std::move(instruction));
-    plan_.instructionAxes.push_back(std::move(axes));
+    stage.program.push_back(std::move(instruction));
+    stage.instructionAxes.push_back(std::move(axes));
   }
   return Status::success();
 }
@@ -498,6 +563,13 @@ Status PlanReader::readResults(const json &array) {
           index.get<int64_t>();
     }
     result.isLoss = entry.value("role", "") == "loss";
+    TRELLIS_RETURN_IF_ERROR(readStageList(entry, where, result.stages));
+    if (result.updates && !result.stages.empty() &&
+        result.stages !=
+            plan_.arguments[*result.updates].stages)
+      return Status::error(where + ": it updates argument " +
+                           std::to_string(*result.updates) +
+                           " but is produced on other stages than hold it");
     plan_.results.push_back(result);
   }
   if (plan_.results.empty() || !plan_.results[0].isLoss)
@@ -508,35 +580,42 @@ Status PlanReader::readResults(const json &array) {
   return Status::success();
 }
 
-/// Every buffer is defined once (as an argument or an instruction output)
-/// before any instruction reads it.
-Status PlanReader::checkDataflow() {
+/// In each stage, every buffer is defined once (as an argument the stage
+/// holds or an instruction output) before any instruction reads it.
+Status PlanReader::checkDataflow(int64_t stage) {
+  plan_.stage = stage;
+  std::string prefix =
+      plan_.stages.size() > 1 ? "stage " + std::to_string(stage) + ": " : "";
   std::vector<bool> defined(plan_.buffers.size(), false);
   for (const Argument &argument : plan_.arguments) {
+    if (!plan_.holds(argument.stages))
+      continue;
     if (defined[argument.buffer])
       return Status::error("buffer " + std::to_string(argument.buffer) +
                            " is bound to two arguments");
     defined[argument.buffer] = true;
   }
-  for (size_t i = 0; i < plan_.program.size(); ++i) {
-    const Instruction &instruction = plan_.program[i];
+  const std::vector<Instruction> &program = plan_.stages[stage].program;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Instruction &instruction = program[i];
     for (int64_t input : instruction.inputs)
       if (!defined[input])
-        return Status::error("instruction " + std::to_string(i) + " (" +
-                             instruction.op + ") reads buffer " +
+        return Status::error(prefix + "instruction " + std::to_string(i) +
+                             " (" + instruction.op + ") reads buffer " +
                              std::to_string(input) + " before it is written");
     for (int64_t output : instruction.outputs) {
       if (defined[output])
-        return Status::error("instruction " + std::to_string(i) + " (" +
-                             instruction.op + ") writes buffer " +
+        return Status::error(prefix + "instruction " + std::to_string(i) +
+                             " (" + instruction.op + ") writes buffer " +
                              std::to_string(output) +
                              ", which is already defined");
       defined[output] = true;
     }
   }
   for (const Result &result : plan_.results)
-    if (!defined[result.buffer])
-      return Status::error("result buffer " + std::to_string(result.buffer) +
+    if (plan_.holds(result.stages) && !defined[result.buffer])
+      return Status::error(prefix + "result buffer " +
+                           std::to_string(result.buffer) +
                            " is never written");
   return Status::success();
 }
@@ -573,15 +652,39 @@ StatusOr<Plan> PlanReader::read(const json &root) {
   MeshError meshError;
   if (!Mesh::create(plan_.mesh, &meshError))
     return Status::error("mesh: " + meshError.message);
+  root_ = &root;
   TRELLIS_RETURN_IF_ERROR(readBuffers(root["buffers"]));
-  TRELLIS_RETURN_IF_ERROR(readArguments(root["arguments"]));
   TRELLIS_RETURN_IF_ERROR(readProgram(root["stages"]));
+  TRELLIS_RETURN_IF_ERROR(readArguments(root["arguments"]));
   TRELLIS_RETURN_IF_ERROR(readResults(root["results"]));
-  TRELLIS_RETURN_IF_ERROR(checkDataflow());
+  if (!plan_.holds(plan_.results[0].stages) || plan_.results[0].stages.size() > 1)
+    return Status::error("expected the loss on stage 0 alone (it reports "
+                         "the loss)");
+  for (size_t stage = 0; stage < plan_.stages.size(); ++stage)
+    TRELLIS_RETURN_IF_ERROR(checkDataflow(stage));
+  selectStage(plan_, 0);
   return std::move(plan_);
 }
 
 } // namespace
+
+bool Plan::holds(const std::vector<int64_t> &holders) const {
+  return holders.empty() ||
+         std::find(holders.begin(), holders.end(), stage) != holders.end();
+}
+
+int64_t stageOfRank(const Plan &plan, int64_t rank) {
+  if (!plan.pipelineAxis)
+    return 0;
+  Mesh mesh = planMesh(plan);
+  return mesh.coordinates(rank)[*plan.pipelineAxis];
+}
+
+void selectStage(Plan &plan, int64_t stage) {
+  plan.stage = stage;
+  plan.program = plan.stages[stage].program;
+  plan.instructionAxes = plan.stages[stage].instructionAxes;
+}
 
 StatusOr<Plan> parsePlan(std::string_view text) {
   json root = json::parse(text.begin(), text.end(), nullptr,

@@ -88,6 +88,8 @@ int64_t Trainer::rank() const {
 void Trainer::scatterInput(int64_t argument, const std::vector<int32_t> &global,
                            int64_t firstRow) {
   const Plan &p = executor_.plan();
+  if (!p.holds(p.arguments[argument].stages))
+    return;
   Tensor &tensor = executor_.argument(argument);
   ShardLayout layout = ShardLayout::of(
       tensor.shape(), p.arguments[argument].sharding, planMesh(p), rank());
@@ -113,11 +115,14 @@ Trainer::create(const TrainOptions &options) {
   Mesh mesh = planMesh(*plan);
   std::unique_ptr<Communicator> communicator;
   if (options.rank >= 0) {
+    // Every rank connects the groups of every stage, so that each group's
+    // members all take part in building it.
     std::vector<AxisList> groups;
-    for (const AxisList &axes : plan->instructionAxes)
-      if (!axes.empty() &&
-          std::find(groups.begin(), groups.end(), axes) == groups.end())
-        groups.push_back(axes);
+    for (const StageProgram &stage : plan->stages)
+      for (const AxisList &axes : stage.instructionAxes)
+        if (!axes.empty() &&
+            std::find(groups.begin(), groups.end(), axes) == groups.end())
+          groups.push_back(axes);
     RendezvousOptions rendezvous;
     rendezvous.storeDir = options.rendezvousDir;
     rendezvous.storeHost = options.masterAddr;
@@ -159,9 +164,10 @@ Trainer::create(const TrainOptions &options) {
   // The vocabulary: from the metadata, else the class dimension of the
   // loss (plans compiled from hand-written MLIR carry no model metadata).
   int64_t vocab = plan->metadataInteger("vocab_size", 0);
-  for (const Instruction &instruction : plan->program)
-    if (vocab < 1 && instruction.op == "cross_entropy")
-      vocab = plan->buffers[instruction.inputs[0]].shape.back();
+  for (const StageProgram &stage : plan->stages)
+    for (const Instruction &instruction : stage.program)
+      if (vocab < 1 && instruction.op == "cross_entropy")
+        vocab = plan->buffers[instruction.inputs[0]].shape.back();
   if (vocab < 1)
     return Status::error("cannot tell the vocabulary size: the plan has no "
                          "vocab_size metadata and no cross_entropy");
@@ -176,6 +182,7 @@ Trainer::create(const TrainOptions &options) {
       return file.status();
     data = std::move(*file);
   }
+  selectStage(*plan, stageOfRank(*plan, std::max<int64_t>(options.rank, 0)));
   auto trainer = std::make_unique<Trainer>(
       std::move(*plan), std::move(data), options.seed, std::move(communicator));
   if (!options.weightsPath.empty())
@@ -194,7 +201,8 @@ Status Trainer::step() {
     scatterInput(tokensArgs_[i], tokens, i * rows);
     scatterInput(targetsArgs_[i], targets, i * rows);
   }
-  if (stepArg_ >= 0)
+  const Plan &plan = executor_.plan();
+  if (stepArg_ >= 0 && plan.holds(plan.arguments[stepArg_].stages))
     executor_.argument(stepArg_).f32()[0] =
         static_cast<float>(completedSteps_ + 1);
   TRELLIS_RETURN_IF_ERROR(executor_.run().withContext(
@@ -264,34 +272,48 @@ ShardLayout Trainer::layoutOf(size_t argument) const {
 
 Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   const Plan &plan = executor_.plan();
-  const Tensor &tensor = executor_.argument(argument);
+  const Argument &desc = plan.arguments[argument];
   ShardLayout layout = layoutOf(argument);
-  const std::vector<int64_t> &fileShape = plan.arguments[argument].fileShape;
-  entry.shape = fileShape.empty() ? layout.globalShape : fileShape;
+  entry.shape = desc.fileShape.empty() ? layout.globalShape : desc.fileShape;
   bool split = false;
-  for (const std::vector<size_t> &axes : plan.arguments[argument].sharding)
+  for (const std::vector<size_t> &axes : desc.sharding)
     split |= !axes.empty();
-  if (!split || !communicator_) {
+  bool everywhere = desc.stages.empty() || !plan.pipelineAxis;
+  if ((!split && everywhere) || !communicator_) {
+    const Tensor &tensor = executor_.argument(argument);
     entry.values.assign(tensor.f32(), tensor.f32() + tensor.size());
     return Status::success();
   }
-  // Every rank's shard, then each placed at its box.
+  // Every rank's shard (zeros from ranks of stages that do not hold it),
+  // then each holder's placed at its box.
   Mesh mesh = planMesh(plan);
   AxisList everything;
   for (size_t axis = 0; axis < mesh.numAxes(); ++axis)
     everything.push_back(axis);
-  std::vector<float> shards(tensor.size() * mesh.size());
-  TRELLIS_RETURN_IF_ERROR(communicator_->allGather(
-      everything, tensor.f32(), shards.data(), tensor.size()));
+  int64_t shardSize = plan.buffers[desc.buffer].numElements();
+  std::vector<float> mine(shardSize, 0.0f);
+  if (plan.holds(desc.stages)) {
+    const Tensor &tensor = executor_.argument(argument);
+    std::copy(tensor.f32(), tensor.f32() + shardSize, mine.begin());
+  }
+  std::vector<float> shards(shardSize * mesh.size());
+  TRELLIS_RETURN_IF_ERROR(communicator_->allGather(everything, mine.data(),
+                                                   shards.data(), shardSize));
   int64_t total = 1;
   for (int64_t size : layout.globalShape)
     total *= size;
   entry.values.assign(total, 0.0f);
-  for (int64_t r = 0; r < mesh.size(); ++r)
-    ShardLayout::of(tensor.shape(), plan.arguments[argument].sharding, mesh, r)
+  for (int64_t r = 0; r < mesh.size(); ++r) {
+    int64_t stage = stageOfRank(plan, r);
+    if (!desc.stages.empty() && std::find(desc.stages.begin(),
+                                          desc.stages.end(),
+                                          stage) == desc.stages.end())
+      continue;
+    ShardLayout::of(plan.buffers[desc.buffer].shape, desc.sharding, mesh, r)
         .forEach([&](int64_t l, int64_t g) {
-          entry.values[g] = shards[r * tensor.size() + l];
+          entry.values[g] = shards[r * shardSize + l];
         });
+  }
   return Status::success();
 }
 
@@ -352,6 +374,8 @@ Status Trainer::load(const std::string &dir) {
     } else {
       continue;
     }
+    if (!plan.holds(argument.stages))
+      continue;
     auto it = file->tensors.find(name);
     if (it == file->tensors.end())
       return Status::error("checkpoint: " + fileName + " has no tensor \"" +
@@ -383,7 +407,7 @@ Status Trainer::loadWeights(const std::string &path) {
   const Plan &plan = executor_.plan();
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
-    if (argument.role != ArgumentRole::Param)
+    if (argument.role != ArgumentRole::Param || !plan.holds(argument.stages))
       continue;
     auto it = file->tensors.find(argument.name);
     const std::string prefix = "transformer.";

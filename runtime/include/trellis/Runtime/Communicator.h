@@ -28,6 +28,15 @@ enum class ReduceKind { Sum, Max, Min };
 /// Mesh axes by index, in the order a plan lists them.
 using AxisList = std::vector<size_t>;
 
+/// A send or receive in flight; its buffer must stay alive until wait()
+/// returns.
+class PendingTransfer {
+public:
+  virtual ~PendingTransfer() = default;
+  /// Blocks until the transfer completed (or failed, or timed out).
+  virtual Status wait() = 0;
+};
+
 class Communicator {
 public:
   virtual ~Communicator() = default;
@@ -63,6 +72,15 @@ public:
   /// Receives into `data` from member `peer` on `channel`.
   virtual Status recv(const AxisList &axes, float *data, int64_t count,
                       int64_t peer, int64_t channel) = 0;
+  /// Starts sending `data` to member `peer` on `channel` and returns at
+  /// once: the transfer completes when the peer receives it.
+  virtual StatusOr<std::unique_ptr<PendingTransfer>>
+  startSend(const AxisList &axes, const float *data, int64_t count,
+            int64_t peer, int64_t channel) = 0;
+  /// Starts receiving into `data` from member `peer` on `channel`.
+  virtual StatusOr<std::unique_ptr<PendingTransfer>>
+  startRecv(const AxisList &axes, float *data, int64_t count, int64_t peer,
+            int64_t channel) = 0;
   /// `output` receives the data of member (position - shift) mod size.
   virtual Status permute(const AxisList &axes, const float *input,
                          float *output, int64_t count, int64_t shift) = 0;

@@ -23,6 +23,10 @@ Status validateInstruction(const Instruction &instruction,
 /// True for ops that communicate (all_reduce, send, ...).
 bool isCollective(const std::string &op);
 
+/// Whether `op` is a send or receive between two ranks (pipeline
+/// transfers), which the executor starts at once and waits for later.
+bool isPointToPoint(const std::string &op);
+
 /// The pointwise functions of unary ops and `unary_grad`, by name.
 bool isUnaryFunction(const std::string &name);
 

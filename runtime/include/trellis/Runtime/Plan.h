@@ -88,6 +88,8 @@ struct Argument {
   /// The shape checkpoints store the whole tensor under, when it differs
   /// from the whole tensor's shape (same row-major elements); else empty.
   std::vector<int64_t> fileShape;
+  /// The pipeline stages that hold it; empty: every stage.
+  std::vector<int64_t> stages;
 };
 
 struct Result {
@@ -97,18 +99,37 @@ struct Result {
   std::optional<int64_t> updates;
   /// Argument index whose gradient this result is, if any.
   std::optional<int64_t> gradientOf;
+  /// The pipeline stages that produce it; empty: every stage.
+  std::vector<int64_t> stages;
+};
+
+/// The program one pipeline stage runs, and the mesh axes of each of its
+/// instructions (resolved from their "axes" attribute; empty for the
+/// others).
+struct StageProgram {
+  std::vector<Instruction> program;
+  std::vector<std::vector<size_t>> instructionAxes;
 };
 
 struct Plan {
   std::string metadataJson;
   std::vector<MeshAxis> mesh;
-  /// Axis names resolved to indices, for instructions with an "axes" attr
-  /// (collectives): one entry per instruction, empty for the others.
+  /// The program of the selected stage (`stage`), and the resolved axes of
+  /// its instructions (see StageProgram).
   std::vector<std::vector<size_t>> instructionAxes;
   std::vector<BufferDesc> buffers;
   std::vector<Argument> arguments;
   std::vector<Result> results;
   std::vector<Instruction> program;
+  /// Every stage's program, in stage order (one without a pipeline).
+  std::vector<StageProgram> stages;
+  /// The mesh axis whose coordinate is a rank's stage (with several).
+  std::optional<size_t> pipelineAxis;
+  /// The stage `program` belongs to.
+  int64_t stage = 0;
+
+  /// Whether the selected stage holds an argument or result with `stages`.
+  bool holds(const std::vector<int64_t> &stages) const;
 
   /// Index of the argument with `role` and `name`, or -1.
   int64_t findArgument(ArgumentRole role, const std::string &name) const;
@@ -129,6 +150,13 @@ std::optional<InputName> parseInputName(const std::string &name);
 
 /// The mesh of `plan` (validated when the plan loaded).
 Mesh planMesh(const Plan &plan);
+
+/// The stage `rank` runs: its coordinate along the pipeline axis (0
+/// without one).
+int64_t stageOfRank(const Plan &plan, int64_t rank);
+
+/// Makes `stage`'s program the one `plan.program` holds.
+void selectStage(Plan &plan, int64_t stage);
 
 /// Parses and validates plan text.
 StatusOr<Plan> parsePlan(std::string_view text);
