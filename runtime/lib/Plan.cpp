@@ -654,8 +654,10 @@ StatusOr<Plan> PlanReader::read(const json &root) {
     return Status::error("mesh: " + meshError.message);
   root_ = &root;
   TRELLIS_RETURN_IF_ERROR(readBuffers(root["buffers"]));
-  TRELLIS_RETURN_IF_ERROR(readProgram(root["stages"]));
+  // Arguments name stages by index: their count first, programs after.
+  plan_.stages.resize(root["stages"].size());
   TRELLIS_RETURN_IF_ERROR(readArguments(root["arguments"]));
+  TRELLIS_RETURN_IF_ERROR(readProgram(root["stages"]));
   TRELLIS_RETURN_IF_ERROR(readResults(root["results"]));
   if (!plan_.holds(plan_.results[0].stages) || plan_.results[0].stages.size() > 1)
     return Status::error("expected the loss on stage 0 alone (it reports "

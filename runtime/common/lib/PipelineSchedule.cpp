@@ -82,10 +82,11 @@ computeOrder(ScheduleKind kind, const PipelineShape &shape, int64_t rank) {
   };
   switch (kind) {
   case ScheduleKind::GPipe:
-    // All forwards, then all backwards (last micro-batch first).
+    // All forwards, then all backwards, both in micro-batch order (the
+    // order gradients accumulate in, as in every other schedule).
     for (int64_t mb = 0; mb < m; ++mb)
       forward(mb, 0);
-    for (int64_t mb = m; mb-- > 0;)
+    for (int64_t mb = 0; mb < m; ++mb)
       backward(mb, 0);
     break;
   case ScheduleKind::OneFOneB: {
