@@ -58,12 +58,15 @@ public:
         description_(std::move(description)) {}
 
   Status wait() override {
-    TRELLIS_GLOO_CALL(description_, {
+    try {
       if (sending_)
         buffer_->waitSend(timeout_);
       else
         buffer_->waitRecv(timeout_);
-    });
+    } catch (const std::exception &error) {
+      return Status::error("gloo: " + description_ + " failed: " +
+                           error.what());
+    }
     return Status::success();
   }
 
@@ -279,13 +282,15 @@ private:
     if (!context)
       return Status::error(what + ": the group has one rank");
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-    TRELLIS_GLOO_CALL(what, {
+    try {
       buffer = context->createUnboundBuffer(data, count * sizeof(float));
       if (sending)
         buffer->send(static_cast<int>(peer), static_cast<uint64_t>(channel));
       else
         buffer->recv(static_cast<int>(peer), static_cast<uint64_t>(channel));
-    });
+    } catch (const std::exception &error) {
+      return Status::error("gloo: " + what + " failed: " + error.what());
+    }
     return std::unique_ptr<PendingTransfer>(std::make_unique<GlooTransfer>(
         std::move(buffer), sending, timeout_, what));
   }

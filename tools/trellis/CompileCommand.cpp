@@ -216,7 +216,14 @@ std::optional<PipelineConfig> planPipeline(mlir::func::FuncOp forward,
   std::optional<StageLayers> split =
       balanceStages(cost->parts, virtualStages, &error);
   if (!split) {
-    reportError("compile", "--pp " + std::to_string(stages) + ": " + error);
+    reportError("compile",
+                "--pp " + std::to_string(stages) +
+                    (compileChunks > 1
+                         ? " --chunks " + std::to_string(compileChunks) +
+                               " (" + std::to_string(virtualStages) +
+                               " virtual stages)"
+                         : std::string()) +
+                    ": " + error);
     return std::nullopt;
   }
   config.layers =
