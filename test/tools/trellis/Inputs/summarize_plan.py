@@ -1,0 +1,25 @@
+# Prints the pipeline facts of a plan, one per line: the mesh, the stages
+# holding each parameter, and per stage the transfers (op, peer, shape of
+# the buffer) and the optimizer updates it runs. Usage: summarize_plan.py P
+import json
+import sys
+
+plan = json.load(open(sys.argv[1]))
+buffers = plan["buffers"]
+print("mesh", " ".join(f'{a["name"]}={a["size"]}' for a in plan["mesh"]))
+print("pipeline_axis", plan.get("pipeline_axis"))
+for argument in plan["arguments"]:
+    if argument["role"] in ("param", "input"):
+        print(argument["role"], argument["param"], "stages",
+              argument.get("stages"))
+for stage in plan["stages"]:
+    program = stage["program"]
+    for instruction in program:
+        if instruction["op"] in ("send", "recv"):
+            buffer = (instruction["inputs"] + instruction["outputs"])[0]
+            print(f'stage {stage["stage"]}: {instruction["op"]}',
+                  f'peer {instruction["attrs"]["peer"]}',
+                  f'axes {",".join(instruction["attrs"]["axes"])}',
+                  "shape", buffers[buffer]["shape"])
+    updates = sum(1 for i in program if i["op"] == "adamw")
+    print(f'stage {stage["stage"]}: {updates} adamw')
