@@ -136,6 +136,34 @@ TEST(CommunicatorTest, ADeadRankFailsTheOthersWithinTheTimeout) {
   EXPECT_EQ(codes, std::vector<int>(3, 0));
 }
 
+TEST(CommunicatorTest, TransfersStartAtOnceAndCompleteWhenWaited) {
+  // Both ranks start a large send before either receives: started sends
+  // must not wait for their receiver (a pipeline's steady state does this).
+  Mesh mesh = *Mesh::parse("pp=2", nullptr);
+  RendezvousOptions options;
+  options.storeDir = freshStore("transfers");
+  constexpr int64_t kCount = 1 << 20;
+  std::vector<int> codes = runRanks(2, [&](int rank) {
+    auto connected = connectGloo(mesh, rank, {{0}}, options);
+    if (!connected.ok())
+      return 1;
+    Communicator &comm = **connected;
+    int peer = 1 - rank;
+    std::vector<float> out(kCount, static_cast<float>(rank + 1)), in(kCount);
+    auto sent = comm.startSend({0}, out.data(), kCount, peer, /*channel=*/rank);
+    if (!sent.ok())
+      return 2;
+    auto received = comm.startRecv({0}, in.data(), kCount, peer, peer);
+    if (!received.ok() || !(*received)->wait().ok() || !(*sent)->wait().ok())
+      return 3;
+    for (float value : in)
+      if (value != static_cast<float>(peer + 1))
+        return 4;
+    return 0;
+  });
+  EXPECT_EQ(codes, std::vector<int>(2, 0));
+}
+
 TEST(CommunicatorTest, RejectsARankOutsideTheMesh) {
   Mesh mesh = *Mesh::parse("dp=2", nullptr);
   RendezvousOptions options;

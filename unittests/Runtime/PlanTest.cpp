@@ -203,3 +203,78 @@ TEST(PlanTest, InputsAreTokensAndTargetsOrTheirMicroBatches) {
 }
 
 } // namespace
+
+namespace {
+
+/// loss = sum(a @ b) over two stages: stage 0 holds `a` and sends it;
+/// stage 1 multiplies, reduces, and sends the loss back to stage 0.
+const std::string kPipelinePlan = R"({
+  "format": "trellis-plan", "version": 2, "metadata": {"vocab_size": 4},
+  "mesh": [{"name": "pp", "size": 2}], "pipeline_axis": "pp",
+  "buffers": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3, 4], "dtype": "f32"},
+              {"shape": [2, 4], "dtype": "f32"}, {"shape": [], "dtype": "f32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "a", "init": "ones", "stages": [0]},
+                {"buffer": 1, "role": "param", "param": "b", "init": "ones", "stages": [1]}],
+  "results": [{"buffer": 3, "role": "loss", "stages": [0]}],
+  "stages": [{"stage": 0, "program": [
+    {"op": "send", "inputs": [0], "outputs": [], "attrs": {"axes": ["pp"], "peer": 1, "channel": 0}},
+    {"op": "recv", "inputs": [], "outputs": [3], "attrs": {"axes": ["pp"], "peer": 1, "channel": 1}}
+  ]}, {"stage": 1, "program": [
+    {"op": "recv", "inputs": [], "outputs": [0], "attrs": {"axes": ["pp"], "peer": 0, "channel": 0}},
+    {"op": "matmul", "inputs": [0, 1], "outputs": [2], "attrs": {}},
+    {"op": "reduce_sum", "inputs": [2], "outputs": [3], "attrs": {"dims": [0, 1]}},
+    {"op": "send", "inputs": [3], "outputs": [], "attrs": {"axes": ["pp"], "peer": 0, "channel": 1}}
+  ]}]
+})";
+
+} // namespace
+
+TEST(PlanTest, SelectsAStageOfAPipelinePlan) {
+  StatusOr<Plan> plan = parsePlan(kPipelinePlan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->stages.size(), 2u);
+  EXPECT_EQ(stageOfRank(*plan, 1), 1);
+  selectStage(*plan, 1);
+  EXPECT_EQ(plan->program.size(), 4u);
+  EXPECT_TRUE(plan->holds(plan->arguments[1].stages));
+  EXPECT_FALSE(plan->holds(plan->arguments[0].stages));
+  // A stage allocates only what it touches: stage 0 never holds `b`.
+  selectStage(*plan, 0);
+  Executor executor(std::move(*plan));
+  EXPECT_EQ(executor.argument(1).f32(), nullptr);
+  EXPECT_NE(executor.argument(0).f32(), nullptr);
+}
+
+TEST(PlanTest, RejectsMalformedPipelinePlans) {
+  expectRejected(replace(kPipelinePlan, "\"pipeline_axis\": \"pp\",", ""),
+                 "a plan of 2 stages needs \"pipeline_axis\": the mesh axis "
+                 "that numbers them");
+  expectRejected(replace(kPipelinePlan, "\"pipeline_axis\": \"pp\"",
+                         "\"pipeline_axis\": \"dp\""),
+                 "pipeline_axis: unknown mesh axis");
+  expectRejected(replace(kPipelinePlan, "[{\"name\": \"pp\", \"size\": 2}]",
+                         "[{\"name\": \"pp\", \"size\": 4}]"),
+                 "the pipeline axis 'pp' has size 4, the plan 2 stages");
+  expectRejected(replace(kPipelinePlan, "\"stages\": [1]", "\"stages\": [2]"),
+                 "argument 1: field \"stages\": stage 2 is out of range [0, 2)");
+  expectRejected(replace(kPipelinePlan, "\"role\": \"loss\", \"stages\": [0]",
+                         "\"role\": \"loss\", \"stages\": [1]"),
+                 "expected the loss on stage 0 alone");
+  expectRejected(replace(kPipelinePlan, "{\"stage\": 1, \"program\"",
+                         "{\"stage\": 0, \"program\""),
+                 "stage 1: field \"stage\": expected 1, found 0");
+  // Stage 1 reads `a` before receiving it.
+  expectRejected(
+      replace(kPipelinePlan,
+              "{\"op\": \"recv\", \"inputs\": [], \"outputs\": [0], \"attrs\": "
+              "{\"axes\": [\"pp\"], \"peer\": 0, \"channel\": 0}},",
+              ""),
+      "stage 1: instruction 0 (matmul) reads buffer 0 before it is written");
+  // Stage 0 never gets the loss.
+  expectRejected(
+      replace(kPipelinePlan,
+              ",\n    {\"op\": \"recv\", \"inputs\": [], \"outputs\": [3], "
+              "\"attrs\": {\"axes\": [\"pp\"], \"peer\": 1, \"channel\": 1}}",
+              ""),
+      "stage 0: result buffer 3 is never written");
+}
