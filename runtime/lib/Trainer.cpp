@@ -317,6 +317,29 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   return Status::success();
 }
 
+StatusOr<std::vector<std::pair<double, double>>>
+Trainer::gatherMemory() const {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  std::vector<float> mine = {
+      static_cast<float>(executor_.allocatedBytes() / 1048576.0),
+      static_cast<float>(usage.ru_maxrss / 1024.0)};
+  std::vector<float> all = mine;
+  if (communicator_) {
+    const Mesh &mesh = communicator_->mesh();
+    AxisList everything;
+    for (size_t axis = 0; axis < mesh.numAxes(); ++axis)
+      everything.push_back(axis);
+    all.resize(2 * mesh.size());
+    TRELLIS_RETURN_IF_ERROR(
+        communicator_->allGather(everything, mine.data(), all.data(), 2));
+  }
+  std::vector<std::pair<double, double>> figures;
+  for (size_t r = 0; r + 1 < all.size(); r += 2)
+    figures.emplace_back(all[r], all[r + 1]);
+  return figures;
+}
+
 Status Trainer::save(const std::string &dir) const {
   // Every rank takes part in gathering split tensors; rank 0 writes.
   SafetensorsFile model, optimizer;
@@ -538,6 +561,19 @@ int runTrainingCommand(const TrainOptions &options) {
         meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
         trainer.executor().allocatedBytes() / 1048576.0,
         usage.ru_maxrss / 1024.0);
+  // A pipeline's stages hold different parts: each rank's memory.
+  if (trainer.executor().plan().pipelineAxis) {
+    StatusOr<std::vector<std::pair<double, double>>> memory =
+        trainer.gatherMemory();
+    if (!memory.ok())
+      return fail(memory.status());
+    const Plan &plan = trainer.executor().plan();
+    for (size_t r = 0; printing && r < memory->size(); ++r)
+      std::printf("memory: rank %zu (stage %lld) | buffers %.1f MiB | peak "
+                  "memory %.1f MiB\n",
+                  r, static_cast<long long>(stageOfRank(plan, r)),
+                  (*memory)[r].first, (*memory)[r].second);
+  }
   if (options.profile && printing) {
     double total = 0;
     std::vector<std::pair<double, std::string>> sorted;

@@ -102,6 +102,10 @@ public:
   /// layout (split ones are gathered; every rank must call it, rank 0
   /// writes).
   Status save(const std::string &dir) const;
+  /// Every rank's buffer bytes and peak resident bytes, in rank order
+  /// (every rank must call it; without a communicator, this rank's alone).
+  StatusOr<std::vector<std::pair<double, double>>> gatherMemory() const;
+
   /// Restores a checkpoint written by `save` for the same model, in any
   /// layout: each rank takes its piece.
   Status load(const std::string &dir);
