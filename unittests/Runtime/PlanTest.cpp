@@ -13,7 +13,7 @@ namespace {
 
 /// loss = sum(a @ b): two parameters, one matmul, one reduction.
 const std::string kValidPlan = R"({
-  "format": "trellis-plan", "version": 2, "metadata": {"vocab_size": 4},
+  "format": "trellis-plan", "version": 3, "metadata": {"vocab_size": 4},
   "mesh": [{"name": "dp", "size": 1}],
   "buffers": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3, 4], "dtype": "f32"},
               {"shape": [2, 4], "dtype": "f32"}, {"shape": [], "dtype": "f32"}],
@@ -61,8 +61,8 @@ TEST(PlanTest, RejectsTruncatedFiles) {
 }
 
 TEST(PlanTest, RejectsOtherFormatsAndVersions) {
-  expectRejected(replace(kValidPlan, "\"version\": 2", "\"version\": 3"),
-                 "unsupported plan version 3 (this runtime reads version 2)");
+  expectRejected(replace(kValidPlan, "\"version\": 3", "\"version\": 2"),
+                 "unsupported plan version 2 (this runtime reads version 3)");
   expectRejected(replace(kValidPlan, "trellis-plan", "onnx"),
                  "expected \"format\": \"trellis-plan\", found \"onnx\"");
   expectRejected("[1, 2, 3]", "expected a JSON object at the top level");
@@ -209,7 +209,7 @@ namespace {
 /// loss = sum(a @ b) over two stages: stage 0 holds `a` and sends it;
 /// stage 1 multiplies, reduces, and sends the loss back to stage 0.
 const std::string kPipelinePlan = R"({
-  "format": "trellis-plan", "version": 2, "metadata": {"vocab_size": 4},
+  "format": "trellis-plan", "version": 3, "metadata": {"vocab_size": 4},
   "mesh": [{"name": "pp", "size": 2}], "pipeline_axis": "pp",
   "buffers": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3, 4], "dtype": "f32"},
               {"shape": [2, 4], "dtype": "f32"}, {"shape": [], "dtype": "f32"}],

@@ -16,7 +16,7 @@
 namespace trellis {
 
 /// The plan format version the emitter writes and the runtime reads.
-constexpr int64_t kPlanFormatVersion = 2;
+constexpr int64_t kPlanFormatVersion = 3;
 
 /// Free-form facts copied into the plan's "metadata" object.
 struct PlanMetadata {

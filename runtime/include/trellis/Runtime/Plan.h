@@ -23,7 +23,7 @@
 namespace trellis::runtime {
 
 /// The plan format version this runtime reads.
-constexpr int64_t kPlanVersion = 2;
+constexpr int64_t kPlanVersion = 3;
 
 enum class DType { F32, I32 };
 
