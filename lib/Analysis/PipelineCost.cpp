@@ -67,8 +67,8 @@ FailureOr<ModelPipelineCost> computePipelineCost(func::FuncOp forward,
   llvm::DenseMap<Value, int64_t> lastUse;
   auto order = [](int64_t part) {
     return part == kEmbeddingPart ? 0
-           : part == kHeadPart ? std::numeric_limits<int64_t>::max()
-                        : part + 1;
+           : part == kHeadPart    ? std::numeric_limits<int64_t>::max()
+                                  : part + 1;
   };
   WalkResult walk = forward.walk([&](Operation *op) -> WalkResult {
     if (op == forward.getOperation() || isa<func::ReturnOp>(op))

@@ -97,8 +97,7 @@ public:
     phase_ = microBatch ? StringAttr::get(context, phase) : StringAttr();
   }
 
-  void notifyOperationInserted(Operation *op,
-                               OpBuilder::InsertPoint) override {
+  void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
     if (!microBatch_)
       return;
     op->setAttr(GraphDialect::kMicroBatchAttrName, microBatch_);

@@ -52,9 +52,7 @@ private:
   LogicalResult buildStreams(const PipelineStreams &schedule);
   LogicalResult checkStreams();
 
-  int64_t rankOf(int64_t virtualStage) const {
-    return virtualStage % ranks_;
-  }
+  int64_t rankOf(int64_t virtualStage) const { return virtualStage % ranks_; }
   int64_t virtualStageOf(int64_t part) const;
 
   func::FuncOp step_;
@@ -86,8 +84,8 @@ LogicalResult Splitter::placeActionOps() {
   // Ops of a micro-batch: by part, else by their users, else by operands.
   SmallVector<Operation *> unplaced;
   for (Operation &op : body_.without_terminator()) {
-    auto microBatch = op.getAttrOfType<IntegerAttr>(
-        graph::GraphDialect::kMicroBatchAttrName);
+    auto microBatch =
+        op.getAttrOfType<IntegerAttr>(graph::GraphDialect::kMicroBatchAttrName);
     if (!microBatch)
       continue;
     auto phase =
@@ -270,8 +268,8 @@ LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
       if (action.kind == PipelineAction::Kind::Forward ||
           action.kind == PipelineAction::Kind::Backward)
         schedulePosition[{action.kind == PipelineAction::Kind::Backward,
-                          action.microBatch,
-                          action.chunk * ranks_ + rank}] = position;
+                          action.microBatch, action.chunk * ranks_ + rank}] =
+            position;
   auto runsBefore = [&](Operation *a, Operation *b) {
     const Placement &pa = placement_[a], &pb = placement_[b];
     if (pa.action && pb.action && !(*pa.action < *pb.action) &&
@@ -380,12 +378,11 @@ LogicalResult Splitter::checkStreams() {
     }
   for (size_t t = 0; t < count; ++t)
     if (sends[t] != 1 || receives[t] != 1)
-      return step_.emitError()
-             << "pipeline transfer " << t << " (rank "
-             << program_.transfers[t].from << " to rank "
-             << program_.transfers[t].to << ") is sent " << sends[t]
-             << " times and received " << receives[t]
-             << " times: expected once each";
+      return step_.emitError() << "pipeline transfer " << t << " (rank "
+                               << program_.transfers[t].from << " to rank "
+                               << program_.transfers[t].to << ") is sent "
+                               << sends[t] << " times and received "
+                               << receives[t] << " times: expected once each";
   std::map<std::pair<int64_t, void *>, int64_t> incoming; // (rank, value)
   for (auto [index, transfer] : llvm::enumerate(program_.transfers))
     incoming[{transfer.to, transfer.value.getAsOpaquePointer()}] = index;
@@ -443,7 +440,8 @@ LogicalResult Splitter::checkStreams() {
         if (item.kind == StageItem::Kind::Recv)
           available[rank].insert(program_.transfers[item.transfer].value);
         if (item.kind == StageItem::Kind::Op)
-          available[rank].insert(item.op->result_begin(), item.op->result_end());
+          available[rank].insert(item.op->result_begin(),
+                                 item.op->result_end());
         ++next[rank];
         progress = true;
       }
@@ -475,10 +473,9 @@ FailureOr<PipelineProgram> Splitter::run() {
     return step_.emitError() << "pipeline schedule: " << error;
   if (static_cast<int64_t>(config_.layers.size()) !=
       config_.shape.virtualStages())
-    return step_.emitError() << "expected layers for "
-                             << config_.shape.virtualStages()
-                             << " virtual stages, found "
-                             << config_.layers.size();
+    return step_.emitError()
+           << "expected layers for " << config_.shape.virtualStages()
+           << " virtual stages, found " << config_.layers.size();
   if (failed(placeActionOps()))
     return failure();
   placeStepOps();

@@ -25,8 +25,7 @@ class ActionCopier : public OpBuilder::Listener {
 public:
   void setSource(Operation *op) { source_ = op; }
 
-  void notifyOperationInserted(Operation *op,
-                               OpBuilder::InsertPoint) override {
+  void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
     for (StringRef name : {graph::GraphDialect::kMicroBatchAttrName,
                            graph::GraphDialect::kPhaseAttrName})
       if (Attribute value = source_ ? source_->getAttr(name) : Attribute())

@@ -64,8 +64,8 @@ public:
       else
         buffer_->waitRecv(timeout_);
     } catch (const std::exception &error) {
-      return Status::error("gloo: " + description_ + " failed: " +
-                           error.what());
+      return Status::error("gloo: " + description_ +
+                           " failed: " + error.what());
     }
     return Status::success();
   }

@@ -218,7 +218,8 @@ Executor::Executor(Plan plan, Communicator *communicator)
       used[b] = true;
   }
   for (const Argument &argument : plan_.arguments)
-    used[argument.buffer] = used[argument.buffer] || plan_.holds(argument.stages);
+    used[argument.buffer] =
+        used[argument.buffer] || plan_.holds(argument.stages);
   for (const Result &result : plan_.results)
     used[result.buffer] = used[result.buffer] || plan_.holds(result.stages);
   buffers_.reserve(plan_.buffers.size());

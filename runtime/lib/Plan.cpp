@@ -447,8 +447,7 @@ Status PlanReader::readProgram(const json &stages) {
                            " stages needs \"pipeline_axis\": the mesh axis "
                            "that numbers them");
     std::string name = (*root_)["pipeline_axis"].get<std::string>();
-    StatusOr<std::vector<size_t>> axis =
-        resolveAxes({name}, "pipeline_axis");
+    StatusOr<std::vector<size_t>> axis = resolveAxes({name}, "pipeline_axis");
     if (!axis.ok())
       return axis.status();
     if (plan_.mesh[axis->front()].size != static_cast<int64_t>(stages.size()))
@@ -462,19 +461,17 @@ Status PlanReader::readProgram(const json &stages) {
   for (size_t s = 0; s < stages.size(); ++s) {
     std::string where = "stage " + std::to_string(s);
     const json &stage = stages[s];
-    TRELLIS_RETURN_IF_ERROR(requireKind(
-        stage, "program", json::value_t::array, "an array of instructions",
-        where));
+    TRELLIS_RETURN_IF_ERROR(requireKind(stage, "program", json::value_t::array,
+                                        "an array of instructions", where));
     if (stage.contains("stage") &&
         (!stage["stage"].is_number_integer() ||
          stage["stage"].get<int64_t>() != static_cast<int64_t>(s)))
       return Status::error(where + ": field \"stage\": expected " +
                            std::to_string(s) + ", found " +
                            describe(stage["stage"]));
-    TRELLIS_RETURN_IF_ERROR(
-        readInstructions(stage["program"],
-                         stages.size() > 1 ? where + ": " : "",
-                         plan_.stages[s]));
+    TRELLIS_RETURN_IF_ERROR(readInstructions(
+        stage["program"], stages.size() > 1 ? where + ": " : "",
+        plan_.stages[s]));
   }
   return Status::success();
 }
@@ -565,8 +562,7 @@ Status PlanReader::readResults(const json &array) {
     result.isLoss = entry.value("role", "") == "loss";
     TRELLIS_RETURN_IF_ERROR(readStageList(entry, where, result.stages));
     if (result.updates && !result.stages.empty() &&
-        result.stages !=
-            plan_.arguments[*result.updates].stages)
+        result.stages != plan_.arguments[*result.updates].stages)
       return Status::error(where + ": it updates argument " +
                            std::to_string(*result.updates) +
                            " but is produced on other stages than hold it");
@@ -615,8 +611,7 @@ Status PlanReader::checkDataflow(int64_t stage) {
   for (const Result &result : plan_.results)
     if (plan_.holds(result.stages) && !defined[result.buffer])
       return Status::error(prefix + "result buffer " +
-                           std::to_string(result.buffer) +
-                           " is never written");
+                           std::to_string(result.buffer) + " is never written");
   return Status::success();
 }
 
@@ -659,7 +654,8 @@ StatusOr<Plan> PlanReader::read(const json &root) {
   TRELLIS_RETURN_IF_ERROR(readArguments(root["arguments"]));
   TRELLIS_RETURN_IF_ERROR(readProgram(root["stages"]));
   TRELLIS_RETURN_IF_ERROR(readResults(root["results"]));
-  if (!plan_.holds(plan_.results[0].stages) || plan_.results[0].stages.size() > 1)
+  if (!plan_.holds(plan_.results[0].stages) ||
+      plan_.results[0].stages.size() > 1)
     return Status::error("expected the loss on stage 0 alone (it reports "
                          "the loss)");
   for (size_t stage = 0; stage < plan_.stages.size(); ++stage)

@@ -305,9 +305,9 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   entry.values.assign(total, 0.0f);
   for (int64_t r = 0; r < mesh.size(); ++r) {
     int64_t stage = stageOfRank(plan, r);
-    if (!desc.stages.empty() && std::find(desc.stages.begin(),
-                                          desc.stages.end(),
-                                          stage) == desc.stages.end())
+    if (!desc.stages.empty() &&
+        std::find(desc.stages.begin(), desc.stages.end(), stage) ==
+            desc.stages.end())
       continue;
     ShardLayout::of(plan.buffers[desc.buffer].shape, desc.sharding, mesh, r)
         .forEach([&](int64_t l, int64_t g) {
@@ -317,8 +317,7 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   return Status::success();
 }
 
-StatusOr<std::vector<std::pair<double, double>>>
-Trainer::gatherMemory() const {
+StatusOr<std::vector<std::pair<double, double>>> Trainer::gatherMemory() const {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   std::vector<float> mine = {

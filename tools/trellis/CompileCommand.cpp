@@ -12,8 +12,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
-#include "trellis/Analysis/StepReport.h"
 #include "trellis/Analysis/PipelineCost.h"
+#include "trellis/Analysis/StepReport.h"
 #include "trellis/Autodiff/Passes.h"
 #include "trellis/Pipeline/PipelineSplit.h"
 #include "trellis/Sharding/Passes.h"
@@ -78,12 +78,12 @@ cl::opt<int64_t> compilePipeline(
     cl::desc("Pipeline stages: split the layers over N ranks (the pp axis, "
              "major to dp and tp); --microbatches gives the micro-batches"),
     cl::init(1), cl::sub(compileCommand));
-cl::opt<std::string> compileSchedule(
-    "schedule", cl::desc("Pipeline schedule: gpipe, 1f1b or interleaved"),
-    cl::init("1f1b"), cl::sub(compileCommand));
+cl::opt<std::string>
+    compileSchedule("schedule",
+                    cl::desc("Pipeline schedule: gpipe, 1f1b or interleaved"),
+                    cl::init("1f1b"), cl::sub(compileCommand));
 cl::opt<int64_t> compileChunks(
-    "chunks",
-    cl::desc("Model chunks per pipeline rank (interleaved schedule)"),
+    "chunks", cl::desc("Model chunks per pipeline rank (interleaved schedule)"),
     cl::init(1), cl::sub(compileCommand));
 cl::opt<std::string> compileStageLayers(
     "pp-layers",
@@ -188,8 +188,8 @@ std::optional<PipelineConfig> planPipeline(mlir::func::FuncOp forward,
                                "': expected gpipe, 1f1b or interleaved");
     return std::nullopt;
   }
-  PipelineConfig config{*kind, {stages, compileMicroBatches, compileChunks},
-                        {}};
+  PipelineConfig config{
+      *kind, {stages, compileMicroBatches, compileChunks}, {}};
   std::string error;
   std::optional<PipelineStreams> streams =
       buildSchedule(*kind, config.shape, &error);
@@ -206,7 +206,8 @@ std::optional<PipelineConfig> planPipeline(mlir::func::FuncOp forward,
   if (!compileStageLayers.empty()) {
     std::optional<StageLayers> split =
         parseStageLayers(compileStageLayers, &error);
-    if (!split || !verifyStageLayers(*split, numLayers, virtualStages, &error)) {
+    if (!split ||
+        !verifyStageLayers(*split, numLayers, virtualStages, &error)) {
       reportError("compile", "--pp-layers: " + error);
       return std::nullopt;
     }
@@ -219,8 +220,8 @@ std::optional<PipelineConfig> planPipeline(mlir::func::FuncOp forward,
     reportError("compile",
                 "--pp " + std::to_string(stages) +
                     (compileChunks > 1
-                         ? " --chunks " + std::to_string(compileChunks) +
-                               " (" + std::to_string(virtualStages) +
+                         ? " --chunks " + std::to_string(compileChunks) + " (" +
+                               std::to_string(virtualStages) +
                                " virtual stages)"
                          : std::string()) +
                     ": " + error);
@@ -259,12 +260,12 @@ int runCompileCommand() {
 
   if (module.lookupSymbol<mlir::func::FuncOp>(stepName) &&
       (compileMicroBatches != 1 || degrees->pipeline != 1))
-    return reportError("compile",
-                       llvm::Twine(compileMicroBatches != 1 ? "--microbatches"
-                                                            : "--pp") +
-                           ": expected a @forward to differentiate, found an "
-                           "existing @" +
-                           stepName);
+    return reportError(
+        "compile",
+        llvm::Twine(compileMicroBatches != 1 ? "--microbatches" : "--pp") +
+            ": expected a @forward to differentiate, found an "
+            "existing @" +
+            stepName);
   std::optional<PipelineConfig> pipeline;
   if (degrees->pipeline != 1) {
     if (degrees->pipeline < 1)
@@ -309,8 +310,7 @@ int runCompileCommand() {
     int64_t bucketBytes =
         pipeline ? -1 : static_cast<int64_t>(compileBucketMiB * (1 << 20));
     buildShardingPipeline(pm, stepName, degrees->dataParallel,
-                          degrees->tensorParallel, bucketBytes,
-                          compileExplain);
+                          degrees->tensorParallel, bucketBytes, compileExplain);
     if (mlir::failed(pm.run(module)))
       return 1;
   }
@@ -343,9 +343,8 @@ int runCompileCommand() {
       return 1;
     pipelinePlan = PipelinePlan{std::move(*program), degrees->axes, "pp"};
   }
-  mlir::FailureOr<llvm::json::Value> plan =
-      emitPlan(step, std::move(metadata),
-               pipelinePlan ? &*pipelinePlan : nullptr);
+  mlir::FailureOr<llvm::json::Value> plan = emitPlan(
+      step, std::move(metadata), pipelinePlan ? &*pipelinePlan : nullptr);
   if (mlir::failed(plan))
     return 1;
   output->os() << *plan << "\n";

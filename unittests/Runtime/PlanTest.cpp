@@ -255,8 +255,9 @@ TEST(PlanTest, RejectsMalformedPipelinePlans) {
   expectRejected(replace(kPipelinePlan, "[{\"name\": \"pp\", \"size\": 2}]",
                          "[{\"name\": \"pp\", \"size\": 4}]"),
                  "the pipeline axis 'pp' has size 4, the plan 2 stages");
-  expectRejected(replace(kPipelinePlan, "\"stages\": [1]", "\"stages\": [2]"),
-                 "argument 1: field \"stages\": stage 2 is out of range [0, 2)");
+  expectRejected(
+      replace(kPipelinePlan, "\"stages\": [1]", "\"stages\": [2]"),
+      "argument 1: field \"stages\": stage 2 is out of range [0, 2)");
   expectRejected(replace(kPipelinePlan, "\"role\": \"loss\", \"stages\": [0]",
                          "\"role\": \"loss\", \"stages\": [1]"),
                  "expected the loss on stage 0 alone");

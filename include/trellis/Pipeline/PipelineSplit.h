@@ -1,4 +1,5 @@
-//===- PipelineSplit.h - A training step cut into pipeline stages -*- C++ -*-===//
+//===- PipelineSplit.h - A training step cut into pipeline stages -*- C++
+//-*-===//
 //
 // Cuts a training step whose ops carry their micro-batch and phase
 // (graph.micro_batch, graph.phase: the autodiff's tag-actions option) into

@@ -212,8 +212,8 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
             stepAxis = axis;
       if (name == pipeline->axis
               ? stepAxis.has_value() ||
-                    size != static_cast<int64_t>(
-                                pipeline->program.streams.size())
+                    size !=
+                        static_cast<int64_t>(pipeline->program.streams.size())
               : stepAxis && stepAxis->getSize() != size)
         return step.emitError()
                << "the pipeline mesh's axis '" << name << "' of size " << size
@@ -222,10 +222,9 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
     }
     if (mesh_)
       for (MeshAxisAttr axis : mesh_.getMesh().getAxes())
-        if (llvm::none_of(pipeline->mesh,
-                          [&](const auto &entry) {
-                            return entry.first == axis.getName();
-                          }))
+        if (llvm::none_of(pipeline->mesh, [&](const auto &entry) {
+              return entry.first == axis.getName();
+            }))
           return step.emitError() << "the pipeline mesh lacks the step's axis '"
                                   << axis.getName() << "'";
   } else if (mesh_) {
@@ -271,8 +270,8 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       entry["sharding"] = std::move(dims);
     }
     if (pipeline)
-      entry["stages"] = shapeArray(
-          pipeline->program.argumentRanks[arg.getArgNumber()]);
+      entry["stages"] =
+          shapeArray(pipeline->program.argumentRanks[arg.getArgNumber()]);
     arguments.push_back(std::move(entry));
   }
 
