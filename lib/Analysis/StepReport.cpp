@@ -32,8 +32,20 @@ std::string formatBytes(int64_t bytes) {
 } // namespace
 
 StepReport computeStepReport(func::FuncOp step) {
+  SmallVector<int64_t> arguments;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    arguments.push_back(i);
+  SmallVector<RankItem> items;
+  if (!step.isExternal())
+    for (Operation &op : step.getBody().front())
+      items.push_back({&op, Value(), false, ""});
+  return computeRankReport(step, arguments, items);
+}
+
+StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
+                             ArrayRef<RankItem> items) {
   StepReport report;
-  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+  for (int64_t i : arguments) {
     auto role = step.getArgAttrOfType<StringAttr>(
         i, graph::GraphDialect::kRoleAttrName);
     Type type = step.getArgumentTypes()[i];
@@ -45,22 +57,33 @@ StepReport computeStepReport(func::FuncOp step) {
       report.optimizerStateBytes += bytesOf(type);
     }
   }
-  if (step.isExternal())
-    return report;
-  Block &body = step.getBody().front();
-  // Liveness in program order: a value lives from its op to its last user.
-  DenseMap<Operation *, int64_t> position;
-  for (auto [index, op] : llvm::enumerate(body))
-    position[&op] = index;
-  std::vector<int64_t> delta(body.getOperations().size() + 1, 0);
-  for (Operation &op : body) {
-    for (Value result : op.getResults()) {
-      int64_t last = position[&op];
-      for (Operation *user : result.getUsers())
-        last = std::max(last, position.lookup(user));
-      delta[position[&op]] += bytesOf(result.getType());
-      delta[last + 1] -= bytesOf(result.getType());
+  // Liveness in this rank's order: a value lives from the item that makes
+  // (or receives) it to the last item here that reads (or sends) it.
+  DenseMap<Value, std::pair<int64_t, int64_t>> lifetime;
+  auto use = [&](Value value, int64_t index) {
+    auto it = lifetime.find(value);
+    if (it != lifetime.end())
+      it->second.second = std::max(it->second.second, index);
+  };
+  for (auto [index, item] : llvm::enumerate(items)) {
+    int64_t at = static_cast<int64_t>(index);
+    if (!item.op) {
+      if (item.sends)
+        use(item.value, at);
+      else
+        lifetime.try_emplace(item.value, at, at);
+      StepReport::Traffic &traffic =
+          report.communication[(item.sends ? "send over " : "recv over ") +
+                               item.axis];
+      ++traffic.count;
+      traffic.bytes += bytesOf(item.value.getType());
+      continue;
     }
+    Operation &op = *item.op;
+    for (Value operand : op.getOperands())
+      use(operand, at);
+    for (Value result : op.getResults())
+      lifetime.try_emplace(result, at, at);
     // Collectives move data; slice_shard only keeps a local piece.
     if (op.getDialect() && llvm::isa<TrellisDialect>(op.getDialect()) &&
         op.getNumOperands() && !llvm::isa<SliceShardOp>(op)) {
@@ -74,6 +97,11 @@ StepReport computeStepReport(func::FuncOp step) {
       ++traffic.count;
       traffic.bytes += bytesOf(op.getOperand(0).getType());
     }
+  }
+  std::vector<int64_t> delta(items.size() + 1, 0);
+  for (auto &[value, span] : lifetime) {
+    delta[span.first] += bytesOf(value.getType());
+    delta[span.second + 1] -= bytesOf(value.getType());
   }
   int64_t live = 0;
   for (int64_t change : delta) {

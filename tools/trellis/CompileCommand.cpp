@@ -178,6 +178,28 @@ std::optional<ParallelDegrees> resolveParallelDegrees() {
   return degrees;
 }
 
+/// `--report` of a pipeline: the report of each stage's ranks.
+void printStageReports(mlir::func::FuncOp step,
+                       const PipelineProgram &program) {
+  for (auto [rank, stream] : llvm::enumerate(program.streams)) {
+    llvm::SmallVector<int64_t> arguments;
+    for (auto [index, ranks] : llvm::enumerate(program.argumentRanks))
+      if (llvm::is_contained(ranks, static_cast<int64_t>(rank)))
+        arguments.push_back(index);
+    llvm::SmallVector<RankItem> items;
+    for (const StageItem &item : stream) {
+      if (item.kind == StageItem::Kind::Op) {
+        items.push_back({item.op, mlir::Value(), false, ""});
+        continue;
+      }
+      items.push_back({nullptr, program.transfers[item.transfer].value,
+                       item.kind == StageItem::Kind::Send, "pp"});
+    }
+    llvm::errs() << "pipeline stage " << rank << ":\n";
+    computeRankReport(step, arguments, items).print(llvm::errs());
+  }
+}
+
 /// The schedule and the layers of each virtual stage for a pipeline of
 /// `stages` ranks over `forward`, or nullopt after reporting an error.
 std::optional<PipelineConfig> planPipeline(mlir::func::FuncOp forward,
@@ -315,8 +337,17 @@ int runCompileCommand() {
       return 1;
   }
   auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
-  if (compileReport)
+  std::optional<PipelinePlan> pipelinePlan;
+  if (pipeline) {
+    mlir::FailureOr<PipelineProgram> program = splitPipeline(step, *pipeline);
+    if (mlir::failed(program))
+      return 1;
+    pipelinePlan = PipelinePlan{std::move(*program), degrees->axes, "pp"};
+  }
+  if (compileReport && !pipelinePlan)
     computeStepReport(step).print(llvm::errs());
+  if (compileReport && pipelinePlan)
+    printStageReports(step, pipelinePlan->program);
 
   std::string error;
   auto output = mlir::openOutputFile(compileOutput, &error);
@@ -336,13 +367,6 @@ int runCompileCommand() {
       {"epsilon", compileEpsilon.getValue()},
       {"weight_decay", compileWeightDecay.getValue()},
   };
-  std::optional<PipelinePlan> pipelinePlan;
-  if (pipeline) {
-    mlir::FailureOr<PipelineProgram> program = splitPipeline(step, *pipeline);
-    if (mlir::failed(program))
-      return 1;
-    pipelinePlan = PipelinePlan{std::move(*program), degrees->axes, "pp"};
-  }
   mlir::FailureOr<llvm::json::Value> plan = emitPlan(
       step, std::move(metadata), pipelinePlan ? &*pipelinePlan : nullptr);
   if (mlir::failed(plan))

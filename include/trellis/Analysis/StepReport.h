@@ -36,8 +36,23 @@ struct StepReport {
   void print(llvm::raw_ostream &os) const;
 };
 
+/// One thing a rank runs: an op of the step, or one end of a point-to-point
+/// transfer of `value` over `axis` (a pipeline's send or receive).
+struct RankItem {
+  mlir::Operation *op = nullptr;
+  mlir::Value value;
+  bool sends = false;
+  std::string axis;
+};
+
 /// Computes the report of `step` (per rank: its types are local).
 StepReport computeStepReport(mlir::func::FuncOp step);
+
+/// The report of a rank that holds `arguments` (indices) of `step` and
+/// runs `items` in order (a pipeline stage).
+StepReport computeRankReport(mlir::func::FuncOp step,
+                             llvm::ArrayRef<int64_t> arguments,
+                             llvm::ArrayRef<RankItem> items);
 
 } // namespace trellis
 
