@@ -281,6 +281,7 @@ Status Executor::run() {
     int64_t waitPoint;
     size_t instruction;
     std::unique_ptr<PendingTransfer> pending;
+    double startMicros;
   };
   std::vector<Transfer> transfers;
   auto waitForTransfers = [&](int64_t point) -> Status {
@@ -290,8 +291,11 @@ Status Executor::run() {
       double start = monotonicMicros();
       Status status = transfer.pending->wait();
       transfer.pending.reset();
-      record(plan_.program[transfer.instruction].op + " (wait)", start,
-             monotonicMicros(), Lane::Compute);
+      double end = monotonicMicros();
+      const std::string &op = plan_.program[transfer.instruction].op;
+      record(op + " (wait)", start, end, Lane::Compute);
+      // In flight from its start until this wait saw it complete.
+      record(op, transfer.startMicros, end, Lane::Communication);
       if (!status.ok())
         return status.withContext(context(transfer.instruction));
     }
@@ -338,7 +342,8 @@ Status Executor::run() {
         failure = started.status().withContext(context(i));
         break;
       }
-      transfers.push_back({waitPoint_[i], i, std::move(*started)});
+      transfers.push_back(
+          {waitPoint_[i], i, std::move(*started), monotonicMicros()});
       continue;
     }
     if (isCollective(instruction.op) && commThread_) {

@@ -491,6 +491,8 @@ int runTrainingCommand(const TrainOptions &options) {
     if (!std::ofstream(options.tracePath))
       return fail(
           Status::error("cannot write the trace '" + options.tracePath + "'"));
+    // Only a finished run leaves a trace.
+    std::remove(options.tracePath.c_str());
   }
   if (options.rank < 0) {
     // The launcher: start one process per rank if the plan needs several.

@@ -1,12 +1,13 @@
 """Summarizes a Chrome trace written by `trellis run --trace`: per rank,
-the slices on each row, whether the ranks share one time origin, and
-whether every slice has a name and a non-negative duration."""
+the slices on each row (collectives and pipeline transfers by name),
+whether the ranks share one time origin, and whether every slice has a
+name and a non-negative duration."""
 import collections
 import json
 import sys
 
 COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-               "broadcast"}
+               "broadcast", "send", "recv"}
 
 events = json.load(open(sys.argv[1]))["traceEvents"]
 slices = [e for e in events if e["ph"] == "X"]
