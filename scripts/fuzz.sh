@@ -16,6 +16,8 @@ if [[ -x $root/build/bin/trellis ]]; then
   for config in gpt2-tiny llama-tiny; do
     "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
       --batch 1 --seq 4 -o "$corpus/$config.plan"
+    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
+      --batch 2 --seq 4 --pp 2 --microbatches 2 -o "$corpus/$config.pp2.plan"
   done
 fi
 "$build/trellis-plan-fuzzer" "$corpus" -max_total_time="$seconds" \

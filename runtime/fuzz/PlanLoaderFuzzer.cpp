@@ -1,8 +1,8 @@
 //===- PlanLoaderFuzzer.cpp - libFuzzer target for the plan loader --------===//
 //
-// Feeds arbitrary bytes to parsePlan; a plan that loads is executed once
-// (with an execution budget), so that validation gaps show up as crashes in
-// kernels. Build with scripts/fuzz.sh.
+// Feeds arbitrary bytes to parsePlan; every stage of a plan that loads is
+// executed once (without peers: transfers fail cleanly), so that validation
+// gaps show up as crashes in kernels. Build with scripts/fuzz.sh.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,7 +26,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     elements += buffer.numElements();
   if (elements > (int64_t(1) << 22))
     return 0;
-  Executor executor(std::move(*plan));
-  (void)executor.run();
+  for (size_t stage = 0; stage < plan->stages.size(); ++stage) {
+    Plan staged = *plan;
+    selectStage(staged, static_cast<int64_t>(stage));
+    Executor executor(std::move(staged));
+    (void)executor.run();
+  }
   return 0;
 }
