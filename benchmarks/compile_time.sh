@@ -23,3 +23,15 @@ for entry in gpt2-124m:1024 llama-3.2-1b:4096 llama-3-8b:4096 llama-3-70b:4096; 
     "$(grep -o '"op":' "$plan" | wc -l)"
   done
 done
+# Pipelines: the plan holds every micro-batch's forward and backward, so it
+# grows with m (and not with the ranks of a stage).
+for pipeline in "llama-3-8b 4096 8 8" "llama-3-8b 4096 8 32" "llama-3-70b 4096 16 32"; do
+  read -r config seq pp m <<< "$pipeline"
+  start=$(date +%s.%N)
+  "$trellis" compile "$root/examples/configs/$config.json" --batch "$m" \
+    --seq "$seq" --microbatches "$m" --mesh "pp=$pp,dp=1,tp=8" -o "$plan"
+  end=$(date +%s.%N)
+  printf '%-14s pp=%-2s m=%-3s tp=8 compile %6.3f s  plan %8d bytes  %6d instructions\n' \
+    "$config" "$pp" "$m" "$(echo "$end - $start" | bc)" "$(stat -c %s "$plan")" \
+    "$(grep -o '"op":' "$plan" | wc -l)"
+done
