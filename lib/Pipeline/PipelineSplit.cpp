@@ -4,7 +4,6 @@
 
 #include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
-#include "llvm/ADT/SetVector.h"
 
 #include <map>
 #include <set>

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <queue>
 #include <thread>
 
 namespace trellis::runtime {
@@ -276,18 +277,21 @@ Status Executor::run() {
   // Tickets of the collectives in flight, by the instruction they wait at.
   std::vector<std::pair<int64_t, int64_t>> inFlight; // (wait point, ticket)
   std::vector<size_t> inFlightInstruction;
-  // Sends and receives in flight, by the instruction they wait at.
+  // Sends and receives in flight, waited for in order of their wait point.
   struct Transfer {
-    int64_t waitPoint;
     size_t instruction;
     std::unique_ptr<PendingTransfer> pending;
     double startMicros;
   };
   std::vector<Transfer> transfers;
+  // (wait point, index into transfers), earliest wait point on top.
+  std::priority_queue<std::pair<int64_t, size_t>,
+                      std::vector<std::pair<int64_t, size_t>>, std::greater<>>
+      byWaitPoint;
   auto waitForTransfers = [&](int64_t point) -> Status {
-    for (Transfer &transfer : transfers) {
-      if (!transfer.pending || transfer.waitPoint > point)
-        continue;
+    while (!byWaitPoint.empty() && byWaitPoint.top().first <= point) {
+      Transfer &transfer = transfers[byWaitPoint.top().second];
+      byWaitPoint.pop();
       double start = monotonicMicros();
       Status status = transfer.pending->wait();
       transfer.pending.reset();
@@ -342,8 +346,8 @@ Status Executor::run() {
         failure = started.status().withContext(context(i));
         break;
       }
-      transfers.push_back(
-          {waitPoint_[i], i, std::move(*started), monotonicMicros()});
+      byWaitPoint.emplace(waitPoint_[i], transfers.size());
+      transfers.push_back({i, std::move(*started), monotonicMicros()});
       continue;
     }
     if (isCollective(instruction.op) && commThread_) {
