@@ -35,16 +35,26 @@ struct BucketAllReducesPass
       return producer ? position.lookup(producer) : -1;
     };
 
+    // A pipelined step is cut into stages later: a bucket must stay within
+    // one model part, and reductions of a micro-batch stay where they are.
+    bool pipelined = llvm::any_of(body, [](Operation &op) {
+      return op.hasAttr(graph::GraphDialect::kMicroBatchAttrName);
+    });
     // Reductions by (mesh, axes, kind), f32 only, produced in this block.
     std::map<std::string, SmallVector<AllReduceOp>> groups;
     for (AllReduceOp op : body.getOps<AllReduceOp>()) {
       auto type = op.getInput().getType();
-      if (!type.getElementType().isF32() || readyAt(op) < 0)
+      if (!type.getElementType().isF32() || readyAt(op) < 0 ||
+          op->hasAttr(graph::GraphDialect::kMicroBatchAttrName))
         continue;
       std::string key =
           op.getMesh().str() + "|" + stringifyReductionKind(op.getKind()).str();
       for (StringRef axis : op.getAxisNames())
         key += "|" + axis.str();
+      if (pipelined)
+        if (auto part = llvm::dyn_cast<NameLoc>(
+                op.getInput().getDefiningOp()->getLoc()))
+          key += "|part " + part.getName().str();
       groups[key].push_back(op);
     }
     for (auto &[key, ops] : groups) {

@@ -19,8 +19,6 @@ void trellis::buildShardingPipeline(OpPassManager &pm, StringRef function,
   propagation.explain = explain;
   pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass(propagation));
   pm.addNestedPass<func::FuncOp>(createPartitionPass());
-  if (bucketBytes < 0)
-    return;
   BucketAllReducesPassOptions buckets;
   buckets.bucketBytes = bucketBytes;
   pm.addNestedPass<func::FuncOp>(createBucketAllReducesPass(buckets));

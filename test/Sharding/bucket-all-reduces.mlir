@@ -29,3 +29,28 @@ func.func @fuse(%a: tensor<4x4xf32>, %b: tensor<8xf32>, %c: tensor<2xf32>) -> (t
 // With 32-byte buckets each 8- and 16-element reduction fills its own.
 // SMALL-COUNT-3: trellis.all_reduce
 // SMALL-NOT: graph.concat
+
+// -----
+
+// Tests buckets of a pipelined step (ops marked with their micro-batch): a
+// reduction inside a micro-batch stays alone, and gradients of different
+// model parts (later cut into different stages) never share a bucket.
+trellis.mesh @mesh = <["dp"=2]>
+// CHECK-LABEL: func.func @pipelined
+// SMALL-LABEL: func.func @pipelined
+func.func @pipelined(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  // CHECK: %[[M:.*]] = trellis.all_reduce {{.*}} {graph.micro_batch = 0 : i64, graph.phase = "forward"} : tensor<4xf32>
+  %a = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "forward"} : tensor<4xf32> loc("model.layers.0")
+  %ra = trellis.all_reduce %a over @mesh ["dp"] sum {graph.micro_batch = 0 : i64, graph.phase = "forward"} : tensor<4xf32>
+  %g0 = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.0")
+  %h0 = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.0")
+  %g1 = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.1")
+  // CHECK: graph.concat {{.*}} : tensor<4xf32>, tensor<4xf32>
+  // CHECK-NEXT: trellis.all_reduce {{.*}} : tensor<8xf32>
+  // CHECK-NOT: graph.concat
+  // CHECK: return
+  %rg0 = trellis.all_reduce %g0 over @mesh ["dp"] sum : tensor<4xf32>
+  %rh0 = trellis.all_reduce %h0 over @mesh ["dp"] sum : tensor<4xf32>
+  %rg1 = trellis.all_reduce %g1 over @mesh ["dp"] sum : tensor<4xf32>
+  return %ra, %rg0, %rh0, %rg1 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}

@@ -328,9 +328,7 @@ int runCompileCommand() {
   }
   if (degrees->dataParallel != 1 || degrees->tensorParallel != 1) {
     mlir::PassManager pm(&context);
-    // Gradient buckets would join gradients of different stages.
-    int64_t bucketBytes =
-        pipeline ? -1 : static_cast<int64_t>(compileBucketMiB * (1 << 20));
+    int64_t bucketBytes = static_cast<int64_t>(compileBucketMiB * (1 << 20));
     buildShardingPipeline(pm, stepName, degrees->dataParallel,
                           degrees->tensorParallel, bucketBytes, compileExplain);
     if (mlir::failed(pm.run(module)))

@@ -21,8 +21,7 @@ constexpr llvm::StringLiteral kResultShardingsAttrName =
     TrellisDialect::kResultShardingsAttrName;
 
 /// Adds preset, propagation, partitioning and gradient bucketing for a
-/// `dataParallel` x `tensorParallel` mesh on `function` (no bucketing when
-/// `bucketBytes` is negative).
+/// `dataParallel` x `tensorParallel` mesh on `function`.
 void buildShardingPipeline(mlir::OpPassManager &pm, llvm::StringRef function,
                            int64_t dataParallel, int64_t tensorParallel,
                            int64_t bucketBytes, bool explain = false);

@@ -92,6 +92,11 @@ def BucketAllReducesPass
     (so it can overlap the rest of the backward pass), and slices the
     results back out.
 
+    In a pipelined step (ops marked with `graph.micro_batch`), reductions
+    inside a micro-batch stay alone, and a bucket holds the gradients of
+    one model part only (the location of the op that made them), so that
+    every bucket belongs to one pipeline stage.
+
     ```mlir
     // Before: two reductions at the end of the step
     %a = trellis.all_reduce %ga over @mesh ["dp"] sum : tensor<4x4xf32>
