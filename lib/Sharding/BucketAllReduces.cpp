@@ -51,10 +51,15 @@ struct BucketAllReducesPass
           op.getMesh().str() + "|" + stringifyReductionKind(op.getKind()).str();
       for (StringRef axis : op.getAxisNames())
         key += "|" + axis.str();
-      if (pipelined)
-        if (auto part = llvm::dyn_cast<NameLoc>(
-                op.getInput().getDefiningOp()->getLoc()))
-          key += "|part " + part.getName().str();
+      if (pipelined) {
+        // Values of no part (the loss, a tied weight's summed gradient)
+        // may live on other stages than any bucket: left alone.
+        auto part =
+            llvm::dyn_cast<NameLoc>(op.getInput().getDefiningOp()->getLoc());
+        if (!part)
+          continue;
+        key += "|part " + part.getName().str();
+      }
       groups[key].push_back(op);
     }
     for (auto &[key, ops] : groups) {

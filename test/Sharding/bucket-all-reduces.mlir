@@ -54,3 +54,20 @@ func.func @pipelined(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor
   %rg1 = trellis.all_reduce %g1 over @mesh ["dp"] sum : tensor<4xf32>
   return %ra, %rg0, %rh0, %rg1 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// Tests that in a pipelined step a value of no model part (the loss, a
+// tied weight's gradient) is never bucketed with anything.
+trellis.mesh @mesh = <["dp"=2]>
+// CHECK-LABEL: func.func @pipelined_without_part
+// CHECK-NOT: graph.concat
+// CHECK: return
+func.func @pipelined_without_part(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %a = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.0")
+  %b = graph.exp %a : tensor<4xf32>
+  %c = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.0")
+  %ra = trellis.all_reduce %b over @mesh ["dp"] sum : tensor<4xf32>
+  %rc = trellis.all_reduce %c over @mesh ["dp"] sum : tensor<4xf32>
+  return %ra, %rc : tensor<4xf32>, tensor<4xf32>
+}

@@ -93,9 +93,10 @@ def BucketAllReducesPass
     results back out.
 
     In a pipelined step (ops marked with `graph.micro_batch`), reductions
-    inside a micro-batch stay alone, and a bucket holds the gradients of
-    one model part only (the location of the op that made them), so that
-    every bucket belongs to one pipeline stage.
+    inside a micro-batch and of values no model part made stay alone, and
+    a bucket holds the gradients of one model part only (the location of
+    the op that made them), so that every bucket belongs to one pipeline
+    stage.
 
     ```mlir
     // Before: two reductions at the end of the step
