@@ -49,6 +49,8 @@ private:
   /// Records a transfer of `value` to `rank` unless it is made there.
   void requireOn(Value value, int64_t rank);
   LogicalResult buildStreams(const PipelineStreams &schedule);
+  /// Sets StageTransfer::completedBy.
+  void findCompletions();
   LogicalResult checkStreams();
 
   int64_t rankOf(int64_t virtualStage) const { return virtualStage % ranks_; }
@@ -363,6 +365,47 @@ LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
   return success();
 }
 
+void Splitter::findCompletions() {
+  // A rank runs its stream in order and stops at the first op reading a
+  // received value until it has arrived. So when rank q sends anything
+  // after that op, q has received the value; when the original sender gets
+  // that later transfer, its own send has completed.
+  size_t count = program_.transfers.size();
+  std::vector<size_t> sentAt(count), receivedAt(count);
+  std::vector<size_t> firstReadAt(count, SIZE_MAX);
+  std::map<std::pair<int64_t, void *>, int64_t> incoming; // (rank, value)
+  for (auto [index, transfer] : llvm::enumerate(program_.transfers))
+    incoming[{transfer.to, transfer.value.getAsOpaquePointer()}] = index;
+  for (auto [rank, stream] : llvm::enumerate(program_.streams))
+    for (auto [position, item] : llvm::enumerate(stream)) {
+      if (item.kind == StageItem::Kind::Send)
+        sentAt[item.transfer] = position;
+      if (item.kind == StageItem::Kind::Recv)
+        receivedAt[item.transfer] = position;
+      if (item.kind != StageItem::Kind::Op)
+        continue;
+      for (Value operand : item.op->getOperands()) {
+        auto it = incoming.find(
+            {static_cast<int64_t>(rank), operand.getAsOpaquePointer()});
+        if (it != incoming.end())
+          firstReadAt[it->second] = std::min(firstReadAt[it->second], position);
+      }
+    }
+  std::map<std::pair<int64_t, int64_t>, SmallVector<int64_t>> byRanks;
+  for (auto [index, transfer] : llvm::enumerate(program_.transfers))
+    byRanks[{transfer.from, transfer.to}].push_back(index);
+  for (auto [index, transfer] : llvm::enumerate(program_.transfers)) {
+    if (firstReadAt[index] == SIZE_MAX)
+      continue; // Read by no op there: received by the end of the step.
+    for (int64_t back : byRanks[{transfer.to, transfer.from}])
+      if (sentAt[back] > firstReadAt[index] &&
+          receivedAt[back] > sentAt[index] &&
+          (transfer.completedBy < 0 ||
+           receivedAt[back] < receivedAt[transfer.completedBy]))
+        transfer.completedBy = back;
+  }
+}
+
 LogicalResult Splitter::checkStreams() {
   // Each rank runs its stream in order; a send never blocks; an op waits
   // until every transfer it reads on this rank was sent.
@@ -481,6 +524,7 @@ FailureOr<PipelineProgram> Splitter::run() {
   placeArgumentsAndResults();
   if (failed(buildStreams(*schedule)) || failed(checkStreams()))
     return failure();
+  findCompletions();
   return std::move(program_);
 }
 

@@ -124,13 +124,10 @@ void Executor::planWaitPoints() {
   for (size_t i = 0; i < count; ++i) {
     if (!isCollective(plan_.program[i].op))
       continue;
-    // A send completes when its peer receives: its buffer stays until the
-    // end of the step. Transfers go over their own group, so they neither
-    // wait for collectives nor make them wait.
-    if (plan_.program[i].op == "send") {
-      waitPoint_[i] = count;
+    // Sends: below, once the receives have theirs. Transfers go over their
+    // own group, so they neither wait for collectives nor make them wait.
+    if (plan_.program[i].op == "send")
       continue;
-    }
     int64_t wait = count;
     const std::vector<int64_t> &outputs = plan_.program[i].outputs;
     for (size_t j = i + 1; j < count && wait == static_cast<int64_t>(count);
@@ -143,6 +140,24 @@ void Executor::planWaitPoints() {
         wait = j;
     }
     waitPoint_[i] = wait;
+  }
+  // A send completes when its peer has received it: by the wait point of
+  // the receive its `complete_with` names (a transfer the peer sends after
+  // reading ours), else by the end of the step. Its buffer lives until then.
+  for (size_t i = 0; i < count; ++i) {
+    const Instruction &send = plan_.program[i];
+    if (send.op != "send")
+      continue;
+    waitPoint_[i] = count;
+    if (!send.attrs.count("complete_with"))
+      continue;
+    for (size_t j = i + 1; j < count; ++j)
+      if (plan_.program[j].op == "recv" &&
+          plan_.program[j].integer("channel") ==
+              send.integer("complete_with")) {
+        waitPoint_[i] = waitPoint_[j];
+        break;
+      }
   }
 }
 
@@ -284,13 +299,14 @@ Status Executor::run() {
     double startMicros;
   };
   std::vector<Transfer> transfers;
-  // (wait point, index into transfers), earliest wait point on top.
-  std::priority_queue<std::pair<int64_t, size_t>,
-                      std::vector<std::pair<int64_t, size_t>>, std::greater<>>
+  // (wait point, sends after receives, index into transfers), earliest on
+  // top: a send that completes with a receive is waited for after it.
+  using Pending = std::tuple<int64_t, bool, size_t>;
+  std::priority_queue<Pending, std::vector<Pending>, std::greater<>>
       byWaitPoint;
   auto waitForTransfers = [&](int64_t point) -> Status {
-    while (!byWaitPoint.empty() && byWaitPoint.top().first <= point) {
-      Transfer &transfer = transfers[byWaitPoint.top().second];
+    while (!byWaitPoint.empty() && std::get<0>(byWaitPoint.top()) <= point) {
+      Transfer &transfer = transfers[std::get<2>(byWaitPoint.top())];
       byWaitPoint.pop();
       double start = monotonicMicros();
       Status status = transfer.pending->wait();
@@ -346,7 +362,8 @@ Status Executor::run() {
         failure = started.status().withContext(context(i));
         break;
       }
-      byWaitPoint.emplace(waitPoint_[i], transfers.size());
+      byWaitPoint.emplace(waitPoint_[i], instruction.op == "send",
+                          transfers.size());
       transfers.push_back({i, std::move(*started), monotonicMicros()});
       continue;
     }

@@ -526,6 +526,28 @@ Status PlanReader::readInstructions(const json &program,
     stage.program.push_back(std::move(instruction));
     stage.instructionAxes.push_back(std::move(axes));
   }
+  // A send's `complete_with` names a later receive from the same peer.
+  for (size_t i = 0; i < stage.program.size(); ++i) {
+    const Instruction &send = stage.program[i];
+    if (send.op != "send" || !send.attrs.count("complete_with"))
+      continue;
+    if (send.attrs.at("complete_with").kind != AttrValue::Kind::Int)
+      return Status::error(stageName + "instruction " + std::to_string(i) +
+                           " (send): attribute complete_with: expected a "
+                           "channel");
+    bool found = false;
+    for (size_t j = i + 1; j < stage.program.size() && !found; ++j)
+      found = stage.program[j].op == "recv" &&
+              stage.program[j].integer("channel") ==
+                  send.integer("complete_with") &&
+              stage.program[j].integer("peer") == send.integer("peer") &&
+              stage.instructionAxes[j] == stage.instructionAxes[i];
+    if (!found)
+      return Status::error(stageName + "instruction " + std::to_string(i) +
+                           " (send): complete_with names channel " +
+                           std::to_string(send.integer("complete_with")) +
+                           ", but no later recv from the same peer uses it");
+  }
   return Status::success();
 }
 

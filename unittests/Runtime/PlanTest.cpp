@@ -271,6 +271,16 @@ TEST(PlanTest, RejectsMalformedPipelinePlans) {
               "{\"axes\": [\"pp\"], \"peer\": 0, \"channel\": 0}},",
               ""),
       "stage 1: instruction 0 (matmul) reads buffer 0 before it is written");
+  // A send completes with a later receive from its peer, not any channel.
+  expectRejected(
+      replace(kPipelinePlan, "\"peer\": 1, \"channel\": 0}",
+              "\"peer\": 1, \"channel\": 0, \"complete_with\": 7}"),
+      "stage 0: instruction 0 (send): complete_with names channel 7, but no "
+      "later recv from the same peer uses it");
+  StatusOr<Plan> completed =
+      parsePlan(replace(kPipelinePlan, "\"peer\": 1, \"channel\": 0}",
+                        "\"peer\": 1, \"channel\": 0, \"complete_with\": 1}"));
+  EXPECT_TRUE(completed.ok()) << completed.status().message();
   // Stage 0 never gets the loss.
   expectRejected(
       replace(kPipelinePlan,

@@ -49,6 +49,12 @@ struct StageTransfer {
   mlir::Value value;
   int64_t from = 0, to = 0;
   int64_t channel = 0;
+  /// A later transfer back to `from` that `to` sends after it stopped to
+  /// read this one: once `from` has received it, this send has completed
+  /// and its buffer can go (1F1B: a forward's activation is done with when
+  /// its gradient comes back). -1: none; the send completes by the end of
+  /// the step.
+  int64_t completedBy = -1;
 };
 
 /// One entry of a rank's stream: an op, or one end of a transfer.

@@ -180,16 +180,19 @@ Emitter::emitTransfer(const PipelinePlan &pipeline, const StageItem &item,
     return failure();
   bool sending = item.kind == StageItem::Kind::Send;
   llvm::json::Array buffer{*id};
+  llvm::json::Object attrs{
+      {"axes", llvm::json::Array{pipeline.axis}},
+      {"peer", sending ? transfer.to : transfer.from},
+      {"channel", transfer.channel},
+  };
+  if (sending && transfer.completedBy >= 0)
+    attrs["complete_with"] =
+        pipeline.program.transfers[transfer.completedBy].channel;
   return llvm::json::Object{
       {"op", sending ? "send" : "recv"},
       {"inputs", sending ? std::move(buffer) : llvm::json::Array()},
       {"outputs", sending ? llvm::json::Array() : std::move(buffer)},
-      {"attrs",
-       llvm::json::Object{
-           {"axes", llvm::json::Array{pipeline.axis}},
-           {"peer", sending ? transfer.to : transfer.from},
-           {"channel", transfer.channel},
-       }},
+      {"attrs", std::move(attrs)},
   };
 }
 

@@ -1,6 +1,7 @@
 # Prints the pipeline facts of a plan, one per line: the mesh, the stages
 # holding each parameter, and per stage the transfers (op, peer, shape of
-# the buffer) and the optimizer updates it runs. Usage: summarize_plan.py P
+# the buffer, the receive a send completes with) and the optimizer updates
+# it runs. Usage: summarize_plan.py P
 import json
 import sys
 
@@ -17,9 +18,13 @@ for stage in plan["stages"]:
     for instruction in program:
         if instruction["op"] in ("send", "recv"):
             buffer = (instruction["inputs"] + instruction["outputs"])[0]
+            attrs = instruction["attrs"]
             print(f'stage {stage["stage"]}: {instruction["op"]}',
-                  f'peer {instruction["attrs"]["peer"]}',
-                  f'axes {",".join(instruction["attrs"]["axes"])}',
-                  "shape", buffers[buffer]["shape"])
+                  f'peer {attrs["peer"]}',
+                  f'axes {",".join(attrs["axes"])}',
+                  "shape", buffers[buffer]["shape"],
+                  *(["completes with the recv of channel",
+                     attrs["complete_with"]] if "complete_with" in attrs
+                    else []))
     updates = sum(1 for i in program if i["op"] == "adamw")
     print(f'stage {stage["stage"]}: {updates} adamw')
