@@ -288,6 +288,13 @@ int runCompileCommand() {
             ": expected a @forward to differentiate, found an "
             "existing @" +
             stepName);
+  if (degrees->pipeline == 1)
+    for (const cl::Option *option : std::initializer_list<const cl::Option *>{
+             &compileSchedule, &compileChunks, &compileStageLayers})
+      if (option->getNumOccurrences())
+        return reportError("compile", "--" + option->ArgStr +
+                                          " orders or splits pipeline "
+                                          "stages: expected --pp > 1");
   std::optional<PipelineConfig> pipeline;
   if (degrees->pipeline != 1) {
     if (degrees->pipeline < 1)
@@ -328,9 +335,9 @@ int runCompileCommand() {
   }
   if (degrees->dataParallel != 1 || degrees->tensorParallel != 1) {
     mlir::PassManager pm(&context);
-    int64_t bucketBytes = static_cast<int64_t>(compileBucketMiB * (1 << 20));
-    buildShardingPipeline(pm, stepName, degrees->dataParallel,
-                          degrees->tensorParallel, bucketBytes, compileExplain);
+    buildShardingPipeline(
+        pm, stepName, degrees->dataParallel, degrees->tensorParallel,
+        static_cast<int64_t>(compileBucketMiB * (1 << 20)), compileExplain);
     if (mlir::failed(pm.run(module)))
       return 1;
   }
