@@ -183,6 +183,9 @@ Trainer::create(const TrainOptions &options) {
     data = std::move(*file);
   }
   selectStage(*plan, stageOfRank(*plan, std::max<int64_t>(options.rank, 0)));
+  // This rank runs one stage: the others' programs need no memory here.
+  for (StageProgram &stage : plan->stages)
+    stage = StageProgram();
   auto trainer = std::make_unique<Trainer>(
       std::move(*plan), std::move(data), options.seed, std::move(communicator));
   if (!options.weightsPath.empty())

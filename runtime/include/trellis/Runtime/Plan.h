@@ -121,7 +121,8 @@ struct Plan {
   std::vector<Argument> arguments;
   std::vector<Result> results;
   std::vector<Instruction> program;
-  /// Every stage's program, in stage order (one without a pipeline).
+  /// Every stage's program, in stage order (one without a pipeline). A
+  /// trainer keeps only the number of stages once it selected its own.
   std::vector<StageProgram> stages;
   /// The mesh axis whose coordinate is a rank's stage (with several).
   std::optional<size_t> pipelineAxis;
