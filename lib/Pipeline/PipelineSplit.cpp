@@ -298,9 +298,15 @@ LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
   }
 
   program_.streams.assign(ranks_, {});
+  program_.actions.assign(ranks_, {});
   std::set<int64_t> received;
   for (int64_t rank = 0; rank < ranks_; ++rank) {
     std::vector<StageItem> &stream = program_.streams[rank];
+    auto span = [&](std::string name, size_t first) {
+      if (stream.size() > first)
+        program_.actions[rank].push_back(
+            {std::move(name), first, stream.size() - first});
+    };
     auto receive = [&](const SmallVector<int64_t> &transfers) {
       for (int64_t transfer : transfers)
         if (received.insert(transfer).second)
@@ -327,12 +333,14 @@ LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
       case PipelineAction::Kind::Forward:
       case PipelineAction::Kind::Backward: {
         key.backward = action.kind == PipelineAction::Kind::Backward;
+        size_t first = stream.size();
         receive(receivesFor[{rank, key}]);
         const SmallVector<Operation *> &ops = actionOps[key];
         for (Operation *op : ops)
           emitOp(op);
         for (Operation *op : ops)
           sendFrom(op);
+        span(action.toString(), first);
         break;
       }
       case PipelineAction::Kind::SendActivation:
@@ -340,12 +348,14 @@ LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
         break; // Sent right after the action that made the values.
       }
     }
+    size_t first = stream.size();
     for (Operation *op : stepOps[rank]) {
       receive(stepReceivesFor[{rank, op}]);
       emitOp(op);
       sendFrom(op);
     }
     receive(stepReceivesFor[{rank, terminator}]);
+    span("step", first);
   }
   // Every action op must have been emitted by the schedule.
   for (auto &[key, ops] : actionOps) {

@@ -338,9 +338,29 @@ Status Executor::run() {
     return Status::success();
   };
 
+  // The schedule actions, as slices enclosing their instructions: the one
+  // being run and its start time. An action ends when the next instruction
+  // after it begins.
+  size_t action = 0;
+  double actionStart = 0;
+  auto traceActions = [&](size_t i) {
+    if (!tracing_)
+      return;
+    for (; action < plan_.actions.size(); ++action) {
+      const ActionSpan &span = plan_.actions[action];
+      if (static_cast<int64_t>(i) < span.first + span.count)
+        break;
+      record(span.name, actionStart, monotonicMicros(), Lane::Compute);
+    }
+    if (action < plan_.actions.size() &&
+        static_cast<int64_t>(i) == plan_.actions[action].first)
+      actionStart = monotonicMicros();
+  };
+
   Status failure = Status::success();
   for (size_t i = 0; i < plan_.program.size() && failure.ok(); ++i) {
     const Instruction &instruction = plan_.program[i];
+    traceActions(i);
     if (commThread_) {
       failure = waitUntil(i);
       if (!failure.ok())
@@ -396,6 +416,8 @@ Status Executor::run() {
   if (Status waited = waitForTransfers(plan_.program.size());
       failure.ok() && !waited.ok())
     failure = waited;
+  if (failure.ok())
+    traceActions(plan_.program.size());
   if (commThread_) {
     Status drained = commThread_->drain();
     if (failure.ok())

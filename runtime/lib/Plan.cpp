@@ -149,6 +149,8 @@ private:
   Status readProgram(const json &stages);
   Status readInstructions(const json &program, const std::string &stageName,
                           StageProgram &stage);
+  Status readActions(const json &actions, const std::string &where,
+                     StageProgram &stage);
   Status readStageList(const json &entry, const std::string &where,
                        std::vector<int64_t> &stages) const;
   Status readResults(const json &array);
@@ -472,6 +474,39 @@ Status PlanReader::readProgram(const json &stages) {
     TRELLIS_RETURN_IF_ERROR(readInstructions(
         stage["program"], stages.size() > 1 ? where + ": " : "",
         plan_.stages[s]));
+    if (stage.contains("actions"))
+      TRELLIS_RETURN_IF_ERROR(
+          readActions(stage["actions"], where, plan_.stages[s]));
+  }
+  return Status::success();
+}
+
+Status PlanReader::readActions(const json &actions, const std::string &where,
+                               StageProgram &stage) {
+  if (!actions.is_array())
+    return Status::error(where + ": field \"actions\": expected an array");
+  int64_t end = 0, size = static_cast<int64_t>(stage.program.size());
+  for (size_t i = 0; i < actions.size(); ++i) {
+    std::string at = where + " action " + std::to_string(i);
+    const json &entry = actions[i];
+    TRELLIS_RETURN_IF_ERROR(
+        requireKind(entry, "name", json::value_t::string, "a name", at));
+    for (const char *key : {"first", "count"})
+      TRELLIS_RETURN_IF_ERROR(requireKind(
+          entry, key, json::value_t::number_integer, "an integer", at));
+    ActionSpan action{entry["name"].get<std::string>(),
+                      entry["first"].get<int64_t>(),
+                      entry["count"].get<int64_t>()};
+    if (action.first < end || action.count < 1 ||
+        action.count > size - action.first)
+      return Status::error(at + ": instructions [" +
+                           std::to_string(action.first) + ", +" +
+                           std::to_string(action.count) +
+                           ") are not in order after the previous action "
+                           "and within the " +
+                           std::to_string(size) + " instructions");
+    end = action.first + action.count;
+    stage.actions.push_back(std::move(action));
   }
   return Status::success();
 }
@@ -704,6 +739,7 @@ void selectStage(Plan &plan, int64_t stage) {
   plan.stage = stage;
   plan.program = plan.stages[stage].program;
   plan.instructionAxes = plan.stages[stage].instructionAxes;
+  plan.actions = plan.stages[stage].actions;
 }
 
 StatusOr<Plan> parsePlan(std::string_view text) {

@@ -281,6 +281,19 @@ TEST(PlanTest, RejectsMalformedPipelinePlans) {
       parsePlan(replace(kPipelinePlan, "\"peer\": 1, \"channel\": 0}",
                         "\"peer\": 1, \"channel\": 0, \"complete_with\": 1}"));
   EXPECT_TRUE(completed.ok()) << completed.status().message();
+  // Actions name runs of a stage's instructions, in order.
+  std::string withActions =
+      replace(kPipelinePlan, "{\"stage\": 1, \"program\"",
+              "{\"stage\": 1, \"actions\": [{\"name\": \"F0\", \"first\": 0, "
+              "\"count\": 4}], \"program\"");
+  StatusOr<Plan> traced = parsePlan(withActions);
+  ASSERT_TRUE(traced.ok()) << traced.status().message();
+  selectStage(*traced, 1);
+  ASSERT_EQ(traced->actions.size(), 1u);
+  EXPECT_EQ(traced->actions[0].name, "F0");
+  expectRejected(replace(withActions, "\"count\": 4", "\"count\": 5"),
+                 "stage 1 action 0: instructions [0, +5) are not in order "
+                 "after the previous action and within the 4 instructions");
   // Stage 0 never gets the loss.
   expectRejected(
       replace(kPipelinePlan,

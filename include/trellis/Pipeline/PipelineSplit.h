@@ -31,6 +31,7 @@
 #include "trellis/Common/PipelineSchedule.h"
 #include "trellis/Common/StageSplit.h"
 
+#include <string>
 #include <vector>
 
 namespace trellis {
@@ -66,9 +67,18 @@ struct StageItem {
   int64_t transfer = -1;
 };
 
+/// The items of a stream that one schedule action (`F3`, `B3.c1`) or the
+/// step's closing ops (`step`) expanded into: [first, first + count).
+struct ActionSpan {
+  std::string name;
+  size_t first = 0, count = 0;
+};
+
 struct PipelineProgram {
   /// One stream per pipeline rank.
   std::vector<std::vector<StageItem>> streams;
+  /// Per rank, its actions' spans in stream order.
+  std::vector<std::vector<ActionSpan>> actions;
   std::vector<StageTransfer> transfers;
   /// Per argument and per result of the step: the ranks that hold it.
   std::vector<std::vector<int64_t>> argumentRanks;

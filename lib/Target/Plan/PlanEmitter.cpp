@@ -303,8 +303,15 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
         return failure();
       program.push_back(std::move(*instruction));
     }
+    llvm::json::Array actions;
+    for (const ActionSpan &action : pipeline->program.actions[rank])
+      actions.push_back(
+          llvm::json::Object{{"name", action.name},
+                             {"first", static_cast<int64_t>(action.first)},
+                             {"count", static_cast<int64_t>(action.count)}});
     stages.push_back(llvm::json::Object{{"stage", static_cast<int64_t>(rank)},
-                                        {"program", std::move(program)}});
+                                        {"program", std::move(program)},
+                                        {"actions", std::move(actions)}});
   }
 
   llvm::json::Array results;

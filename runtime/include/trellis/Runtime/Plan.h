@@ -106,9 +106,18 @@ struct Result {
 /// The program one pipeline stage runs, and the mesh axes of each of its
 /// instructions (resolved from their "axes" attribute; empty for the
 /// others).
+/// A named run of a stage's instructions: one action of the pipeline
+/// schedule (`F3`, `B3.c1`, `step`), for traces.
+struct ActionSpan {
+  std::string name;
+  int64_t first = 0, count = 0;
+};
+
 struct StageProgram {
   std::vector<Instruction> program;
   std::vector<std::vector<size_t>> instructionAxes;
+  /// In program order, disjoint; may be empty.
+  std::vector<ActionSpan> actions;
 };
 
 struct Plan {
@@ -121,6 +130,8 @@ struct Plan {
   std::vector<Argument> arguments;
   std::vector<Result> results;
   std::vector<Instruction> program;
+  /// The schedule actions of the selected stage's program.
+  std::vector<ActionSpan> actions;
   /// Every stage's program, in stage order (one without a pipeline). A
   /// trainer keeps only the number of stages once it selected its own.
   std::vector<StageProgram> stages;
