@@ -2,8 +2,10 @@
 
 #include "trellis/Pipeline/PipelineSplit.h"
 
+#include "mlir/IR/Builders.h"
 #include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 
 #include <map>
 #include <set>
@@ -46,6 +48,11 @@ private:
   LogicalResult placeActionOps();
   void placeStepOps();
   void placeArgumentsAndResults();
+  /// Sends values replicated over config_.pieceAxis in pieces: inserts the
+  /// slice and gather ops and places them.
+  void sendInPieces();
+  /// Whether `a` runs before `b` on a rank that runs both.
+  bool runsBefore(Operation *a, Operation *b);
   /// Records a transfer of `value` to `rank` unless it is made there.
   void requireOn(Value value, int64_t rank);
   LogicalResult buildStreams(const PipelineStreams &schedule);
@@ -61,6 +68,8 @@ private:
   Block &body_;
   int64_t ranks_;
   llvm::DenseMap<Operation *, Placement> placement_;
+  /// Position of each action in its rank's schedule.
+  std::map<ActionKey, size_t> schedulePosition_;
   PipelineProgram program_;
   /// Transfers by (value, destination rank).
   std::map<std::pair<void *, int64_t>, int64_t> transferOf_;
@@ -234,6 +243,96 @@ void Splitter::requireOn(Value value, int64_t rank) {
        static_cast<int64_t>(program_.transfers.size())});
 }
 
+bool Splitter::runsBefore(Operation *a, Operation *b) {
+  const Placement &pa = placement_[a], &pb = placement_[b];
+  // Step ops run after every action, in program order; so do the ops of
+  // one action.
+  if (pa.action && pb.action && !(*pa.action < *pb.action) &&
+      !(*pb.action < *pa.action))
+    return a->isBeforeInBlock(b);
+  if (pa.action && pb.action)
+    return schedulePosition_[*pa.action] < schedulePosition_[*pb.action];
+  if (pa.action || pb.action)
+    return static_cast<bool>(pa.action);
+  return a->isBeforeInBlock(b);
+}
+
+void Splitter::sendInPieces() {
+  if (config_.pieceAxis.empty())
+    return;
+  SmallVector<Operation *> producers;
+  for (Operation &op : body_.without_terminator())
+    if (op.getNumResults() == 1 && placement_[&op].action &&
+        op.hasAttr(TrellisDialect::kLocalLayoutAttrName))
+      producers.push_back(&op);
+  for (Operation *producer : producers) {
+    auto layout = producer->getAttrOfType<ShardingAttr>(
+        TrellisDialect::kLocalLayoutAttrName);
+    if (layout.usesAxis(config_.pieceAxis))
+      continue;
+    MeshOp mesh = lookupMesh(producer, layout.getMeshName(),
+                             [&] { return producer->emitError(); });
+    std::optional<size_t> axis =
+        mesh ? mesh.getMesh().getAxisIndex(config_.pieceAxis) : std::nullopt;
+    if (!axis)
+      continue;
+    int64_t pieces = mesh.getMesh().getAxes()[*axis].getSize();
+    Value value = producer->getResult(0);
+    auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
+    if (pieces < 2 || !type || !type.getElementType().isF32())
+      continue;
+    // Cut along the last dimension that divides.
+    std::optional<int64_t> dim;
+    for (int64_t d = type.getRank() - 1; d >= 0 && !dim; --d)
+      if (type.getDimSize(d) % pieces == 0)
+        dim = d;
+    if (!dim)
+      continue;
+    // Readers on each other rank (one placement each: a step op on several
+    // ranks keeps reading the whole value).
+    int64_t from = *placement_[producer].ranks.begin();
+    std::map<int64_t, SmallVector<OpOperand *>> readers;
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (user == body_.getTerminator())
+        continue;
+      const RankSet &ranks = placement_[user].ranks;
+      if (ranks.size() == 1 && *ranks.begin() != from)
+        readers[*ranks.begin()].push_back(&use);
+    }
+    if (readers.empty())
+      continue;
+    OpBuilder builder(producer->getContext());
+    ArrayAttr axes = builder.getStrArrayAttr({config_.pieceAxis});
+    FlatSymbolRefAttr meshName = layout.getMeshName();
+    SmallVector<int64_t> pieceShape(type.getShape());
+    pieceShape[*dim] /= pieces;
+    builder.setInsertionPointAfter(producer);
+    auto slice = SliceShardOp::create(builder, producer->getLoc(),
+                                      type.clone(pieceShape), value, meshName,
+                                      axes, builder.getI64IntegerAttr(*dim));
+    placement_[slice] = placement_[producer];
+    for (auto &[rank, uses] : readers) {
+      // Before every reader in the block; in the action that runs first.
+      Operation *firstInBlock = uses.front()->getOwner();
+      Operation *firstToRun = firstInBlock;
+      for (OpOperand *use : uses) {
+        if (use->getOwner()->isBeforeInBlock(firstInBlock))
+          firstInBlock = use->getOwner();
+        if (runsBefore(use->getOwner(), firstToRun))
+          firstToRun = use->getOwner();
+      }
+      builder.setInsertionPoint(firstInBlock);
+      auto gather = AllGatherOp::create(builder, producer->getLoc(), type,
+                                        slice.getResult(), meshName, axes,
+                                        builder.getI64IntegerAttr(*dim));
+      placement_[gather] = placement_[firstToRun];
+      for (OpOperand *use : uses)
+        use->set(gather.getResult());
+    }
+  }
+}
+
 LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
   for (Operation &op : body_.without_terminator())
     for (int64_t rank : placement_[&op].ranks)
@@ -261,27 +360,7 @@ LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
   std::map<std::pair<int64_t, Operation *>, SmallVector<int64_t>>
       stepReceivesFor;
   llvm::DenseMap<Operation *, SmallVector<int64_t>> sendsAfter;
-  // Where each action runs in its rank's schedule: a received value goes
-  // to the reader that runs first there (step ops run after every action).
-  std::map<ActionKey, size_t> schedulePosition;
-  for (int64_t rank = 0; rank < ranks_; ++rank)
-    for (auto [position, action] : llvm::enumerate(schedule[rank]))
-      if (action.kind == PipelineAction::Kind::Forward ||
-          action.kind == PipelineAction::Kind::Backward)
-        schedulePosition[{action.kind == PipelineAction::Kind::Backward,
-                          action.microBatch, action.chunk * ranks_ + rank}] =
-            position;
-  auto runsBefore = [&](Operation *a, Operation *b) {
-    const Placement &pa = placement_[a], &pb = placement_[b];
-    if (pa.action && pb.action && !(*pa.action < *pb.action) &&
-        !(*pb.action < *pa.action))
-      return a->isBeforeInBlock(b);
-    if (pa.action && pb.action)
-      return schedulePosition[*pa.action] < schedulePosition[*pb.action];
-    if (pa.action || pb.action)
-      return static_cast<bool>(pa.action);
-    return a->isBeforeInBlock(b);
-  };
+  // A received value goes to the reader that runs first on its rank.
   for (auto [index, transfer] : llvm::enumerate(program_.transfers)) {
     sendsAfter[transfer.value.getDefiningOp()].push_back(index);
     // The first reader on the destination; none: only the results need it.
@@ -532,6 +611,14 @@ FailureOr<PipelineProgram> Splitter::run() {
     return failure();
   placeStepOps();
   placeArgumentsAndResults();
+  for (int64_t rank = 0; rank < ranks_; ++rank)
+    for (auto [position, action] : llvm::enumerate((*schedule)[rank]))
+      if (action.kind == PipelineAction::Kind::Forward ||
+          action.kind == PipelineAction::Kind::Backward)
+        schedulePosition_[{action.kind == PipelineAction::Kind::Backward,
+                           action.microBatch, action.chunk * ranks_ + rank}] =
+            position;
+  sendInPieces();
   if (failed(buildStreams(*schedule)) || failed(checkStreams()))
     return failure();
   findCompletions();

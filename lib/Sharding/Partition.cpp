@@ -73,6 +73,9 @@ private:
   FlatSymbolRefAttr meshName_;
   ActionCopier actionCopier_;
   OpBuilder builder_;
+  /// Whether ops carry pipeline marks (graph.micro_batch): their results
+  /// then get trellis.layout.
+  bool pipelined_ = false;
   /// The sharding each (already local) value has.
   DenseMap<Value, ValueSharding> actual_;
   /// Reshards already made, by value and required sharding: a value used
@@ -251,6 +254,10 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
     }
     Value resharded =
         reshard(op->getLoc(), operand, operandShardings[i], required);
+    if (pipelined_ && resharded.getDefiningOp())
+      resharded.getDefiningOp()->setAttr(
+          TrellisDialect::kLocalLayoutAttrName,
+          required.toAttr(builder_.getContext(), meshName_));
     reshards_[key] = resharded;
     operands.push_back(resharded);
   }
@@ -300,6 +307,11 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
     if (!(made == wanted))
       value = reshard(op->getLoc(), value, made, wanted);
     actual_[value] = wanted;
+    // A pipelined step keeps each value's layout for the stage split.
+    Operation *producer = value.getDefiningOp();
+    if (pipelined_ && producer->getNumResults() == 1)
+      producer->setAttr(TrellisDialect::kLocalLayoutAttrName,
+                        wanted.toAttr(builder_.getContext(), meshName_));
     result.replaceAllUsesWith(value);
   }
   op->erase();
@@ -308,6 +320,9 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
 
 LogicalResult Partitioner::run() {
   Block &body = function_.getBody().front();
+  pipelined_ = llvm::any_of(body, [](Operation &op) {
+    return op.hasAttr(graph::GraphDialect::kMicroBatchAttrName);
+  });
   // Rules and attributes read global shapes: capture them all before any
   // type changes.
   std::vector<GlobalView> work;

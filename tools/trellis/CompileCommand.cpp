@@ -344,6 +344,8 @@ int runCompileCommand() {
   auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
   std::optional<PipelinePlan> pipelinePlan;
   if (pipeline) {
+    if (degrees->tensorParallel > 1)
+      pipeline->pieceAxis = "tp";
     mlir::FailureOr<PipelineProgram> program = splitPipeline(step, *pipeline);
     if (mlir::failed(program))
       return 1;

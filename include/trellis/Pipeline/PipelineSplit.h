@@ -16,7 +16,10 @@
 // - A value made on one rank and read on another becomes a transfer: a
 //   send after the action that made it, a receive at the schedule's receive
 //   slot for the action that reads it (else just before it). Values keep
-//   their layout: with tensor parallelism each rank sends its own shard.
+//   their layout: each rank sends its own piece. A value every rank of the
+//   `pieceAxis` group holds whole is cut into pieces along that axis
+//   (trellis.slice_shard) before it is sent, and gathered back
+//   (trellis.all_gather) by the receivers.
 // - Each rank runs its actions in the schedule's order, then the step's
 //   ops in program order. The result is checked by simulation (sends never
 //   block; an op waits for the transfers it reads) before it is returned:
@@ -42,6 +45,11 @@ struct PipelineConfig {
   PipelineShape shape;
   /// Layers per virtual stage (shape.virtualStages() entries).
   StageLayers layers;
+  /// A mesh axis (tensor parallelism) whose ranks hold the same copy of a
+  /// value that crosses stages: each then sends only its piece of it and
+  /// the receiving ranks all-gather the pieces (Megatron's scatter-gather;
+  /// the values' layouts come from trellis.layout). Empty: whole values.
+  std::string pieceAxis;
 };
 
 /// A value sent from one rank of the pipeline to another. `channel` is

@@ -57,6 +57,13 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
                                << "' is a unit attribute of functions";
     return success();
   }
+  if (attr.getName() == kLocalLayoutAttrName) {
+    if (!llvm::isa<ShardingAttr>(attr.getValue()) || op->getNumResults() != 1)
+      return op->emitOpError()
+             << "expected '" << kLocalLayoutAttrName
+             << "' to hold the #trellis.sharding of the op's one result";
+    return success();
+  }
   if (attr.getName() == kResultShardingsAttrName) {
     auto shardings = llvm::dyn_cast<ArrayAttr>(attr.getValue());
     if (!shardings || shardings.size() != op->getNumResults() ||

@@ -42,6 +42,13 @@ def Trellis_Dialect : Dialect {
     /// result.
     static constexpr ::llvm::StringLiteral kResultShardingsAttrName =
         "trellis.result_shardings";
+    /// Attribute the partitioner leaves on single-result ops of a pipelined
+    /// step (ops marked with graph.micro_batch): the #trellis.sharding of
+    /// the result's global value, whose local piece the result holds. The
+    /// pipeline split reads it to send a tensor-parallel replicated value
+    /// in pieces.
+    static constexpr ::llvm::StringLiteral kLocalLayoutAttrName =
+        "trellis.layout";
 
   private:
     /// Registers the attributes of TrellisAttrs.td.
