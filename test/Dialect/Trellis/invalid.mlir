@@ -377,3 +377,13 @@ func.func @bad_partitioned() attributes {trellis.partitioned = 1} {
 func.func @misspelled_partitioned() attributes {trellis.partition} {
   return
 }
+
+// -----
+
+// Tests that a layout is one sharding of an op's one result.
+trellis.mesh @mesh = <["tp"=2]>
+func.func @bad_layout(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'graph.exp' op expected 'trellis.layout' to hold the #trellis.sharding of the op's one result}}
+  %0 = graph.exp %x {trellis.layout = [#trellis.sharding<@mesh, [{}]>]} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
