@@ -273,6 +273,30 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     return success();
   }
 
+  /// Re-marks the backward ops that only make their part's parameter
+  /// gradients as phase "weight": those whose every use is by such an op of
+  /// the same part (location), by an op of the whole step (gradient sums,
+  /// optimizer) or by the results. The rest of the backward makes the
+  /// gradients other parts wait for; a zero-bubble schedule runs the weight
+  /// part later.
+  static void markWeightGradients(Block &body) {
+    StringAttr weight =
+        StringAttr::get(body.getParentOp()->getContext(), "weight");
+    for (Operation &op : llvm::reverse(body.without_terminator())) {
+      auto phase = op.getAttrOfType<StringAttr>(GraphDialect::kPhaseAttrName);
+      if (!phase || phase.getValue() != "backward" || op.use_empty())
+        continue;
+      bool onlyWeights = llvm::all_of(op.getUsers(), [&](Operation *user) {
+        auto userPhase =
+            user->getAttrOfType<StringAttr>(GraphDialect::kPhaseAttrName);
+        return !userPhase ||
+               (userPhase == weight && user->getLoc() == op.getLoc());
+      });
+      if (onlyWeights)
+        op.setAttr(GraphDialect::kPhaseAttrName, weight);
+    }
+  }
+
   /// An input's attributes for micro-batch `index`: its name gets the
   /// suffix `.<index>` when the step has several micro-batches.
   DictionaryAttr microBatchAttrs(DictionaryAttr attrs, size_t index) const {
@@ -453,6 +477,8 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
          llvm::make_early_inc_range(llvm::reverse(body->getOperations())))
       if (isOpTriviallyDead(&op))
         op.erase();
+    if (tagActions)
+      markWeightGradients(*body);
     SmallVector<Type> resultTypes;
     for (Value result : results)
       resultTypes.push_back(result.getType());

@@ -18,16 +18,38 @@ namespace {
 
 using RankSet = std::set<int64_t>;
 
-/// A forward or backward of one micro-batch on one virtual stage.
+/// A forward, backward or weight gradient of one micro-batch on one virtual
+/// stage.
 struct ActionKey {
-  bool backward = false;
+  enum class Phase { Forward, Backward, Weight };
+  Phase phase = Phase::Forward;
   int64_t microBatch = 0;
   int64_t virtualStage = 0;
   bool operator<(const ActionKey &other) const {
-    return std::tie(backward, microBatch, virtualStage) <
-           std::tie(other.backward, other.microBatch, other.virtualStage);
+    return std::tie(phase, microBatch, virtualStage) <
+           std::tie(other.phase, other.microBatch, other.virtualStage);
   }
 };
+
+/// The key of a compute action of `rank`'s stream (of `ranks`), or none
+/// for transfers.
+std::optional<ActionKey> keyOf(const PipelineAction &action, int64_t rank,
+                               int64_t ranks) {
+  ActionKey key{ActionKey::Phase::Forward, action.microBatch,
+                action.chunk * ranks + rank};
+  switch (action.kind) {
+  case PipelineAction::Kind::Forward:
+    return key;
+  case PipelineAction::Kind::Backward:
+    key.phase = ActionKey::Phase::Backward;
+    return key;
+  case PipelineAction::Kind::WeightGradient:
+    key.phase = ActionKey::Phase::Weight;
+    return key;
+  default:
+    return std::nullopt;
+  }
+}
 
 /// Where an op runs: an action of one virtual stage, or (step ops) every
 /// rank in `ranks`.
@@ -68,6 +90,8 @@ private:
   Block &body_;
   int64_t ranks_;
   llvm::DenseMap<Operation *, Placement> placement_;
+  /// Whether the schedule has weight-gradient actions.
+  bool splitsBackward_ = false;
   /// Position of each action in its rank's schedule.
   std::map<ActionKey, size_t> schedulePosition_;
   PipelineProgram program_;
@@ -101,16 +125,23 @@ LogicalResult Splitter::placeActionOps() {
     auto phase =
         op.getAttrOfType<StringAttr>(graph::GraphDialect::kPhaseAttrName);
     if (!phase ||
-        (phase.getValue() != "forward" && phase.getValue() != "backward"))
+        (phase.getValue() != "forward" && phase.getValue() != "backward" &&
+         phase.getValue() != "weight"))
       return op.emitOpError()
-             << "has a micro-batch but no graph.phase \"forward\" or "
-                "\"backward\"";
+             << "has a micro-batch but no graph.phase \"forward\", "
+                "\"backward\" or \"weight\"";
     if (microBatch.getInt() < 0 ||
         microBatch.getInt() >= config_.shape.microBatches)
       return op.emitOpError()
              << "belongs to micro-batch " << microBatch.getInt()
              << ", outside the schedule's " << config_.shape.microBatches;
-    ActionKey key{phase.getValue() == "backward", microBatch.getInt(), -1};
+    // Weight-gradient ops run in the backward unless the schedule splits
+    // it.
+    ActionKey key{phase.getValue() == "forward" ? ActionKey::Phase::Forward
+                  : phase.getValue() == "weight" && splitsBackward_
+                      ? ActionKey::Phase::Weight
+                      : ActionKey::Phase::Backward,
+                  microBatch.getInt(), -1};
     if (std::optional<int64_t> part = modelPartOf(&op))
       key.virtualStage = virtualStageOf(*part);
     else
@@ -400,18 +431,20 @@ LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
           stream.push_back({StageItem::Kind::Send, nullptr, transfer});
     };
     for (const PipelineAction &action : schedule[rank]) {
-      ActionKey key{false, action.microBatch, action.chunk * ranks_ + rank};
+      ActionKey key{ActionKey::Phase::Forward, action.microBatch,
+                    action.chunk * ranks_ + rank};
       switch (action.kind) {
       case PipelineAction::Kind::RecvActivation:
         receive(receivesFor[{rank, key}]);
         break;
       case PipelineAction::Kind::RecvGradient:
-        key.backward = true;
+        key.phase = ActionKey::Phase::Backward;
         receive(receivesFor[{rank, key}]);
         break;
       case PipelineAction::Kind::Forward:
-      case PipelineAction::Kind::Backward: {
-        key.backward = action.kind == PipelineAction::Kind::Backward;
+      case PipelineAction::Kind::Backward:
+      case PipelineAction::Kind::WeightGradient: {
+        key = *keyOf(action, rank, ranks_);
         size_t first = stream.size();
         receive(receivesFor[{rank, key}]);
         const SmallVector<Operation *> &ops = actionOps[key];
@@ -440,11 +473,8 @@ LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
   for (auto &[key, ops] : actionOps) {
     int64_t rank = rankOf(key.virtualStage);
     bool scheduled = llvm::any_of(schedule[rank], [&](const auto &action) {
-      return (action.kind == PipelineAction::Kind::Forward ||
-              action.kind == PipelineAction::Kind::Backward) &&
-             action.microBatch == key.microBatch &&
-             action.chunk * ranks_ + rank == key.virtualStage &&
-             (action.kind == PipelineAction::Kind::Backward) == key.backward;
+      std::optional<ActionKey> scheduledKey = keyOf(action, rank, ranks_);
+      return scheduledKey && !(*scheduledKey < key) && !(key < *scheduledKey);
     });
     if (!scheduled)
       return ops.front()->emitOpError()
@@ -607,17 +637,17 @@ FailureOr<PipelineProgram> Splitter::run() {
     return step_.emitError()
            << "expected layers for " << config_.shape.virtualStages()
            << " virtual stages, found " << config_.layers.size();
+  for (const std::vector<PipelineAction> &stream : *schedule)
+    for (const PipelineAction &action : stream)
+      splitsBackward_ |= action.kind == PipelineAction::Kind::WeightGradient;
   if (failed(placeActionOps()))
     return failure();
   placeStepOps();
   placeArgumentsAndResults();
   for (int64_t rank = 0; rank < ranks_; ++rank)
     for (auto [position, action] : llvm::enumerate((*schedule)[rank]))
-      if (action.kind == PipelineAction::Kind::Forward ||
-          action.kind == PipelineAction::Kind::Backward)
-        schedulePosition_[{action.kind == PipelineAction::Kind::Backward,
-                           action.microBatch, action.chunk * ranks_ + rank}] =
-            position;
+      if (std::optional<ActionKey> key = keyOf(action, rank, ranks_))
+        schedulePosition_[*key] = position;
   sendInPieces();
   if (failed(buildStreams(*schedule)) || failed(checkStreams()))
     return failure();

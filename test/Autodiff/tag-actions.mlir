@@ -2,21 +2,25 @@
 
 // Tests the marks the pipeline split reads: every op of a micro-batch
 // carries its micro-batch and phase, the ops after the micro-batches carry
-// neither. A parameter two parts use (here `w`, like a tied embedding) is
-// accumulated per part over the micro-batches (the head's sum, then the
-// embedding's), and the two sums are added once at the end.
+// neither. The backward ops that only make their part's parameter gradients
+// are phase "weight" (a zero-bubble schedule runs them late); the gradient
+// the embedding waits for stays "backward". A parameter two parts use (here
+// `w`, like a tied embedding) is accumulated per part over the
+// micro-batches (the head's sum, then the embedding's), and the two sums
+// are added once at the end.
 
 // CHECK-LABEL: func.func @gradients
 // CHECK: %[[H0:.*]] = graph.matmul %{{.*}}, %{{.*}} {graph.micro_batch = 0 : i64, graph.phase = "forward"}
 // CHECK: graph.reduce_sum {{.*}} {graph.micro_batch = 0 : i64, graph.phase = "forward"}
 // CHECK: graph.fill 5.000000e-01 shape [] {graph.micro_batch = 0 : i64, graph.phase = "backward"}
-// CHECK: %[[HEAD0:.*]] = graph.matmul %[[H0]] transposed, %{{.*}} {graph.micro_batch = 0 : i64, graph.phase = "backward"}
-// CHECK: %[[EMB0:.*]] = graph.matmul %{{.*}} transposed, %{{.*}} {graph.micro_batch = 0 : i64, graph.phase = "backward"}
+// CHECK: %[[DH0:.*]] = graph.matmul %{{.*}}, %{{.*}} transposed {graph.micro_batch = 0 : i64, graph.phase = "backward"}
+// CHECK: %[[HEAD0:.*]] = graph.matmul %[[H0]] transposed, %{{.*}} {graph.micro_batch = 0 : i64, graph.phase = "weight"}
+// CHECK: %[[EMB0:.*]] = graph.matmul %{{.*}} transposed, %[[DH0]] {graph.micro_batch = 0 : i64, graph.phase = "weight"}
 // CHECK: graph.matmul {{.*}} {graph.micro_batch = 1 : i64, graph.phase = "forward"}
-// CHECK: %[[HEAD1:.*]] = graph.matmul %{{.*}} transposed, %{{.*}} {graph.micro_batch = 1 : i64, graph.phase = "backward"}
-// CHECK: %[[HEAD:.*]] = graph.add %[[HEAD0]], %[[HEAD1]] {graph.micro_batch = 1 : i64, graph.phase = "backward"}
-// CHECK: %[[EMB1:.*]] = graph.matmul %{{.*}} transposed, %{{.*}} {graph.micro_batch = 1 : i64, graph.phase = "backward"}
-// CHECK: %[[EMB:.*]] = graph.add %[[EMB0]], %[[EMB1]] {graph.micro_batch = 1 : i64, graph.phase = "backward"}
+// CHECK: %[[HEAD1:.*]] = graph.matmul %{{.*}} transposed, %{{.*}} {graph.micro_batch = 1 : i64, graph.phase = "weight"}
+// CHECK: %[[HEAD:.*]] = graph.add %[[HEAD0]], %[[HEAD1]] {graph.micro_batch = 1 : i64, graph.phase = "weight"}
+// CHECK: %[[EMB1:.*]] = graph.matmul %{{.*}} transposed, %{{.*}} {graph.micro_batch = 1 : i64, graph.phase = "weight"}
+// CHECK: %[[EMB:.*]] = graph.add %[[EMB0]], %[[EMB1]] {graph.micro_batch = 1 : i64, graph.phase = "weight"}
 // CHECK: %[[SUM:.*]] = graph.add %{{.*}}, %{{.*}} : tensor<f32>
 // CHECK: %[[GRAD:.*]] = graph.add %[[HEAD]], %[[EMB]] : tensor<4x4xf32>
 // CHECK: return %{{.*}}, %[[GRAD]]

@@ -78,10 +78,10 @@ cl::opt<int64_t> compilePipeline(
     cl::desc("Pipeline stages: split the layers over N ranks (the pp axis, "
              "major to dp and tp); --microbatches gives the micro-batches"),
     cl::init(1), cl::sub(compileCommand));
-cl::opt<std::string>
-    compileSchedule("schedule",
-                    cl::desc("Pipeline schedule: gpipe, 1f1b or interleaved"),
-                    cl::init("1f1b"), cl::sub(compileCommand));
+cl::opt<std::string> compileSchedule(
+    "schedule",
+    cl::desc("Pipeline schedule: gpipe, 1f1b, interleaved or zb-h1"),
+    cl::init("1f1b"), cl::sub(compileCommand));
 cl::opt<int64_t> compileChunks(
     "chunks", cl::desc("Model chunks per pipeline rank (interleaved schedule)"),
     cl::init(1), cl::sub(compileCommand));
@@ -207,7 +207,7 @@ std::optional<PipelineConfig> planPipeline(mlir::func::FuncOp forward,
   std::optional<ScheduleKind> kind = parseScheduleKind(compileSchedule);
   if (!kind) {
     reportError("compile", "--schedule: unknown schedule '" + compileSchedule +
-                               "': expected gpipe, 1f1b or interleaved");
+                               "': expected gpipe, 1f1b, interleaved or zb-h1");
     return std::nullopt;
   }
   PipelineConfig config{

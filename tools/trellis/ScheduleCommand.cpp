@@ -65,7 +65,7 @@ cl::opt<int64_t> scheduleMicroBatches("microbatches",
                                       cl::desc("Micro-batches per batch"),
                                       cl::init(8), cl::sub(scheduleCommand));
 cl::opt<std::string> scheduleKind("schedule",
-                                  cl::desc("gpipe, 1f1b or interleaved"),
+                                  cl::desc("gpipe, 1f1b, interleaved or zb-h1"),
                                   cl::init("1f1b"), cl::sub(scheduleCommand));
 cl::opt<int64_t>
     scheduleChunks("chunks", cl::desc("Model chunks per stage (interleaved)"),
@@ -206,8 +206,8 @@ int runScheduleCommand() {
   std::optional<ScheduleKind> kind = parseScheduleKind(scheduleKind);
   if (!kind)
     return reportError("schedule", "unknown schedule '" + scheduleKind +
-                                       "': expected gpipe, 1f1b or "
-                                       "interleaved");
+                                       "': expected gpipe, 1f1b, "
+                                       "interleaved or zb-h1");
   PipelineShape shape{schedulePipeline, scheduleMicroBatches, scheduleChunks};
   std::string error;
   std::optional<PipelineStreams> streams = buildSchedule(*kind, shape, &error);

@@ -72,8 +72,9 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
            "its backward)">,
     Option<"tagActions", "tag-actions", "bool", "false",
            "Mark each op with the micro-batch (graph.micro_batch) and phase "
-           "(graph.phase = forward or backward) it belongs to, for the "
-           "pipeline split">
+           "(graph.phase: forward; backward; weight, the backward ops that "
+           "only make parameter gradients) it belongs to, for the pipeline "
+           "split">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect",
                            "::mlir::func::FuncDialect"];

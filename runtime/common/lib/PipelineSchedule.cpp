@@ -3,6 +3,7 @@
 #include "trellis/Common/PipelineSchedule.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -17,6 +18,8 @@ std::optional<ScheduleKind> parseScheduleKind(const std::string &name) {
     return ScheduleKind::OneFOneB;
   if (name == "interleaved")
     return ScheduleKind::Interleaved;
+  if (name == "zb-h1")
+    return ScheduleKind::ZeroBubble;
   return std::nullopt;
 }
 
@@ -28,6 +31,8 @@ const char *scheduleKindName(ScheduleKind kind) {
     return "1f1b";
   case ScheduleKind::Interleaved:
     return "interleaved";
+  case ScheduleKind::ZeroBubble:
+    return "zb-h1";
   }
   return "?";
 }
@@ -41,6 +46,9 @@ std::string PipelineAction::toString() const {
     break;
   case Kind::Backward:
     name = "B";
+    break;
+  case Kind::WeightGradient:
+    name = "W";
     break;
   case Kind::SendActivation:
     prefix = "send ";
@@ -103,6 +111,8 @@ computeOrder(ScheduleKind kind, const PipelineShape &shape, int64_t rank) {
       backward(mb, 0);
     break;
   }
+  case ScheduleKind::ZeroBubble:
+    break; // All ranks at once: zeroBubbleOrders.
   case ScheduleKind::Interleaved: {
     // Megatron's interleaved 1F1B: micro-batches go through a rank's chunks
     // in groups of p; backwards visit the chunks in reverse.
@@ -123,6 +133,63 @@ computeOrder(ScheduleKind kind, const PipelineShape &shape, int64_t rank) {
   }
   }
   return order;
+}
+
+/// ZB-H1 (Qi et al., Zero Bubble Pipeline Parallelism): backwards split
+/// into B (the gradients of the stage's inputs, which the previous stage
+/// waits for) and W (the parameters' gradients, which nobody waits for).
+/// The order is list scheduling at unit times (F = B = W): whenever a rank
+/// is free it starts, of the actions whose inputs have arrived, a B first
+/// (the critical path), else an F, else a pending W (filling what would be
+/// a bubble); ranks act in time order. A rank starts a forward only while
+/// fewer than p micro-batches are between their F and W: 1F1B's peak on
+/// stage 0, now allowed on every stage. Everything runs in micro-batch
+/// order, so gradients accumulate as in the other schedules.
+std::vector<std::vector<PipelineAction>>
+zeroBubbleOrders(const PipelineShape &shape) {
+  int64_t p = shape.ranks, m = shape.microBatches;
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<PipelineAction>> orders(p);
+  std::vector<int64_t> free(p, 0), nextForward(p, 0), nextBackward(p, 0),
+      nextWeight(p, 0);
+  // Finish times: forwards[rank][mb], backwards[rank][mb].
+  std::vector<std::vector<int64_t>> forwards(p,
+                                             std::vector<int64_t>(m, kNever));
+  std::vector<std::vector<int64_t>> backwards = forwards;
+  for (int64_t left = 3 * m * p; left > 0; --left) {
+    // (start, priority, rank, kind) of the earliest action of any rank.
+    std::tuple<int64_t, int, int64_t, Kind> best{kNever, 0, 0, Kind::Forward};
+    for (int64_t rank = 0; rank < p; ++rank) {
+      auto consider = [&](int64_t ready, int priority, Kind kind) {
+        if (ready == kNever)
+          return;
+        std::tuple<int64_t, int, int64_t, Kind> option{
+            std::max(free[rank], ready), priority, rank, kind};
+        if (option < best)
+          best = option;
+      };
+      int64_t mb = nextBackward[rank];
+      if (mb < nextForward[rank])
+        consider(rank == p - 1 ? forwards[rank][mb] : backwards[rank + 1][mb],
+                 0, Kind::Backward);
+      mb = nextForward[rank];
+      if (mb < m && mb - nextWeight[rank] < p)
+        consider(rank == 0 ? 0 : forwards[rank - 1][mb], 1, Kind::Forward);
+      if (nextWeight[rank] < nextBackward[rank])
+        consider(free[rank], 2, Kind::WeightGradient);
+    }
+    auto [start, priority, rank, kind] = best;
+    int64_t &next = kind == Kind::Forward    ? nextForward[rank]
+                    : kind == Kind::Backward ? nextBackward[rank]
+                                             : nextWeight[rank];
+    free[rank] = start + 1;
+    if (kind == Kind::Forward)
+      forwards[rank][next] = free[rank];
+    if (kind == Kind::Backward)
+      backwards[rank][next] = free[rank];
+    orders[rank].push_back({kind, next++, 0});
+  }
+  return orders;
 }
 
 } // namespace
@@ -156,10 +223,19 @@ std::optional<PipelineStreams> buildSchedule(ScheduleKind kind,
 
   int64_t p = shape.ranks, lastStage = shape.virtualStages() - 1;
   PipelineStreams streams(p);
+  std::vector<std::vector<PipelineAction>> zeroBubble;
+  if (kind == ScheduleKind::ZeroBubble)
+    zeroBubble = zeroBubbleOrders(shape);
   for (int64_t rank = 0; rank < p; ++rank) {
-    for (const PipelineAction &action : computeOrder(kind, shape, rank)) {
+    for (const PipelineAction &action : kind == ScheduleKind::ZeroBubble
+                                            ? zeroBubble[rank]
+                                            : computeOrder(kind, shape, rank)) {
       int64_t stage = action.chunk * p + rank;
       std::vector<PipelineAction> &stream = streams[rank];
+      if (action.kind == Kind::WeightGradient) {
+        stream.push_back(action);
+        continue;
+      }
       if (action.kind == Kind::Forward) {
         if (stage > 0)
           stream.push_back(
@@ -215,7 +291,14 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
   // time they arrive.
   using Message = std::tuple<bool, int64_t, int64_t>;
   std::map<Message, double> inFlight;
-  std::set<std::pair<int64_t, int64_t>> forwardDone, backwardDone;
+  std::set<std::pair<int64_t, int64_t>> forwardDone, backwardDone, weightDone;
+  // (micro-batch, stage) whose backward is split: their weight gradients
+  // take weightShare of the backward's time and free the activations.
+  std::set<std::pair<int64_t, int64_t>> split;
+  for (int64_t rank = 0; rank < p; ++rank)
+    for (const PipelineAction &action : streams[rank])
+      if (action.kind == Kind::WeightGradient)
+        split.insert({action.microBatch, action.chunk * p + rank});
   std::set<std::pair<int64_t, int64_t>> received; // (mb, stage) per kind
   std::set<std::pair<int64_t, int64_t>> gradientReceived;
 
@@ -285,7 +368,7 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
           simulation.peakLiveActivations[rank] =
               std::max(simulation.peakLiveActivations[rank], ++live[rank]);
           break;
-        case Kind::Backward:
+        case Kind::Backward: {
           if (!forwardDone.count(key))
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " runs before its forward");
@@ -296,12 +379,31 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
           if (backwardDone.count(key))
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " runs twice");
-          timed.end = free[rank] + backwardTimeOf(stage);
+          double duration = backwardTimeOf(stage) *
+                            (split.count(key) ? 1 - costs.weightShare : 1);
+          timed.end = free[rank] + duration;
           free[rank] = timed.end;
-          busy[rank] += backwardTimeOf(stage);
+          busy[rank] += duration;
           backwardDone.insert(key);
+          if (!split.count(key))
+            --live[rank];
+          break;
+        }
+        case Kind::WeightGradient: {
+          if (!backwardDone.count(key))
+            return fail("rank " + std::to_string(rank) + ": " +
+                        action.toString() + " runs before its backward");
+          if (weightDone.count(key))
+            return fail("rank " + std::to_string(rank) + ": " +
+                        action.toString() + " runs twice");
+          double duration = backwardTimeOf(stage) * costs.weightShare;
+          timed.end = free[rank] + duration;
+          free[rank] = timed.end;
+          busy[rank] += duration;
+          weightDone.insert(key);
           --live[rank];
           break;
+        }
         }
         if (blocked)
           break;
@@ -329,10 +431,13 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
                 " for virtual stage " + std::to_string(std::get<2>(message)));
   for (int64_t mb = 0; mb < shape.microBatches; ++mb)
     for (int64_t stage = 0; stage <= lastStage; ++stage)
-      if (!forwardDone.count({mb, stage}) || !backwardDone.count({mb, stage}))
+      if (!forwardDone.count({mb, stage}) || !backwardDone.count({mb, stage}) ||
+          (!split.empty() && !weightDone.count({mb, stage})))
         return fail("incomplete: micro-batch " + std::to_string(mb) +
                     " misses its " +
-                    (forwardDone.count({mb, stage}) ? "backward" : "forward") +
+                    (!forwardDone.count({mb, stage})    ? "forward"
+                     : !backwardDone.count({mb, stage}) ? "backward"
+                                                        : "weight gradient") +
                     " at virtual stage " + std::to_string(stage));
 
   for (double end : free)
@@ -352,7 +457,8 @@ std::string chromeTrace(const PipelineSimulation &simulation) {
   bool first = true;
   for (const TimedAction &timed : simulation.timeline) {
     bool compute = timed.action.kind == PipelineAction::Kind::Forward ||
-                   timed.action.kind == PipelineAction::Kind::Backward;
+                   timed.action.kind == PipelineAction::Kind::Backward ||
+                   timed.action.kind == PipelineAction::Kind::WeightGradient;
     bool send = timed.action.kind == PipelineAction::Kind::SendActivation ||
                 timed.action.kind == PipelineAction::Kind::SendGradient;
     if (!compute && !send)

@@ -42,7 +42,8 @@ def Graph_Dialect : Dialect {
     /// average, gradient reductions, optimizer).
     static constexpr ::llvm::StringLiteral kMicroBatchAttrName =
         "graph.micro_batch";
-    /// Op attribute (pipelined steps): "forward" or "backward".
+    /// Op attribute (pipelined steps): "forward", "backward", or "weight"
+    /// (backward ops that only make parameter gradients).
     static constexpr ::llvm::StringLiteral kPhaseAttrName = "graph.phase";
   }];
 }

@@ -20,16 +20,22 @@
 
 namespace trellis {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZeroBubble };
 
-/// `gpipe`, `1f1b`, `interleaved`.
+/// `gpipe`, `1f1b`, `interleaved`, `zb-h1`.
 std::optional<ScheduleKind> parseScheduleKind(const std::string &name);
 const char *scheduleKindName(ScheduleKind kind);
 
 struct PipelineAction {
   enum class Kind {
     Forward,
+    /// The backward; with a weight-gradient action for the same
+    /// micro-batch and chunk, only the part that makes the gradients of
+    /// the stage's inputs (what the previous stage waits for).
     Backward,
+    /// The rest of a split backward: the parameters' gradients, which no
+    /// other stage waits for (zero-bubble schedules run them late).
+    WeightGradient,
     /// Activations of a forward to the next virtual stage.
     SendActivation,
     RecvActivation,
@@ -46,7 +52,7 @@ struct PipelineAction {
     return kind == other.kind && microBatch == other.microBatch &&
            chunk == other.chunk;
   }
-  /// `F3`, `B3`, `F3.c1` (chunk 1), `send F3`, `recv B3`...
+  /// `F3`, `B3`, `W3`, `F3.c1` (chunk 1), `send F3`, `recv B3`...
   std::string toString() const;
 };
 
@@ -75,6 +81,9 @@ struct PipelineCosts {
   double forward = 1.0;
   double backward = 2.0;
   double transfer = 0.0;
+  /// Where a schedule splits backwards, the weight-gradient action takes
+  /// this share of a backward's time and the backward the rest.
+  double weightShare = 0.5;
   /// When not empty: one duration per virtual stage (chunk * ranks + rank),
   /// replacing `forward` and `backward` (stages of unequal cost).
   std::vector<double> forwardByStage;
