@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Pipeline bubble, measured on the CPU against the simulator, and memory per
-# stage for GPipe versus 1F1B: a small GPT-2 (examples/configs/gpt2-mini.json,
+# stage for GPipe, 1F1B and zero-bubble (ZB-H1): a small GPT-2 (examples/configs/gpt2-mini.json,
 # 4 layers, batch 8, seq 128) split over pp = 2 and pp = 4 ranks with m = 8
 # micro-batches. Measured: the ranks' idle share in a trace of `trellis run`
 # (benchmarks/pipeline_bubble.py). Simulated: `trellis schedule` with the
-# model's per-stage costs, and (p - 1) / (m + p - 1) for uniform stages.
+# model's per-stage costs, and with uniform stages (for GPipe and 1F1B
+# (p - 1) / (m + p - 1)).
 # With more ranks than cores the ranks share cores, which slows the busy
 # ones: read pp = 4 on a 2-core machine as an upper bound.
 # Usage: benchmarks/pipeline_bubble.sh [steps]
@@ -20,7 +21,7 @@ echo "cores: $(nproc)"
 # schedule), so that memory and time compare like with like.
 for pp in 2 4; do
   layers=$([ "$pp" = 2 ] && echo 2,2 || echo 1,1,1,1)
-  for schedule in gpipe 1f1b; do
+  for schedule in gpipe 1f1b zb-h1; do
     plan=$dir/pp$pp.$schedule.plan
     "$trellis" compile "$config" --batch 8 --seq 128 --microbatches 8 \
       --pp "$pp" --pp-layers "$layers" --schedule "$schedule" -o "$plan"
@@ -31,6 +32,7 @@ for pp in 2 4; do
     "$trellis" schedule "$config" --batch 1 --seq 128 --pp "$pp" \
       --pp-layers "$layers" --microbatches 8 --schedule "$schedule" |
       grep -E 'bubble'
-    python3 -c "p, m = $pp, 8; print(f'uniform stages: bubble {(p - 1) / (m + p - 1):.3f}')"
+    echo "uniform stages: $("$trellis" schedule --pp "$pp" --microbatches 8 \
+      --schedule "$schedule" | grep makespan)"
   done
 done

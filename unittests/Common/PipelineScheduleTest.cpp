@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 using namespace trellis;
 
 namespace {
@@ -51,19 +53,70 @@ TEST(PipelineScheduleTest, InterleavedBubble) {
       int m = 8;
       PipelineSimulation simulation =
           simulate(ScheduleKind::Interleaved, {p, m, v});
-      EXPECT_NEAR(simulation.bubbleFraction,
-                  double(p - 1) / (v * m + p - 1), 1e-12)
+      EXPECT_NEAR(simulation.bubbleFraction, double(p - 1) / (v * m + p - 1),
+                  1e-12)
           << "p=" << p << " v=" << v;
     }
+}
+
+// ZB-H1 splits each backward into B and W (half the time each, F = B = W):
+// the bubble falls below 1F1B's and approaches the ideal (p - 1) of 3m + p -
+// 1 units, with no stage holding more than p micro-batches (1F1B's stage-0
+// peak); every stage runs each kind in micro-batch order, W after its B.
+TEST(PipelineScheduleTest, ZeroBubbleShrinksTheBubble) {
+  for (int p : {2, 4, 8})
+    for (int m : {4, 8, 16, 32}) {
+      if (m < p)
+        continue;
+      PipelineSimulation zeroBubble =
+          simulate(ScheduleKind::ZeroBubble, {p, m, 1});
+      PipelineSimulation oneFOneB = simulate(ScheduleKind::OneFOneB, {p, m, 1});
+      EXPECT_LT(zeroBubble.makespan, oneFOneB.makespan)
+          << "p=" << p << " m=" << m;
+      EXPECT_GE(zeroBubble.makespan, 3.0 * m + p - 1);
+      // Within p - 1 units of the ideal once m >= 2p (what this greedy
+      // order reaches at these sizes).
+      if (m >= 2 * p) {
+        EXPECT_LE(zeroBubble.makespan, 3.0 * m + 2 * (p - 1))
+            << "p=" << p << " m=" << m;
+      }
+      for (int64_t live : zeroBubble.peakLiveActivations)
+        EXPECT_LE(live, p);
+    }
+  std::string error;
+  PipelineShape shape{4, 8, 1};
+  std::optional<PipelineStreams> streams =
+      buildSchedule(ScheduleKind::ZeroBubble, shape, &error);
+  ASSERT_TRUE(streams) << error;
+  for (const std::vector<PipelineAction> &stream : *streams) {
+    std::map<PipelineAction::Kind, int64_t> next;
+    for (const PipelineAction &action : stream) {
+      if (action.kind == PipelineAction::Kind::Forward ||
+          action.kind == PipelineAction::Kind::Backward ||
+          action.kind == PipelineAction::Kind::WeightGradient) {
+        EXPECT_EQ(action.microBatch, next[action.kind]++) << action.toString();
+      }
+      if (action.kind == PipelineAction::Kind::WeightGradient) {
+        EXPECT_LT(action.microBatch, next[PipelineAction::Kind::Backward]);
+      }
+    }
+    EXPECT_EQ(next[PipelineAction::Kind::WeightGradient], 8);
+  }
+  // A split backward without its weight gradient is incomplete.
+  PipelineStreams broken = *streams;
+  broken[0].pop_back();
+  EXPECT_NE(failureOf(broken, shape).find("misses its weight gradient"),
+            std::string::npos)
+      << failureOf(broken, shape);
 }
 
 // 1F1B keeps at most min(p, m) micro-batches alive on stage 0; GPipe all m.
 TEST(PipelineScheduleTest, LiveActivations) {
   for (int p : {2, 4})
     for (int m : {1, 4, 8}) {
-      EXPECT_EQ(simulate(ScheduleKind::OneFOneB, {p, m, 1})
-                    .peakLiveActivations[0],
-                std::min(p, m));
+      EXPECT_EQ(
+          simulate(ScheduleKind::OneFOneB, {p, m, 1}).peakLiveActivations[0],
+          std::min(p, m));
       EXPECT_EQ(simulate(ScheduleKind::GPipe, {p, m, 1}).peakLiveActivations[0],
                 m);
       // The last stage runs each backward right after its forward.
@@ -92,27 +145,26 @@ TEST(PipelineScheduleTest, StreamsCarryTheirCommunication) {
     rank0.push_back(action.toString());
   for (const PipelineAction &action : streams[1])
     rank1.push_back(action.toString());
-  EXPECT_EQ(rank0, (std::vector<std::string>{"F0", "send F0", "F1", "send F1",
-                                             "recv B0", "B0", "recv B1",
-                                             "B1"}));
-  EXPECT_EQ(rank1, (std::vector<std::string>{"recv F0", "F0", "B0", "send B0",
-                                             "recv F1", "F1", "B1",
-                                             "send B1"}));
+  EXPECT_EQ(rank0,
+            (std::vector<std::string>{"F0", "send F0", "F1", "send F1",
+                                      "recv B0", "B0", "recv B1", "B1"}));
+  EXPECT_EQ(rank1,
+            (std::vector<std::string>{"recv F0", "F0", "B0", "send B0",
+                                      "recv F1", "F1", "B1", "send B1"}));
 }
 
 // Tests that the checker rejects a broken order: rank 0 waits for a
 // gradient before sending the activation it depends on.
 TEST(PipelineScheduleTest, CheckerFindsDeadlocks) {
   using Kind = PipelineAction::Kind;
-  PipelineStreams streams = {
-      {{Kind::RecvGradient, 0, 0},
-       {Kind::Forward, 0, 0},
-       {Kind::SendActivation, 0, 0},
-       {Kind::Backward, 0, 0}},
-      {{Kind::RecvActivation, 0, 0},
-       {Kind::Forward, 0, 0},
-       {Kind::Backward, 0, 0},
-       {Kind::SendGradient, 0, 0}}};
+  PipelineStreams streams = {{{Kind::RecvGradient, 0, 0},
+                              {Kind::Forward, 0, 0},
+                              {Kind::SendActivation, 0, 0},
+                              {Kind::Backward, 0, 0}},
+                             {{Kind::RecvActivation, 0, 0},
+                              {Kind::Forward, 0, 0},
+                              {Kind::Backward, 0, 0},
+                              {Kind::SendGradient, 0, 0}}};
   EXPECT_EQ(failureOf(streams, {2, 1, 1}),
             "the schedule deadlocks: rank 0 waits at recv B0; rank 1 waits at "
             "recv F0");
@@ -121,14 +173,13 @@ TEST(PipelineScheduleTest, CheckerFindsDeadlocks) {
 TEST(PipelineScheduleTest, CheckerFindsMissingReceivesAndActions) {
   using Kind = PipelineAction::Kind;
   // Rank 1 never receives F0: its forward runs without input.
-  PipelineStreams streams = {
-      {{Kind::Forward, 0, 0},
-       {Kind::SendActivation, 0, 0},
-       {Kind::RecvGradient, 0, 0},
-       {Kind::Backward, 0, 0}},
-      {{Kind::Forward, 0, 0},
-       {Kind::Backward, 0, 0},
-       {Kind::SendGradient, 0, 0}}};
+  PipelineStreams streams = {{{Kind::Forward, 0, 0},
+                              {Kind::SendActivation, 0, 0},
+                              {Kind::RecvGradient, 0, 0},
+                              {Kind::Backward, 0, 0}},
+                             {{Kind::Forward, 0, 0},
+                              {Kind::Backward, 0, 0},
+                              {Kind::SendGradient, 0, 0}}};
   EXPECT_EQ(failureOf(streams, {2, 1, 1}),
             "rank 1: F0 runs before its activations are received");
   // Micro-batch 1 is never run.
@@ -137,9 +188,9 @@ TEST(PipelineScheduleTest, CheckerFindsMissingReceivesAndActions) {
   EXPECT_EQ(failureOf(one, {2, 2, 1}),
             "incomplete: micro-batch 1 misses its forward at virtual stage 0");
   // A send whose receive is missing.
-  PipelineStreams unreceived = {
-      {{Kind::Forward, 0, 0}, {Kind::Backward, 0, 0},
-       {Kind::SendGradient, 0, 0}}};
+  PipelineStreams unreceived = {{{Kind::Forward, 0, 0},
+                                 {Kind::Backward, 0, 0},
+                                 {Kind::SendGradient, 0, 0}}};
   EXPECT_EQ(failureOf(unreceived, {1, 1, 1}),
             "rank 0: send B0 has no stage to go to");
 }
