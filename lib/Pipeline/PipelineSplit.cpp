@@ -80,7 +80,6 @@ private:
   LogicalResult buildStreams(const PipelineStreams &schedule);
   /// Sets StageTransfer::completedBy.
   void findCompletions();
-  LogicalResult checkStreams();
 
   int64_t rankOf(int64_t virtualStage) const { return virtualStage % ranks_; }
   int64_t virtualStageOf(int64_t part) const;
@@ -525,105 +524,6 @@ void Splitter::findCompletions() {
   }
 }
 
-LogicalResult Splitter::checkStreams() {
-  // Each rank runs its stream in order; a send never blocks; an op waits
-  // until every transfer it reads on this rank was sent.
-  size_t count = program_.transfers.size();
-  std::vector<int> sends(count, 0), receives(count, 0);
-  for (const std::vector<StageItem> &stream : program_.streams)
-    for (const StageItem &item : stream) {
-      if (item.kind == StageItem::Kind::Send)
-        ++sends[item.transfer];
-      if (item.kind == StageItem::Kind::Recv)
-        ++receives[item.transfer];
-    }
-  for (size_t t = 0; t < count; ++t)
-    if (sends[t] != 1 || receives[t] != 1)
-      return step_.emitError() << "pipeline transfer " << t << " (rank "
-                               << program_.transfers[t].from << " to rank "
-                               << program_.transfers[t].to << ") is sent "
-                               << sends[t] << " times and received "
-                               << receives[t] << " times: expected once each";
-  std::map<std::pair<int64_t, void *>, int64_t> incoming; // (rank, value)
-  for (auto [index, transfer] : llvm::enumerate(program_.transfers))
-    incoming[{transfer.to, transfer.value.getAsOpaquePointer()}] = index;
-  std::vector<bool> sent(count, false);
-  std::vector<size_t> next(ranks_, 0);
-  // Values each rank has made or posted a receive for.
-  std::vector<llvm::DenseSet<Value>> available(ranks_);
-  // The first operand `item` reads that this rank lacks, and whether only
-  // its send is missing (the op waits) or it was never received or made
-  // before (a broken stream).
-  struct Missing {
-    Value value;
-    bool waiting = false;
-  };
-  auto missingFor = [&](int64_t rank,
-                        const StageItem &item) -> std::optional<Missing> {
-    if (item.kind == StageItem::Kind::Recv)
-      return std::nullopt;
-    SmallVector<Value> reads;
-    if (item.kind == StageItem::Kind::Send)
-      reads.push_back(program_.transfers[item.transfer].value);
-    else
-      reads.append(item.op->operand_begin(), item.op->operand_end());
-    for (Value value : reads) {
-      if (llvm::isa<BlockArgument>(value))
-        continue;
-      if (!available[rank].contains(value))
-        return Missing{value, false};
-      auto it = incoming.find({rank, value.getAsOpaquePointer()});
-      if (it != incoming.end() && !sent[it->second])
-        return Missing{value, true};
-    }
-    return std::nullopt;
-  };
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int64_t rank = 0; rank < ranks_; ++rank) {
-      const std::vector<StageItem> &stream = program_.streams[rank];
-      while (next[rank] < stream.size()) {
-        const StageItem &item = stream[next[rank]];
-        std::optional<Missing> missing = missingFor(rank, item);
-        if (missing && missing->waiting)
-          break;
-        if (missing) {
-          InFlightDiagnostic diag =
-              item.op ? item.op->emitOpError() : step_.emitError();
-          diag << "reads a value on pipeline rank " << rank
-               << " before it is made or received there";
-          diag.attachNote(missing->value.getLoc()) << "the value";
-          return failure();
-        }
-        if (item.kind == StageItem::Kind::Send)
-          sent[item.transfer] = true;
-        if (item.kind == StageItem::Kind::Recv)
-          available[rank].insert(program_.transfers[item.transfer].value);
-        if (item.kind == StageItem::Kind::Op)
-          available[rank].insert(item.op->result_begin(),
-                                 item.op->result_end());
-        ++next[rank];
-        progress = true;
-      }
-    }
-  }
-  for (int64_t rank = 0; rank < ranks_; ++rank) {
-    const std::vector<StageItem> &stream = program_.streams[rank];
-    if (next[rank] == stream.size())
-      continue;
-    const StageItem &item = stream[next[rank]];
-    const StageTransfer &waited = program_.transfers[incoming[{
-        rank, missingFor(rank, item)->value.getAsOpaquePointer()}]];
-    InFlightDiagnostic diag =
-        item.op ? item.op->emitOpError() : step_.emitError();
-    return diag << "deadlocks the pipeline: rank " << rank
-                << " waits for a value from rank " << waited.from
-                << " that is never sent before it";
-  }
-  return success();
-}
-
 FailureOr<PipelineProgram> Splitter::run() {
   std::string error;
   std::optional<PipelineStreams> schedule =
@@ -649,7 +549,8 @@ FailureOr<PipelineProgram> Splitter::run() {
       if (std::optional<ActionKey> key = keyOf(action, rank, ranks_))
         schedulePosition_[*key] = position;
   sendInPieces();
-  if (failed(buildStreams(*schedule)) || failed(checkStreams()))
+  if (failed(buildStreams(*schedule)) ||
+      failed(verifyPipelineProgram(step_, program_)))
     return failure();
   findCompletions();
   return std::move(program_);

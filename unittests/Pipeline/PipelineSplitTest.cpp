@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 using namespace mlir;
@@ -90,6 +91,37 @@ TEST_F(PipelineSplitTest, SendsBoundariesAndSharesTheTiedWeight) {
   std::set<int64_t> channels;
   for (const StageTransfer &transfer : program->transfers)
     EXPECT_TRUE(channels.insert(transfer.channel).second);
+}
+
+TEST_F(PipelineSplitTest, CheckerFindsBrokenStreams) {
+  FailureOr<PipelineProgram> program = split();
+  ASSERT_TRUE(succeeded(program)) << errors_;
+  ScopedDiagnosticHandler handler(&context_, [&](Diagnostic &diagnostic) {
+    errors_ += diagnostic.str() + "\n";
+    return success();
+  });
+  EXPECT_TRUE(succeeded(verifyPipelineProgram(step_, *program))) << errors_;
+  // Stage 0 sends its activations only after waiting for their gradients.
+  PipelineProgram late = *program;
+  std::stable_partition(
+      late.streams[0].begin(), late.streams[0].end(),
+      [](const StageItem &item) { return item.kind != StageItem::Kind::Send; });
+  EXPECT_TRUE(failed(verifyPipelineProgram(step_, late)));
+  EXPECT_NE(errors_.find("deadlocks the pipeline: rank 0 waits for a value "
+                         "from rank 1 that is never sent before it"),
+            std::string::npos)
+      << errors_;
+  // A send that is not in any stream.
+  PipelineProgram unsent = *program;
+  auto send = llvm::find_if(unsent.streams[1], [](const StageItem &item) {
+    return item.kind == StageItem::Kind::Send;
+  });
+  ASSERT_NE(send, unsent.streams[1].end());
+  unsent.streams[1].erase(send);
+  EXPECT_TRUE(failed(verifyPipelineProgram(step_, unsent)));
+  EXPECT_NE(errors_.find("is sent 0 times and received 1 times"),
+            std::string::npos)
+      << errors_;
 }
 
 TEST_F(PipelineSplitTest, DiagnosesAnOpThatRunsTooLate) {

@@ -93,6 +93,15 @@ struct PipelineProgram {
   std::vector<std::vector<int64_t>> resultRanks;
 };
 
+/// Proves `program` (a split of `step`) runnable: all streams together,
+/// each rank in order, sends never blocking, an op waiting for the
+/// transfers it reads, reach their ends; every transfer is sent and
+/// received once; every value is made or received on a rank before it is
+/// read there; every result ends on the ranks that hold it. Fails with a
+/// diagnostic naming the op and the ranks.
+mlir::LogicalResult verifyPipelineProgram(mlir::func::FuncOp step,
+                                          const PipelineProgram &program);
+
 /// Splits `step` for `config`. Fails with a diagnostic when an op has no
 /// action tags or no stage, when the schedule cannot be built, or when the
 /// streams would deadlock.
