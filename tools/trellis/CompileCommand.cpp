@@ -223,35 +223,25 @@ std::optional<PipelineConfig> planPipeline(mlir::func::FuncOp forward,
       computePipelineCost(forward, RooflineRates());
   if (mlir::failed(cost))
     return std::nullopt;
-  int64_t numLayers = cost->parts.layers.size();
-  int64_t virtualStages = config.shape.virtualStages();
-  if (!compileStageLayers.empty()) {
-    std::optional<StageLayers> split =
-        parseStageLayers(compileStageLayers, &error);
-    if (!split ||
-        !verifyStageLayers(*split, numLayers, virtualStages, &error)) {
-      reportError("compile", "--pp-layers: " + error);
+  std::optional<StageLayers> split =
+      chooseStageLayers(cost->parts, compileStageLayers, *streams, config.shape,
+                        ModelPipelineCost::forwardShare, &error);
+  if (!split) {
+    if (!compileStageLayers.empty()) {
+      reportError("compile", error);
       return std::nullopt;
     }
-    config.layers = *split;
-    return config;
-  }
-  std::optional<StageLayers> split =
-      balanceStages(cost->parts, virtualStages, &error);
-  if (!split) {
     reportError("compile",
                 "--pp " + std::to_string(stages) +
                     (compileChunks > 1
                          ? " --chunks " + std::to_string(compileChunks) + " (" +
-                               std::to_string(virtualStages) +
+                               std::to_string(config.shape.virtualStages()) +
                                " virtual stages)"
                          : std::string()) +
                     ": " + error);
     return std::nullopt;
   }
-  config.layers =
-      refineStagesBySimulation(cost->parts, *split, *streams, config.shape,
-                               ModelPipelineCost::forwardShare);
+  config.layers = *split;
   return config;
 }
 } // namespace

@@ -134,23 +134,14 @@ std::optional<StagePlan> planStages(const PipelineShape &shape,
   std::string error;
   StagePlan plan;
   bool given = !scheduleLayers.empty();
-  if (given) {
-    std::optional<StageLayers> split = parseStageLayers(scheduleLayers, &error);
-    if (!split || !verifyStageLayers(*split, numLayers, stages, &error)) {
-      reportError("schedule", "--pp-layers: " + error);
-      return std::nullopt;
-    }
-    plan.layers = *split;
-  } else {
-    std::optional<StageLayers> split =
-        balanceStages(cost->parts, stages, &error);
-    if (!split) {
-      reportError("schedule", error);
-      return std::nullopt;
-    }
-    plan.layers = refineStagesBySimulation(cost->parts, *split, streams, shape,
-                                           ModelPipelineCost::forwardShare);
+  std::optional<StageLayers> split =
+      chooseStageLayers(cost->parts, scheduleLayers, streams, shape,
+                        ModelPipelineCost::forwardShare, &error);
+  if (!split) {
+    reportError("schedule", error);
+    return std::nullopt;
   }
+  plan.layers = *split;
   plan.costs = stageCosts(cost->parts, plan.layers);
   for (const PartCost &activation : stageCosts(cost->activations, plan.layers))
     plan.activationBytes.push_back(activation.memory);

@@ -211,4 +211,25 @@ std::vector<PartCost> stageCosts(const StagedModelCost &model,
   return costs;
 }
 
+std::optional<StageLayers>
+chooseStageLayers(const StagedModelCost &model, const std::string &given,
+                  const PipelineStreams &streams, const PipelineShape &shape,
+                  double forwardShare, std::string *error) {
+  int64_t stages = shape.virtualStages();
+  if (!given.empty()) {
+    std::optional<StageLayers> split = parseStageLayers(given, error);
+    if (!split ||
+        !verifyStageLayers(*split, model.layers.size(), stages, error)) {
+      if (error)
+        *error = "--pp-layers: " + *error;
+      return std::nullopt;
+    }
+    return split;
+  }
+  std::optional<StageLayers> split = balanceStages(model, stages, error);
+  if (!split)
+    return std::nullopt;
+  return refineStagesBySimulation(model, *split, streams, shape, forwardShare);
+}
+
 } // namespace trellis

@@ -77,6 +77,15 @@ StageLayers refineStagesBySimulation(const StagedModelCost &model,
                                      const PipelineShape &shape,
                                      double forwardShare);
 
+/// The split a pipeline runs: `given` (`--pp-layers` text) parsed and
+/// verified when not empty, else balanced and then refined by simulating
+/// `streams`. Fails with `error` (prefixed `--pp-layers: ` for a given
+/// split).
+std::optional<StageLayers>
+chooseStageLayers(const StagedModelCost &model, const std::string &given,
+                  const PipelineStreams &streams, const PipelineShape &shape,
+                  double forwardShare, std::string *error);
+
 /// The cost of each stage of `split` (embedding on the first, head on the
 /// last). Precondition: `split` verified against `model`.
 std::vector<PartCost> stageCosts(const StagedModelCost &model,
