@@ -2,10 +2,10 @@
 
 #include "trellis/Analysis/PipelineCost.h"
 
+#include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Graph/IR/GraphInterfaces.h"
 #include "llvm/ADT/SetVector.h"
-#include "llvm/Support/Regex.h"
 
 #include <algorithm>
 #include <limits>
@@ -26,68 +26,61 @@ int64_t bytesOf(Type type) {
 
 } // namespace
 
-std::optional<int64_t> modelPartOf(Operation *op) {
-  auto name = dyn_cast<NameLoc>(op->getLoc());
-  if (!name)
-    return std::nullopt;
-  StringRef text = name.getName().getValue();
-  if (text == "embedding")
-    return kEmbeddingPart;
-  if (text == "head")
-    return kHeadPart;
-  static const llvm::Regex layerName(
-      "^(transformer\\.h|model\\.layers)\\.([0-9]+)$");
-  SmallVector<StringRef> groups;
-  int64_t layer;
-  if (!layerName.match(text, &groups) || groups[2].getAsInteger(10, layer))
-    return std::nullopt;
-  return layer;
-}
-
 FailureOr<ModelPipelineCost> computePipelineCost(func::FuncOp forward,
                                                  const RooflineRates &rates) {
   // Weights, gradients and the two AdamW moments.
   constexpr int64_t kStateCopies = 4;
   ModelPipelineCost cost;
-  auto slot = [&](StagedModelCost &model, int64_t part) -> PartCost & {
-    if (part == kEmbeddingPart)
+  auto slot = [&](StagedModelCost &model, graph::PartAttr part) -> PartCost & {
+    if (part.isEmbedding())
       return model.embedding;
-    if (part == kHeadPart)
+    if (part.isHead())
       return model.head;
-    if (static_cast<int64_t>(model.layers.size()) <= part)
-      model.layers.resize(part + 1);
-    return model.layers[part];
+    if (static_cast<int64_t>(model.layers.size()) <= part.getLayer())
+      model.layers.resize(part.getLayer() + 1);
+    return model.layers[part.getLayer()];
   };
   // Parameters pin memory on every part that uses them (tied embeddings on
   // the first and the last stage).
-  llvm::DenseMap<Value, llvm::SmallSetVector<int64_t, 2>> partsUsing;
-  // Parts in model order (embedding, layers, head) and, for every value an
-  // op makes, the latest part that uses it.
+  llvm::DenseMap<Value, llvm::SmallSetVector<graph::PartAttr, 2>> partsUsing;
+  // For every op its part's model order, and for every value an op makes
+  // the latest part (in model order) that uses it.
   llvm::DenseMap<Operation *, int64_t> orderOf;
   llvm::DenseMap<Value, int64_t> lastUse;
-  auto order = [](int64_t part) {
-    return part == kEmbeddingPart ? 0
-           : part == kHeadPart    ? std::numeric_limits<int64_t>::max()
-                                  : part + 1;
-  };
+  // Ops come in model order; the latest part seen so far, and its first op.
+  graph::PartAttr latest;
+  Operation *latestFirstOp = nullptr;
+  llvm::DenseMap<int64_t, Operation *> firstOpOfLayer;
   WalkResult walk = forward.walk([&](Operation *op) -> WalkResult {
     if (op == forward.getOperation() || isa<func::ReturnOp>(op))
       return WalkResult::advance();
-    std::optional<int64_t> part = modelPartOf(op);
+    graph::PartAttr part = graph::getModelPart(op);
     if (!part) {
-      op->emitError("expected the location of a model part (embedding, "
-                    "transformer.h.N, model.layers.N or head) for pipeline "
-                    "stage splitting; hand-written models have none");
+      op->emitError("expected a model part for pipeline stage splitting: a "
+                    "graph.part attribute (#graph.part<embedding>, "
+                    "#graph.part<layer N> or #graph.part<head>), found none");
       return WalkResult::interrupt();
     }
-    orderOf[op] = order(*part);
+    if (latest && part.getOrder() < latest.getOrder()) {
+      op->emitError() << "expected model parts in model order (embedding, "
+                         "layers 0, 1, ..., head): an op of the "
+                      << part.str() << " follows the " << latest.str();
+      return WalkResult::interrupt();
+    }
+    if (part != latest) {
+      latest = part;
+      latestFirstOp = op;
+    }
+    if (part.isLayer())
+      firstOpOfLayer.try_emplace(part.getLayer(), latestFirstOp);
+    orderOf[op] = part.getOrder();
     for (Value operand : op->getOperands()) {
       if (isa<BlockArgument>(operand)) {
-        partsUsing[operand].insert(*part);
+        partsUsing[operand].insert(part);
         continue;
       }
       int64_t &last = lastUse[operand];
-      last = std::max(last, order(*part));
+      last = std::max(last, part.getOrder());
     }
     double seconds = 0;
     if (auto costly = dyn_cast<graph::CostOpInterface>(op)) {
@@ -99,26 +92,38 @@ FailureOr<ModelPipelineCost> computePipelineCost(func::FuncOp forward,
     int64_t saved = 0;
     for (Type type : op->getResultTypes())
       saved += bytesOf(type);
-    PartCost &partCost = slot(cost.parts, *part);
+    PartCost &partCost = slot(cost.parts, part);
     partCost.time += seconds / ModelPipelineCost::forwardShare;
     partCost.memory += saved;
-    slot(cost.activations, *part).memory += saved;
+    slot(cost.activations, part).memory += saved;
     return WalkResult::advance();
   });
   if (walk.wasInterrupted())
     return failure();
+  // Layers are numbered 0, 1, ... without gaps.
+  for (int64_t layer = 0; layer < static_cast<int64_t>(cost.parts.layers.size());
+       ++layer)
+    if (!firstOpOfLayer.count(layer)) {
+      int64_t next = layer + 1;
+      while (!firstOpOfLayer.count(next))
+        ++next;
+      return firstOpOfLayer[next]->emitError()
+             << "expected layers numbered 0, 1, ... without gaps, found no "
+                "op of layer "
+             << layer << " before layer " << next;
+    }
   for (BlockArgument argument : forward.getArguments()) {
     auto role = forward.getArgAttrOfType<StringAttr>(
         argument.getArgNumber(), graph::GraphDialect::kRoleAttrName);
     if (!role || role.getValue() != "param")
       continue;
-    for (int64_t part : partsUsing.lookup(argument))
+    for (graph::PartAttr part : partsUsing.lookup(argument))
       slot(cost.parts, part).memory +=
           kStateCopies * bytesOf(argument.getType());
   }
   cost.activations.layers.resize(cost.parts.layers.size());
   // Boundary k lies between parts k and k + 1 in model order (0 is the
-  // embedding); the head comes after the last layer.
+  // embedding); the head (order INT64_MAX) comes after the last layer.
   int64_t headOrder = static_cast<int64_t>(cost.parts.layers.size()) + 1;
   std::vector<double> crossing(headOrder, 0.0);
   for (auto [value, last] : lastUse) {

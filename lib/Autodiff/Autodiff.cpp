@@ -4,6 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 
@@ -38,21 +39,23 @@ StringAttr roleOf(func::FuncOp function, unsigned index) {
 }
 
 /// Gradients of values, accumulated as they are produced. A parameter's
-/// gradient is summed per model part (the op location's name) first and
-/// the parts' sums are added once at the end: a parameter two parts share
-/// (GPT-2's tied embedding, used by the embedding and the head) then has
-/// one accumulation per part, which a pipeline keeps on each part's stage.
+/// gradient is summed per model part (of the op whose gradient rule made
+/// it) first and the parts' sums are added once at the end: a parameter
+/// two parts share (GPT-2's tied embedding, used by the embedding and the
+/// head) then has one accumulation per part, which a pipeline keeps on
+/// each part's stage.
 class GradientMap {
 public:
   explicit GradientMap(OpBuilder &builder) : builder_(builder) {}
 
-  void accumulate(Location loc, Value value, Value gradient) {
+  /// Adds `gradient` to `value`'s; `part` is the part of the op that read
+  /// `value` (it matters for arguments only).
+  void accumulate(Location loc, Value value, Value gradient,
+                  PartAttr part = {}) {
     if (!gradient)
       return;
-    StringAttr part;
-    if (llvm::isa<BlockArgument>(value))
-      if (auto name = llvm::dyn_cast<NameLoc>(loc))
-        part = name.getName();
+    if (!llvm::isa<BlockArgument>(value))
+      part = {};
     auto key = std::make_pair(value, part);
     auto [slot, inserted] = gradients_.try_emplace(key, gradient);
     if (inserted) {
@@ -64,14 +67,14 @@ public:
 
   /// The gradient of an op result (null if nothing reached it).
   Value lookup(Value value) const {
-    return gradients_.lookup(std::make_pair(value, StringAttr()));
+    return gradients_.lookup(std::make_pair(value, PartAttr()));
   }
 
   /// The whole gradient of a parameter: its parts' sums added in the order
   /// the parts first contributed (null if none did).
   Value total(Location loc, Value param) {
     Value sum;
-    for (StringAttr part : parts_.lookup(param)) {
+    for (PartAttr part : parts_.lookup(param)) {
       Value partial = gradients_.lookup(std::make_pair(param, part));
       sum = sum ? AddOp::create(builder_, loc, sum, partial).getResult()
                 : partial;
@@ -81,23 +84,30 @@ public:
 
 private:
   OpBuilder &builder_;
-  DenseMap<std::pair<Value, StringAttr>, Value> gradients_;
-  DenseMap<Value, SmallVector<StringAttr, 1>> parts_;
+  DenseMap<std::pair<Value, PartAttr>, Value> gradients_;
+  DenseMap<Value, SmallVector<PartAttr, 1>> parts_;
 };
 
-/// Marks every op the builder inserts with the micro-batch and phase being
-/// built (or leaves it unmarked between micro-batches).
-class ActionTagger : public OpBuilder::Listener {
+/// Marks every op the builder inserts with the part whose gradient is being
+/// built (ModelPartMarker) and, when tagging actions, with the micro-batch
+/// and phase being built (or leaves those unmarked between micro-batches).
+class ActionTagger : public ModelPartMarker {
 public:
+  explicit ActionTagger(bool tagActions) : tagActions_(tagActions) {}
+
   void setAction(std::optional<int64_t> microBatch, StringRef phase,
                  MLIRContext *context) {
+    if (!tagActions_)
+      return;
     microBatch_ = microBatch ? IntegerAttr::get(IntegerType::get(context, 64),
                                                 *microBatch)
                              : IntegerAttr();
     phase_ = microBatch ? StringAttr::get(context, phase) : StringAttr();
   }
 
-  void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint point) override {
+    ModelPartMarker::notifyOperationInserted(op, point);
     if (!microBatch_)
       return;
     op->setAttr(GraphDialect::kMicroBatchAttrName, microBatch_);
@@ -105,6 +115,7 @@ public:
   }
 
 private:
+  bool tagActions_;
   IntegerAttr microBatch_;
   StringAttr phase_;
 };
@@ -196,7 +207,11 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
   LogicalResult buildBackward(OpBuilder &builder, Location loc,
                               ArrayRef<Operation *> forwardOps,
                               GradientMap &gradients) {
+    auto *marker = static_cast<ModelPartMarker *>(builder.getListener());
+    llvm::scope_exit restorePart(
+        [marker, part = marker->getPart()] { marker->setPart(part); });
     for (Operation *op : llvm::reverse(forwardOps)) {
+      marker->setPart(getModelPart(op));
       SmallVector<Value> resultGradients;
       bool reachesLoss = false;
       for (Value result : op->getResults()) {
@@ -223,7 +238,8 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
                << " gradients for " << op->getNumOperands() << " operands";
       for (auto [operand, gradient] :
            llvm::zip(op->getOperands(), operandGradients))
-        gradients.accumulate(op->getLoc(), operand, gradient);
+        gradients.accumulate(op->getLoc(), operand, gradient,
+                             getModelPart(op));
     }
     return success();
   }
@@ -238,12 +254,12 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     // from query and key, so no [S, S] value is ever kept.
     if (recompute != "full")
       return buildBackward(builder, loc, forwardOps, gradients);
-    // Parts: maximal runs of ops with one named location, last part first.
+    // Parts: maximal runs of ops of one model part, last part first.
     SmallVector<ArrayRef<Operation *>> parts;
     for (size_t begin = 0, end; begin < forwardOps.size(); begin = end) {
-      Location partLoc = forwardOps[begin]->getLoc();
+      PartAttr part = getModelPart(forwardOps[begin]);
       for (end = begin + 1;
-           end < forwardOps.size() && forwardOps[end]->getLoc() == partLoc;
+           end < forwardOps.size() && getModelPart(forwardOps[end]) == part;
            ++end) {
       }
       parts.push_back(forwardOps.slice(begin, end - begin));
@@ -251,7 +267,7 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     for (auto [index, part] : llvm::enumerate(llvm::reverse(parts))) {
       // The last part's backward follows its forward at once: nothing to
       // save by recomputing it.
-      if (index == 0 || !llvm::isa<NameLoc>(part.front()->getLoc())) {
+      if (index == 0 || !getModelPart(part.front())) {
         if (failed(buildBackward(builder, loc, part, gradients)))
           return failure();
         continue;
@@ -275,7 +291,7 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
 
   /// Re-marks the backward ops that only make their part's parameter
   /// gradients as phase "weight": those whose every use is by such an op of
-  /// the same part (location), by an op of the whole step (gradient sums,
+  /// the same model part, by an op of the whole step (gradient sums,
   /// optimizer) or by the results. The rest of the backward makes the
   /// gradients other parts wait for; a zero-bubble schedule runs the weight
   /// part later.
@@ -284,13 +300,14 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
         StringAttr::get(body.getParentOp()->getContext(), "weight");
     for (Operation &op : llvm::reverse(body.without_terminator())) {
       auto phase = op.getAttrOfType<StringAttr>(GraphDialect::kPhaseAttrName);
-      if (!phase || phase.getValue() != "backward" || op.use_empty())
+      PartAttr part = getModelPart(&op);
+      if (!phase || phase.getValue() != "backward" || op.use_empty() || !part)
         continue;
       bool onlyWeights = llvm::all_of(op.getUsers(), [&](Operation *user) {
         auto userPhase =
             user->getAttrOfType<StringAttr>(GraphDialect::kPhaseAttrName);
         return !userPhase ||
-               (userPhase == weight && user->getLoc() == op.getLoc());
+               (userPhase == weight && getModelPart(user) == part);
       });
       if (onlyWeights)
         op.setAttr(GraphDialect::kPhaseAttrName, weight);
@@ -353,9 +370,8 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     // d(loss_i) = 1 / m, so that only one micro-batch's activations are
     // alive at a time. Parameter gradients accumulate over micro-batches.
     GradientMap gradients(builder);
-    ActionTagger tagger;
-    if (tagActions)
-      builder.setListener(&tagger);
+    ActionTagger tagger(tagActions);
+    builder.setListener(&tagger);
     SmallVector<Value> losses;
     for (auto [index, mapping] : llvm::enumerate(mappings)) {
       tagger.setAction(index, "forward", builder.getContext());
@@ -366,8 +382,12 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
           forward.getBody().front().getTerminator()->getOperand(0));
       losses.push_back(loss);
       tagger.setAction(index, "backward", builder.getContext());
+      // The seed of the backward belongs to the part that makes the loss.
+      if (Operation *lossOp = loss.getDefiningOp())
+        tagger.setPart(getModelPart(lossOp));
       gradients.accumulate(loc, loss,
                            fill(builder, loc, {}, 1.0 / microBatches));
+      tagger.setPart({});
       if (failed(buildMicroBatchBackward(builder, loc, forwardOps, gradients)))
         return failure();
     }

@@ -277,7 +277,9 @@ public:
   TransformerBuilder(MLIRContext &context, const TransformerConfig &config,
                      const BatchShape &shape)
       : config_(config), shape_(shape), builder_(&context),
-        loc_(UnknownLoc::get(&context)) {}
+        loc_(UnknownLoc::get(&context)) {
+    builder_.setListener(&partMarker_);
+  }
 
   OwningOpRef<ModuleOp> build();
 
@@ -309,6 +311,8 @@ private:
   const TransformerConfig &config_;
   BatchShape shape_;
   OpBuilder builder_;
+  /// Marks every op with the part being built (set with loc_).
+  ModelPartMarker partMarker_;
   Location loc_;
   Block *body_ = nullptr;
   SmallVector<Type> argTypes_;
@@ -363,6 +367,7 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
           f = config_.intermediateSize;
   std::string prefix = llvm::formatv("transformer.h.{0}", layer).str();
   loc_ = NameLoc::get(builder_.getStringAttr(prefix));
+  partMarker_.setPart(PartAttr::getLayer(builder_.getContext(), layer));
   std::string normal = normalInit(config_.initializerRange);
   // GPT-2 scales the init of residual projections by 1/sqrt(2 * n_layer).
   std::string residual =
@@ -414,6 +419,7 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
   int64_t d = config_.headDim, f = config_.intermediateSize;
   std::string prefix = llvm::formatv("model.layers.{0}", layer).str();
   loc_ = NameLoc::get(builder_.getStringAttr(prefix));
+  partMarker_.setPart(PartAttr::getLayer(builder_.getContext(), layer));
   std::string normal = normalInit(config_.initializerRange);
   DenseF64ArrayAttr frequencies =
       builder_.getDenseF64ArrayAttr(ropeFrequencies(config_));
@@ -487,6 +493,7 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   Value targets = input("targets");
 
   loc_ = NameLoc::get(builder_.getStringAttr("embedding"));
+  partMarker_.setPart(PartAttr::getEmbedding(builder_.getContext()));
   Value x = EmbeddingOp::create(builder_, loc_, embedTable, tokens, 0,
                                 /*axes=*/nullptr);
   if (gpt2) {
@@ -500,6 +507,7 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   for (int64_t layer = 0; layer < config_.numLayers; ++layer)
     x = gpt2 ? gpt2Block(x, layer) : llamaBlock(x, layer);
   loc_ = NameLoc::get(builder_.getStringAttr("head"));
+  partMarker_.setPart(PartAttr::getHead(builder_.getContext()));
   x = gpt2 ? layerNorm(x, "transformer.ln_f") : rmsNorm(x, "model.norm.weight");
 
   Value head = config_.tieWordEmbeddings
@@ -508,6 +516,7 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   Value logits = linear(x, head, /*weightIsOutIn=*/true);
   Value loss = CrossEntropyOp::create(builder_, loc_, logits, targets, 0,
                                       /*axes=*/nullptr);
+  partMarker_.setPart({});
   func::ReturnOp::create(builder_, loc_, loss);
 
   function.setType(builder_.getFunctionType(argTypes_, loss.getType()));

@@ -3,7 +3,7 @@
 #include "trellis/Pipeline/PipelineSplit.h"
 
 #include "mlir/IR/Builders.h"
-#include "trellis/Analysis/PipelineCost.h"
+#include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 
@@ -82,7 +82,7 @@ private:
   void findCompletions();
 
   int64_t rankOf(int64_t virtualStage) const { return virtualStage % ranks_; }
-  int64_t virtualStageOf(int64_t part) const;
+  int64_t virtualStageOf(graph::PartAttr part) const;
 
   func::FuncOp step_;
   const PipelineConfig &config_;
@@ -98,16 +98,16 @@ private:
   std::map<std::pair<void *, int64_t>, int64_t> transferOf_;
 };
 
-int64_t Splitter::virtualStageOf(int64_t part) const {
+int64_t Splitter::virtualStageOf(graph::PartAttr part) const {
   int64_t stages = static_cast<int64_t>(config_.layers.size());
-  if (part == kEmbeddingPart)
+  if (part.isEmbedding())
     return 0;
-  if (part == kHeadPart)
+  if (part.isHead())
     return stages - 1;
   int64_t first = 0;
   for (int64_t stage = 0; stage < stages; ++stage) {
     first += config_.layers[stage];
-    if (part < first)
+    if (part.getLayer() < first)
       return stage;
   }
   return stages - 1;
@@ -141,8 +141,8 @@ LogicalResult Splitter::placeActionOps() {
                       ? ActionKey::Phase::Weight
                       : ActionKey::Phase::Backward,
                   microBatch.getInt(), -1};
-    if (std::optional<int64_t> part = modelPartOf(&op))
-      key.virtualStage = virtualStageOf(*part);
+    if (graph::PartAttr part = graph::getModelPart(&op))
+      key.virtualStage = virtualStageOf(part);
     else
       unplaced.push_back(&op);
     placement_[&op].action = key;
@@ -168,8 +168,8 @@ LogicalResult Splitter::placeActionOps() {
         key.virtualStage = stageOf(producer);
     if (key.virtualStage < 0)
       return op->emitOpError()
-             << "has no pipeline stage: its location names no model part and "
-                "no user or operand has one";
+             << "has no pipeline stage: it declares no model part "
+                "(graph.part) and no user or operand has one";
   }
   for (auto &[op, where] : placement_)
     where.ranks = {rankOf(where.action->virtualStage)};

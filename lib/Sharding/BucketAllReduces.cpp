@@ -54,11 +54,11 @@ struct BucketAllReducesPass
       if (pipelined) {
         // Values of no part (the loss, a tied weight's summed gradient)
         // may live on other stages than any bucket: left alone.
-        auto part =
-            llvm::dyn_cast<NameLoc>(op.getInput().getDefiningOp()->getLoc());
+        graph::PartAttr part =
+            graph::getModelPart(op.getInput().getDefiningOp());
         if (!part)
           continue;
-        key += "|part " + part.getName().str();
+        key += "|part " + part.str();
       }
       groups[key].push_back(op);
     }

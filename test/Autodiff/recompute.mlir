@@ -1,7 +1,7 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=none recompute=full" | FileCheck %s
 
 // Tests full recomputation: before the backward of each part (a run of
-// ops with one named location), its forward is computed again from the
+// ops of one graph.part), its forward is computed again from the
 // part's inputs, and the gradient rules use the copies; the first
 // forward's inner values (the matmul's result) feed nothing in the
 // backward.
@@ -20,8 +20,8 @@
 // CHECK: return %[[LOSS]], %[[DW]]
 func.func @forward(%w: tensor<4x3xf32> {graph.role = "param", graph.param = "w", graph.init = "zeros"},
                    %x: tensor<2x4xf32> {graph.role = "input", graph.param = "x"}) -> tensor<f32> {
-  %y = graph.matmul %x, %w : tensor<2x4xf32>, tensor<4x3xf32> loc("layer")
-  %t = graph.tanh %y : tensor<2x3xf32> loc("layer")
-  %loss = graph.reduce_sum %t dims [0, 1] : tensor<2x3xf32> loc("head")
+  %y = graph.matmul %x, %w {graph.part = #graph.part<layer 0>} : tensor<2x4xf32>, tensor<4x3xf32>
+  %t = graph.tanh %y {graph.part = #graph.part<layer 0>} : tensor<2x3xf32>
+  %loss = graph.reduce_sum %t dims [0, 1] {graph.part = #graph.part<head>} : tensor<2x3xf32>
   return %loss : tensor<f32>
 }

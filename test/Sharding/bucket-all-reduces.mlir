@@ -40,11 +40,11 @@ trellis.mesh @mesh = <["dp"=2]>
 // SMALL-LABEL: func.func @pipelined
 func.func @pipelined(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
   // CHECK: %[[M:.*]] = trellis.all_reduce {{.*}} {graph.micro_batch = 0 : i64, graph.phase = "forward"} : tensor<4xf32>
-  %a = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "forward"} : tensor<4xf32> loc("model.layers.0")
+  %a = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "forward", graph.part = #graph.part<layer 0>} : tensor<4xf32>
   %ra = trellis.all_reduce %a over @mesh ["dp"] sum {graph.micro_batch = 0 : i64, graph.phase = "forward"} : tensor<4xf32>
-  %g0 = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.0")
-  %h0 = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.0")
-  %g1 = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.1")
+  %g0 = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward", graph.part = #graph.part<layer 0>} : tensor<4xf32>
+  %h0 = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward", graph.part = #graph.part<layer 0>} : tensor<4xf32>
+  %g1 = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward", graph.part = #graph.part<layer 1>} : tensor<4xf32>
   // CHECK: graph.concat {{.*}} : tensor<4xf32>, tensor<4xf32>
   // CHECK-NEXT: trellis.all_reduce {{.*}} : tensor<8xf32>
   // CHECK-NOT: graph.concat
@@ -64,9 +64,9 @@ trellis.mesh @mesh = <["dp"=2]>
 // CHECK-NOT: graph.concat
 // CHECK: return
 func.func @pipelined_without_part(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
-  %a = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.0")
+  %a = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward", graph.part = #graph.part<layer 0>} : tensor<4xf32>
   %b = graph.exp %a : tensor<4xf32>
-  %c = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward"} : tensor<4xf32> loc("model.layers.0")
+  %c = graph.exp %x {graph.micro_batch = 0 : i64, graph.phase = "backward", graph.part = #graph.part<layer 0>} : tensor<4xf32>
   %ra = trellis.all_reduce %b over @mesh ["dp"] sum : tensor<4xf32>
   %rc = trellis.all_reduce %c over @mesh ["dp"] sum : tensor<4xf32>
   return %ra, %rc : tensor<4xf32>, tensor<4xf32>

@@ -7,6 +7,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "trellis/Autodiff/Passes.h"
+#include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 
 #include <gtest/gtest.h>
@@ -19,19 +20,19 @@ using namespace trellis;
 
 namespace {
 
-/// An embedding, two layers and a head, each one matmul (the parts named
-/// by their locations as the importer names them).
+/// An embedding, two layers and a head, each one matmul (with their parts
+/// as the importer marks them).
 const char *kForward = R"mlir(
 func.func @forward(
     %we: tensor<4x4xf32> {graph.role = "param", graph.param = "we", graph.init = "zeros"},
     %w0: tensor<4x4xf32> {graph.role = "param", graph.param = "w0", graph.init = "zeros"},
     %w1: tensor<4x4xf32> {graph.role = "param", graph.param = "w1", graph.init = "zeros"},
     %x: tensor<2x4xf32> {graph.role = "input", graph.param = "x"}) -> tensor<f32> {
-  %e = graph.matmul %x, %we : tensor<2x4xf32>, tensor<4x4xf32> loc("embedding")
-  %h0 = graph.matmul %e, %w0 : tensor<2x4xf32>, tensor<4x4xf32> loc("model.layers.0")
-  %h1 = graph.matmul %h0, %w1 : tensor<2x4xf32>, tensor<4x4xf32> loc("model.layers.1")
-  %y = graph.matmul %h1, %we transposed : tensor<2x4xf32>, tensor<4x4xf32> loc("head")
-  %loss = graph.reduce_sum %y dims [0, 1] : tensor<2x4xf32> loc("head")
+  %e = graph.matmul %x, %we {graph.part = #graph.part<embedding>} : tensor<2x4xf32>, tensor<4x4xf32>
+  %h0 = graph.matmul %e, %w0 {graph.part = #graph.part<layer 0>} : tensor<2x4xf32>, tensor<4x4xf32>
+  %h1 = graph.matmul %h0, %w1 {graph.part = #graph.part<layer 1>} : tensor<2x4xf32>, tensor<4x4xf32>
+  %y = graph.matmul %h1, %we transposed {graph.part = #graph.part<head>} : tensor<2x4xf32>, tensor<4x4xf32>
+  %loss = graph.reduce_sum %y dims [0, 1] {graph.part = #graph.part<head>} : tensor<2x4xf32>
   return %loss : tensor<f32>
 }
 )mlir";
@@ -127,10 +128,11 @@ TEST_F(PipelineSplitTest, CheckerFindsBrokenStreams) {
 TEST_F(PipelineSplitTest, DiagnosesAnOpThatRunsTooLate) {
   // Unmarking an op of micro-batch 0 makes it an op of the whole step, run
   // after every micro-batch, while micro-batch 0 still reads it.
-  Location layer0 = NameLoc::get(StringAttr::get(&context_, "model.layers.0"));
+  auto layer0 = graph::PartAttr::getLayer(&context_, 0);
   step_.walk([&](Operation *op) {
     auto microBatch = op->getAttrOfType<IntegerAttr>("graph.micro_batch");
-    if (op->getLoc() == layer0 && microBatch && microBatch.getInt() == 0)
+    if (graph::getModelPart(op) == layer0 && microBatch &&
+        microBatch.getInt() == 0)
       op->removeAttr("graph.micro_batch");
   });
   EXPECT_TRUE(failed(split()));

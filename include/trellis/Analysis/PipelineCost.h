@@ -4,8 +4,7 @@
 // (embedding, every layer, head with loss) costs a pipeline stage: time by a
 // roofline over the ops' FLOPs and bytes, memory as weights with their
 // gradients and AdamW moments plus the activations one micro-batch saves.
-// Parts are told apart by the importer's locations: `embedding`, `head`,
-// and the layer's parameter prefix (`transformer.h.N`, `model.layers.N`).
+// Parts are the ops' `graph.part` marks (graph::getModelPart).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,16 +16,6 @@
 
 namespace trellis {
 
-/// Parts of a model, as `modelPartOf` names them: a layer index, or one of
-/// these.
-constexpr int64_t kEmbeddingPart = -1;
-constexpr int64_t kHeadPart = -2;
-
-/// The part `op` belongs to by its location (`embedding`, `head`,
-/// `transformer.h.N` or `model.layers.N`), or nullopt for any other
-/// location.
-std::optional<int64_t> modelPartOf(mlir::Operation *op);
-
 /// The machine a stage runs on, for the roofline.
 struct RooflineRates {
   double flopsPerSecond = 1e11;
@@ -36,7 +25,8 @@ struct RooflineRates {
 /// Part costs of `forward` with time in seconds and memory in bytes. The
 /// time covers forward and backward (backward taken as twice the forward);
 /// `forwardShare` of it is the forward. Fails with a diagnostic on an op
-/// whose location names no part (a model not imported from a config).
+/// that declares no part, on parts out of model order, and on layers not
+/// numbered 0, 1, ... without gaps.
 struct ModelPipelineCost {
   StagedModelCost parts;
   /// Saved activations of one micro-batch per part, in bytes (in `parts`

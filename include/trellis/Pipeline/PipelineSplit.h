@@ -6,7 +6,7 @@
 // one instruction stream per pipeline rank:
 //
 // - Every op of a micro-batch's forward or backward goes to the virtual
-//   stage of its model part (its location: embedding on the first stage,
+//   stage of its model part (graph.part: embedding on the first stage,
 //   the layers as the split says, the head and loss on the last); ops
 //   without a part (constants, resharding collectives) go with their users.
 // - Ops of the whole step (loss average, gradient reductions, optimizer)

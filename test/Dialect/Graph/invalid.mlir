@@ -132,3 +132,48 @@ func.func @embedding_ids(%t: tensor<8x4xf32>, %ids: tensor<2xf32>) {
   %0 = "graph.embedding"(%t, %ids) : (tensor<8x4xf32>, tensor<2xf32>) -> tensor<2x4xf32>
   return
 }
+
+// -----
+
+// Tests that a model part must be one of the three kinds.
+func.func @unknown_part_kind(%x: tensor<4xf32>) {
+  // expected-error @+1 {{expected a model part (embedding, layer N or head), found 'block'}}
+  %0 = graph.neg %x {graph.part = #graph.part<block 3>} : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a layer's index is not negative.
+func.func @negative_layer(%x: tensor<4xf32>) {
+  // expected-error @+1 {{expected a layer index >= 0, found -1}}
+  %0 = graph.neg %x {graph.part = #graph.part<layer -1>} : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that graph.part holds a #graph.part, not a name.
+func.func @part_as_name(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'graph.neg' op expected 'graph.part' to be a #graph.part, found "layers.0"}}
+  %0 = graph.neg %x {graph.part = "layers.0"} : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a micro-batch mark is an integer >= 0.
+func.func @negative_micro_batch(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'graph.neg' op expected 'graph.micro_batch' to be an integer >= 0, found -2 : i64}}
+  %0 = graph.neg %x {graph.micro_batch = -2 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a phase mark names a phase of a micro-batch.
+func.func @unknown_phase(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'graph.neg' op expected 'graph.phase' to be "forward", "backward" or "weight", found "sideways"}}
+  %0 = graph.neg %x {graph.phase = "sideways"} : tensor<4xf32>
+  return
+}

@@ -23,6 +23,7 @@ void GraphDialect::initialize() {
 #define GET_OP_LIST
 #include "trellis/Dialect/Graph/IR/GraphOps.cpp.inc"
       >();
+  registerAttributes();
 }
 
 #define GET_OP_CLASSES

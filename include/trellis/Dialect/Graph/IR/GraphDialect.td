@@ -20,8 +20,11 @@ def Graph_Dialect : Dialect {
     rule, gradient and cost interfaces, so that passes never need to know an
     op by name.
   }];
-  let useDefaultAttributePrinterParser = 0;
+  let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
+    /// Registers the dialect's attributes (GraphAttrs.cpp).
+    void registerAttributes();
     /// Function argument attribute: the role of a training-step argument
     /// ("param", "input", "adam_m", "adam_v", "momentum", "step").
     static constexpr ::llvm::StringLiteral kRoleAttrName = "graph.role";
@@ -37,6 +40,9 @@ def Graph_Dialect : Dialect {
         "graph.file_shape";
     /// Function result attribute: index of the argument this result updates.
     static constexpr ::llvm::StringLiteral kUpdatesAttrName = "graph.updates";
+    /// Op attribute: the model part (#graph.part) the op belongs to. Read
+    /// it through getModelPart (GraphAttrs.h).
+    static constexpr ::llvm::StringLiteral kPartAttrName = "graph.part";
     /// Op attribute (pipelined steps): the micro-batch whose forward or
     /// backward the op belongs to; absent on ops of the whole step (loss
     /// average, gradient reductions, optimizer).

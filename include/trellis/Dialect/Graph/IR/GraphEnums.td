@@ -23,4 +23,14 @@ def Graph_UnaryFunction : I32EnumAttr<"UnaryFunction", "a pointwise function", [
   let cppNamespace = "::trellis::graph";
 }
 
+// The kinds of model part (#graph.part).
+def Graph_PartKind : I32EnumAttr<"PartKind", "a kind of model part", [
+    I32EnumAttrCase<"Embedding", 0, "embedding">,
+    I32EnumAttrCase<"Layer", 1, "layer">,
+    I32EnumAttrCase<"Head", 2, "head">
+  ]> {
+  let cppNamespace = "::trellis::graph";
+  let genSpecializedAttr = 0;
+}
+
 #endif // TRELLIS_DIALECT_GRAPH_IR_GRAPHENUMS_TD

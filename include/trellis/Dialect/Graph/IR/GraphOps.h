@@ -8,10 +8,10 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphEnums.h"
 #include "trellis/Dialect/Graph/IR/GraphInterfaces.h"
-
-#include "trellis/Dialect/Graph/IR/GraphEnums.h.inc"
 
 #define GET_OP_CLASSES
 #include "trellis/Dialect/Graph/IR/GraphOps.h.inc"
