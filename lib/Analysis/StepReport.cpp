@@ -2,7 +2,7 @@
 
 #include "trellis/Analysis/StepReport.h"
 
-#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -57,11 +57,20 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
       report.optimizerStateBytes += bytesOf(type);
     }
   }
-  // Liveness in this rank's order: a value lives from the item that makes
-  // (or receives) it to the last item here that reads (or sends) it.
-  DenseMap<Value, std::pair<int64_t, int64_t>> lifetime;
-  auto use = [&](Value value, int64_t index) {
-    auto it = lifetime.find(value);
+  // Liveness in this rank's order: a value (of one micro-batch, or of the
+  // step) lives from the item that makes (or receives) it to the last item
+  // here that reads (or sends) it.
+  using Key = std::pair<Value, int64_t>;
+  auto keyOf = [](Value value, int64_t microBatch) -> Key {
+    Operation *producer = value.getDefiningOp();
+    bool perMicroBatch = producer &&
+                         producer->hasAttr(graph::GraphDialect::kPhaseAttrName) &&
+                         !llvm::isa<graph::MicrobatchSumOp>(producer);
+    return {value, perMicroBatch ? microBatch : -1};
+  };
+  DenseMap<Key, std::pair<int64_t, int64_t>> lifetime;
+  auto use = [&](Value value, int64_t microBatch, int64_t index) {
+    auto it = lifetime.find(keyOf(value, microBatch));
     if (it != lifetime.end())
       it->second.second = std::max(it->second.second, index);
   };
@@ -69,9 +78,9 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     int64_t at = static_cast<int64_t>(index);
     if (!item.op) {
       if (item.sends)
-        use(item.value, at);
+        use(item.value, item.microBatch, at);
       else
-        lifetime.try_emplace(item.value, at, at);
+        lifetime.try_emplace(keyOf(item.value, item.microBatch), at, at);
       StepReport::Traffic &traffic =
           report.communication[(item.sends ? "send over " : "recv over ") +
                                item.axis];
@@ -81,9 +90,9 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     }
     Operation &op = *item.op;
     for (Value operand : op.getOperands())
-      use(operand, at);
+      use(operand, item.microBatch, at);
     for (Value result : op.getResults())
-      lifetime.try_emplace(result, at, at);
+      lifetime.try_emplace(keyOf(result, item.microBatch), at, at);
     // Collectives move data; slice_shard only keeps a local piece.
     if (op.getDialect() && llvm::isa<TrellisDialect>(op.getDialect()) &&
         op.getNumOperands() && !llvm::isa<SliceShardOp>(op)) {
@@ -99,9 +108,9 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     }
   }
   std::vector<int64_t> delta(items.size() + 1, 0);
-  for (auto &[value, span] : lifetime) {
-    delta[span.first] += bytesOf(value.getType());
-    delta[span.second + 1] -= bytesOf(value.getType());
+  for (auto &[key, span] : lifetime) {
+    delta[span.first] += bytesOf(key.first.getType());
+    delta[span.second + 1] -= bytesOf(key.first.getType());
   }
   int64_t live = 0;
   for (int64_t change : delta) {

@@ -71,11 +71,19 @@ public:
   }
 
   /// The whole gradient of a parameter: its parts' sums added in the order
-  /// the parts first contributed (null if none did).
-  Value total(Location loc, Value param) {
+  /// the parts first contributed (null if none did). With `accumulate`,
+  /// each part's sum is first summed over the micro-batches
+  /// (graph.microbatch_sum, marked with the part).
+  Value total(Location loc, Value param, bool accumulate,
+              ModelPartMarker &marker) {
     Value sum;
     for (PartAttr part : parts_.lookup(param)) {
       Value partial = gradients_.lookup(std::make_pair(param, part));
+      if (accumulate) {
+        marker.setPart(part);
+        partial = MicrobatchSumOp::create(builder_, loc, partial);
+        marker.setPart({});
+      }
       sum = sum ? AddOp::create(builder_, loc, sum, partial).getResult()
                 : partial;
     }
@@ -89,34 +97,27 @@ private:
 };
 
 /// Marks every op the builder inserts with the part whose gradient is being
-/// built (ModelPartMarker) and, when tagging actions, with the micro-batch
-/// and phase being built (or leaves those unmarked between micro-batches).
-class ActionTagger : public ModelPartMarker {
+/// built (ModelPartMarker) and, when tagging phases, with the phase of the
+/// micro-batch being built (graph.phase; none outside the micro-batch).
+class PhaseTagger : public ModelPartMarker {
 public:
-  explicit ActionTagger(bool tagActions) : tagActions_(tagActions) {}
+  explicit PhaseTagger(bool tagPhases) : tagPhases_(tagPhases) {}
 
-  void setAction(std::optional<int64_t> microBatch, StringRef phase,
-                 MLIRContext *context) {
-    if (!tagActions_)
-      return;
-    microBatch_ = microBatch ? IntegerAttr::get(IntegerType::get(context, 64),
-                                                *microBatch)
-                             : IntegerAttr();
-    phase_ = microBatch ? StringAttr::get(context, phase) : StringAttr();
+  /// "forward", "backward", or empty after the micro-batch.
+  void setPhase(StringRef phase, MLIRContext *context) {
+    phase_ = tagPhases_ && !phase.empty() ? StringAttr::get(context, phase)
+                                          : StringAttr();
   }
 
   void notifyOperationInserted(Operation *op,
                                OpBuilder::InsertPoint point) override {
     ModelPartMarker::notifyOperationInserted(op, point);
-    if (!microBatch_)
-      return;
-    op->setAttr(GraphDialect::kMicroBatchAttrName, microBatch_);
-    op->setAttr(GraphDialect::kPhaseAttrName, phase_);
+    if (phase_)
+      op->setAttr(GraphDialect::kPhaseAttrName, phase_);
   }
 
 private:
-  bool tagActions_;
-  IntegerAttr microBatch_;
+  bool tagPhases_;
   StringAttr phase_;
 };
 
@@ -314,20 +315,6 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     }
   }
 
-  /// An input's attributes for micro-batch `index`: its name gets the
-  /// suffix `.<index>` when the step has several micro-batches.
-  DictionaryAttr microBatchAttrs(DictionaryAttr attrs, size_t index) const {
-    if (microBatches == 1 || !attrs)
-      return attrs;
-    NamedAttrList list(attrs);
-    if (auto name = list.get(GraphDialect::kParamNameAttrName))
-      list.set(GraphDialect::kParamNameAttrName,
-               StringAttr::get(attrs.getContext(),
-                               llvm::cast<StringAttr>(name).getValue() + "." +
-                                   llvm::Twine(index)));
-    return list.getDictionary(attrs.getContext());
-  }
-
   LogicalResult buildTrainStep(ModuleOp module, func::FuncOp forward,
                                Optimizer kind) {
     OpBuilder builder(module.getContext());
@@ -342,69 +329,60 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
     Block *body = step.addEntryBlock();
     builder.setInsertionPointToStart(body);
 
-    // Arguments: those of @forward (each input once per micro-batch, named
-    // `<name>.<i>` when there are several), then optimizer states, then the
-    // step.
+    // Arguments: those of @forward (inputs hold one micro-batch), then
+    // optimizer states, then the step.
     SmallVector<Type> argTypes;
     SmallVector<DictionaryAttr> argAttrs;
-    SmallVector<IRMapping> mappings(microBatches);
+    IRMapping mapping;
     SmallVector<unsigned> params;
     for (BlockArgument arg : forward.getArguments()) {
       unsigned index = arg.getArgNumber();
-      DictionaryAttr attrs = forward.getArgAttrDict(index);
-      if (roleOf(forward, index).getValue() == "param") {
+      if (roleOf(forward, index).getValue() == "param")
         params.push_back(argTypes.size());
-        Value copy = addArgument(body, arg.getType(), attrs, argTypes, argAttrs,
-                                 arg.getLoc());
-        for (IRMapping &mapping : mappings)
-          mapping.map(arg, copy);
-        continue;
-      }
-      for (auto [i, mapping] : llvm::enumerate(mappings))
-        mapping.map(arg,
-                    addArgument(body, arg.getType(), microBatchAttrs(attrs, i),
-                                argTypes, argAttrs, arg.getLoc()));
+      mapping.map(arg, addArgument(body, arg.getType(),
+                                   forward.getArgAttrDict(index), argTypes,
+                                   argAttrs, arg.getLoc()));
     }
 
-    // Each micro-batch: a copy of @forward's body, then its backward from
-    // d(loss_i) = 1 / m, so that only one micro-batch's activations are
-    // alive at a time. Parameter gradients accumulate over micro-batches.
+    // One micro-batch: a copy of @forward's body, then its backward from
+    // d(loss) = 1 / m. Its ops run once per micro-batch; the loss and the
+    // parameter gradients reach the step through graph.microbatch_sum
+    // (when there are several micro-batches or a pipeline cuts the step).
+    bool accumulate = microBatches > 1 || tagActions;
     GradientMap gradients(builder);
-    ActionTagger tagger(tagActions);
+    PhaseTagger tagger(accumulate);
     builder.setListener(&tagger);
-    SmallVector<Value> losses;
-    for (auto [index, mapping] : llvm::enumerate(mappings)) {
-      tagger.setAction(index, "forward", builder.getContext());
-      SmallVector<Operation *> forwardOps;
-      for (Operation &op : forward.getBody().front().without_terminator())
-        forwardOps.push_back(builder.clone(op, mapping));
-      Value loss = mapping.lookup(
-          forward.getBody().front().getTerminator()->getOperand(0));
-      losses.push_back(loss);
-      tagger.setAction(index, "backward", builder.getContext());
-      // The seed of the backward belongs to the part that makes the loss.
-      if (Operation *lossOp = loss.getDefiningOp())
-        tagger.setPart(getModelPart(lossOp));
-      gradients.accumulate(loc, loss,
-                           fill(builder, loc, {}, 1.0 / microBatches));
+    tagger.setPhase("forward", builder.getContext());
+    SmallVector<Operation *> forwardOps;
+    for (Operation &op : forward.getBody().front().without_terminator())
+      forwardOps.push_back(builder.clone(op, mapping));
+    Value loss =
+        mapping.lookup(forward.getBody().front().getTerminator()->getOperand(0));
+    tagger.setPhase("backward", builder.getContext());
+    // The seed of the backward belongs to the part that makes the loss.
+    PartAttr lossPart;
+    if (Operation *lossOp = loss.getDefiningOp())
+      lossPart = getModelPart(lossOp);
+    tagger.setPart(lossPart);
+    gradients.accumulate(loc, loss, fill(builder, loc, {}, 1.0 / microBatches));
+    tagger.setPart({});
+    if (failed(buildMicroBatchBackward(builder, loc, forwardOps, gradients)))
+      return failure();
+    tagger.setPhase("", builder.getContext());
+    if (accumulate) {
+      tagger.setPart(lossPart);
+      loss = MicrobatchSumOp::create(builder, loc, loss);
       tagger.setPart({});
-      if (failed(buildMicroBatchBackward(builder, loc, forwardOps, gradients)))
-        return failure();
     }
-    tagger.setAction(std::nullopt, "", builder.getContext());
-    Value loss = losses.front();
-    if (microBatches > 1) {
-      for (Value next : ArrayRef<Value>(losses).drop_front())
-        loss = AddOp::create(builder, loc, loss, next);
+    if (microBatches > 1)
       loss = MulOp::create(builder, loc, loss,
                            fill(builder, loc, {}, 1.0 / microBatches));
-    }
 
     // Parameters the loss does not depend on get a zero gradient.
     SmallVector<Value> paramGradients;
     for (unsigned index : params) {
       Value param = body->getArgument(index);
-      Value gradient = gradients.total(loc, param);
+      Value gradient = gradients.total(loc, param, accumulate, tagger);
       if (!gradient)
         gradient = zerosLike(builder, loc, param);
       paramGradients.push_back(gradient);
@@ -499,6 +477,8 @@ struct AutodiffPass : public trellis::impl::AutodiffPassBase<AutodiffPass> {
         op.erase();
     if (tagActions)
       markWeightGradients(*body);
+    step->setAttr(GraphDialect::kMicroBatchesAttrName,
+                  builder.getI64IntegerAttr(microBatches));
     SmallVector<Type> resultTypes;
     for (Value result : results)
       resultTypes.push_back(result.getType());

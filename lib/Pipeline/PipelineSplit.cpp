@@ -4,7 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphAttrs.h"
-#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 
 #include <map>
@@ -14,42 +14,48 @@ using namespace mlir;
 
 namespace trellis {
 
+std::string ActionProgram::name() const {
+  const char *base = kind == ActionKind::Forward    ? "forward"
+                     : kind == ActionKind::Backward ? "backward"
+                     : kind == ActionKind::Weight   ? "weight"
+                                                    : "step";
+  if (kind == ActionKind::Step)
+    return base;
+  return std::string(base) + (receives ? "_receive" : "") + ".c" +
+         std::to_string(chunk);
+}
+
+std::string ActionProgram::actionName(int64_t microBatch,
+                                      int64_t chunks) const {
+  if (kind == ActionKind::Step)
+    return "step";
+  std::string text = receives ? "R" : "";
+  text += kind == ActionKind::Forward    ? "F"
+          : kind == ActionKind::Backward ? "B"
+                                         : "W";
+  text += std::to_string(microBatch);
+  if (chunks > 1)
+    text += ".c" + std::to_string(chunk);
+  return text;
+}
+
 namespace {
 
 using RankSet = std::set<int64_t>;
 
-/// A forward, backward or weight gradient of one micro-batch on one virtual
-/// stage.
+/// A forward, backward or weight-gradient action of one virtual stage (of
+/// every micro-batch).
 struct ActionKey {
-  enum class Phase { Forward, Backward, Weight };
-  Phase phase = Phase::Forward;
-  int64_t microBatch = 0;
+  ActionKind kind = ActionKind::Forward;
   int64_t virtualStage = 0;
   bool operator<(const ActionKey &other) const {
-    return std::tie(phase, microBatch, virtualStage) <
-           std::tie(other.phase, other.microBatch, other.virtualStage);
+    return std::tie(kind, virtualStage) <
+           std::tie(other.kind, other.virtualStage);
+  }
+  bool operator==(const ActionKey &other) const {
+    return kind == other.kind && virtualStage == other.virtualStage;
   }
 };
-
-/// The key of a compute action of `rank`'s stream (of `ranks`), or none
-/// for transfers.
-std::optional<ActionKey> keyOf(const PipelineAction &action, int64_t rank,
-                               int64_t ranks) {
-  ActionKey key{ActionKey::Phase::Forward, action.microBatch,
-                action.chunk * ranks + rank};
-  switch (action.kind) {
-  case PipelineAction::Kind::Forward:
-    return key;
-  case PipelineAction::Kind::Backward:
-    key.phase = ActionKey::Phase::Backward;
-    return key;
-  case PipelineAction::Kind::WeightGradient:
-    key.phase = ActionKey::Phase::Weight;
-    return key;
-  default:
-    return std::nullopt;
-  }
-}
 
 /// Where an op runs: an action of one virtual stage, or (step ops) every
 /// rank in `ranks`.
@@ -73,16 +79,31 @@ private:
   /// Sends values replicated over config_.pieceAxis in pieces: inserts the
   /// slice and gather ops and places them.
   void sendInPieces();
+  /// Where `key`'s action comes in the actions of one micro-batch on its
+  /// rank: forwards in stage order, then each stage's backward and weight
+  /// gradients from the last stage back.
+  int64_t orderInMicroBatch(const ActionKey &key) const;
   /// Whether `a` runs before `b` on a rank that runs both.
   bool runsBefore(Operation *a, Operation *b);
   /// Records a transfer of `value` to `rank` unless it is made there.
   void requireOn(Value value, int64_t rank);
-  LogicalResult buildStreams(const PipelineStreams &schedule);
+  /// The first reader of `transfer`'s value on its destination (null: only
+  /// the results need it).
+  Operation *firstReader(const StageTransfer &transfer);
+  LogicalResult buildPrograms();
+  LogicalResult buildSchedules(const PipelineStreams &schedule);
   /// Sets StageTransfer::completedBy.
   void findCompletions();
 
   int64_t rankOf(int64_t virtualStage) const { return virtualStage % ranks_; }
+  int64_t chunkOf(int64_t virtualStage) const { return virtualStage / ranks_; }
   int64_t virtualStageOf(graph::PartAttr part) const;
+  /// The index of `rank`'s program (created on first use).
+  int64_t programIndex(int64_t rank, ActionKind kind, int64_t chunk,
+                       bool receives);
+  /// The index of an existing program, or -1.
+  int64_t findProgram(int64_t rank, ActionKind kind, int64_t chunk,
+                      bool receives) const;
 
   func::FuncOp step_;
   const PipelineConfig &config_;
@@ -91,11 +112,15 @@ private:
   llvm::DenseMap<Operation *, Placement> placement_;
   /// Whether the schedule has weight-gradient actions.
   bool splitsBackward_ = false;
-  /// Position of each action in its rank's schedule.
-  std::map<ActionKey, size_t> schedulePosition_;
   PipelineProgram program_;
   /// Transfers by (value, destination rank).
   std::map<std::pair<void *, int64_t>, int64_t> transferOf_;
+  /// Programs by (rank, kind, chunk, receives).
+  std::map<std::tuple<int64_t, ActionKind, int64_t, bool>, int64_t>
+      programOf_;
+  /// Per transfer: the programs that send it, receive it and first read it
+  /// (-1: none).
+  std::vector<int64_t> sendProgram_, recvProgram_, readProgram_;
 };
 
 int64_t Splitter::virtualStageOf(graph::PartAttr part) const {
@@ -113,35 +138,52 @@ int64_t Splitter::virtualStageOf(graph::PartAttr part) const {
   return stages - 1;
 }
 
+int64_t Splitter::orderInMicroBatch(const ActionKey &key) const {
+  int64_t stages = config_.shape.virtualStages();
+  if (key.kind == ActionKind::Forward)
+    return key.virtualStage;
+  return stages + 2 * (stages - 1 - key.virtualStage) +
+         (key.kind == ActionKind::Weight ? 1 : 0);
+}
+
+int64_t Splitter::programIndex(int64_t rank, ActionKind kind, int64_t chunk,
+                               bool receives) {
+  auto key = std::make_tuple(rank, kind, chunk, receives);
+  auto [it, inserted] = programOf_.try_emplace(key, 0);
+  if (inserted) {
+    it->second = program_.programs[rank].size();
+    program_.programs[rank].push_back({kind, chunk, receives, {}});
+  }
+  return it->second;
+}
+
+int64_t Splitter::findProgram(int64_t rank, ActionKind kind, int64_t chunk,
+                              bool receives) const {
+  auto it = programOf_.find(std::make_tuple(rank, kind, chunk, receives));
+  return it == programOf_.end() ? -1 : it->second;
+}
+
 LogicalResult Splitter::placeActionOps() {
-  // Ops of a micro-batch: by part, else by their users, else by operands.
-  SmallVector<Operation *> unplaced;
+  // Ops of the micro-batch: by part, else by their users, else by operands.
+  SmallVector<Operation *> unplaced, totals;
+  bool oneStage = config_.shape.virtualStages() == 1;
   for (Operation &op : body_.without_terminator()) {
-    auto microBatch =
-        op.getAttrOfType<IntegerAttr>(graph::GraphDialect::kMicroBatchAttrName);
-    if (!microBatch)
+    if (llvm::isa<graph::MicrobatchSumOp>(op)) {
+      totals.push_back(&op);
       continue;
+    }
     auto phase =
         op.getAttrOfType<StringAttr>(graph::GraphDialect::kPhaseAttrName);
-    if (!phase ||
-        (phase.getValue() != "forward" && phase.getValue() != "backward" &&
-         phase.getValue() != "weight"))
-      return op.emitOpError()
-             << "has a micro-batch but no graph.phase \"forward\", "
-                "\"backward\" or \"weight\"";
-    if (microBatch.getInt() < 0 ||
-        microBatch.getInt() >= config_.shape.microBatches)
-      return op.emitOpError()
-             << "belongs to micro-batch " << microBatch.getInt()
-             << ", outside the schedule's " << config_.shape.microBatches;
-    // Weight-gradient ops run in the backward unless the schedule splits
-    // it.
-    ActionKey key{phase.getValue() == "forward" ? ActionKey::Phase::Forward
+    if (!phase)
+      continue;
+    ActionKey key{phase.getValue() == "forward" ? ActionKind::Forward
                   : phase.getValue() == "weight" && splitsBackward_
-                      ? ActionKey::Phase::Weight
-                      : ActionKey::Phase::Backward,
-                  microBatch.getInt(), -1};
-    if (graph::PartAttr part = graph::getModelPart(&op))
+                      ? ActionKind::Weight
+                      : ActionKind::Backward,
+                  -1};
+    if (oneStage)
+      key.virtualStage = 0;
+    else if (graph::PartAttr part = graph::getModelPart(&op))
       key.virtualStage = virtualStageOf(part);
     else
       unplaced.push_back(&op);
@@ -170,6 +212,17 @@ LogicalResult Splitter::placeActionOps() {
       return op->emitOpError()
              << "has no pipeline stage: it declares no model part "
                 "(graph.part) and no user or operand has one";
+  }
+  // A micro-batch's value joins its step total where it is made.
+  for (Operation *total : totals) {
+    Operation *producer = total->getOperand(0).getDefiningOp();
+    auto it = producer ? placement_.find(producer) : placement_.end();
+    if (it == placement_.end() || !it->second.action)
+      return total->emitOpError()
+             << "sums a value over micro-batches that no op of the "
+                "micro-batch makes (expected an operand marked with "
+                "graph.phase)";
+    placement_[total].action = it->second.action;
   }
   for (auto &[op, where] : placement_)
     where.ranks = {rankOf(where.action->virtualStage)};
@@ -261,27 +314,31 @@ void Splitter::requireOn(Value value, int64_t rank) {
   Operation *producer = value.getDefiningOp();
   if (!producer)
     return; // Arguments are held where they are read.
-  const RankSet &made = placement_[producer].ranks;
-  if (made.count(rank))
+  const Placement &made = placement_[producer];
+  if (made.ranks.count(rank))
     return;
   auto key = std::make_pair(value.getAsOpaquePointer(), rank);
   if (transferOf_.count(key))
     return;
   transferOf_[key] = program_.transfers.size();
-  program_.transfers.push_back(
-      {value, *made.begin(), rank,
-       static_cast<int64_t>(program_.transfers.size())});
+  StageTransfer transfer;
+  transfer.value = value;
+  transfer.from = *made.ranks.begin();
+  transfer.to = rank;
+  transfer.channel = static_cast<int64_t>(program_.transfers.size());
+  transfer.perMicroBatch =
+      made.action.has_value() && !llvm::isa<graph::MicrobatchSumOp>(producer);
+  program_.transfers.push_back(transfer);
 }
 
 bool Splitter::runsBefore(Operation *a, Operation *b) {
   const Placement &pa = placement_[a], &pb = placement_[b];
   // Step ops run after every action, in program order; so do the ops of
   // one action.
-  if (pa.action && pb.action && !(*pa.action < *pb.action) &&
-      !(*pb.action < *pa.action))
+  if (pa.action && pb.action && *pa.action == *pb.action)
     return a->isBeforeInBlock(b);
   if (pa.action && pb.action)
-    return schedulePosition_[*pa.action] < schedulePosition_[*pb.action];
+    return orderInMicroBatch(*pa.action) < orderInMicroBatch(*pb.action);
   if (pa.action || pb.action)
     return static_cast<bool>(pa.action);
   return a->isBeforeInBlock(b);
@@ -293,6 +350,7 @@ void Splitter::sendInPieces() {
   SmallVector<Operation *> producers;
   for (Operation &op : body_.without_terminator())
     if (op.getNumResults() == 1 && placement_[&op].action &&
+        !llvm::isa<graph::MicrobatchSumOp>(op) &&
         op.hasAttr(TrellisDialect::kLocalLayoutAttrName))
       producers.push_back(&op);
   for (Operation *producer : producers) {
@@ -318,17 +376,16 @@ void Splitter::sendInPieces() {
         dim = d;
     if (!dim)
       continue;
-    // Readers on each other rank (one placement each: a step op on several
-    // ranks keeps reading the whole value).
+    // Readers of the micro-batch on each other rank.
     int64_t from = *placement_[producer].ranks.begin();
     std::map<int64_t, SmallVector<OpOperand *>> readers;
     for (OpOperand &use : value.getUses()) {
       Operation *user = use.getOwner();
-      if (user == body_.getTerminator())
+      if (user == body_.getTerminator() || !placement_[user].action)
         continue;
-      const RankSet &ranks = placement_[user].ranks;
-      if (ranks.size() == 1 && *ranks.begin() != from)
-        readers[*ranks.begin()].push_back(&use);
+      int64_t rank = *placement_[user].ranks.begin();
+      if (rank != from)
+        readers[rank].push_back(&use);
     }
     if (readers.empty())
       continue;
@@ -341,6 +398,8 @@ void Splitter::sendInPieces() {
     auto slice = SliceShardOp::create(builder, producer->getLoc(),
                                       type.clone(pieceShape), value, meshName,
                                       axes, builder.getI64IntegerAttr(*dim));
+    slice->setAttr(graph::GraphDialect::kPhaseAttrName,
+                   producer->getAttr(graph::GraphDialect::kPhaseAttrName));
     placement_[slice] = placement_[producer];
     for (auto &[rank, uses] : readers) {
       // Before every reader in the block; in the action that runs first.
@@ -356,6 +415,8 @@ void Splitter::sendInPieces() {
       auto gather = AllGatherOp::create(builder, producer->getLoc(), type,
                                         slice.getResult(), meshName, axes,
                                         builder.getI64IntegerAttr(*dim));
+      gather->setAttr(graph::GraphDialect::kPhaseAttrName,
+                      firstToRun->getAttr(graph::GraphDialect::kPhaseAttrName));
       placement_[gather] = placement_[firstToRun];
       for (OpOperand *use : uses)
         use->set(gather.getResult());
@@ -363,7 +424,17 @@ void Splitter::sendInPieces() {
   }
 }
 
-LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
+Operation *Splitter::firstReader(const StageTransfer &transfer) {
+  Operation *first = nullptr;
+  Operation *terminator = body_.getTerminator();
+  for (Operation *user : transfer.value.getUsers())
+    if (user != terminator && placement_[user].ranks.count(transfer.to) &&
+        (!first || runsBefore(user, first)))
+      first = user;
+  return first;
+}
+
+LogicalResult Splitter::buildPrograms() {
   for (Operation &op : body_.without_terminator())
     for (int64_t rank : placement_[&op].ranks)
       for (Value operand : op.getOperands())
@@ -373,154 +444,226 @@ LogicalResult Splitter::buildStreams(const PipelineStreams &schedule) {
     for (int64_t rank : program_.resultRanks[i])
       requireOn(terminator->getOperand(i), rank);
 
-  // Ops of each action, in program order; step ops per rank.
-  std::map<ActionKey, SmallVector<Operation *>> actionOps;
-  std::vector<SmallVector<Operation *>> stepOps(ranks_);
+  size_t count = program_.transfers.size();
+  sendProgram_.assign(count, -1);
+  recvProgram_.assign(count, -1);
+  readProgram_.assign(count, -1);
+  program_.programs.assign(ranks_, {});
+  auto programOfAction = [&](const ActionKey &key) {
+    return programIndex(rankOf(key.virtualStage), key.kind,
+                        chunkOf(key.virtualStage), false);
+  };
+  // Programs in the order their first op comes in the step.
   for (Operation &op : body_.without_terminator()) {
     const Placement &where = placement_[&op];
     if (where.action)
-      actionOps[*where.action].push_back(&op);
+      programOfAction(*where.action);
     else
       for (int64_t rank : where.ranks)
-        stepOps[rank].push_back(&op);
+        programIndex(rank, ActionKind::Step, 0, false);
   }
-  // Transfers a rank receives before an action, and sends after the op
-  // that makes the value (after its action for action ops).
-  std::map<std::pair<int64_t, ActionKey>, SmallVector<int64_t>> receivesFor;
+  // Where each transfer is received: a micro-batch's value by the receive
+  // program of the action that reads it first, a value of the step before
+  // the first step op that reads it there (else at the step's end).
   std::map<std::pair<int64_t, Operation *>, SmallVector<int64_t>>
-      stepReceivesFor;
-  llvm::DenseMap<Operation *, SmallVector<int64_t>> sendsAfter;
-  // A received value goes to the reader that runs first on its rank.
+      stepReceivesBefore;
+  std::map<int64_t, SmallVector<int64_t>> stepReceivesAtEnd;
   for (auto [index, transfer] : llvm::enumerate(program_.transfers)) {
-    sendsAfter[transfer.value.getDefiningOp()].push_back(index);
-    // The first reader on the destination; none: only the results need it.
-    Operation *first = nullptr;
-    for (Operation *user : transfer.value.getUsers())
-      if (user != terminator && placement_[user].ranks.count(transfer.to) &&
-          (!first || runsBefore(user, first)))
-        first = user;
-    if (first && placement_[first].action)
-      receivesFor[{transfer.to, *placement_[first].action}].push_back(index);
+    Operation *reader = firstReader(transfer);
+    const Placement *readerPlace = reader ? &placement_[reader] : nullptr;
+    if (transfer.perMicroBatch) {
+      if (!readerPlace || !readerPlace->action)
+        return (reader ? reader : transfer.value.getDefiningOp())
+                   ->emitOpError()
+               << "reads a value of a micro-batch from pipeline rank "
+               << transfer.from << " on rank " << transfer.to
+               << " in the step: expected it to reach the step through "
+                  "graph.microbatch_sum";
+      const ActionKey &key = *readerPlace->action;
+      int64_t receiving = programIndex(transfer.to, key.kind,
+                                       chunkOf(key.virtualStage), true);
+      program_.programs[transfer.to][receiving].items.push_back(
+          {StageItem::Kind::Recv, nullptr, static_cast<int64_t>(index)});
+      recvProgram_[index] = receiving;
+      readProgram_[index] = programOfAction(key);
+      continue;
+    }
+    if (readerPlace && readerPlace->action)
+      return reader->emitOpError()
+             << "reads a value of the step from pipeline rank "
+             << transfer.from << " inside a micro-batch on rank "
+             << transfer.to << ": the step's values are made after every "
+             << "micro-batch";
+    if (reader)
+      stepReceivesBefore[{transfer.to, reader}].push_back(index);
     else
-      stepReceivesFor[{transfer.to, first ? first : terminator}].push_back(
-          index);
+      stepReceivesAtEnd[transfer.to].push_back(index);
   }
 
-  program_.streams.assign(ranks_, {});
-  program_.actions.assign(ranks_, {});
-  std::set<int64_t> received;
+  // Sends of a micro-batch's values at the end of the action that made
+  // them; totals of the step at the start of the step program, other step
+  // values after the op that made them.
+  std::map<int64_t, SmallVector<int64_t>> actionSends, totalSends;
+  llvm::DenseMap<Operation *, SmallVector<int64_t>> sendsAfter;
+  for (auto [index, transfer] : llvm::enumerate(program_.transfers)) {
+    Operation *producer = transfer.value.getDefiningOp();
+    const Placement &made = placement_[producer];
+    if (transfer.perMicroBatch)
+      actionSends[programOfAction(*made.action) * ranks_ + transfer.from]
+          .push_back(index);
+    else if (made.action)
+      totalSends[transfer.from].push_back(index);
+    else
+      sendsAfter[producer].push_back(index);
+  }
+  for (int64_t rank = 0; rank < ranks_; ++rank)
+    for (int64_t transfer : totalSends[rank]) {
+      int64_t stepProgram = programIndex(rank, ActionKind::Step, 0, false);
+      program_.programs[rank][stepProgram].items.push_back(
+          {StageItem::Kind::Send, nullptr, transfer});
+      sendProgram_[transfer] = stepProgram;
+    }
+  for (Operation &op : body_.without_terminator()) {
+    const Placement &where = placement_[&op];
+    if (where.action) {
+      int64_t rank = rankOf(where.action->virtualStage);
+      program_.programs[rank][programOfAction(*where.action)].items.push_back(
+          {StageItem::Kind::Op, &op, -1});
+      continue;
+    }
+    for (int64_t rank : where.ranks) {
+      int64_t stepProgram = programIndex(rank, ActionKind::Step, 0, false);
+      std::vector<StageItem> &items = program_.programs[rank][stepProgram].items;
+      for (int64_t transfer : stepReceivesBefore[{rank, &op}]) {
+        items.push_back({StageItem::Kind::Recv, nullptr, transfer});
+        recvProgram_[transfer] = readProgram_[transfer] = stepProgram;
+      }
+      items.push_back({StageItem::Kind::Op, &op, -1});
+      for (int64_t transfer : sendsAfter.lookup(&op))
+        if (program_.transfers[transfer].from == rank) {
+          items.push_back({StageItem::Kind::Send, nullptr, transfer});
+          sendProgram_[transfer] = stepProgram;
+        }
+    }
+  }
   for (int64_t rank = 0; rank < ranks_; ++rank) {
-    std::vector<StageItem> &stream = program_.streams[rank];
-    auto span = [&](std::string name, size_t first) {
-      if (stream.size() > first)
-        program_.actions[rank].push_back(
-            {std::move(name), first, stream.size() - first});
-    };
-    auto receive = [&](const SmallVector<int64_t> &transfers) {
-      for (int64_t transfer : transfers)
-        if (received.insert(transfer).second)
-          stream.push_back({StageItem::Kind::Recv, nullptr, transfer});
-    };
-    auto emitOp = [&](Operation *op) {
-      stream.push_back({StageItem::Kind::Op, op, -1});
-    };
-    auto sendFrom = [&](Operation *op) {
-      for (int64_t transfer : sendsAfter.lookup(op))
-        if (program_.transfers[transfer].from == rank)
-          stream.push_back({StageItem::Kind::Send, nullptr, transfer});
+    for (auto [key, sends] : actionSends) {
+      if (key % ranks_ != rank)
+        continue;
+      int64_t index = key / ranks_;
+      for (int64_t transfer : sends) {
+        program_.programs[rank][index].items.push_back(
+            {StageItem::Kind::Send, nullptr, transfer});
+        sendProgram_[transfer] = index;
+      }
+    }
+    for (int64_t transfer : stepReceivesAtEnd[rank]) {
+      int64_t stepProgram = programIndex(rank, ActionKind::Step, 0, false);
+      program_.programs[rank][stepProgram].items.push_back(
+          {StageItem::Kind::Recv, nullptr, transfer});
+      recvProgram_[transfer] = stepProgram;
+    }
+  }
+  return success();
+}
+
+LogicalResult Splitter::buildSchedules(const PipelineStreams &schedule) {
+  program_.schedule.assign(ranks_, {});
+  for (int64_t rank = 0; rank < ranks_; ++rank) {
+    std::vector<ScheduledAction> &entries = program_.schedule[rank];
+    std::set<std::pair<int64_t, int64_t>> scheduled; // (program, micro-batch)
+    auto add = [&](int64_t program, int64_t microBatch) {
+      if (program >= 0 && scheduled.insert({program, microBatch}).second)
+        entries.push_back({program, microBatch});
     };
     for (const PipelineAction &action : schedule[rank]) {
-      ActionKey key{ActionKey::Phase::Forward, action.microBatch,
-                    action.chunk * ranks_ + rank};
+      using Kind = PipelineAction::Kind;
       switch (action.kind) {
-      case PipelineAction::Kind::RecvActivation:
-        receive(receivesFor[{rank, key}]);
+      case Kind::RecvActivation:
+        add(findProgram(rank, ActionKind::Forward, action.chunk, true),
+            action.microBatch);
         break;
-      case PipelineAction::Kind::RecvGradient:
-        key.phase = ActionKey::Phase::Backward;
-        receive(receivesFor[{rank, key}]);
+      case Kind::RecvGradient:
+        add(findProgram(rank, ActionKind::Backward, action.chunk, true),
+            action.microBatch);
         break;
-      case PipelineAction::Kind::Forward:
-      case PipelineAction::Kind::Backward:
-      case PipelineAction::Kind::WeightGradient: {
-        key = *keyOf(action, rank, ranks_);
-        size_t first = stream.size();
-        receive(receivesFor[{rank, key}]);
-        const SmallVector<Operation *> &ops = actionOps[key];
-        for (Operation *op : ops)
-          emitOp(op);
-        for (Operation *op : ops)
-          sendFrom(op);
-        span(action.toString(), first);
+      case Kind::Forward:
+      case Kind::Backward:
+      case Kind::WeightGradient: {
+        ActionKind kind = action.kind == Kind::Forward    ? ActionKind::Forward
+                          : action.kind == Kind::Backward ? ActionKind::Backward
+                                                          : ActionKind::Weight;
+        add(findProgram(rank, kind, action.chunk, true), action.microBatch);
+        add(findProgram(rank, kind, action.chunk, false), action.microBatch);
         break;
       }
-      case PipelineAction::Kind::SendActivation:
-      case PipelineAction::Kind::SendGradient:
-        break; // Sent right after the action that made the values.
+      case Kind::SendActivation:
+      case Kind::SendGradient:
+        break; // Sent at the end of the action that made the values.
       }
     }
-    size_t first = stream.size();
-    for (Operation *op : stepOps[rank]) {
-      receive(stepReceivesFor[{rank, op}]);
-      emitOp(op);
-      sendFrom(op);
+    add(findProgram(rank, ActionKind::Step, 0, false), -1);
+    // Every program of a micro-batch must run for each of them.
+    std::vector<int64_t> runs(program_.programs[rank].size(), 0);
+    for (const ScheduledAction &entry : entries)
+      ++runs[entry.program];
+    for (auto [index, program] : llvm::enumerate(program_.programs[rank])) {
+      int64_t expected =
+          program.kind == ActionKind::Step ? 1 : config_.shape.microBatches;
+      if (runs[index] == expected)
+        continue;
+      auto op = llvm::find_if(program.items, [](const StageItem &item) {
+        return item.kind == StageItem::Kind::Op;
+      });
+      InFlightDiagnostic diag =
+          op != program.items.end() ? op->op->emitOpError() : step_.emitError();
+      return diag << "belongs to the " << program.name()
+                  << " program of pipeline rank " << rank << ", which the "
+                  << scheduleKindName(config_.kind) << " schedule runs "
+                  << runs[index] << " times: expected " << expected;
     }
-    receive(stepReceivesFor[{rank, terminator}]);
-    span("step", first);
-  }
-  // Every action op must have been emitted by the schedule.
-  for (auto &[key, ops] : actionOps) {
-    int64_t rank = rankOf(key.virtualStage);
-    bool scheduled = llvm::any_of(schedule[rank], [&](const auto &action) {
-      std::optional<ActionKey> scheduledKey = keyOf(action, rank, ranks_);
-      return scheduledKey && !(*scheduledKey < key) && !(key < *scheduledKey);
-    });
-    if (!scheduled)
-      return ops.front()->emitOpError()
-             << "belongs to no action of the schedule (micro-batch "
-             << key.microBatch << ", virtual stage " << key.virtualStage << ")";
   }
   return success();
 }
 
 void Splitter::findCompletions() {
-  // A rank runs its stream in order and stops at the first op reading a
-  // received value until it has arrived. So when rank q sends anything
-  // after that op, q has received the value; when the original sender gets
-  // that later transfer, its own send has completed.
-  size_t count = program_.transfers.size();
-  std::vector<size_t> sentAt(count), receivedAt(count);
-  std::vector<size_t> firstReadAt(count, SIZE_MAX);
-  std::map<std::pair<int64_t, void *>, int64_t> incoming; // (rank, value)
-  for (auto [index, transfer] : llvm::enumerate(program_.transfers))
-    incoming[{transfer.to, transfer.value.getAsOpaquePointer()}] = index;
-  for (auto [rank, stream] : llvm::enumerate(program_.streams))
-    for (auto [position, item] : llvm::enumerate(stream)) {
-      if (item.kind == StageItem::Kind::Send)
-        sentAt[item.transfer] = position;
-      if (item.kind == StageItem::Kind::Recv)
-        receivedAt[item.transfer] = position;
-      if (item.kind != StageItem::Kind::Op)
-        continue;
-      for (Value operand : item.op->getOperands()) {
-        auto it = incoming.find(
-            {static_cast<int64_t>(rank), operand.getAsOpaquePointer()});
-        if (it != incoming.end())
-          firstReadAt[it->second] = std::min(firstReadAt[it->second], position);
-      }
-    }
+  // A rank runs its schedule in order and stops at the first action that
+  // reads a received value until it has arrived. So when rank q sends
+  // anything, for the same micro-batch, in an action after the one that
+  // read the value, q has received it; when the original sender gets that
+  // later transfer, its own send has completed.
+  int64_t m = program_.microBatches;
+  // position[rank][program][micro-batch]: index in the rank's schedule.
+  std::vector<std::vector<std::vector<int64_t>>> position(ranks_);
+  for (int64_t rank = 0; rank < ranks_; ++rank) {
+    position[rank].assign(program_.programs[rank].size(),
+                          std::vector<int64_t>(m, -1));
+    for (auto [index, entry] : llvm::enumerate(program_.schedule[rank]))
+      if (entry.microBatch >= 0)
+        position[rank][entry.program][entry.microBatch] = index;
+  }
+  auto alwaysBefore = [&](int64_t rank, int64_t a, int64_t b) {
+    for (int64_t mb = 0; mb < m; ++mb)
+      if (!(position[rank][a][mb] < position[rank][b][mb]))
+        return false;
+    return true;
+  };
   std::map<std::pair<int64_t, int64_t>, SmallVector<int64_t>> byRanks;
   for (auto [index, transfer] : llvm::enumerate(program_.transfers))
-    byRanks[{transfer.from, transfer.to}].push_back(index);
+    if (transfer.perMicroBatch)
+      byRanks[{transfer.from, transfer.to}].push_back(index);
   for (auto [index, transfer] : llvm::enumerate(program_.transfers)) {
-    if (firstReadAt[index] == SIZE_MAX)
-      continue; // Read by no op there: received by the end of the step.
-    for (int64_t back : byRanks[{transfer.to, transfer.from}])
-      if (sentAt[back] > firstReadAt[index] &&
-          receivedAt[back] > sentAt[index] &&
-          (transfer.completedBy < 0 ||
-           receivedAt[back] < receivedAt[transfer.completedBy]))
+    if (!transfer.perMicroBatch)
+      continue;
+    for (int64_t back : byRanks[{transfer.to, transfer.from}]) {
+      if (!alwaysBefore(transfer.to, readProgram_[index], sendProgram_[back]) ||
+          !alwaysBefore(transfer.from, sendProgram_[index], recvProgram_[back]))
+        continue;
+      if (transfer.completedBy < 0 ||
+          position[transfer.from][recvProgram_[back]][0] <
+              position[transfer.from][recvProgram_[transfer.completedBy]][0])
         transfer.completedBy = back;
+    }
   }
 }
 
@@ -537,6 +680,16 @@ FailureOr<PipelineProgram> Splitter::run() {
     return step_.emitError()
            << "expected layers for " << config_.shape.virtualStages()
            << " virtual stages, found " << config_.layers.size();
+  auto declared = step_->getAttrOfType<IntegerAttr>(
+      graph::GraphDialect::kMicroBatchesAttrName);
+  if (!declared || declared.getInt() != config_.shape.microBatches)
+    return step_.emitError()
+           << "expected a step of " << config_.shape.microBatches
+           << " micro-batches (graph.micro_batches), found "
+           << (declared ? std::to_string(declared.getInt())
+                        : std::string("none"));
+  program_.microBatches = config_.shape.microBatches;
+  program_.chunks = config_.shape.chunks;
   for (const std::vector<PipelineAction> &stream : *schedule)
     for (const PipelineAction &action : stream)
       splitsBackward_ |= action.kind == PipelineAction::Kind::WeightGradient;
@@ -544,12 +697,8 @@ FailureOr<PipelineProgram> Splitter::run() {
     return failure();
   placeStepOps();
   placeArgumentsAndResults();
-  for (int64_t rank = 0; rank < ranks_; ++rank)
-    for (auto [position, action] : llvm::enumerate((*schedule)[rank]))
-      if (std::optional<ActionKey> key = keyOf(action, rank, ranks_))
-        schedulePosition_[*key] = position;
   sendInPieces();
-  if (failed(buildStreams(*schedule)) ||
+  if (failed(buildPrograms()) || failed(buildSchedules(*schedule)) ||
       failed(verifyPipelineProgram(step_, program_)))
     return failure();
   findCompletions();

@@ -35,17 +35,15 @@ struct BucketAllReducesPass
       return producer ? position.lookup(producer) : -1;
     };
 
-    // A pipelined step is cut into stages later: a bucket must stay within
-    // one model part, and reductions of a micro-batch stay where they are.
-    bool pipelined = llvm::any_of(body, [](Operation &op) {
-      return op.hasAttr(graph::GraphDialect::kMicroBatchAttrName);
-    });
+    // A step cut into pipeline stages later keeps each bucket within one
+    // model part; reductions of a micro-batch stay where they are.
+    bool pipelined = perPart;
     // Reductions by (mesh, axes, kind), f32 only, produced in this block.
     std::map<std::string, SmallVector<AllReduceOp>> groups;
     for (AllReduceOp op : body.getOps<AllReduceOp>()) {
       auto type = op.getInput().getType();
       if (!type.getElementType().isF32() || readyAt(op) < 0 ||
-          op->hasAttr(graph::GraphDialect::kMicroBatchAttrName))
+          op->hasAttr(graph::GraphDialect::kPhaseAttrName))
         continue;
       std::string key =
           op.getMesh().str() + "|" + stringifyReductionKind(op.getKind()).str();

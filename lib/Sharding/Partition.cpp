@@ -18,18 +18,18 @@ using namespace trellis::sharding;
 
 namespace {
 
-/// Gives every op the builder inserts the pipeline action (micro-batch and
-/// phase) of the op being partitioned, so that collectives made for an op
-/// run in the same forward or backward as the op.
+/// Gives every op the builder inserts the micro-batch phase (graph.phase)
+/// of the op being partitioned, so that collectives made for an op run in
+/// the same forward or backward as the op (ops of the step stay unmarked).
 class ActionCopier : public OpBuilder::Listener {
 public:
   void setSource(Operation *op) { source_ = op; }
 
   void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
-    for (StringRef name : {graph::GraphDialect::kMicroBatchAttrName,
-                           graph::GraphDialect::kPhaseAttrName})
-      if (Attribute value = source_ ? source_->getAttr(name) : Attribute())
-        op->setAttr(name, value);
+    if (Attribute phase =
+            source_ ? source_->getAttr(graph::GraphDialect::kPhaseAttrName)
+                    : Attribute())
+      op->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
   }
 
 private:
@@ -73,8 +73,8 @@ private:
   FlatSymbolRefAttr meshName_;
   ActionCopier actionCopier_;
   OpBuilder builder_;
-  /// Whether ops carry pipeline marks (graph.micro_batch): their results
-  /// then get trellis.layout.
+  /// Whether ops carry micro-batch phases (graph.phase): their results then
+  /// get trellis.layout, which a pipeline split reads.
   bool pipelined_ = false;
   /// The sharding each (already local) value has.
   DenseMap<Value, ValueSharding> actual_;
@@ -321,7 +321,7 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
 LogicalResult Partitioner::run() {
   Block &body = function_.getBody().front();
   pipelined_ = llvm::any_of(body, [](Operation &op) {
-    return op.hasAttr(graph::GraphDialect::kMicroBatchAttrName);
+    return op.hasAttr(graph::GraphDialect::kPhaseAttrName);
   });
   // Rules and attributes read global shapes: capture them all before any
   // type changes.

@@ -3,23 +3,68 @@
 #include "trellis/Sharding/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
 
 using namespace mlir;
 
-void trellis::buildShardingPipeline(OpPassManager &pm, StringRef function,
-                                    int64_t dataParallel,
-                                    int64_t tensorParallel, int64_t bucketBytes,
-                                    bool explain) {
+void trellis::buildShardingPipeline(OpPassManager &pm,
+                                    const ShardingOptions &options) {
   ApplyPresetPassOptions preset;
-  preset.functionName = function.str();
-  preset.dataParallel = dataParallel;
-  preset.tensorParallel = tensorParallel;
+  preset.functionName = options.function;
+  preset.dataParallel = options.dataParallel;
+  preset.tensorParallel = options.tensorParallel;
   pm.addPass(createApplyPresetPass(preset));
   PropagateShardingsPassOptions propagation;
-  propagation.explain = explain;
+  propagation.explain = options.explain;
   pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass(propagation));
   pm.addNestedPass<func::FuncOp>(createPartitionPass());
   BucketAllReducesPassOptions buckets;
-  buckets.bucketBytes = bucketBytes;
+  buckets.bucketBytes = options.bucketBytes;
+  buckets.perPart = options.bucketsPerPart;
   pm.addNestedPass<func::FuncOp>(createBucketAllReducesPass(buckets));
+}
+
+namespace {
+
+/// ShardingOptions as pipeline options of trellis-opt.
+struct ShardingPipelineOptions
+    : public PassPipelineOptions<ShardingPipelineOptions> {
+  Option<std::string> function{*this, "function",
+                               llvm::cl::desc("The function to shard"),
+                               llvm::cl::init("train_step")};
+  Option<int64_t> dataParallel{*this, "dp",
+                               llvm::cl::desc("Data-parallel degree"),
+                               llvm::cl::init(1)};
+  Option<int64_t> tensorParallel{*this, "tp",
+                                 llvm::cl::desc("Tensor-parallel degree"),
+                                 llvm::cl::init(1)};
+  Option<int64_t> bucketBytes{*this, "bucket-bytes",
+                              llvm::cl::desc("Bytes per gradient bucket"),
+                              llvm::cl::init(25 << 20)};
+  Option<bool> bucketsPerPart{
+      *this, "buckets-per-part",
+      llvm::cl::desc("Keep gradient buckets within one model part"),
+      llvm::cl::init(false)};
+  Option<bool> explain{*this, "explain",
+                       llvm::cl::desc("Remark where shardings came from"),
+                       llvm::cl::init(false)};
+};
+
+} // namespace
+
+void trellis::registerShardingPipeline() {
+  PassPipelineRegistration<ShardingPipelineOptions>(
+      "trellis-sharding-pipeline",
+      "The sharding phase: preset, propagation, partitioning, buckets",
+      [](OpPassManager &pm, const ShardingPipelineOptions &options) {
+        ShardingOptions sharding;
+        sharding.function = options.function;
+        sharding.dataParallel = options.dataParallel;
+        sharding.tensorParallel = options.tensorParallel;
+        sharding.bucketBytes = options.bucketBytes;
+        sharding.bucketsPerPart = options.bucketsPerPart;
+        sharding.explain = options.explain;
+        buildShardingPipeline(pm, sharding);
+      });
 }

@@ -218,6 +218,18 @@ Status runElementwise(const KernelArgs &args) {
               static_cast<float>(instruction.real("value")));
     return Status::success();
   }
+  if (op == "accumulate") {
+    // total = value for the step's first micro-batch, total += value after.
+    const float *value = args.in(0).f32();
+    float *total = args.out(0).f32();
+    int64_t n = args.out(0).size();
+    if (instruction.flag("first"))
+      std::copy(value, value + n, total);
+    else
+      for (int64_t i = 0; i < n; ++i)
+        total[i] += value[i];
+    return Status::success();
+  }
   if (op == "add")
     broadcastBinary(args.in(0), args.in(1), args.out(0),
                     [](float a, float b) { return a + b; });

@@ -169,6 +169,10 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
     persistent[argument.buffer] = true;
   for (const Result &result : plan_.results)
     persistent[result.buffer] = true;
+  // Accumulators take a value from every micro-batch of the step.
+  for (size_t b = 0; b < plan_.accumulators.size() && b < count; ++b)
+    if (plan_.accumulators[b])
+      persistent[b] = true;
   // Lifetimes in instruction indices, inclusive: an instruction's outputs
   // never share bytes with its inputs.
   std::vector<int64_t> first(count, -1), last(count, -1);
@@ -247,7 +251,8 @@ Executor::Executor(Plan plan, Communicator *communicator)
     } else if (offsets[b] >= 0) {
       data = reinterpret_cast<char *>(arena_.get()) + offsets[b];
     } else {
-      // Arguments, results, and buffers no instruction writes.
+      // Arguments, results, accumulators, and buffers no instruction
+      // writes.
       persistent_.emplace_back(
           new float[std::max<int64_t>(desc.numElements(), 1)]());
       persistentBytes_ += desc.numElements() * 4;

@@ -381,6 +381,12 @@ const std::map<std::string, Rule> &rules() {
          {"neg", "exp", "log", "tanh", "sqrt", "rsqrt", "sigmoid", "silu",
           "gelu", "gelu_tanh", "relu", "softmax"})
       t[op] = checkSameAsInput;
+    // The runtime sets `first` on each accumulator's first instruction of
+    // the step (which copies; the others add).
+    t["accumulate"] = [](const Checker &c) {
+      TRELLIS_RETURN_IF_ERROR(c.optionalAttr("first", Kind::Bool));
+      return checkSameAsInput(c);
+    };
     t["scale"] = [](const Checker &c) {
       TRELLIS_RETURN_IF_ERROR(c.attr("factor", Kind::Real));
       return checkSameAsInput(c);

@@ -127,10 +127,108 @@ namespace {
 /// Largest buffer the runtime accepts: 2^36 elements (256 GiB of f32).
 constexpr int64_t kMaxElements = int64_t(1) << 36;
 constexpr size_t kMaxRank = 8;
+/// Model chunks per stage and micro-batches per step the runtime accepts.
+constexpr int64_t kMaxChunks = 64;
+constexpr int64_t kMaxMicroBatches = int64_t(1) << 20;
 
 std::string describe(const json &value) {
   std::string text = value.dump();
   return text.size() > 40 ? text.substr(0, 40) + "..." : text;
+}
+
+/// An action program of a stage as the plan file has it.
+struct ActionProgramDesc {
+  enum class Kind { Forward, Backward, Weight, Step } kind = Kind::Step;
+  bool receives = false;
+  int64_t chunk = 0;
+  std::string name;
+  StageProgram body;
+  bool perMicroBatch() const { return kind != Kind::Step; }
+};
+
+/// Parses a program name: `step`, or `forward`, `backward` or `weight`,
+/// optionally followed by `_receive`, then `.c<chunk>`.
+std::optional<ActionProgramDesc> parseProgramName(const std::string &name) {
+  ActionProgramDesc desc;
+  desc.name = name;
+  if (name == "step")
+    return desc;
+  size_t dot = name.rfind(".c");
+  if (dot == std::string::npos || dot + 2 >= name.size() ||
+      name.size() - dot > 8 ||
+      name.find_first_not_of("0123456789", dot + 2) != std::string::npos)
+    return std::nullopt;
+  desc.chunk = std::stoll(name.substr(dot + 2));
+  std::string base = name.substr(0, dot);
+  const std::string suffix = "_receive";
+  if (base.size() > suffix.size() &&
+      base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    desc.receives = true;
+    base.resize(base.size() - suffix.size());
+  }
+  if (base == "forward")
+    desc.kind = ActionProgramDesc::Kind::Forward;
+  else if (base == "backward")
+    desc.kind = ActionProgramDesc::Kind::Backward;
+  else if (base == "weight")
+    desc.kind = ActionProgramDesc::Kind::Weight;
+  else
+    return std::nullopt;
+  return desc;
+}
+
+/// An entry of a schedule: `step`, or `[R]{F,B,W}<micro-batch>[.c<chunk>]`.
+struct ScheduleEntryName {
+  ActionProgramDesc::Kind kind = ActionProgramDesc::Kind::Step;
+  bool receives = false;
+  int64_t microBatch = -1;
+  int64_t chunk = 0;
+};
+
+std::optional<ScheduleEntryName> parseScheduleEntry(const std::string &text) {
+  ScheduleEntryName entry;
+  if (text == "step")
+    return entry;
+  size_t at = 0;
+  if (at < text.size() && text[at] == 'R') {
+    entry.receives = true;
+    ++at;
+  }
+  if (at >= text.size())
+    return std::nullopt;
+  switch (text[at++]) {
+  case 'F':
+    entry.kind = ActionProgramDesc::Kind::Forward;
+    break;
+  case 'B':
+    entry.kind = ActionProgramDesc::Kind::Backward;
+    break;
+  case 'W':
+    entry.kind = ActionProgramDesc::Kind::Weight;
+    break;
+  default:
+    return std::nullopt;
+  }
+  auto number = [&](int64_t &value) {
+    size_t end = text.find_first_not_of("0123456789", at);
+    if (end == std::string::npos)
+      end = text.size();
+    if (end == at || end - at > 7)
+      return false;
+    value = std::stoll(text.substr(at, end - at));
+    at = end;
+    return true;
+  };
+  if (!number(entry.microBatch))
+    return std::nullopt;
+  if (at < text.size()) {
+    if (text.compare(at, 2, ".c") != 0)
+      return std::nullopt;
+    at += 2;
+    if (!number(entry.chunk) || at != text.size())
+      return std::nullopt;
+  }
+  return entry;
 }
 
 /// Reads plan JSON into a Plan, checking every field's kind and range.
@@ -147,10 +245,24 @@ private:
   resolveAxes(const std::vector<std::string> &names,
               const std::string &where) const;
   Status readProgram(const json &stages);
-  Status readInstructions(const json &program, const std::string &stageName,
+  Status readInstructions(const json &program, const std::string &where,
                           StageProgram &stage);
-  Status readActions(const json &actions, const std::string &where,
-                     StageProgram &stage);
+  /// One stage's action programs and schedule.
+  Status readStage(const json &stage, int64_t index);
+  /// Checks the scopes of an action program's buffers (a micro-batch's
+  /// values only in the micro-batch's programs; accumulate from one to the
+  /// step).
+  Status checkActionProgram(const ActionProgramDesc &program,
+                            const std::string &where);
+  /// Expands a stage's schedule into the program it runs per step.
+  Status expandStage(int64_t index);
+  /// Each micro-batch's input buffers as arguments of their own.
+  void expandInputs();
+  /// The buffer that holds `buffer`'s value for `microBatch` (per-micro-
+  /// batch buffers have one copy per micro-batch; micro-batch 0 keeps the
+  /// plan's id).
+  int64_t bufferFor(int64_t buffer, int64_t microBatch);
+  Status checkCompletions(int64_t stage);
   Status readStageList(const json &entry, const std::string &where,
                        std::vector<int64_t> &stages) const;
   Status readResults(const json &array);
@@ -186,6 +298,16 @@ private:
   Plan plan_;
   /// The plan's JSON while it is read.
   const json *root_ = nullptr;
+  /// Per buffer of the plan file: whether it is one micro-batch's.
+  std::vector<bool> perMicroBatch_;
+  /// Per stage: its action programs and schedule, before expansion.
+  std::vector<std::vector<ActionProgramDesc>> programs_;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> schedules_;
+  /// Copies of per-micro-batch buffers, by (buffer, micro-batch >= 1).
+  std::map<std::pair<int64_t, int64_t>, int64_t> copies_;
+  /// Channels of the micro-batches' transfers: [0, channels_) per
+  /// micro-batch.
+  int64_t channels_ = 0;
 };
 
 Status PlanReader::readBuffers(const json &array) {
@@ -223,7 +345,16 @@ Status PlanReader::readBuffers(const json &array) {
       elements *= value;
       desc.shape.push_back(value);
     }
+    bool perMicroBatch = false;
+    if (entry.contains("micro_batch")) {
+      if (!entry["micro_batch"].is_boolean())
+        return Status::error(where + ": field \"micro_batch\": expected "
+                                     "true or false, found " +
+                             describe(entry["micro_batch"]));
+      perMicroBatch = entry["micro_batch"].get<bool>();
+    }
     plan_.buffers.push_back(std::move(desc));
+    perMicroBatch_.push_back(perMicroBatch);
   }
   return Status::success();
 }
@@ -341,10 +472,13 @@ Status PlanReader::readArguments(const json &array) {
     case ArgumentRole::Input:
       if (desc.dtype != DType::I32)
         return Status::error(where + ": an input must be an i32 buffer");
-      if (!parseInputName(argument.name))
+      if (argument.name != "tokens" && argument.name != "targets")
         return Status::error(where + ": unknown input \"" + argument.name +
-                             "\"; expected tokens or targets, or tokens.<i> "
-                             "and targets.<i> per micro-batch");
+                             "\"; expected tokens or targets");
+      if (plan_.microBatches > 1 && !perMicroBatch_[argument.buffer])
+        return Status::error(where + ": an input holds one micro-batch: "
+                                     "expected its buffer marked "
+                                     "micro_batch");
       break;
     case ArgumentRole::Step:
       if (desc.dtype != DType::F32 || !desc.shape.empty())
@@ -459,89 +593,315 @@ Status PlanReader::readProgram(const json &stages) {
                            " stages");
     plan_.pipelineAxis = axis->front();
   }
-  plan_.stages.resize(stages.size());
-  for (size_t s = 0; s < stages.size(); ++s) {
-    std::string where = "stage " + std::to_string(s);
-    const json &stage = stages[s];
-    TRELLIS_RETURN_IF_ERROR(requireKind(stage, "program", json::value_t::array,
-                                        "an array of instructions", where));
-    if (stage.contains("stage") &&
-        (!stage["stage"].is_number_integer() ||
-         stage["stage"].get<int64_t>() != static_cast<int64_t>(s)))
-      return Status::error(where + ": field \"stage\": expected " +
-                           std::to_string(s) + ", found " +
-                           describe(stage["stage"]));
-    TRELLIS_RETURN_IF_ERROR(readInstructions(
-        stage["program"], stages.size() > 1 ? where + ": " : "",
-        plan_.stages[s]));
-    if (stage.contains("actions"))
-      TRELLIS_RETURN_IF_ERROR(
-          readActions(stage["actions"], where, plan_.stages[s]));
+  programs_.resize(stages.size());
+  schedules_.resize(stages.size());
+  for (size_t s = 0; s < stages.size(); ++s)
+    TRELLIS_RETURN_IF_ERROR(readStage(stages[s], static_cast<int64_t>(s)));
+  // Transfers of micro-batches get a channel per micro-batch; those of the
+  // step come after all of them.
+  for (const std::vector<ActionProgramDesc> &programs : programs_)
+    for (const ActionProgramDesc &program : programs)
+      if (program.perMicroBatch())
+        for (const Instruction &instruction : program.body.program)
+          if (isPointToPoint(instruction.op))
+            channels_ = std::max(channels_, instruction.integer("channel") + 1);
+  for (size_t s = 0; s < stages.size(); ++s)
+    TRELLIS_RETURN_IF_ERROR(expandStage(static_cast<int64_t>(s)));
+  return Status::success();
+}
+
+Status PlanReader::readStage(const json &stage, int64_t index) {
+  // "stage 1: " before what a message names, in plans of several stages.
+  std::string prefix =
+      plan_.stages.size() > 1 ? "stage " + std::to_string(index) + ": " : "";
+  std::string where = "stage " + std::to_string(index);
+  TRELLIS_RETURN_IF_ERROR(requireKind(stage, "programs", json::value_t::array,
+                                      "an array of action programs", where));
+  TRELLIS_RETURN_IF_ERROR(requireKind(stage, "schedule", json::value_t::array,
+                                      "an array of actions", where));
+  if (stage.contains("stage") &&
+      (!stage["stage"].is_number_integer() ||
+       stage["stage"].get<int64_t>() != index))
+    return Status::error(where + ": field \"stage\": expected " +
+                         std::to_string(index) + ", found " +
+                         describe(stage["stage"]));
+  std::vector<ActionProgramDesc> &programs = programs_[index];
+  for (size_t p = 0; p < stage["programs"].size(); ++p) {
+    const json &entry = stage["programs"][p];
+    std::string at = prefix + "program " + std::to_string(p);
+    TRELLIS_RETURN_IF_ERROR(
+        requireKind(entry, "name", json::value_t::string, "a name", at));
+    TRELLIS_RETURN_IF_ERROR(requireKind(entry, "program", json::value_t::array,
+                                        "an array of instructions", at));
+    std::string name = entry["name"].get<std::string>();
+    std::optional<ActionProgramDesc> desc = parseProgramName(name);
+    if (!desc)
+      return Status::error(at + ": unknown program \"" + name +
+                           "\"; expected step, or forward, backward or weight "
+                           "(with _receive for its receives) then .c<chunk>");
+    for (const ActionProgramDesc &other : programs)
+      if (other.name == name)
+        return Status::error(at + ": a second program \"" + name + "\"");
+    if (desc->chunk >= kMaxChunks)
+      return Status::error(at + ": chunk " + std::to_string(desc->chunk) +
+                           " is out of range [0, " +
+                           std::to_string(kMaxChunks) + ")");
+    TRELLIS_RETURN_IF_ERROR(
+        readInstructions(entry["program"], prefix + name, desc->body));
+    TRELLIS_RETURN_IF_ERROR(checkActionProgram(*desc, prefix + name));
+    programs.push_back(std::move(*desc));
+  }
+  // The schedule: each program of a micro-batch once per micro-batch, the
+  // step program once, last.
+  const json &schedule = stage["schedule"];
+  std::vector<std::set<int64_t>> ran(programs.size());
+  for (size_t e = 0; e < schedule.size(); ++e) {
+    std::string at = prefix + "schedule entry " + std::to_string(e);
+    if (!schedule[e].is_string())
+      return Status::error(at + ": expected an action name, found " +
+                           describe(schedule[e]));
+    std::string text = schedule[e].get<std::string>();
+    std::optional<ScheduleEntryName> name = parseScheduleEntry(text);
+    if (!name)
+      return Status::error(at + ": unknown action \"" + text +
+                           "\"; expected F<i>, B<i> or W<i> (micro-batch i, "
+                           "with .c<chunk>), R before one of them for its "
+                           "receives, or step");
+    if (name->kind != ActionProgramDesc::Kind::Step &&
+        name->microBatch >= plan_.microBatches)
+      return Status::error(at + " (" + text + "): micro-batch " +
+                           std::to_string(name->microBatch) +
+                           " is out of range [0, " +
+                           std::to_string(plan_.microBatches) + ")");
+    int64_t found = -1;
+    for (size_t p = 0; p < programs.size() && found < 0; ++p)
+      if (programs[p].kind == name->kind &&
+          programs[p].receives == name->receives &&
+          (name->kind == ActionProgramDesc::Kind::Step ||
+           programs[p].chunk == name->chunk))
+        found = static_cast<int64_t>(p);
+    if (found < 0)
+      return Status::error(
+          at + " (" + text + "): the stage has no program " +
+          (name->kind == ActionProgramDesc::Kind::Step
+               ? std::string("step")
+               : std::string(name->kind == ActionProgramDesc::Kind::Forward
+                                 ? "forward"
+                             : name->kind == ActionProgramDesc::Kind::Backward
+                                 ? "backward"
+                                 : "weight") +
+                     (name->receives ? "_receive" : "") + ".c" +
+                     std::to_string(name->chunk)));
+    if (!ran[found].insert(name->microBatch).second)
+      return Status::error(at + " (" + text + "): " + programs[found].name +
+                           " already ran for this micro-batch");
+    if (name->kind == ActionProgramDesc::Kind::Step &&
+        e + 1 != schedule.size())
+      return Status::error(at + ": the step program must run last, after "
+                                "every micro-batch");
+    schedules_[index].emplace_back(found, name->microBatch);
+  }
+  for (size_t p = 0; p < programs.size(); ++p) {
+    size_t expected = programs[p].perMicroBatch() ? plan_.microBatches : 1;
+    if (ran[p].size() != expected)
+      return Status::error(prefix + "program " + programs[p].name + " runs " +
+                           std::to_string(ran[p].size()) +
+                           " times in the schedule, expected " +
+                           std::to_string(expected) +
+                           (programs[p].perMicroBatch()
+                                ? " (once per micro-batch)"
+                                : ""));
   }
   return Status::success();
 }
 
-Status PlanReader::readActions(const json &actions, const std::string &where,
-                               StageProgram &stage) {
-  if (!actions.is_array())
-    return Status::error(where + ": field \"actions\": expected an array");
-  int64_t end = 0, size = static_cast<int64_t>(stage.program.size());
-  for (size_t i = 0; i < actions.size(); ++i) {
-    std::string at = where + " action " + std::to_string(i);
-    const json &entry = actions[i];
-    TRELLIS_RETURN_IF_ERROR(
-        requireKind(entry, "name", json::value_t::string, "a name", at));
-    for (const char *key : {"first", "count"})
-      TRELLIS_RETURN_IF_ERROR(requireKind(
-          entry, key, json::value_t::number_integer, "an integer", at));
-    ActionSpan action{entry["name"].get<std::string>(),
-                      entry["first"].get<int64_t>(),
-                      entry["count"].get<int64_t>()};
-    if (action.first < end || action.count < 1 ||
-        action.count > size - action.first)
-      return Status::error(at + ": instructions [" +
-                           std::to_string(action.first) + ", +" +
-                           std::to_string(action.count) +
-                           ") are not in order after the previous action "
-                           "and within the " +
-                           std::to_string(size) + " instructions");
-    end = action.first + action.count;
-    stage.actions.push_back(std::move(action));
+Status PlanReader::checkActionProgram(const ActionProgramDesc &program,
+                                      const std::string &where) {
+  for (size_t i = 0; i < program.body.program.size(); ++i) {
+    const Instruction &instruction = program.body.program[i];
+    std::string at =
+        where + " instruction " + std::to_string(i) + " (" + instruction.op + ")";
+    if (!program.perMicroBatch()) {
+      for (const std::vector<int64_t> *ids :
+           {&instruction.inputs, &instruction.outputs})
+        for (int64_t id : *ids)
+          if (perMicroBatch_[id])
+            return Status::error(at + ": buffer " + std::to_string(id) +
+                                 " holds one micro-batch's value, but the "
+                                 "step program runs once per step");
+      if (instruction.op == "accumulate")
+        return Status::error(at + ": accumulate adds a micro-batch's value "
+                                  "to the step's: expected it in a program "
+                                  "of the micro-batch");
+      continue;
+    }
+    if (instruction.op != "accumulate") {
+      for (int64_t id : instruction.outputs)
+        if (!perMicroBatch_[id])
+          return Status::error(at + ": writes buffer " + std::to_string(id) +
+                               ", a value of the step, in a program that "
+                               "runs once per micro-batch");
+      continue;
+    }
+    if (!perMicroBatch_[instruction.inputs[0]] ||
+        perMicroBatch_[instruction.outputs[0]])
+      return Status::error(at + ": expected a micro-batch's buffer in and a "
+                                "step's buffer out, found buffers " +
+                           std::to_string(instruction.inputs[0]) + " and " +
+                           std::to_string(instruction.outputs[0]));
+  }
+  return Status::success();
+}
+
+int64_t PlanReader::bufferFor(int64_t buffer, int64_t microBatch) {
+  if (!perMicroBatch_[buffer] || microBatch <= 0)
+    return buffer;
+  auto [it, inserted] = copies_.try_emplace({buffer, microBatch}, 0);
+  if (inserted) {
+    it->second = static_cast<int64_t>(plan_.buffers.size());
+    plan_.buffers.push_back(plan_.buffers[buffer]);
+  }
+  return it->second;
+}
+
+void PlanReader::expandInputs() {
+  std::vector<Argument> arguments;
+  // Results name arguments by their index in the plan file.
+  std::vector<int64_t> newIndex;
+  for (const Argument &argument : plan_.arguments) {
+    newIndex.push_back(static_cast<int64_t>(arguments.size()));
+    if (argument.role != ArgumentRole::Input || plan_.microBatches == 1) {
+      arguments.push_back(argument);
+      continue;
+    }
+    for (int64_t mb = 0; mb < plan_.microBatches; ++mb) {
+      Argument copy = argument;
+      copy.name += "." + std::to_string(mb);
+      copy.buffer = bufferFor(argument.buffer, mb);
+      arguments.push_back(std::move(copy));
+    }
+  }
+  plan_.arguments = std::move(arguments);
+  for (Result &result : plan_.results) {
+    if (result.updates)
+      result.updates = newIndex[*result.updates];
+    if (result.gradientOf)
+      result.gradientOf = newIndex[*result.gradientOf];
+  }
+}
+
+Status PlanReader::expandStage(int64_t index) {
+  StageProgram &out = plan_.stages[index];
+  int64_t m = plan_.microBatches;
+  std::set<int64_t> accumulated;
+  std::vector<int64_t> first(m, -1), last(m, -1);
+  bool chunked = false;
+  for (const ActionProgramDesc &program : programs_[index])
+    chunked |= program.chunk > 0;
+  for (size_t position = 0; position < schedules_[index].size(); ++position) {
+    auto [p, mb] = schedules_[index][position];
+    const ActionProgramDesc &program = programs_[index][p];
+    if (mb >= 0) {
+      if (first[mb] < 0)
+        first[mb] = static_cast<int64_t>(position);
+      last[mb] = static_cast<int64_t>(position);
+    }
+    int64_t begin = static_cast<int64_t>(out.program.size());
+    for (size_t i = 0; i < program.body.program.size(); ++i) {
+      Instruction instruction = program.body.program[i];
+      for (int64_t &id : instruction.inputs)
+        id = bufferFor(id, mb);
+      for (int64_t &id : instruction.outputs)
+        id = bufferFor(id, mb);
+      if (isPointToPoint(instruction.op)) {
+        auto channel = [&](int64_t plan) {
+          return program.perMicroBatch() ? plan * m + mb
+                                         : channels_ * m + plan;
+        };
+        instruction.attrs["channel"].integer =
+            channel(instruction.integer("channel"));
+        if (instruction.attrs.count("complete_with"))
+          instruction.attrs["complete_with"].integer =
+              channel(instruction.integer("complete_with"));
+      }
+      if (instruction.op == "accumulate") {
+        AttrValue firstAdd;
+        firstAdd.kind = AttrValue::Kind::Bool;
+        firstAdd.flag = accumulated.insert(instruction.outputs[0]).second;
+        instruction.attrs["first"] = firstAdd;
+        plan_.accumulators.resize(plan_.buffers.size(), false);
+        plan_.accumulators[instruction.outputs[0]] = true;
+      }
+      out.program.push_back(std::move(instruction));
+      out.instructionAxes.push_back(program.body.instructionAxes[i]);
+    }
+    // A lone step program needs no action to name it.
+    int64_t count = static_cast<int64_t>(out.program.size()) - begin;
+    if (count > 0 && schedules_[index].size() > 1) {
+      std::string name = program.kind == ActionProgramDesc::Kind::Step
+                             ? std::string("step")
+                             : std::string(program.receives ? "R" : "") +
+                                   (program.kind ==
+                                            ActionProgramDesc::Kind::Forward
+                                        ? "F"
+                                    : program.kind ==
+                                            ActionProgramDesc::Kind::Backward
+                                        ? "B"
+                                        : "W") +
+                                   std::to_string(mb) +
+                                   (chunked ? ".c" + std::to_string(
+                                                         program.chunk)
+                                            : "");
+      out.actions.push_back({name, begin, count});
+    }
+  }
+  // Live micro-batches: the most whose first action has run and whose last
+  // has not.
+  std::vector<int64_t> change(schedules_[index].size() + 1, 0);
+  for (int64_t mb = 0; mb < m; ++mb)
+    if (first[mb] >= 0) {
+      ++change[first[mb]];
+      --change[last[mb] + 1];
+    }
+  int64_t live = 0;
+  out.liveMicroBatches = 0;
+  for (int64_t delta : change) {
+    live += delta;
+    out.liveMicroBatches = std::max(out.liveMicroBatches, live);
   }
   return Status::success();
 }
 
 Status PlanReader::readInstructions(const json &program,
-                                    const std::string &stageName,
+                                    const std::string &where,
                                     StageProgram &stage) {
   for (size_t i = 0; i < program.size(); ++i) {
-    std::string where = stageName + "instruction " + std::to_string(i);
+    std::string at = where + " instruction " + std::to_string(i);
     const json &entry = program[i];
     TRELLIS_RETURN_IF_ERROR(
-        requireKind(entry, "op", json::value_t::string, "an op name", where));
+        requireKind(entry, "op", json::value_t::string, "an op name", at));
     TRELLIS_RETURN_IF_ERROR(requireKind(entry, "inputs", json::value_t::array,
-                                        "an array of buffer ids", where));
+                                        "an array of buffer ids", at));
     TRELLIS_RETURN_IF_ERROR(requireKind(entry, "outputs", json::value_t::array,
-                                        "an array of buffer ids", where));
+                                        "an array of buffer ids", at));
     Instruction instruction;
     instruction.op = entry["op"].get<std::string>();
-    where += " (" + instruction.op + ")";
+    at += " (" + instruction.op + ")";
     for (const json &id : entry["inputs"]) {
       int64_t buffer;
-      TRELLIS_RETURN_IF_ERROR(checkBufferId(id, where, &buffer));
+      TRELLIS_RETURN_IF_ERROR(checkBufferId(id, at, &buffer));
       instruction.inputs.push_back(buffer);
     }
     for (const json &id : entry["outputs"]) {
       int64_t buffer;
-      TRELLIS_RETURN_IF_ERROR(checkBufferId(id, where, &buffer));
+      TRELLIS_RETURN_IF_ERROR(checkBufferId(id, at, &buffer));
       instruction.outputs.push_back(buffer);
     }
     if (entry.contains("attrs")) {
       if (!entry["attrs"].is_object())
-        return Status::error(where + ": field \"attrs\": expected an object");
+        return Status::error(at + ": field \"attrs\": expected an object");
       for (auto &[name, value] : entry["attrs"].items()) {
-        StatusOr<AttrValue> attr =
-            readAttr(value, where + " attribute " + name);
+        StatusOr<AttrValue> attr = readAttr(value, at + " attribute " + name);
         if (!attr.ok())
           return attr.status();
         instruction.attrs[name] = std::move(*attr);
@@ -550,26 +910,33 @@ Status PlanReader::readInstructions(const json &program,
     std::vector<size_t> axes;
     if (instruction.attrs.count("axes")) {
       StatusOr<std::vector<size_t>> resolved =
-          resolveAxes(instruction.texts("axes"), where);
+          resolveAxes(instruction.texts("axes"), at);
       if (!resolved.ok())
         return resolved.status();
       axes = *resolved;
     }
     TRELLIS_RETURN_IF_ERROR(
         validateInstruction(instruction, plan_.buffers, axes, planMesh(plan_))
-            .withContext(where));
+            .withContext(at));
+    if (instruction.attrs.count("complete_with") &&
+        (instruction.op != "send" ||
+         instruction.attrs.at("complete_with").kind != AttrValue::Kind::Int))
+      return Status::error(at + ": attribute complete_with: expected a "
+                                "channel on a send");
     stage.program.push_back(std::move(instruction));
     stage.instructionAxes.push_back(std::move(axes));
   }
-  // A send's `complete_with` names a later receive from the same peer.
+  return Status::success();
+}
+
+/// A send's `complete_with` names a later receive from the same peer (in
+/// the program the stage runs, after expansion).
+Status PlanReader::checkCompletions(int64_t index) {
+  const StageProgram &stage = plan_.stages[index];
   for (size_t i = 0; i < stage.program.size(); ++i) {
     const Instruction &send = stage.program[i];
     if (send.op != "send" || !send.attrs.count("complete_with"))
       continue;
-    if (send.attrs.at("complete_with").kind != AttrValue::Kind::Int)
-      return Status::error(stageName + "instruction " + std::to_string(i) +
-                           " (send): attribute complete_with: expected a "
-                           "channel");
     bool found = false;
     for (size_t j = i + 1; j < stage.program.size() && !found; ++j)
       found = stage.program[j].op == "recv" &&
@@ -578,10 +945,11 @@ Status PlanReader::readInstructions(const json &program,
               stage.program[j].integer("peer") == send.integer("peer") &&
               stage.instructionAxes[j] == stage.instructionAxes[i];
     if (!found)
-      return Status::error(stageName + "instruction " + std::to_string(i) +
-                           " (send): complete_with names channel " +
-                           std::to_string(send.integer("complete_with")) +
-                           ", but no later recv from the same peer uses it");
+      return Status::error(
+          "stage " + std::to_string(index) + " instruction " +
+          std::to_string(i) + " (send): complete_with names channel " +
+          std::to_string(send.integer("complete_with")) +
+          ", but no later recv from the same peer uses it");
   }
   return Status::success();
 }
@@ -616,6 +984,11 @@ Status PlanReader::readResults(const json &array) {
       (std::string(key) == "updates" ? result.updates : result.gradientOf) =
           index.get<int64_t>();
     }
+    if (perMicroBatch_[result.buffer])
+      return Status::error(where + ": buffer " +
+                           std::to_string(result.buffer) +
+                           " holds one micro-batch's value; results are the "
+                           "step's");
     result.isLoss = entry.value("role", "") == "loss";
     TRELLIS_RETURN_IF_ERROR(readStageList(entry, where, result.stages));
     if (result.updates && !result.stages.empty() &&
@@ -648,22 +1021,40 @@ Status PlanReader::checkDataflow(int64_t stage) {
                            " is bound to two arguments");
     defined[argument.buffer] = true;
   }
-  const std::vector<Instruction> &program = plan_.stages[stage].program;
+  const StageProgram &expanded = plan_.stages[stage];
+  const std::vector<Instruction> &program = expanded.program;
+  size_t action = 0;
   for (size_t i = 0; i < program.size(); ++i) {
     const Instruction &instruction = program[i];
+    // Name the action and its program's instruction.
+    while (action + 1 < expanded.actions.size() &&
+           static_cast<int64_t>(i) >= expanded.actions[action].first +
+                                          expanded.actions[action].count)
+      ++action;
+    auto where = [&] {
+      // A lone step program has no action spans.
+      ActionSpan span{"step", 0, static_cast<int64_t>(program.size())};
+      if (!expanded.actions.empty())
+        span = expanded.actions[action];
+      return prefix + "action " + span.name + " instruction " +
+             std::to_string(i - span.first) + " (" + instruction.op + ")";
+    };
     for (int64_t input : instruction.inputs)
       if (!defined[input])
-        return Status::error(prefix + "instruction " + std::to_string(i) +
-                             " (" + instruction.op + ") reads buffer " +
+        return Status::error(where() + " reads buffer " +
                              std::to_string(input) + " before it is written");
     for (int64_t output : instruction.outputs) {
+      // Accumulators take every micro-batch's value.
+      if (instruction.op == "accumulate")
+        continue;
       if (defined[output])
-        return Status::error(prefix + "instruction " + std::to_string(i) +
-                             " (" + instruction.op + ") writes buffer " +
+        return Status::error(where() + " writes buffer " +
                              std::to_string(output) +
                              ", which is already defined");
       defined[output] = true;
     }
+    if (instruction.op == "accumulate")
+      defined[instruction.outputs[0]] = true;
   }
   for (const Result &result : plan_.results)
     if (plan_.holds(result.stages) && !defined[result.buffer])
@@ -705,6 +1096,16 @@ StatusOr<Plan> PlanReader::read(const json &root) {
   if (!Mesh::create(plan_.mesh, &meshError))
     return Status::error("mesh: " + meshError.message);
   root_ = &root;
+  if (root.contains("micro_batches")) {
+    const json &count = root["micro_batches"];
+    if (!count.is_number_integer() || count.get<int64_t>() < 1 ||
+        count.get<int64_t>() > kMaxMicroBatches)
+      return Status::error("field \"micro_batches\": expected an integer in "
+                           "[1, " +
+                           std::to_string(kMaxMicroBatches) + "], found " +
+                           describe(count));
+    plan_.microBatches = count.get<int64_t>();
+  }
   TRELLIS_RETURN_IF_ERROR(readBuffers(root["buffers"]));
   // Arguments name stages by index: their count first, programs after.
   plan_.stages.resize(root["stages"].size());
@@ -715,8 +1116,12 @@ StatusOr<Plan> PlanReader::read(const json &root) {
       plan_.results[0].stages.size() > 1)
     return Status::error("expected the loss on stage 0 alone (it reports "
                          "the loss)");
-  for (size_t stage = 0; stage < plan_.stages.size(); ++stage)
+  expandInputs();
+  plan_.accumulators.resize(plan_.buffers.size(), false);
+  for (size_t stage = 0; stage < plan_.stages.size(); ++stage) {
     TRELLIS_RETURN_IF_ERROR(checkDataflow(stage));
+    TRELLIS_RETURN_IF_ERROR(checkCompletions(stage));
+  }
   selectStage(plan_, 0);
   return std::move(plan_);
 }

@@ -1,26 +1,27 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=none micro-batches=2" | FileCheck %s
 // RUN: not trellis-opt %s -trellis-autodiff="micro-batches=0" 2>&1 | FileCheck %s --check-prefix=ZERO
 
-// Tests gradient accumulation: with 2 micro-batches the step takes the
-// input twice (x.0, x.1), runs forward then backward of each in turn with
-// the seed 1/2, sums the weight gradients, and returns the mean loss.
+// Tests gradient accumulation: with 2 micro-batches the step is written
+// once over one micro-batch (the input holds one, the function declares
+// graph.micro_batches = 2), its forward and backward marked with their
+// phase and seeded with 1/2; the loss and the weight gradient reach the
+// step through graph.microbatch_sum, and the loss is their mean. No op is
+// repeated per micro-batch.
 
 // CHECK-LABEL: func.func @gradients
-// CHECK-SAME: (%[[W:.*]]: tensor<4x3xf32> {{{.*}}graph.role = "param"}, %[[X0:.*]]: tensor<2x4xf32> {graph.param = "x.0", graph.role = "input"}, %[[X1:.*]]: tensor<2x4xf32> {graph.param = "x.1", graph.role = "input"})
+// CHECK-SAME: (%[[W:.*]]: tensor<4x3xf32> {{{.*}}graph.role = "param"}, %[[X:.*]]: tensor<2x4xf32> {graph.param = "x", graph.role = "input"})
 // CHECK-SAME: -> (tensor<f32>, tensor<4x3xf32> {graph.gradient_of = 0 : i64})
-// CHECK: %[[Y0:.*]] = graph.matmul %[[X0]], %[[W]]
-// CHECK: %[[L0:.*]] = graph.reduce_sum %[[Y0]]
-// CHECK: graph.fill 5.000000e-01 shape []
-// CHECK: %[[DW0:.*]] = graph.matmul %[[X0]] transposed
-// CHECK: %[[Y1:.*]] = graph.matmul %[[X1]], %[[W]]
-// CHECK: %[[L1:.*]] = graph.reduce_sum %[[Y1]]
-// CHECK: graph.fill 5.000000e-01 shape []
-// CHECK: %[[DW1:.*]] = graph.matmul %[[X1]] transposed
-// CHECK: %[[DW:.*]] = graph.add %[[DW0]], %[[DW1]]
-// CHECK: %[[SUM:.*]] = graph.add %[[L0]], %[[L1]]
-// CHECK: %[[HALF:.*]] = graph.fill 5.000000e-01 shape []
+// CHECK-SAME: attributes {graph.micro_batches = 2 : i64}
+// CHECK: %[[Y:.*]] = graph.matmul %[[X]], %[[W]] {graph.phase = "forward"}
+// CHECK: %[[L:.*]] = graph.reduce_sum %[[Y]] dims [0, 1] {graph.phase = "forward"}
+// CHECK: graph.fill 5.000000e-01 shape [] {graph.phase = "backward"}
+// CHECK: %[[DW:.*]] = graph.matmul %[[X]] transposed, %{{.*}} {graph.phase = "backward"}
+// CHECK-NOT: graph.matmul
+// CHECK: %[[SUM:.*]] = graph.microbatch_sum %[[L]] : tensor<f32>
+// CHECK: %[[HALF:.*]] = graph.fill 5.000000e-01 shape []{{$}}
 // CHECK: %[[LOSS:.*]] = graph.mul %[[SUM]], %[[HALF]]
-// CHECK: return %[[LOSS]], %[[DW]]
+// CHECK: %[[TOTAL:.*]] = graph.microbatch_sum %[[DW]] : tensor<4x3xf32>
+// CHECK: return %[[LOSS]], %[[TOTAL]]
 
 // ZERO: error: expected micro-batches >= 1, found 0
 func.func @forward(%w: tensor<4x3xf32> {graph.role = "param", graph.param = "w", graph.init = "zeros"},

@@ -123,18 +123,18 @@ func.func @partials_through_linear_ops(
 
 // -----
 
-// Tests that the collectives made for an op of a pipelined step run in the
-// op's micro-batch and phase (they carry its marks), and that every value
+// Tests that the collectives made for an op of a micro-batch run in the
+// op's phase (they carry its mark), and that every value
 // keeps its layout (trellis.layout) for the pipeline split.
 trellis.mesh @mesh = <["x"=2]>
 // CHECK-LABEL: func.func @keeps_pipeline_marks
 func.func @keeps_pipeline_marks(
     %a: tensor<8x8xf32> {trellis.sharding = #trellis.sharding<@mesh, [{}, {"x"}]>},
     %b: tensor<8x16xf32> {trellis.sharding = #trellis.sharding<@mesh, [{"x"}, {}]>}) -> tensor<8x16xf32> {
-  // CHECK: %[[P:.*]] = graph.matmul {{.*}} {graph.micro_batch = 3 : i64, graph.phase = "backward", trellis.layout = #trellis.sharding<@mesh, [{}, {}], partial<sum>={"x"}>}
-  // CHECK: %[[R:.*]] = trellis.all_reduce %[[P]] over @mesh ["x"] sum {graph.micro_batch = 3 : i64, graph.phase = "backward", trellis.layout = #trellis.sharding<@mesh, [{}, {}]>}
-  // CHECK: graph.exp %[[R]] {graph.micro_batch = 3 : i64, graph.phase = "backward", trellis.layout = #trellis.sharding<@mesh, [{}, {}]>}
-  %0 = graph.matmul %a, %b {graph.micro_batch = 3 : i64, graph.phase = "backward"} : tensor<8x8xf32>, tensor<8x16xf32>
-  %1 = graph.exp %0 {graph.micro_batch = 3 : i64, graph.phase = "backward"} : tensor<8x16xf32>
+  // CHECK: %[[P:.*]] = graph.matmul {{.*}} {graph.phase = "backward", trellis.layout = #trellis.sharding<@mesh, [{}, {}], partial<sum>={"x"}>}
+  // CHECK: %[[R:.*]] = trellis.all_reduce %[[P]] over @mesh ["x"] sum {graph.phase = "backward", trellis.layout = #trellis.sharding<@mesh, [{}, {}]>}
+  // CHECK: graph.exp %[[R]] {graph.phase = "backward", trellis.layout = #trellis.sharding<@mesh, [{}, {}]>}
+  %0 = graph.matmul %a, %b {graph.phase = "backward"} : tensor<8x8xf32>, tensor<8x16xf32>
+  %1 = graph.exp %0 {graph.phase = "backward"} : tensor<8x16xf32>
   return %1 : tensor<8x16xf32>
 }

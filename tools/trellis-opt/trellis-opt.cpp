@@ -17,6 +17,7 @@ int main(int argc, char **argv) {
   trellis::registerAutodiffPasses();
   trellis::graph::registerGraphPasses();
   trellis::registerShardingPasses();
+  trellis::registerShardingPipeline();
   mlir::DialectRegistry registry;
   registry.insert<trellis::TrellisDialect, trellis::graph::GraphDialect,
                   mlir::func::FuncDialect, mlir::arith::ArithDialect,

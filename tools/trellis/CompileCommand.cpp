@@ -178,24 +178,30 @@ std::optional<ParallelDegrees> resolveParallelDegrees() {
   return degrees;
 }
 
-/// `--report` of a pipeline: the report of each stage's ranks.
-void printStageReports(mlir::func::FuncOp step,
-                       const PipelineProgram &program) {
-  for (auto [rank, stream] : llvm::enumerate(program.streams)) {
+/// `--report` of a step split into action programs: the report of each
+/// stage's ranks, over its schedule (every micro-batch's actions, then the
+/// step).
+void printStageReports(mlir::func::FuncOp step, const PipelinePlan &plan) {
+  const PipelineProgram &program = plan.program;
+  for (int64_t rank = 0; rank < program.ranks(); ++rank) {
     llvm::SmallVector<int64_t> arguments;
     for (auto [index, ranks] : llvm::enumerate(program.argumentRanks))
-      if (llvm::is_contained(ranks, static_cast<int64_t>(rank)))
+      if (llvm::is_contained(ranks, rank))
         arguments.push_back(index);
     llvm::SmallVector<RankItem> items;
-    for (const StageItem &item : stream) {
-      if (item.kind == StageItem::Kind::Op) {
-        items.push_back({item.op, mlir::Value(), false, ""});
-        continue;
+    for (const ScheduledAction &entry : program.schedule[rank])
+      for (const StageItem &item : program.programs[rank][entry.program].items) {
+        if (item.kind == StageItem::Kind::Op) {
+          items.push_back({item.op, mlir::Value(), false, "", entry.microBatch});
+          continue;
+        }
+        const StageTransfer &transfer = program.transfers[item.transfer];
+        items.push_back({nullptr, transfer.value,
+                         item.kind == StageItem::Kind::Send, plan.axis,
+                         transfer.perMicroBatch ? entry.microBatch : -1});
       }
-      items.push_back({nullptr, program.transfers[item.transfer].value,
-                       item.kind == StageItem::Kind::Send, "pp"});
-    }
-    llvm::errs() << "pipeline stage " << rank << ":\n";
+    if (!plan.axis.empty())
+      llvm::errs() << "pipeline stage " << rank << ":\n";
     computeRankReport(step, arguments, items).print(llvm::errs());
   }
 }
@@ -325,13 +331,20 @@ int runCompileCommand() {
   }
   if (degrees->dataParallel != 1 || degrees->tensorParallel != 1) {
     mlir::PassManager pm(&context);
-    buildShardingPipeline(
-        pm, stepName, degrees->dataParallel, degrees->tensorParallel,
-        static_cast<int64_t>(compileBucketMiB * (1 << 20)), compileExplain);
+    ShardingOptions sharding;
+    sharding.function = stepName.str();
+    sharding.dataParallel = degrees->dataParallel;
+    sharding.tensorParallel = degrees->tensorParallel;
+    sharding.bucketBytes = static_cast<int64_t>(compileBucketMiB * (1 << 20));
+    sharding.bucketsPerPart = pipeline.has_value();
+    sharding.explain = compileExplain;
+    buildShardingPipeline(pm, sharding);
     if (mlir::failed(pm.run(module)))
       return 1;
   }
   auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
+  // Steps of several micro-batches, pipelined or not, run as action
+  // programs (each written once) and a schedule.
   std::optional<PipelinePlan> pipelinePlan;
   if (pipeline) {
     if (degrees->tensorParallel > 1)
@@ -340,11 +353,18 @@ int runCompileCommand() {
     if (mlir::failed(program))
       return 1;
     pipelinePlan = PipelinePlan{std::move(*program), degrees->axes, "pp"};
+  } else if (compileMicroBatches > 1) {
+    PipelineConfig oneStage{
+        ScheduleKind::OneFOneB, {1, compileMicroBatches, 1}, {0}, ""};
+    mlir::FailureOr<PipelineProgram> program = splitPipeline(step, oneStage);
+    if (mlir::failed(program))
+      return 1;
+    pipelinePlan = PipelinePlan{std::move(*program), {}, ""};
   }
   if (compileReport && !pipelinePlan)
     computeStepReport(step).print(llvm::errs());
   if (compileReport && pipelinePlan)
-    printStageReports(step, pipelinePlan->program);
+    printStageReports(step, *pipelinePlan);
 
   std::string error;
   auto output = mlir::openOutputFile(compileOutput, &error);

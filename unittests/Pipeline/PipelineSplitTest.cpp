@@ -39,14 +39,17 @@ func.func @forward(
 
 class PipelineSplitTest : public ::testing::Test {
 protected:
-  void SetUp() override {
+  void SetUp() override { buildStep(2); }
+
+  /// Differentiates the forward into a step of `microBatches`.
+  void buildStep(int64_t microBatches) {
     context_.loadDialect<graph::GraphDialect, func::FuncDialect>();
     module_ = parseSourceString<ModuleOp>(kForward, &context_);
     ASSERT_TRUE(module_);
     PassManager pm(&context_);
     AutodiffPassOptions options;
     options.optimizer = "sgd";
-    options.microBatches = 2;
+    options.microBatches = microBatches;
     options.tagActions = true;
     pm.addPass(createAutodiffPass(options));
     ASSERT_TRUE(succeeded(pm.run(*module_)));
@@ -55,13 +58,34 @@ protected:
   }
 
   /// Splits over 2 ranks, one layer each, 1F1B; collects diagnostics.
-  FailureOr<PipelineProgram> split() {
+  FailureOr<PipelineProgram> split(int64_t microBatches = 2) {
     ScopedDiagnosticHandler handler(&context_, [&](Diagnostic &diagnostic) {
       errors_ += diagnostic.str() + "\n";
       return success();
     });
-    PipelineConfig config{ScheduleKind::OneFOneB, {2, 2, 1}, {1, 1}};
+    PipelineConfig config{
+      ScheduleKind::OneFOneB, {2, microBatches, 1}, {1, 1}, ""};
     return splitPipeline(step_, config);
+  }
+
+  /// The schedule of `rank` by action names.
+  static std::vector<std::string> scheduleOf(const PipelineProgram &program,
+                                             int64_t rank) {
+    std::vector<std::string> names;
+    for (const ScheduledAction &entry : program.schedule[rank])
+      names.push_back(program.programs[rank][entry.program].actionName(
+          entry.microBatch, program.chunks));
+    return names;
+  }
+
+  /// The index of `rank`'s program called `name`.
+  static size_t programNamed(const PipelineProgram &program, int64_t rank,
+                             const std::string &name) {
+    for (size_t i = 0; i < program.programs[rank].size(); ++i)
+      if (program.programs[rank][i].name() == name)
+        return i;
+    ADD_FAILURE() << "no program " << name << " on rank " << rank;
+    return 0;
   }
 
   MLIRContext context_;
@@ -73,28 +97,65 @@ protected:
 TEST_F(PipelineSplitTest, SendsBoundariesAndSharesTheTiedWeight) {
   FailureOr<PipelineProgram> program = split();
   ASSERT_TRUE(succeeded(program)) << errors_;
-  ASSERT_EQ(program->streams.size(), 2u);
-  // Arguments: we (both ends), w0 (stage 0), w1 (stage 1), x.0 and x.1
-  // (stage 0, the embedding reads them).
+  ASSERT_EQ(program->ranks(), 2);
+  // Arguments: we (both ends), w0 (stage 0), w1 (stage 1), x (stage 0, the
+  // embedding reads it; one micro-batch's).
   EXPECT_EQ(program->argumentRanks,
-            (std::vector<std::vector<int64_t>>{{0, 1}, {0}, {1}, {0}, {0}}));
+            (std::vector<std::vector<int64_t>>{{0, 1}, {0}, {1}, {0}}));
   // The loss on stage 0; each update where its parameter is.
   EXPECT_EQ(program->resultRanks,
             (std::vector<std::vector<int64_t>>{{0}, {0, 1}, {0}, {1}}));
-  // Per micro-batch: the activation, its gradient and the loss; then the
-  // two partial gradients of the tied weight, one each way.
-  int64_t forward = 0, backward = 0;
+  // Per micro-batch: the activation and its gradient. Per step: the loss
+  // total, and the two partial totals of the tied weight, one each way.
+  int64_t perMicroBatch[2] = {0, 0}, perStep[2] = {0, 0};
   for (const StageTransfer &transfer : program->transfers)
-    (transfer.from == 0 ? forward : backward) += 1;
-  EXPECT_EQ(forward, 2 + 1);
-  EXPECT_EQ(backward, 2 + 2 + 1);
-  // Every stream's transfers are unique channels.
+    ++(transfer.perMicroBatch ? perMicroBatch : perStep)[transfer.from];
+  EXPECT_EQ(perMicroBatch[0], 1);
+  EXPECT_EQ(perMicroBatch[1], 1);
+  EXPECT_EQ(perStep[0], 1);
+  EXPECT_EQ(perStep[1], 2);
+  // Every transfer has its own channel.
   std::set<int64_t> channels;
   for (const StageTransfer &transfer : program->transfers)
     EXPECT_TRUE(channels.insert(transfer.channel).second);
+  // 1F1B: one forward of warm-up on stage 0, the gradient's receive posted
+  // before each backward; stage 1 receives each activation first.
+  EXPECT_EQ(scheduleOf(*program, 0),
+            (std::vector<std::string>{"F0", "F1", "RB0", "B0", "RB1", "B1",
+                                      "step"}));
+  EXPECT_EQ(scheduleOf(*program, 1),
+            (std::vector<std::string>{"RF0", "F0", "B0", "RF1", "F1", "B1",
+                                      "step"}));
+  // The activation's send completes once its gradient is back.
+  for (const StageTransfer &transfer : program->transfers) {
+    if (transfer.perMicroBatch && transfer.from == 0) {
+      EXPECT_GE(transfer.completedBy, 0);
+    }
+  }
 }
 
-TEST_F(PipelineSplitTest, CheckerFindsBrokenStreams) {
+TEST_F(PipelineSplitTest, ProgramsDoNotGrowWithMicroBatches) {
+  FailureOr<PipelineProgram> two = split(2);
+  ASSERT_TRUE(succeeded(two)) << errors_;
+  std::vector<std::vector<size_t>> sizes;
+  for (const std::vector<ActionProgram> &programs : two->programs) {
+    sizes.emplace_back();
+    for (const ActionProgram &program : programs)
+      sizes.back().push_back(program.items.size());
+  }
+  size_t transfers = two->transfers.size();
+  buildStep(16);
+  FailureOr<PipelineProgram> sixteen = split(16);
+  ASSERT_TRUE(succeeded(sixteen)) << errors_;
+  for (auto [rank, programs] : llvm::enumerate(sixteen->programs))
+    for (auto [index, program] : llvm::enumerate(programs))
+      EXPECT_EQ(program.items.size(), sizes[rank][index]);
+  EXPECT_EQ(sixteen->transfers.size(), transfers);
+  // Only the schedules grow: each action once per micro-batch.
+  EXPECT_EQ(sixteen->schedule[0].size(), 3u * 16 + 1);
+}
+
+TEST_F(PipelineSplitTest, CheckerFindsBrokenPrograms) {
   FailureOr<PipelineProgram> program = split();
   ASSERT_TRUE(succeeded(program)) << errors_;
   ScopedDiagnosticHandler handler(&context_, [&](Diagnostic &diagnostic) {
@@ -104,39 +165,58 @@ TEST_F(PipelineSplitTest, CheckerFindsBrokenStreams) {
   EXPECT_TRUE(succeeded(verifyPipelineProgram(step_, *program))) << errors_;
   // Stage 0 sends its activations only after waiting for their gradients.
   PipelineProgram late = *program;
-  std::stable_partition(
-      late.streams[0].begin(), late.streams[0].end(),
-      [](const StageItem &item) { return item.kind != StageItem::Kind::Send; });
-  EXPECT_TRUE(failed(verifyPipelineProgram(step_, late)));
-  EXPECT_NE(errors_.find("deadlocks the pipeline: rank 0 waits for a value "
-                         "from rank 1 that is never sent before it"),
-            std::string::npos)
-      << errors_;
-  // A send that is not in any stream.
-  PipelineProgram unsent = *program;
-  auto send = llvm::find_if(unsent.streams[1], [](const StageItem &item) {
+  std::vector<StageItem> &forward =
+      late.programs[0][programNamed(late, 0, "forward.c0")].items;
+  auto send = llvm::find_if(forward, [](const StageItem &item) {
     return item.kind == StageItem::Kind::Send;
   });
-  ASSERT_NE(send, unsent.streams[1].end());
-  unsent.streams[1].erase(send);
+  ASSERT_NE(send, forward.end());
+  late.programs[0][programNamed(late, 0, "backward.c0")].items.push_back(*send);
+  forward.erase(send);
+  EXPECT_TRUE(failed(verifyPipelineProgram(step_, late)));
+  EXPECT_NE(errors_.find("deadlocks the pipeline: rank 0 waits in B0 for a "
+                         "value from rank 1 that is never sent before it"),
+            std::string::npos)
+      << errors_;
+  // A send that is in no program.
+  PipelineProgram unsent = *program;
+  std::vector<StageItem> &backward =
+      unsent.programs[1][programNamed(unsent, 1, "backward.c0")].items;
+  auto gradient = llvm::find_if(backward, [](const StageItem &item) {
+    return item.kind == StageItem::Kind::Send;
+  });
+  ASSERT_NE(gradient, backward.end());
+  backward.erase(gradient);
   EXPECT_TRUE(failed(verifyPipelineProgram(step_, unsent)));
   EXPECT_NE(errors_.find("is sent 0 times and received 1 times"),
+            std::string::npos)
+      << errors_;
+  // A schedule that skips a micro-batch's backward.
+  PipelineProgram skipped = *program;
+  skipped.schedule[1].erase(skipped.schedule[1].begin() + 2);
+  EXPECT_TRUE(failed(verifyPipelineProgram(step_, skipped)));
+  EXPECT_NE(errors_.find("the schedule of pipeline rank 1 never runs "
+                         "backward.c0 for micro-batch 0"),
             std::string::npos)
       << errors_;
 }
 
 TEST_F(PipelineSplitTest, DiagnosesAnOpThatRunsTooLate) {
-  // Unmarking an op of micro-batch 0 makes it an op of the whole step, run
-  // after every micro-batch, while micro-batch 0 still reads it.
+  // Unmarking a forward op of layer 0 makes it an op of the whole step, run
+  // after every micro-batch, while the micro-batch still reads it.
   auto layer0 = graph::PartAttr::getLayer(&context_, 0);
   step_.walk([&](Operation *op) {
-    auto microBatch = op->getAttrOfType<IntegerAttr>("graph.micro_batch");
-    if (graph::getModelPart(op) == layer0 && microBatch &&
-        microBatch.getInt() == 0)
-      op->removeAttr("graph.micro_batch");
+    auto phase = op->getAttrOfType<StringAttr>("graph.phase");
+    if (graph::getModelPart(op) == layer0 && phase &&
+        phase.getValue() == "forward")
+      op->removeAttr("graph.phase");
   });
   EXPECT_TRUE(failed(split()));
-  EXPECT_NE(errors_.find("before it is made or received there"),
+  // It would run on both stages (its users' ranks), reading the
+  // embedding's output of the micro-batch in the step on stage 1.
+  EXPECT_NE(errors_.find("reads a value of a micro-batch from pipeline rank 0 "
+                         "on rank 1 in the step: expected it to reach the "
+                         "step through graph.microbatch_sum"),
             std::string::npos)
       << errors_;
 }
@@ -144,7 +224,8 @@ TEST_F(PipelineSplitTest, DiagnosesAnOpThatRunsTooLate) {
 TEST_F(PipelineSplitTest, DiagnosesAMissingPhase) {
   step_.walk([&](Operation *op) { op->removeAttr("graph.phase"); });
   EXPECT_TRUE(failed(split()));
-  EXPECT_NE(errors_.find("has a micro-batch but no graph.phase"),
+  EXPECT_NE(errors_.find("sums a value over micro-batches that no op of the "
+                         "micro-batch makes"),
             std::string::npos)
       << errors_;
 }
@@ -157,6 +238,14 @@ TEST_F(PipelineSplitTest, DiagnosesASplitForOtherStages) {
   PipelineConfig config{ScheduleKind::OneFOneB, {2, 2, 1}, {1, 1, 0}};
   EXPECT_TRUE(failed(splitPipeline(step_, config)));
   EXPECT_NE(errors_.find("expected layers for 2 virtual stages, found 3"),
+            std::string::npos)
+      << errors_;
+}
+
+TEST_F(PipelineSplitTest, DiagnosesAStepOfOtherMicroBatches) {
+  EXPECT_TRUE(failed(split(4)));
+  EXPECT_NE(errors_.find("expected a step of 4 micro-batches "
+                         "(graph.micro_batches), found 2"),
             std::string::npos)
       << errors_;
 }

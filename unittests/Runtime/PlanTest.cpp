@@ -13,17 +13,17 @@ namespace {
 
 /// loss = sum(a @ b): two parameters, one matmul, one reduction.
 const std::string kValidPlan = R"({
-  "format": "trellis-plan", "version": 3, "metadata": {"vocab_size": 4},
+  "format": "trellis-plan", "version": 4, "metadata": {"vocab_size": 4},
   "mesh": [{"name": "dp", "size": 1}],
   "buffers": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3, 4], "dtype": "f32"},
               {"shape": [2, 4], "dtype": "f32"}, {"shape": [], "dtype": "f32"}],
   "arguments": [{"buffer": 0, "role": "param", "param": "a", "init": "ones"},
                 {"buffer": 1, "role": "param", "param": "b", "init": "normal:0.02"}],
   "results": [{"buffer": 3, "role": "loss"}],
-  "stages": [{"stage": 0, "program": [
+  "stages": [{"stage": 0, "programs": [{"name": "step", "program": [
     {"op": "matmul", "inputs": [0, 1], "outputs": [2], "attrs": {}},
     {"op": "reduce_sum", "inputs": [2], "outputs": [3], "attrs": {"dims": [0, 1]}}
-  ]}]
+  ]}], "schedule": ["step"]}]
 })";
 
 std::string replace(std::string text, const std::string &from,
@@ -61,8 +61,8 @@ TEST(PlanTest, RejectsTruncatedFiles) {
 }
 
 TEST(PlanTest, RejectsOtherFormatsAndVersions) {
-  expectRejected(replace(kValidPlan, "\"version\": 3", "\"version\": 2"),
-                 "unsupported plan version 2 (this runtime reads version 3)");
+  expectRejected(replace(kValidPlan, "\"version\": 4", "\"version\": 3"),
+                 "unsupported plan version 3 (this runtime reads version 4)");
   expectRejected(replace(kValidPlan, "trellis-plan", "onnx"),
                  "expected \"format\": \"trellis-plan\", found \"onnx\"");
   expectRejected("[1, 2, 3]", "expected a JSON object at the top level");
@@ -129,7 +129,8 @@ TEST(PlanTest, RejectsBrokenDataflow) {
   swapped = replace(swapped, "\"attrs\": {\"dims\": [0, 1]}}",
                     "\"attrs\": {\"dims\": [0, 1]}}, {\"op\": \"matmul\", "
                     "\"inputs\": [0, 1], \"outputs\": [2], \"attrs\": {}}");
-  expectRejected(swapped, "reads buffer 2 before it is written");
+  expectRejected(swapped, "action step instruction 0 (reduce_sum) reads "
+                          "buffer 2 before it is written");
   expectRejected(replace(kValidPlan, "\"outputs\": [2]", "\"outputs\": [0]"),
                  "expected output 0 of shape [2, 4] (f32), found [2, 3] (f32)");
 }
@@ -189,45 +190,112 @@ std::string planWithInput(const std::string &name) {
                      name + R"("}])");
 }
 
-TEST(PlanTest, InputsAreTokensAndTargetsOrTheirMicroBatches) {
-  for (const char *name : {"tokens", "targets", "tokens.0", "targets.12"}) {
+TEST(PlanTest, InputsAreTokensAndTargets) {
+  for (const char *name : {"tokens", "targets"}) {
     StatusOr<Plan> plan = parsePlan(planWithInput(name));
     EXPECT_TRUE(plan.ok()) << name << ": " << plan.status().message();
   }
-  for (const char *name : {"images", "tokens.", "tokens.x", "tokens.-1",
-                           "tokens.1234567", "tokens0"})
+  for (const char *name : {"images", "tokens.0", "targets.12", "tokens0"})
     expectRejected(planWithInput(name),
                    std::string("unknown input \"") + name +
-                       "\"; expected tokens or targets, or tokens.<i> and "
-                       "targets.<i> per micro-batch");
+                       "\"; expected tokens or targets");
+  // With several micro-batches an input holds one of them, and each
+  // micro-batch gets its own: tokens.0, tokens.1.
+  std::string twoMicroBatches =
+      replace(planWithInput("tokens"), "\"version\": 4,",
+              "\"version\": 4, \"micro_batches\": 2,");
+  expectRejected(twoMicroBatches, "argument 2: an input holds one "
+                                  "micro-batch: expected its buffer marked "
+                                  "micro_batch");
+  StatusOr<Plan> marked = parsePlan(
+      replace(twoMicroBatches, R"({"shape": [2, 3], "dtype": "i32"})",
+              R"({"shape": [2, 3], "dtype": "i32", "micro_batch": true})"));
+  ASSERT_TRUE(marked.ok()) << marked.status().message();
+  EXPECT_EQ(marked->findArgument(ArgumentRole::Input, "tokens.0"), 2);
+  EXPECT_EQ(marked->findArgument(ArgumentRole::Input, "tokens.1"), 3);
+  EXPECT_NE(marked->arguments[2].buffer, marked->arguments[3].buffer);
 }
 
 } // namespace
 
 namespace {
 
-/// loss = sum(a @ b) over two stages: stage 0 holds `a` and sends it;
-/// stage 1 multiplies, reduces, and sends the loss back to stage 0.
+/// Two micro-batches over two stages: stage 0 scales `a` and sends it per
+/// micro-batch; stage 1 multiplies, reduces, adds each micro-batch's loss
+/// to the step's total, and sends the total to stage 0.
 const std::string kPipelinePlan = R"({
-  "format": "trellis-plan", "version": 3, "metadata": {"vocab_size": 4},
-  "mesh": [{"name": "pp", "size": 2}], "pipeline_axis": "pp",
+  "format": "trellis-plan", "version": 4, "metadata": {"vocab_size": 4},
+  "mesh": [{"name": "pp", "size": 2}], "pipeline_axis": "pp", "micro_batches": 2,
   "buffers": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3, 4], "dtype": "f32"},
-              {"shape": [2, 4], "dtype": "f32"}, {"shape": [], "dtype": "f32"}],
+              {"shape": [2, 4], "dtype": "f32", "micro_batch": true},
+              {"shape": [], "dtype": "f32", "micro_batch": true},
+              {"shape": [], "dtype": "f32"},
+              {"shape": [2, 3], "dtype": "f32", "micro_batch": true}],
   "arguments": [{"buffer": 0, "role": "param", "param": "a", "init": "ones", "stages": [0]},
                 {"buffer": 1, "role": "param", "param": "b", "init": "ones", "stages": [1]}],
-  "results": [{"buffer": 3, "role": "loss", "stages": [0]}],
-  "stages": [{"stage": 0, "program": [
-    {"op": "send", "inputs": [0], "outputs": [], "attrs": {"axes": ["pp"], "peer": 1, "channel": 0}},
-    {"op": "recv", "inputs": [], "outputs": [3], "attrs": {"axes": ["pp"], "peer": 1, "channel": 1}}
-  ]}, {"stage": 1, "program": [
-    {"op": "recv", "inputs": [], "outputs": [0], "attrs": {"axes": ["pp"], "peer": 0, "channel": 0}},
-    {"op": "matmul", "inputs": [0, 1], "outputs": [2], "attrs": {}},
-    {"op": "reduce_sum", "inputs": [2], "outputs": [3], "attrs": {"dims": [0, 1]}},
-    {"op": "send", "inputs": [3], "outputs": [], "attrs": {"axes": ["pp"], "peer": 0, "channel": 1}}
-  ]}]
+  "results": [{"buffer": 4, "role": "loss", "stages": [0]}],
+  "stages": [{"stage": 0, "programs": [
+    {"name": "forward.c0", "program": [
+      {"op": "scale", "inputs": [0], "outputs": [5], "attrs": {"factor": 2.0}},
+      {"op": "send", "inputs": [5], "outputs": [], "attrs": {"axes": ["pp"], "peer": 1, "channel": 0}}]},
+    {"name": "step", "program": [
+      {"op": "recv", "inputs": [], "outputs": [4], "attrs": {"axes": ["pp"], "peer": 1, "channel": 1}}]}],
+    "schedule": ["F0", "F1", "step"]},
+   {"stage": 1, "programs": [
+    {"name": "forward_receive.c0", "program": [
+      {"op": "recv", "inputs": [], "outputs": [5], "attrs": {"axes": ["pp"], "peer": 0, "channel": 0}}]},
+    {"name": "forward.c0", "program": [
+      {"op": "matmul", "inputs": [5, 1], "outputs": [2], "attrs": {}},
+      {"op": "reduce_sum", "inputs": [2], "outputs": [3], "attrs": {"dims": [0, 1]}},
+      {"op": "accumulate", "inputs": [3], "outputs": [4]}]},
+    {"name": "step", "program": [
+      {"op": "send", "inputs": [4], "outputs": [], "attrs": {"axes": ["pp"], "peer": 0, "channel": 1}}]}],
+    "schedule": ["RF0", "F0", "RF1", "F1", "step"]}]
+})";
+
+/// One stage, three micro-batches: each adds sum(a @ b) to the loss.
+const std::string kMicroBatchPlan = R"({
+  "format": "trellis-plan", "version": 4, "micro_batches": 3,
+  "mesh": [{"name": "dp", "size": 1}],
+  "buffers": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3, 4], "dtype": "f32"},
+              {"shape": [2, 4], "dtype": "f32", "micro_batch": true},
+              {"shape": [], "dtype": "f32", "micro_batch": true},
+              {"shape": [], "dtype": "f32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "a", "init": "ones"},
+                {"buffer": 1, "role": "param", "param": "b", "init": "ones"}],
+  "results": [{"buffer": 4, "role": "loss"}],
+  "stages": [{"stage": 0, "programs": [
+    {"name": "forward.c0", "program": [
+      {"op": "matmul", "inputs": [0, 1], "outputs": [2], "attrs": {}},
+      {"op": "reduce_sum", "inputs": [2], "outputs": [3], "attrs": {"dims": [0, 1]}},
+      {"op": "accumulate", "inputs": [3], "outputs": [4]}]}],
+    "schedule": ["F0", "F1", "F2"]}]
 })";
 
 } // namespace
+
+TEST(PlanTest, RunsEveryMicroBatchAndAccumulatesTheirValues) {
+  StatusOr<Plan> plan = parsePlan(kMicroBatchPlan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  // The schedule runs the program once per micro-batch, each over its own
+  // buffers; the total is held for the step.
+  EXPECT_EQ(plan->program.size(), 9u);
+  ASSERT_EQ(plan->actions.size(), 3u);
+  EXPECT_EQ(plan->actions[2].name, "F2");
+  EXPECT_NE(plan->program[0].outputs[0], plan->program[3].outputs[0]);
+  EXPECT_EQ(plan->program[2].outputs[0], 4);
+  EXPECT_EQ(plan->program[8].outputs[0], 4);
+  EXPECT_TRUE(plan->program[2].flag("first"));
+  EXPECT_FALSE(plan->program[5].flag("first"));
+  EXPECT_EQ(plan->stages[0].liveMicroBatches, 1);
+  Executor executor(std::move(*plan));
+  std::fill(executor.argument(0).f32(), executor.argument(0).f32() + 6, 1.0f);
+  std::fill(executor.argument(1).f32(), executor.argument(1).f32() + 12, 0.5f);
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(executor.run().ok());
+    EXPECT_FLOAT_EQ(executor.loss(), 3 * (2 * 4 * 3 * 0.5f));
+  }
+}
 
 TEST(PlanTest, SelectsAStageOfAPipelinePlan) {
   StatusOr<Plan> plan = parsePlan(kPipelinePlan);
@@ -235,7 +303,15 @@ TEST(PlanTest, SelectsAStageOfAPipelinePlan) {
   ASSERT_EQ(plan->stages.size(), 2u);
   EXPECT_EQ(stageOfRank(*plan, 1), 1);
   selectStage(*plan, 1);
-  EXPECT_EQ(plan->program.size(), 4u);
+  // RF0 F0 RF1 F1 step.
+  EXPECT_EQ(plan->program.size(), 9u);
+  ASSERT_EQ(plan->actions.size(), 5u);
+  EXPECT_EQ(plan->actions[3].name, "F1");
+  EXPECT_EQ(plan->actions[3].first, 5);
+  // Each micro-batch's transfer has its own channel; the step's come after.
+  EXPECT_EQ(plan->program[0].integer("channel"), 0);
+  EXPECT_EQ(plan->program[4].integer("channel"), 1);
+  EXPECT_EQ(plan->program[8].integer("channel"), 1 * 2 + 1);
   EXPECT_TRUE(plan->holds(plan->arguments[1].stages));
   EXPECT_FALSE(plan->holds(plan->arguments[0].stages));
   // A stage allocates only what it touches: stage 0 never holds `b`.
@@ -261,44 +337,101 @@ TEST(PlanTest, RejectsMalformedPipelinePlans) {
   expectRejected(replace(kPipelinePlan, "\"role\": \"loss\", \"stages\": [0]",
                          "\"role\": \"loss\", \"stages\": [1]"),
                  "expected the loss on stage 0 alone");
-  expectRejected(replace(kPipelinePlan, "{\"stage\": 1, \"program\"",
-                         "{\"stage\": 0, \"program\""),
+  expectRejected(replace(kPipelinePlan, "{\"stage\": 1, \"programs\"",
+                         "{\"stage\": 0, \"programs\""),
                  "stage 1: field \"stage\": expected 1, found 0");
   // Stage 1 reads `a` before receiving it.
   expectRejected(
-      replace(kPipelinePlan,
-              "{\"op\": \"recv\", \"inputs\": [], \"outputs\": [0], \"attrs\": "
-              "{\"axes\": [\"pp\"], \"peer\": 0, \"channel\": 0}},",
-              ""),
-      "stage 1: instruction 0 (matmul) reads buffer 0 before it is written");
+      replace(kPipelinePlan, "\"schedule\": [\"RF0\", \"F0\", \"RF1\"",
+              "\"schedule\": [\"F0\", \"RF0\", \"RF1\""),
+      "stage 1: action F0 instruction 0 (matmul) reads buffer 5 before it is "
+      "written");
   // A send completes with a later receive from its peer, not any channel.
   expectRejected(
       replace(kPipelinePlan, "\"peer\": 1, \"channel\": 0}",
               "\"peer\": 1, \"channel\": 0, \"complete_with\": 7}"),
-      "stage 0: instruction 0 (send): complete_with names channel 7, but no "
-      "later recv from the same peer uses it");
-  StatusOr<Plan> completed =
-      parsePlan(replace(kPipelinePlan, "\"peer\": 1, \"channel\": 0}",
-                        "\"peer\": 1, \"channel\": 0, \"complete_with\": 1}"));
-  EXPECT_TRUE(completed.ok()) << completed.status().message();
-  // Actions name runs of a stage's instructions, in order.
-  std::string withActions =
-      replace(kPipelinePlan, "{\"stage\": 1, \"program\"",
-              "{\"stage\": 1, \"actions\": [{\"name\": \"F0\", \"first\": 0, "
-              "\"count\": 4}], \"program\"");
-  StatusOr<Plan> traced = parsePlan(withActions);
-  ASSERT_TRUE(traced.ok()) << traced.status().message();
-  selectStage(*traced, 1);
-  ASSERT_EQ(traced->actions.size(), 1u);
-  EXPECT_EQ(traced->actions[0].name, "F0");
-  expectRejected(replace(withActions, "\"count\": 4", "\"count\": 5"),
-                 "stage 1 action 0: instructions [0, +5) are not in order "
-                 "after the previous action and within the 4 instructions");
+      "complete_with names channel 14, but no later recv from the same peer "
+      "uses it");
   // Stage 0 never gets the loss.
   expectRejected(
       replace(kPipelinePlan,
-              ",\n    {\"op\": \"recv\", \"inputs\": [], \"outputs\": [3], "
+              "{\"op\": \"recv\", \"inputs\": [], \"outputs\": [4], "
               "\"attrs\": {\"axes\": [\"pp\"], \"peer\": 1, \"channel\": 1}}",
               ""),
-      "stage 0: result buffer 3 is never written");
+      "stage 0: result buffer 4 is never written");
+}
+
+TEST(PlanTest, RejectsMalformedSchedules) {
+  expectRejected(replace(kPipelinePlan, "[\"F0\", \"F1\", \"step\"]",
+                         "[\"F0\", \"X1\", \"step\"]"),
+                 "stage 0: schedule entry 1: unknown action \"X1\"; expected "
+                 "F<i>, B<i> or W<i> (micro-batch i, with .c<chunk>), R "
+                 "before one of them for its receives, or step");
+  expectRejected(replace(kPipelinePlan, "[\"F0\", \"F1\", \"step\"]",
+                         "[\"F0\", \"F7\", \"step\"]"),
+                 "stage 0: schedule entry 1 (F7): micro-batch 7 is out of "
+                 "range [0, 2)");
+  expectRejected(replace(kPipelinePlan, "[\"F0\", \"F1\", \"step\"]",
+                         "[\"F0\", \"F1\", \"B1\", \"step\"]"),
+                 "stage 0: schedule entry 2 (B1): the stage has no program "
+                 "backward.c0");
+  expectRejected(replace(kPipelinePlan, "[\"F0\", \"F1\", \"step\"]",
+                         "[\"F0\", \"F0\", \"step\"]"),
+                 "stage 0: schedule entry 1 (F0): forward.c0 already ran for "
+                 "this micro-batch");
+  expectRejected(replace(kPipelinePlan, "[\"F0\", \"F1\", \"step\"]",
+                         "[\"F0\", \"step\"]"),
+                 "stage 0: program forward.c0 runs 1 times in the schedule, "
+                 "expected 2 (once per micro-batch)");
+  expectRejected(replace(kPipelinePlan, "[\"F0\", \"F1\", \"step\"]",
+                         "[\"F0\", \"step\", \"F1\"]"),
+                 "stage 0: schedule entry 1: the step program must run last, "
+                 "after every micro-batch");
+  expectRejected(replace(kPipelinePlan, "\"name\": \"forward.c0\"",
+                         "\"name\": \"sideways.c0\""),
+                 "stage 0: program 0: unknown program \"sideways.c0\"; "
+                 "expected step, or forward, backward or weight (with "
+                 "_receive for its receives) then .c<chunk>");
+  expectRejected(replace(kPipelinePlan, "\"micro_batches\": 2",
+                         "\"micro_batches\": 0"),
+                 "field \"micro_batches\": expected an integer in [1, "
+                 "1048576], found 0");
+}
+
+TEST(PlanTest, RejectsValuesOutsideTheirScope) {
+  // The step program runs once: it cannot touch a micro-batch's buffer.
+  expectRejected(
+      replace(kPipelinePlan, "\"outputs\": [4], \"attrs\": {\"axes\": [\"pp\"], "
+                             "\"peer\": 1",
+              "\"outputs\": [3], \"attrs\": {\"axes\": [\"pp\"], \"peer\": 1"),
+      "stage 0: step instruction 0 (recv): buffer 3 holds one micro-batch's "
+      "value, but the step program runs once per step");
+  // A program of a micro-batch writes only the micro-batch's values...
+  expectRejected(replace(kPipelinePlan, "\"inputs\": [0], \"outputs\": [5]",
+                         "\"inputs\": [0], \"outputs\": [0]"),
+                 "stage 0: forward.c0 instruction 0 (scale): writes buffer 0, "
+                 "a value of the step, in a program that runs once per "
+                 "micro-batch");
+  // ...and totals of the step through accumulate only, from one of its own.
+  expectRejected(replace(kPipelinePlan,
+                         "{\"op\": \"accumulate\", \"inputs\": [3], "
+                         "\"outputs\": [4]}",
+                         "{\"op\": \"accumulate\", \"inputs\": [3], "
+                         "\"outputs\": [3]}"),
+                 "stage 1: forward.c0 instruction 2 (accumulate): expected a "
+                 "micro-batch's buffer in and a step's buffer out, found "
+                 "buffers 3 and 3");
+  expectRejected(replace(kPipelinePlan,
+                         "{\"op\": \"scale\", \"inputs\": [0], \"outputs\": "
+                         "[5], \"attrs\": {\"factor\": 2.0}}",
+                         "{\"op\": \"scale\", \"inputs\": [0], \"outputs\": "
+                         "[5], \"attrs\": {\"factor\": 2.0}}, {\"op\": "
+                         "\"accumulate\", \"inputs\": [5], \"outputs\": [5]}"),
+                 "stage 0: forward.c0 instruction 1 (accumulate): expected a "
+                 "micro-batch's buffer in and a step's buffer out");
+  // A result is a value of the step.
+  expectRejected(replace(kPipelinePlan, "{\"buffer\": 4, \"role\": \"loss\"",
+                         "{\"buffer\": 3, \"role\": \"loss\""),
+                 "result 0: buffer 3 holds one micro-batch's value; results "
+                 "are the step's");
 }

@@ -37,19 +37,22 @@ struct StepReport {
 };
 
 /// One thing a rank runs: an op of the step, or one end of a point-to-point
-/// transfer of `value` over `axis` (a pipeline's send or receive).
+/// transfer of `value` over `axis` (a pipeline's send or receive), for
+/// `microBatch` (-1: once for the step). Each micro-batch's values
+/// (graph.phase ops) are its own.
 struct RankItem {
   mlir::Operation *op = nullptr;
   mlir::Value value;
   bool sends = false;
   std::string axis;
+  int64_t microBatch = -1;
 };
 
 /// Computes the report of `step` (per rank: its types are local).
 StepReport computeStepReport(mlir::func::FuncOp step);
 
 /// The report of a rank that holds `arguments` (indices) of `step` and
-/// runs `items` in order (a pipeline stage).
+/// runs `items` in order (a pipeline stage's schedule).
 StepReport computeRankReport(mlir::func::FuncOp step,
                              llvm::ArrayRef<int64_t> arguments,
                              llvm::ArrayRef<RankItem> items);

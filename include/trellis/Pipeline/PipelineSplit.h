@@ -1,29 +1,36 @@
 //===- PipelineSplit.h - A training step cut into pipeline stages -*- C++
 //-*-===//
 //
-// Cuts a training step whose ops carry their micro-batch and phase
-// (graph.micro_batch, graph.phase: the autodiff's tag-actions option) into
-// one instruction stream per pipeline rank:
+// Cuts a training step of micro-batches (graph.micro_batches; the ops of
+// one micro-batch marked with their graph.phase, written once) into, per
+// pipeline rank, one program per action kind of each chunk plus the
+// schedule that runs them per micro-batch:
 //
-// - Every op of a micro-batch's forward or backward goes to the virtual
-//   stage of its model part (graph.part: embedding on the first stage,
-//   the layers as the split says, the head and loss on the last); ops
-//   without a part (constants, resharding collectives) go with their users.
-// - Ops of the whole step (loss average, gradient reductions, optimizer)
-//   run on every rank that needs their results: a parameter's update where
-//   the parameter is used, so that a parameter two stages share (a tied
-//   embedding) is updated alike on both, from the same summed gradient.
-// - A value made on one rank and read on another becomes a transfer: a
-//   send after the action that made it, a receive at the schedule's receive
-//   slot for the action that reads it (else just before it). Values keep
-//   their layout: each rank sends its own piece. A value every rank of the
-//   `pieceAxis` group holds whole is cut into pieces along that axis
-//   (trellis.slice_shard) before it is sent, and gathered back
-//   (trellis.all_gather) by the receivers.
-// - Each rank runs its actions in the schedule's order, then the step's
-//   ops in program order. The result is checked by simulation (sends never
-//   block; an op waits for the transfers it reads) before it is returned:
-//   every send is received and no rank waits forever.
+// - Every op of the micro-batch goes to the virtual stage of its model part
+//   (graph.part: embedding on the first stage, the layers as the split
+//   says, the head and loss on the last); ops without a part (constants,
+//   resharding collectives) go with their users. Its phase names the
+//   action: forward, backward, or weight (the weight-gradient half of a
+//   split backward; inside the backward unless the schedule splits it).
+//   graph.microbatch_sum runs in the action that makes its operand: it
+//   adds each micro-batch's value to a total of the step.
+// - Ops of the whole step run on every rank that needs their results, in
+//   the rank's step program (after every micro-batch): a parameter's update
+//   where the parameter is used, so that a parameter two stages share (a
+//   tied embedding) is updated alike on both, from the same summed
+//   gradient.
+// - A value made on one rank and read on another becomes a transfer. One of
+//   a micro-batch is sent at the end of the action that made it and
+//   received by a receive program that the schedule posts at its receive
+//   slot (else just before the action that reads it); each micro-batch's
+//   copy travels on its own channel. One of the step is sent and received
+//   inside the step programs. Values keep their layout: each rank sends its
+//   own piece; a value every rank of the `pieceAxis` group holds whole is
+//   cut into pieces along that axis (trellis.slice_shard) before it is
+//   sent, and gathered back (trellis.all_gather) by the receivers.
+// - Programs are written once over micro-batch-relative values; neither
+//   their size nor the time to build them grows with the micro-batches.
+//   The schedule (the ordered actions of each rank) does.
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,7 +50,8 @@ struct PipelineConfig {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   /// Ranks (pipeline stages), micro-batches, chunks per rank.
   PipelineShape shape;
-  /// Layers per virtual stage (shape.virtualStages() entries).
+  /// Layers per virtual stage (shape.virtualStages() entries). With one
+  /// virtual stage every op goes to it, with or without a part.
   StageLayers layers;
   /// A mesh axis (tensor parallelism) whose ranks hold the same copy of a
   /// value that crosses stages: each then sends only its piece of it and
@@ -53,20 +61,23 @@ struct PipelineConfig {
 };
 
 /// A value sent from one rank of the pipeline to another. `channel` is
-/// unique within the step.
+/// unique within the step; a transfer of a micro-batch's value happens once
+/// per micro-batch (the runtime gives each its own channel).
 struct StageTransfer {
   mlir::Value value;
   int64_t from = 0, to = 0;
   int64_t channel = 0;
-  /// A later transfer back to `from` that `to` sends after it stopped to
-  /// read this one: once `from` has received it, this send has completed
-  /// and its buffer can go (1F1B: a forward's activation is done with when
-  /// its gradient comes back). -1: none; the send completes by the end of
-  /// the step.
+  /// Made by an action of a micro-batch (else by the step).
+  bool perMicroBatch = false;
+  /// A later transfer back to `from`, of the same micro-batch, that `to`
+  /// sends after it stopped to read this one: once `from` has received it,
+  /// this send has completed and its buffer can go (1F1B: a forward's
+  /// activation is done with when its gradient comes back). -1: none; the
+  /// send completes by the end of the step.
   int64_t completedBy = -1;
 };
 
-/// One entry of a rank's stream: an op, or one end of a transfer.
+/// One entry of a program: an op, or one end of a transfer.
 struct StageItem {
   enum class Kind { Op, Send, Recv };
   Kind kind = Kind::Op;
@@ -75,36 +86,62 @@ struct StageItem {
   int64_t transfer = -1;
 };
 
-/// The items of a stream that one schedule action (`F3`, `B3.c1`) or the
-/// step's closing ops (`step`) expanded into: [first, first + count).
-struct ActionSpan {
-  std::string name;
-  size_t first = 0, count = 0;
+/// What an action program runs.
+enum class ActionKind { Forward, Backward, Weight, Step };
+
+/// The program of one action kind of one chunk of a rank, written once and
+/// run per micro-batch (the step's: once, after them); or, with `receives`,
+/// the receives posted for that action of a micro-batch before it runs.
+struct ActionProgram {
+  ActionKind kind = ActionKind::Forward;
+  int64_t chunk = 0;
+  bool receives = false;
+  std::vector<StageItem> items;
+
+  /// `forward.c0`, `backward_receive.c1`, `step`.
+  std::string name() const;
+  /// The schedule's name of this program run for `microBatch`: `F3`,
+  /// `B3.c1`, `W3`, `RF3` (receives for F3), `step`.
+  std::string actionName(int64_t microBatch, int64_t chunks) const;
+};
+
+/// One entry of a rank's schedule: a program, run for a micro-batch (-1
+/// for the step program).
+struct ScheduledAction {
+  int64_t program = 0;
+  int64_t microBatch = -1;
 };
 
 struct PipelineProgram {
-  /// One stream per pipeline rank.
-  std::vector<std::vector<StageItem>> streams;
-  /// Per rank, its actions' spans in stream order.
-  std::vector<std::vector<ActionSpan>> actions;
+  int64_t microBatches = 1;
+  int64_t chunks = 1;
+  /// Per rank: its programs, and the order it runs them in.
+  std::vector<std::vector<ActionProgram>> programs;
+  std::vector<std::vector<ScheduledAction>> schedule;
   std::vector<StageTransfer> transfers;
   /// Per argument and per result of the step: the ranks that hold it.
   std::vector<std::vector<int64_t>> argumentRanks;
   std::vector<std::vector<int64_t>> resultRanks;
+
+  int64_t ranks() const { return static_cast<int64_t>(programs.size()); }
 };
 
-/// Proves `program` (a split of `step`) runnable: all streams together,
-/// each rank in order, sends never blocking, an op waiting for the
-/// transfers it reads, reach their ends; every transfer is sent and
-/// received once; every value is made or received on a rank before it is
-/// read there; every result ends on the ranks that hold it. Fails with a
-/// diagnostic naming the op and the ranks.
+/// Proves `program` (a split of `step`) runnable: every transfer is sent
+/// and received once, in programs of its kind (a micro-batch's or the
+/// step's); every program reads only values made before it on its rank in
+/// the same micro-batch (by itself or an earlier action), received there,
+/// or held there (arguments, totals of the step); all schedules together,
+/// each rank in order, sends never blocking, an action waiting for the
+/// transfers it reads, reach their ends; every result ends on the ranks
+/// that hold it. The work is linear in the programs plus the schedules.
+/// Fails with a diagnostic naming the op and the ranks.
 mlir::LogicalResult verifyPipelineProgram(mlir::func::FuncOp step,
                                           const PipelineProgram &program);
 
 /// Splits `step` for `config`. Fails with a diagnostic when an op has no
-/// action tags or no stage, when the schedule cannot be built, or when the
-/// streams would deadlock.
+/// stage, when a value of a micro-batch reaches the step other than
+/// through graph.microbatch_sum, when the schedule cannot be built, or
+/// when the result would not run (verifyPipelineProgram).
 mlir::FailureOr<PipelineProgram> splitPipeline(mlir::func::FuncOp step,
                                                const PipelineConfig &config);
 

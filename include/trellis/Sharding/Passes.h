@@ -20,11 +20,28 @@ namespace trellis {
 constexpr llvm::StringLiteral kResultShardingsAttrName =
     TrellisDialect::kResultShardingsAttrName;
 
+/// What the sharding phase does to a training step.
+struct ShardingOptions {
+  /// The function to shard.
+  std::string function = "train_step";
+  int64_t dataParallel = 1;
+  int64_t tensorParallel = 1;
+  /// Bytes per fused gradient reduction.
+  int64_t bucketBytes = 25 << 20;
+  /// Keep gradient buckets within one model part (the step is pipelined).
+  bool bucketsPerPart = false;
+  /// Report, op by op, where shardings came from (remarks).
+  bool explain = false;
+};
+
 /// Adds preset, propagation, partitioning and gradient bucketing for a
-/// `dataParallel` x `tensorParallel` mesh on `function`.
-void buildShardingPipeline(mlir::OpPassManager &pm, llvm::StringRef function,
-                           int64_t dataParallel, int64_t tensorParallel,
-                           int64_t bucketBytes, bool explain = false);
+/// `dataParallel` x `tensorParallel` mesh on `options.function`.
+void buildShardingPipeline(mlir::OpPassManager &pm,
+                           const ShardingOptions &options);
+
+/// Registers `trellis-sharding-pipeline` (the phase with its options) with
+/// trellis-opt.
+void registerShardingPipeline();
 
 } // namespace trellis
 

@@ -92,11 +92,12 @@ def BucketAllReducesPass
     (so it can overlap the rest of the backward pass), and slices the
     results back out.
 
-    In a pipelined step (ops marked with `graph.micro_batch`), reductions
-    inside a micro-batch and of values no model part made stay alone, and
-    a bucket holds the gradients of one model part only (the location of
-    the op that made them), so that every bucket belongs to one pipeline
-    stage.
+    Reductions inside a micro-batch (ops marked with `graph.phase`) stay
+    alone: only the step's are bucketed. With `per-part` (steps that a
+    pipeline cuts later), reductions of values no model part made stay
+    alone too, and a bucket holds the gradients of one model part only
+    (graph.part of the op that made them), so that every bucket belongs to
+    one pipeline stage.
 
     ```mlir
     // Before: two reductions at the end of the step
@@ -109,7 +110,9 @@ def BucketAllReducesPass
   }];
   let options = [
     Option<"bucketBytes", "bucket-bytes", "int64_t", "25 << 20",
-           "Bytes per bucket (a reduction larger than this is alone)">
+           "Bytes per bucket (a reduction larger than this is alone)">,
+    Option<"perPart", "per-part", "bool", "false",
+           "Keep each bucket within one model part (for a pipeline split)">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect"];
 }

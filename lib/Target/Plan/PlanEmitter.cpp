@@ -81,12 +81,23 @@ private:
   /// Uses of a mesh must name the plan's mesh.
   LogicalResult checkMesh(Operation *where, FlatSymbolRefAttr name);
 
-  /// Assigns a buffer to `value` (once).
-  FailureOr<int64_t> defineBuffer(Value value, Operation *where);
+  /// Assigns a buffer to `value` (once); `perMicroBatch` marks it as one
+  /// micro-batch's (each micro-batch the schedule runs has its own copy).
+  FailureOr<int64_t> defineBuffer(Value value, Operation *where,
+                                  bool perMicroBatch = false);
+  /// Whether `op`'s results are values of one micro-batch in a plan of
+  /// action programs.
+  bool makesMicroBatchValues(Operation &op) const {
+    return pipeline_ && !llvm::isa<MicrobatchSumOp>(op) &&
+           op.hasAttr(GraphDialect::kPhaseAttrName);
+  }
+  /// The stages' programs and schedules of a plan of action programs.
+  FailureOr<llvm::json::Array> emitActionStages(func::FuncOp step);
 
   DenseMap<Value, int64_t> bufferIds_;
   llvm::json::Array buffers_;
   MeshOp mesh_;
+  const PipelinePlan *pipeline_ = nullptr;
 };
 
 LogicalResult Emitter::checkMesh(Operation *where, FlatSymbolRefAttr name) {
@@ -117,7 +128,8 @@ FailureOr<MeshOp> Emitter::findMesh(func::FuncOp step) {
   return mesh_;
 }
 
-FailureOr<int64_t> Emitter::defineBuffer(Value value, Operation *where) {
+FailureOr<int64_t> Emitter::defineBuffer(Value value, Operation *where,
+                                         bool perMicroBatch) {
   if (auto known = bufferIds_.find(value); known != bufferIds_.end())
     return known->second;
   auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
@@ -126,8 +138,11 @@ FailureOr<int64_t> Emitter::defineBuffer(Value value, Operation *where) {
     return where->emitError() << "the plan holds static tensors of f32 or i32,"
                               << " found " << value.getType();
   int64_t id = buffers_.size();
-  buffers_.push_back(llvm::json::Object{{"shape", shapeArray(type.getShape())},
-                                        {"dtype", dtype}});
+  llvm::json::Object desc{{"shape", shapeArray(type.getShape())},
+                          {"dtype", dtype}};
+  if (perMicroBatch)
+    desc["micro_batch"] = true;
+  buffers_.push_back(std::move(desc));
   bufferIds_[value] = id;
   return id;
 }
@@ -144,11 +159,16 @@ FailureOr<llvm::json::Object> Emitter::emitInstruction(Operation &op) {
   for (Value operand : op.getOperands())
     inputs.push_back(bufferIds_.lookup(operand));
   for (Value result : op.getResults()) {
-    FailureOr<int64_t> id = defineBuffer(result, &op);
+    FailureOr<int64_t> id = defineBuffer(result, &op, makesMicroBatchValues(op));
     if (failed(id))
       return failure();
     outputs.push_back(*id);
   }
+  // A micro-batch's value added to its step total.
+  if (llvm::isa<MicrobatchSumOp>(op))
+    return llvm::json::Object{{"op", "accumulate"},
+                              {"inputs", std::move(inputs)},
+                              {"outputs", std::move(outputs)}};
   llvm::json::Object attrs;
   auto inherent =
       llvm::dyn_cast_if_present<DictionaryAttr>(op.getPropertiesAsAttribute());
@@ -175,7 +195,8 @@ FailureOr<llvm::json::Object>
 Emitter::emitTransfer(const PipelinePlan &pipeline, const StageItem &item,
                       Operation *where) {
   const StageTransfer &transfer = pipeline.program.transfers[item.transfer];
-  FailureOr<int64_t> id = defineBuffer(transfer.value, where);
+  FailureOr<int64_t> id =
+      defineBuffer(transfer.value, where, transfer.perMicroBatch);
   if (failed(id))
     return failure();
   bool sending = item.kind == StageItem::Kind::Send;
@@ -196,16 +217,49 @@ Emitter::emitTransfer(const PipelinePlan &pipeline, const StageItem &item,
   };
 }
 
+FailureOr<llvm::json::Array> Emitter::emitActionStages(func::FuncOp step) {
+  const PipelineProgram &split = pipeline_->program;
+  llvm::json::Array stages;
+  for (int64_t rank = 0; rank < split.ranks(); ++rank) {
+    llvm::json::Array programs;
+    for (const ActionProgram &action : split.programs[rank]) {
+      llvm::json::Array instructions;
+      for (const StageItem &item : action.items) {
+        FailureOr<llvm::json::Object> instruction =
+            item.kind == StageItem::Kind::Op
+                ? emitInstruction(*item.op)
+                : emitTransfer(*pipeline_, item, step);
+        if (failed(instruction))
+          return failure();
+        instructions.push_back(std::move(*instruction));
+      }
+      llvm::json::Object entry{{"name", action.name()},
+                               {"program", std::move(instructions)}};
+      programs.push_back(std::move(entry));
+    }
+    llvm::json::Array schedule;
+    for (const ScheduledAction &entry : split.schedule[rank])
+      schedule.push_back(split.programs[rank][entry.program].actionName(
+          entry.microBatch, split.chunks));
+    stages.push_back(llvm::json::Object{{"stage", rank},
+                                        {"programs", std::move(programs)},
+                                        {"schedule", std::move(schedule)}});
+  }
+  return stages;
+}
+
 FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
                                            PlanMetadata metadata,
                                            const PipelinePlan *pipeline) {
   if (!llvm::hasSingleElement(step.getBody()))
     return step.emitError("expected a function with a single block");
+  pipeline_ = pipeline;
   Block &body = step.getBody().front();
   if (failed(findMesh(step)))
     return failure();
+  bool pipelined = pipeline && !pipeline->axis.empty();
   llvm::json::Array mesh;
-  if (pipeline) {
+  if (pipelined) {
     // The pipeline's mesh adds its axis to the step's (same sizes).
     for (const auto &[name, size] : pipeline->mesh) {
       std::optional<MeshAxisAttr> stepAxis;
@@ -214,9 +268,7 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
           if (axis.getName() == name)
             stepAxis = axis;
       if (name == pipeline->axis
-              ? stepAxis.has_value() ||
-                    size !=
-                        static_cast<int64_t>(pipeline->program.streams.size())
+              ? stepAxis.has_value() || size != pipeline->program.ranks()
               : stepAxis && stepAxis->getSize() != size)
         return step.emitError()
                << "the pipeline mesh's axis '" << name << "' of size " << size
@@ -240,7 +292,11 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
 
   llvm::json::Array arguments;
   for (BlockArgument arg : body.getArguments()) {
-    FailureOr<int64_t> id = defineBuffer(arg, step);
+    auto role = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  GraphDialect::kRoleAttrName);
+    // Inputs hold one micro-batch.
+    FailureOr<int64_t> id = defineBuffer(
+        arg, step, pipeline && role && role.getValue() == "input");
     if (failed(id))
       return failure();
     llvm::json::Object entry{{"buffer", *id}};
@@ -272,46 +328,43 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       }
       entry["sharding"] = std::move(dims);
     }
-    if (pipeline)
+    if (pipelined)
       entry["stages"] =
           shapeArray(pipeline->program.argumentRanks[arg.getArgNumber()]);
     arguments.push_back(std::move(entry));
   }
 
   llvm::json::Array stages;
-  if (!pipeline) {
+  if (pipeline) {
+    // Buffers in the step's order: programs read values that other
+    // programs of their stage (or other stages) make.
+    for (Operation &op : body.without_terminator())
+      for (Value result : op.getResults())
+        if (failed(defineBuffer(result, &op, makesMicroBatchValues(op))))
+          return failure();
+    FailureOr<llvm::json::Array> actionStages = emitActionStages(step);
+    if (failed(actionStages))
+      return failure();
+    stages = std::move(*actionStages);
+  } else {
+    // One program: the step of one micro-batch, whose totals are the
+    // micro-batch's values themselves.
     llvm::json::Array program;
     for (Operation &op : body.without_terminator()) {
+      if (llvm::isa<MicrobatchSumOp>(op)) {
+        bufferIds_[op.getResult(0)] = bufferIds_.lookup(op.getOperand(0));
+        continue;
+      }
       FailureOr<llvm::json::Object> instruction = emitInstruction(op);
       if (failed(instruction))
         return failure();
       program.push_back(std::move(*instruction));
     }
-    stages.push_back(
-        llvm::json::Object{{"stage", 0}, {"program", std::move(program)}});
-  }
-  for (auto [rank, stream] :
-       llvm::enumerate(pipeline ? pipeline->program.streams
-                                : std::vector<std::vector<StageItem>>())) {
-    llvm::json::Array program;
-    for (const StageItem &item : stream) {
-      FailureOr<llvm::json::Object> instruction =
-          item.kind == StageItem::Kind::Op
-              ? emitInstruction(*item.op)
-              : emitTransfer(*pipeline, item, step);
-      if (failed(instruction))
-        return failure();
-      program.push_back(std::move(*instruction));
-    }
-    llvm::json::Array actions;
-    for (const ActionSpan &action : pipeline->program.actions[rank])
-      actions.push_back(
-          llvm::json::Object{{"name", action.name},
-                             {"first", static_cast<int64_t>(action.first)},
-                             {"count", static_cast<int64_t>(action.count)}});
-    stages.push_back(llvm::json::Object{{"stage", static_cast<int64_t>(rank)},
-                                        {"program", std::move(program)},
-                                        {"actions", std::move(actions)}});
+    llvm::json::Array programs{llvm::json::Object{
+        {"name", "step"}, {"program", std::move(program)}}};
+    stages.push_back(llvm::json::Object{{"stage", 0},
+                                        {"programs", std::move(programs)},
+                                        {"schedule", llvm::json::Array{"step"}}});
   }
 
   llvm::json::Array results;
@@ -329,7 +382,7 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       entry["gradient_of"] = gradientOf.getInt();
     else if (index == 0)
       entry["role"] = "loss";
-    if (pipeline)
+    if (pipelined)
       entry["stages"] = shapeArray(pipeline->program.resultRanks[index]);
     results.push_back(std::move(entry));
   }
@@ -339,12 +392,13 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       {"version", kPlanFormatVersion},
       {"metadata", std::move(metadata.fields)},
       {"mesh", std::move(mesh)},
+      {"micro_batches", pipeline ? pipeline->program.microBatches : 1},
       {"buffers", std::move(buffers_)},
       {"arguments", std::move(arguments)},
       {"results", std::move(results)},
       {"stages", std::move(stages)},
   };
-  if (pipeline)
+  if (pipelined)
     plan["pipeline_axis"] = pipeline->axis;
   return llvm::json::Value(std::move(plan));
 }

@@ -162,10 +162,9 @@ func.func @part_as_name(%x: tensor<4xf32>) {
 
 // -----
 
-// Tests that a micro-batch mark is an integer >= 0.
-func.func @negative_micro_batch(%x: tensor<4xf32>) {
-  // expected-error @+1 {{'graph.neg' op expected 'graph.micro_batch' to be an integer >= 0, found -2 : i64}}
-  %0 = graph.neg %x {graph.micro_batch = -2 : i64} : tensor<4xf32>
+// Tests that a step runs at least one micro-batch.
+// expected-error @+1 {{'func.func' op expected 'graph.micro_batches' to be an integer >= 1, found 0 : i64}}
+func.func @no_micro_batches(%x: tensor<4xf32>) attributes {graph.micro_batches = 0 : i64} {
   return
 }
 

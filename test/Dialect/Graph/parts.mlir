@@ -18,12 +18,15 @@ func.func @parts(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// Tests that the micro-batch and phase marks of pipelined steps print and
-// parse back next to a part.
+// Tests that the micro-batch count of a step and the phase marks of its
+// ops print and parse back next to a part.
 
 // CHECK-LABEL: func.func @action_marks
-func.func @action_marks(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // CHECK: graph.neg %{{.*}} {graph.micro_batch = 3 : i64, graph.part = #graph.part<layer 1>, graph.phase = "weight"}
-  %a = graph.neg %x {graph.micro_batch = 3 : i64, graph.part = #graph.part<layer 1>, graph.phase = "weight"} : tensor<4xf32>
-  return %a : tensor<4xf32>
+// CHECK-SAME: attributes {graph.micro_batches = 4 : i64}
+func.func @action_marks(%x: tensor<4xf32>) -> tensor<4xf32> attributes {graph.micro_batches = 4 : i64} {
+  // CHECK: graph.neg %{{.*}} {graph.part = #graph.part<layer 1>, graph.phase = "weight"}
+  %a = graph.neg %x {graph.part = #graph.part<layer 1>, graph.phase = "weight"} : tensor<4xf32>
+  // CHECK: graph.microbatch_sum %{{.*}} {graph.part = #graph.part<layer 1>} : tensor<4xf32>
+  %b = graph.microbatch_sum %a {graph.part = #graph.part<layer 1>} : tensor<4xf32>
+  return %b : tensor<4xf32>
 }

@@ -96,7 +96,7 @@ void trellis::graph::setModelPart(Operation *op, PartAttr part) {
 // Op attributes of the dialect
 //===----------------------------------------------------------------------===//
 
-// Verifies graph.part (a #graph.part), graph.micro_batch (an integer >= 0)
+// Verifies graph.part (a #graph.part), graph.micro_batches (an integer >= 1)
 // and graph.phase ("forward", "backward" or "weight") on any op.
 LogicalResult GraphDialect::verifyOperationAttribute(Operation *op,
                                                      NamedAttribute attr) {
@@ -108,12 +108,12 @@ LogicalResult GraphDialect::verifyOperationAttribute(Operation *op,
              << "' to be a #graph.part, found " << attr.getValue();
     return success();
   }
-  if (name == kMicroBatchAttrName) {
-    auto index = llvm::dyn_cast<IntegerAttr>(attr.getValue());
-    if (!index || index.getValue().isNegative())
+  if (name == kMicroBatchesAttrName) {
+    auto count = llvm::dyn_cast<IntegerAttr>(attr.getValue());
+    if (!count || count.getValue().slt(1))
       return op->emitOpError()
-             << "expected '" << kMicroBatchAttrName
-             << "' to be an integer >= 0, found " << attr.getValue();
+             << "expected '" << kMicroBatchesAttrName
+             << "' to be an integer >= 1, found " << attr.getValue();
     return success();
   }
   if (name == kPhaseAttrName) {

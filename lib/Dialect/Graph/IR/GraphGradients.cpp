@@ -141,6 +141,13 @@ LogicalResult EqualMaskOp::buildGradients(OpBuilder &, ArrayRef<Value>,
   return success();
 }
 
+// Each micro-batch's share of a sum has the sum's gradient.
+LogicalResult MicrobatchSumOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
+                                              SmallVectorImpl<Value> &grads) {
+  grads.push_back(dy[0]);
+  return success();
+}
+
 LogicalResult ScaleOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                       SmallVectorImpl<Value> &grads) {
   grads.push_back(ScaleOp::create(b, getLoc(), dy[0], getFactorAttr()));

@@ -164,6 +164,7 @@ GRAPH_INFER_BINARY(EqualMaskOp)
     return success();                                                          \
   }
 GRAPH_INFER_SAME_AS_INPUT(ScaleOp)
+GRAPH_INFER_SAME_AS_INPUT(MicrobatchSumOp)
 GRAPH_INFER_SAME_AS_INPUT(NegOp)
 GRAPH_INFER_SAME_AS_INPUT(ExpOp)
 GRAPH_INFER_SAME_AS_INPUT(LogOp)

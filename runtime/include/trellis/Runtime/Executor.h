@@ -17,8 +17,8 @@ namespace trellis::runtime {
 
 /// Owns the memory of a plan's buffers and executes the program over them.
 ///
-/// Memory plan: arguments and results live in their own allocations for the
-/// executor's lifetime. Every other buffer lives in one arena, at an offset
+/// Memory plan: arguments, results and accumulators live in their own
+/// allocations for the executor's lifetime. Every other buffer lives in one arena, at an offset
 /// chosen when the executor is built so that buffers whose lifetimes
 /// (first write to last read, both inclusive) overlap never share bytes;
 /// the arena is allocated once, and its size is the step's peak of

@@ -23,7 +23,7 @@
 namespace trellis::runtime {
 
 /// The plan format version this runtime reads.
-constexpr int64_t kPlanVersion = 3;
+constexpr int64_t kPlanVersion = 4;
 
 enum class DType { F32, I32 };
 
@@ -113,15 +113,28 @@ struct ActionSpan {
   int64_t first = 0, count = 0;
 };
 
+/// What a stage runs in one step: its schedule's actions one after the
+/// other, each action program's instructions over the buffers of the
+/// action's micro-batch (the plan's programs, expanded when it loaded).
 struct StageProgram {
   std::vector<Instruction> program;
   std::vector<std::vector<size_t>> instructionAxes;
   /// In program order, disjoint; may be empty.
   std::vector<ActionSpan> actions;
+  /// The most micro-batches whose values are alive at once (from the first
+  /// to the last action of each in the schedule): 1F1B keeps at most the
+  /// pipeline depth on the first stage, GPipe every micro-batch.
+  int64_t liveMicroBatches = 1;
 };
 
 struct Plan {
   std::string metadataJson;
+  /// Micro-batches per step: each input argument is one micro-batch's
+  /// (`tokens.<i>`, `targets.<i>` when several).
+  int64_t microBatches = 1;
+  /// Buffers that `accumulate` instructions add each micro-batch's value
+  /// into (written once per micro-batch, held for the step).
+  std::vector<bool> accumulators;
   std::vector<MeshAxis> mesh;
   /// The program of the selected stage (`stage`), and the resolved axes of
   /// its instructions (see StageProgram).

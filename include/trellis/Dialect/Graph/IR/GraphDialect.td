@@ -43,13 +43,16 @@ def Graph_Dialect : Dialect {
     /// Op attribute: the model part (#graph.part) the op belongs to. Read
     /// it through getModelPart (GraphAttrs.h).
     static constexpr ::llvm::StringLiteral kPartAttrName = "graph.part";
-    /// Op attribute (pipelined steps): the micro-batch whose forward or
-    /// backward the op belongs to; absent on ops of the whole step (loss
-    /// average, gradient reductions, optimizer).
-    static constexpr ::llvm::StringLiteral kMicroBatchAttrName =
-        "graph.micro_batch";
-    /// Op attribute (pipelined steps): "forward", "backward", or "weight"
-    /// (backward ops that only make parameter gradients).
+    /// Function attribute of a training step: the micro-batches each step
+    /// runs (an integer >= 1). The ops marked with graph.phase run once per
+    /// micro-batch, over inputs that hold one micro-batch.
+    static constexpr ::llvm::StringLiteral kMicroBatchesAttrName =
+        "graph.micro_batches";
+    /// Op attribute (steps of several micro-batches, or pipelined): the op
+    /// runs once per micro-batch, in its "forward", "backward", or "weight"
+    /// (backward ops that only make parameter gradients) phase; absent on
+    /// ops of the whole step (loss average, gradient reductions,
+    /// optimizer), which run once after every micro-batch.
     static constexpr ::llvm::StringLiteral kPhaseAttrName = "graph.phase";
   }];
 }

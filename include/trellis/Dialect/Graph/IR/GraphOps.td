@@ -86,6 +86,27 @@ def Graph_ScaleOp : Graph_DefaultCostOp<"scale"> {
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
 }
 
+def Graph_MicrobatchSumOp : Graph_DefaultCostOp<"microbatch_sum"> {
+  let summary = "The sum of a micro-batch's value over the step's micro-batches";
+  let description = [{
+    ```mlir
+    %total = graph.microbatch_sum %gradient : tensor<64x64xf32>
+    ```
+    The boundary between the ops of a micro-batch (those marked with
+    `graph.phase`), which run once per micro-batch, and the ops of the whole
+    step, which run once after them: `%gradient` is made by every
+    micro-batch, `%total` is their sum, in micro-batch order (each
+    micro-batch's value is added to the running total when it is made). The
+    only way a value of a micro-batch reaches the step (gradients and the
+    loss). With one micro-batch it is the identity. Linear: partial values
+    pass through (a data-parallel gradient is reduced once per step, after
+    the sum).
+  }];
+  let arguments = (ins Graph_FloatTensor:$input);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
 class Graph_UnaryOp<string mnemonic, string function>
     : Graph_DefaultCostOp<mnemonic> {
   let summary = "Elementwise `" # mnemonic # "`";
