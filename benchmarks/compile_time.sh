@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Compile time (import + autodiff + plan emission) of the real-size configs'
-# training steps (the longest sequence up to 4096; batch = dp) on 1 rank,
-# dp=2, dp=32 and dp=32 x tp=8, and the plan sizes: neither may grow with
-# the mesh. Pipelines: the plan holds every micro-batch's forward and
-# backward, so it grows with m (and not with the ranks of a stage).
+# Compile time (import + autodiff + sharding + pipeline split + plan
+# emission) of the real-size configs' training steps (the longest sequence
+# up to 4096; batch = dp x micro-batches) and the plan sizes: neither may
+# grow with the mesh (dp = 2 vs 1024) or with the micro-batches (m = 8 vs
+# 128, pipelined or not): programs are written once per action, only the
+# schedule follows m.
 # Usage: benchmarks/compile_time.sh
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,4 +40,15 @@ for pipeline in "llama-3-8b 4096 8 8" "llama-3-8b 4096 8 32" "llama-3-70b 4096 1
   read -r config seq pp m <<< "$pipeline"
   time_compile "pp=$pp m=$m tp=8" "$config" --batch "$m" --seq "$seq" \
     --microbatches "$m" --mesh "pp=$pp,dp=1,tp=8"
+done
+# Llama-3-70B: the issue's rows (mesh size, micro-batches, pipelines).
+for dp in 2 1024; do
+  time_compile "dp=$dp" llama-3-70b --batch "$dp" --seq 4096 --dp "$dp"
+done
+for m in 8 128; do
+  time_compile "m=$m" llama-3-70b --batch "$m" --seq 4096 --microbatches "$m"
+done
+for m in 8 32 128; do
+  time_compile "pp=8 dp=32 tp=8 m=$m" llama-3-70b --batch $((32 * m)) \
+    --seq 4096 --microbatches "$m" --mesh pp=8,dp=32,tp=8
 done

@@ -86,12 +86,17 @@ struct ApplyPresetPass
     MeshOp::create(builder, module.getLoc(), "mesh", mesh);
     FlatSymbolRefAttr meshName = FlatSymbolRefAttr::get(context, "mesh");
 
+    // The arguments' attributes, rewritten together at the end (setting
+    // them one by one copies every argument's each time).
+    SmallVector<NamedAttrList> argAttrs;
+    for (unsigned i = 0; i < function.getNumArguments(); ++i)
+      argAttrs.emplace_back(function.getArgAttrDict(i));
     // Splits dimension `dim` of argument `i` over `axis`, or fails with the
     // sizes.
     auto split = [&](unsigned i, int64_t dim, StringRef axis,
                      int64_t pieces) -> LogicalResult {
       // The user's own annotations win over the preset's.
-      if (function.getArgAttr(i, TrellisDialect::kShardingAttrName))
+      if (argAttrs[i].get(TrellisDialect::kShardingAttrName))
         return success();
       auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
       auto name = function.getArgAttrOfType<StringAttr>(
@@ -105,8 +110,8 @@ struct ApplyPresetPass
           type.getRank(), DimShardingAttr::get(context, {}, false));
       dims[dim] =
           DimShardingAttr::get(context, {builder.getStringAttr(axis)}, false);
-      function.setArgAttr(i, TrellisDialect::kShardingAttrName,
-                          ShardingAttr::get(context, meshName, dims));
+      argAttrs[i].set(TrellisDialect::kShardingAttrName,
+                      ShardingAttr::get(context, meshName, dims));
       return success();
     };
 
@@ -137,6 +142,10 @@ struct ApplyPresetPass
       function.emitError("found no input argument to split over dp");
       return signalPassFailure();
     }
+    SmallVector<DictionaryAttr> dictionaries;
+    for (NamedAttrList &attrs : argAttrs)
+      dictionaries.push_back(attrs.getDictionary(context));
+    function.setAllArgAttrs(dictionaries);
   }
 };
 

@@ -262,7 +262,8 @@ int runCompileCommand() {
         llvm::formatv("--microbatches: expected a positive divisor of the "
                       "batch ({0}), found {1}",
                       compileBatch.getValue(), compileMicroBatches.getValue()));
-  mlir::MLIRContext context;
+  // One step function: the passes have nothing to run in parallel.
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
   // The forward describes one micro-batch; the step takes them all.
   std::optional<LoadedModel> model =
       loadModel(context, compileInput,

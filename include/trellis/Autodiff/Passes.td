@@ -24,17 +24,20 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
     With `optimizer=none` it returns the loss and the gradient of every
     parameter (marked `graph.gradient_of = <argument>`), for gradient checks.
 
-    With `micro-batches=m` > 1, @forward describes one micro-batch: the step
-    takes every input m times (named `<name>.0` ... `<name>.<m-1>`), runs
-    the forward and then the backward of each micro-batch in turn (so only
-    one micro-batch's activations are alive at a time), seeds each
-    backward with 1/m, accumulates the parameter gradients, and updates
-    once; the loss is the mean of the micro-batch losses. This equals one
-    step over the concatenated batch when the loss is a mean over equally
-    sized micro-batches.
+    With `micro-batches=m` > 1 (or `tag-actions`), @forward describes one
+    micro-batch and the step is written once over it: its inputs hold one
+    micro-batch, the function carries `graph.micro_batches = m`, every op
+    of the micro-batch carries its `graph.phase` ("forward", "backward")
+    and runs once per micro-batch, the backward is seeded with 1/m, and
+    the loss and each model part's parameter gradients reach the ops of
+    the step (gradient sums, optimizer: no phase, run once after every
+    micro-batch) through `graph.microbatch_sum` (marked with the part). The
+    loss is the mean of the micro-batch losses. This equals one step over
+    the concatenated batch when the loss is a mean over equally sized
+    micro-batches; the program does not grow with m.
 
     With `recompute=full`, the backward of each model part (a maximal run
-    of ops sharing one named location, as the importer gives a layer)
+    of ops of one `graph.part`, as the importer marks a layer)
     first recomputes the part's forward from its inputs and takes the
     gradients through the recomputed ops, so the part's inner activations
     die with the forward: only part boundaries stay alive until the
@@ -71,10 +74,9 @@ def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
            "or full (each model part's forward, e.g. a layer, again before "
            "its backward)">,
     Option<"tagActions", "tag-actions", "bool", "false",
-           "Mark each op with the micro-batch (graph.micro_batch) and phase "
-           "(graph.phase: forward; backward; weight, the backward ops that "
-           "only make parameter gradients) it belongs to, for the pipeline "
-           "split">
+           "Write the step as micro-batches even for one (phases, "
+           "graph.microbatch_sum) and mark the backward ops that only make "
+           "parameter gradients with phase weight, for the pipeline split">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect",
                            "::mlir::func::FuncDialect"];

@@ -183,12 +183,11 @@ FailureOr<llvm::json::Object> Emitter::emitInstruction(Operation &op) {
                             << "' has no plan form";
     attrs[named.getName().getValue()] = std::move(*value);
   }
-  return llvm::json::Object{
-      {"op", op.getName().stripDialect().str()},
-      {"inputs", std::move(inputs)},
-      {"outputs", std::move(outputs)},
-      {"attrs", std::move(attrs)},
-  };
+  llvm::json::Object instruction{{"op", op.getName().stripDialect().str()}};
+  instruction["inputs"] = std::move(inputs);
+  instruction["outputs"] = std::move(outputs);
+  instruction["attrs"] = std::move(attrs);
+  return instruction;
 }
 
 FailureOr<llvm::json::Object>
@@ -233,17 +232,18 @@ FailureOr<llvm::json::Array> Emitter::emitActionStages(func::FuncOp step) {
           return failure();
         instructions.push_back(std::move(*instruction));
       }
-      llvm::json::Object entry{{"name", action.name()},
-                               {"program", std::move(instructions)}};
+      llvm::json::Object entry{{"name", action.name()}};
+      entry["program"] = std::move(instructions);
       programs.push_back(std::move(entry));
     }
     llvm::json::Array schedule;
     for (const ScheduledAction &entry : split.schedule[rank])
       schedule.push_back(split.programs[rank][entry.program].actionName(
           entry.microBatch, split.chunks));
-    stages.push_back(llvm::json::Object{{"stage", rank},
-                                        {"programs", std::move(programs)},
-                                        {"schedule", std::move(schedule)}});
+    llvm::json::Object stage{{"stage", rank}};
+    stage["programs"] = std::move(programs);
+    stage["schedule"] = std::move(schedule);
+    stages.push_back(std::move(stage));
   }
   return stages;
 }
@@ -360,11 +360,14 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
         return failure();
       program.push_back(std::move(*instruction));
     }
-    llvm::json::Array programs{llvm::json::Object{
-        {"name", "step"}, {"program", std::move(program)}}};
-    stages.push_back(llvm::json::Object{{"stage", 0},
-                                        {"programs", std::move(programs)},
-                                        {"schedule", llvm::json::Array{"step"}}});
+    llvm::json::Object stepProgram{{"name", "step"}};
+    stepProgram["program"] = std::move(program);
+    llvm::json::Array programs;
+    programs.push_back(std::move(stepProgram));
+    llvm::json::Object stage{{"stage", 0},
+                             {"schedule", llvm::json::Array{"step"}}};
+    stage["programs"] = std::move(programs);
+    stages.push_back(std::move(stage));
   }
 
   llvm::json::Array results;
@@ -387,17 +390,18 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
     results.push_back(std::move(entry));
   }
 
+  // Members are moved in one by one: an initializer list would copy them.
   llvm::json::Object plan{
       {"format", "trellis-plan"},
       {"version", kPlanFormatVersion},
-      {"metadata", std::move(metadata.fields)},
-      {"mesh", std::move(mesh)},
       {"micro_batches", pipeline ? pipeline->program.microBatches : 1},
-      {"buffers", std::move(buffers_)},
-      {"arguments", std::move(arguments)},
-      {"results", std::move(results)},
-      {"stages", std::move(stages)},
   };
+  plan["metadata"] = std::move(metadata.fields);
+  plan["mesh"] = std::move(mesh);
+  plan["buffers"] = std::move(buffers_);
+  plan["arguments"] = std::move(arguments);
+  plan["results"] = std::move(results);
+  plan["stages"] = std::move(stages);
   if (pipelined)
     plan["pipeline_axis"] = pipeline->axis;
   return llvm::json::Value(std::move(plan));
