@@ -64,11 +64,39 @@ struct Placement {
   RankSet ranks;
 };
 
+/// The shape and schedule a step was cut for (trellis-assign-stages), or
+/// one stage with 1F1B.
+struct CutOfStep {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  PipelineShape shape;
+};
+
+FailureOr<CutOfStep> readCut(func::FuncOp step) {
+  CutOfStep cut;
+  auto microBatches = step->getAttrOfType<IntegerAttr>(
+      graph::GraphDialect::kMicroBatchesAttrName);
+  if (!microBatches)
+    return step.emitError("expected a step of micro-batches "
+                          "(graph.micro_batches) to split into actions");
+  cut.shape.microBatches = microBatches.getInt();
+  if (auto stages = step->getAttrOfType<IntegerAttr>(
+          TrellisDialect::kPipelineStagesAttrName))
+    cut.shape.ranks = stages.getInt();
+  if (auto chunks = step->getAttrOfType<IntegerAttr>(
+          TrellisDialect::kPipelineChunksAttrName))
+    cut.shape.chunks = chunks.getInt();
+  if (auto schedule = step->getAttrOfType<StringAttr>(
+          TrellisDialect::kPipelineScheduleAttrName))
+    cut.kind = *parseScheduleKind(schedule.getValue().str());
+  return cut;
+}
+
 class Splitter {
 public:
-  Splitter(func::FuncOp step, const PipelineConfig &config)
-      : step_(step), config_(config), body_(step.getBody().front()),
-        ranks_(config.shape.ranks) {}
+  Splitter(func::FuncOp step, const PipelineConfig &config,
+           const CutOfStep &cut)
+      : step_(step), config_(config), cut_(cut), body_(step.getBody().front()),
+        ranks_(cut.shape.ranks) {}
 
   FailureOr<PipelineProgram> run();
 
@@ -97,7 +125,6 @@ private:
 
   int64_t rankOf(int64_t virtualStage) const { return virtualStage % ranks_; }
   int64_t chunkOf(int64_t virtualStage) const { return virtualStage / ranks_; }
-  int64_t virtualStageOf(graph::PartAttr part) const;
   /// The index of `rank`'s program (created on first use).
   int64_t programIndex(int64_t rank, ActionKind kind, int64_t chunk,
                        bool receives);
@@ -107,6 +134,7 @@ private:
 
   func::FuncOp step_;
   const PipelineConfig &config_;
+  CutOfStep cut_;
   Block &body_;
   int64_t ranks_;
   llvm::DenseMap<Operation *, Placement> placement_;
@@ -123,23 +151,8 @@ private:
   std::vector<int64_t> sendProgram_, recvProgram_, readProgram_;
 };
 
-int64_t Splitter::virtualStageOf(graph::PartAttr part) const {
-  int64_t stages = static_cast<int64_t>(config_.layers.size());
-  if (part.isEmbedding())
-    return 0;
-  if (part.isHead())
-    return stages - 1;
-  int64_t first = 0;
-  for (int64_t stage = 0; stage < stages; ++stage) {
-    first += config_.layers[stage];
-    if (part.getLayer() < first)
-      return stage;
-  }
-  return stages - 1;
-}
-
 int64_t Splitter::orderInMicroBatch(const ActionKey &key) const {
-  int64_t stages = config_.shape.virtualStages();
+  int64_t stages = cut_.shape.virtualStages();
   if (key.kind == ActionKind::Forward)
     return key.virtualStage;
   return stages + 2 * (stages - 1 - key.virtualStage) +
@@ -164,65 +177,51 @@ int64_t Splitter::findProgram(int64_t rank, ActionKind kind, int64_t chunk,
 }
 
 LogicalResult Splitter::placeActionOps() {
-  // Ops of the micro-batch: by part, else by their users, else by operands.
-  SmallVector<Operation *> unplaced, totals;
-  bool oneStage = config_.shape.virtualStages() == 1;
+  // Ops of the micro-batch, on the stage trellis-assign-stages gave them.
+  bool oneStage = cut_.shape.virtualStages() == 1;
   for (Operation &op : body_.without_terminator()) {
-    if (llvm::isa<graph::MicrobatchSumOp>(op)) {
-      totals.push_back(&op);
-      continue;
-    }
+    bool total = llvm::isa<graph::MicrobatchSumOp>(op);
     auto phase =
         op.getAttrOfType<StringAttr>(graph::GraphDialect::kPhaseAttrName);
-    if (!phase)
+    if (!phase && !total)
       continue;
-    ActionKey key{phase.getValue() == "forward" ? ActionKind::Forward
-                  : phase.getValue() == "weight" && splitsBackward_
-                      ? ActionKind::Weight
-                      : ActionKind::Backward,
-                  -1};
-    if (oneStage)
-      key.virtualStage = 0;
-    else if (graph::PartAttr part = graph::getModelPart(&op))
-      key.virtualStage = virtualStageOf(part);
-    else
-      unplaced.push_back(&op);
+    ActionKey key{ActionKind::Backward, 0};
+    if (phase)
+      key.kind = phase.getValue() == "forward" ? ActionKind::Forward
+                 : phase.getValue() == "weight" && splitsBackward_
+                     ? ActionKind::Weight
+                     : ActionKind::Backward;
+    if (!oneStage) {
+      auto stage = op.getAttrOfType<IntegerAttr>(TrellisDialect::kStageAttrName);
+      if (!stage || stage.getInt() >= cut_.shape.virtualStages())
+        return op.emitOpError()
+               << "expected a virtual stage (trellis.stage) in [0, "
+               << cut_.shape.virtualStages() << "), found "
+               << (stage ? std::to_string(stage.getInt()) : "none")
+               << ": cut the step with trellis-assign-stages first";
+      key.virtualStage = stage.getInt();
+    }
     placement_[&op].action = key;
   }
-  auto stageOf = [&](Operation *op) -> int64_t {
-    auto it = placement_.find(op);
-    return it != placement_.end() && it->second.action
-               ? it->second.action->virtualStage
-               : -1;
-  };
-  for (Operation *op : llvm::reverse(unplaced)) {
-    int64_t stage = -1;
-    for (Operation *user : op->getUsers())
-      if (int64_t candidate = stageOf(user); candidate >= 0)
-        stage = stage < 0 ? candidate : std::min(stage, candidate);
-    placement_[op].action->virtualStage = stage;
-  }
-  for (Operation *op : unplaced) {
-    ActionKey &key = *placement_[op].action;
-    for (Value operand : op->getOperands())
-      if (Operation *producer = operand.getDefiningOp();
-          key.virtualStage < 0 && producer)
-        key.virtualStage = stageOf(producer);
-    if (key.virtualStage < 0)
-      return op->emitOpError()
-             << "has no pipeline stage: it declares no model part "
-                "(graph.part) and no user or operand has one";
-  }
-  // A micro-batch's value joins its step total where it is made.
-  for (Operation *total : totals) {
-    Operation *producer = total->getOperand(0).getDefiningOp();
+  // A micro-batch's value joins its step total in the action that made it.
+  for (Operation &op : body_.without_terminator()) {
+    if (!llvm::isa<graph::MicrobatchSumOp>(op))
+      continue;
+    Operation *producer = op.getOperand(0).getDefiningOp();
     auto it = producer ? placement_.find(producer) : placement_.end();
-    if (it == placement_.end() || !it->second.action)
-      return total->emitOpError()
+    if (it == placement_.end() || !it->second.action ||
+        llvm::isa<graph::MicrobatchSumOp>(producer))
+      return op.emitOpError()
              << "sums a value over micro-batches that no op of the "
                 "micro-batch makes (expected an operand marked with "
                 "graph.phase)";
-    placement_[total].action = it->second.action;
+    if (it->second.action->virtualStage != placement_[&op].action->virtualStage)
+      return op.emitOpError()
+             << "sums a value of virtual stage "
+             << it->second.action->virtualStage << " on virtual stage "
+             << placement_[&op].action->virtualStage
+             << ": expected the stage that makes it";
+    placement_[&op].action = it->second.action;
   }
   for (auto &[op, where] : placement_)
     where.ranks = {rankOf(where.action->virtualStage)};
@@ -609,7 +608,7 @@ LogicalResult Splitter::buildSchedules(const PipelineStreams &schedule) {
       ++runs[entry.program];
     for (auto [index, program] : llvm::enumerate(program_.programs[rank])) {
       int64_t expected =
-          program.kind == ActionKind::Step ? 1 : config_.shape.microBatches;
+          program.kind == ActionKind::Step ? 1 : cut_.shape.microBatches;
       if (runs[index] == expected)
         continue;
       auto op = llvm::find_if(program.items, [](const StageItem &item) {
@@ -619,7 +618,7 @@ LogicalResult Splitter::buildSchedules(const PipelineStreams &schedule) {
           op != program.items.end() ? op->op->emitOpError() : step_.emitError();
       return diag << "belongs to the " << program.name()
                   << " program of pipeline rank " << rank << ", which the "
-                  << scheduleKindName(config_.kind) << " schedule runs "
+                  << scheduleKindName(cut_.kind) << " schedule runs "
                   << runs[index] << " times: expected " << expected;
     }
   }
@@ -670,26 +669,13 @@ void Splitter::findCompletions() {
 FailureOr<PipelineProgram> Splitter::run() {
   std::string error;
   std::optional<PipelineStreams> schedule =
-      buildSchedule(config_.kind, config_.shape, &error);
+      buildSchedule(cut_.kind, cut_.shape, &error);
   if (!schedule)
     return step_.emitError() << "pipeline schedule: " << error;
-  if (!simulateSchedule(*schedule, config_.shape, PipelineCosts(), &error))
+  if (!simulateSchedule(*schedule, cut_.shape, PipelineCosts(), &error))
     return step_.emitError() << "pipeline schedule: " << error;
-  if (static_cast<int64_t>(config_.layers.size()) !=
-      config_.shape.virtualStages())
-    return step_.emitError()
-           << "expected layers for " << config_.shape.virtualStages()
-           << " virtual stages, found " << config_.layers.size();
-  auto declared = step_->getAttrOfType<IntegerAttr>(
-      graph::GraphDialect::kMicroBatchesAttrName);
-  if (!declared || declared.getInt() != config_.shape.microBatches)
-    return step_.emitError()
-           << "expected a step of " << config_.shape.microBatches
-           << " micro-batches (graph.micro_batches), found "
-           << (declared ? std::to_string(declared.getInt())
-                        : std::string("none"));
-  program_.microBatches = config_.shape.microBatches;
-  program_.chunks = config_.shape.chunks;
+  program_.microBatches = cut_.shape.microBatches;
+  program_.chunks = cut_.shape.chunks;
   for (const std::vector<PipelineAction> &stream : *schedule)
     for (const PipelineAction &action : stream)
       splitsBackward_ |= action.kind == PipelineAction::Kind::WeightGradient;
@@ -711,7 +697,10 @@ FailureOr<PipelineProgram> splitPipeline(func::FuncOp step,
                                          const PipelineConfig &config) {
   if (!llvm::hasSingleElement(step.getBody()))
     return step.emitError("expected a function with a single block");
-  return Splitter(step, config).run();
+  FailureOr<CutOfStep> cut = readCut(step);
+  if (failed(cut))
+    return failure();
+  return Splitter(step, config, *cut).run();
 }
 
 } // namespace trellis

@@ -10,6 +10,7 @@
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Graph/Transforms/Passes.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
+#include "trellis/Pipeline/Passes.h"
 #include "trellis/Sharding/Passes.h"
 
 int main(int argc, char **argv) {
@@ -18,6 +19,7 @@ int main(int argc, char **argv) {
   trellis::graph::registerGraphPasses();
   trellis::registerShardingPasses();
   trellis::registerShardingPipeline();
+  trellis::registerPipelinePasses();
   mlir::DialectRegistry registry;
   registry.insert<trellis::TrellisDialect, trellis::graph::GraphDialect,
                   mlir::func::FuncDialect, mlir::arith::ArithDialect,

@@ -15,6 +15,7 @@
 #include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Analysis/StepReport.h"
 #include "trellis/Autodiff/Passes.h"
+#include "trellis/Pipeline/Passes.h"
 #include "trellis/Pipeline/PipelineSplit.h"
 #include "trellis/Sharding/Passes.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
@@ -206,17 +207,27 @@ void printStageReports(mlir::func::FuncOp step, const PipelinePlan &plan) {
   }
 }
 
+/// What `--pp` asks for: the schedule, the pipeline's shape, and the
+/// layers of each virtual stage.
+struct PipelineRequest {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  PipelineShape shape;
+  StageLayers layers;
+};
+
 /// The schedule and the layers of each virtual stage for a pipeline of
-/// `stages` ranks over `forward`, or nullopt after reporting an error.
-std::optional<PipelineConfig> planPipeline(mlir::func::FuncOp forward,
-                                           int64_t stages) {
+/// `stages` ranks over `forward`, or nullopt after reporting an error (the
+/// driver's own messages, naming its options; trellis-assign-stages checks
+/// the split again).
+std::optional<PipelineRequest> planPipeline(mlir::func::FuncOp forward,
+                                            int64_t stages) {
   std::optional<ScheduleKind> kind = parseScheduleKind(compileSchedule);
   if (!kind) {
     reportError("compile", "--schedule: unknown schedule '" + compileSchedule +
                                "': expected gpipe, 1f1b, interleaved or zb-h1");
     return std::nullopt;
   }
-  PipelineConfig config{
+  PipelineRequest config{
       *kind, {stages, compileMicroBatches, compileChunks}, {}};
   std::string error;
   std::optional<PipelineStreams> streams =
@@ -292,7 +303,7 @@ int runCompileCommand() {
         return reportError("compile", "--" + option->ArgStr +
                                           " orders or splits pipeline "
                                           "stages: expected --pp > 1");
-  std::optional<PipelineConfig> pipeline;
+  std::optional<PipelineRequest> pipeline;
   if (degrees->pipeline != 1) {
     if (degrees->pipeline < 1)
       return reportError("compile", "--pp: expected a positive number of "
@@ -343,24 +354,33 @@ int runCompileCommand() {
     if (mlir::failed(pm.run(module)))
       return 1;
   }
+  if (pipeline) {
+    mlir::PassManager pm(&context);
+    AssignStagesPassOptions stages;
+    stages.functionName = stepName.str();
+    stages.stages = pipeline->shape.ranks;
+    stages.chunks = pipeline->shape.chunks;
+    stages.schedule = pipeline->kind;
+    stages.layers.assign(pipeline->layers.begin(), pipeline->layers.end());
+    pm.addPass(createAssignStagesPass(stages));
+    if (mlir::failed(pm.run(module)))
+      return 1;
+  }
   auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
   // Steps of several micro-batches, pipelined or not, run as action
   // programs (each written once) and a schedule.
   std::optional<PipelinePlan> pipelinePlan;
-  if (pipeline) {
-    if (degrees->tensorParallel > 1)
-      pipeline->pieceAxis = "tp";
-    mlir::FailureOr<PipelineProgram> program = splitPipeline(step, *pipeline);
+  if (pipeline || compileMicroBatches > 1) {
+    PipelineConfig config;
+    if (pipeline && degrees->tensorParallel > 1)
+      config.pieceAxis = "tp";
+    mlir::FailureOr<PipelineProgram> program = splitPipeline(step, config);
     if (mlir::failed(program))
       return 1;
-    pipelinePlan = PipelinePlan{std::move(*program), degrees->axes, "pp"};
-  } else if (compileMicroBatches > 1) {
-    PipelineConfig oneStage{
-        ScheduleKind::OneFOneB, {1, compileMicroBatches, 1}, {0}, ""};
-    mlir::FailureOr<PipelineProgram> program = splitPipeline(step, oneStage);
-    if (mlir::failed(program))
-      return 1;
-    pipelinePlan = PipelinePlan{std::move(*program), {}, ""};
+    pipelinePlan = PipelinePlan{std::move(*program),
+                                pipeline ? degrees->axes
+                                         : decltype(degrees->axes)(),
+                                pipeline ? "pp" : ""};
   }
   if (compileReport && !pipelinePlan)
     computeStepReport(step).print(llvm::errs());

@@ -7,6 +7,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "trellis/Autodiff/Passes.h"
+#include "trellis/Pipeline/Passes.h"
 #include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 
@@ -41,7 +42,8 @@ class PipelineSplitTest : public ::testing::Test {
 protected:
   void SetUp() override { buildStep(2); }
 
-  /// Differentiates the forward into a step of `microBatches`.
+  /// Differentiates the forward into a step of `microBatches` and cuts it
+  /// over 2 ranks, one layer each, for 1F1B.
   void buildStep(int64_t microBatches) {
     context_.loadDialect<graph::GraphDialect, func::FuncDialect>();
     module_ = parseSourceString<ModuleOp>(kForward, &context_);
@@ -52,20 +54,22 @@ protected:
     options.microBatches = microBatches;
     options.tagActions = true;
     pm.addPass(createAutodiffPass(options));
+    AssignStagesPassOptions stages;
+    stages.stages = 2;
+    stages.layers = {1, 1};
+    pm.addPass(createAssignStagesPass(stages));
     ASSERT_TRUE(succeeded(pm.run(*module_)));
     step_ = module_->lookupSymbol<func::FuncOp>("train_step");
     ASSERT_TRUE(step_);
   }
 
-  /// Splits over 2 ranks, one layer each, 1F1B; collects diagnostics.
-  FailureOr<PipelineProgram> split(int64_t microBatches = 2) {
+  /// Splits the step; collects diagnostics.
+  FailureOr<PipelineProgram> split() {
     ScopedDiagnosticHandler handler(&context_, [&](Diagnostic &diagnostic) {
       errors_ += diagnostic.str() + "\n";
       return success();
     });
-    PipelineConfig config{
-      ScheduleKind::OneFOneB, {2, microBatches, 1}, {1, 1}, ""};
-    return splitPipeline(step_, config);
+    return splitPipeline(step_, PipelineConfig());
   }
 
   /// The schedule of `rank` by action names.
@@ -135,7 +139,7 @@ TEST_F(PipelineSplitTest, SendsBoundariesAndSharesTheTiedWeight) {
 }
 
 TEST_F(PipelineSplitTest, ProgramsDoNotGrowWithMicroBatches) {
-  FailureOr<PipelineProgram> two = split(2);
+  FailureOr<PipelineProgram> two = split();
   ASSERT_TRUE(succeeded(two)) << errors_;
   std::vector<std::vector<size_t>> sizes;
   for (const std::vector<ActionProgram> &programs : two->programs) {
@@ -145,7 +149,7 @@ TEST_F(PipelineSplitTest, ProgramsDoNotGrowWithMicroBatches) {
   }
   size_t transfers = two->transfers.size();
   buildStep(16);
-  FailureOr<PipelineProgram> sixteen = split(16);
+  FailureOr<PipelineProgram> sixteen = split();
   ASSERT_TRUE(succeeded(sixteen)) << errors_;
   for (auto [rank, programs] : llvm::enumerate(sixteen->programs))
     for (auto [index, program] : llvm::enumerate(programs))
@@ -230,22 +234,15 @@ TEST_F(PipelineSplitTest, DiagnosesAMissingPhase) {
       << errors_;
 }
 
-TEST_F(PipelineSplitTest, DiagnosesASplitForOtherStages) {
-  ScopedDiagnosticHandler handler(&context_, [&](Diagnostic &diagnostic) {
-    errors_ += diagnostic.str() + "\n";
-    return success();
+TEST_F(PipelineSplitTest, DiagnosesAnOpWithoutAStage) {
+  step_.walk([&](Operation *op) {
+    if (graph::getModelPart(op) == graph::PartAttr::getHead(&context_))
+      op->removeAttr("trellis.stage");
   });
-  PipelineConfig config{ScheduleKind::OneFOneB, {2, 2, 1}, {1, 1, 0}};
-  EXPECT_TRUE(failed(splitPipeline(step_, config)));
-  EXPECT_NE(errors_.find("expected layers for 2 virtual stages, found 3"),
-            std::string::npos)
-      << errors_;
-}
-
-TEST_F(PipelineSplitTest, DiagnosesAStepOfOtherMicroBatches) {
-  EXPECT_TRUE(failed(split(4)));
-  EXPECT_NE(errors_.find("expected a step of 4 micro-batches "
-                         "(graph.micro_batches), found 2"),
+  EXPECT_TRUE(failed(split()));
+  EXPECT_NE(errors_.find("expected a virtual stage (trellis.stage) in [0, "
+                         "2), found none: cut the step with "
+                         "trellis-assign-stages first"),
             std::string::npos)
       << errors_;
 }

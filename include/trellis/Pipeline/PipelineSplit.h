@@ -6,14 +6,14 @@
 // pipeline rank, one program per action kind of each chunk plus the
 // schedule that runs them per micro-batch:
 //
-// - Every op of the micro-batch goes to the virtual stage of its model part
-//   (graph.part: embedding on the first stage, the layers as the split
-//   says, the head and loss on the last); ops without a part (constants,
-//   resharding collectives) go with their users. Its phase names the
-//   action: forward, backward, or weight (the weight-gradient half of a
-//   split backward; inside the backward unless the schedule splits it).
-//   graph.microbatch_sum runs in the action that makes its operand: it
-//   adds each micro-batch's value to a total of the step.
+// - Every op of the micro-batch runs on the virtual stage trellis-assign-
+//   stages gave it (trellis.stage; by model part: embedding on the first
+//   stage, the layers as the split says, the head and loss on the last).
+//   Its phase names the action: forward, backward, or weight (the
+//   weight-gradient half of a split backward; inside the backward unless
+//   the schedule splits it). graph.microbatch_sum runs in the action that
+//   makes its operand: it adds each micro-batch's value to a total of the
+//   step.
 // - Ops of the whole step run on every rank that needs their results, in
 //   the rank's step program (after every micro-batch): a parameter's update
 //   where the parameter is used, so that a parameter two stages share (a
@@ -46,13 +46,10 @@
 
 namespace trellis {
 
+/// What the split reads besides the step: everything else (ranks, chunks,
+/// schedule, each op's virtual stage) is in the IR, written by
+/// trellis-assign-stages; a step without those attributes is one stage.
 struct PipelineConfig {
-  ScheduleKind kind = ScheduleKind::OneFOneB;
-  /// Ranks (pipeline stages), micro-batches, chunks per rank.
-  PipelineShape shape;
-  /// Layers per virtual stage (shape.virtualStages() entries). With one
-  /// virtual stage every op goes to it, with or without a part.
-  StageLayers layers;
   /// A mesh axis (tensor parallelism) whose ranks hold the same copy of a
   /// value that crosses stages: each then sends only its piece of it and
   /// the receiving ranks all-gather the pieces (Megatron's scatter-gather;
@@ -138,10 +135,12 @@ struct PipelineProgram {
 mlir::LogicalResult verifyPipelineProgram(mlir::func::FuncOp step,
                                           const PipelineProgram &program);
 
-/// Splits `step` for `config`. Fails with a diagnostic when an op has no
-/// stage, when a value of a micro-batch reaches the step other than
-/// through graph.microbatch_sum, when the schedule cannot be built, or
-/// when the result would not run (verifyPipelineProgram).
+/// Splits `step` (a step of micro-batches, graph.micro_batches; cut by
+/// trellis-assign-stages when it has several stages) for `config`. Fails
+/// with a diagnostic when an op of the micro-batch has no stage, when a
+/// value of a micro-batch reaches the step other than through
+/// graph.microbatch_sum, when the schedule cannot be built, or when the
+/// result would not run (verifyPipelineProgram).
 mlir::FailureOr<PipelineProgram> splitPipeline(mlir::func::FuncOp step,
                                                const PipelineConfig &config);
 

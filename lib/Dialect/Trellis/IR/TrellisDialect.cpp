@@ -3,6 +3,7 @@
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "trellis/Common/PipelineSchedule.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 
 using namespace mlir;
@@ -82,6 +83,42 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
                                              result.getType())))
         return failure();
     }
+    return success();
+  }
+  if (attr.getName() == kStageAttrName) {
+    auto stage = llvm::dyn_cast<IntegerAttr>(attr.getValue());
+    if (!stage || stage.getValue().isNegative())
+      return op->emitOpError() << "expected '" << kStageAttrName
+                               << "' to be an integer >= 0, found "
+                               << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kPipelineStagesAttrName ||
+      attr.getName() == kPipelineChunksAttrName) {
+    auto count = llvm::dyn_cast<IntegerAttr>(attr.getValue());
+    if (!count || count.getValue().slt(1))
+      return op->emitOpError() << "expected '" << attr.getName().getValue()
+                               << "' to be an integer >= 1, found "
+                               << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kStageLayersAttrName) {
+    auto layers = llvm::dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!layers || llvm::any_of(layers.asArrayRef(),
+                                [](int64_t count) { return count < 1; }))
+      return op->emitOpError()
+             << "expected '" << kStageLayersAttrName
+             << "' to be an array of layer counts >= 1, found "
+             << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kPipelineScheduleAttrName) {
+    auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!name || !parseScheduleKind(name.getValue().str()))
+      return op->emitOpError() << "expected '" << kPipelineScheduleAttrName
+                               << "' to name a schedule (gpipe, 1f1b, "
+                                  "interleaved or zb-h1), found "
+                               << attr.getValue();
     return success();
   }
   return op->emitOpError() << "unknown trellis attribute '"

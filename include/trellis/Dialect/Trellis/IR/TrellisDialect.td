@@ -42,8 +42,23 @@ def Trellis_Dialect : Dialect {
     /// result.
     static constexpr ::llvm::StringLiteral kResultShardingsAttrName =
         "trellis.result_shardings";
-    /// Attribute the partitioner leaves on single-result ops of a pipelined
-    /// step (ops marked with graph.micro_batch): the #trellis.sharding of
+    /// Op attribute (trellis-assign-stages): the virtual pipeline stage (an
+    /// integer >= 0) an op of the micro-batch runs on.
+    static constexpr ::llvm::StringLiteral kStageAttrName = "trellis.stage";
+    /// Function attributes (trellis-assign-stages): the pipeline a step was
+    /// cut for: ranks and chunks per rank (integers >= 1), layers per
+    /// virtual stage (array<i64>, one per virtual stage), and the schedule
+    /// (`gpipe`, `1f1b`, `interleaved`, `zb-h1`).
+    static constexpr ::llvm::StringLiteral kPipelineStagesAttrName =
+        "trellis.pipeline_stages";
+    static constexpr ::llvm::StringLiteral kPipelineChunksAttrName =
+        "trellis.pipeline_chunks";
+    static constexpr ::llvm::StringLiteral kStageLayersAttrName =
+        "trellis.stage_layers";
+    static constexpr ::llvm::StringLiteral kPipelineScheduleAttrName =
+        "trellis.pipeline_schedule";
+    /// Attribute the partitioner leaves on single-result ops of a step of
+    /// micro-batches (ops marked with graph.phase): the #trellis.sharding of
     /// the result's global value, whose local piece the result holds. The
     /// pipeline split reads it to send a tensor-parallel replicated value
     /// in pieces.
