@@ -73,8 +73,8 @@ private:
   FlatSymbolRefAttr meshName_;
   ActionCopier actionCopier_;
   OpBuilder builder_;
-  /// Whether ops carry micro-batch phases (graph.phase): their results then
-  /// get trellis.layout, which a pipeline split reads.
+  /// Whether the function is a step of micro-batches (graph.micro_batches):
+  /// its results then get trellis.layout, which a pipeline split reads.
   bool pipelined_ = false;
   /// The sharding each (already local) value has.
   DenseMap<Value, ValueSharding> actual_;
@@ -320,9 +320,8 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
 
 LogicalResult Partitioner::run() {
   Block &body = function_.getBody().front();
-  pipelined_ = llvm::any_of(body, [](Operation &op) {
-    return op.hasAttr(graph::GraphDialect::kPhaseAttrName);
-  });
+  pipelined_ =
+      function_->hasAttr(graph::GraphDialect::kMicroBatchesAttrName);
   // Rules and attributes read global shapes: capture them all before any
   // type changes.
   std::vector<GlobalView> work;

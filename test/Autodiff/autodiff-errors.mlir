@@ -34,3 +34,4 @@ func.func @forward(%w: tensor<2xf32> {graph.role = "param", graph.param = "w", g
   %l = graph.reduce_sum %g dims [0] : tensor<2xf32>
   return %l : tensor<f32>
 }
+

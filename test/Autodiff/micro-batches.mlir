@@ -17,10 +17,9 @@
 // CHECK: graph.fill 5.000000e-01 shape [] {graph.phase = "backward"}
 // CHECK: %[[DW:.*]] = graph.matmul %[[X]] transposed, %{{.*}} {graph.phase = "backward"}
 // CHECK-NOT: graph.matmul
-// CHECK: %[[SUM:.*]] = graph.microbatch_sum %[[L]] : tensor<f32>
-// CHECK: %[[HALF:.*]] = graph.fill 5.000000e-01 shape []{{$}}
-// CHECK: %[[LOSS:.*]] = graph.mul %[[SUM]], %[[HALF]]
-// CHECK: %[[TOTAL:.*]] = graph.microbatch_sum %[[DW]] : tensor<4x3xf32>
+// CHECK-DAG: %[[TOTAL:.*]] = graph.microbatch_sum %[[DW]] : tensor<4x3xf32>
+// CHECK-DAG: %[[SUM:.*]] = graph.microbatch_sum %[[L]] : tensor<f32>
+// CHECK: %[[LOSS:.*]] = graph.scale %[[SUM]] by 5.000000e-01 : tensor<f32>
 // CHECK: return %[[LOSS]], %[[TOTAL]]
 
 // ZERO: error: expected micro-batches >= 1, found 0

@@ -20,12 +20,12 @@
 // CHECK: %[[HEAD:.*]] = graph.matmul %[[H]] transposed, %{{.*}} {graph.part = #graph.part<head>, graph.phase = "weight"}
 // CHECK: %[[EMB:.*]] = graph.matmul %{{.*}} transposed, %[[DH]] {graph.part = #graph.part<embedding>, graph.phase = "weight"}
 // CHECK-NOT: graph.matmul
-// CHECK: %[[SUM:.*]] = graph.microbatch_sum %[[L]] {graph.part = #graph.part<head>} : tensor<f32>
-// CHECK: graph.mul %[[SUM]], %{{.*}} : tensor<f32>, tensor<f32>
 // CHECK: %[[HEADS:.*]] = graph.microbatch_sum %[[HEAD]] {graph.part = #graph.part<head>} : tensor<4x4xf32>
 // CHECK: %[[EMBS:.*]] = graph.microbatch_sum %[[EMB]] {graph.part = #graph.part<embedding>} : tensor<4x4xf32>
 // CHECK: %[[GRAD:.*]] = graph.add %[[HEADS]], %[[EMBS]] : tensor<4x4xf32>
-// CHECK: return %{{.*}}, %[[GRAD]]
+// CHECK: %[[SUM:.*]] = graph.microbatch_sum %[[L]] {graph.part = #graph.part<head>} : tensor<f32>
+// CHECK: %[[LOSS:.*]] = graph.scale %[[SUM]] by 5.000000e-01 : tensor<f32>
+// CHECK: return %[[LOSS]], %[[GRAD]]
 func.func @forward(%w: tensor<4x4xf32> {graph.role = "param", graph.param = "w", graph.init = "zeros"},
                    %x: tensor<2x4xf32> {graph.role = "input", graph.param = "x"}) -> tensor<f32> {
   %h = graph.matmul %x, %w {graph.part = #graph.part<embedding>} : tensor<2x4xf32>, tensor<4x4xf32>

@@ -124,13 +124,15 @@ func.func @partials_through_linear_ops(
 // -----
 
 // Tests that the collectives made for an op of a micro-batch run in the
-// op's phase (they carry its mark), and that every value
-// keeps its layout (trellis.layout) for the pipeline split.
+// op's phase (they carry its mark) and that, in a step of micro-batches
+// (graph.micro_batches), every value keeps its layout (trellis.layout) for
+// the pipeline split.
 trellis.mesh @mesh = <["x"=2]>
 // CHECK-LABEL: func.func @keeps_pipeline_marks
 func.func @keeps_pipeline_marks(
     %a: tensor<8x8xf32> {trellis.sharding = #trellis.sharding<@mesh, [{}, {"x"}]>},
-    %b: tensor<8x16xf32> {trellis.sharding = #trellis.sharding<@mesh, [{"x"}, {}]>}) -> tensor<8x16xf32> {
+    %b: tensor<8x16xf32> {trellis.sharding = #trellis.sharding<@mesh, [{"x"}, {}]>}) -> tensor<8x16xf32>
+    attributes {graph.micro_batches = 2 : i64} {
   // CHECK: %[[P:.*]] = graph.matmul {{.*}} {graph.phase = "backward", trellis.layout = #trellis.sharding<@mesh, [{}, {}], partial<sum>={"x"}>}
   // CHECK: %[[R:.*]] = trellis.all_reduce %[[P]] over @mesh ["x"] sum {graph.phase = "backward", trellis.layout = #trellis.sharding<@mesh, [{}, {}]>}
   // CHECK: graph.exp %[[R]] {graph.phase = "backward", trellis.layout = #trellis.sharding<@mesh, [{}, {}]>}

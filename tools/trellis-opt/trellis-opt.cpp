@@ -16,6 +16,7 @@
 int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
   trellis::registerAutodiffPasses();
+  trellis::registerTrainingPipeline();
   trellis::graph::registerGraphPasses();
   trellis::registerShardingPasses();
   trellis::registerShardingPipeline();

@@ -327,17 +327,30 @@ int runCompileCommand() {
   }
   if (!module.lookupSymbol<mlir::func::FuncOp>(stepName)) {
     mlir::PassManager pm(&context);
-    AutodiffPassOptions options;
-    options.optimizer = compileOptimizer;
+    TrainingOptions options;
+    if (compileOptimizer == "none")
+      options.optimizer = std::nullopt;
+    else if (compileOptimizer == "sgd")
+      options.optimizer = OptimizerKind::Sgd;
+    else if (compileOptimizer != "adamw")
+      return reportError("compile", "unknown optimizer '" + compileOptimizer +
+                                        "': expected adamw, sgd or none");
     options.learningRate = compileLearningRate;
     options.beta1 = compileBeta1;
     options.beta2 = compileBeta2;
     options.epsilon = compileEpsilon;
     options.weightDecay = compileWeightDecay;
     options.microBatches = compileMicroBatches;
-    options.recompute = compileRecompute;
-    options.tagActions = pipeline.has_value();
-    pm.addPass(createAutodiffPass(options));
+    if (compileRecompute == "full")
+      options.recompute = RecomputeKind::Full;
+    else if (compileRecompute == "selective")
+      options.recompute = RecomputeKind::Selective;
+    else if (compileRecompute != "none")
+      return reportError("compile", "unknown recomputation '" +
+                                        compileRecompute +
+                                        "': expected none, selective or full");
+    options.pipelined = pipeline.has_value();
+    buildTrainingPipeline(pm, options);
     if (mlir::failed(pm.run(module)))
       return 1;
   }

@@ -33,9 +33,9 @@ GradientCheckResult checkGradients(ModuleOp module,
                                    const GradientCheckOptions &options) {
   MLIRContext *context = module.getContext();
   PassManager pm(context);
-  AutodiffPassOptions autodiff;
-  autodiff.optimizer = "none";
-  pm.addPass(createAutodiffPass(autodiff));
+  TrainingOptions training;
+  training.optimizer = std::nullopt;
+  buildTrainingPipeline(pm, training);
   if (failed(pm.run(module)))
     return failWith("autodiff failed");
   auto step = module.lookupSymbol<func::FuncOp>("gradients");

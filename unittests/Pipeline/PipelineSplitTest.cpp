@@ -49,11 +49,11 @@ protected:
     module_ = parseSourceString<ModuleOp>(kForward, &context_);
     ASSERT_TRUE(module_);
     PassManager pm(&context_);
-    AutodiffPassOptions options;
-    options.optimizer = "sgd";
+    TrainingOptions options;
+    options.optimizer = OptimizerKind::Sgd;
     options.microBatches = microBatches;
-    options.tagActions = true;
-    pm.addPass(createAutodiffPass(options));
+    options.pipelined = true;
+    buildTrainingPipeline(pm, options);
     AssignStagesPassOptions stages;
     stages.stages = 2;
     stages.layers = {1, 1};

@@ -39,9 +39,9 @@ std::string compilePlan(const std::string &config, double learningRate) {
   auto module = trellis::importTransformer(context, *parsed, {4, 32});
   EXPECT_TRUE(static_cast<bool>(module));
   mlir::PassManager pm(&context);
-  trellis::AutodiffPassOptions options;
+  trellis::TrainingOptions options;
   options.learningRate = learningRate;
-  pm.addPass(trellis::createAutodiffPass(options));
+  trellis::buildTrainingPipeline(pm, options);
   EXPECT_TRUE(mlir::succeeded(pm.run(module->get())));
   auto step = module->get().lookupSymbol<mlir::func::FuncOp>("train_step");
   trellis::PlanMetadata metadata;

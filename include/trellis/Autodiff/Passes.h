@@ -7,13 +7,50 @@
 #include "mlir/Pass/Pass.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 
+namespace mlir {
+class OpPassManager;
+} // namespace mlir
+
 namespace trellis {
+
+/// The update rule trellis-insert-optimizer adds.
+enum class OptimizerKind { AdamW, Sgd };
+
+/// Which activations the backward recomputes instead of keeping: `none` and
+/// `selective` (the attention core, which the fused attention gradient
+/// always recomputes) are the same program; `full` recomputes each model
+/// part's forward.
+enum class RecomputeKind { None, Selective, Full };
 
 #define GEN_PASS_DECL
 #include "trellis/Autodiff/Passes.h.inc"
 
 #define GEN_PASS_REGISTRATION
 #include "trellis/Autodiff/Passes.h.inc"
+
+/// What the autodiff phase makes of `@forward`.
+struct TrainingOptions {
+  /// An optimizer, or none: the step returns the gradients (@gradients).
+  std::optional<OptimizerKind> optimizer = OptimizerKind::AdamW;
+  double learningRate = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  double weightDecay = 0.0;
+  /// Micro-batches per step (gradient accumulation); @forward describes
+  /// one.
+  int64_t microBatches = 1;
+  RecomputeKind recompute = RecomputeKind::None;
+  /// Write the step as micro-batches even for one (a pipeline splits it).
+  bool pipelined = false;
+};
+
+/// Adds reverse mode, recomputation, micro-batch accumulation and the
+/// optimizer for `options` (each pass only where it has work).
+void buildTrainingPipeline(mlir::OpPassManager &pm,
+                           const TrainingOptions &options);
+
+/// Registers `trellis-autodiff` (the phase with its options) with
+/// trellis-opt.
+void registerTrainingPipeline();
 
 } // namespace trellis
 

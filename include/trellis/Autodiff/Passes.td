@@ -1,85 +1,165 @@
 //===- Passes.td - Autodiff passes -------------------------*- tablegen -*-===//
+//
+// A forward pass and loss becomes a training step in four passes, each
+// runnable alone: reverse mode (the gradients of one micro-batch),
+// recomputation, micro-batch accumulation, optimizer insertion.
+// `buildTrainingPipeline` (Passes.h) strings them together; trellis-opt
+// registers it as `trellis-autodiff`.
+//
+//===----------------------------------------------------------------------===//
 
 #ifndef TRELLIS_AUTODIFF_PASSES_TD
 #define TRELLIS_AUTODIFF_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
 
-def AutodiffPass : Pass<"trellis-autodiff", "::mlir::ModuleOp"> {
-  let summary = "Turns a forward pass and loss into a training step";
+def ReverseModePass : Pass<"trellis-reverse-mode", "::mlir::ModuleOp"> {
+  let summary = "Differentiates a forward pass and loss into its gradients";
   let description = [{
     Differentiates `func.func @forward` (arguments with `graph.role` "param"
     are parameters, "input" are data; the single result is a scalar loss) in
     reverse mode through each op's GradientOpInterface, and builds
-    `func.func @train_step`: forward, loss, backward, and one optimizer step
-    per parameter. Parameters, gradients and optimizer states are explicit
-    values.
+    `func.func @gradients`: the forward, the backward seeded with
+    `loss-scale`, and the gradient of every parameter.
 
-    Preconditions: @forward exists, returns one tensor<f32>, and every
-    argument has a role. Postconditions: @train_step takes @forward's
-    arguments, then the optimizer states (first and second moments for
-    AdamW, role "adam_m"/"adam_v"), then the step counter (role "step",
-    tensor<f32>, counted from 1); it returns the loss, then the updated
-    parameters and states, each result marked `graph.updates = <argument>`.
-    With `optimizer=none` it returns the loss and the gradient of every
-    parameter (marked `graph.gradient_of = <argument>`), for gradient checks.
+    Every op of the forward and the backward carries its `graph.phase`
+    ("forward", "backward", or "weight": the backward ops that only make
+    their part's parameter gradients, which a zero-bubble schedule runs
+    late) and every backward op the `graph.part` of the forward op it
+    differentiates. A parameter's gradient is summed per model part first
+    (phase-marked ops); the parts' sums are added by ops of the step (no
+    phase), so a parameter two parts share (a tied embedding) has one sum
+    per part. Parameters the loss does not depend on get a zero gradient.
 
-    With `micro-batches=m` > 1 (or `tag-actions`), @forward describes one
-    micro-batch and the step is written once over it: its inputs hold one
-    micro-batch, the function carries `graph.micro_batches = m`, every op
-    of the micro-batch carries its `graph.phase` ("forward", "backward")
-    and runs once per micro-batch, the backward is seeded with 1/m, and
-    the loss and each model part's parameter gradients reach the ops of
-    the step (gradient sums, optimizer: no phase, run once after every
-    micro-batch) through `graph.microbatch_sum` (marked with the part). The
-    loss is the mean of the micro-batch losses. This equals one step over
-    the concatenated batch when the loss is a mean over equally sized
-    micro-batches; the program does not grow with m.
-
-    With `recompute=full`, the backward of each model part (a maximal run
-    of ops of one `graph.part`, as the importer marks a layer)
-    first recomputes the part's forward from its inputs and takes the
-    gradients through the recomputed ops, so the part's inner activations
-    die with the forward: only part boundaries stay alive until the
-    backward. The last part (the loss) is not recomputed: its backward
-    follows its forward at once. The results are the same ops on the same
-    values.
+    Preconditions: @forward exists, returns one tensor<f32>, every argument
+    has a role, parameters are f32. Postconditions: @gradients takes
+    @forward's arguments and returns the loss, then the gradient of every
+    parameter (marked `graph.gradient_of = <argument>`).
 
     ```mlir
     // Before
     func.func @forward(%w: tensor<4x4xf32> {graph.role = "param", ...},
                        %x: ...) -> tensor<f32>
-    // After (AdamW)
-    func.func @train_step(%w, %x, %w_m, %w_v, %step)
-        -> (tensor<f32>, tensor<4x4xf32> {graph.updates = 0 : i64}, ...)
+    // After
+    func.func @gradients(%w, %x)
+        -> (tensor<f32>, tensor<4x4xf32> {graph.gradient_of = 0 : i64})
     ```
   }];
   let options = [
     Option<"forwardName", "forward", "std::string", "\"forward\"",
            "Name of the function to differentiate">,
-    Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
-           "adamw, sgd, or none (return gradients)">,
+    Option<"lossScale", "loss-scale", "double", "1.0",
+           "The seed of the backward (1/m for m micro-batches)">
+  ];
+  let dependentDialects = ["::trellis::graph::GraphDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
+def RecomputePass : Pass<"trellis-recompute", "::mlir::ModuleOp"> {
+  let summary = "Recomputes each model part's forward before its backward";
+  let description = [{
+    Full activation recomputation on the gradients of `function` (as
+    trellis-reverse-mode makes them): for every model part but the last
+    (whose backward follows its forward at once), the part's forward ops
+    (phase "forward", a maximal run of one graph.part) are computed again
+    right before the part's first backward op, from the values the part
+    reads, and every backward op from there on reads the copies. The
+    part's inner activations then die with the forward: only part
+    boundaries stay alive until the backward. The copies run in the
+    backward (phase "backward"); copies nothing reads are removed. The
+    results are the same ops on the same values.
+
+    Selective recomputation (the attention core) needs no pass: the fused
+    attention gradient always recomputes its probabilities from query and
+    key.
+
+    ```mlir
+    // Before: the layer's matmul result %y lives until tanh's gradient
+    %y = graph.matmul %x, %w {graph.part = #graph.part<layer 0>, graph.phase = "forward"}
+    ...
+    %dy = graph.unary_grad tanh %y, %g {graph.phase = "backward", ...}
+    // After
+    %y2 = graph.matmul %x, %w {graph.part = #graph.part<layer 0>, graph.phase = "backward"}
+    %dy = graph.unary_grad tanh %y2, %g {graph.phase = "backward", ...}
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"gradients\"",
+           "The gradients to recompute the forward of">
+  ];
+}
+
+def AccumulateMicroBatchesPass
+    : Pass<"trellis-accumulate-micro-batches", "::mlir::ModuleOp"> {
+  let summary = "Makes the gradients of one micro-batch a step of m";
+  let description = [{
+    Declares that `function` (gradients of one micro-batch, as
+    trellis-reverse-mode makes them) runs its phase-marked ops once per
+    micro-batch, `micro-batches` times per step (`graph.micro_batches`),
+    and inserts `graph.microbatch_sum` wherever a value of the micro-batch
+    reaches the step: an op without a phase or a result. Each sum is
+    marked with the part of the op that made its operand. The loss (result
+    0) becomes the mean of the micro-batch losses. With the backward
+    seeded with 1/m (reverse mode's `loss-scale`), the step equals one
+    over the concatenated batch when the loss is a mean over equally sized
+    micro-batches; the program does not grow with m.
+
+    ```mlir
+    // Before
+    %g = graph.matmul %x transposed, %dy {graph.phase = "weight", ...}
+    %new = graph.sgd %w, %g ...
+    // After
+    %total = graph.microbatch_sum %g {graph.part = ...}
+    %new = graph.sgd %w, %total ...
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"gradients\"",
+           "The gradients of one micro-batch">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "Micro-batches per step">
+  ];
+}
+
+def InsertOptimizerPass
+    : Pass<"trellis-insert-optimizer", "::mlir::ModuleOp"> {
+  let summary = "Turns the gradients into a training step with an optimizer";
+  let description = [{
+    Rewrites `func.func @gradients` (the loss, then each parameter's
+    gradient marked `graph.gradient_of`) into `func.func @train_step`: one
+    update per parameter, explicit optimizer states, each result marked
+    `graph.updates = <argument>`. AdamW adds the first and second moments
+    of every parameter as arguments (roles "adam_m", "adam_v", init
+    zeros) and the step counter (role "step", tensor<f32>, counted from 1);
+    the step returns the loss, the new parameters, the new first moments,
+    then the new second moments. SGD updates the parameters alone. The
+    update ops belong to the step (no phase).
+
+    ```mlir
+    // Before
+    func.func @gradients(%w, %x) -> (tensor<f32>, tensor<4x3xf32> {graph.gradient_of = 0 : i64})
+    // After (AdamW)
+    func.func @train_step(%w, %x, %w_m, %w_v, %step)
+        -> (tensor<f32>, tensor<4x3xf32> {graph.updates = 0 : i64}, ...)
+    ```
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "::trellis::OptimizerKind",
+           "::trellis::OptimizerKind::AdamW", "The update rule",
+           [{::llvm::cl::values(
+             clEnumValN(::trellis::OptimizerKind::AdamW, "adamw",
+                        "AdamW with decoupled weight decay"),
+             clEnumValN(::trellis::OptimizerKind::Sgd, "sgd",
+                        "SGD with an L2 term"))}]>,
     Option<"learningRate", "learning-rate", "double", "1e-3",
            "Learning rate">,
     Option<"beta1", "beta1", "double", "0.9", "AdamW first-moment decay">,
     Option<"beta2", "beta2", "double", "0.999", "AdamW second-moment decay">,
     Option<"epsilon", "epsilon", "double", "1e-8", "AdamW epsilon">,
     Option<"weightDecay", "weight-decay", "double", "0.0",
-           "Decoupled weight decay (AdamW) or L2 term (SGD)">,
-    Option<"microBatches", "micro-batches", "int64_t", "1",
-           "Micro-batches per step (gradient accumulation)">,
-    Option<"recompute", "recompute", "std::string", "\"none\"",
-           "none, selective (the attention core: the same program as none, "
-           "since the fused attention gradient recomputes its probabilities) "
-           "or full (each model part's forward, e.g. a layer, again before "
-           "its backward)">,
-    Option<"tagActions", "tag-actions", "bool", "false",
-           "Write the step as micro-batches even for one (phases, "
-           "graph.microbatch_sum) and mark the backward ops that only make "
-           "parameter gradients with phase weight, for the pipeline split">
+           "Decoupled weight decay (AdamW) or L2 term (SGD)">
   ];
-  let dependentDialects = ["::trellis::graph::GraphDialect",
-                           "::mlir::func::FuncDialect"];
+  let dependentDialects = ["::trellis::graph::GraphDialect"];
 }
 
 #endif // TRELLIS_AUTODIFF_PASSES_TD

@@ -1,0 +1,143 @@
+//===- InsertOptimizer.cpp - Gradients to a training step -----------------===//
+
+#include "trellis/Autodiff/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_INSERTOPTIMIZERPASS
+#include "trellis/Autodiff/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+using namespace trellis::graph;
+
+namespace {
+
+struct InsertOptimizerPass
+    : public trellis::impl::InsertOptimizerPassBase<InsertOptimizerPass> {
+  using InsertOptimizerPassBase::InsertOptimizerPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto step = module.lookupSymbol<func::FuncOp>("gradients");
+    if (!step || step.isExternal()) {
+      module.emitError("expected a function @gradients to add an optimizer "
+                       "to, found none");
+      return signalPassFailure();
+    }
+    if (module.lookupSymbol("train_step")) {
+      module.emitError("function @train_step already exists");
+      return signalPassFailure();
+    }
+    Block &body = step.getBody().front();
+    Operation *terminator = body.getTerminator();
+    // (parameter argument, gradient) for every result after the loss.
+    SmallVector<std::pair<unsigned, Value>> gradients;
+    for (unsigned i = 1; i < terminator->getNumOperands(); ++i) {
+      auto of = step.getResultAttrOfType<IntegerAttr>(i, "graph.gradient_of");
+      if (!of || of.getInt() < 0 ||
+          of.getInt() >= static_cast<int64_t>(body.getNumArguments())) {
+        step.emitError() << "expected result " << i
+                         << " to be a parameter's gradient "
+                            "(graph.gradient_of), found none";
+        return signalPassFailure();
+      }
+      gradients.emplace_back(of.getInt(), terminator->getOperand(i));
+    }
+
+    OpBuilder builder(&getContext());
+    Location loc = step.getLoc();
+    SmallVector<Type> argTypes(step.getArgumentTypes());
+    SmallVector<DictionaryAttr> argAttrs;
+    for (unsigned i = 0; i < step.getNumArguments(); ++i)
+      argAttrs.push_back(step.getArgAttrDict(i));
+    auto addArgument = [&](Type type, DictionaryAttr attrs) {
+      argTypes.push_back(type);
+      argAttrs.push_back(attrs);
+      return body.addArgument(type, loc);
+    };
+    auto stateAttrs = [&](unsigned param, StringRef role) {
+      return builder.getDictionaryAttr({
+          builder.getNamedAttr(GraphDialect::kRoleAttrName,
+                               builder.getStringAttr(role)),
+          builder.getNamedAttr(
+              GraphDialect::kParamNameAttrName,
+              argAttrs[param].get(GraphDialect::kParamNameAttrName)),
+          builder.getNamedAttr(GraphDialect::kInitAttrName,
+                               builder.getStringAttr("zeros")),
+      });
+    };
+    auto updates = [&](unsigned argument) {
+      return builder.getDictionaryAttr({builder.getNamedAttr(
+          GraphDialect::kUpdatesAttrName, builder.getI64IntegerAttr(argument))});
+    };
+
+    builder.setInsertionPoint(terminator);
+    SmallVector<Value> results = {terminator->getOperand(0)};
+    SmallVector<DictionaryAttr> resultAttrs = {builder.getDictionaryAttr({})};
+    if (optimizer == OptimizerKind::Sgd) {
+      for (auto [param, gradient] : gradients) {
+        results.push_back(SgdOp::create(builder, loc, body.getArgument(param),
+                                        gradient,
+                                        builder.getF64FloatAttr(learningRate),
+                                        builder.getF64FloatAttr(weightDecay)));
+        resultAttrs.push_back(updates(param));
+      }
+    } else {
+      SmallVector<Value> firstMoments, secondMoments;
+      SmallVector<unsigned> firstIndices, secondIndices;
+      for (auto [param, gradient] : gradients) {
+        firstIndices.push_back(argTypes.size());
+        firstMoments.push_back(
+            addArgument(argTypes[param], stateAttrs(param, "adam_m")));
+      }
+      for (auto [param, gradient] : gradients) {
+        secondIndices.push_back(argTypes.size());
+        secondMoments.push_back(
+            addArgument(argTypes[param], stateAttrs(param, "adam_v")));
+      }
+      Value stepCount = addArgument(
+          RankedTensorType::get({}, builder.getF32Type()),
+          builder.getDictionaryAttr({builder.getNamedAttr(
+              GraphDialect::kRoleAttrName, builder.getStringAttr("step"))}));
+      SmallVector<Value> newParams, newFirst, newSecond;
+      for (auto [i, entry] : llvm::enumerate(gradients)) {
+        auto update = AdamWOp::create(
+            builder, loc, body.getArgument(entry.first), entry.second,
+            firstMoments[i], secondMoments[i], stepCount,
+            builder.getF64FloatAttr(learningRate),
+            builder.getF64FloatAttr(beta1), builder.getF64FloatAttr(beta2),
+            builder.getF64FloatAttr(epsilon),
+            builder.getF64FloatAttr(weightDecay));
+        newParams.push_back(update.getNewParam());
+        newFirst.push_back(update.getNewFirstMoment());
+        newSecond.push_back(update.getNewSecondMoment());
+      }
+      for (auto [i, entry] : llvm::enumerate(gradients)) {
+        results.push_back(newParams[i]);
+        resultAttrs.push_back(updates(entry.first));
+      }
+      for (auto [i, index] : llvm::enumerate(firstIndices)) {
+        results.push_back(newFirst[i]);
+        resultAttrs.push_back(updates(index));
+      }
+      for (auto [i, index] : llvm::enumerate(secondIndices)) {
+        results.push_back(newSecond[i]);
+        resultAttrs.push_back(updates(index));
+      }
+    }
+    terminator->setOperands(results);
+    SmallVector<Type> resultTypes;
+    for (Value result : results)
+      resultTypes.push_back(result.getType());
+    step.setType(builder.getFunctionType(argTypes, resultTypes));
+    step.setAllArgAttrs(argAttrs);
+    step.setAllResultAttrs(resultAttrs);
+    step.setSymName("train_step");
+  }
+};
+
+} // namespace

@@ -1,0 +1,112 @@
+//===- TrainingPipeline.cpp - The autodiff phase as one pipeline ----------===//
+
+#include "trellis/Autodiff/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+using namespace trellis;
+
+void trellis::buildTrainingPipeline(OpPassManager &pm,
+                                    const TrainingOptions &options) {
+  ReverseModePassOptions reverse;
+  // Each micro-batch's backward is seeded with 1/m: the gradients sum to
+  // those of the mean loss.
+  reverse.lossScale =
+      options.microBatches > 0 ? 1.0 / options.microBatches : 1.0;
+  pm.addPass(createReverseModePass(reverse));
+  if (options.recompute == RecomputeKind::Full)
+    pm.addPass(createRecomputePass());
+  if (options.microBatches != 1 || options.pipelined) {
+    AccumulateMicroBatchesPassOptions accumulate;
+    accumulate.microBatches = options.microBatches;
+    pm.addPass(createAccumulateMicroBatchesPass(accumulate));
+  }
+  if (options.optimizer) {
+    InsertOptimizerPassOptions optimizer;
+    optimizer.optimizer = *options.optimizer;
+    optimizer.learningRate = options.learningRate;
+    optimizer.beta1 = options.beta1;
+    optimizer.beta2 = options.beta2;
+    optimizer.epsilon = options.epsilon;
+    optimizer.weightDecay = options.weightDecay;
+    pm.addPass(createInsertOptimizerPass(optimizer));
+  }
+}
+
+namespace {
+
+/// The update rule, or none (return the gradients).
+enum class OptimizerChoice { AdamW, Sgd, None };
+
+/// TrainingOptions as pipeline options of trellis-opt.
+struct TrainingPipelineOptions
+    : public PassPipelineOptions<TrainingPipelineOptions> {
+  Option<OptimizerChoice> optimizer{
+      *this, "optimizer", llvm::cl::desc("The update rule"),
+      llvm::cl::init(OptimizerChoice::AdamW),
+      llvm::cl::values(
+          clEnumValN(OptimizerChoice::AdamW, "adamw", "AdamW"),
+          clEnumValN(OptimizerChoice::Sgd, "sgd", "SGD"),
+          clEnumValN(OptimizerChoice::None, "none",
+                     "none: return the gradients (@gradients)"))};
+  Option<double> learningRate{*this, "learning-rate",
+                              llvm::cl::desc("Learning rate"),
+                              llvm::cl::init(1e-3)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
+                       llvm::cl::init(0.999)};
+  Option<double> epsilon{*this, "epsilon", llvm::cl::desc("AdamW epsilon"),
+                         llvm::cl::init(1e-8)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("Weight decay"),
+                             llvm::cl::init(0.0)};
+  Option<int64_t> microBatches{*this, "micro-batches",
+                               llvm::cl::desc("Micro-batches per step"),
+                               llvm::cl::init(1)};
+  Option<RecomputeKind> recompute{
+      *this, "recompute", llvm::cl::desc("Activation recomputation"),
+      llvm::cl::init(RecomputeKind::None),
+      llvm::cl::values(
+          clEnumValN(RecomputeKind::None, "none", "keep activations"),
+          clEnumValN(RecomputeKind::Selective, "selective",
+                     "the attention core (what the fused attention "
+                     "gradient always does)"),
+          clEnumValN(RecomputeKind::Full, "full",
+                     "each model part's forward again before its backward"))};
+  Option<bool> tagActions{
+      *this, "tag-actions",
+      llvm::cl::desc("Write the step as micro-batches even for one (a "
+                     "pipeline splits it)"),
+      llvm::cl::init(false)};
+};
+
+} // namespace
+
+void trellis::registerTrainingPipeline() {
+  PassPipelineRegistration<TrainingPipelineOptions>(
+      "trellis-autodiff",
+      "The autodiff phase: reverse mode, recomputation, micro-batch "
+      "accumulation, optimizer",
+      [](OpPassManager &pm, const TrainingPipelineOptions &options) {
+        TrainingOptions training;
+        if (options.optimizer == OptimizerChoice::None)
+          training.optimizer = std::nullopt;
+        else
+          training.optimizer = options.optimizer == OptimizerChoice::Sgd
+                                   ? OptimizerKind::Sgd
+                                   : OptimizerKind::AdamW;
+        training.learningRate = options.learningRate;
+        training.beta1 = options.beta1;
+        training.beta2 = options.beta2;
+        training.epsilon = options.epsilon;
+        training.weightDecay = options.weightDecay;
+        training.microBatches = options.microBatches;
+        training.recompute = options.recompute;
+        training.pipelined = options.tagActions;
+        buildTrainingPipeline(pm, training);
+      });
+}
