@@ -16,7 +16,7 @@
 #include "trellis/Analysis/StepReport.h"
 #include "trellis/Autodiff/Passes.h"
 #include "trellis/Pipeline/Passes.h"
-#include "trellis/Pipeline/PipelineSplit.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "trellis/Sharding/Passes.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -179,31 +179,62 @@ std::optional<ParallelDegrees> resolveParallelDegrees() {
   return degrees;
 }
 
-/// `--report` of a step split into action programs: the report of each
-/// stage's ranks, over its schedule (every micro-batch's actions, then the
-/// step).
-void printStageReports(mlir::func::FuncOp step, const PipelinePlan &plan) {
-  const PipelineProgram &program = plan.program;
-  for (int64_t rank = 0; rank < program.ranks(); ++rank) {
+/// The program an action of a schedule runs (`RB3.c1`: backward_receive.c1)
+/// and its micro-batch (-1 for the step).
+std::pair<std::string, int64_t> programOfAction(llvm::StringRef action) {
+  if (action == "step")
+    return {"step", -1};
+  bool receives = action.consume_front("R");
+  char kind = action.front();
+  action = action.drop_front();
+  int64_t microBatch = 0, chunk = 0;
+  llvm::StringRef digits =
+      action.take_while([](char c) { return c >= '0' && c <= '9'; });
+  digits.getAsInteger(10, microBatch);
+  action = action.drop_front(digits.size());
+  if (action.consume_front(".c"))
+    action.getAsInteger(10, chunk);
+  std::string name = kind == 'F' ? "forward" : kind == 'B' ? "backward"
+                                                           : "weight";
+  if (receives)
+    name += "_receive";
+  return {name + ".c" + std::to_string(chunk), microBatch};
+}
+
+/// `--report` of a step split into stages: the report of each stage's
+/// ranks, over its schedule (every micro-batch's actions, then the step).
+void printStageReports(llvm::ArrayRef<mlir::func::FuncOp> stages) {
+  for (mlir::func::FuncOp stage : stages) {
     llvm::SmallVector<int64_t> arguments;
-    for (auto [index, ranks] : llvm::enumerate(program.argumentRanks))
-      if (llvm::is_contained(ranks, rank))
-        arguments.push_back(index);
+    for (unsigned i = 0; i < stage.getNumArguments(); ++i)
+      if (stage.getArgAttr(i, TrellisDialect::kHeldAttrName))
+        arguments.push_back(i);
+    llvm::StringMap<llvm::SmallVector<mlir::Operation *>> programs;
+    for (mlir::Operation &op : stage.getBody().front().without_terminator())
+      if (auto name = op.getAttrOfType<mlir::StringAttr>(
+              TrellisDialect::kProgramAttrName))
+        programs[name.getValue()].push_back(&op);
     llvm::SmallVector<RankItem> items;
-    for (const ScheduledAction &entry : program.schedule[rank])
-      for (const StageItem &item : program.programs[rank][entry.program].items) {
-        if (item.kind == StageItem::Kind::Op) {
-          items.push_back({item.op, mlir::Value(), false, "", entry.microBatch});
-          continue;
-        }
-        const StageTransfer &transfer = program.transfers[item.transfer];
-        items.push_back({nullptr, transfer.value,
-                         item.kind == StageItem::Kind::Send, plan.axis,
-                         transfer.perMicroBatch ? entry.microBatch : -1});
+    for (mlir::Attribute entry : stage->getAttrOfType<mlir::ArrayAttr>(
+             TrellisDialect::kScheduleAttrName)) {
+      auto [program, microBatch] =
+          programOfAction(llvm::cast<mlir::StringAttr>(entry).getValue());
+      for (mlir::Operation *op : programs[program]) {
+        if (auto send = llvm::dyn_cast<SendOp>(op))
+          items.push_back({nullptr, send.getInput(), true, "pp", microBatch});
+        else if (auto recv = llvm::dyn_cast<RecvOp>(op))
+          items.push_back({nullptr, recv.getResult(), false, "pp", microBatch});
+        else
+          items.push_back({op, mlir::Value(), false, "", microBatch});
       }
-    if (!plan.axis.empty())
-      llvm::errs() << "pipeline stage " << rank << ":\n";
-    computeRankReport(step, arguments, items).print(llvm::errs());
+    }
+    if (stages.size() > 1)
+      llvm::errs() << "pipeline stage "
+                   << stage->getAttrOfType<mlir::IntegerAttr>(
+                          TrellisDialect::kPipelineStageAttrName)
+                          .getInt()
+                   << ":\n";
+    computeRankReport(stage, arguments, items).print(llvm::errs());
   }
 }
 
@@ -379,26 +410,33 @@ int runCompileCommand() {
     if (mlir::failed(pm.run(module)))
       return 1;
   }
-  auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
-  // Steps of several micro-batches, pipelined or not, run as action
-  // programs (each written once) and a schedule.
-  std::optional<PipelinePlan> pipelinePlan;
-  if (pipeline || compileMicroBatches > 1) {
-    PipelineConfig config;
+  // Steps of several micro-batches, pipelined or not, run as one program
+  // per stage of action programs (each written once) and a schedule.
+  bool staged = pipeline || compileMicroBatches > 1;
+  if (staged) {
+    mlir::PassManager pm(&context);
+    SplitStagesPassOptions split;
+    split.functionName = stepName.str();
     if (pipeline && degrees->tensorParallel > 1)
-      config.pieceAxis = "tp";
-    mlir::FailureOr<PipelineProgram> program = splitPipeline(step, config);
-    if (mlir::failed(program))
+      split.pieceAxis = "tp";
+    if (pipeline)
+      for (const auto &[name, size] : degrees->axes)
+        split.meshOrder.push_back(name);
+    pm.addPass(createSplitStagesPass(split));
+    if (mlir::failed(pm.run(module)))
       return 1;
-    pipelinePlan = PipelinePlan{std::move(*program),
-                                pipeline ? degrees->axes
-                                         : decltype(degrees->axes)(),
-                                pipeline ? "pp" : ""};
   }
-  if (compileReport && !pipelinePlan)
+  llvm::SmallVector<mlir::func::FuncOp> stages;
+  for (auto function : module.getOps<mlir::func::FuncOp>())
+    if (auto of = function->getAttrOfType<mlir::StringAttr>(
+            TrellisDialect::kStageOfAttrName);
+        of && of.getValue() == stepName)
+      stages.push_back(function);
+  auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
+  if (compileReport && !staged)
     computeStepReport(step).print(llvm::errs());
-  if (compileReport && pipelinePlan)
-    printStageReports(step, *pipelinePlan);
+  if (compileReport && staged)
+    printStageReports(stages);
 
   std::string error;
   auto output = mlir::openOutputFile(compileOutput, &error);
@@ -418,8 +456,9 @@ int runCompileCommand() {
       {"epsilon", compileEpsilon.getValue()},
       {"weight_decay", compileWeightDecay.getValue()},
   };
-  mlir::FailureOr<llvm::json::Value> plan = emitPlan(
-      step, std::move(metadata), pipelinePlan ? &*pipelinePlan : nullptr);
+  mlir::FailureOr<llvm::json::Value> plan =
+      staged ? emitStagedPlan(module, stepName, std::move(metadata))
+             : emitPlan(step, std::move(metadata));
   if (mlir::failed(plan))
     return 1;
   output->os() << *plan << "\n";

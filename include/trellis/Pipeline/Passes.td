@@ -61,4 +61,61 @@ def AssignStagesPass : Pass<"trellis-assign-stages", "::mlir::ModuleOp"> {
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
 
+def SplitStagesPass : Pass<"trellis-split-stages", "::mlir::ModuleOp"> {
+  let summary = "Cuts a step of micro-batches into one program per pipeline stage";
+  let description = [{
+    Replaces `function` (a step of micro-batches, cut by
+    trellis-assign-stages when it has several stages) by one function per
+    pipeline stage, `@<function>.stage<s>`: what that stage's ranks run. Its
+    body is its action programs one after the other, each op marked with
+    the program it belongs to (`trellis.program`: `forward.c0`,
+    `backward_receive.c0`, ..., `step`): the ops of one micro-batch, written
+    once, then the ops of the step (those several stages need are copied
+    into each). A value made on another stage arrives by `trellis.recv` in
+    the receive program of the action that reads it first, and leaves the
+    stage that made it by `trellis.send` at the end of the action that made
+    it (a value of the step: inside the step programs); each send and
+    receive names its peer stage along `axis` and a channel unique in the
+    step, and a send that has completed once a later receive from its peer
+    arrives says which (`trellis.complete_with`). A value every rank of
+    `piece-axis` holds whole crosses in pieces (trellis.slice_shard before
+    the send, trellis.all_gather after the receives).
+
+    The schedule (`trellis.pipeline_schedule`, an ordering rule over the
+    actions) orders each stage's programs per micro-batch:
+    `trellis.schedule` on each function (`F0 F1 RB0 B0 ... step`). Before
+    it writes anything, the pass proves the stages runnable together
+    (verifyPipelineProgram: every transfer sent and received once, every
+    value made or received before it is read in its micro-batch, no stage
+    waiting forever, every result on the stages that hold it).
+
+    Each stage function takes the step's arguments (`trellis.held` on those
+    it holds) and returns the step's results it holds (`trellis.result`:
+    the index in the step). The transfers name `@pipeline`, a mesh of the
+    pipeline axis (major) and the step's mesh axes.
+
+    ```mlir
+    // After (2 stages, 1F1B, 2 micro-batches): stage 1
+    func.func @train_step.stage1(...) attributes {trellis.pipeline_stage = 1 : i64,
+        trellis.schedule = ["RF0", "F0", "B0", "RF1", "F1", "B1", "step"], ...} {
+      %x = trellis.recv from @pipeline ["pp"] peer 0 channel 0 {trellis.program = "forward_receive.c0"} : tensor<2x16x64xf32>
+      %h = graph.matmul %x, %w {trellis.program = "forward.c0", ...}
+      ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The step to split">,
+    Option<"axis", "axis", "std::string", "\"pp\"",
+           "The mesh axis of pipeline stages">,
+    ListOption<"meshOrder", "mesh-order", "std::string",
+               "The axes of the plan's mesh, major to minor (default: the "
+               "pipeline axis, then the step's mesh)">,
+    Option<"pieceAxis", "piece-axis", "std::string", "\"\"",
+           "Send values every rank of this axis holds whole in pieces">
+  ];
+  let dependentDialects = ["::trellis::TrellisDialect"];
+}
+
 #endif // TRELLIS_PIPELINE_PASSES_TD

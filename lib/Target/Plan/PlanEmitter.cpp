@@ -64,22 +64,24 @@ std::optional<llvm::json::Value> attributeToJson(Attribute attr) {
 
 class Emitter {
 public:
-  FailureOr<llvm::json::Value> emit(func::FuncOp step, PlanMetadata metadata,
-                                    const PipelinePlan *pipeline);
+  /// A plan of one step program.
+  FailureOr<llvm::json::Value> emit(func::FuncOp step, PlanMetadata metadata);
+  /// A plan of per-stage action programs (`stages`, in stage order).
+  FailureOr<llvm::json::Value> emitStages(ArrayRef<func::FuncOp> stages,
+                                          PlanMetadata metadata);
 
 private:
   /// The instruction of `op` (its results get buffers on first sight).
   FailureOr<llvm::json::Object> emitInstruction(Operation &op);
-  /// The instruction of one end of a pipeline transfer.
-  FailureOr<llvm::json::Object> emitTransfer(const PipelinePlan &pipeline,
-                                             const StageItem &item,
-                                             Operation *where);
 
-  /// The mesh every sharding and collective of `step` uses (a plan runs on
-  /// one mesh), or none for a single-device program.
-  FailureOr<MeshOp> findMesh(func::FuncOp step);
-  /// Uses of a mesh must name the plan's mesh.
+  /// The mesh every sharding and collective of `function` uses (a plan runs
+  /// on one mesh), or none for a single-device program.
+  FailureOr<MeshOp> findMesh(func::FuncOp function);
+  /// Uses of a mesh must name the plan's mesh; with a pipeline, the
+  /// step's mesh may be named too (its axes are the pipeline mesh's).
   LogicalResult checkMesh(Operation *where, FlatSymbolRefAttr name);
+  /// The plan's mesh axes.
+  llvm::json::Array meshArray();
 
   /// Assigns a buffer to `value` (once); `perMicroBatch` marks it as one
   /// micro-batch's (each micro-batch the schedule runs has its own copy).
@@ -88,19 +90,27 @@ private:
   /// Whether `op`'s results are values of one micro-batch in a plan of
   /// action programs.
   bool makesMicroBatchValues(Operation &op) const {
-    return pipeline_ && !llvm::isa<MicrobatchSumOp>(op) &&
+    return staged_ && !llvm::isa<MicrobatchSumOp>(op) &&
            op.hasAttr(GraphDialect::kPhaseAttrName);
   }
-  /// The stages' programs and schedules of a plan of action programs.
-  FailureOr<llvm::json::Array> emitActionStages(func::FuncOp step);
+  /// The plan's entry for argument `index` of `function`.
+  FailureOr<llvm::json::Object> emitArgument(func::FuncOp function,
+                                             unsigned index);
+  /// The plan's entry for result `index` of `function` (buffer `buffer`).
+  llvm::json::Object emitResult(func::FuncOp function, unsigned index,
+                                int64_t buffer);
 
   DenseMap<Value, int64_t> bufferIds_;
   llvm::json::Array buffers_;
   MeshOp mesh_;
-  const PipelinePlan *pipeline_ = nullptr;
+  /// With a pipeline: the step's own mesh, whose axes @pipeline has too.
+  MeshOp stepMesh_;
+  bool staged_ = false;
 };
 
 LogicalResult Emitter::checkMesh(Operation *where, FlatSymbolRefAttr name) {
+  if (mesh_ && stepMesh_ && stepMesh_.getSymName() == name.getValue())
+    return success();
   if (!mesh_)
     mesh_ = lookupMesh(where, name, [&] { return where->emitError(); });
   if (!mesh_)
@@ -111,13 +121,13 @@ LogicalResult Emitter::checkMesh(Operation *where, FlatSymbolRefAttr name) {
   return success();
 }
 
-FailureOr<MeshOp> Emitter::findMesh(func::FuncOp step) {
-  for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    if (auto sharding = step.getArgAttrOfType<ShardingAttr>(
+FailureOr<MeshOp> Emitter::findMesh(func::FuncOp function) {
+  for (unsigned i = 0; i < function.getNumArguments(); ++i)
+    if (auto sharding = function.getArgAttrOfType<ShardingAttr>(
             i, TrellisDialect::kShardingAttrName))
-      if (failed(checkMesh(step, sharding.getMeshName())))
+      if (failed(checkMesh(function, sharding.getMeshName())))
         return failure();
-  WalkResult walk = step.walk([&](Operation *op) {
+  WalkResult walk = function.walk([&](Operation *op) {
     if (auto mesh = op->getAttrOfType<FlatSymbolRefAttr>("mesh"))
       if (failed(checkMesh(op, mesh)))
         return WalkResult::interrupt();
@@ -126,6 +136,18 @@ FailureOr<MeshOp> Emitter::findMesh(func::FuncOp step) {
   if (walk.wasInterrupted())
     return failure();
   return mesh_;
+}
+
+llvm::json::Array Emitter::meshArray() {
+  llvm::json::Array mesh;
+  if (!mesh_) {
+    mesh.push_back(llvm::json::Object{{"name", "dp"}, {"size", 1}});
+    return mesh;
+  }
+  for (MeshAxisAttr axis : mesh_.getMesh().getAxes())
+    mesh.push_back(llvm::json::Object{{"name", axis.getName().str()},
+                                      {"size", axis.getSize()}});
+  return mesh;
 }
 
 FailureOr<int64_t> Emitter::defineBuffer(Value value, Operation *where,
@@ -183,6 +205,9 @@ FailureOr<llvm::json::Object> Emitter::emitInstruction(Operation &op) {
                             << "' has no plan form";
     attrs[named.getName().getValue()] = std::move(*value);
   }
+  if (auto completeWith = op.getAttrOfType<IntegerAttr>(
+          TrellisDialect::kCompleteWithAttrName))
+    attrs["complete_with"] = completeWith.getInt();
   llvm::json::Object instruction{{"op", op.getName().stripDialect().str()}};
   instruction["inputs"] = std::move(inputs);
   instruction["outputs"] = std::move(outputs);
@@ -190,185 +215,116 @@ FailureOr<llvm::json::Object> Emitter::emitInstruction(Operation &op) {
   return instruction;
 }
 
-FailureOr<llvm::json::Object>
-Emitter::emitTransfer(const PipelinePlan &pipeline, const StageItem &item,
-                      Operation *where) {
-  const StageTransfer &transfer = pipeline.program.transfers[item.transfer];
-  FailureOr<int64_t> id =
-      defineBuffer(transfer.value, where, transfer.perMicroBatch);
+FailureOr<llvm::json::Object> Emitter::emitArgument(func::FuncOp function,
+                                                    unsigned index) {
+  BlockArgument arg = function.getArgument(index);
+  auto role = function.getArgAttrOfType<StringAttr>(index,
+                                                    GraphDialect::kRoleAttrName);
+  // Inputs hold one micro-batch.
+  FailureOr<int64_t> id = defineBuffer(
+      arg, function, staged_ && role && role.getValue() == "input");
   if (failed(id))
     return failure();
-  bool sending = item.kind == StageItem::Kind::Send;
-  llvm::json::Array buffer{*id};
-  llvm::json::Object attrs{
-      {"axes", llvm::json::Array{pipeline.axis}},
-      {"peer", sending ? transfer.to : transfer.from},
-      {"channel", transfer.channel},
-  };
-  if (sending && transfer.completedBy >= 0)
-    attrs["complete_with"] =
-        pipeline.program.transfers[transfer.completedBy].channel;
-  return llvm::json::Object{
-      {"op", sending ? "send" : "recv"},
-      {"inputs", sending ? std::move(buffer) : llvm::json::Array()},
-      {"outputs", sending ? llvm::json::Array() : std::move(buffer)},
-      {"attrs", std::move(attrs)},
-  };
+  llvm::json::Object entry{{"buffer", *id}};
+  for (StringRef key :
+       {GraphDialect::kRoleAttrName, GraphDialect::kParamNameAttrName,
+        GraphDialect::kInitAttrName}) {
+    auto text = function.getArgAttrOfType<StringAttr>(index, key);
+    if (text)
+      entry[key.drop_front(strlen("graph."))] = text.getValue().str();
+  }
+  if (!entry.get("role"))
+    return function.emitError() << "argument " << index << " has no graph.role";
+  if (auto fileShape = function.getArgAttrOfType<DenseI64ArrayAttr>(
+          index, GraphDialect::kFileShapeAttrName))
+    entry["file_shape"] = shapeArray(fileShape.asArrayRef());
+  if (auto sharding = function.getArgAttrOfType<ShardingAttr>(
+          index, TrellisDialect::kShardingAttrName)) {
+    if (!sharding.getPartialAxes().empty())
+      return function.emitError() << "argument " << index
+                                  << " is partial: a plan's arguments hold "
+                                     "whole or split values";
+    llvm::json::Array dims;
+    for (DimShardingAttr dim : sharding.getDims()) {
+      llvm::json::Array axes;
+      for (StringAttr axis : dim.getAxes())
+        axes.push_back(axis.getValue().str());
+      dims.push_back(std::move(axes));
+    }
+    entry["sharding"] = std::move(dims);
+  }
+  return entry;
 }
 
-FailureOr<llvm::json::Array> Emitter::emitActionStages(func::FuncOp step) {
-  const PipelineProgram &split = pipeline_->program;
-  llvm::json::Array stages;
-  for (int64_t rank = 0; rank < split.ranks(); ++rank) {
-    llvm::json::Array programs;
-    for (const ActionProgram &action : split.programs[rank]) {
-      llvm::json::Array instructions;
-      for (const StageItem &item : action.items) {
-        FailureOr<llvm::json::Object> instruction =
-            item.kind == StageItem::Kind::Op
-                ? emitInstruction(*item.op)
-                : emitTransfer(*pipeline_, item, step);
-        if (failed(instruction))
-          return failure();
-        instructions.push_back(std::move(*instruction));
-      }
-      llvm::json::Object entry{{"name", action.name()}};
-      entry["program"] = std::move(instructions);
-      programs.push_back(std::move(entry));
-    }
-    llvm::json::Array schedule;
-    for (const ScheduledAction &entry : split.schedule[rank])
-      schedule.push_back(split.programs[rank][entry.program].actionName(
-          entry.microBatch, split.chunks));
-    llvm::json::Object stage{{"stage", rank}};
-    stage["programs"] = std::move(programs);
-    stage["schedule"] = std::move(schedule);
-    stages.push_back(std::move(stage));
-  }
-  return stages;
+llvm::json::Object Emitter::emitResult(func::FuncOp function, unsigned index,
+                                       int64_t buffer) {
+  llvm::json::Object entry{{"buffer", buffer}};
+  if (auto updates = function.getResultAttrOfType<IntegerAttr>(
+          index, GraphDialect::kUpdatesAttrName))
+    entry["updates"] = updates.getInt();
+  else if (auto gradientOf = function.getResultAttrOfType<IntegerAttr>(
+               index, "graph.gradient_of"))
+    entry["gradient_of"] = gradientOf.getInt();
+  return entry;
+}
+
+/// The top-level object of a plan; members are moved in one by one (an
+/// initializer list would copy them).
+llvm::json::Value planObject(int64_t microBatches, PlanMetadata metadata,
+                             llvm::json::Array mesh, llvm::json::Array buffers,
+                             llvm::json::Array arguments,
+                             llvm::json::Array results,
+                             llvm::json::Array stages) {
+  llvm::json::Object plan{
+      {"format", "trellis-plan"},
+      {"version", kPlanFormatVersion},
+      {"micro_batches", microBatches},
+  };
+  plan["metadata"] = std::move(metadata.fields);
+  plan["mesh"] = std::move(mesh);
+  plan["buffers"] = std::move(buffers);
+  plan["arguments"] = std::move(arguments);
+  plan["results"] = std::move(results);
+  plan["stages"] = std::move(stages);
+  return llvm::json::Value(std::move(plan));
 }
 
 FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
-                                           PlanMetadata metadata,
-                                           const PipelinePlan *pipeline) {
+                                           PlanMetadata metadata) {
   if (!llvm::hasSingleElement(step.getBody()))
     return step.emitError("expected a function with a single block");
-  pipeline_ = pipeline;
   Block &body = step.getBody().front();
   if (failed(findMesh(step)))
     return failure();
-  bool pipelined = pipeline && !pipeline->axis.empty();
-  llvm::json::Array mesh;
-  if (pipelined) {
-    // The pipeline's mesh adds its axis to the step's (same sizes).
-    for (const auto &[name, size] : pipeline->mesh) {
-      std::optional<MeshAxisAttr> stepAxis;
-      if (mesh_)
-        for (MeshAxisAttr axis : mesh_.getMesh().getAxes())
-          if (axis.getName() == name)
-            stepAxis = axis;
-      if (name == pipeline->axis
-              ? stepAxis.has_value() || size != pipeline->program.ranks()
-              : stepAxis && stepAxis->getSize() != size)
-        return step.emitError()
-               << "the pipeline mesh's axis '" << name << "' of size " << size
-               << " does not match the step's mesh and stages";
-      mesh.push_back(llvm::json::Object{{"name", name}, {"size", size}});
-    }
-    if (mesh_)
-      for (MeshAxisAttr axis : mesh_.getMesh().getAxes())
-        if (llvm::none_of(pipeline->mesh, [&](const auto &entry) {
-              return entry.first == axis.getName();
-            }))
-          return step.emitError() << "the pipeline mesh lacks the step's axis '"
-                                  << axis.getName() << "'";
-  } else if (mesh_) {
-    for (MeshAxisAttr axis : mesh_.getMesh().getAxes())
-      mesh.push_back(llvm::json::Object{{"name", axis.getName().str()},
-                                        {"size", axis.getSize()}});
-  } else {
-    mesh.push_back(llvm::json::Object{{"name", "dp"}, {"size", 1}});
-  }
-
   llvm::json::Array arguments;
-  for (BlockArgument arg : body.getArguments()) {
-    auto role = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                  GraphDialect::kRoleAttrName);
-    // Inputs hold one micro-batch.
-    FailureOr<int64_t> id = defineBuffer(
-        arg, step, pipeline && role && role.getValue() == "input");
-    if (failed(id))
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    FailureOr<llvm::json::Object> entry = emitArgument(step, i);
+    if (failed(entry))
       return failure();
-    llvm::json::Object entry{{"buffer", *id}};
-    for (StringRef key :
-         {GraphDialect::kRoleAttrName, GraphDialect::kParamNameAttrName,
-          GraphDialect::kInitAttrName}) {
-      auto text = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), key);
-      if (text)
-        entry[key.drop_front(strlen("graph."))] = text.getValue().str();
-    }
-    if (!entry.get("role"))
-      return step.emitError()
-             << "argument " << arg.getArgNumber() << " has no graph.role";
-    if (auto fileShape = step.getArgAttrOfType<DenseI64ArrayAttr>(
-            arg.getArgNumber(), GraphDialect::kFileShapeAttrName))
-      entry["file_shape"] = shapeArray(fileShape.asArrayRef());
-    if (auto sharding = step.getArgAttrOfType<ShardingAttr>(
-            arg.getArgNumber(), TrellisDialect::kShardingAttrName)) {
-      if (!sharding.getPartialAxes().empty())
-        return step.emitError() << "argument " << arg.getArgNumber()
-                                << " is partial: a plan's arguments hold "
-                                   "whole or split values";
-      llvm::json::Array dims;
-      for (DimShardingAttr dim : sharding.getDims()) {
-        llvm::json::Array axes;
-        for (StringAttr axis : dim.getAxes())
-          axes.push_back(axis.getValue().str());
-        dims.push_back(std::move(axes));
-      }
-      entry["sharding"] = std::move(dims);
-    }
-    if (pipelined)
-      entry["stages"] =
-          shapeArray(pipeline->program.argumentRanks[arg.getArgNumber()]);
-    arguments.push_back(std::move(entry));
+    arguments.push_back(std::move(*entry));
   }
-
+  // One program: the step of one micro-batch, whose totals are the
+  // micro-batch's values themselves.
+  llvm::json::Array program;
+  for (Operation &op : body.without_terminator()) {
+    if (llvm::isa<MicrobatchSumOp>(op)) {
+      bufferIds_[op.getResult(0)] = bufferIds_.lookup(op.getOperand(0));
+      continue;
+    }
+    FailureOr<llvm::json::Object> instruction = emitInstruction(op);
+    if (failed(instruction))
+      return failure();
+    program.push_back(std::move(*instruction));
+  }
+  llvm::json::Object stepProgram{{"name", "step"}};
+  stepProgram["program"] = std::move(program);
+  llvm::json::Array programs;
+  programs.push_back(std::move(stepProgram));
+  llvm::json::Object stage{{"stage", 0},
+                           {"schedule", llvm::json::Array{"step"}}};
+  stage["programs"] = std::move(programs);
   llvm::json::Array stages;
-  if (pipeline) {
-    // Buffers in the step's order: programs read values that other
-    // programs of their stage (or other stages) make.
-    for (Operation &op : body.without_terminator())
-      for (Value result : op.getResults())
-        if (failed(defineBuffer(result, &op, makesMicroBatchValues(op))))
-          return failure();
-    FailureOr<llvm::json::Array> actionStages = emitActionStages(step);
-    if (failed(actionStages))
-      return failure();
-    stages = std::move(*actionStages);
-  } else {
-    // One program: the step of one micro-batch, whose totals are the
-    // micro-batch's values themselves.
-    llvm::json::Array program;
-    for (Operation &op : body.without_terminator()) {
-      if (llvm::isa<MicrobatchSumOp>(op)) {
-        bufferIds_[op.getResult(0)] = bufferIds_.lookup(op.getOperand(0));
-        continue;
-      }
-      FailureOr<llvm::json::Object> instruction = emitInstruction(op);
-      if (failed(instruction))
-        return failure();
-      program.push_back(std::move(*instruction));
-    }
-    llvm::json::Object stepProgram{{"name", "step"}};
-    stepProgram["program"] = std::move(program);
-    llvm::json::Array programs;
-    programs.push_back(std::move(stepProgram));
-    llvm::json::Object stage{{"stage", 0},
-                             {"schedule", llvm::json::Array{"step"}}};
-    stage["programs"] = std::move(programs);
-    stages.push_back(std::move(stage));
-  }
+  stages.push_back(std::move(stage));
 
   llvm::json::Array results;
   Operation *terminator = body.getTerminator();
@@ -376,41 +332,220 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
     auto it = bufferIds_.find(value);
     if (it == bufferIds_.end())
       return step.emitError("a result is not produced by the program");
-    llvm::json::Object entry{{"buffer", it->second}};
-    if (auto updates = step.getResultAttrOfType<IntegerAttr>(
-            index, GraphDialect::kUpdatesAttrName))
-      entry["updates"] = updates.getInt();
-    else if (auto gradientOf = step.getResultAttrOfType<IntegerAttr>(
-                 index, "graph.gradient_of"))
-      entry["gradient_of"] = gradientOf.getInt();
-    else if (index == 0)
+    llvm::json::Object entry = emitResult(step, index, it->second);
+    if (index == 0 && !entry.get("updates") && !entry.get("gradient_of"))
       entry["role"] = "loss";
-    if (pipelined)
-      entry["stages"] = shapeArray(pipeline->program.resultRanks[index]);
     results.push_back(std::move(entry));
   }
+  return planObject(1, std::move(metadata), meshArray(), std::move(buffers_),
+                    std::move(arguments), std::move(results),
+                    std::move(stages));
+}
 
-  // Members are moved in one by one: an initializer list would copy them.
-  llvm::json::Object plan{
-      {"format", "trellis-plan"},
-      {"version", kPlanFormatVersion},
-      {"micro_batches", pipeline ? pipeline->program.microBatches : 1},
-  };
-  plan["metadata"] = std::move(metadata.fields);
-  plan["mesh"] = std::move(mesh);
-  plan["buffers"] = std::move(buffers_);
-  plan["arguments"] = std::move(arguments);
-  plan["results"] = std::move(results);
-  plan["stages"] = std::move(stages);
+FailureOr<llvm::json::Value>
+Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
+  staged_ = true;
+  func::FuncOp first = stages.front();
+  SmallVector<func::FuncOp> stageList(stages.begin(), stages.end());
+  bool pipelined = stages.size() > 1;
+  // The mesh: @pipeline (the pipeline axis and the step's) with several
+  // stages, the step's with one.
+  if (pipelined) {
+    ModuleOp module = first->getParentOfType<ModuleOp>();
+    mesh_ = module.lookupSymbol<MeshOp>("pipeline");
+    if (!mesh_)
+      return first.emitError("expected the pipeline's mesh @pipeline");
+    module.walk([&](MeshOp mesh) {
+      if (mesh != mesh_ && !stepMesh_)
+        stepMesh_ = mesh;
+    });
+  }
+  for (func::FuncOp stage : stageList)
+    if (failed(findMesh(stage)))
+      return failure();
+  std::string pipelineAxis;
+  auto microBatches =
+      first->getAttrOfType<IntegerAttr>(GraphDialect::kMicroBatchesAttrName);
+  if (!microBatches)
+    return first.emitError("expected a stage of a step of micro-batches "
+                           "(graph.micro_batches)");
+
+  // Arguments: one buffer for every stage.
+  llvm::json::Array arguments;
+  for (unsigned i = 0; i < first.getNumArguments(); ++i) {
+    FailureOr<llvm::json::Object> entry = emitArgument(first, i);
+    if (failed(entry))
+      return failure();
+    int64_t buffer = bufferIds_.lookup(first.getArgument(i));
+    llvm::json::Array holders;
+    for (auto [index, stage] : llvm::enumerate(stageList)) {
+      bufferIds_[stage.getArgument(i)] = buffer;
+      if (stage.getArgAttr(i, TrellisDialect::kHeldAttrName))
+        holders.push_back(static_cast<int64_t>(index));
+    }
+    if (pipelined)
+      (*entry)["stages"] = std::move(holders);
+    arguments.push_back(std::move(*entry));
+  }
+  // Buffers that name one value on several stages: a transfer's (the
+  // receive writes the buffer the send reads) and a result's (each stage
+  // that holds it makes its own copy).
+  std::map<int64_t, int64_t> channelBuffer;
+  for (func::FuncOp stage : stageList) {
+    WalkResult walk = stage.walk([&](SendOp send) -> WalkResult {
+      auto program =
+          send->getAttrOfType<StringAttr>(TrellisDialect::kProgramAttrName);
+      FailureOr<int64_t> id = defineBuffer(
+          send.getInput(), send, program && program.getValue() != "step");
+      if (failed(id))
+        return WalkResult::interrupt();
+      channelBuffer[send.getChannel()] = *id;
+      pipelineAxis =
+          llvm::cast<StringAttr>(send.getAxes()[0]).getValue().str();
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+  }
+  for (func::FuncOp stage : stageList) {
+    WalkResult walk = stage.walk([&](RecvOp recv) -> WalkResult {
+      auto it = channelBuffer.find(recv.getChannel());
+      if (it == channelBuffer.end()) {
+        recv.emitOpError() << "receives channel " << recv.getChannel()
+                           << ", which no stage sends";
+        return WalkResult::interrupt();
+      }
+      bufferIds_[recv.getResult()] = it->second;
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+  }
+  // Results by their index in the step.
+  std::map<int64_t, std::pair<func::FuncOp, unsigned>> resultOwner;
+  std::map<int64_t, llvm::json::Array> resultHolders;
+  for (auto [stageIndex, stage] : llvm::enumerate(stageList)) {
+    Operation *terminator = stage.getBody().front().getTerminator();
+    for (unsigned i = 0; i < stage.getNumResults(); ++i) {
+      auto index = stage.getResultAttrOfType<IntegerAttr>(
+          i, TrellisDialect::kResultIndexAttrName);
+      if (!index)
+        return stage.emitError() << "result " << i
+                                 << " names no result of the step "
+                                    "(trellis.result)";
+      Value value = terminator->getOperand(i);
+      auto [owner, inserted] =
+          resultOwner.try_emplace(index.getInt(), stage, i);
+      if (inserted) {
+        if (failed(defineBuffer(value, stage)))
+          return failure();
+      } else if (!bufferIds_.count(value)) {
+        Value ownerValue = owner->second.first.getBody()
+                               .front()
+                               .getTerminator()
+                               ->getOperand(owner->second.second);
+        bufferIds_[value] = bufferIds_.lookup(ownerValue);
+      }
+      resultHolders[index.getInt()].push_back(
+          static_cast<int64_t>(stageIndex));
+    }
+  }
+
+  llvm::json::Array stageEntries;
+  for (auto [index, stage] : llvm::enumerate(stageList)) {
+    // Programs in the order their first op comes.
+    llvm::json::Array programs;
+    std::map<std::string, size_t> programIndex;
+    std::vector<llvm::json::Array> instructions;
+    std::vector<std::string> names;
+    for (Operation &op : stage.getBody().front().without_terminator()) {
+      auto name =
+          op.getAttrOfType<StringAttr>(TrellisDialect::kProgramAttrName);
+      if (!name)
+        return op.emitOpError("belongs to no action program (trellis.program)");
+      auto [it, inserted] =
+          programIndex.try_emplace(name.getValue().str(), names.size());
+      if (inserted) {
+        names.push_back(name.getValue().str());
+        instructions.emplace_back();
+      }
+      FailureOr<llvm::json::Object> instruction = emitInstruction(op);
+      if (failed(instruction))
+        return failure();
+      instructions[it->second].push_back(std::move(*instruction));
+    }
+    for (auto [name, program] : llvm::zip(names, instructions)) {
+      llvm::json::Object entry{{"name", name}};
+      entry["program"] = std::move(program);
+      programs.push_back(std::move(entry));
+    }
+    llvm::json::Array schedule;
+    auto scheduleAttr =
+        stage->getAttrOfType<ArrayAttr>(TrellisDialect::kScheduleAttrName);
+    if (!scheduleAttr)
+      return stage.emitError("expected the stage's schedule (trellis.schedule)");
+    for (Attribute entry : scheduleAttr)
+      schedule.push_back(llvm::cast<StringAttr>(entry).getValue().str());
+    llvm::json::Object entry{{"stage", static_cast<int64_t>(index)}};
+    entry["programs"] = std::move(programs);
+    entry["schedule"] = std::move(schedule);
+    stageEntries.push_back(std::move(entry));
+  }
+
+  llvm::json::Array results;
+  for (auto &[index, owner] : resultOwner) {
+    if (index != static_cast<int64_t>(results.size()))
+      return first.emitError() << "no stage holds result " << results.size()
+                               << " of the step";
+    auto [stage, i] = owner;
+    Value value = stage.getBody().front().getTerminator()->getOperand(i);
+    llvm::json::Object entry = emitResult(stage, i, bufferIds_.lookup(value));
+    if (index == 0 && !entry.get("updates") && !entry.get("gradient_of"))
+      entry["role"] = "loss";
+    if (pipelined)
+      entry["stages"] = std::move(resultHolders[index]);
+    results.push_back(std::move(entry));
+  }
+  llvm::json::Value plan =
+      planObject(microBatches.getInt(), std::move(metadata), meshArray(),
+                 std::move(buffers_), std::move(arguments), std::move(results),
+                 std::move(stageEntries));
   if (pipelined)
-    plan["pipeline_axis"] = pipeline->axis;
-  return llvm::json::Value(std::move(plan));
+    (*plan.getAsObject())["pipeline_axis"] = pipelineAxis;
+  return plan;
 }
 
 } // namespace
 
 FailureOr<llvm::json::Value> trellis::emitPlan(func::FuncOp step,
-                                               PlanMetadata metadata,
-                                               const PipelinePlan *pipeline) {
-  return Emitter().emit(step, std::move(metadata), pipeline);
+                                               PlanMetadata metadata) {
+  return Emitter().emit(step, std::move(metadata));
+}
+
+FailureOr<llvm::json::Value> trellis::emitStagedPlan(ModuleOp module,
+                                                     StringRef stepName,
+                                                     PlanMetadata metadata) {
+  SmallVector<func::FuncOp> stages;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    auto of =
+        function->getAttrOfType<StringAttr>(TrellisDialect::kStageOfAttrName);
+    if (!of || of.getValue() != stepName)
+      continue;
+    auto stage = function->getAttrOfType<IntegerAttr>(
+        TrellisDialect::kPipelineStageAttrName);
+    if (!stage)
+      return function.emitError("a stage's program needs its stage "
+                                "(trellis.pipeline_stage)");
+    if (static_cast<size_t>(stage.getInt()) >= stages.size())
+      stages.resize(stage.getInt() + 1);
+    stages[stage.getInt()] = function;
+  }
+  if (stages.empty())
+    return module.emitError() << "expected the stage programs of @" << stepName
+                              << " (trellis-split-stages), found none";
+  for (auto [index, stage] : llvm::enumerate(stages))
+    if (!stage)
+      return module.emitError() << "expected a program for stage " << index
+                                << " of @" << stepName << ", found none";
+  return Emitter().emitStages(stages, std::move(metadata));
 }

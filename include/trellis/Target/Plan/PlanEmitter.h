@@ -10,7 +10,7 @@
 #define TRELLIS_TARGET_PLAN_PLANEMITTER_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "trellis/Pipeline/PipelineSplit.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/JSON.h"
 
 namespace trellis {
@@ -23,25 +23,23 @@ struct PlanMetadata {
   llvm::json::Object fields;
 };
 
-/// A step split into action programs: its programs and schedules, the mesh
-/// with the pipeline axis added (major to minor), and that axis's name
-/// (empty for a step of micro-batches on one stage: the mesh is the
-/// step's).
-struct PipelinePlan {
-  PipelineProgram program;
-  std::vector<std::pair<std::string, int64_t>> mesh;
-  std::string axis = "pp";
-};
+/// Emits the plan of `step` (format version 4) as one step program: a step
+/// of one micro-batch without a pipeline (graph.microbatch_sum, if any, is
+/// the identity). Fails (with a diagnostic on the offending op) when the
+/// function holds an op the plan cannot express.
+mlir::FailureOr<llvm::json::Value> emitPlan(mlir::func::FuncOp step,
+                                            PlanMetadata metadata);
 
-/// Emits the plan of `step` (format version 4): one step program, or with
-/// `pipeline` each stage's action programs and schedule (transfers as send
-/// and recv over the pipeline axis, micro-batch totals as accumulate, each
-/// argument and result listing the stages that hold it). Fails (with a
-/// diagnostic on the offending op) when the function holds an op the plan
-/// cannot express.
-mlir::FailureOr<llvm::json::Value>
-emitPlan(mlir::func::FuncOp step, PlanMetadata metadata,
-         const PipelinePlan *pipeline = nullptr);
+/// Emits the plan of the stage programs that trellis-split-stages made of
+/// `@stepName` in `module`: per stage its action programs (ops grouped by
+/// trellis.program) and schedule; transfers as send and recv over the
+/// pipeline axis (a receive writes the buffer its send reads), micro-batch
+/// totals as accumulate, each argument and result listing the stages that
+/// hold it. Fails with a diagnostic when the stages are incomplete or hold
+/// an op the plan cannot express.
+mlir::FailureOr<llvm::json::Value> emitStagedPlan(mlir::ModuleOp module,
+                                                  llvm::StringRef stepName,
+                                                  PlanMetadata metadata);
 
 } // namespace trellis
 

@@ -121,6 +121,32 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
                                << attr.getValue();
     return success();
   }
+  if (attr.getName() == kPipelineStageAttrName ||
+      attr.getName() == kCompleteWithAttrName) {
+    auto index = llvm::dyn_cast<IntegerAttr>(attr.getValue());
+    if (!index || index.getValue().isNegative())
+      return op->emitOpError() << "expected '" << attr.getName().getValue()
+                               << "' to be an integer >= 0, found "
+                               << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kProgramAttrName ||
+      attr.getName() == kStageOfAttrName) {
+    if (!llvm::isa<StringAttr>(attr.getValue()))
+      return op->emitOpError() << "expected '" << attr.getName().getValue()
+                               << "' to be a name, found " << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kScheduleAttrName) {
+    auto schedule = llvm::dyn_cast<ArrayAttr>(attr.getValue());
+    if (!schedule || !llvm::all_of(schedule, [](Attribute entry) {
+          return llvm::isa<StringAttr>(entry);
+        }))
+      return op->emitOpError() << "expected '" << kScheduleAttrName
+                               << "' to be an array of action names, found "
+                               << attr.getValue();
+    return success();
+  }
   return op->emitOpError() << "unknown trellis attribute '"
                            << attr.getName().getValue() << "'";
 }
@@ -132,6 +158,12 @@ LogicalResult TrellisDialect::verifyRegionArgAttribute(Operation *op, unsigned,
   if (!function)
     return op->emitOpError() << "'" << attr.getName().getValue()
                              << "' is only valid on function arguments";
+  if (attr.getName() == kHeldAttrName) {
+    if (!llvm::isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError() << "'" << kHeldAttrName
+                               << "' is a unit attribute of arguments";
+    return success();
+  }
   return verifyShardingAttribute(
       op, attr, function.getArgumentTypes()[argIndex], "argument", argIndex);
 }
@@ -144,6 +176,14 @@ LogicalResult TrellisDialect::verifyRegionResultAttribute(Operation *op,
   if (!function)
     return op->emitOpError() << "'" << attr.getName().getValue()
                              << "' is only valid on function results";
+  if (attr.getName() == kResultIndexAttrName) {
+    auto index = llvm::dyn_cast<IntegerAttr>(attr.getValue());
+    if (!index || index.getValue().isNegative())
+      return op->emitOpError() << "expected '" << kResultIndexAttrName
+                               << "' to be an integer >= 0, found "
+                               << attr.getValue();
+    return success();
+  }
   return verifyShardingAttribute(
       op, attr, function.getResultTypes()[resultIndex], "result", resultIndex);
 }

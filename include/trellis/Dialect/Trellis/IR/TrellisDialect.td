@@ -57,6 +57,32 @@ def Trellis_Dialect : Dialect {
         "trellis.stage_layers";
     static constexpr ::llvm::StringLiteral kPipelineScheduleAttrName =
         "trellis.pipeline_schedule";
+    /// Function attributes of a pipeline stage's program
+    /// (trellis-split-stages): the stage (an integer >= 0), the step it was
+    /// cut from (a symbol name), and its schedule (an array of action names:
+    /// `F3`, `RB3.c1`, `step`).
+    static constexpr ::llvm::StringLiteral kPipelineStageAttrName =
+        "trellis.pipeline_stage";
+    static constexpr ::llvm::StringLiteral kStageOfAttrName =
+        "trellis.stage_of";
+    static constexpr ::llvm::StringLiteral kScheduleAttrName =
+        "trellis.schedule";
+    /// Op attribute in a stage's program: the action program the op belongs
+    /// to (`forward.c0`, `backward_receive.c1`, `step`).
+    static constexpr ::llvm::StringLiteral kProgramAttrName =
+        "trellis.program";
+    /// Op attribute of a trellis.send: the channel of a later receive from
+    /// the same peer, in the same micro-batch, that the peer sends only
+    /// after it has read this one (the send has completed by then).
+    static constexpr ::llvm::StringLiteral kCompleteWithAttrName =
+        "trellis.complete_with";
+    /// Argument attribute of a stage's program (unit): the stage holds the
+    /// argument (allocates and initializes it).
+    static constexpr ::llvm::StringLiteral kHeldAttrName = "trellis.held";
+    /// Result attribute of a stage's program: the index of the step's result
+    /// it is.
+    static constexpr ::llvm::StringLiteral kResultIndexAttrName =
+        "trellis.result";
     /// Attribute the partitioner leaves on single-result ops of a step of
     /// micro-batches (ops marked with graph.phase): the #trellis.sharding of
     /// the result's global value, whose local piece the result holds. The
