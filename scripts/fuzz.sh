@@ -18,7 +18,17 @@ if [[ -x $root/build/bin/trellis ]]; then
       --batch 1 --seq 4 -o "$corpus/$config.plan"
     "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
       --batch 2 --seq 4 --pp 2 --microbatches 2 -o "$corpus/$config.pp2.plan"
+    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
+      --batch 4 --seq 4 --microbatches 4 -o "$corpus/$config.m4.plan"
+    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
+      --batch 4 --seq 4 --pp 2 --microbatches 4 --schedule zb-h1 \
+      -o "$corpus/$config.zb.plan"
   done
+  # Plan format v4 with several chunks per stage (interleaved 1F1B).
+  "$root/build/bin/trellis" compile \
+    "$root/test/tools/trellis/Inputs/llama-tiny-4layers.json" --batch 4 \
+    --seq 4 --pp 2 --chunks 2 --schedule interleaved --microbatches 2 \
+    -o "$corpus/llama.interleaved.plan"
 fi
 "$build/trellis-plan-fuzzer" "$corpus" -max_total_time="$seconds" \
   -max_len=200000 -print_final_stats=1

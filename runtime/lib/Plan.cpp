@@ -799,7 +799,9 @@ Status PlanReader::expandStage(int64_t index) {
   for (const ActionProgramDesc &program : programs_[index])
     chunked |= program.chunk > 0;
   for (size_t position = 0; position < schedules_[index].size(); ++position) {
-    auto [p, mb] = schedules_[index][position];
+    // (Not a structured binding: lambdas below capture the micro-batch.)
+    int64_t p = schedules_[index][position].first;
+    int64_t mb = schedules_[index][position].second;
     const ActionProgramDesc &program = programs_[index][p];
     if (mb >= 0) {
       if (first[mb] < 0)
