@@ -7,12 +7,28 @@
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 
+#include <limits>
 #include <map>
 #include <set>
 
 using namespace mlir;
 
 namespace trellis {
+
+int64_t orderInMicroBatch(ActionKind kind, int64_t virtualStage,
+                          int64_t virtualStages) {
+  switch (kind) {
+  case ActionKind::Forward:
+    return virtualStage;
+  case ActionKind::Backward:
+    return virtualStages + 2 * (virtualStages - 1 - virtualStage);
+  case ActionKind::Weight:
+    return virtualStages + 2 * (virtualStages - 1 - virtualStage) + 1;
+  case ActionKind::Step:
+    break;
+  }
+  return std::numeric_limits<int64_t>::max();
+}
 
 std::string ActionProgram::name() const {
   const char *base = kind == ActionKind::Forward    ? "forward"
@@ -152,11 +168,8 @@ private:
 };
 
 int64_t Splitter::orderInMicroBatch(const ActionKey &key) const {
-  int64_t stages = cut_.shape.virtualStages();
-  if (key.kind == ActionKind::Forward)
-    return key.virtualStage;
-  return stages + 2 * (stages - 1 - key.virtualStage) +
-         (key.kind == ActionKind::Weight ? 1 : 0);
+  return trellis::orderInMicroBatch(key.kind, key.virtualStage,
+                                    cut_.shape.virtualStages());
 }
 
 int64_t Splitter::programIndex(int64_t rank, ActionKind kind, int64_t chunk,

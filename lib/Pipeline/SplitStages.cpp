@@ -8,6 +8,7 @@
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "trellis/Pipeline/PipelineSplit.h"
 
+#include <limits>
 #include <numeric>
 
 namespace trellis {
@@ -20,28 +21,14 @@ using namespace trellis;
 
 namespace {
 
-/// Where a program comes among one micro-batch's actions on its rank:
-/// forwards in stage order, then each stage's backward and weight
-/// gradients from the last stage back, each after its receives; the step
-/// last.
+/// Where a program comes among one micro-batch's actions on its rank: its
+/// action's place (orderInMicroBatch), its receives just before it.
 int64_t programOrder(const ActionProgram &program, int64_t rank,
                      int64_t ranks, int64_t chunks) {
-  int64_t stages = ranks * chunks;
-  int64_t stage = program.chunk * ranks + rank;
-  int64_t order = 0;
-  switch (program.kind) {
-  case ActionKind::Forward:
-    order = stage;
-    break;
-  case ActionKind::Backward:
-    order = stages + 2 * (stages - 1 - stage);
-    break;
-  case ActionKind::Weight:
-    order = stages + 2 * (stages - 1 - stage) + 1;
-    break;
-  case ActionKind::Step:
+  if (program.kind == ActionKind::Step)
     return std::numeric_limits<int64_t>::max();
-  }
+  int64_t order = orderInMicroBatch(
+      program.kind, program.chunk * ranks + rank, ranks * chunks);
   return 2 * order + (program.receives ? 0 : 1);
 }
 

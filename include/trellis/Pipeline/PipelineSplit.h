@@ -102,6 +102,14 @@ struct ActionProgram {
   std::string actionName(int64_t microBatch, int64_t chunks) const;
 };
 
+/// Where an action of `virtualStage` comes among one micro-batch's actions
+/// on its rank (of a pipeline of `virtualStages`): forwards in stage order,
+/// then each stage's backward and weight gradients from the last stage
+/// back; the step (any stage) after all of them. Every value a micro-batch's
+/// action reads on its rank is made by an action earlier in this order.
+int64_t orderInMicroBatch(ActionKind kind, int64_t virtualStage,
+                          int64_t virtualStages);
+
 /// One entry of a rank's schedule: a program, run for a micro-batch (-1
 /// for the step program).
 struct ScheduledAction {

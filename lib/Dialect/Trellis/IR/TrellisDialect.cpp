@@ -85,14 +85,6 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
     }
     return success();
   }
-  if (attr.getName() == kStageAttrName) {
-    auto stage = llvm::dyn_cast<IntegerAttr>(attr.getValue());
-    if (!stage || stage.getValue().isNegative())
-      return op->emitOpError() << "expected '" << kStageAttrName
-                               << "' to be an integer >= 0, found "
-                               << attr.getValue();
-    return success();
-  }
   if (attr.getName() == kPipelineStagesAttrName ||
       attr.getName() == kPipelineChunksAttrName) {
     auto count = llvm::dyn_cast<IntegerAttr>(attr.getValue());
@@ -121,7 +113,8 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
                                << attr.getValue();
     return success();
   }
-  if (attr.getName() == kPipelineStageAttrName ||
+  if (attr.getName() == kStageAttrName ||
+      attr.getName() == kPipelineStageAttrName ||
       attr.getName() == kCompleteWithAttrName) {
     auto index = llvm::dyn_cast<IntegerAttr>(attr.getValue());
     if (!index || index.getValue().isNegative())
