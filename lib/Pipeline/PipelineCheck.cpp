@@ -37,8 +37,8 @@ struct Source {
 
 class Checker {
 public:
-  Checker(func::FuncOp step, const PipelineProgram &program)
-      : step_(step), program_(program), ranks_(program.ranks()) {}
+  Checker(Operation *anchor, const PipelineProgram &program)
+      : anchor_(anchor), program_(program), ranks_(program.ranks()) {}
 
   LogicalResult run();
 
@@ -57,10 +57,10 @@ private:
   bool alwaysBefore(int64_t rank, int64_t a, int64_t b);
   /// The op or step to attach a diagnostic to.
   InFlightDiagnostic error(const StageItem &item) {
-    return item.op ? item.op->emitOpError() : step_.emitError();
+    return item.op ? item.op->emitOpError() : anchor_->emitError();
   }
 
-  func::FuncOp step_;
+  Operation *anchor_;
   const PipelineProgram &program_;
   int64_t ranks_;
   /// position_[rank][program][micro-batch]: index in the rank's schedule
@@ -83,18 +83,18 @@ LogicalResult Checker::checkTransfers() {
         if (item.kind == StageItem::Kind::Op)
           continue;
         if (item.transfer < 0 || item.transfer >= static_cast<int64_t>(count))
-          return step_.emitError()
+          return anchor_->emitError()
                  << "pipeline rank " << rank << " names transfer "
                  << item.transfer << ", outside the step's " << count;
         const StageTransfer &transfer = program_.transfers[item.transfer];
         bool sending = item.kind == StageItem::Kind::Send;
         if ((sending ? transfer.from : transfer.to) != rank)
-          return step_.emitError()
+          return anchor_->emitError()
                  << "pipeline transfer " << item.transfer << " (rank "
                  << transfer.from << " to rank " << transfer.to << ") is "
                  << (sending ? "sent" : "received") << " by rank " << rank;
         if ((program.kind == ActionKind::Step) == transfer.perMicroBatch)
-          return step_.emitError()
+          return anchor_->emitError()
                  << "pipeline transfer " << item.transfer << " of "
                  << (transfer.perMicroBatch ? "a micro-batch" : "the step")
                  << " is " << (sending ? "sent" : "received") << " by the "
@@ -103,7 +103,7 @@ LogicalResult Checker::checkTransfers() {
       }
   for (size_t t = 0; t < count; ++t)
     if (sends[t] != 1 || receives[t] != 1)
-      return step_.emitError() << "pipeline transfer " << t << " (rank "
+      return anchor_->emitError() << "pipeline transfer " << t << " (rank "
                                << program_.transfers[t].from << " to rank "
                                << program_.transfers[t].to << ") is sent "
                                << sends[t] << " times and received "
@@ -121,13 +121,13 @@ LogicalResult Checker::checkSchedules() {
     for (auto [index, entry] : llvm::enumerate(schedule)) {
       if (entry.program < 0 ||
           entry.program >= static_cast<int64_t>(programs.size()))
-        return step_.emitError()
+        return anchor_->emitError()
                << "the schedule of pipeline rank " << rank << " runs program "
                << entry.program << ", outside its " << programs.size();
       bool step = isStep(rank, entry.program);
       if (step ? entry.microBatch != -1 || index + 1 != schedule.size()
                : entry.microBatch < 0 || entry.microBatch >= m)
-        return step_.emitError()
+        return anchor_->emitError()
                << "the schedule of pipeline rank " << rank << " runs "
                << programs[entry.program].name() << " for micro-batch "
                << entry.microBatch << " at position " << index
@@ -135,7 +135,7 @@ LogicalResult Checker::checkSchedules() {
                << ") and the step program once, last";
       int64_t &at = position_[rank][entry.program][step ? 0 : entry.microBatch];
       if (at >= 0)
-        return step_.emitError()
+        return anchor_->emitError()
                << "the schedule of pipeline rank " << rank << " runs "
                << programs[entry.program].name() << " twice for micro-batch "
                << entry.microBatch;
@@ -145,7 +145,7 @@ LogicalResult Checker::checkSchedules() {
       for (int64_t mb = 0; mb < (program.kind == ActionKind::Step ? 1 : m);
            ++mb)
         if (position_[rank][index][mb] < 0)
-          return step_.emitError()
+          return anchor_->emitError()
                  << "the schedule of pipeline rank " << rank
                  << " never runs " << program.name()
                  << (program.kind == ActionKind::Step
@@ -179,7 +179,7 @@ LogicalResult Checker::checkDataflow(int64_t rank) {
         for (Value result : item.op->getResults())
           sources.try_emplace(result, Source{static_cast<int64_t>(p), i, total});
       } else if (item.kind == StageItem::Kind::Recv) {
-        Value value = program_.transfers[item.transfer].value;
+        Value value = program_.transfers[item.transfer].received;
         sources.try_emplace(value, Source{static_cast<int64_t>(p), i, false});
         receivedAs[value] = item.transfer;
       }
@@ -249,7 +249,7 @@ LogicalResult Checker::simulate() {
   // Per rank: the transfer received as each value.
   std::vector<llvm::DenseMap<Value, int64_t>> incoming(ranks_);
   for (auto [index, transfer] : llvm::enumerate(program_.transfers))
-    incoming[transfer.to][transfer.value] = index;
+    incoming[transfer.to][transfer.received] = index;
   // The transfer an item waits for, if any.
   auto itemWaitsFor = [&](int64_t rank, const StageItem &item,
                           int64_t mb) -> std::optional<int64_t> {
@@ -311,11 +311,11 @@ LogicalResult Checker::simulate() {
     const StageTransfer &transfer = program_.transfers[waited];
     auto reader = llvm::find_if(program.items, [&](const StageItem &item) {
       return item.kind == StageItem::Kind::Op &&
-             llvm::is_contained(item.op->getOperands(), transfer.value);
+             llvm::is_contained(item.op->getOperands(), transfer.received);
     });
     InFlightDiagnostic diag = reader != program.items.end()
                                   ? error(*reader)
-                                  : step_.emitError();
+                                  : anchor_->emitError();
     return diag << "deadlocks the pipeline: rank " << rank << " waits in "
                 << program.actionName(entry.microBatch, program_.chunks)
                 << " for a value from rank " << transfer.from
@@ -325,16 +325,18 @@ LogicalResult Checker::simulate() {
 }
 
 LogicalResult Checker::checkResults() {
-  Operation *terminator = step_.getBody().front().getTerminator();
-  for (auto [index, holders] : llvm::enumerate(program_.resultRanks))
-    for (int64_t rank : holders) {
-      Value result = terminator->getOperand(index);
+  if (static_cast<int64_t>(program_.results.size()) != ranks_)
+    return anchor_->emitError() << "expected the results of each of the "
+                                << ranks_ << " pipeline ranks, found "
+                                << program_.results.size();
+  for (int64_t rank = 0; rank < ranks_; ++rank)
+    for (auto [index, result] : program_.results[rank]) {
       if (llvm::isa<BlockArgument>(result))
         continue;
       auto it = sources_[rank].find(result);
       if (it == sources_[rank].end() ||
           !(it->second.total || isStep(rank, it->second.program)))
-        return step_.emitError()
+        return anchor_->emitError()
                << "result " << index << " never reaches pipeline rank " << rank
                << ", which holds it";
     }
@@ -343,7 +345,7 @@ LogicalResult Checker::checkResults() {
 
 LogicalResult Checker::run() {
   if (static_cast<int64_t>(program_.schedule.size()) != ranks_)
-    return step_.emitError() << "expected a schedule for each of the "
+    return anchor_->emitError() << "expected a schedule for each of the "
                              << ranks_ << " pipeline ranks, found "
                              << program_.schedule.size();
   if (failed(checkTransfers()) || failed(checkSchedules()))
@@ -360,9 +362,9 @@ LogicalResult Checker::run() {
 
 } // namespace
 
-LogicalResult verifyPipelineProgram(func::FuncOp step,
+LogicalResult verifyPipelineProgram(Operation *anchor,
                                     const PipelineProgram &program) {
-  return Checker(step, program).run();
+  return Checker(anchor, program).run();
 }
 
 } // namespace trellis

@@ -135,18 +135,12 @@ private:
   /// the results need it).
   Operation *firstReader(const StageTransfer &transfer);
   LogicalResult buildPrograms();
-  LogicalResult buildSchedules(const PipelineStreams &schedule);
-  /// Sets StageTransfer::completedBy.
-  void findCompletions();
 
   int64_t rankOf(int64_t virtualStage) const { return virtualStage % ranks_; }
   int64_t chunkOf(int64_t virtualStage) const { return virtualStage / ranks_; }
   /// The index of `rank`'s program (created on first use).
   int64_t programIndex(int64_t rank, ActionKind kind, int64_t chunk,
                        bool receives);
-  /// The index of an existing program, or -1.
-  int64_t findProgram(int64_t rank, ActionKind kind, int64_t chunk,
-                      bool receives) const;
 
   func::FuncOp step_;
   const PipelineConfig &config_;
@@ -162,9 +156,6 @@ private:
   /// Programs by (rank, kind, chunk, receives).
   std::map<std::tuple<int64_t, ActionKind, int64_t, bool>, int64_t>
       programOf_;
-  /// Per transfer: the programs that send it, receive it and first read it
-  /// (-1: none).
-  std::vector<int64_t> sendProgram_, recvProgram_, readProgram_;
 };
 
 int64_t Splitter::orderInMicroBatch(const ActionKey &key) const {
@@ -181,12 +172,6 @@ int64_t Splitter::programIndex(int64_t rank, ActionKind kind, int64_t chunk,
     program_.programs[rank].push_back({kind, chunk, receives, {}});
   }
   return it->second;
-}
-
-int64_t Splitter::findProgram(int64_t rank, ActionKind kind, int64_t chunk,
-                              bool receives) const {
-  auto it = programOf_.find(std::make_tuple(rank, kind, chunk, receives));
-  return it == programOf_.end() ? -1 : it->second;
 }
 
 LogicalResult Splitter::placeActionOps() {
@@ -335,6 +320,7 @@ void Splitter::requireOn(Value value, int64_t rank) {
   transferOf_[key] = program_.transfers.size();
   StageTransfer transfer;
   transfer.value = value;
+  transfer.received = value;
   transfer.from = *made.ranks.begin();
   transfer.to = rank;
   transfer.channel = static_cast<int64_t>(program_.transfers.size());
@@ -456,10 +442,6 @@ LogicalResult Splitter::buildPrograms() {
     for (int64_t rank : program_.resultRanks[i])
       requireOn(terminator->getOperand(i), rank);
 
-  size_t count = program_.transfers.size();
-  sendProgram_.assign(count, -1);
-  recvProgram_.assign(count, -1);
-  readProgram_.assign(count, -1);
   program_.programs.assign(ranks_, {});
   auto programOfAction = [&](const ActionKey &key) {
     return programIndex(rankOf(key.virtualStage), key.kind,
@@ -496,8 +478,8 @@ LogicalResult Splitter::buildPrograms() {
                                        chunkOf(key.virtualStage), true);
       program_.programs[transfer.to][receiving].items.push_back(
           {StageItem::Kind::Recv, nullptr, static_cast<int64_t>(index)});
-      recvProgram_[index] = receiving;
-      readProgram_[index] = programOfAction(key);
+      transfer.recvProgram = receiving;
+      transfer.readProgram = programOfAction(key);
       continue;
     }
     if (readerPlace && readerPlace->action)
@@ -533,7 +515,7 @@ LogicalResult Splitter::buildPrograms() {
       int64_t stepProgram = programIndex(rank, ActionKind::Step, 0, false);
       program_.programs[rank][stepProgram].items.push_back(
           {StageItem::Kind::Send, nullptr, transfer});
-      sendProgram_[transfer] = stepProgram;
+      program_.transfers[transfer].sendProgram = stepProgram;
     }
   for (Operation &op : body_.without_terminator()) {
     const Placement &where = placement_[&op];
@@ -548,13 +530,14 @@ LogicalResult Splitter::buildPrograms() {
       std::vector<StageItem> &items = program_.programs[rank][stepProgram].items;
       for (int64_t transfer : stepReceivesBefore[{rank, &op}]) {
         items.push_back({StageItem::Kind::Recv, nullptr, transfer});
-        recvProgram_[transfer] = readProgram_[transfer] = stepProgram;
+        program_.transfers[transfer].recvProgram =
+            program_.transfers[transfer].readProgram = stepProgram;
       }
       items.push_back({StageItem::Kind::Op, &op, -1});
       for (int64_t transfer : sendsAfter.lookup(&op))
         if (program_.transfers[transfer].from == rank) {
           items.push_back({StageItem::Kind::Send, nullptr, transfer});
-          sendProgram_[transfer] = stepProgram;
+          program_.transfers[transfer].sendProgram = stepProgram;
         }
     }
   }
@@ -566,20 +549,54 @@ LogicalResult Splitter::buildPrograms() {
       for (int64_t transfer : sends) {
         program_.programs[rank][index].items.push_back(
             {StageItem::Kind::Send, nullptr, transfer});
-        sendProgram_[transfer] = index;
+        program_.transfers[transfer].sendProgram = index;
       }
     }
     for (int64_t transfer : stepReceivesAtEnd[rank]) {
       int64_t stepProgram = programIndex(rank, ActionKind::Step, 0, false);
       program_.programs[rank][stepProgram].items.push_back(
           {StageItem::Kind::Recv, nullptr, transfer});
-      recvProgram_[transfer] = stepProgram;
+      program_.transfers[transfer].recvProgram = stepProgram;
     }
   }
   return success();
 }
 
-LogicalResult Splitter::buildSchedules(const PipelineStreams &schedule) {
+FailureOr<PipelineProgram> Splitter::run() {
+  std::string error;
+  std::optional<PipelineStreams> schedule =
+      buildSchedule(cut_.kind, cut_.shape, &error);
+  if (!schedule)
+    return step_.emitError() << "pipeline schedule: " << error;
+  if (!simulateSchedule(*schedule, cut_.shape, PipelineCosts(), &error))
+    return step_.emitError() << "pipeline schedule: " << error;
+  program_.kind = cut_.kind;
+  program_.microBatches = cut_.shape.microBatches;
+  program_.chunks = cut_.shape.chunks;
+  for (const std::vector<PipelineAction> &stream : *schedule)
+    for (const PipelineAction &action : stream)
+      splitsBackward_ |= action.kind == PipelineAction::Kind::WeightGradient;
+  if (failed(placeActionOps()))
+    return failure();
+  placeStepOps();
+  placeArgumentsAndResults();
+  sendInPieces();
+  if (failed(buildPrograms()))
+    return failure();
+  // The results each rank returns.
+  program_.results.assign(ranks_, {});
+  Operation *terminator = body_.getTerminator();
+  for (auto [index, holders] : llvm::enumerate(program_.resultRanks))
+    for (int64_t rank : holders)
+      program_.results[rank].emplace_back(index,
+                                          terminator->getOperand(index));
+  return std::move(program_);
+}
+
+/// Orders each rank's programs by `schedule`'s streams.
+LogicalResult buildSchedules(Operation *anchor, PipelineProgram &program_,
+                             const PipelineStreams &schedule) {
+  int64_t ranks_ = program_.ranks();
   program_.schedule.assign(ranks_, {});
   for (int64_t rank = 0; rank < ranks_; ++rank) {
     std::vector<ScheduledAction> &entries = program_.schedule[rank];
@@ -592,11 +609,11 @@ LogicalResult Splitter::buildSchedules(const PipelineStreams &schedule) {
       using Kind = PipelineAction::Kind;
       switch (action.kind) {
       case Kind::RecvActivation:
-        add(findProgram(rank, ActionKind::Forward, action.chunk, true),
+        add(program_.findProgram(rank, ActionKind::Forward, action.chunk, true),
             action.microBatch);
         break;
       case Kind::RecvGradient:
-        add(findProgram(rank, ActionKind::Backward, action.chunk, true),
+        add(program_.findProgram(rank, ActionKind::Backward, action.chunk, true),
             action.microBatch);
         break;
       case Kind::Forward:
@@ -605,8 +622,8 @@ LogicalResult Splitter::buildSchedules(const PipelineStreams &schedule) {
         ActionKind kind = action.kind == Kind::Forward    ? ActionKind::Forward
                           : action.kind == Kind::Backward ? ActionKind::Backward
                                                           : ActionKind::Weight;
-        add(findProgram(rank, kind, action.chunk, true), action.microBatch);
-        add(findProgram(rank, kind, action.chunk, false), action.microBatch);
+        add(program_.findProgram(rank, kind, action.chunk, true), action.microBatch);
+        add(program_.findProgram(rank, kind, action.chunk, false), action.microBatch);
         break;
       }
       case Kind::SendActivation:
@@ -614,31 +631,33 @@ LogicalResult Splitter::buildSchedules(const PipelineStreams &schedule) {
         break; // Sent at the end of the action that made the values.
       }
     }
-    add(findProgram(rank, ActionKind::Step, 0, false), -1);
+    add(program_.findProgram(rank, ActionKind::Step, 0, false), -1);
     // Every program of a micro-batch must run for each of them.
     std::vector<int64_t> runs(program_.programs[rank].size(), 0);
     for (const ScheduledAction &entry : entries)
       ++runs[entry.program];
     for (auto [index, program] : llvm::enumerate(program_.programs[rank])) {
       int64_t expected =
-          program.kind == ActionKind::Step ? 1 : cut_.shape.microBatches;
+          program.kind == ActionKind::Step ? 1 : program_.microBatches;
       if (runs[index] == expected)
         continue;
       auto op = llvm::find_if(program.items, [](const StageItem &item) {
         return item.kind == StageItem::Kind::Op;
       });
       InFlightDiagnostic diag =
-          op != program.items.end() ? op->op->emitOpError() : step_.emitError();
+          op != program.items.end() ? op->op->emitOpError() : anchor->emitError();
       return diag << "belongs to the " << program.name()
                   << " program of pipeline rank " << rank << ", which the "
-                  << scheduleKindName(cut_.kind) << " schedule runs "
+                  << scheduleKindName(program_.kind) << " schedule runs "
                   << runs[index] << " times: expected " << expected;
     }
   }
   return success();
 }
 
-void Splitter::findCompletions() {
+/// Sets StageTransfer::completedBy.
+void findCompletions(PipelineProgram &program_) {
+  int64_t ranks_ = program_.ranks();
   // A rank runs its schedule in order and stops at the first action that
   // reads a received value until it has arrived. So when rank q sends
   // anything, for the same micro-batch, in an action after the one that
@@ -668,43 +687,47 @@ void Splitter::findCompletions() {
     if (!transfer.perMicroBatch)
       continue;
     for (int64_t back : byRanks[{transfer.to, transfer.from}]) {
-      if (!alwaysBefore(transfer.to, readProgram_[index], sendProgram_[back]) ||
-          !alwaysBefore(transfer.from, sendProgram_[index], recvProgram_[back]))
+      const StageTransfer &other = program_.transfers[back];
+      if (!alwaysBefore(transfer.to, transfer.readProgram, other.sendProgram) ||
+          !alwaysBefore(transfer.from, transfer.sendProgram, other.recvProgram))
         continue;
       if (transfer.completedBy < 0 ||
-          position[transfer.from][recvProgram_[back]][0] <
-              position[transfer.from][recvProgram_[transfer.completedBy]][0])
+          position[transfer.from][other.recvProgram][0] <
+              position[transfer.from]
+                      [program_.transfers[transfer.completedBy].recvProgram]
+                      [0])
         transfer.completedBy = back;
     }
   }
 }
 
-FailureOr<PipelineProgram> Splitter::run() {
-  std::string error;
-  std::optional<PipelineStreams> schedule =
-      buildSchedule(cut_.kind, cut_.shape, &error);
-  if (!schedule)
-    return step_.emitError() << "pipeline schedule: " << error;
-  if (!simulateSchedule(*schedule, cut_.shape, PipelineCosts(), &error))
-    return step_.emitError() << "pipeline schedule: " << error;
-  program_.microBatches = cut_.shape.microBatches;
-  program_.chunks = cut_.shape.chunks;
-  for (const std::vector<PipelineAction> &stream : *schedule)
-    for (const PipelineAction &action : stream)
-      splitsBackward_ |= action.kind == PipelineAction::Kind::WeightGradient;
-  if (failed(placeActionOps()))
-    return failure();
-  placeStepOps();
-  placeArgumentsAndResults();
-  sendInPieces();
-  if (failed(buildPrograms()) || failed(buildSchedules(*schedule)) ||
-      failed(verifyPipelineProgram(step_, program_)))
-    return failure();
-  findCompletions();
-  return std::move(program_);
+} // namespace
+
+int64_t PipelineProgram::findProgram(int64_t rank, ActionKind kind,
+                                     int64_t chunk, bool receives) const {
+  for (auto [index, program] : llvm::enumerate(programs[rank]))
+    if (program.kind == kind && program.receives == receives &&
+        (kind == ActionKind::Step || program.chunk == chunk))
+      return static_cast<int64_t>(index);
+  return -1;
 }
 
-} // namespace
+LogicalResult schedulePipeline(Operation *anchor, PipelineProgram &program) {
+  PipelineShape shape{program.ranks(), program.microBatches, program.chunks};
+  std::string error;
+  std::optional<PipelineStreams> streams =
+      buildSchedule(program.kind, shape, &error);
+  if (!streams)
+    return anchor->emitError() << "pipeline schedule: " << error;
+  if (!simulateSchedule(*streams, shape, PipelineCosts(), &error))
+    return anchor->emitError() << "pipeline schedule: " << error;
+  if (failed(buildSchedules(anchor, program, *streams)))
+    return failure();
+  for (StageTransfer &transfer : program.transfers)
+    transfer.completedBy = -1;
+  findCompletions(program);
+  return success();
+}
 
 FailureOr<PipelineProgram> splitPipeline(func::FuncOp step,
                                          const PipelineConfig &config) {

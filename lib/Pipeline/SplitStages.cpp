@@ -162,12 +162,6 @@ struct SplitStagesPass
                    builder.getI64IntegerAttr(rank));
     stage->setAttr(TrellisDialect::kStageOfAttrName,
                    builder.getStringAttr(step.getSymName()));
-    SmallVector<Attribute> schedule;
-    for (const ScheduledAction &entry : split.schedule[rank])
-      schedule.push_back(builder.getStringAttr(
-          programs[entry.program].actionName(entry.microBatch, split.chunks)));
-    stage->setAttr(TrellisDialect::kScheduleAttrName,
-                   builder.getArrayAttr(schedule));
 
     Block *stageBody = stage.addEntryBlock();
     IRMapping mapping;
@@ -203,10 +197,6 @@ struct SplitStagesPass
                                   mapping.lookup(transfer.value), mesh, axes,
                                   builder.getI64IntegerAttr(transfer.to),
                                   builder.getI64IntegerAttr(transfer.channel));
-            if (transfer.completedBy >= 0)
-              made->setAttr(TrellisDialect::kCompleteWithAttrName,
-                            builder.getI64IntegerAttr(
-                                split.transfers[transfer.completedBy].channel));
           } else {
             auto recv = RecvOp::create(
                 builder, step.getLoc(), transfer.value.getType(), mesh, axes,

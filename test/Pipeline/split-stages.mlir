@@ -1,4 +1,5 @@
 // RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 tag-actions=true optimizer=sgd" -trellis-assign-stages="stages=2 layers=1,1" -trellis-split-stages | FileCheck %s
+// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 tag-actions=true optimizer=sgd" -trellis-assign-stages="stages=2 layers=1,1" -trellis-split-stages -trellis-schedule-pipeline -trellis-verify-pipeline | FileCheck %s --check-prefix=SCHEDULE
 
 // Tests that a step of micro-batches cut into 2 stages becomes one function
 // per stage (the step itself goes): its action programs one after the
@@ -6,10 +7,9 @@
 // micro-batch, then the step program; the values crossing stages as
 // trellis.send at the end of the action that made them and trellis.recv in
 // the receive program of the action that reads them (each micro-batch's on
-// the same channel, the runtime tells them apart); the activation's send
-// completes with its gradient's receive; the loss total crosses in the step
-// programs; the 1F1B schedule of each stage; the arguments each holds and
-// the step results each returns.
+// the same channel, the runtime tells them apart); the loss total crosses
+// in the step programs; the arguments each holds and the step results each
+// returns. No schedule yet.
 
 // CHECK: trellis.mesh @pipeline = <["pp"=2]>
 // CHECK-NOT: func.func @train_step(
@@ -17,10 +17,10 @@
 // CHECK-SAME: %{{.*}}: tensor<8x8xf32> {{{.*}}graph.param = "layers.0.w"{{.*}}trellis.held}
 // CHECK-SAME: -> (tensor<f32> {trellis.result = 0 : i64}, tensor<8x8xf32> {graph.updates = 0 : i64, trellis.result = 1 : i64})
 // CHECK-SAME: trellis.pipeline_stage = 0 : i64
-// CHECK-SAME: trellis.schedule = ["F0", "F1", "RB0", "B0", "RB1", "B1", "step"]
+// CHECK-NOT: trellis.schedule
 // CHECK-SAME: trellis.stage_of = "train_step"
 // CHECK: %[[H0:.*]] = graph.matmul {{.*}} trellis.program = "forward.c0"
-// CHECK: trellis.send %[[H0]] to @pipeline ["pp"] peer 1 channel 0 {graph.phase = "forward", trellis.complete_with = 1 : i64, trellis.program = "forward.c0"}
+// CHECK: trellis.send %[[H0]] to @pipeline ["pp"] peer 1 channel 0 {graph.phase = "forward", trellis.program = "forward.c0"}
 // CHECK: %[[DH0:.*]] = trellis.recv from @pipeline ["pp"] peer 1 channel 1 {graph.phase = "backward", trellis.program = "backward_receive.c0"}
 // CHECK: %[[DW0:.*]] = graph.matmul %{{.*}} transposed, %[[DH0]] {{.*}}trellis.program = "backward.c0"
 // CHECK: %[[TOTAL0:.*]] = graph.microbatch_sum %[[DW0]] {{.*}}trellis.program = "backward.c0"
@@ -31,7 +31,6 @@
 
 // CHECK-LABEL: func.func @train_step.stage1
 // CHECK-SAME: -> (tensor<8x8xf32> {graph.updates = 1 : i64, trellis.result = 2 : i64})
-// CHECK-SAME: trellis.schedule = ["RF0", "F0", "B0", "RF1", "F1", "B1", "step"]
 // CHECK: %[[X1:.*]] = trellis.recv from @pipeline ["pp"] peer 0 channel 0 {graph.phase = "forward", trellis.program = "forward_receive.c0"}
 // CHECK: graph.matmul %[[X1]], {{.*}} trellis.program = "forward.c0"
 // CHECK: %[[SUM:.*]] = graph.microbatch_sum {{.*}}trellis.program = "forward.c0"
@@ -39,6 +38,18 @@
 // CHECK: trellis.send %[[DX1]] to @pipeline ["pp"] peer 0 channel 1 {graph.phase = "backward", trellis.program = "backward.c0"}
 // CHECK: trellis.send %[[SUM]] to @pipeline ["pp"] peer 0 channel 2 {trellis.program = "step"}
 // CHECK: graph.sgd {{.*}}trellis.program = "step"
+// Tests that the 1F1B rule orders each stage's programs (stage 0: one
+// forward of warm-up, each backward after posting its gradient's receive;
+// stage 1: each activation received, then its forward and backward) and
+// that an activation's send completes with its gradient's receive.
+// SCHEDULE-LABEL: func.func @train_step.stage0
+// SCHEDULE-SAME: trellis.schedule = ["F0", "F1", "RB0", "B0", "RB1", "B1", "step"]
+// SCHEDULE: trellis.send {{.*}} channel 0 {graph.phase = "forward", trellis.complete_with = 1 : i64, trellis.program = "forward.c0"}
+// SCHEDULE-LABEL: func.func @train_step.stage1
+// SCHEDULE-SAME: trellis.schedule = ["RF0", "F0", "B0", "RF1", "F1", "B1", "step"]
+// SCHEDULE-NOT: trellis.complete_with
+// SCHEDULE: return
+
 func.func @forward(
     %w0: tensor<8x8xf32> {graph.role = "param", graph.param = "layers.0.w", graph.init = "normal:0.02"},
     %w1: tensor<8x8xf32> {graph.role = "param", graph.param = "layers.1.w", graph.init = "normal:0.02"},

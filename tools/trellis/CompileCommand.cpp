@@ -16,6 +16,7 @@
 #include "trellis/Analysis/StepReport.h"
 #include "trellis/Autodiff/Passes.h"
 #include "trellis/Pipeline/Passes.h"
+#include "trellis/Pipeline/PipelineSplit.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "trellis/Sharding/Passes.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
@@ -423,15 +424,18 @@ int runCompileCommand() {
       for (const auto &[name, size] : degrees->axes)
         split.meshOrder.push_back(name);
     pm.addPass(createSplitStagesPass(split));
+    SchedulePipelinePassOptions schedule;
+    schedule.functionName = stepName.str();
+    pm.addPass(createSchedulePipelinePass(schedule));
+    VerifyPipelinePassOptions verify;
+    verify.functionName = stepName.str();
+    pm.addPass(createVerifyPipelinePass(verify));
     if (mlir::failed(pm.run(module)))
       return 1;
   }
   llvm::SmallVector<mlir::func::FuncOp> stages;
-  for (auto function : module.getOps<mlir::func::FuncOp>())
-    if (auto of = function->getAttrOfType<mlir::StringAttr>(
-            TrellisDialect::kStageOfAttrName);
-        of && of.getValue() == stepName)
-      stages.push_back(function);
+  if (staged)
+    stages = *findStageFunctions(module, stepName);
   auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
   if (compileReport && !staged)
     computeStepReport(step).print(llvm::errs());

@@ -63,13 +63,18 @@ protected:
     ASSERT_TRUE(step_);
   }
 
-  /// Splits the step; collects diagnostics.
+  /// Splits, schedules and verifies the step; collects diagnostics.
   FailureOr<PipelineProgram> split() {
     ScopedDiagnosticHandler handler(&context_, [&](Diagnostic &diagnostic) {
       errors_ += diagnostic.str() + "\n";
       return success();
     });
-    return splitPipeline(step_, PipelineConfig());
+    FailureOr<PipelineProgram> program =
+        splitPipeline(step_, PipelineConfig());
+    if (failed(program) || failed(schedulePipeline(step_, *program)) ||
+        failed(verifyPipelineProgram(step_, *program)))
+      return failure();
+    return program;
   }
 
   /// The schedule of `rank` by action names.

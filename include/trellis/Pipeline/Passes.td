@@ -81,13 +81,8 @@ def SplitStagesPass : Pass<"trellis-split-stages", "::mlir::ModuleOp"> {
     `piece-axis` holds whole crosses in pieces (trellis.slice_shard before
     the send, trellis.all_gather after the receives).
 
-    The schedule (`trellis.pipeline_schedule`, an ordering rule over the
-    actions) orders each stage's programs per micro-batch:
-    `trellis.schedule` on each function (`F0 F1 RB0 B0 ... step`). Before
-    it writes anything, the pass proves the stages runnable together
-    (verifyPipelineProgram: every transfer sent and received once, every
-    value made or received before it is read in its micro-batch, no stage
-    waiting forever, every result on the stages that hold it).
+    The functions have no schedule yet: trellis-schedule-pipeline orders
+    their programs, trellis-verify-pipeline proves them runnable together.
 
     Each stage function takes the step's arguments (`trellis.held` on those
     it holds) and returns the step's results it holds (`trellis.result`:
@@ -95,9 +90,8 @@ def SplitStagesPass : Pass<"trellis-split-stages", "::mlir::ModuleOp"> {
     pipeline axis (major) and the step's mesh axes.
 
     ```mlir
-    // After (2 stages, 1F1B, 2 micro-batches): stage 1
-    func.func @train_step.stage1(...) attributes {trellis.pipeline_stage = 1 : i64,
-        trellis.schedule = ["RF0", "F0", "B0", "RF1", "F1", "B1", "step"], ...} {
+    // After (2 stages): stage 1
+    func.func @train_step.stage1(...) attributes {trellis.pipeline_stage = 1 : i64, ...} {
       %x = trellis.recv from @pipeline ["pp"] peer 0 channel 0 {trellis.program = "forward_receive.c0"} : tensor<2x16x64xf32>
       %h = graph.matmul %x, %w {trellis.program = "forward.c0", ...}
       ...
@@ -116,6 +110,50 @@ def SplitStagesPass : Pass<"trellis-split-stages", "::mlir::ModuleOp"> {
            "Send values every rank of this axis holds whole in pieces">
   ];
   let dependentDialects = ["::trellis::TrellisDialect"];
+}
+
+def SchedulePipelinePass
+    : Pass<"trellis-schedule-pipeline", "::mlir::ModuleOp"> {
+  let summary = "Orders each pipeline stage's action programs per micro-batch";
+  let description = [{
+    Applies the ordering rule of the step's pipeline
+    (`trellis.pipeline_schedule`: gpipe, 1f1b, interleaved, zb-h1; a new
+    schedule is a new rule in PipelineSchedule.cpp) to the stage functions
+    trellis-split-stages made of `function`: writes `trellis.schedule` on
+    each (`F0 F1 RB0 B0 ... step`: every program of the micro-batch once per
+    micro-batch, receive programs at the rule's receive slots or just before
+    their action, the step program last), and `trellis.complete_with` on
+    each send that has completed once a later receive from its peer, in the
+    same micro-batch, arrives (1F1B: an activation, when its gradient comes
+    back), so the runtime can free its buffer then. Fails with a diagnostic
+    when the rule cannot run the pipeline's shape (the interleaved schedule
+    needs the micro-batches to be a multiple of the ranks) or runs a
+    program other than once per micro-batch.
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The step whose stage functions to schedule">
+  ];
+}
+
+def VerifyPipelinePass : Pass<"trellis-verify-pipeline", "::mlir::ModuleOp"> {
+  let summary = "Proves the stage functions of a pipeline runnable together";
+  let description = [{
+    Checks the stage functions of `function` (split and scheduled), at the
+    level of programs and schedules (linear in their size, not in the
+    micro-batches times the programs): every transfer is sent and received
+    once, by the stages it names, in programs of its kind (a micro-batch's
+    or the step's); every program reads values made before it on its stage
+    in the same micro-batch, received there, or held there (arguments,
+    totals of the step); all schedules, run together (each stage in order,
+    sends never blocking, an action waiting for the transfers it reads),
+    reach their ends; every result ends on the stages that hold it. A
+    failure names the op, the stages and the action.
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The step whose stage functions to verify">
+  ];
 }
 
 #endif // TRELLIS_PIPELINE_PASSES_TD

@@ -61,11 +61,17 @@ struct PipelineConfig {
 /// unique within the step; a transfer of a micro-batch's value happens once
 /// per micro-batch (the runtime gives each its own channel).
 struct StageTransfer {
-  mlir::Value value;
+  /// The value `from` sends, and the value `to` reads it as (the same value
+  /// in a split of one function; a trellis.recv's result in stage
+  /// functions).
+  mlir::Value value, received;
   int64_t from = 0, to = 0;
   int64_t channel = 0;
   /// Made by an action of a micro-batch (else by the step).
   bool perMicroBatch = false;
+  /// The programs that send it (on `from`), receive it and first read it
+  /// (on `to`).
+  int64_t sendProgram = -1, recvProgram = -1, readProgram = -1;
   /// A later transfer back to `from`, of the same micro-batch, that `to`
   /// sends after it stopped to read this one: once `from` has received it,
   /// this send has completed and its buffer can go (1F1B: a forward's
@@ -118,6 +124,8 @@ struct ScheduledAction {
 };
 
 struct PipelineProgram {
+  /// The ordering rule of the schedules, and the pipeline's shape.
+  ScheduleKind kind = ScheduleKind::OneFOneB;
   int64_t microBatches = 1;
   int64_t chunks = 1;
   /// Per rank: its programs, and the order it runs them in.
@@ -127,11 +135,27 @@ struct PipelineProgram {
   /// Per argument and per result of the step: the ranks that hold it.
   std::vector<std::vector<int64_t>> argumentRanks;
   std::vector<std::vector<int64_t>> resultRanks;
+  /// Per rank: the results it holds (index in the step) and the value it
+  /// returns for each.
+  std::vector<std::vector<std::pair<unsigned, mlir::Value>>> results;
 
   int64_t ranks() const { return static_cast<int64_t>(programs.size()); }
+  /// The index of `rank`'s program of `kind`, `chunk`, `receives`, or -1.
+  int64_t findProgram(int64_t rank, ActionKind kind, int64_t chunk,
+                      bool receives) const;
 };
 
-/// Proves `program` (a split of `step`) runnable: every transfer is sent
+/// Orders each rank's programs by `program.kind`'s rule (every program of
+/// the micro-batch once per micro-batch, receive programs at the rule's
+/// receive slots or just before their action, the step program last) and
+/// finds the sends that complete with a later receive
+/// (StageTransfer::completedBy). Fails with a diagnostic at an op of a
+/// program the rule does not run once per micro-batch, or at `anchor` when
+/// the rule cannot run the shape.
+mlir::LogicalResult schedulePipeline(mlir::Operation *anchor,
+                                     PipelineProgram &program);
+
+/// Proves `program` runnable: every transfer is sent
 /// and received once, in programs of its kind (a micro-batch's or the
 /// step's); every program reads only values made before it on its rank in
 /// the same micro-batch (by itself or an earlier action), received there,
@@ -140,15 +164,28 @@ struct PipelineProgram {
 /// transfers it reads, reach their ends; every result ends on the ranks
 /// that hold it. The work is linear in the programs plus the schedules.
 /// Fails with a diagnostic naming the op and the ranks.
-mlir::LogicalResult verifyPipelineProgram(mlir::func::FuncOp step,
+mlir::LogicalResult verifyPipelineProgram(mlir::Operation *anchor,
                                           const PipelineProgram &program);
+
+/// The stage functions trellis-split-stages made of `@stepName`, in stage
+/// order. Fails with a diagnostic when there are none or a stage lacks its
+/// function.
+mlir::FailureOr<llvm::SmallVector<mlir::func::FuncOp>>
+findStageFunctions(mlir::ModuleOp module, llvm::StringRef stepName);
+
+/// The programs, transfers and schedules of the stage functions that
+/// trellis-split-stages made of `@stepName` (ops grouped by
+/// trellis.program; transfers matched by channel). Fails with a diagnostic
+/// when they are incomplete or inconsistent.
+mlir::FailureOr<PipelineProgram> readStagePrograms(mlir::ModuleOp module,
+                                                   llvm::StringRef stepName);
 
 /// Splits `step` (a step of micro-batches, graph.micro_batches; cut by
 /// trellis-assign-stages when it has several stages) for `config`. Fails
 /// with a diagnostic when an op of the micro-batch has no stage, when a
 /// value of a micro-batch reaches the step other than through
-/// graph.microbatch_sum, when the schedule cannot be built, or when the
-/// result would not run (verifyPipelineProgram).
+/// graph.microbatch_sum. The programs have no schedule yet
+/// (schedulePipeline).
 mlir::FailureOr<PipelineProgram> splitPipeline(mlir::func::FuncOp step,
                                                const PipelineConfig &config);
 

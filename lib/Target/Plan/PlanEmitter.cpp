@@ -4,6 +4,7 @@
 
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "trellis/Pipeline/PipelineSplit.h"
 
 using namespace mlir;
 using namespace trellis;
@@ -525,27 +526,9 @@ FailureOr<llvm::json::Value> trellis::emitPlan(func::FuncOp step,
 FailureOr<llvm::json::Value> trellis::emitStagedPlan(ModuleOp module,
                                                      StringRef stepName,
                                                      PlanMetadata metadata) {
-  SmallVector<func::FuncOp> stages;
-  for (auto function : module.getOps<func::FuncOp>()) {
-    auto of =
-        function->getAttrOfType<StringAttr>(TrellisDialect::kStageOfAttrName);
-    if (!of || of.getValue() != stepName)
-      continue;
-    auto stage = function->getAttrOfType<IntegerAttr>(
-        TrellisDialect::kPipelineStageAttrName);
-    if (!stage)
-      return function.emitError("a stage's program needs its stage "
-                                "(trellis.pipeline_stage)");
-    if (static_cast<size_t>(stage.getInt()) >= stages.size())
-      stages.resize(stage.getInt() + 1);
-    stages[stage.getInt()] = function;
-  }
-  if (stages.empty())
-    return module.emitError() << "expected the stage programs of @" << stepName
-                              << " (trellis-split-stages), found none";
-  for (auto [index, stage] : llvm::enumerate(stages))
-    if (!stage)
-      return module.emitError() << "expected a program for stage " << index
-                                << " of @" << stepName << ", found none";
-  return Emitter().emitStages(stages, std::move(metadata));
+  FailureOr<SmallVector<func::FuncOp>> stages =
+      findStageFunctions(module, stepName);
+  if (failed(stages))
+    return failure();
+  return Emitter().emitStages(*stages, std::move(metadata));
 }

@@ -1,0 +1,262 @@
+//===- StagePrograms.cpp - Stage functions read back as a pipeline program -===//
+//
+// The stage functions of trellis-split-stages hold a pipeline's programs in
+// IR: ops grouped by trellis.program, transfers as trellis.send/recv paired
+// by channel, the schedule and completions as attributes. The passes that
+// schedule and verify a pipeline read them back into a PipelineProgram.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Pipeline/PipelineSplit.h"
+
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+
+#include <map>
+
+using namespace mlir;
+
+namespace trellis {
+
+namespace {
+
+/// `step`, or `forward`, `backward`, `weight` with `_receive`, then
+/// `.c<chunk>`.
+std::optional<ActionProgram> parseProgram(StringRef name) {
+  ActionProgram program;
+  if (name == "step") {
+    program.kind = ActionKind::Step;
+    return program;
+  }
+  auto [base, chunk] = name.rsplit(".c");
+  if (chunk.empty() || chunk.getAsInteger(10, program.chunk))
+    return std::nullopt;
+  program.receives = base.consume_back("_receive");
+  if (base == "forward")
+    program.kind = ActionKind::Forward;
+  else if (base == "backward")
+    program.kind = ActionKind::Backward;
+  else if (base == "weight")
+    program.kind = ActionKind::Weight;
+  else
+    return std::nullopt;
+  return program;
+}
+
+/// `step`, or `[R]{F,B,W}<micro-batch>[.c<chunk>]`: the program's kind,
+/// receives and chunk, and the micro-batch (-1 for the step).
+std::optional<std::pair<ActionProgram, int64_t>>
+parseAction(StringRef action) {
+  ActionProgram program;
+  if (action == "step") {
+    program.kind = ActionKind::Step;
+    return std::make_pair(program, int64_t(-1));
+  }
+  program.receives = action.consume_front("R");
+  if (action.consume_front("F"))
+    program.kind = ActionKind::Forward;
+  else if (action.consume_front("B"))
+    program.kind = ActionKind::Backward;
+  else if (action.consume_front("W"))
+    program.kind = ActionKind::Weight;
+  else
+    return std::nullopt;
+  auto [digits, chunk] = action.split(".c");
+  int64_t microBatch;
+  if (digits.getAsInteger(10, microBatch) ||
+      (!chunk.empty() && chunk.getAsInteger(10, program.chunk)))
+    return std::nullopt;
+  return std::make_pair(program, microBatch);
+}
+
+} // namespace
+
+FailureOr<SmallVector<func::FuncOp>> findStageFunctions(ModuleOp module,
+                                                        StringRef stepName) {
+  SmallVector<func::FuncOp> stages;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    auto of =
+        function->getAttrOfType<StringAttr>(TrellisDialect::kStageOfAttrName);
+    if (!of || of.getValue() != stepName)
+      continue;
+    auto stage = function->getAttrOfType<IntegerAttr>(
+        TrellisDialect::kPipelineStageAttrName);
+    if (!stage)
+      return function.emitError("a stage's program needs its stage "
+                                "(trellis.pipeline_stage)");
+    if (static_cast<size_t>(stage.getInt()) >= stages.size())
+      stages.resize(stage.getInt() + 1);
+    stages[stage.getInt()] = function;
+  }
+  if (stages.empty())
+    return module.emitError() << "expected the stage programs of @" << stepName
+                              << " (trellis-split-stages), found none";
+  for (auto [index, stage] : llvm::enumerate(stages))
+    if (!stage)
+      return module.emitError() << "expected a program for stage " << index
+                                << " of @" << stepName << ", found none";
+  return stages;
+}
+
+FailureOr<PipelineProgram> readStagePrograms(ModuleOp module,
+                                             StringRef stepName) {
+  FailureOr<SmallVector<func::FuncOp>> stages =
+      findStageFunctions(module, stepName);
+  if (failed(stages))
+    return failure();
+  func::FuncOp first = stages->front();
+  PipelineProgram program;
+  if (auto microBatches = first->getAttrOfType<IntegerAttr>(
+          graph::GraphDialect::kMicroBatchesAttrName))
+    program.microBatches = microBatches.getInt();
+  if (auto chunks = first->getAttrOfType<IntegerAttr>(
+          TrellisDialect::kPipelineChunksAttrName))
+    program.chunks = chunks.getInt();
+  if (auto schedule = first->getAttrOfType<StringAttr>(
+          TrellisDialect::kPipelineScheduleAttrName))
+    program.kind = *parseScheduleKind(schedule.getValue().str());
+  int64_t ranks = static_cast<int64_t>(stages->size());
+  program.programs.resize(ranks);
+  program.schedule.resize(ranks);
+  program.results.resize(ranks);
+  program.argumentRanks.resize(first.getNumArguments());
+
+  // Transfers by channel; the sends and receives seen for each.
+  std::map<int64_t, int64_t> byChannel;
+  std::map<int64_t, std::pair<Operation *, Operation *>> ends;
+  auto transferOf = [&](int64_t channel) {
+    auto [it, inserted] = byChannel.try_emplace(channel, 0);
+    if (inserted) {
+      it->second = static_cast<int64_t>(program.transfers.size());
+      program.transfers.emplace_back();
+      program.transfers.back().channel = channel;
+    }
+    return it->second;
+  };
+  for (auto [rankIndex, stage] : llvm::enumerate(*stages)) {
+    int64_t rank = static_cast<int64_t>(rankIndex);
+    for (unsigned i = 0; i < stage.getNumArguments(); ++i)
+      if (stage.getArgAttr(i, TrellisDialect::kHeldAttrName))
+        program.argumentRanks[i].push_back(rank);
+    std::vector<ActionProgram> &programs = program.programs[rank];
+    llvm::StringMap<int64_t> programIndex;
+    llvm::DenseMap<Operation *, int64_t> programOfOp;
+    SmallVector<int64_t> received;
+    for (Operation &op : stage.getBody().front().without_terminator()) {
+      auto name = op.getAttrOfType<StringAttr>(TrellisDialect::kProgramAttrName);
+      std::optional<ActionProgram> parsed =
+          name ? parseProgram(name.getValue()) : std::nullopt;
+      if (!parsed)
+        return op.emitOpError() << "expected the action program it belongs "
+                                   "to (trellis.program: step, or forward, "
+                                   "backward or weight, with _receive, then "
+                                   ".c<chunk>), found "
+                                << (name ? name.getValue() : "none");
+      auto [it, inserted] = programIndex.try_emplace(
+          name.getValue(), static_cast<int64_t>(programs.size()));
+      if (inserted)
+        programs.push_back(*parsed);
+      int64_t index = it->second;
+      programOfOp[&op] = index;
+      ActionProgram &into = programs[index];
+      if (auto send = llvm::dyn_cast<SendOp>(op)) {
+        int64_t t = transferOf(send.getChannel());
+        StageTransfer &transfer = program.transfers[t];
+        if (ends[send.getChannel()].first)
+          return send.emitOpError() << "sends channel " << send.getChannel()
+                                    << ", which another send uses";
+        ends[send.getChannel()].first = send;
+        transfer.value = send.getInput();
+        transfer.from = rank;
+        transfer.to = send.getPeer();
+        transfer.sendProgram = index;
+        transfer.perMicroBatch = into.kind != ActionKind::Step;
+        into.items.push_back({StageItem::Kind::Send, nullptr, t});
+      } else if (auto recv = llvm::dyn_cast<RecvOp>(op)) {
+        int64_t t = transferOf(recv.getChannel());
+        StageTransfer &transfer = program.transfers[t];
+        if (ends[recv.getChannel()].second)
+          return recv.emitOpError() << "receives channel " << recv.getChannel()
+                                    << ", which another receive uses";
+        ends[recv.getChannel()].second = recv;
+        transfer.received = recv.getResult();
+        transfer.recvProgram = index;
+        received.push_back(t);
+        into.items.push_back({StageItem::Kind::Recv, nullptr, t});
+      } else {
+        into.items.push_back({StageItem::Kind::Op, &op, -1});
+      }
+    }
+    // The program of each received value's first reader (the stage's ops
+    // come in an order every program follows the ones it reads from in).
+    for (int64_t t : received) {
+      StageTransfer &transfer = program.transfers[t];
+      Operation *reader = nullptr;
+      for (Operation *user : transfer.received.getUsers())
+        if (!llvm::isa<func::ReturnOp>(user) &&
+            (!reader || user->isBeforeInBlock(reader)))
+          reader = user;
+      transfer.readProgram = reader ? programOfOp.lookup(reader) : -1;
+    }
+    Operation *terminator = stage.getBody().front().getTerminator();
+    for (unsigned i = 0; i < stage.getNumResults(); ++i) {
+      auto index = stage.getResultAttrOfType<IntegerAttr>(
+          i, TrellisDialect::kResultIndexAttrName);
+      if (!index)
+        return stage.emitError() << "result " << i
+                                 << " names no result of the step "
+                                    "(trellis.result)";
+      program.results[rank].emplace_back(index.getInt(),
+                                         terminator->getOperand(i));
+      if (static_cast<int64_t>(program.resultRanks.size()) <= index.getInt())
+        program.resultRanks.resize(index.getInt() + 1);
+      program.resultRanks[index.getInt()].push_back(rank);
+    }
+    if (auto schedule =
+            stage->getAttrOfType<ArrayAttr>(TrellisDialect::kScheduleAttrName))
+      for (Attribute entry : schedule) {
+        StringRef text = llvm::cast<StringAttr>(entry).getValue();
+        auto parsed = parseAction(text);
+        int64_t index =
+            parsed ? program.findProgram(rank, parsed->first.kind,
+                                         parsed->first.chunk,
+                                         parsed->first.receives)
+                   : -1;
+        if (index < 0)
+          return stage.emitError() << "schedule names action '" << text
+                                   << "', which no program of the stage runs";
+        program.schedule[rank].push_back({index, parsed->second});
+      }
+  }
+  for (auto [channel, pair] : ends) {
+    auto [send, recv] = pair;
+    if (!send || !recv)
+      return (send ? send : recv)->emitOpError()
+             << (send ? "sends" : "receives") << " channel " << channel
+             << ", which no stage " << (send ? "receives" : "sends");
+    StageTransfer &transfer = program.transfers[byChannel[channel]];
+    int64_t receiver = llvm::cast<IntegerAttr>(
+                           recv->getParentOfType<func::FuncOp>()->getAttr(
+                               TrellisDialect::kPipelineStageAttrName))
+                           .getInt();
+    if (transfer.to != receiver ||
+        static_cast<int64_t>(llvm::cast<RecvOp>(recv).getPeer()) !=
+            transfer.from)
+      return send->emitOpError()
+             << "sends channel " << channel << " from stage " << transfer.from
+             << " to stage " << transfer.to << ", but stage " << receiver
+             << " receives it from stage " << llvm::cast<RecvOp>(recv).getPeer();
+    if (auto completeWith = send->getAttrOfType<IntegerAttr>(
+            TrellisDialect::kCompleteWithAttrName)) {
+      auto it = byChannel.find(completeWith.getInt());
+      if (it == byChannel.end())
+        return send->emitOpError() << "completes with channel "
+                                   << completeWith.getInt()
+                                   << ", which no stage sends";
+      transfer.completedBy = it->second;
+    }
+  }
+  return program;
+}
+
+} // namespace trellis
