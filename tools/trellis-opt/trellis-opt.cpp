@@ -21,6 +21,7 @@ int main(int argc, char **argv) {
   trellis::registerShardingPasses();
   trellis::registerShardingPipeline();
   trellis::registerPipelinePasses();
+  trellis::registerPipelinePhase();
   mlir::DialectRegistry registry;
   registry.insert<trellis::TrellisDialect, trellis::graph::GraphDialect,
                   mlir::func::FuncDialect, mlir::arith::ArithDialect,

@@ -357,8 +357,12 @@ int runCompileCommand() {
         {"stage_layers", std::move(layers)},
     };
   }
+  // One pass manager, built from the phases' builders: autodiff (unless
+  // the input is a step already), sharding, and the pipeline phase for a
+  // step of micro-batches (pipelined or not: it runs as one program per
+  // stage of action programs, each written once, and a schedule).
+  mlir::PassManager pm(&context);
   if (!module.lookupSymbol<mlir::func::FuncOp>(stepName)) {
-    mlir::PassManager pm(&context);
     TrainingOptions options;
     if (compileOptimizer == "none")
       options.optimizer = std::nullopt;
@@ -383,11 +387,8 @@ int runCompileCommand() {
                                         "': expected none, selective or full");
     options.pipelined = pipeline.has_value();
     buildTrainingPipeline(pm, options);
-    if (mlir::failed(pm.run(module)))
-      return 1;
   }
   if (degrees->dataParallel != 1 || degrees->tensorParallel != 1) {
-    mlir::PassManager pm(&context);
     ShardingOptions sharding;
     sharding.function = stepName.str();
     sharding.dataParallel = degrees->dataParallel;
@@ -396,43 +397,25 @@ int runCompileCommand() {
     sharding.bucketsPerPart = pipeline.has_value();
     sharding.explain = compileExplain;
     buildShardingPipeline(pm, sharding);
-    if (mlir::failed(pm.run(module)))
-      return 1;
   }
-  if (pipeline) {
-    mlir::PassManager pm(&context);
-    AssignStagesPassOptions stages;
-    stages.functionName = stepName.str();
-    stages.stages = pipeline->shape.ranks;
-    stages.chunks = pipeline->shape.chunks;
-    stages.schedule = pipeline->kind;
-    stages.layers.assign(pipeline->layers.begin(), pipeline->layers.end());
-    pm.addPass(createAssignStagesPass(stages));
-    if (mlir::failed(pm.run(module)))
-      return 1;
-  }
-  // Steps of several micro-batches, pipelined or not, run as one program
-  // per stage of action programs (each written once) and a schedule.
   bool staged = pipeline || compileMicroBatches > 1;
   if (staged) {
-    mlir::PassManager pm(&context);
-    SplitStagesPassOptions split;
-    split.functionName = stepName.str();
-    if (pipeline && degrees->tensorParallel > 1)
-      split.pieceAxis = "tp";
-    if (pipeline)
+    PipelinePhaseOptions phase;
+    phase.function = stepName.str();
+    if (pipeline) {
+      phase.stages = pipeline->shape.ranks;
+      phase.chunks = pipeline->shape.chunks;
+      phase.schedule = pipeline->kind;
+      phase.layers = pipeline->layers;
+      if (degrees->tensorParallel > 1)
+        phase.pieceAxis = "tp";
       for (const auto &[name, size] : degrees->axes)
-        split.meshOrder.push_back(name);
-    pm.addPass(createSplitStagesPass(split));
-    SchedulePipelinePassOptions schedule;
-    schedule.functionName = stepName.str();
-    pm.addPass(createSchedulePipelinePass(schedule));
-    VerifyPipelinePassOptions verify;
-    verify.functionName = stepName.str();
-    pm.addPass(createVerifyPipelinePass(verify));
-    if (mlir::failed(pm.run(module)))
-      return 1;
+        phase.meshOrder.push_back(name);
+    }
+    buildPipelinePhase(pm, phase);
   }
+  if (mlir::failed(pm.run(module)))
+    return 1;
   llvm::SmallVector<mlir::func::FuncOp> stages;
   if (staged)
     stages = *findStageFunctions(module, stepName);

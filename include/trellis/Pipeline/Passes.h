@@ -16,6 +16,31 @@ namespace trellis {
 #define GEN_PASS_REGISTRATION
 #include "trellis/Pipeline/Passes.h.inc"
 
+/// What the pipeline phase does to a step of micro-batches.
+struct PipelinePhaseOptions {
+  /// The step to cut.
+  std::string function = "train_step";
+  /// Pipeline ranks and model chunks per rank; with one virtual stage the
+  /// step is only split into action programs (no stage assignment).
+  int64_t stages = 1;
+  int64_t chunks = 1;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  /// Layers per virtual stage; empty: the balanced split.
+  std::vector<int64_t> layers;
+  /// See SplitStagesPass.
+  std::string pieceAxis;
+  std::vector<std::string> meshOrder;
+};
+
+/// Adds stage assignment (with several virtual stages), the split into
+/// stage functions, the schedule and its verification.
+void buildPipelinePhase(mlir::OpPassManager &pm,
+                        const PipelinePhaseOptions &options);
+
+/// Registers `trellis-pipeline` (the phase with its options) with
+/// trellis-opt.
+void registerPipelinePhase();
+
 } // namespace trellis
 
 #endif // TRELLIS_PIPELINE_PASSES_H
