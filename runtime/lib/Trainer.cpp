@@ -184,8 +184,11 @@ Trainer::create(const TrainOptions &options) {
   }
   selectStage(*plan, stageOfRank(*plan, std::max<int64_t>(options.rank, 0)));
   // This rank runs one stage: the others' programs need no memory here.
-  for (StageProgram &stage : plan->stages)
+  for (StageProgram &stage : plan->stages) {
+    int64_t live = stage.liveMicroBatches;
     stage = StageProgram();
+    stage.liveMicroBatches = live;
+  }
   auto trainer = std::make_unique<Trainer>(
       std::move(*plan), std::move(data), options.seed, std::move(communicator));
   if (!options.weightsPath.empty())
@@ -574,9 +577,11 @@ int runTrainingCommand(const TrainOptions &options) {
     const Plan &plan = trainer.executor().plan();
     for (size_t r = 0; printing && r < memory->size(); ++r)
       std::printf("memory: rank %zu (stage %lld) | buffers %.1f MiB | peak "
-                  "memory %.1f MiB\n",
+                  "memory %.1f MiB | live micro-batches %lld\n",
                   r, static_cast<long long>(stageOfRank(plan, r)),
-                  (*memory)[r].first, (*memory)[r].second);
+                  (*memory)[r].first, (*memory)[r].second,
+                  static_cast<long long>(
+                      plan.stages[stageOfRank(plan, r)].liveMicroBatches));
   }
   if (options.profile && printing) {
     double total = 0;
