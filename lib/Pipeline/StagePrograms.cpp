@@ -98,6 +98,22 @@ FailureOr<SmallVector<func::FuncOp>> findStageFunctions(ModuleOp module,
   return stages;
 }
 
+FailureOr<SmallVector<std::pair<unsigned, Value>>>
+stageResults(func::FuncOp stage) {
+  SmallVector<std::pair<unsigned, Value>> results;
+  Operation *terminator = stage.getBody().front().getTerminator();
+  for (unsigned i = 0; i < stage.getNumResults(); ++i) {
+    auto index = stage.getResultAttrOfType<IntegerAttr>(
+        i, TrellisDialect::kResultIndexAttrName);
+    if (!index)
+      return stage.emitError() << "result " << i
+                               << " names no result of the step "
+                                  "(trellis.result)";
+    results.emplace_back(index.getInt(), terminator->getOperand(i));
+  }
+  return results;
+}
+
 FailureOr<PipelineProgram> readStagePrograms(ModuleOp module,
                                              StringRef stepName) {
   FailureOr<SmallVector<func::FuncOp>> stages =
@@ -198,19 +214,15 @@ FailureOr<PipelineProgram> readStagePrograms(ModuleOp module,
           reader = user;
       transfer.readProgram = reader ? programOfOp.lookup(reader) : -1;
     }
-    Operation *terminator = stage.getBody().front().getTerminator();
-    for (unsigned i = 0; i < stage.getNumResults(); ++i) {
-      auto index = stage.getResultAttrOfType<IntegerAttr>(
-          i, TrellisDialect::kResultIndexAttrName);
-      if (!index)
-        return stage.emitError() << "result " << i
-                                 << " names no result of the step "
-                                    "(trellis.result)";
-      program.results[rank].emplace_back(index.getInt(),
-                                         terminator->getOperand(i));
-      if (static_cast<int64_t>(program.resultRanks.size()) <= index.getInt())
-        program.resultRanks.resize(index.getInt() + 1);
-      program.resultRanks[index.getInt()].push_back(rank);
+    FailureOr<SmallVector<std::pair<unsigned, Value>>> results =
+        stageResults(stage);
+    if (failed(results))
+      return failure();
+    for (auto [index, value] : *results) {
+      program.results[rank].emplace_back(index, value);
+      if (program.resultRanks.size() <= index)
+        program.resultRanks.resize(index + 1);
+      program.resultRanks[index].push_back(rank);
     }
     if (auto schedule =
             stage->getAttrOfType<ArrayAttr>(TrellisDialect::kScheduleAttrName))

@@ -173,6 +173,12 @@ mlir::LogicalResult verifyPipelineProgram(mlir::Operation *anchor,
 mlir::FailureOr<llvm::SmallVector<mlir::func::FuncOp>>
 findStageFunctions(mlir::ModuleOp module, llvm::StringRef stepName);
 
+/// The step results stage function `stage` returns: for each of its
+/// results, the step's index (trellis.result) and the value. Fails with a
+/// diagnostic at a result that names none.
+mlir::FailureOr<llvm::SmallVector<std::pair<unsigned, mlir::Value>>>
+stageResults(mlir::func::FuncOp stage);
+
 /// The programs, transfers and schedules of the stage functions that
 /// trellis-split-stages made of `@stepName` (ops grouped by
 /// trellis.program; transfers matched by channel). Fails with a diagnostic

@@ -422,21 +422,19 @@ Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
     if (walk.wasInterrupted())
       return failure();
   }
-  // Results by their index in the step.
+  // Results by their index in the step: the first stage that returns one
+  // (and its position there) names its buffer; the others' copies share it.
   std::map<int64_t, std::pair<func::FuncOp, unsigned>> resultOwner;
   std::map<int64_t, llvm::json::Array> resultHolders;
   for (auto [stageIndex, stage] : llvm::enumerate(stageList)) {
-    Operation *terminator = stage.getBody().front().getTerminator();
-    for (unsigned i = 0; i < stage.getNumResults(); ++i) {
-      auto index = stage.getResultAttrOfType<IntegerAttr>(
-          i, TrellisDialect::kResultIndexAttrName);
-      if (!index)
-        return stage.emitError() << "result " << i
-                                 << " names no result of the step "
-                                    "(trellis.result)";
-      Value value = terminator->getOperand(i);
-      auto [owner, inserted] =
-          resultOwner.try_emplace(index.getInt(), stage, i);
+    FailureOr<SmallVector<std::pair<unsigned, Value>>> returned =
+        stageResults(stage);
+    if (failed(returned))
+      return failure();
+    for (auto [i, entry] : llvm::enumerate(*returned)) {
+      auto [index, value] = entry;
+      auto [owner, inserted] = resultOwner.try_emplace(
+          index, stage, static_cast<unsigned>(i));
       if (inserted) {
         if (failed(defineBuffer(value, stage)))
           return failure();
@@ -447,8 +445,7 @@ Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
                                ->getOperand(owner->second.second);
         bufferIds_[value] = bufferIds_.lookup(ownerValue);
       }
-      resultHolders[index.getInt()].push_back(
-          static_cast<int64_t>(stageIndex));
+      resultHolders[index].push_back(static_cast<int64_t>(stageIndex));
     }
   }
 
