@@ -30,31 +30,6 @@ int64_t orderInMicroBatch(ActionKind kind, int64_t virtualStage,
   return std::numeric_limits<int64_t>::max();
 }
 
-std::string ActionProgram::name() const {
-  const char *base = kind == ActionKind::Forward    ? "forward"
-                     : kind == ActionKind::Backward ? "backward"
-                     : kind == ActionKind::Weight   ? "weight"
-                                                    : "step";
-  if (kind == ActionKind::Step)
-    return base;
-  return std::string(base) + (receives ? "_receive" : "") + ".c" +
-         std::to_string(chunk);
-}
-
-std::string ActionProgram::actionName(int64_t microBatch,
-                                      int64_t chunks) const {
-  if (kind == ActionKind::Step)
-    return "step";
-  std::string text = receives ? "R" : "";
-  text += kind == ActionKind::Forward    ? "F"
-          : kind == ActionKind::Backward ? "B"
-                                         : "W";
-  text += std::to_string(microBatch);
-  if (chunks > 1)
-    text += ".c" + std::to_string(chunk);
-  return text;
-}
-
 namespace {
 
 using RankSet = std::set<int64_t>;
@@ -169,7 +144,11 @@ int64_t Splitter::programIndex(int64_t rank, ActionKind kind, int64_t chunk,
   auto [it, inserted] = programOf_.try_emplace(key, 0);
   if (inserted) {
     it->second = program_.programs[rank].size();
-    program_.programs[rank].push_back({kind, chunk, receives, {}});
+    ActionProgram program;
+    program.kind = kind;
+    program.chunk = chunk;
+    program.receives = receives;
+    program_.programs[rank].push_back(std::move(program));
   }
   return it->second;
 }

@@ -18,59 +18,6 @@ using namespace mlir;
 
 namespace trellis {
 
-namespace {
-
-/// `step`, or `forward`, `backward`, `weight` with `_receive`, then
-/// `.c<chunk>`.
-std::optional<ActionProgram> parseProgram(StringRef name) {
-  ActionProgram program;
-  if (name == "step") {
-    program.kind = ActionKind::Step;
-    return program;
-  }
-  auto [base, chunk] = name.rsplit(".c");
-  if (chunk.empty() || chunk.getAsInteger(10, program.chunk))
-    return std::nullopt;
-  program.receives = base.consume_back("_receive");
-  if (base == "forward")
-    program.kind = ActionKind::Forward;
-  else if (base == "backward")
-    program.kind = ActionKind::Backward;
-  else if (base == "weight")
-    program.kind = ActionKind::Weight;
-  else
-    return std::nullopt;
-  return program;
-}
-
-/// `step`, or `[R]{F,B,W}<micro-batch>[.c<chunk>]`: the program's kind,
-/// receives and chunk, and the micro-batch (-1 for the step).
-std::optional<std::pair<ActionProgram, int64_t>>
-parseAction(StringRef action) {
-  ActionProgram program;
-  if (action == "step") {
-    program.kind = ActionKind::Step;
-    return std::make_pair(program, int64_t(-1));
-  }
-  program.receives = action.consume_front("R");
-  if (action.consume_front("F"))
-    program.kind = ActionKind::Forward;
-  else if (action.consume_front("B"))
-    program.kind = ActionKind::Backward;
-  else if (action.consume_front("W"))
-    program.kind = ActionKind::Weight;
-  else
-    return std::nullopt;
-  auto [digits, chunk] = action.split(".c");
-  int64_t microBatch;
-  if (digits.getAsInteger(10, microBatch) ||
-      (!chunk.empty() && chunk.getAsInteger(10, program.chunk)))
-    return std::nullopt;
-  return std::make_pair(program, microBatch);
-}
-
-} // namespace
-
 FailureOr<SmallVector<func::FuncOp>> findStageFunctions(ModuleOp module,
                                                         StringRef stepName) {
   SmallVector<func::FuncOp> stages;
@@ -160,8 +107,8 @@ FailureOr<PipelineProgram> readStagePrograms(ModuleOp module,
     SmallVector<int64_t> received;
     for (Operation &op : stage.getBody().front().without_terminator()) {
       auto name = op.getAttrOfType<StringAttr>(TrellisDialect::kProgramAttrName);
-      std::optional<ActionProgram> parsed =
-          name ? parseProgram(name.getValue()) : std::nullopt;
+      std::optional<ActionProgramName> parsed =
+          name ? parseProgramName(name.getValue().str()) : std::nullopt;
       if (!parsed)
         return op.emitOpError() << "expected the action program it belongs "
                                    "to (trellis.program: step, or forward, "
@@ -170,8 +117,10 @@ FailureOr<PipelineProgram> readStagePrograms(ModuleOp module,
                                 << (name ? name.getValue() : "none");
       auto [it, inserted] = programIndex.try_emplace(
           name.getValue(), static_cast<int64_t>(programs.size()));
-      if (inserted)
-        programs.push_back(*parsed);
+      if (inserted) {
+        programs.emplace_back();
+        static_cast<ActionProgramName &>(programs.back()) = *parsed;
+      }
       int64_t index = it->second;
       programOfOp[&op] = index;
       ActionProgram &into = programs[index];
@@ -228,16 +177,16 @@ FailureOr<PipelineProgram> readStagePrograms(ModuleOp module,
             stage->getAttrOfType<ArrayAttr>(TrellisDialect::kScheduleAttrName))
       for (Attribute entry : schedule) {
         StringRef text = llvm::cast<StringAttr>(entry).getValue();
-        auto parsed = parseAction(text);
-        int64_t index =
-            parsed ? program.findProgram(rank, parsed->first.kind,
-                                         parsed->first.chunk,
-                                         parsed->first.receives)
-                   : -1;
+        std::optional<ScheduledActionName> parsed =
+            parseActionName(text.str());
+        int64_t index = parsed ? program.findProgram(rank, parsed->program.kind,
+                                                     parsed->program.chunk,
+                                                     parsed->program.receives)
+                               : -1;
         if (index < 0)
           return stage.emitError() << "schedule names action '" << text
                                    << "', which no program of the stage runs";
-        program.schedule[rank].push_back({index, parsed->second});
+        program.schedule[rank].push_back({index, parsed->microBatch});
       }
   }
   for (auto [channel, pair] : ends) {

@@ -2,6 +2,7 @@
 
 #include "trellis/Runtime/Plan.h"
 
+#include "trellis/Common/ActionNames.h"
 #include "trellis/Runtime/OpShapes.h"
 
 #include <nlohmann/json.hpp>
@@ -137,99 +138,11 @@ std::string describe(const json &value) {
 }
 
 /// An action program of a stage as the plan file has it.
-struct ActionProgramDesc {
-  enum class Kind { Forward, Backward, Weight, Step } kind = Kind::Step;
-  bool receives = false;
-  int64_t chunk = 0;
+struct ActionProgramDesc : ActionProgramName {
   std::string name;
   StageProgram body;
-  bool perMicroBatch() const { return kind != Kind::Step; }
+  bool perMicroBatch() const { return kind != ActionKind::Step; }
 };
-
-/// Parses a program name: `step`, or `forward`, `backward` or `weight`,
-/// optionally followed by `_receive`, then `.c<chunk>`.
-std::optional<ActionProgramDesc> parseProgramName(const std::string &name) {
-  ActionProgramDesc desc;
-  desc.name = name;
-  if (name == "step")
-    return desc;
-  size_t dot = name.rfind(".c");
-  if (dot == std::string::npos || dot + 2 >= name.size() ||
-      name.size() - dot > 8 ||
-      name.find_first_not_of("0123456789", dot + 2) != std::string::npos)
-    return std::nullopt;
-  desc.chunk = std::stoll(name.substr(dot + 2));
-  std::string base = name.substr(0, dot);
-  const std::string suffix = "_receive";
-  if (base.size() > suffix.size() &&
-      base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    desc.receives = true;
-    base.resize(base.size() - suffix.size());
-  }
-  if (base == "forward")
-    desc.kind = ActionProgramDesc::Kind::Forward;
-  else if (base == "backward")
-    desc.kind = ActionProgramDesc::Kind::Backward;
-  else if (base == "weight")
-    desc.kind = ActionProgramDesc::Kind::Weight;
-  else
-    return std::nullopt;
-  return desc;
-}
-
-/// An entry of a schedule: `step`, or `[R]{F,B,W}<micro-batch>[.c<chunk>]`.
-struct ScheduleEntryName {
-  ActionProgramDesc::Kind kind = ActionProgramDesc::Kind::Step;
-  bool receives = false;
-  int64_t microBatch = -1;
-  int64_t chunk = 0;
-};
-
-std::optional<ScheduleEntryName> parseScheduleEntry(const std::string &text) {
-  ScheduleEntryName entry;
-  if (text == "step")
-    return entry;
-  size_t at = 0;
-  if (at < text.size() && text[at] == 'R') {
-    entry.receives = true;
-    ++at;
-  }
-  if (at >= text.size())
-    return std::nullopt;
-  switch (text[at++]) {
-  case 'F':
-    entry.kind = ActionProgramDesc::Kind::Forward;
-    break;
-  case 'B':
-    entry.kind = ActionProgramDesc::Kind::Backward;
-    break;
-  case 'W':
-    entry.kind = ActionProgramDesc::Kind::Weight;
-    break;
-  default:
-    return std::nullopt;
-  }
-  auto number = [&](int64_t &value) {
-    size_t end = text.find_first_not_of("0123456789", at);
-    if (end == std::string::npos)
-      end = text.size();
-    if (end == at || end - at > 7)
-      return false;
-    value = std::stoll(text.substr(at, end - at));
-    at = end;
-    return true;
-  };
-  if (!number(entry.microBatch))
-    return std::nullopt;
-  if (at < text.size()) {
-    if (text.compare(at, 2, ".c") != 0)
-      return std::nullopt;
-    at += 2;
-    if (!number(entry.chunk) || at != text.size())
-      return std::nullopt;
-  }
-  return entry;
-}
 
 /// Reads plan JSON into a Plan, checking every field's kind and range.
 class PlanReader {
@@ -634,14 +547,17 @@ Status PlanReader::readStage(const json &stage, int64_t index) {
     TRELLIS_RETURN_IF_ERROR(requireKind(entry, "program", json::value_t::array,
                                         "an array of instructions", at));
     std::string name = entry["name"].get<std::string>();
-    std::optional<ActionProgramDesc> desc = parseProgramName(name);
-    if (!desc)
+    std::optional<ActionProgramName> parsed = parseProgramName(name);
+    if (!parsed)
       return Status::error(at + ": unknown program \"" + name +
                            "\"; expected step, or forward, backward or weight "
                            "(with _receive for its receives) then .c<chunk>");
     for (const ActionProgramDesc &other : programs)
       if (other.name == name)
         return Status::error(at + ": a second program \"" + name + "\"");
+    std::optional<ActionProgramDesc> desc = ActionProgramDesc();
+    static_cast<ActionProgramName &>(*desc) = *parsed;
+    desc->name = name;
     if (desc->chunk >= kMaxChunks)
       return Status::error(at + ": chunk " + std::to_string(desc->chunk) +
                            " is out of range [0, " +
@@ -661,42 +577,31 @@ Status PlanReader::readStage(const json &stage, int64_t index) {
       return Status::error(at + ": expected an action name, found " +
                            describe(schedule[e]));
     std::string text = schedule[e].get<std::string>();
-    std::optional<ScheduleEntryName> name = parseScheduleEntry(text);
+    std::optional<ScheduledActionName> name = parseActionName(text);
     if (!name)
       return Status::error(at + ": unknown action \"" + text +
                            "\"; expected F<i>, B<i> or W<i> (micro-batch i, "
                            "with .c<chunk>), R before one of them for its "
                            "receives, or step");
-    if (name->kind != ActionProgramDesc::Kind::Step &&
-        name->microBatch >= plan_.microBatches)
+    bool step = name->program.kind == ActionKind::Step;
+    if (!step && name->microBatch >= plan_.microBatches)
       return Status::error(at + " (" + text + "): micro-batch " +
                            std::to_string(name->microBatch) +
                            " is out of range [0, " +
                            std::to_string(plan_.microBatches) + ")");
     int64_t found = -1;
     for (size_t p = 0; p < programs.size() && found < 0; ++p)
-      if (programs[p].kind == name->kind &&
-          programs[p].receives == name->receives &&
-          (name->kind == ActionProgramDesc::Kind::Step ||
-           programs[p].chunk == name->chunk))
+      if (programs[p].kind == name->program.kind &&
+          programs[p].receives == name->program.receives &&
+          (step || programs[p].chunk == name->program.chunk))
         found = static_cast<int64_t>(p);
     if (found < 0)
-      return Status::error(
-          at + " (" + text + "): the stage has no program " +
-          (name->kind == ActionProgramDesc::Kind::Step
-               ? std::string("step")
-               : std::string(name->kind == ActionProgramDesc::Kind::Forward
-                                 ? "forward"
-                             : name->kind == ActionProgramDesc::Kind::Backward
-                                 ? "backward"
-                                 : "weight") +
-                     (name->receives ? "_receive" : "") + ".c" +
-                     std::to_string(name->chunk)));
+      return Status::error(at + " (" + text + "): the stage has no program " +
+                           programName(name->program));
     if (!ran[found].insert(name->microBatch).second)
       return Status::error(at + " (" + text + "): " + programs[found].name +
                            " already ran for this micro-batch");
-    if (name->kind == ActionProgramDesc::Kind::Step &&
-        e + 1 != schedule.size())
+    if (step && e + 1 != schedule.size())
       return Status::error(at + ": the step program must run last, after "
                                 "every micro-batch");
     schedules_[index].emplace_back(found, name->microBatch);
@@ -840,20 +745,7 @@ Status PlanReader::expandStage(int64_t index) {
     // A lone step program needs no action to name it.
     int64_t count = static_cast<int64_t>(out.program.size()) - begin;
     if (count > 0 && schedules_[index].size() > 1) {
-      std::string name = program.kind == ActionProgramDesc::Kind::Step
-                             ? std::string("step")
-                             : std::string(program.receives ? "R" : "") +
-                                   (program.kind ==
-                                            ActionProgramDesc::Kind::Forward
-                                        ? "F"
-                                    : program.kind ==
-                                            ActionProgramDesc::Kind::Backward
-                                        ? "B"
-                                        : "W") +
-                                   std::to_string(mb) +
-                                   (chunked ? ".c" + std::to_string(
-                                                         program.chunk)
-                                            : "");
+      std::string name = actionName(program, mb, chunked);
       out.actions.push_back({name, begin, count});
     }
   }

@@ -180,28 +180,6 @@ std::optional<ParallelDegrees> resolveParallelDegrees() {
   return degrees;
 }
 
-/// The program an action of a schedule runs (`RB3.c1`: backward_receive.c1)
-/// and its micro-batch (-1 for the step).
-std::pair<std::string, int64_t> programOfAction(llvm::StringRef action) {
-  if (action == "step")
-    return {"step", -1};
-  bool receives = action.consume_front("R");
-  char kind = action.front();
-  action = action.drop_front();
-  int64_t microBatch = 0, chunk = 0;
-  llvm::StringRef digits =
-      action.take_while([](char c) { return c >= '0' && c <= '9'; });
-  digits.getAsInteger(10, microBatch);
-  action = action.drop_front(digits.size());
-  if (action.consume_front(".c"))
-    action.getAsInteger(10, chunk);
-  std::string name = kind == 'F' ? "forward" : kind == 'B' ? "backward"
-                                                           : "weight";
-  if (receives)
-    name += "_receive";
-  return {name + ".c" + std::to_string(chunk), microBatch};
-}
-
 /// `--report` of a step split into stages: the report of each stage's
 /// ranks, over its schedule (every micro-batch's actions, then the step).
 void printStageReports(llvm::ArrayRef<mlir::func::FuncOp> stages) {
@@ -218,9 +196,12 @@ void printStageReports(llvm::ArrayRef<mlir::func::FuncOp> stages) {
     llvm::SmallVector<RankItem> items;
     for (mlir::Attribute entry : stage->getAttrOfType<mlir::ArrayAttr>(
              TrellisDialect::kScheduleAttrName)) {
-      auto [program, microBatch] =
-          programOfAction(llvm::cast<mlir::StringAttr>(entry).getValue());
-      for (mlir::Operation *op : programs[program]) {
+      std::optional<ScheduledActionName> action = parseActionName(
+          llvm::cast<mlir::StringAttr>(entry).getValue().str());
+      if (!action)
+        continue; // trellis-verify-pipeline checked every entry.
+      int64_t microBatch = action->microBatch;
+      for (mlir::Operation *op : programs[programName(action->program)]) {
         if (auto send = llvm::dyn_cast<SendOp>(op))
           items.push_back({nullptr, send.getInput(), true, "pp", microBatch});
         else if (auto recv = llvm::dyn_cast<RecvOp>(op))

@@ -38,6 +38,7 @@
 #define TRELLIS_PIPELINE_PIPELINESPLIT_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "trellis/Common/ActionNames.h"
 #include "trellis/Common/PipelineSchedule.h"
 #include "trellis/Common/StageSplit.h"
 
@@ -89,23 +90,19 @@ struct StageItem {
   int64_t transfer = -1;
 };
 
-/// What an action program runs.
-enum class ActionKind { Forward, Backward, Weight, Step };
-
 /// The program of one action kind of one chunk of a rank, written once and
 /// run per micro-batch (the step's: once, after them); or, with `receives`,
 /// the receives posted for that action of a micro-batch before it runs.
-struct ActionProgram {
-  ActionKind kind = ActionKind::Forward;
-  int64_t chunk = 0;
-  bool receives = false;
+struct ActionProgram : ActionProgramName {
   std::vector<StageItem> items;
 
   /// `forward.c0`, `backward_receive.c1`, `step`.
-  std::string name() const;
+  std::string name() const { return programName(*this); }
   /// The schedule's name of this program run for `microBatch`: `F3`,
   /// `B3.c1`, `W3`, `RF3` (receives for F3), `step`.
-  std::string actionName(int64_t microBatch, int64_t chunks) const;
+  std::string actionName(int64_t microBatch, int64_t chunks) const {
+    return trellis::actionName(*this, microBatch, chunks > 1);
+  }
 };
 
 /// Where an action of `virtualStage` comes among one micro-batch's actions
