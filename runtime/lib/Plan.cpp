@@ -857,6 +857,13 @@ Status PlanReader::readResults(const json &array) {
     Result result;
     TRELLIS_RETURN_IF_ERROR(
         checkBufferId(entry["buffer"], where, &result.buffer));
+    // Results name buffers of the plan file, not the copies the stages'
+    // expansion added for each micro-batch.
+    if (result.buffer >= static_cast<int64_t>(perMicroBatch_.size()))
+      return Status::error(where + ": buffer id " +
+                           std::to_string(result.buffer) +
+                           " is out of range [0, " +
+                           std::to_string(perMicroBatch_.size()) + ")");
     for (const char *key : {"updates", "gradient_of"}) {
       if (!entry.contains(key))
         continue;

@@ -429,6 +429,11 @@ TEST(PlanTest, RejectsValuesOutsideTheirScope) {
                          "\"accumulate\", \"inputs\": [5], \"outputs\": [5]}"),
                  "stage 0: forward.c0 instruction 1 (accumulate): expected a "
                  "micro-batch's buffer in and a step's buffer out");
+  // Results name the plan's buffers, not the copies made for each
+  // micro-batch when the schedule is expanded.
+  expectRejected(replace(kPipelinePlan, "{\"buffer\": 4, \"role\": \"loss\"",
+                         "{\"buffer\": 7, \"role\": \"loss\""),
+                 "result 0: buffer id 7 is out of range [0, 6)");
   // A result is a value of the step.
   expectRejected(replace(kPipelinePlan, "{\"buffer\": 4, \"role\": \"loss\"",
                          "{\"buffer\": 3, \"role\": \"loss\""),
