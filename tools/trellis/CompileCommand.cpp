@@ -10,6 +10,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "trellis/Analysis/PipelineCost.h"
@@ -343,6 +344,9 @@ int runCompileCommand() {
   // step of micro-batches (pipelined or not: it runs as one program per
   // stage of action programs, each written once, and a schedule).
   mlir::PassManager pm(&context);
+  // The IR is verified once, after the last pass (between passes it costs
+  // a walk of the whole step each time); trellis-opt verifies after each.
+  pm.enableVerifier(false);
   if (!module.lookupSymbol<mlir::func::FuncOp>(stepName)) {
     TrainingOptions options;
     if (compileOptimizer == "none")
@@ -395,7 +399,7 @@ int runCompileCommand() {
     }
     buildPipelinePhase(pm, phase);
   }
-  if (mlir::failed(pm.run(module)))
+  if (mlir::failed(pm.run(module)) || mlir::failed(mlir::verify(module)))
     return 1;
   llvm::SmallVector<mlir::func::FuncOp> stages;
   if (staged)
