@@ -68,7 +68,7 @@ public:
   /// A plan of one step program.
   FailureOr<llvm::json::Value> emit(func::FuncOp step, PlanMetadata metadata);
   /// A plan of per-stage action programs (`stages`, in stage order).
-  FailureOr<llvm::json::Value> emitStages(ArrayRef<func::FuncOp> stages,
+  FailureOr<llvm::json::Value> emitStages(SmallVector<func::FuncOp> stages,
                                           PlanMetadata metadata);
 
 private:
@@ -344,10 +344,9 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
 }
 
 FailureOr<llvm::json::Value>
-Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
+Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
   staged_ = true;
   func::FuncOp first = stages.front();
-  SmallVector<func::FuncOp> stageList(stages.begin(), stages.end());
   bool pipelined = stages.size() > 1;
   // The mesh: @pipeline (the pipeline axis and the step's) with several
   // stages, the step's with one.
@@ -361,7 +360,7 @@ Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
         stepMesh_ = mesh;
     });
   }
-  for (func::FuncOp stage : stageList)
+  for (func::FuncOp stage : stages)
     if (failed(findMesh(stage)))
       return failure();
   std::string pipelineAxis;
@@ -379,7 +378,7 @@ Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
       return failure();
     int64_t buffer = bufferIds_.lookup(first.getArgument(i));
     llvm::json::Array holders;
-    for (auto [index, stage] : llvm::enumerate(stageList)) {
+    for (auto [index, stage] : llvm::enumerate(stages)) {
       bufferIds_[stage.getArgument(i)] = buffer;
       if (stage.getArgAttr(i, TrellisDialect::kHeldAttrName))
         holders.push_back(static_cast<int64_t>(index));
@@ -392,7 +391,7 @@ Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
   // receive writes the buffer the send reads) and a result's (each stage
   // that holds it makes its own copy).
   std::map<int64_t, int64_t> channelBuffer;
-  for (func::FuncOp stage : stageList) {
+  for (func::FuncOp stage : stages) {
     WalkResult walk = stage.walk([&](SendOp send) -> WalkResult {
       auto program =
           send->getAttrOfType<StringAttr>(TrellisDialect::kProgramAttrName);
@@ -408,7 +407,7 @@ Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
     if (walk.wasInterrupted())
       return failure();
   }
-  for (func::FuncOp stage : stageList) {
+  for (func::FuncOp stage : stages) {
     WalkResult walk = stage.walk([&](RecvOp recv) -> WalkResult {
       auto it = channelBuffer.find(recv.getChannel());
       if (it == channelBuffer.end()) {
@@ -426,7 +425,7 @@ Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
   // (and its position there) names its buffer; the others' copies share it.
   std::map<int64_t, std::pair<func::FuncOp, unsigned>> resultOwner;
   std::map<int64_t, llvm::json::Array> resultHolders;
-  for (auto [stageIndex, stage] : llvm::enumerate(stageList)) {
+  for (auto [stageIndex, stage] : llvm::enumerate(stages)) {
     FailureOr<SmallVector<std::pair<unsigned, Value>>> returned =
         stageResults(stage);
     if (failed(returned))
@@ -450,7 +449,7 @@ Emitter::emitStages(ArrayRef<func::FuncOp> stages, PlanMetadata metadata) {
   }
 
   llvm::json::Array stageEntries;
-  for (auto [index, stage] : llvm::enumerate(stageList)) {
+  for (auto [index, stage] : llvm::enumerate(stages)) {
     // Programs in the order their first op comes.
     llvm::json::Array programs;
     std::map<std::string, size_t> programIndex;
@@ -527,5 +526,5 @@ FailureOr<llvm::json::Value> trellis::emitStagedPlan(ModuleOp module,
       findStageFunctions(module, stepName);
   if (failed(stages))
     return failure();
-  return Emitter().emitStages(*stages, std::move(metadata));
+  return Emitter().emitStages(std::move(*stages), std::move(metadata));
 }
