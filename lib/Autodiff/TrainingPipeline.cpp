@@ -77,8 +77,8 @@ struct TrainingPipelineOptions
                      "gradient always does)"),
           clEnumValN(RecomputeKind::Full, "full",
                      "each model part's forward again before its backward"))};
-  Option<bool> tagActions{
-      *this, "tag-actions",
+  Option<bool> pipelined{
+      *this, "pipelined",
       llvm::cl::desc("Write the step as micro-batches even for one (a "
                      "pipeline splits it)"),
       llvm::cl::init(false)};
@@ -106,7 +106,7 @@ void trellis::registerTrainingPipeline() {
         training.weightDecay = options.weightDecay;
         training.microBatches = options.microBatches;
         training.recompute = options.recompute;
-        training.pipelined = options.tagActions;
+        training.pipelined = options.pipelined;
         buildTrainingPipeline(pm, training);
       });
 }

@@ -52,7 +52,7 @@ struct AssignStagesPass
     if (!microBatches) {
       step.emitError() << "expected a step of micro-batches "
                           "(graph.micro_batches): differentiate it with "
-                          "micro-batches or tag-actions";
+                          "micro-batches or for a pipeline";
       return signalPassFailure();
     }
     PipelineShape shape{stages, microBatches.getInt(), chunks};

@@ -1,4 +1,4 @@
-// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 tag-actions=true" -trellis-assign-stages="stages=2 layers=2,0" -verify-diagnostics
+// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 pipelined=true" -trellis-assign-stages="stages=2 layers=2,0" -verify-diagnostics
 
 // Tests that a user split with a stage of no layer is rejected.
 // expected-error @+1 {{layers: stage 1 has no layer: expected at least 1, found 0}}

@@ -3,7 +3,7 @@
 // SCHEDULE: for the --schedule option: Cannot find option named 'zero-bubble'!
 
 // Tests that a function that is not a step of micro-batches is rejected.
-// expected-error @+1 {{expected a step of micro-batches (graph.micro_batches): differentiate it with micro-batches or tag-actions}}
+// expected-error @+1 {{expected a step of micro-batches (graph.micro_batches): differentiate it with micro-batches or for a pipeline}}
 func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }

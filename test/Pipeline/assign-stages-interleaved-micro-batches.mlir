@@ -1,4 +1,4 @@
-// RUN: trellis-opt %s -trellis-autodiff="micro-batches=3 tag-actions=true" -trellis-assign-stages="stages=2 chunks=2 schedule=interleaved layers=1,1,1,1" -verify-diagnostics
+// RUN: trellis-opt %s -trellis-autodiff="micro-batches=3 pipelined=true" -trellis-assign-stages="stages=2 chunks=2 schedule=interleaved layers=1,1,1,1" -verify-diagnostics
 
 // Tests that the interleaved schedule needs the micro-batches to be a multiple of the ranks.
 // expected-error @+1 {{pipeline schedule: the interleaved schedule needs micro-batches (3) to be a multiple of pipeline ranks (2)}}

@@ -1,4 +1,4 @@
-// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 tag-actions=true" -trellis-assign-stages="stages=4" -verify-diagnostics
+// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 pipelined=true" -trellis-assign-stages="stages=4" -verify-diagnostics
 
 // Tests that a pipeline of more virtual stages than the model has layers is rejected.
 // expected-error @+1 {{expected at least one layer per pipeline stage: 4 stages, but the model has 2 layers}}

@@ -1,4 +1,4 @@
-// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 tag-actions=true" -trellis-assign-stages="stages=2 layers=1,2" -verify-diagnostics
+// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 pipelined=true" -trellis-assign-stages="stages=2 layers=1,2" -verify-diagnostics
 
 // Tests that a user split whose counts do not sum to the model's layers is rejected.
 // expected-error @+1 {{layers: expected layer counts summing to the model's 2 layers, found 3}}

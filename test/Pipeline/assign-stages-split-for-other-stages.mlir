@@ -1,4 +1,4 @@
-// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 tag-actions=true" -trellis-assign-stages="stages=2 layers=1,1,0" -verify-diagnostics
+// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 pipelined=true" -trellis-assign-stages="stages=2 layers=1,1,0" -verify-diagnostics
 
 // Tests that a user split with a count per stage of another pipeline is rejected.
 // expected-error @+1 {{layers: expected 2 layer counts (one per pipeline stage), found 3}}

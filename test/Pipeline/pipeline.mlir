@@ -1,4 +1,4 @@
-// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 tag-actions=true optimizer=sgd" -trellis-pipeline="stages=2 layers=1,1 schedule=gpipe" | FileCheck %s
+// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 pipelined=true optimizer=sgd" -trellis-pipeline="stages=2 layers=1,1 schedule=gpipe" | FileCheck %s
 // RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 optimizer=sgd" -trellis-pipeline="stages=1" | FileCheck %s --check-prefix=ONE
 
 // Tests the pipeline phase as one registered pipeline: stage assignment,

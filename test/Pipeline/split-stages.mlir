@@ -1,5 +1,5 @@
-// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 tag-actions=true optimizer=sgd" -trellis-assign-stages="stages=2 layers=1,1" -trellis-split-stages | FileCheck %s
-// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 tag-actions=true optimizer=sgd" -trellis-assign-stages="stages=2 layers=1,1" -trellis-split-stages -trellis-schedule-pipeline -trellis-verify-pipeline | FileCheck %s --check-prefix=SCHEDULE
+// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 pipelined=true optimizer=sgd" -trellis-assign-stages="stages=2 layers=1,1" -trellis-split-stages | FileCheck %s
+// RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 pipelined=true optimizer=sgd" -trellis-assign-stages="stages=2 layers=1,1" -trellis-split-stages -trellis-schedule-pipeline -trellis-verify-pipeline | FileCheck %s --check-prefix=SCHEDULE
 
 // Tests that a step of micro-batches cut into 2 stages becomes one function
 // per stage (the step itself goes): its action programs one after the

@@ -1,4 +1,4 @@
-// RUN: trellis-opt %s -trellis-autodiff="optimizer=none micro-batches=2 tag-actions=true" | FileCheck %s
+// RUN: trellis-opt %s -trellis-autodiff="optimizer=none micro-batches=2 pipelined=true" | FileCheck %s
 
 // Tests the marks the pipeline split reads: every op of the micro-batch
 // (written once) carries its phase, and every backward op the part of the
