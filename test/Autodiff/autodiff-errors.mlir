@@ -35,3 +35,15 @@ func.func @forward(%w: tensor<2xf32> {graph.role = "param", graph.param = "w", g
   return %l : tensor<f32>
 }
 
+
+// -----
+
+// Tests that reverse mode does not overwrite existing gradients.
+// expected-error @+1 {{function @gradients already exists}}
+module {
+  func.func @forward(%w: tensor<2xf32> {graph.role = "param", graph.param = "w", graph.init = "zeros"}) -> tensor<f32> {
+    %l = graph.reduce_sum %w dims [0] : tensor<2xf32>
+    return %l : tensor<f32>
+  }
+  func.func private @gradients()
+}

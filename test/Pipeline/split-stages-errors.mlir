@@ -36,3 +36,11 @@ func.func @train_step(%x: tensor<4xf32> {graph.role = "param", graph.param = "x"
   %c = graph.scale %b by 2.0 : tensor<4xf32>
   return %c : tensor<4xf32>
 }
+
+// -----
+
+// Tests that only a step of micro-batches splits into action programs.
+// expected-error @+1 {{expected a step of micro-batches (graph.micro_batches) to split into actions}}
+func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
