@@ -81,9 +81,7 @@ struct RecomputePass : public trellis::impl::RecomputePassBase<RecomputePass> {
         if (!inBackward(op))
           continue;
         for (OpOperand &operand : op->getOpOperands())
-          if (Value copy = mapping.lookupOrNull(operand.get());
-              copy && copy.getDefiningOp() != op &&
-              copy.getDefiningOp()->isBeforeInBlock(op))
+          if (Value copy = mapping.lookupOrNull(operand.get()))
             operand.set(copy);
       }
     }

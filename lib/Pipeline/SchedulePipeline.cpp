@@ -31,6 +31,12 @@ struct SchedulePipelinePass
         failed(schedulePipeline(stages->front(), *program)))
       return signalPassFailure();
     Builder builder(&getContext());
+    // The channel each send completes with, by its own channel.
+    llvm::DenseMap<int64_t, int64_t> completesWith;
+    for (const StageTransfer &transfer : program->transfers)
+      if (transfer.completedBy >= 0)
+        completesWith[transfer.channel] =
+            program->transfers[transfer.completedBy].channel;
     for (auto [rank, stage] : llvm::enumerate(*stages)) {
       SmallVector<Attribute> names;
       for (const ScheduledAction &entry : program->schedule[rank])
@@ -41,13 +47,10 @@ struct SchedulePipelinePass
                      builder.getArrayAttr(names));
       stage.walk([&](SendOp send) {
         send->removeAttr(TrellisDialect::kCompleteWithAttrName);
-        for (const StageTransfer &transfer : program->transfers)
-          if (transfer.channel == static_cast<int64_t>(send.getChannel()) &&
-              transfer.completedBy >= 0)
-            send->setAttr(TrellisDialect::kCompleteWithAttrName,
-                          builder.getI64IntegerAttr(
-                              program->transfers[transfer.completedBy]
-                                  .channel));
+        auto it = completesWith.find(send.getChannel());
+        if (it != completesWith.end())
+          send->setAttr(TrellisDialect::kCompleteWithAttrName,
+                        builder.getI64IntegerAttr(it->second));
       });
     }
   }

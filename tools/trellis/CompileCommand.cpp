@@ -203,10 +203,15 @@ void printStageReports(llvm::ArrayRef<mlir::func::FuncOp> stages) {
         continue; // trellis-verify-pipeline checked every entry.
       int64_t microBatch = action->microBatch;
       for (mlir::Operation *op : programs[programName(action->program)]) {
+        auto axisOf = [](mlir::ArrayAttr axes) {
+          return llvm::cast<mlir::StringAttr>(axes[0]).getValue().str();
+        };
         if (auto send = llvm::dyn_cast<SendOp>(op))
-          items.push_back({nullptr, send.getInput(), true, "pp", microBatch});
+          items.push_back({nullptr, send.getInput(), true,
+                           axisOf(send.getAxes()), microBatch});
         else if (auto recv = llvm::dyn_cast<RecvOp>(op))
-          items.push_back({nullptr, recv.getResult(), false, "pp", microBatch});
+          items.push_back({nullptr, recv.getResult(), false,
+                           axisOf(recv.getAxes()), microBatch});
         else
           items.push_back({op, mlir::Value(), false, "", microBatch});
       }
@@ -402,8 +407,13 @@ int runCompileCommand() {
   if (mlir::failed(pm.run(module)) || mlir::failed(mlir::verify(module)))
     return 1;
   llvm::SmallVector<mlir::func::FuncOp> stages;
-  if (staged)
-    stages = *findStageFunctions(module, stepName);
+  if (staged) {
+    mlir::FailureOr<llvm::SmallVector<mlir::func::FuncOp>> found =
+        findStageFunctions(module, stepName);
+    if (mlir::failed(found))
+      return 1;
+    stages = std::move(*found);
+  }
   auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
   if (compileReport && !staged)
     computeStepReport(step).print(llvm::errs());
