@@ -13,6 +13,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Analysis/StepReport.h"
 #include "trellis/Autodiff/Passes.h"
@@ -113,6 +114,11 @@ cl::opt<bool> compileReport(
     "report",
     cl::desc("Print per rank: parameters, activation estimate, and "
              "communication per step by collective kind and mesh axis"),
+    cl::sub(compileCommand));
+cl::opt<bool> compileTiming(
+    "timing",
+    cl::desc("Print the wall time of loading the model, of each pass, and "
+             "of emitting and writing the plan"),
     cl::sub(compileCommand));
 enum class EmitKind { Plan, Mlir };
 cl::opt<EmitKind> compileEmit(
@@ -294,12 +300,19 @@ int runCompileCommand() {
                       compileBatch.getValue(), compileMicroBatches.getValue()));
   // One step function: the passes have nothing to run in parallel.
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  mlir::DefaultTimingManager timing;
+  timing.setEnabled(compileTiming);
+  timing.setOutput(mlir::createOutputStrategy(
+      mlir::DefaultTimingManager::OutputFormat::Text, llvm::errs()));
+  mlir::TimingScope rootTiming = timing.getRootScope();
+  mlir::TimingScope loadTiming = rootTiming.nest("load model");
   // The forward describes one micro-batch; the step takes them all.
   std::optional<LoadedModel> model =
       loadModel(context, compileInput,
                 {compileBatch / compileMicroBatches, compileSeq}, "compile");
   if (!model)
     return 1;
+  loadTiming.stop();
   if (model->metadata.get("batch"))
     model->metadata["batch"] = compileBatch.getValue();
   model->metadata["micro_batches"] = compileMicroBatches.getValue();
@@ -352,6 +365,8 @@ int runCompileCommand() {
   // The IR is verified once, after the last pass (between passes it costs
   // a walk of the whole step each time); trellis-opt verifies after each.
   pm.enableVerifier(false);
+  mlir::TimingScope passTiming = rootTiming.nest("passes");
+  pm.enableTiming(passTiming);
   if (!module.lookupSymbol<mlir::func::FuncOp>(stepName)) {
     TrainingOptions options;
     if (compileOptimizer == "none")
@@ -404,8 +419,13 @@ int runCompileCommand() {
     }
     buildPipelinePhase(pm, phase);
   }
-  if (mlir::failed(pm.run(module)) || mlir::failed(mlir::verify(module)))
+  if (mlir::failed(pm.run(module)))
     return 1;
+  passTiming.stop();
+  mlir::TimingScope verifyTiming = rootTiming.nest("verify");
+  if (mlir::failed(mlir::verify(module)))
+    return 1;
+  verifyTiming.stop();
   llvm::SmallVector<mlir::func::FuncOp> stages;
   if (staged) {
     mlir::FailureOr<llvm::SmallVector<mlir::func::FuncOp>> found =
@@ -438,12 +458,16 @@ int runCompileCommand() {
       {"epsilon", compileEpsilon.getValue()},
       {"weight_decay", compileWeightDecay.getValue()},
   };
+  mlir::TimingScope emitTiming = rootTiming.nest("emit plan");
   mlir::FailureOr<llvm::json::Value> plan =
       staged ? emitStagedPlan(module, stepName, std::move(metadata))
              : emitPlan(step, std::move(metadata));
   if (mlir::failed(plan))
     return 1;
+  emitTiming.stop();
+  mlir::TimingScope writeTiming = rootTiming.nest("write plan");
   output->os() << *plan << "\n";
+  writeTiming.stop();
   output->keep();
   return 0;
 }

@@ -6,11 +6,27 @@
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "trellis/Pipeline/PipelineSplit.h"
 
+#include <deque>
+
 using namespace mlir;
 using namespace trellis;
 using namespace trellis::graph;
 
 namespace {
+
+/// Entries of a JSON array being built. llvm::json::Value's move is not
+/// noexcept, so a growing json::Array copies every element it holds at
+/// each reallocation; entries wait in a deque and move into an array of
+/// the right size once (toArray).
+using JsonEntries = std::deque<llvm::json::Object>;
+
+llvm::json::Array toArray(JsonEntries entries) {
+  llvm::json::Array array;
+  array.reserve(entries.size());
+  for (llvm::json::Object &entry : entries)
+    array.push_back(std::move(entry));
+  return array;
+}
 
 llvm::json::Array shapeArray(ArrayRef<int64_t> shape) {
   llvm::json::Array array;
@@ -102,7 +118,7 @@ private:
                                 int64_t buffer);
 
   DenseMap<Value, int64_t> bufferIds_;
-  llvm::json::Array buffers_;
+  JsonEntries buffers_;
   MeshOp mesh_;
   /// With a pipeline: the step's own mesh, whose axes @pipeline has too.
   MeshOp stepMesh_;
@@ -297,7 +313,7 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
   Block &body = step.getBody().front();
   if (failed(findMesh(step)))
     return failure();
-  llvm::json::Array arguments;
+  JsonEntries arguments;
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
     FailureOr<llvm::json::Object> entry = emitArgument(step, i);
     if (failed(entry))
@@ -306,7 +322,7 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
   }
   // One program: the step of one micro-batch, whose totals are the
   // micro-batch's values themselves.
-  llvm::json::Array program;
+  JsonEntries program;
   for (Operation &op : body.without_terminator()) {
     if (llvm::isa<MicrobatchSumOp>(op)) {
       bufferIds_[op.getResult(0)] = bufferIds_.lookup(op.getOperand(0));
@@ -318,7 +334,7 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
     program.push_back(std::move(*instruction));
   }
   llvm::json::Object stepProgram{{"name", "step"}};
-  stepProgram["program"] = std::move(program);
+  stepProgram["program"] = toArray(std::move(program));
   llvm::json::Array programs;
   programs.push_back(std::move(stepProgram));
   llvm::json::Object stage{{"stage", 0},
@@ -327,7 +343,7 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
   llvm::json::Array stages;
   stages.push_back(std::move(stage));
 
-  llvm::json::Array results;
+  JsonEntries results;
   Operation *terminator = body.getTerminator();
   for (auto [index, value] : llvm::enumerate(terminator->getOperands())) {
     auto it = bufferIds_.find(value);
@@ -338,9 +354,10 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       entry["role"] = "loss";
     results.push_back(std::move(entry));
   }
-  return planObject(1, std::move(metadata), meshArray(), std::move(buffers_),
-                    std::move(arguments), std::move(results),
-                    std::move(stages));
+  return planObject(1, std::move(metadata), meshArray(),
+                    toArray(std::move(buffers_)),
+                    toArray(std::move(arguments)),
+                    toArray(std::move(results)), std::move(stages));
 }
 
 FailureOr<llvm::json::Value>
@@ -371,7 +388,7 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
                            "(graph.micro_batches)");
 
   // Arguments: one buffer for every stage.
-  llvm::json::Array arguments;
+  JsonEntries arguments;
   for (unsigned i = 0; i < first.getNumArguments(); ++i) {
     FailureOr<llvm::json::Object> entry = emitArgument(first, i);
     if (failed(entry))
@@ -453,7 +470,7 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
     // Programs in the order their first op comes.
     llvm::json::Array programs;
     std::map<std::string, size_t> programIndex;
-    std::vector<llvm::json::Array> instructions;
+    std::vector<JsonEntries> instructions;
     std::vector<std::string> names;
     for (Operation &op : stage.getBody().front().without_terminator()) {
       auto name =
@@ -473,7 +490,7 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
     }
     for (auto [name, program] : llvm::zip(names, instructions)) {
       llvm::json::Object entry{{"name", name}};
-      entry["program"] = std::move(program);
+      entry["program"] = toArray(std::move(program));
       programs.push_back(std::move(entry));
     }
     llvm::json::Array schedule;
@@ -489,7 +506,7 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
     stageEntries.push_back(std::move(entry));
   }
 
-  llvm::json::Array results;
+  JsonEntries results;
   for (auto &[index, owner] : resultOwner) {
     if (index != static_cast<int64_t>(results.size()))
       return first.emitError() << "no stage holds result " << results.size()
@@ -505,8 +522,8 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
   }
   llvm::json::Value plan =
       planObject(microBatches.getInt(), std::move(metadata), meshArray(),
-                 std::move(buffers_), std::move(arguments), std::move(results),
-                 std::move(stageEntries));
+                 toArray(std::move(buffers_)), toArray(std::move(arguments)),
+                 toArray(std::move(results)), std::move(stageEntries));
   if (pipelined)
     (*plan.getAsObject())["pipeline_axis"] = pipelineAxis;
   return plan;
