@@ -11,3 +11,20 @@ echo "== lit =="
 /usr/lib/llvm-22/bin/lit -sv "$build/test"
 echo "== gtest (ctest) =="
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+
+# The runtime builds and tests without MLIR: its project configured alone
+# (MLIR and LLVM made unfindable), and trellis-run linking neither.
+echo "== runtime alone (no MLIR) =="
+runtime_build=$build/runtime-alone
+if [[ ! -f $runtime_build/build.ninja ]]; then
+  cmake -G Ninja -S "$root/runtime" -B "$runtime_build" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_DISABLE_FIND_PACKAGE_MLIR=ON \
+    -DCMAKE_DISABLE_FIND_PACKAGE_LLVM=ON >/dev/null
+fi
+ninja -C "$runtime_build" -j "$(nproc)" all
+if ldd "$runtime_build/bin/trellis-run" | grep -E 'lib(MLIR|LLVM)'; then
+  echo "trellis-run links MLIR or LLVM" >&2
+  exit 1
+fi
+ctest --test-dir "$runtime_build" --output-on-failure -j "$(nproc)"

@@ -11,14 +11,8 @@
 
 #include "llvm/Support/CommandLine.h"
 
-#include <string>
-#include <vector>
 
 namespace trellis::driver {
-
-/// The process's command line, as main received it (for `run` to start its
-/// ranks with the same options).
-std::vector<std::string> &commandLine();
 
 /// `trellis groups`: prints the process groups of a mesh.
 extern llvm::cl::SubCommand groupsCommand;
@@ -36,9 +30,9 @@ int runCompileCommand();
 extern llvm::cl::SubCommand scheduleCommand;
 int runScheduleCommand();
 
-/// `trellis run`: trains a plan.
-extern llvm::cl::SubCommand runCommand;
-int runRunCommand();
+/// `trellis run ARGS`: replaces the process by `trellis-run ARGS` (argv[1]
+/// is "run"); returns only on failure.
+int execRunCommand(int argc, char **argv);
 
 } // namespace trellis::driver
 

@@ -12,13 +12,10 @@
 
 using namespace trellis::driver;
 
-std::vector<std::string> &trellis::driver::commandLine() {
-  static std::vector<std::string> line;
-  return line;
-}
-
 int main(int argc, char **argv) {
-  commandLine().assign(argv, argv + argc);
+  // `run` is the runtime's tool: its options are parsed there.
+  if (argc > 1 && llvm::StringRef(argv[1]) == "run")
+    return execRunCommand(argc, argv);
   llvm::InitLLVM initLLVM(argc, argv);
   if (!llvm::cl::ParseCommandLineOptions(
           argc, argv,
@@ -32,8 +29,6 @@ int main(int argc, char **argv) {
     return runImportCommand();
   if (compileCommand)
     return runCompileCommand();
-  if (runCommand)
-    return runRunCommand();
   if (scheduleCommand)
     return runScheduleCommand();
   llvm::WithColor::error(llvm::errs(), "trellis")

@@ -1,9 +1,8 @@
 //===- Trainer.h - Training loop over a plan --------------------*- C++ -*-===//
 //
 // Steps a training plan: feeds batches, runs the program, applies the
-// updates, saves and restores checkpoints. This header is free of
-// third-party types and exceptions, so -fno-exceptions code (the driver)
-// can include it.
+// updates, saves and restores checkpoints; runTrainingCommand is
+// trellis-run's body. This header is free of third-party types.
 //
 //===----------------------------------------------------------------------===//
 
