@@ -1,6 +1,8 @@
-//===- Dispatch.cpp - Instruction to kernel ------------------------------===//
+//===- Dispatch.cpp - Plan op to kernel -----------------------------------===//
 
 #include "Kernels.h"
+
+#include <unordered_map>
 
 namespace trellis::runtime::cpu {
 
@@ -14,32 +16,33 @@ StatusOr<int64_t> shardPosition(const KernelArgs &args) {
   return args.comm->groupPosition(args.axes);
 }
 
-Status runInstruction(const Instruction &instruction,
-                      std::vector<Tensor> &buffers,
-                      const std::vector<size_t> &axes, Communicator *comm) {
-  KernelArgs args{instruction, buffers, axes, comm};
-  const std::string &op = instruction.op;
-  if (op == "matmul")
-    return runMatmul(args);
-  if (op == "attention" || op == "attention_grad")
-    return runAttention(args);
-  if (op == "reshape" || op == "transpose" || op == "slice" || op == "pad" ||
-      op == "concat" || op == "broadcast_to")
-    return runLayout(args);
-  if (op.rfind("reduce_", 0) == 0)
-    return runReduction(args);
-  if (op == "softmax" || op == "softmax_grad" || op == "layer_norm" ||
-      op == "layer_norm_grad" || op == "rms_norm" || op == "rms_norm_grad")
-    return runNormalization(args);
-  if (op == "embedding" || op == "embedding_grad")
-    return runEmbedding(args);
-  if (op == "rope")
-    return runRope(args);
-  if (op == "cross_entropy" || op == "cross_entropy_grad")
-    return runCrossEntropy(args);
-  if (op == "adamw" || op == "sgd")
-    return runOptimizer(args);
-  return runElementwise(args);
+Kernel findKernel(const std::string &op) {
+  static const std::unordered_map<std::string, Kernel> kernels = [] {
+    std::unordered_map<std::string, Kernel> table;
+    auto add = [&](std::initializer_list<const char *> ops, Kernel kernel) {
+      for (const char *name : ops)
+        table.emplace(name, kernel);
+    };
+    add({"matmul"}, runMatmul);
+    add({"attention", "attention_grad"}, runAttention);
+    add({"reshape", "transpose", "slice", "pad", "concat", "broadcast_to"},
+        runLayout);
+    add({"reduce_sum", "reduce_mean", "reduce_max"}, runReduction);
+    add({"softmax", "softmax_grad", "layer_norm", "layer_norm_grad",
+         "rms_norm", "rms_norm_grad"},
+        runNormalization);
+    add({"embedding", "embedding_grad"}, runEmbedding);
+    add({"rope"}, runRope);
+    add({"cross_entropy", "cross_entropy_grad"}, runCrossEntropy);
+    add({"adamw", "sgd"}, runOptimizer);
+    add({"add", "sub", "mul", "div", "maximum", "equal_mask", "neg", "exp",
+         "log", "tanh", "sqrt", "rsqrt", "sigmoid", "silu", "gelu",
+         "gelu_tanh", "relu", "scale", "unary_grad", "accumulate", "fill"},
+        runElementwise);
+    return table;
+  }();
+  auto it = kernels.find(op);
+  return it == kernels.end() ? nullptr : it->second;
 }
 
 } // namespace trellis::runtime::cpu

@@ -10,23 +10,9 @@
 #ifndef TRELLIS_RUNTIME_CPU_KERNELS_H
 #define TRELLIS_RUNTIME_CPU_KERNELS_H
 
-#include "trellis/Runtime/Communicator.h"
-#include "trellis/Runtime/Status.h"
-#include "trellis/Runtime/Tensor.h"
+#include "trellis/Runtime/Backend.h"
 
 namespace trellis::runtime::cpu {
-
-/// The operands of one instruction, and the rank's place for ops that are
-/// split over mesh axes (`axes`, resolved from the instruction's "axes").
-struct KernelArgs {
-  const Instruction &instruction;
-  std::vector<Tensor> &buffers;
-  const std::vector<size_t> &axes;
-  Communicator *comm = nullptr;
-
-  const Tensor &in(size_t i) const { return buffers[instruction.inputs[i]]; }
-  Tensor &out(size_t i) const { return buffers[instruction.outputs[i]]; }
-};
 
 Status runElementwise(const KernelArgs &args);
 Status runLayout(const KernelArgs &args);
@@ -39,10 +25,11 @@ Status runAttention(const KernelArgs &args);
 Status runCrossEntropy(const KernelArgs &args);
 Status runOptimizer(const KernelArgs &args);
 
-/// Runs `instruction`. Precondition: validated.
-Status runInstruction(const Instruction &instruction,
-                      std::vector<Tensor> &buffers,
-                      const std::vector<size_t> &axes, Communicator *comm);
+/// A kernel runs one validated instruction.
+using Kernel = Status (*)(const KernelArgs &args);
+
+/// The kernel of plan op `op`, or null if the CPU has none.
+Kernel findKernel(const std::string &op);
 
 /// The rank's position along `args.axes` (0 when the op is not split);
 /// fails without a communicator for a split op.

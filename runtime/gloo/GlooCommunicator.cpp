@@ -7,8 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "trellis/Runtime/Communicator.h"
-
+#include "Gloo.h"
 #include "TcpStore.h"
 
 #include <gloo/allgather.h>

@@ -2,17 +2,12 @@
 
 #include "trellis/Runtime/Executor.h"
 
-#include "../cpu/Kernels.h"
 #include "trellis/Runtime/Collectives.h"
 #include "trellis/Runtime/OpShapes.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <functional>
 #include <queue>
-#include <thread>
 
 namespace trellis::runtime {
 
@@ -22,95 +17,11 @@ namespace {
 constexpr int64_t kAlignment = 64;
 
 int64_t alignedBytes(const BufferDesc &desc) {
-  int64_t bytes = desc.numElements() * 4;
+  int64_t bytes = desc.numElements() * dtypeBytes(desc.dtype);
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
 } // namespace
-
-/// Runs tasks in submission order on one thread; a ticket's result is
-/// available once the task ran. After a failure, later tasks are skipped and
-/// report that failure: peers would otherwise wait on them until timeout.
-class Executor::CommunicationThread {
-public:
-  CommunicationThread() : thread_([this] { loop(); }) {}
-  ~CommunicationThread() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    ready_.notify_all();
-    thread_.join();
-  }
-
-  int64_t submit(std::function<Status()> task) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(task));
-    results_.push_back(std::nullopt);
-    ready_.notify_all();
-    return static_cast<int64_t>(results_.size()) - 1;
-  }
-
-  /// Waits until every task up to `ticket` ran; returns the first failure.
-  Status waitFor(int64_t ticket) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return completed_ > ticket; });
-    for (int64_t t = waited_; t <= ticket; ++t)
-      if (!results_[t]->ok())
-        return *results_[t];
-    waited_ = std::max(waited_, ticket + 1);
-    return Status::success();
-  }
-
-  /// Waits for everything submitted; then forgets it (a new step starts).
-  Status drain() {
-    int64_t last;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      last = static_cast<int64_t>(results_.size()) - 1;
-    }
-    Status status = last >= 0 ? waitFor(last) : Status::success();
-    std::lock_guard<std::mutex> lock(mutex_);
-    results_.clear();
-    completed_ = 0;
-    waited_ = 0;
-    failed_.reset();
-    return status;
-  }
-
-private:
-  void loop() {
-    while (true) {
-      std::function<Status()> task;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty())
-          return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      Status status = failed_ ? *failed_ : task();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (!status.ok() && !failed_)
-          failed_ = status;
-        results_[completed_] = status;
-        ++completed_;
-      }
-      done_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable ready_, done_;
-  std::deque<std::function<Status()>> queue_;
-  std::vector<std::optional<Status>> results_;
-  int64_t completed_ = 0, waited_ = 0;
-  std::optional<Status> failed_;
-  bool stopping_ = false;
-  std::thread thread_;
-};
 
 void Executor::planWaitPoints() {
   size_t count = plan_.program.size();
@@ -221,14 +132,26 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
   return arena;
 }
 
-Executor::Executor(Plan plan, Communicator *communicator)
-    : plan_(std::move(plan)), communicator_(communicator) {
+StatusOr<std::unique_ptr<Executor>>
+Executor::create(Plan plan, Device &device, Communicator *communicator) {
+  std::unique_ptr<Executor> executor(
+      new Executor(std::move(plan), device, communicator));
+  TRELLIS_RETURN_IF_ERROR(executor->allocate());
+  return executor;
+}
+
+Executor::Executor(Plan plan, Device &device, Communicator *communicator)
+    : plan_(std::move(plan)), device_(device), communicator_(communicator) {}
+
+Status Executor::allocate() {
   planWaitPoints();
-  if (communicator_)
-    commThread_ = std::make_unique<CommunicationThread>();
   std::vector<int64_t> offsets;
   arenaBytes_ = planArena(offsets);
-  arena_.reset(new float[std::max<int64_t>(arenaBytes_ / 4, 1)]());
+  StatusOr<std::unique_ptr<DeviceAllocation>> arena =
+      device_.allocate(arenaBytes_);
+  if (!arena.ok())
+    return arena.status().withContext("the stage's arena");
+  arena_ = std::move(*arena);
   // A pipeline stage touches only its own buffers.
   std::vector<bool> used(plan_.buffers.size(), false);
   for (const Instruction &instruction : plan_.program) {
@@ -249,17 +172,22 @@ Executor::Executor(Plan plan, Communicator *communicator)
     if (!used[b]) {
       // Held by another stage: no memory here.
     } else if (offsets[b] >= 0) {
-      data = reinterpret_cast<char *>(arena_.get()) + offsets[b];
+      data = static_cast<char *>(arena_->data()) + offsets[b];
     } else {
       // Arguments, results, accumulators, and buffers no instruction
       // writes.
-      persistent_.emplace_back(
-          new float[std::max<int64_t>(desc.numElements(), 1)]());
-      persistentBytes_ += desc.numElements() * 4;
-      data = persistent_.back().get();
+      int64_t bytes = desc.numElements() * dtypeBytes(desc.dtype);
+      StatusOr<std::unique_ptr<DeviceAllocation>> allocation =
+          device_.allocate(bytes);
+      if (!allocation.ok())
+        return allocation.status().withContext("buffer " + std::to_string(b));
+      persistentBytes_ += bytes;
+      data = (*allocation)->data();
+      persistent_.push_back(std::move(*allocation));
     }
     buffers_.emplace_back(desc, data);
   }
+  return Status::success();
 }
 
 Executor::~Executor() = default;
@@ -333,7 +261,7 @@ Status Executor::run() {
       if (wait > point || ticket < 0)
         continue;
       double start = monotonicMicros();
-      Status status = commThread_->waitFor(ticket);
+      Status status = device_.waitCommunication(ticket);
       const Instruction &waited = plan_.program[inFlightInstruction[k]];
       record(waited.op + " (wait)", start, monotonicMicros(), Lane::Compute);
       if (!status.ok())
@@ -366,7 +294,7 @@ Status Executor::run() {
   for (size_t i = 0; i < plan_.program.size() && failure.ok(); ++i) {
     const Instruction &instruction = plan_.program[i];
     traceActions(i);
-    if (commThread_) {
+    if (communicator_) {
       failure = waitUntil(i);
       if (!failure.ok())
         break;
@@ -392,8 +320,8 @@ Status Executor::run() {
       transfers.push_back({i, std::move(*started), monotonicMicros()});
       continue;
     }
-    if (isCollective(instruction.op) && commThread_) {
-      int64_t ticket = commThread_->submit([this, i, context]() {
+    if (isCollective(instruction.op) && communicator_) {
+      int64_t ticket = device_.enqueueCommunication([this, i, context]() {
         double start = monotonicMicros();
         Status status =
             runCollective(plan_.program[i], plan_.instructionAxes[i], buffers_,
@@ -411,8 +339,9 @@ Status Executor::run() {
         isCollective(instruction.op)
             ? runCollective(instruction, plan_.instructionAxes[i], buffers_,
                             communicator_)
-            : cpu::runInstruction(instruction, buffers_,
-                                  plan_.instructionAxes[i], communicator_);
+            : device_.launch(KernelArgs{instruction, buffers_,
+                                        plan_.instructionAxes[i],
+                                        communicator_});
     record(instruction.op, start, monotonicMicros(), Lane::Compute);
     if (!status.ok())
       failure = status.withContext(context(i));
@@ -423,22 +352,37 @@ Status Executor::run() {
     failure = waited;
   if (failure.ok())
     traceActions(plan_.program.size());
-  if (commThread_) {
-    Status drained = commThread_->drain();
-    if (failure.ok())
-      failure = drained;
-  }
+  Status drained = device_.synchronize();
+  if (failure.ok())
+    failure = drained;
   return failure;
 }
 
-void Executor::commitUpdates() {
+Status Executor::commitUpdates() {
   for (const Result &result : plan_.results) {
     if (!result.updates || !plan_.holds(result.stages))
       continue;
-    Tensor &target = argument(*result.updates);
-    const Tensor &source = buffers_[result.buffer];
-    std::memcpy(target.raw(), source.raw(), source.bytes());
+    TRELLIS_RETURN_IF_ERROR(
+        device_.copy(buffers_[result.buffer], argument(*result.updates)));
   }
+  return Status::success();
+}
+
+Status Executor::readArgument(size_t index, void *host) const {
+  return device_.copyToHost(argument(index), host);
+}
+
+Status Executor::writeArgument(size_t index, const void *host) {
+  return device_.copyFromHost(host, argument(index));
+}
+
+StatusOr<float> Executor::loss() const {
+  const Tensor &loss = result(0);
+  if (loss.desc().dtype != DType::F32 || loss.size() != 1)
+    return Status::error("the plan's first result is not an f32 loss");
+  float value = 0;
+  TRELLIS_RETURN_IF_ERROR(device_.copyToHost(loss, &value));
+  return value;
 }
 
 } // namespace trellis::runtime

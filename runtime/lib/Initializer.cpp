@@ -33,16 +33,18 @@ double counterNormal(uint64_t key, uint64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-void initializeArguments(Executor &executor, uint64_t seed, int64_t rank) {
+Status initializeArguments(Executor &executor, uint64_t seed, int64_t rank) {
   const Plan &plan = executor.plan();
   Mesh mesh = planMesh(plan);
+  std::vector<float> values;
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     if (argument.role == ArgumentRole::Input || !plan.holds(argument.stages))
       continue;
-    Tensor &tensor = executor.argument(i);
-    float *data = tensor.f32();
+    const Tensor &tensor = executor.argument(i);
     int64_t n = tensor.size();
+    values.resize(n);
+    float *data = values.data();
     if (argument.role == ArgumentRole::Step || argument.init == "zeros") {
       std::fill(data, data + n, 0.0f);
     } else if (argument.init == "ones") {
@@ -55,7 +57,9 @@ void initializeArguments(Executor &executor, uint64_t seed, int64_t rank) {
             data[local] = static_cast<float>(std * counterNormal(key, global));
           });
     }
+    TRELLIS_RETURN_IF_ERROR(executor.writeArgument(i, data));
   }
+  return Status::success();
 }
 
 } // namespace trellis::runtime

@@ -21,6 +21,15 @@ const char *dtypeName(DType dtype) {
   return dtype == DType::F32 ? "f32" : "i32";
 }
 
+int64_t dtypeBytes(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  }
+  return 4;
+}
+
 int64_t BufferDesc::numElements() const {
   int64_t count = 1;
   for (int64_t size : shape)

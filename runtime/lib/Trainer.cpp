@@ -2,8 +2,6 @@
 
 #include "trellis/Runtime/Trainer.h"
 
-#include "trellis/Runtime/Trace.h"
-
 #include "trellis/Runtime/Initializer.h"
 #include "trellis/Runtime/Launcher.h"
 #include "trellis/Runtime/Safetensors.h"
@@ -11,7 +9,6 @@
 #include "trellis/Runtime/TokenSource.h"
 #include "trellis/Runtime/Trace.h"
 
-#include <cblas.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -56,11 +53,13 @@ static std::vector<int64_t> microBatchInputs(const Plan &plan,
   return arguments;
 }
 
-Trainer::Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed,
-                 std::unique_ptr<Communicator> communicator)
-    : communicator_(std::move(communicator)),
-      executor_(std::move(plan), communicator_.get()), data_(std::move(data)) {
-  const Plan &p = executor_.plan();
+Trainer::Trainer(std::unique_ptr<Device> device,
+                 std::unique_ptr<Communicator> communicator,
+                 std::unique_ptr<Executor> executor,
+                 std::unique_ptr<TokenSource> data)
+    : device_(std::move(device)), communicator_(std::move(communicator)),
+      executor_(std::move(executor)), data_(std::move(data)) {
+  const Plan &p = executor_->plan();
   tokensArgs_ = microBatchInputs(p, "tokens");
   targetsArgs_ = microBatchInputs(p, "targets");
   for (size_t i = 0; i < p.arguments.size(); ++i)
@@ -78,24 +77,25 @@ Trainer::Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed,
             : 0;
     seq_ = layout.globalShape.size() == 2 ? layout.globalShape[1] : 0;
   }
-  initializeArguments(executor_, seed, rank());
 }
 
 int64_t Trainer::rank() const {
   return communicator_ ? communicator_->rank() : 0;
 }
 
-void Trainer::scatterInput(int64_t argument, const std::vector<int32_t> &global,
-                           int64_t firstRow) {
-  const Plan &p = executor_.plan();
+Status Trainer::scatterInput(int64_t argument,
+                             const std::vector<int32_t> &global,
+                             int64_t firstRow) {
+  const Plan &p = executor_->plan();
   if (!p.holds(p.arguments[argument].stages))
-    return;
-  Tensor &tensor = executor_.argument(argument);
+    return Status::success();
+  const Tensor &tensor = executor_->argument(argument);
   ShardLayout layout = ShardLayout::of(
       tensor.shape(), p.arguments[argument].sharding, planMesh(p), rank());
-  int32_t *local = tensor.i32();
+  std::vector<int32_t> local(tensor.size());
   int64_t offset = firstRow * seq_;
   layout.forEach([&](int64_t l, int64_t g) { local[l] = global[offset + g]; });
+  return executor_->writeArgument(argument, local.data());
 }
 
 Trainer::~Trainer() = default;
@@ -105,10 +105,18 @@ Trainer::create(const TrainOptions &options) {
   if (options.steps < 0)
     return Status::error("expected --steps >= 0, found " +
                          std::to_string(options.steps));
-  if (options.threads < 1)
-    return Status::error("expected --threads >= 1, found " +
-                         std::to_string(options.threads));
-  openblas_set_num_threads(options.threads);
+  StatusOr<const Backend *> backend = findBackend(options.device);
+  if (!backend.ok())
+    return backend.status();
+  DeviceOptions deviceOptions;
+  deviceOptions.threads = options.threads;
+  deviceOptions.localRank =
+      options.rank >= 0 ? options.rank % std::max<int64_t>(options.nproc, 1)
+                        : 0;
+  StatusOr<std::unique_ptr<Device>> device =
+      (*backend)->createDevice(deviceOptions);
+  if (!device.ok())
+    return device.status();
   StatusOr<Plan> plan = loadPlanFile(options.planPath);
   if (!plan.ok())
     return plan.status();
@@ -131,7 +139,7 @@ Trainer::create(const TrainOptions &options) {
     rendezvous.timeout = std::chrono::milliseconds(
         static_cast<int64_t>(options.timeoutSeconds * 1000));
     StatusOr<std::unique_ptr<Communicator>> connected =
-        connectGloo(mesh, options.rank, groups, rendezvous);
+        (*backend)->connect(mesh, options.rank, groups, rendezvous);
     if (!connected.ok())
       return connected.status();
     communicator = std::move(*connected);
@@ -189,8 +197,15 @@ Trainer::create(const TrainOptions &options) {
     stage = StageProgram();
     stage.liveMicroBatches = live;
   }
-  auto trainer = std::make_unique<Trainer>(
-      std::move(*plan), std::move(data), options.seed, std::move(communicator));
+  StatusOr<std::unique_ptr<Executor>> executor =
+      Executor::create(std::move(*plan), **device, communicator.get());
+  if (!executor.ok())
+    return executor.status();
+  TRELLIS_RETURN_IF_ERROR(initializeArguments(
+      **executor, options.seed, std::max<int64_t>(options.rank, 0)));
+  std::unique_ptr<Trainer> trainer(
+      new Trainer(std::move(*device), std::move(communicator),
+                  std::move(*executor), std::move(data)));
   if (!options.weightsPath.empty())
     TRELLIS_RETURN_IF_ERROR(trainer->loadWeights(options.weightsPath));
   if (!options.loadDir.empty())
@@ -204,23 +219,31 @@ Status Trainer::step() {
                                       tokens.data(), targets.data()));
   int64_t rows = batch_ / static_cast<int64_t>(tokensArgs_.size());
   for (size_t i = 0; i < tokensArgs_.size(); ++i) {
-    scatterInput(tokensArgs_[i], tokens, i * rows);
-    scatterInput(targetsArgs_[i], targets, i * rows);
+    TRELLIS_RETURN_IF_ERROR(scatterInput(tokensArgs_[i], tokens, i * rows));
+    TRELLIS_RETURN_IF_ERROR(scatterInput(targetsArgs_[i], targets, i * rows));
   }
-  const Plan &plan = executor_.plan();
-  if (stepArg_ >= 0 && plan.holds(plan.arguments[stepArg_].stages))
-    executor_.argument(stepArg_).f32()[0] =
-        static_cast<float>(completedSteps_ + 1);
-  TRELLIS_RETURN_IF_ERROR(executor_.run().withContext(
+  const Plan &plan = executor_->plan();
+  if (stepArg_ >= 0 && plan.holds(plan.arguments[stepArg_].stages)) {
+    float step = static_cast<float>(completedSteps_ + 1);
+    TRELLIS_RETURN_IF_ERROR(executor_->writeArgument(stepArg_, &step));
+  }
+  TRELLIS_RETURN_IF_ERROR(executor_->run().withContext(
       "step " + std::to_string(completedSteps_ + 1)));
-  executor_.commitUpdates();
+  TRELLIS_RETURN_IF_ERROR(executor_->commitUpdates());
+  // The loss lives on the last stage; the others report 0.
+  if (!plan.results.empty() && plan.holds(plan.results.front().stages)) {
+    StatusOr<float> loss = executor_->loss();
+    if (!loss.ok())
+      return loss.status();
+    lastLoss_ = *loss;
+  }
   ++completedSteps_;
   return Status::success();
 }
 
 std::string Trainer::fingerprint() const {
   uint64_t hash = 0;
-  const Plan &plan = executor_.plan();
+  const Plan &plan = executor_->plan();
   for (const Argument &argument : plan.arguments) {
     if (argument.role != ArgumentRole::Param)
       continue;
@@ -244,13 +267,13 @@ const char *statePrefix(ArgumentRole role) {
   return role == ArgumentRole::AdamM ? "adam_m." : "adam_v.";
 }
 
-/// Copies this rank's box of a whole tensor from a checkpoint into `tensor`,
-/// checking the shape (the whole tensor's, or `fileShape` when given: the
-/// same elements stored under another shape).
-Status restoreTensor(const SafetensorsEntry &entry, Tensor &tensor,
-                     const ShardLayout &layout,
-                     const std::vector<int64_t> &fileShape,
-                     const std::string &name, const std::string &file) {
+/// Checks the shape of a whole tensor from a checkpoint (the whole
+/// tensor's, or `fileShape` when given: the same elements stored under
+/// another shape).
+Status checkStoredShape(const SafetensorsEntry &entry,
+                        const ShardLayout &layout,
+                        const std::vector<int64_t> &fileShape,
+                        const std::string &name, const std::string &file) {
   const std::vector<int64_t> &stored =
       fileShape.empty() ? layout.globalShape : fileShape;
   if (entry.shape != stored) {
@@ -262,22 +285,27 @@ Status restoreTensor(const SafetensorsEntry &entry, Tensor &tensor,
     return Status::error(file + ": tensor \"" + name + "\" has shape [" +
                          found + "], the model expects [" + expected + "]");
   }
-  float *local = tensor.f32();
-  layout.forEach([&](int64_t l, int64_t g) { local[l] = entry.values[g]; });
   return Status::success();
 }
 
 } // namespace
 
+Status Trainer::writeBox(size_t argument, const std::vector<float> &values) {
+  std::vector<float> local(executor_->argument(argument).size());
+  layoutOf(argument).forEach(
+      [&](int64_t l, int64_t g) { local[l] = values[g]; });
+  return executor_->writeArgument(argument, local.data());
+}
+
 ShardLayout Trainer::layoutOf(size_t argument) const {
-  const Plan &plan = executor_.plan();
+  const Plan &plan = executor_->plan();
   return ShardLayout::of(plan.buffers[plan.arguments[argument].buffer].shape,
                          plan.arguments[argument].sharding, planMesh(plan),
                          rank());
 }
 
 Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
-  const Plan &plan = executor_.plan();
+  const Plan &plan = executor_->plan();
   const Argument &desc = plan.arguments[argument];
   ShardLayout layout = layoutOf(argument);
   entry.shape = desc.fileShape.empty() ? layout.globalShape : desc.fileShape;
@@ -286,9 +314,8 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
     split |= !axes.empty();
   bool everywhere = desc.stages.empty() || !plan.pipelineAxis;
   if ((!split && everywhere) || !communicator_) {
-    const Tensor &tensor = executor_.argument(argument);
-    entry.values.assign(tensor.f32(), tensor.f32() + tensor.size());
-    return Status::success();
+    entry.values.resize(executor_->argument(argument).size());
+    return executor_->readArgument(argument, entry.values.data());
   }
   // Every rank's shard (zeros from ranks of stages that do not hold it),
   // then each holder's placed at its box.
@@ -298,10 +325,8 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
     everything.push_back(axis);
   int64_t shardSize = plan.buffers[desc.buffer].numElements();
   std::vector<float> mine(shardSize, 0.0f);
-  if (plan.holds(desc.stages)) {
-    const Tensor &tensor = executor_.argument(argument);
-    std::copy(tensor.f32(), tensor.f32() + shardSize, mine.begin());
-  }
+  if (plan.holds(desc.stages))
+    TRELLIS_RETURN_IF_ERROR(executor_->readArgument(argument, mine.data()));
   std::vector<float> shards(shardSize * mesh.size());
   TRELLIS_RETURN_IF_ERROR(communicator_->allGather(everything, mine.data(),
                                                    shards.data(), shardSize));
@@ -327,7 +352,7 @@ StatusOr<std::vector<std::pair<double, double>>> Trainer::gatherMemory() const {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   std::vector<float> mine = {
-      static_cast<float>(executor_.allocatedBytes() / 1048576.0),
+      static_cast<float>(executor_->allocatedBytes() / 1048576.0),
       static_cast<float>(usage.ru_maxrss / 1024.0)};
   std::vector<float> all = mine;
   if (communicator_) {
@@ -348,7 +373,7 @@ StatusOr<std::vector<std::pair<double, double>>> Trainer::gatherMemory() const {
 Status Trainer::save(const std::string &dir) const {
   // Every rank takes part in gathering split tensors; rank 0 writes.
   SafetensorsFile model, optimizer;
-  const Plan &plan = executor_.plan();
+  const Plan &plan = executor_->plan();
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     if (argument.role == ArgumentRole::Input ||
@@ -386,7 +411,7 @@ Status Trainer::load(const std::string &dir) {
       readSafetensors(dir + "/optimizer.safetensors");
   if (!optimizer.ok())
     return optimizer.status().withContext("checkpoint");
-  const Plan &plan = executor_.plan();
+  const Plan &plan = executor_->plan();
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     SafetensorsFile *file = nullptr;
@@ -408,10 +433,10 @@ Status Trainer::load(const std::string &dir) {
     if (it == file->tensors.end())
       return Status::error("checkpoint: " + fileName + " has no tensor \"" +
                            name + "\": it was written for another model");
-    TRELLIS_RETURN_IF_ERROR(restoreTensor(it->second, executor_.argument(i),
-                                          layoutOf(i), argument.fileShape, name,
-                                          fileName)
+    TRELLIS_RETURN_IF_ERROR(checkStoredShape(it->second, layoutOf(i),
+                                             argument.fileShape, name, fileName)
                                 .withContext("checkpoint"));
+    TRELLIS_RETURN_IF_ERROR(writeBox(i, it->second.values));
   }
   if (model->metadata["trellis_model"] != fingerprint())
     return Status::error("checkpoint '" + dir +
@@ -432,7 +457,7 @@ Status Trainer::loadWeights(const std::string &path) {
   StatusOr<SafetensorsFile> file = readSafetensors(path);
   if (!file.ok())
     return file.status();
-  const Plan &plan = executor_.plan();
+  const Plan &plan = executor_->plan();
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     if (argument.role != ArgumentRole::Param || !plan.holds(argument.stages))
@@ -444,9 +469,10 @@ Status Trainer::loadWeights(const std::string &path) {
     if (it == file->tensors.end())
       return Status::error(path + ": missing parameter \"" + argument.name +
                            "\"");
-    TRELLIS_RETURN_IF_ERROR(restoreTensor(it->second, executor_.argument(i),
-                                          layoutOf(i), argument.fileShape,
-                                          argument.name, path));
+    TRELLIS_RETURN_IF_ERROR(checkStoredShape(it->second, layoutOf(i),
+                                             argument.fileShape, argument.name,
+                                             path));
+    TRELLIS_RETURN_IF_ERROR(writeBox(i, it->second.values));
   }
   return Status::success();
 }

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trellis/Runtime/Backend.h"
 #include "trellis/Runtime/Trainer.h"
 
 #include <CLI/CLI.hpp>
@@ -32,7 +33,15 @@ int main(int argc, char **argv) {
                  "Resume from the checkpoint in this directory");
   app.add_option("--weights", options.weightsPath,
                  "Initial weights: a Hugging Face .safetensors file");
-  app.add_option("--threads", options.threads, "BLAS threads")
+  std::string devices;
+  for (const trellis::runtime::Backend *backend :
+       trellis::runtime::registeredBackends())
+    devices += "\n  " + backend->name() + ": " + backend->description();
+  app.add_option("--device", options.device,
+                 "The backend that runs the plan:" + devices)
+      ->capture_default_str();
+  app.add_option("--threads", options.threads,
+                 "Threads of the device's kernels (CPU: OpenBLAS threads)")
       ->capture_default_str();
   app.add_option("--log-every", options.logEvery, "Print every N steps")
       ->capture_default_str();

@@ -1,11 +1,11 @@
-//===- CommunicatorTest.cpp - Gloo collectives across forked ranks --------===//
+//===- CommunicatorTest.cpp - The CPU backend's collectives, forked ranks -===//
 //
 // Each test forks one process per rank; a rank checks its own results and
 // exits 0 (pass) or with the number of the first failed check.
 //
 //===----------------------------------------------------------------------===//
 
-#include "trellis/Runtime/Communicator.h"
+#include "trellis/Runtime/Backend.h"
 
 #include <gtest/gtest.h>
 
@@ -39,6 +39,16 @@ std::vector<int> runRanks(int ranks, const std::function<int(int)> &body) {
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 100);
   }
   return codes;
+}
+
+/// Connects through the CPU backend (Gloo).
+StatusOr<std::unique_ptr<Communicator>>
+connectGloo(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
+            const RendezvousOptions &options) {
+  StatusOr<const Backend *> cpu = findBackend("cpu");
+  if (!cpu.ok())
+    return cpu.status();
+  return (*cpu)->connect(mesh, rank, groups, options);
 }
 
 std::string freshStore(const std::string &name) {

@@ -109,14 +109,6 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout{60000};
 };
 
-/// Connects `rank` of `mesh` through Gloo over TCP, building communicators
-/// for the groups along every axis list in `groups` (and the whole mesh).
-/// Ignores SIGPIPE process-wide, so that a dead peer is an error, not a
-/// signal.
-StatusOr<std::unique_ptr<Communicator>>
-connectGloo(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
-            const RendezvousOptions &options);
-
 } // namespace trellis::runtime
 
 #endif // TRELLIS_RUNTIME_COMMUNICATOR_H

@@ -1,8 +1,9 @@
-//===- Executor.h - Runs a plan's program on host buffers -------*- C++ -*-===//
+//===- Executor.h - Runs a stage's program on a device ----------*- C++ -*-===//
 
 #ifndef TRELLIS_RUNTIME_EXECUTOR_H
 #define TRELLIS_RUNTIME_EXECUTOR_H
 
+#include "trellis/Runtime/Backend.h"
 #include "trellis/Runtime/Communicator.h"
 #include "trellis/Runtime/Plan.h"
 #include "trellis/Runtime/Tensor.h"
@@ -15,7 +16,8 @@
 
 namespace trellis::runtime {
 
-/// Owns the memory of a plan's buffers and executes the program over them.
+/// Owns the memory of a plan's buffers on a Device and executes the program
+/// over them; it names no backend.
 ///
 /// Memory plan: arguments, results and accumulators live in their own
 /// allocations for the executor's lifetime. Every other buffer lives in one arena, at an offset
@@ -24,24 +26,28 @@ namespace trellis::runtime {
 /// the arena is allocated once, and its size is the step's peak of
 /// temporaries.
 ///
-/// Overlap: with a communicator, collective instructions run in order on a
-/// communication thread while the program goes on; the program waits for a
+/// Overlap: with a communicator, collective instructions run in order on the
+/// device's communication stream while the program goes on; the program waits for a
 /// collective only at its "wait point", the first instruction that reads
 /// its results (or communicates itself, or the end of the step). Lifetimes
 /// of a collective's buffers reach its wait point, so the arena never
 /// reuses memory a collective in flight may touch.
 class Executor {
 public:
-  /// `communicator` runs the plan's collectives; it may be null for a
-  /// plan without any.
-  explicit Executor(Plan plan, Communicator *communicator = nullptr);
+  /// Allocates the plan's memory on `device` (which must outlive the
+  /// executor). `communicator` runs the plan's collectives; it may be null
+  /// for a plan without any.
+  static StatusOr<std::unique_ptr<Executor>>
+  create(Plan plan, Device &device, Communicator *communicator = nullptr);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
 
   const Plan &plan() const { return plan_; }
 
-  /// The buffer bound to argument `index`.
+  Device &device() const { return device_; }
+
+  /// The buffer bound to argument `index` (device memory).
   Tensor &argument(size_t index) {
     return buffers_[plan_.arguments[index].buffer];
   }
@@ -52,14 +58,19 @@ public:
   const Tensor &result(size_t index) const {
     return buffers_[plan_.results[index].buffer];
   }
-  float loss() const { return result(0).f32()[0]; }
+  /// Copies argument `index` to host memory (its buffer's bytes).
+  Status readArgument(size_t index, void *host) const;
+  /// Copies host memory into argument `index`.
+  Status writeArgument(size_t index, const void *host);
+  /// The f32 scalar of result 0.
+  StatusOr<float> loss() const;
 
   /// Executes every instruction once, in order.
   Status run();
 
   /// Copies each result marked `updates` into the argument it replaces:
   /// the end of a training step.
-  void commitUpdates();
+  Status commitUpdates();
 
   /// Bytes held by all buffers: persistent ones plus the arena.
   int64_t allocatedBytes() const { return persistentBytes_ + arenaBytes_; }
@@ -68,7 +79,7 @@ public:
   /// When on, run() accumulates the wall time of each op kind.
   void setProfiling(bool enabled) { profiling_ = enabled; }
   /// Seconds spent per op name since profiling started, and call counts.
-  /// Collectives count their time on the communication thread; the time
+  /// Collectives count their time on the communication stream; the time
   /// the program waited for them is under "<op> (wait)".
   std::map<std::string, std::pair<double, int64_t>> profile() const;
 
@@ -79,6 +90,9 @@ public:
   std::vector<TraceSlice> trace() const;
 
 private:
+  Executor(Plan plan, Device &device, Communicator *communicator);
+  /// Places every buffer in the arena or its own allocation.
+  Status allocate();
   /// Places temporaries in the arena; returns the arena size in bytes.
   int64_t planArena(std::vector<int64_t> &offsets) const;
   /// Computes waitPoint_.
@@ -87,22 +101,21 @@ private:
   void record(const std::string &op, double startMicros, double endMicros,
               TraceSlice::Lane lane);
 
-  class CommunicationThread;
-  std::unique_ptr<CommunicationThread> commThread_;
   /// For each collective instruction, the index before which the program
   /// waits for it; -1 for other instructions.
   std::vector<int64_t> waitPoint_;
 
   Plan plan_;
+  Device &device_;
   Communicator *communicator_ = nullptr;
   std::vector<Tensor> buffers_;
-  std::vector<std::unique_ptr<float[]>> persistent_;
-  std::unique_ptr<float[]> arena_;
+  std::vector<std::unique_ptr<DeviceAllocation>> persistent_;
+  std::unique_ptr<DeviceAllocation> arena_;
   int64_t persistentBytes_ = 0;
   int64_t arenaBytes_ = 0;
   bool profiling_ = false;
   bool tracing_ = false;
-  /// Guards profile_ and trace_ (the communication thread records too).
+  /// Guards profile_ and trace_ (communication work records too).
   mutable std::mutex profileMutex_;
   std::map<std::string, std::pair<double, int64_t>> profile_;
   std::vector<TraceSlice> trace_;

@@ -9,6 +9,8 @@
 #ifndef TRELLIS_RUNTIME_INITIALIZER_H
 #define TRELLIS_RUNTIME_INITIALIZER_H
 
+#include "trellis/Runtime/Status.h"
+
 #include <cstdint>
 #include <string>
 
@@ -19,7 +21,7 @@ class Executor;
 /// Fills parameters and optimizer states per their `init` ("normal:<std>",
 /// "zeros", "ones") and the step counter with 0. A sharded argument of
 /// `rank` gets the values of its box of the global tensor.
-void initializeArguments(Executor &executor, uint64_t seed, int64_t rank);
+Status initializeArguments(Executor &executor, uint64_t seed, int64_t rank);
 
 /// The standard normal sample number `index` of stream `key`.
 double counterNormal(uint64_t key, uint64_t index);

@@ -29,6 +29,9 @@ enum class DType { F32, I32 };
 
 const char *dtypeName(DType dtype);
 
+/// Bytes of one element.
+int64_t dtypeBytes(DType dtype);
+
 struct BufferDesc {
   std::vector<int64_t> shape;
   DType dtype = DType::F32;

@@ -9,8 +9,10 @@
 
 namespace trellis::runtime {
 
-/// A dense row-major f32 or i32 tensor in memory the executor owns (a
-/// persistent allocation or a slot of the step's arena).
+/// A dense row-major tensor in device memory the executor owns (a
+/// persistent allocation or a slot of the step's arena). The typed
+/// accessors are for kernels of the device that owns the memory; host code
+/// goes through the Device's copies.
 class Tensor {
 public:
   Tensor() = default;
@@ -19,7 +21,7 @@ public:
   const BufferDesc &desc() const { return desc_; }
   const std::vector<int64_t> &shape() const { return desc_.shape; }
   int64_t size() const { return desc_.numElements(); }
-  int64_t bytes() const { return size() * 4; }
+  int64_t bytes() const { return size() * dtypeBytes(desc_.dtype); }
 
   float *f32() { return static_cast<float *>(data_); }
   const float *f32() const { return static_cast<const float *>(data_); }

@@ -36,7 +36,9 @@ struct TrainOptions {
   std::string loadDir;
   /// A Hugging Face .safetensors file to take initial weights from.
   std::string weightsPath;
-  /// OpenBLAS threads.
+  /// The backend that runs the plan ("cpu").
+  std::string device = "cpu";
+  /// Threads of the device's kernels (CPU: OpenBLAS threads).
   int threads = 1;
   /// Print a line every this many steps (the last step always prints).
   int64_t logEvery = 1;
@@ -77,8 +79,6 @@ struct TrainOptions {
 
 class Trainer {
 public:
-  Trainer(Plan plan, std::unique_ptr<TokenSource> data, uint64_t seed,
-          std::unique_ptr<Communicator> communicator = nullptr);
   ~Trainer();
 
   /// Builds a trainer for `options` (reads the plan, opens the data,
@@ -91,8 +91,9 @@ public:
   int64_t completedSteps() const { return completedSteps_; }
   /// This process's rank (0 without a communicator).
   int64_t rank() const;
-  float lastLoss() const { return executor_.loss(); }
-  Executor &executor() { return executor_; }
+  /// The loss of the last step (0 before the first).
+  float lastLoss() const { return lastLoss_; }
+  Executor &executor() { return *executor_; }
   /// Tokens of the global batch (all data-parallel shards).
   int64_t tokensPerStep() const { return batch_ * seq_; }
 
@@ -113,6 +114,11 @@ public:
   Status loadWeights(const std::string &path);
 
 private:
+  Trainer(std::unique_ptr<Device> device,
+          std::unique_ptr<Communicator> communicator,
+          std::unique_ptr<Executor> executor,
+          std::unique_ptr<TokenSource> data);
+
   std::string fingerprint() const;
   /// Where this rank's piece of argument `argument` sits in the whole.
   ShardLayout layoutOf(size_t argument) const;
@@ -121,11 +127,16 @@ private:
 
   /// Fills an input argument with this rank's piece of the rows of the
   /// whole batch `global` ([batch, seq], row-major) starting at `firstRow`.
-  void scatterInput(int64_t argument, const std::vector<int32_t> &global,
-                    int64_t firstRow);
+  Status scatterInput(int64_t argument, const std::vector<int32_t> &global,
+                      int64_t firstRow);
+  /// Writes this rank's box of the whole tensor `values` (in the layout of
+  /// argument `argument`) into the argument.
+  Status writeBox(size_t argument, const std::vector<float> &values);
 
+  // Destroyed in reverse: the executor before the device it allocated on.
+  std::unique_ptr<Device> device_;
   std::unique_ptr<Communicator> communicator_;
-  Executor executor_;
+  std::unique_ptr<Executor> executor_;
   std::unique_ptr<TokenSource> data_;
   int64_t completedSteps_ = 0;
   int64_t batch_ = 0, seq_ = 0;
@@ -133,6 +144,7 @@ private:
   /// each without micro-batches).
   std::vector<int64_t> tokensArgs_, targetsArgs_;
   int64_t stepArg_ = -1;
+  float lastLoss_ = 0;
 };
 
 /// `trellis run`: trains for options.steps steps, printing a line per step

@@ -1,0 +1,221 @@
+//===- CpuBackend.cpp - The host as a device ------------------------------===//
+//
+// Memory is host memory (64-byte aligned, zeroed); the compute stream is the
+// calling thread (launch() returns when the kernel finished); the
+// communication stream is one worker thread running its work in order.
+// Communicators are Gloo's.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuBackend.h"
+
+#include "Kernels.h"
+
+#include "../gloo/Gloo.h"
+
+#include <cblas.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace trellis::runtime::cpu {
+
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+class HostAllocation : public DeviceAllocation {
+public:
+  HostAllocation(void *data, int64_t bytes) : data_(data), bytes_(bytes) {}
+  ~HostAllocation() override { std::free(data_); }
+  void *data() override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+
+private:
+  void *data_;
+  int64_t bytes_;
+};
+
+/// Runs work in submission order on one thread; an event is the index of
+/// its work. After a failure, later work is skipped and reports that
+/// failure: peers would otherwise wait on it until their timeout.
+class CommunicationStream {
+public:
+  CommunicationStream() : thread_([this] { loop(); }) {}
+  ~CommunicationStream() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    thread_.join();
+  }
+
+  int64_t submit(std::function<Status()> work) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(work));
+    results_.push_back(std::nullopt);
+    ready_.notify_all();
+    return static_cast<int64_t>(results_.size()) - 1;
+  }
+
+  /// Waits until all work up to `event` ran; returns the first failure.
+  Status waitFor(int64_t event) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return completed_ > event; });
+    for (int64_t e = waited_; e <= event; ++e)
+      if (!results_[e]->ok())
+        return *results_[e];
+    waited_ = std::max(waited_, event + 1);
+    return Status::success();
+  }
+
+  /// Waits for everything submitted; then forgets it.
+  Status drain() {
+    int64_t last;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last = static_cast<int64_t>(results_.size()) - 1;
+    }
+    Status status = last >= 0 ? waitFor(last) : Status::success();
+    std::lock_guard<std::mutex> lock(mutex_);
+    results_.clear();
+    completed_ = 0;
+    waited_ = 0;
+    failed_.reset();
+    return status;
+  }
+
+private:
+  void loop() {
+    while (true) {
+      std::function<Status()> work;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty())
+          return;
+        work = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Status status = failed_ ? *failed_ : work();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!status.ok() && !failed_)
+          failed_ = status;
+        results_[completed_] = status;
+        ++completed_;
+      }
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_, done_;
+  std::deque<std::function<Status()>> queue_;
+  std::vector<std::optional<Status>> results_;
+  int64_t completed_ = 0, waited_ = 0;
+  std::optional<Status> failed_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+class CpuDevice : public Device {
+public:
+  std::string name() const override { return "cpu"; }
+
+  StatusOr<std::unique_ptr<DeviceAllocation>>
+  allocate(int64_t bytes) override {
+    int64_t rounded =
+        std::max<int64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment *
+                                          kAlignment);
+    void *data = std::aligned_alloc(kAlignment, rounded);
+    if (!data)
+      return Status::error("cpu: cannot allocate " + std::to_string(bytes) +
+                           " bytes (" + std::to_string(bytes >> 20) +
+                           " MiB) of host memory");
+    std::memset(data, 0, rounded);
+    return std::unique_ptr<DeviceAllocation>(
+        std::make_unique<HostAllocation>(data, rounded));
+  }
+
+  Status copyToHost(const Tensor &source, void *host) override {
+    std::memcpy(host, source.raw(), source.bytes());
+    return Status::success();
+  }
+  Status copyFromHost(const void *host, Tensor &target) override {
+    std::memcpy(target.raw(), host, target.bytes());
+    return Status::success();
+  }
+  Status copy(const Tensor &source, Tensor &target) override {
+    if (source.bytes() != target.bytes())
+      return Status::error("cpu: copy of " + std::to_string(source.bytes()) +
+                           " bytes into a buffer of " +
+                           std::to_string(target.bytes()));
+    std::memcpy(target.raw(), source.raw(), source.bytes());
+    return Status::success();
+  }
+
+  bool hasKernel(const std::string &op) const override {
+    return findKernel(op) != nullptr;
+  }
+  Status launch(const KernelArgs &args) override {
+    Kernel kernel = findKernel(args.instruction.op);
+    if (!kernel)
+      return Status::error("cpu: no kernel for '" + args.instruction.op + "'");
+    return kernel(args);
+  }
+
+  int64_t enqueueCommunication(std::function<Status()> work) override {
+    if (!communication_)
+      communication_ = std::make_unique<CommunicationStream>();
+    return communication_->submit(std::move(work));
+  }
+  Status waitCommunication(int64_t event) override {
+    return communication_ ? communication_->waitFor(event)
+                          : Status::success();
+  }
+  Status synchronize() override {
+    return communication_ ? communication_->drain() : Status::success();
+  }
+
+private:
+  /// Started by the first communication: a plan without any needs no
+  /// thread.
+  std::unique_ptr<CommunicationStream> communication_;
+};
+
+class CpuBackend : public Backend {
+public:
+  std::string name() const override { return "cpu"; }
+  std::string description() const override {
+    return "the host's cores: OpenBLAS and Trellis kernels, Gloo over TCP";
+  }
+  StatusOr<std::unique_ptr<Device>>
+  createDevice(const DeviceOptions &options) const override {
+    if (options.threads < 1)
+      return Status::error("expected --threads >= 1, found " +
+                           std::to_string(options.threads));
+    openblas_set_num_threads(options.threads);
+    return std::unique_ptr<Device>(std::make_unique<CpuDevice>());
+  }
+  StatusOr<std::unique_ptr<Communicator>>
+  connect(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
+          const RendezvousOptions &options) const override {
+    return connectGloo(mesh, rank, groups, options);
+  }
+};
+
+} // namespace
+
+const Backend &backend() {
+  static const CpuBackend instance;
+  return instance;
+}
+
+} // namespace trellis::runtime::cpu

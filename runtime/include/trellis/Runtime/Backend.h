@@ -1,0 +1,133 @@
+//===- Backend.h - The seam between the executor and a machine --*- C++ -*-===//
+//
+// After IREE's HAL driver/device split. A Backend (a driver: "cpu", later
+// "cuda") makes Devices and Communicators; a Device is one rank's machine:
+// memory, kernels, and two ordered streams of work, compute and
+// communication.
+//
+// Stream semantics, which every backend keeps:
+// - launch() runs an instruction on the compute stream, after everything
+//   launched before it; it may return before the kernel finished.
+// - enqueueCommunication() runs work on the communication stream, in
+//   submission order, concurrently with the compute stream; it returns an
+//   event.
+// - waitCommunication(event) makes later compute wait until that work (and
+//   all communication before it) completed, and reports its failure. The
+//   CPU device blocks the host; a GPU device may make its compute stream
+//   wait on an event instead.
+// - synchronize() waits for both streams, returns the first failure, and
+//   forgets the events: the next step starts clean.
+// After a communication failure, later communication work is skipped and
+// reports that failure, so no peer waits on it until a timeout.
+//
+// The executor only talks to this interface: adding a backend adds a
+// folder under runtime/ and a line in lib/Backends.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_RUNTIME_BACKEND_H
+#define TRELLIS_RUNTIME_BACKEND_H
+
+#include "trellis/Runtime/Communicator.h"
+#include "trellis/Runtime/Plan.h"
+#include "trellis/Runtime/Status.h"
+#include "trellis/Runtime/Tensor.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trellis::runtime {
+
+/// Device memory; freed when destroyed.
+class DeviceAllocation {
+public:
+  virtual ~DeviceAllocation() = default;
+  /// The device address of the first byte (64-byte aligned).
+  virtual void *data() = 0;
+  virtual int64_t bytes() const = 0;
+};
+
+/// What one instruction's kernel sees: the instruction, the stage's
+/// buffer table, its resolved mesh axes, and the communicator for ops that
+/// are split over mesh axes (a vocabulary-parallel loss).
+struct KernelArgs {
+  const Instruction &instruction;
+  std::vector<Tensor> &buffers;
+  const AxisList &axes;
+  Communicator *comm = nullptr;
+
+  const Tensor &in(size_t i) const { return buffers[instruction.inputs[i]]; }
+  Tensor &out(size_t i) const { return buffers[instruction.outputs[i]]; }
+};
+
+/// Options of a rank's device.
+struct DeviceOptions {
+  /// Threads for the device's kernels (CPU: BLAS and kernel threads).
+  int threads = 1;
+  /// This rank's index among the ranks of its node (a GPU's ordinal).
+  int64_t localRank = 0;
+};
+
+class Device {
+public:
+  virtual ~Device() = default;
+
+  /// The backend's name ("cpu").
+  virtual std::string name() const = 0;
+
+  /// `bytes` of zeroed memory (at least one byte is allocated), or an
+  /// error naming the size when the device has no room.
+  virtual StatusOr<std::unique_ptr<DeviceAllocation>>
+  allocate(int64_t bytes) = 0;
+
+  /// Copies all of `source` to host memory at `host` (`source.bytes()`
+  /// bytes), after the work launched before.
+  virtual Status copyToHost(const Tensor &source, void *host) = 0;
+  /// Copies `target.bytes()` bytes from host memory into `target`.
+  virtual Status copyFromHost(const void *host, Tensor &target) = 0;
+  /// Copies `source` into `target` (same size) on the compute stream.
+  virtual Status copy(const Tensor &source, Tensor &target) = 0;
+
+  /// Whether `op` has a kernel on this device.
+  virtual bool hasKernel(const std::string &op) const = 0;
+  /// Runs a compute instruction on the compute stream. Precondition: the
+  /// plan loader validated it.
+  virtual Status launch(const KernelArgs &args) = 0;
+
+  /// Runs `work` on the communication stream; returns its event.
+  virtual int64_t enqueueCommunication(std::function<Status()> work) = 0;
+  /// Orders later compute after the communication of `event`; its
+  /// failure (or an earlier one's) is returned.
+  virtual Status waitCommunication(int64_t event) = 0;
+  /// Waits for both streams; returns the first failure; forgets events.
+  virtual Status synchronize() = 0;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  /// One line for `--help` and error messages.
+  virtual std::string description() const = 0;
+  /// This rank's device.
+  virtual StatusOr<std::unique_ptr<Device>>
+  createDevice(const DeviceOptions &options) const = 0;
+  /// Connects `rank` of `mesh`, with communicators for the groups along
+  /// every axis list in `groups` (and the whole mesh).
+  virtual StatusOr<std::unique_ptr<Communicator>>
+  connect(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
+          const RendezvousOptions &options) const = 0;
+};
+
+/// The backends this runtime was built with, in a fixed order (the first
+/// is the default).
+const std::vector<const Backend *> &registeredBackends();
+
+/// The backend named `name`, or an error listing the available ones.
+StatusOr<const Backend *> findBackend(const std::string &name);
+
+} // namespace trellis::runtime
+
+#endif // TRELLIS_RUNTIME_BACKEND_H
