@@ -78,12 +78,20 @@ struct InsertOptimizerPass
     builder.setInsertionPoint(terminator);
     SmallVector<Value> results = {terminator->getOperand(0)};
     SmallVector<DictionaryAttr> resultAttrs = {builder.getDictionaryAttr({})};
+    // Weight decay by role: 1-D parameters (biases, norm gains) get none
+    // unless asked for.
+    auto decayOf = [&](unsigned param) {
+      auto type = llvm::cast<RankedTensorType>(argTypes[param]);
+      bool oneDimensional = type.getRank() <= 1;
+      return builder.getF64FloatAttr(
+          oneDimensional && !decayOneDimensional ? 0.0 : weightDecay.getValue());
+    };
     if (optimizer == OptimizerKind::Sgd) {
       for (auto [param, gradient] : gradients) {
         results.push_back(SgdOp::create(builder, loc, body.getArgument(param),
                                         gradient,
                                         builder.getF64FloatAttr(learningRate),
-                                        builder.getF64FloatAttr(weightDecay)));
+                                        decayOf(param)));
         resultAttrs.push_back(updates(param));
       }
     } else {
@@ -110,8 +118,7 @@ struct InsertOptimizerPass
             firstMoments[i], secondMoments[i], stepCount,
             builder.getF64FloatAttr(learningRate),
             builder.getF64FloatAttr(beta1), builder.getF64FloatAttr(beta2),
-            builder.getF64FloatAttr(epsilon),
-            builder.getF64FloatAttr(weightDecay));
+            builder.getF64FloatAttr(epsilon), decayOf(entry.first));
         newParams.push_back(update.getNewParam());
         newFirst.push_back(update.getNewFirstMoment());
         newSecond.push_back(update.getNewSecondMoment());

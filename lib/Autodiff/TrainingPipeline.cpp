@@ -32,6 +32,7 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     optimizer.beta2 = options.beta2;
     optimizer.epsilon = options.epsilon;
     optimizer.weightDecay = options.weightDecay;
+    optimizer.decayOneDimensional = options.decayOneDimensional;
     pm.addPass(createInsertOptimizerPass(optimizer));
   }
 }
@@ -64,6 +65,10 @@ struct TrainingPipelineOptions
   Option<double> weightDecay{*this, "weight-decay",
                              llvm::cl::desc("Weight decay"),
                              llvm::cl::init(0.0)};
+  Option<bool> decayOneDimensional{
+      *this, "decay-1d",
+      llvm::cl::desc("Decay 1-D parameters (biases, norm gains) too"),
+      llvm::cl::init(false)};
   Option<int64_t> microBatches{*this, "micro-batches",
                                llvm::cl::desc("Micro-batches per step"),
                                llvm::cl::init(1)};
@@ -104,6 +109,7 @@ void trellis::registerTrainingPipeline() {
         training.beta2 = options.beta2;
         training.epsilon = options.epsilon;
         training.weightDecay = options.weightDecay;
+        training.decayOneDimensional = options.decayOneDimensional;
         training.microBatches = options.microBatches;
         training.recompute = options.recompute;
         training.pipelined = options.pipelined;

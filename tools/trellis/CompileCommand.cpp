@@ -69,6 +69,11 @@ cl::opt<double> compileEpsilon("adam-eps", cl::desc("AdamW epsilon"),
                                cl::init(1e-8), cl::sub(compileCommand));
 cl::opt<double> compileWeightDecay("weight-decay", cl::desc("Weight decay"),
                                    cl::init(0.0), cl::sub(compileCommand));
+cl::opt<bool> compileDecayOneDimensional(
+    "decay-1d",
+    cl::desc("Apply --weight-decay to 1-D parameters (biases, norm gains) "
+             "too; by default they are not decayed"),
+    cl::sub(compileCommand));
 cl::opt<int64_t> compileDataParallel(
     "dp", cl::desc("Data-parallel degree: split the batch over N ranks"),
     cl::init(1), cl::sub(compileCommand));
@@ -381,6 +386,7 @@ int runCompileCommand() {
     options.beta2 = compileBeta2;
     options.epsilon = compileEpsilon;
     options.weightDecay = compileWeightDecay;
+    options.decayOneDimensional = compileDecayOneDimensional;
     options.microBatches = compileMicroBatches;
     if (compileRecompute == "full")
       options.recompute = RecomputeKind::Full;

@@ -35,6 +35,8 @@ struct TrainingOptions {
   double learningRate = 1e-3;
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   double weightDecay = 0.0;
+  /// Whether 1-D parameters (biases, norm gains) are decayed too.
+  bool decayOneDimensional = false;
   /// Micro-batches per step (gradient accumulation); @forward describes
   /// one.
   int64_t microBatches = 1;

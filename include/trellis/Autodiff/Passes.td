@@ -157,7 +157,10 @@ def InsertOptimizerPass
     Option<"beta2", "beta2", "double", "0.999", "AdamW second-moment decay">,
     Option<"epsilon", "epsilon", "double", "1e-8", "AdamW epsilon">,
     Option<"weightDecay", "weight-decay", "double", "0.0",
-           "Decoupled weight decay (AdamW) or L2 term (SGD)">
+           "Decoupled weight decay (AdamW) or L2 term (SGD)">,
+    Option<"decayOneDimensional", "decay-1d", "bool", "false",
+           "Decay 1-D parameters (biases, norm gains) too; by default they "
+           "get no weight decay, as in Megatron and Hugging Face's Trainer">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect"];
 }
