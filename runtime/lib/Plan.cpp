@@ -18,11 +18,31 @@ namespace trellis::runtime {
 using json = nlohmann::json;
 
 const char *dtypeName(DType dtype) {
-  return dtype == DType::F32 ? "f32" : "i32";
+  switch (dtype) {
+  case DType::F32:
+    return "f32";
+  case DType::BF16:
+    return "bf16";
+  case DType::F16:
+    return "f16";
+  case DType::I32:
+    return "i32";
+  }
+  return "?";
+}
+
+std::optional<DType> parseDType(const std::string &name) {
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::I32})
+    if (name == dtypeName(dtype))
+      return dtype;
+  return std::nullopt;
 }
 
 int64_t dtypeBytes(DType dtype) {
   switch (dtype) {
+  case DType::BF16:
+  case DType::F16:
+    return 2;
   case DType::F32:
   case DType::I32:
     return 4;
@@ -239,17 +259,16 @@ Status PlanReader::readBuffers(const json &array) {
     TRELLIS_RETURN_IF_ERROR(requireKind(entry, "shape", json::value_t::array,
                                         "an array of sizes", where));
     TRELLIS_RETURN_IF_ERROR(requireKind(entry, "dtype", json::value_t::string,
-                                        "\"f32\" or \"i32\"", where));
+                                        "a dtype name", where));
     BufferDesc desc;
     const std::string &dtype = entry["dtype"].get_ref<const std::string &>();
-    if (dtype == "f32")
-      desc.dtype = DType::F32;
-    else if (dtype == "i32")
-      desc.dtype = DType::I32;
-    else
+    std::optional<DType> parsed = parseDType(dtype);
+    if (!parsed)
       return Status::error(where +
-                           ": expected dtype \"f32\" or \"i32\", found \"" +
+                           ": expected dtype \"f32\", \"bf16\", \"f16\" or "
+                           "\"i32\", found \"" +
                            dtype + "\"");
+    desc.dtype = *parsed;
     const json &shape = entry["shape"];
     if (shape.size() > kMaxRank)
       return Status::error(where +

@@ -2,6 +2,8 @@
 
 #include "trellis/Runtime/Safetensors.h"
 
+#include "trellis/Common/HalfFloat.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -14,38 +16,13 @@ using json = nlohmann::json;
 
 namespace {
 
-float halfToFloat(uint16_t bits) {
-  uint32_t sign = (bits & 0x8000u) << 16;
-  uint32_t exponent = (bits >> 10) & 0x1f;
-  uint32_t mantissa = bits & 0x3ff;
-  uint32_t result;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      result = sign;
-    } else { // subnormal
-      exponent = 127 - 15 + 1;
-      while (!(mantissa & 0x400)) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      mantissa &= 0x3ff;
-      result = sign | (exponent << 23) | (mantissa << 13);
-    }
-  } else if (exponent == 31) {
-    result = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    result = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  float value;
-  std::memcpy(&value, &result, 4);
-  return value;
-}
-
-float bfloatToFloat(uint16_t bits) {
-  uint32_t widened = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &widened, 4);
-  return value;
+/// Bytes per element of a dtype Trellis reads and writes; 0 for others.
+size_t storedWidth(const std::string &dtype) {
+  if (dtype == "F32")
+    return 4;
+  if (dtype == "F16" || dtype == "BF16")
+    return 2;
+  return 0;
 }
 
 } // namespace
@@ -92,13 +69,12 @@ StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
         !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2)
       return fail("tensor \"" + name + "\": malformed entry");
     std::string dtype = entry["dtype"].get<std::string>();
-    size_t width = dtype == "F32"                        ? 4
-                   : (dtype == "F16" || dtype == "BF16") ? 2
-                                                         : 0;
+    size_t width = storedWidth(dtype);
     if (!width)
       return fail("tensor \"" + name + "\": unsupported dtype " + dtype +
                   " (expected F32, F16 or BF16)");
     SafetensorsEntry tensor;
+    tensor.dtype = dtype;
     uint64_t count = 1;
     for (const json &dim : entry["shape"]) {
       if (!dim.is_number_unsigned() || dim.get<uint64_t>() > (1ull << 36))
@@ -127,7 +103,7 @@ StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
         uint16_t bits;
         std::memcpy(&bits, source + 2 * i, 2);
         tensor.values[i] =
-            dtype == "F16" ? halfToFloat(bits) : bfloatToFloat(bits);
+            dtype == "F16" ? halfToFloat(bits) : bfloat16ToFloat(bits);
       }
     }
     file.tensors[name] = std::move(tensor);
@@ -139,8 +115,12 @@ Status writeSafetensors(const std::string &path, const SafetensorsFile &file) {
   json header = json::object();
   uint64_t offset = 0;
   for (const auto &[name, tensor] : file.tensors) {
-    uint64_t bytes = tensor.values.size() * 4;
-    header[name] = {{"dtype", "F32"},
+    size_t width = storedWidth(tensor.dtype);
+    if (!width)
+      return Status::error("cannot write tensor \"" + name + "\" as " +
+                           tensor.dtype + ": expected F32, F16 or BF16");
+    uint64_t bytes = tensor.values.size() * width;
+    header[name] = {{"dtype", tensor.dtype},
                     {"shape", tensor.shape},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -157,9 +137,20 @@ Status writeSafetensors(const std::string &path, const SafetensorsFile &file) {
     uint64_t headerSize = text.size();
     stream.write(reinterpret_cast<const char *>(&headerSize), 8);
     stream.write(text.data(), text.size());
-    for (const auto &[name, tensor] : file.tensors)
-      stream.write(reinterpret_cast<const char *>(tensor.values.data()),
-                   tensor.values.size() * 4);
+    std::vector<uint16_t> narrow;
+    for (const auto &[name, tensor] : file.tensors) {
+      if (tensor.dtype == "F32") {
+        stream.write(reinterpret_cast<const char *>(tensor.values.data()),
+                     tensor.values.size() * 4);
+        continue;
+      }
+      narrow.resize(tensor.values.size());
+      for (size_t i = 0; i < narrow.size(); ++i)
+        narrow[i] = tensor.dtype == "F16" ? floatToHalf(tensor.values[i])
+                                          : floatToBfloat16(tensor.values[i]);
+      stream.write(reinterpret_cast<const char *>(narrow.data()),
+                   narrow.size() * 2);
+    }
     if (!stream.flush())
       return Status::error("failed writing '" + temporary + "'");
   }

@@ -116,7 +116,24 @@ TEST(PlanTest, RejectsMalformedBuffers) {
                  "holds more than 2^36 elements");
   expectRejected(replace(kValidPlan, "\"dtype\": \"f32\"}, {\"shape\": [3, 4]",
                          "\"dtype\": \"f64\"}, {\"shape\": [3, 4]"),
-                 "buffer 0: expected dtype \"f32\" or \"i32\", found \"f64\"");
+                 "buffer 0: expected dtype \"f32\", \"bf16\", \"f16\" or "
+                 "\"i32\", found \"f64\"");
+}
+
+TEST(PlanTest, RejectsADtypeAnOpDoesNotAccept) {
+  // bf16 and f16 buffers load; an op whose kernels take f32 rejects them,
+  // naming the instruction.
+  std::string bf16 = replace(kValidPlan, "{\"shape\": [2, 4], \"dtype\": \"f32\"}",
+                             "{\"shape\": [2, 4], \"dtype\": \"bf16\"}");
+  expectRejected(bf16, "instruction 0 (matmul): expected output 0 of shape "
+                       "[2, 4] (f32), found [2, 4] (bf16)");
+  std::string f16 = replace(kValidPlan, "{\"shape\": [2, 4], \"dtype\": \"f32\"}",
+                            "{\"shape\": [2, 4], \"dtype\": \"f16\"}");
+  expectRejected(f16, "instruction 0 (matmul): expected output 0 of shape "
+                      "[2, 4] (f32), found [2, 4] (f16)");
+  expectRejected(replace(kValidPlan, "{\"shape\": [2, 3], \"dtype\": \"f32\"}",
+                         "{\"shape\": [2, 3], \"dtype\": \"bf16\"}"),
+                 "argument 0: parameters and optimizer states must be f32");
 }
 
 TEST(PlanTest, RejectsBadInstructions) {

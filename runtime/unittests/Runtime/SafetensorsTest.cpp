@@ -57,6 +57,42 @@ TEST(SafetensorsTest, ConvertsHalfPrecision) {
   EXPECT_EQ(read->tensors["b"].values[0], -2.0f);
 }
 
+TEST(SafetensorsTest, WritesHalfPrecisionRoundedToNearestEven) {
+  SafetensorsFile file;
+  // 1 + 2^-8 is halfway between two bf16 values: it rounds to 1 (even).
+  file.tensors["w"] = {{2}, {1.0f + 0x1p-8f, -3.0f}, "BF16"};
+  file.tensors["h"] = {{2}, {65504.0f, 0.1f}, "F16"};
+  file.tensors["f"] = {{1}, {0.1f}, "F32"};
+  std::string path = tempPath("half-write.safetensors");
+  ASSERT_TRUE(writeSafetensors(path, file).ok());
+  StatusOr<SafetensorsFile> read = readSafetensors(path);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->tensors["w"].dtype, "BF16");
+  EXPECT_EQ(read->tensors["w"].values, (std::vector<float>{1.0f, -3.0f}));
+  EXPECT_EQ(read->tensors["h"].dtype, "F16");
+  EXPECT_EQ(read->tensors["h"].values[0], 65504.0f);
+  // fp16's nearest value to 0.1.
+  EXPECT_EQ(read->tensors["h"].values[1], 0.0999755859375f);
+  EXPECT_EQ(read->tensors["f"].values[0], 0.1f);
+  // The header declares what the data holds: 2-byte values (tensors in
+  // name order: f, h, w).
+  std::ifstream stream(path, std::ios::binary);
+  uint64_t headerSize = 0;
+  stream.read(reinterpret_cast<char *>(&headerSize), 8);
+  std::string header(headerSize, '\0');
+  stream.read(&header[0], headerSize);
+  EXPECT_NE(header.find(R"("w":{"data_offsets":[8,12],"dtype":"BF16")"),
+            std::string::npos)
+      << header;
+
+  SafetensorsFile unsupported;
+  unsupported.tensors["x"] = {{1}, {1.0f}, "I64"};
+  Status status = writeSafetensors(tempPath("i64.safetensors"), unsupported);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.message(),
+            "cannot write tensor \"x\" as I64: expected F32, F16 or BF16");
+}
+
 TEST(SafetensorsTest, RejectsMalformedFiles) {
   std::string path = tempPath("bad.safetensors");
   std::ofstream(path, std::ios::binary) << "abc";

@@ -25,9 +25,14 @@ namespace trellis::runtime {
 /// The plan format version this runtime reads.
 constexpr int64_t kPlanVersion = 4;
 
-enum class DType { F32, I32 };
+/// Element types of plan buffers. Every op's accepted dtypes are checked
+/// when a plan loads.
+enum class DType { F32, BF16, F16, I32 };
 
 const char *dtypeName(DType dtype);
+
+/// The dtype named `name` ("f32", "bf16", "f16", "i32").
+std::optional<DType> parseDType(const std::string &name);
 
 /// Bytes of one element.
 int64_t dtypeBytes(DType dtype);

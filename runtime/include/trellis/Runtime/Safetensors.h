@@ -2,8 +2,9 @@
 //
 // The format: an 8-byte little-endian header length, a JSON header mapping
 // tensor names to {dtype, shape, data_offsets} (plus "__metadata__"), then
-// the raw data. Trellis writes F32; it reads F32, F16 and BF16 (converted to
-// f32). A file is untrusted input: offsets, sizes and shapes are checked.
+// the raw data. Trellis reads and writes F32, F16 and BF16 (held as f32 in
+// memory; written rounded to nearest even). A file is untrusted input:
+// offsets, sizes and shapes are checked.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +23,9 @@ namespace trellis::runtime {
 struct SafetensorsEntry {
   std::vector<int64_t> shape;
   std::vector<float> values;
+  /// The file's dtype: what was read, or what to write ("F32", "F16",
+  /// "BF16").
+  std::string dtype = "F32";
 };
 
 struct SafetensorsFile {
@@ -32,7 +36,7 @@ struct SafetensorsFile {
 /// Reads every tensor of `path` as f32.
 StatusOr<SafetensorsFile> readSafetensors(const std::string &path);
 
-/// Writes `file` (all tensors F32). Writes to a temporary name and renames,
+/// Writes `file`, each tensor in its dtype. Writes to a temporary name and renames,
 /// so an interrupted save never leaves a truncated file under `path`.
 Status writeSafetensors(const std::string &path, const SafetensorsFile &file);
 
