@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trellis/Runtime/Backend.h"
 #include "trellis/Runtime/Executor.h"
 #include "trellis/Runtime/Plan.h"
 
@@ -26,11 +27,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     elements += buffer.numElements();
   if (elements > (int64_t(1) << 22))
     return 0;
+  static std::unique_ptr<Device> device =
+      std::move(*(*findBackend("cpu"))->createDevice({}));
   for (size_t stage = 0; stage < plan->stages.size(); ++stage) {
     Plan staged = *plan;
     selectStage(staged, static_cast<int64_t>(stage));
-    Executor executor(std::move(staged));
-    (void)executor.run();
+    StatusOr<std::unique_ptr<Executor>> executor =
+        Executor::create(std::move(staged), *device);
+    if (executor.ok())
+      (void)(*executor)->run();
   }
   return 0;
 }
