@@ -17,19 +17,7 @@ namespace trellis::runtime {
 
 using json = nlohmann::json;
 
-const char *dtypeName(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-    return "f32";
-  case DType::BF16:
-    return "bf16";
-  case DType::F16:
-    return "f16";
-  case DType::I32:
-    return "i32";
-  }
-  return "?";
-}
+const char *dtypeName(DType dtype) { return elementTypeName(dtype); }
 
 std::optional<DType> parseDType(const std::string &name) {
   for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::I32})

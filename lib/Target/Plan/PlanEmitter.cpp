@@ -2,6 +2,7 @@
 
 #include "trellis/Target/Plan/PlanEmitter.h"
 
+#include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "trellis/Pipeline/PipelineSplit.h"
@@ -44,37 +45,38 @@ StringRef dtypeName(Type type) {
   return "";
 }
 
-/// Converts an op attribute to JSON, or nullopt if it has no plan form.
+/// An attribute as the plan holds it: the op contract's value
+/// (toContractAttr), or a collective's reduction kind; nullopt if it has no
+/// plan form.
 std::optional<llvm::json::Value> attributeToJson(Attribute attr) {
-  if (llvm::isa<UnitAttr>(attr))
-    return llvm::json::Value(true);
-  if (auto flag = llvm::dyn_cast<BoolAttr>(attr))
-    return llvm::json::Value(flag.getValue());
-  if (auto function = llvm::dyn_cast<UnaryFunctionAttr>(attr))
-    return llvm::json::Value(stringifyUnaryFunction(function.getValue()).str());
-  if (auto integer = llvm::dyn_cast<IntegerAttr>(attr))
-    return llvm::json::Value(integer.getInt());
-  if (auto real = llvm::dyn_cast<FloatAttr>(attr))
-    return llvm::json::Value(real.getValueAsDouble());
   if (auto kind = llvm::dyn_cast<ReductionKindAttr>(attr))
     return llvm::json::Value(stringifyReductionKind(kind.getValue()).str());
-  if (auto array = llvm::dyn_cast<ArrayAttr>(attr)) {
+  std::optional<trellis::AttrValue> value = toContractAttr(attr);
+  if (!value)
+    return std::nullopt;
+  switch (value->kind) {
+  case AttrKind::Bool:
+    return llvm::json::Value(value->flag);
+  case AttrKind::Int:
+    return llvm::json::Value(value->integer);
+  case AttrKind::Real:
+    return llvm::json::Value(value->real);
+  case AttrKind::Ints:
+    return llvm::json::Value(shapeArray(value->ints));
+  case AttrKind::Reals: {
+    llvm::json::Array array;
+    for (double real : value->reals)
+      array.push_back(real);
+    return llvm::json::Value(std::move(array));
+  }
+  case AttrKind::String:
+    return llvm::json::Value(value->text);
+  case AttrKind::Strings: {
     llvm::json::Array names;
-    for (Attribute element : array) {
-      auto name = llvm::dyn_cast<StringAttr>(element);
-      if (!name)
-        return std::nullopt;
-      names.push_back(name.getValue().str());
-    }
+    for (const std::string &name : value->texts)
+      names.push_back(name);
     return llvm::json::Value(std::move(names));
   }
-  if (auto ints = llvm::dyn_cast<DenseI64ArrayAttr>(attr))
-    return llvm::json::Value(shapeArray(ints.asArrayRef()));
-  if (auto reals = llvm::dyn_cast<DenseF64ArrayAttr>(attr)) {
-    llvm::json::Array array;
-    for (double value : reals.asArrayRef())
-      array.push_back(value);
-    return llvm::json::Value(std::move(array));
   }
   return std::nullopt;
 }

@@ -100,7 +100,8 @@ TEST(PlanTest, RejectsShapeMismatches) {
                  "(f32), found [2, 5] (f32)");
   expectRejected(replace(kValidPlan, "{\"shape\": [3, 4], \"dtype\": \"f32\"}",
                          "{\"shape\": [5, 4], \"dtype\": \"f32\"}"),
-                 "contracting sizes differ: [2, 3] x [5, 4]");
+                 "instruction 0 (matmul): contracting sizes differ: lhs [2, 3] has 3, "
+                 "rhs [5, 4] has 5");
   expectRejected(replace(kValidPlan, "{\"shape\": [3, 4], \"dtype\": \"f32\"}",
                          "{\"shape\": [3, 4], \"dtype\": \"i32\"}"),
                  "argument 1: parameters and optimizer states must be f32");
@@ -144,7 +145,8 @@ TEST(PlanTest, RejectsBadInstructions) {
       replace(kValidPlan, "\"attrs\": {\"dims\": [0, 1]}", "\"attrs\": {}"),
       "instruction 1 (reduce_sum): missing attribute 'dims'");
   expectRejected(replace(kValidPlan, "\"dims\": [0, 1]", "\"dims\": [1, 0]"),
-                 "expected increasing reduced dimensions in [0, 2)");
+                 "instruction 1 (reduce_sum): expected strictly increasing "
+                 "dimensions, found [1, 0]");
   expectRejected(replace(kValidPlan, "\"inputs\": [0, 1]", "\"inputs\": [0]"),
                  "expected 2 inputs and 1 outputs, found 1 and 1");
 }

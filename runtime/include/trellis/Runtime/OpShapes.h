@@ -1,9 +1,9 @@
-//===- OpShapes.h - Shape rules of plan instructions ------------*- C++ -*-===//
+//===- OpShapes.h - Plan instructions against the op contract ---*- C++ -*-===//
 //
-// The runtime's copy of each graph op's contract: arity, attributes and the
-// output shapes that follow from the input shapes. A plan is untrusted
-// input, so these checks run on every instruction before anything executes;
-// kernels may then rely on them.
+// A plan is untrusted input: every instruction is checked against its op's
+// contract (trellis/Common/OpContract.h: operand count and types,
+// attributes, the shape rule) before anything executes; kernels may then
+// rely on it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,17 +26,6 @@ bool isCollective(const std::string &op);
 /// Whether `op` is a send or receive between two ranks (pipeline
 /// transfers), which the executor starts at once and waits for later.
 bool isPointToPoint(const std::string &op);
-
-/// The pointwise functions of unary ops and `unary_grad`, by name.
-bool isUnaryFunction(const std::string &name);
-
-/// NumPy broadcast of two shapes; false if they do not broadcast.
-bool broadcastShapes(const std::vector<int64_t> &lhs,
-                     const std::vector<int64_t> &rhs,
-                     std::vector<int64_t> &result);
-
-/// `[2, 8, 64]`.
-std::string formatShape(const std::vector<int64_t> &shape);
 
 } // namespace trellis::runtime
 

@@ -11,6 +11,7 @@
 #define TRELLIS_RUNTIME_PLAN_H
 
 #include "trellis/Common/Mesh.h"
+#include "trellis/Common/OpContract.h"
 #include "trellis/Runtime/Status.h"
 
 #include <cstdint>
@@ -25,9 +26,9 @@ namespace trellis::runtime {
 /// The plan format version this runtime reads.
 constexpr int64_t kPlanVersion = 4;
 
-/// Element types of plan buffers. Every op's accepted dtypes are checked
-/// when a plan loads.
-enum class DType { F32, BF16, F16, I32 };
+/// Element types of plan buffers (the op contract's). Every op's accepted
+/// dtypes are checked when a plan loads.
+using DType = ElementType;
 
 const char *dtypeName(DType dtype);
 
@@ -43,25 +44,8 @@ struct BufferDesc {
   int64_t numElements() const;
 };
 
-/// A value an attribute of an instruction can hold.
-struct AttrValue {
-  enum class Kind {
-    Bool,
-    Int,
-    Real,
-    Ints,
-    Reals,
-    String,
-    Strings
-  } kind = Kind::Int;
-  bool flag = false;
-  int64_t integer = 0;
-  double real = 0;
-  std::vector<int64_t> ints;
-  std::vector<double> reals;
-  std::string text;
-  std::vector<std::string> texts;
-};
+/// A value an attribute of an instruction can hold (the op contract's).
+using AttrValue = trellis::AttrValue;
 
 struct Instruction {
   std::string op;

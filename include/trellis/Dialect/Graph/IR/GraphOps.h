@@ -16,12 +16,4 @@
 #define GET_OP_CLASSES
 #include "trellis/Dialect/Graph/IR/GraphOps.h.inc"
 
-namespace trellis::graph {
-
-/// The NumPy broadcast of two shapes, or nullopt if they do not broadcast.
-std::optional<llvm::SmallVector<int64_t>>
-broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs);
-
-} // namespace trellis::graph
-
 #endif // TRELLIS_DIALECT_GRAPH_IR_GRAPHOPS_H

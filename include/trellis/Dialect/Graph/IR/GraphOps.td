@@ -261,7 +261,6 @@ def Graph_SoftmaxGradOp : Graph_CostlyOp<"softmax_grad", [
 
 def Graph_LayerNormOp : Graph_CostlyOp<"layer_norm", [
     AllTypesMatch<["weight", "bias"]>]> {
-  let hasVerifier = 1;
   let summary = "Layer normalization over the last dimension";
   let description = [{
     (x - mean) / sqrt(var + epsilon) * weight + bias, with the biased
@@ -289,7 +288,6 @@ def Graph_LayerNormGradOp : Graph_CostlyOp<"layer_norm_grad", [
 }
 
 def Graph_RmsNormOp : Graph_CostlyOp<"rms_norm"> {
-  let hasVerifier = 1;
   let summary = "RMS normalization over the last dimension";
   let description = [{ x / sqrt(mean(x^2) + epsilon) * weight. }];
   let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$weight,
@@ -428,7 +426,6 @@ def Graph_CrossEntropyGradOp : Graph_CostlyOp<"cross_entropy_grad", [], ["locali
 
 def Graph_AdamWOp : Graph_CostlyOp<"adamw", [
     AllTypesMatch<["param", "grad", "first_moment", "second_moment"]>]> {
-  let hasVerifier = 1;
   let summary = "One AdamW step (decoupled weight decay)";
   let description = [{
     With t = step (counted from 1):

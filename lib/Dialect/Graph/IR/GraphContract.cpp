@@ -1,0 +1,130 @@
+//===- GraphContract.cpp - Graph ops and the plan op contract -------------===//
+
+#include "trellis/Dialect/Graph/IR/GraphContract.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "trellis/Dialect/Graph/IR/GraphEnums.h"
+
+using namespace mlir;
+
+namespace trellis::graph {
+
+StringRef planOpName(StringRef mnemonic) {
+  return mnemonic == "microbatch_sum" ? StringRef("accumulate") : mnemonic;
+}
+
+std::optional<AttrValue> toContractAttr(Attribute attr) {
+  AttrValue value;
+  if (llvm::isa<UnitAttr>(attr)) {
+    value.kind = AttrKind::Bool;
+    value.flag = true;
+  } else if (auto flag = llvm::dyn_cast<BoolAttr>(attr)) {
+    value.kind = AttrKind::Bool;
+    value.flag = flag.getValue();
+  } else if (auto function = llvm::dyn_cast<UnaryFunctionAttr>(attr)) {
+    value.kind = AttrKind::String;
+    value.text = stringifyUnaryFunction(function.getValue()).str();
+  } else if (auto integer = llvm::dyn_cast<IntegerAttr>(attr)) {
+    value.kind = AttrKind::Int;
+    value.integer = integer.getInt();
+  } else if (auto real = llvm::dyn_cast<FloatAttr>(attr)) {
+    value.kind = AttrKind::Real;
+    value.real = real.getValueAsDouble();
+  } else if (auto ints = llvm::dyn_cast<DenseI64ArrayAttr>(attr)) {
+    value.kind = AttrKind::Ints;
+    value.ints.assign(ints.asArrayRef().begin(), ints.asArrayRef().end());
+  } else if (auto reals = llvm::dyn_cast<DenseF64ArrayAttr>(attr)) {
+    value.kind = AttrKind::Reals;
+    value.reals.assign(reals.asArrayRef().begin(), reals.asArrayRef().end());
+  } else if (auto array = llvm::dyn_cast<ArrayAttr>(attr)) {
+    value.kind = AttrKind::Strings;
+    for (Attribute element : array) {
+      auto name = llvm::dyn_cast<StringAttr>(element);
+      if (!name)
+        return std::nullopt;
+      value.texts.push_back(name.getValue().str());
+    }
+  } else if (auto text = llvm::dyn_cast<StringAttr>(attr)) {
+    value.kind = AttrKind::String;
+    value.text = text.getValue().str();
+  } else {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<ElementType> toElementType(Type type) {
+  if (type.isF32())
+    return ElementType::F32;
+  if (type.isBF16())
+    return ElementType::BF16;
+  if (type.isF16())
+    return ElementType::F16;
+  if (type.isInteger(32))
+    return ElementType::I32;
+  return std::nullopt;
+}
+
+Type fromElementType(MLIRContext *context, ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return Float32Type::get(context);
+  case ElementType::BF16:
+    return BFloat16Type::get(context);
+  case ElementType::F16:
+    return Float16Type::get(context);
+  case ElementType::I32:
+    return IntegerType::get(context, 32);
+  }
+  return Float32Type::get(context);
+}
+
+LogicalResult inferFromContract(StringRef planName, MLIRContext *context,
+                                std::optional<Location> loc,
+                                ValueRange operands, DictionaryAttr inherent,
+                                DictionaryAttr attributes,
+                                SmallVectorImpl<Type> &types) {
+  const OpContract *contract = findOpContract(planName.str());
+  if (!contract)
+    return emitOptionalError(loc, "op '", planName, "' has no plan contract");
+  std::vector<TensorType> inputs;
+  for (auto [index, operand] : llvm::enumerate(operands)) {
+    auto type = llvm::dyn_cast<RankedTensorType>(operand.getType());
+    std::optional<ElementType> element =
+        type ? toElementType(type.getElementType()) : std::nullopt;
+    if (!type || !type.hasStaticShape() || !element)
+      return emitOptionalError(loc, "expected operand ", index,
+                               " to be a static tensor of f32, bf16, f16 or "
+                               "i32, found ",
+                               operand.getType());
+    inputs.push_back({std::vector<int64_t>(type.getShape().begin(),
+                                           type.getShape().end()),
+                      *element});
+  }
+  // The contract's attributes, from the properties or, while parsing,
+  // from the attribute dictionary (moved into properties afterwards).
+  AttrMap attrs;
+  for (const AttrSpec &spec : contract->attrs) {
+    Attribute attr = inherent ? inherent.get(spec.name) : Attribute();
+    if (!attr && attributes)
+      attr = attributes.get(spec.name);
+    if (!attr)
+      continue;
+    std::optional<AttrValue> value = toContractAttr(attr);
+    if (!value)
+      return emitOptionalError(loc, "attribute '", spec.name,
+                               "' has no plan form, found ", attr);
+    attrs[spec.name] = std::move(*value);
+  }
+  std::vector<TensorType> results;
+  if (Diagnostic diagnostic =
+          inferResults(*contract, OpInstance(inputs, attrs), results))
+    return emitOptionalError(loc, *diagnostic);
+  for (const TensorType &result : results)
+    types.push_back(RankedTensorType::get(
+        result.shape, fromElementType(context, result.element)));
+  return success();
+}
+
+} // namespace trellis::graph
