@@ -9,6 +9,7 @@
 
 #include "CpuBackend.h"
 
+#include "Collectives.h"
 #include "Kernels.h"
 
 #include "../gloo/Gloo.h"
@@ -169,6 +170,10 @@ public:
     if (!kernel)
       return Status::error("cpu: no kernel for '" + args.instruction.op + "'");
     return kernel(args);
+  }
+
+  Status runCollective(const KernelArgs &args) override {
+    return cpu::runCollective(args);
   }
 
   int64_t enqueueCommunication(std::function<Status()> work) override {

@@ -115,7 +115,8 @@ Status runCrossEntropy(const KernelArgs &args) {
   }
   if (split)
     TRELLIS_RETURN_IF_ERROR(
-        args.comm->allReduce(args.axes, maxima.data(), rows, ReduceKind::Max));
+        args.comm->allReduce(args.axes, maxima.data(), rows, DType::F32,
+                             ReduceKind::Max));
   for (int64_t r = 0; r < rows; ++r) {
     const float *x = logits.f32() + r * classes;
     double sum = 0;
@@ -131,12 +132,13 @@ Status runCrossEntropy(const KernelArgs &args) {
       pairs[r] = static_cast<float>(sums[r]);
       pairs[rows + r] = static_cast<float>(sums[r] - double(pairs[r]));
     }
-    TRELLIS_RETURN_IF_ERROR(args.comm->allReduce(args.axes, pairs.data(),
-                                                 2 * rows, ReduceKind::Sum));
+    TRELLIS_RETURN_IF_ERROR(args.comm->allReduce(
+        args.axes, pairs.data(), 2 * rows, DType::F32, ReduceKind::Sum));
     for (int64_t r = 0; r < rows; ++r)
       sums[r] = double(pairs[r]) + double(pairs[rows + r]);
     TRELLIS_RETURN_IF_ERROR(
-        args.comm->allReduce(args.axes, picked.data(), rows, ReduceKind::Sum));
+        args.comm->allReduce(args.axes, picked.data(), rows, DType::F32,
+                             ReduceKind::Sum));
   }
 
   double total = 0;

@@ -22,6 +22,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <csignal>
+#include <cstring>
 #include <map>
 
 namespace trellis::runtime {
@@ -39,6 +40,33 @@ namespace {
                            std::to_string(__LINE__) + ": " + error.what());    \
     }                                                                          \
   } while (false)
+
+/// Gloo's reduce function for 16-bit floats: each pair in fp32, rounded to
+/// nearest even.
+template <DType Type, ReduceKind Kind>
+void reduceNarrowPair(void *out, const void *a, const void *b, size_t count) {
+  reduceElements(Type, Kind, out, a, b, count);
+}
+
+using ReduceFunction = void (*)(void *, const void *, const void *, size_t);
+
+ReduceFunction narrowReduction(DType dtype, ReduceKind kind) {
+  if (dtype == DType::BF16)
+    return kind == ReduceKind::Sum
+               ? &reduceNarrowPair<DType::BF16, ReduceKind::Sum>
+           : kind == ReduceKind::Max
+               ? &reduceNarrowPair<DType::BF16, ReduceKind::Max>
+               : &reduceNarrowPair<DType::BF16, ReduceKind::Min>;
+  return kind == ReduceKind::Sum   ? &reduceNarrowPair<DType::F16, ReduceKind::Sum>
+         : kind == ReduceKind::Max ? &reduceNarrowPair<DType::F16, ReduceKind::Max>
+                                   : &reduceNarrowPair<DType::F16, ReduceKind::Min>;
+}
+
+/// Gloo's own reduce functions for a type it knows.
+template <typename T> ReduceFunction nativeReduction(ReduceKind kind) {
+  ReduceFunction sum = &gloo::sum<T>, max = &gloo::max<T>, min = &gloo::min<T>;
+  return kind == ReduceKind::Sum ? sum : kind == ReduceKind::Max ? max : min;
+}
 
 std::string axesKey(const Mesh &mesh, const AxisList &axes) {
   std::string key;
@@ -124,94 +152,111 @@ public:
     return Status::success();
   }
 
-  Status allReduce(const AxisList &axes, float *data, int64_t count,
-                   ReduceKind kind) override {
+  Status allReduce(const AxisList &axes, void *data, int64_t count,
+                   DType dtype, ReduceKind kind) override {
     auto context = contextFor(axes);
     if (!context || count == 0)
       return Status::success();
     gloo::AllreduceOptions opts(context);
-    opts.setOutput(data, count);
     opts.setTimeout(timeout_);
-    using ReduceFn = void (*)(void *, const void *, const void *, size_t);
-    ReduceFn sum = &gloo::sum<float>, max = &gloo::max<float>,
-             min = &gloo::min<float>;
-    opts.setReduceFunction(kind == ReduceKind::Sum   ? sum
-                           : kind == ReduceKind::Max ? max
-                                                     : min);
+    // Gloo reduces f32 and i32 itself; 16-bit floats travel as 16-bit
+    // values and each step of the reduction sums a pair in fp32.
+    ReduceFunction function = nullptr;
+    switch (dtype) {
+    case DType::F32:
+      opts.setOutput(static_cast<float *>(data), count);
+      function = nativeReduction<float>(kind);
+      break;
+    case DType::I32:
+      opts.setOutput(static_cast<int32_t *>(data), count);
+      function = nativeReduction<int32_t>(kind);
+      break;
+    case DType::BF16:
+    case DType::F16:
+      opts.setOutput(static_cast<uint16_t *>(data), count);
+      function = narrowReduction(dtype, kind);
+      break;
+    }
+    opts.setReduceFunction(function);
     TRELLIS_GLOO_CALL(describe(axes), gloo::allreduce(opts));
     return Status::success();
   }
 
-  Status allGather(const AxisList &axes, const float *input, float *output,
-                   int64_t count) override {
+  Status allGather(const AxisList &axes, const void *input, void *output,
+                   int64_t count, DType dtype) override {
+    size_t bytes = count * dtypeBytes(dtype);
     auto context = contextFor(axes);
     if (!context) {
-      std::copy(input, input + count, output);
+      std::memcpy(output, input, bytes);
       return Status::success();
     }
     if (count == 0)
       return Status::success();
     gloo::AllgatherOptions opts(context);
-    opts.setInput(const_cast<float *>(input), count);
-    opts.setOutput(output, count * context->size);
+    opts.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(input)),
+                  bytes);
+    opts.setOutput(static_cast<uint8_t *>(output), bytes * context->size);
     opts.setTimeout(timeout_);
     TRELLIS_GLOO_CALL(describe(axes), gloo::allgather(opts));
     return Status::success();
   }
 
-  Status allToAll(const AxisList &axes, const float *input, float *output,
-                  int64_t chunk) override {
+  Status allToAll(const AxisList &axes, const void *input, void *output,
+                  int64_t chunk, DType dtype) override {
+    size_t bytes = chunk * dtypeBytes(dtype);
     auto context = contextFor(axes);
     if (!context) {
-      std::copy(input, input + chunk, output);
+      std::memcpy(output, input, bytes);
       return Status::success();
     }
     if (chunk == 0)
       return Status::success();
     gloo::AlltoallOptions opts(context);
-    opts.setInput(const_cast<float *>(input), chunk * context->size);
-    opts.setOutput(output, chunk * context->size);
+    opts.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(input)),
+                  bytes * context->size);
+    opts.setOutput(static_cast<uint8_t *>(output), bytes * context->size);
     opts.setTimeout(timeout_);
     TRELLIS_GLOO_CALL(describe(axes), gloo::alltoall(opts));
     return Status::success();
   }
 
-  Status broadcast(const AxisList &axes, float *data, int64_t count,
-                   int64_t root) override {
+  Status broadcast(const AxisList &axes, void *data, int64_t count,
+                   DType dtype, int64_t root) override {
     auto context = contextFor(axes);
     if (!context || count == 0)
       return Status::success();
     gloo::BroadcastOptions opts(context);
-    opts.setOutput(data, count);
+    opts.setOutput(static_cast<uint8_t *>(data), count * dtypeBytes(dtype));
     opts.setRoot(static_cast<int>(root));
     opts.setTimeout(timeout_);
     TRELLIS_GLOO_CALL(describe(axes), gloo::broadcast(opts));
     return Status::success();
   }
 
-  Status send(const AxisList &axes, const float *data, int64_t count,
-              int64_t peer, int64_t channel) override {
+  Status send(const AxisList &axes, const void *data, int64_t count,
+              DType dtype, int64_t peer, int64_t channel) override {
     auto context = contextFor(axes);
     if (!context)
       return Status::error("send to a group of one rank along " +
                            describe(axes));
     TRELLIS_GLOO_CALL(describe(axes), {
-      auto buffer = context->createUnboundBuffer(const_cast<float *>(data),
-                                                 count * sizeof(float));
+      auto buffer = context->createUnboundBuffer(const_cast<void *>(data),
+                                                 count * dtypeBytes(dtype));
       buffer->send(static_cast<int>(peer), static_cast<uint64_t>(channel));
       buffer->waitSend(timeout_);
     });
     return Status::success();
   }
 
-  Status recv(const AxisList &axes, float *data, int64_t count, int64_t peer,
-              int64_t channel) override {
+  Status recv(const AxisList &axes, void *data, int64_t count, DType dtype,
+              int64_t peer, int64_t channel) override {
     auto context = contextFor(axes);
     if (!context)
       return Status::error("recv from a group of one rank along " +
                            describe(axes));
     TRELLIS_GLOO_CALL(describe(axes), {
-      auto buffer = context->createUnboundBuffer(data, count * sizeof(float));
+      auto buffer =
+          context->createUnboundBuffer(data, count * dtypeBytes(dtype));
       buffer->recv(static_cast<int>(peer), static_cast<uint64_t>(channel));
       buffer->waitRecv(timeout_);
     });
@@ -219,35 +264,38 @@ public:
   }
 
   StatusOr<std::unique_ptr<PendingTransfer>>
-  startSend(const AxisList &axes, const float *data, int64_t count,
-            int64_t peer, int64_t channel) override {
-    return startTransfer(axes, const_cast<float *>(data), count, peer, channel,
+  startSend(const AxisList &axes, const void *data, int64_t count,
+            DType dtype, int64_t peer, int64_t channel) override {
+    return startTransfer(axes, const_cast<void *>(data),
+                         count * dtypeBytes(dtype), peer, channel,
                          /*sending=*/true);
   }
 
   StatusOr<std::unique_ptr<PendingTransfer>>
-  startRecv(const AxisList &axes, float *data, int64_t count, int64_t peer,
-            int64_t channel) override {
-    return startTransfer(axes, data, count, peer, channel, /*sending=*/false);
+  startRecv(const AxisList &axes, void *data, int64_t count, DType dtype,
+            int64_t peer, int64_t channel) override {
+    return startTransfer(axes, data, count * dtypeBytes(dtype), peer, channel,
+                         /*sending=*/false);
   }
 
-  Status permute(const AxisList &axes, const float *input, float *output,
-                 int64_t count, int64_t shift) override {
+  Status permute(const AxisList &axes, const void *input, void *output,
+                 int64_t count, DType dtype, int64_t shift) override {
+    size_t bytes = count * dtypeBytes(dtype);
     auto context = contextFor(axes);
     int64_t size = mesh_.groupSize(axes);
     int64_t position = mesh_.groupPosition(rank_, axes);
     int64_t to = ((position + shift) % size + size) % size;
     int64_t from = ((position - shift) % size + size) % size;
     if (!context || to == position) {
-      std::copy(input, input + count, output);
+      std::memcpy(output, input, bytes);
       return Status::success();
     }
     // A reserved slot range keeps permutes apart from user channels.
     constexpr uint64_t kPermuteSlot = uint64_t(1) << 40;
     TRELLIS_GLOO_CALL(describe(axes), {
-      auto out = context->createUnboundBuffer(const_cast<float *>(input),
-                                              count * sizeof(float));
-      auto in = context->createUnboundBuffer(output, count * sizeof(float));
+      auto out =
+          context->createUnboundBuffer(const_cast<void *>(input), bytes);
+      auto in = context->createUnboundBuffer(output, bytes);
       out->send(static_cast<int>(to), kPermuteSlot);
       in->recv(static_cast<int>(from), kPermuteSlot);
       in->waitRecv(timeout_);
@@ -271,7 +319,7 @@ public:
 
 private:
   StatusOr<std::unique_ptr<PendingTransfer>>
-  startTransfer(const AxisList &axes, float *data, int64_t count, int64_t peer,
+  startTransfer(const AxisList &axes, void *data, size_t bytes, int64_t peer,
                 int64_t channel, bool sending) {
     auto context = contextFor(axes);
     std::string what = std::string(sending ? "send to" : "recv from") +
@@ -282,7 +330,7 @@ private:
       return Status::error(what + ": the group has one rank");
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
     try {
-      buffer = context->createUnboundBuffer(data, count * sizeof(float));
+      buffer = context->createUnboundBuffer(data, bytes);
       if (sending)
         buffer->send(static_cast<int>(peer), static_cast<uint64_t>(channel));
       else

@@ -2,7 +2,6 @@
 
 #include "trellis/Runtime/Executor.h"
 
-#include "trellis/Runtime/Collectives.h"
 #include "trellis/Runtime/OpShapes.h"
 
 #include <algorithm>
@@ -303,14 +302,16 @@ Status Executor::run() {
       const AxisList &axes = plan_.instructionAxes[i];
       int64_t peer = instruction.integer("peer");
       int64_t channel = instruction.integer("channel");
+      bool sending = instruction.op == "send";
+      Tensor &buffer = sending ? buffers_[instruction.inputs[0]]
+                               : buffers_[instruction.outputs[0]];
       StatusOr<std::unique_ptr<PendingTransfer>> started =
-          instruction.op == "send"
-              ? communicator_->startSend(
-                    axes, buffers_[instruction.inputs[0]].f32(),
-                    buffers_[instruction.inputs[0]].size(), peer, channel)
-              : communicator_->startRecv(
-                    axes, buffers_[instruction.outputs[0]].f32(),
-                    buffers_[instruction.outputs[0]].size(), peer, channel);
+          sending ? communicator_->startSend(axes, buffer.raw(), buffer.size(),
+                                             buffer.desc().dtype, peer,
+                                             channel)
+                  : communicator_->startRecv(axes, buffer.raw(), buffer.size(),
+                                             buffer.desc().dtype, peer,
+                                             channel);
       if (!started.ok()) {
         failure = started.status().withContext(context(i));
         break;
@@ -323,9 +324,9 @@ Status Executor::run() {
     if (isCollective(instruction.op) && communicator_) {
       int64_t ticket = device_.enqueueCommunication([this, i, context]() {
         double start = monotonicMicros();
-        Status status =
-            runCollective(plan_.program[i], plan_.instructionAxes[i], buffers_,
-                          communicator_);
+        Status status = device_.runCollective(
+            KernelArgs{plan_.program[i], buffers_, plan_.instructionAxes[i],
+                       communicator_});
         record(plan_.program[i].op, start, monotonicMicros(),
                Lane::Communication);
         return status.withContext(context(i));
@@ -335,13 +336,10 @@ Status Executor::run() {
       continue;
     }
     double start = monotonicMicros();
-    Status status =
-        isCollective(instruction.op)
-            ? runCollective(instruction, plan_.instructionAxes[i], buffers_,
-                            communicator_)
-            : device_.launch(KernelArgs{instruction, buffers_,
-                                        plan_.instructionAxes[i],
-                                        communicator_});
+    KernelArgs args{instruction, buffers_, plan_.instructionAxes[i],
+                    communicator_};
+    Status status = isCollective(instruction.op) ? device_.runCollective(args)
+                                                 : device_.launch(args);
     record(instruction.op, start, monotonicMicros(), Lane::Compute);
     if (!status.ok())
       failure = status.withContext(context(i));

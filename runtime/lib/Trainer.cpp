@@ -328,8 +328,8 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   if (plan.holds(desc.stages))
     TRELLIS_RETURN_IF_ERROR(executor_->readArgument(argument, mine.data()));
   std::vector<float> shards(shardSize * mesh.size());
-  TRELLIS_RETURN_IF_ERROR(communicator_->allGather(everything, mine.data(),
-                                                   shards.data(), shardSize));
+  TRELLIS_RETURN_IF_ERROR(communicator_->allGather(
+      everything, mine.data(), shards.data(), shardSize, DType::F32));
   int64_t total = 1;
   for (int64_t size : layout.globalShape)
     total *= size;
@@ -362,7 +362,8 @@ StatusOr<std::vector<std::pair<double, double>>> Trainer::gatherMemory() const {
       everything.push_back(axis);
     all.resize(2 * mesh.size());
     TRELLIS_RETURN_IF_ERROR(
-        communicator_->allGather(everything, mine.data(), all.data(), 2));
+        communicator_->allGather(everything, mine.data(), all.data(), 2,
+                                 DType::F32));
   }
   std::vector<std::pair<double, double>> figures;
   for (size_t r = 0; r + 1 < all.size(); r += 2)

@@ -7,6 +7,8 @@
 
 #include "trellis/Runtime/Backend.h"
 
+#include "trellis/Common/HalfFloat.h"
+
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -74,49 +76,93 @@ TEST(CommunicatorTest, CollectivesOverAxesOfATwoByTwoMesh) {
     int64_t d = rank / 2, t = rank % 2;
     // all_reduce over tp: ranks {2d, 2d+1}.
     std::vector<float> values = {float(rank), float(10 * rank)};
-    if (!comm.allReduce(tp, values.data(), 2, ReduceKind::Sum).ok() ||
+    if (!comm.allReduce(tp, values.data(), 2, DType::F32, ReduceKind::Sum).ok() ||
         values[0] != float(4 * d + 1) || values[1] != float(10 * (4 * d + 1)))
       return 2;
     // max over dp: ranks {t, t+2}.
     values = {float(rank)};
-    if (!comm.allReduce(dp, values.data(), 1, ReduceKind::Max).ok() ||
+    if (!comm.allReduce(dp, values.data(), 1, DType::F32, ReduceKind::Max).ok() ||
         values[0] != float(t + 2))
       return 3;
     // all_gather over dp, in group order.
     float mine = float(rank);
     std::vector<float> gathered(2);
-    if (!comm.allGather(dp, &mine, gathered.data(), 1).ok() ||
+    if (!comm.allGather(dp, &mine, gathered.data(), 1, DType::F32).ok() ||
         gathered[0] != float(t) || gathered[1] != float(t + 2))
       return 4;
     // all_to_all over the whole mesh: chunk j goes to position j.
     std::vector<float> send(4), received(4);
     for (int j = 0; j < 4; ++j)
       send[j] = float(100 * rank + j);
-    if (!comm.allToAll(both, send.data(), received.data(), 1).ok())
+    if (!comm.allToAll(both, send.data(), received.data(), 1, DType::F32).ok())
       return 5;
     for (int i = 0; i < 4; ++i)
       if (received[i] != float(100 * i + rank))
         return 6;
     // broadcast from position 1 over tp.
     values = {float(rank)};
-    if (!comm.broadcast(tp, values.data(), 1, 1).ok() ||
+    if (!comm.broadcast(tp, values.data(), 1, DType::F32, 1).ok() ||
         values[0] != float(2 * d + 1))
       return 7;
     // point to point within tp: position 0 sends, position 1 receives.
     float message = float(rank + 0.5f);
-    if (t == 0 && !comm.send(tp, &message, 1, 1, 7).ok())
+    if (t == 0 && !comm.send(tp, &message, 1, DType::F32, 1, 7).ok())
       return 8;
-    if (t == 1 && (!comm.recv(tp, &message, 1, 0, 7).ok() ||
+    if (t == 1 && (!comm.recv(tp, &message, 1, DType::F32, 0, 7).ok() ||
                    message != float(rank - 1 + 0.5f)))
       return 9;
     // permute around the whole mesh by one.
     float out = 0;
-    if (!comm.permute(both, &mine, &out, 1, 1).ok() ||
+    if (!comm.permute(both, &mine, &out, 1, DType::F32, 1).ok() ||
         out != float((rank + 3) % 4))
       return 10;
     return comm.barrier().ok() ? 0 : 11;
   });
   EXPECT_EQ(codes, std::vector<int>(4, 0));
+}
+
+TEST(CommunicatorTest, ReducesAndMovesEveryDtype) {
+  // bf16 and f16 sums are taken in fp32 per pair and rounded to nearest
+  // even; i32 sums are exact; gathers and transfers move the bytes.
+  Mesh mesh = *Mesh::parse("dp=2", nullptr);
+  RendezvousOptions options;
+  options.storeDir = freshStore("dtypes");
+  std::vector<int> codes = runRanks(2, [&](int rank) {
+    auto connected = connectGloo(mesh, rank, {{0}}, options);
+    if (!connected.ok())
+      return 1;
+    Communicator &comm = **connected;
+    // 1 + 2^-8 on each rank: the fp32 sum 2 + 2^-7 is exact in bf16.
+    std::vector<uint16_t> bf16 = {floatToBfloat16(1.0f + 0x1p-8f),
+                                  floatToBfloat16(rank ? -3.0f : 5.0f)};
+    if (!comm.allReduce({0}, bf16.data(), 2, DType::BF16, ReduceKind::Sum)
+             .ok() ||
+        bfloat16ToFloat(bf16[0]) != 2.0f || bfloat16ToFloat(bf16[1]) != 2.0f)
+      return 2;
+    std::vector<uint16_t> f16 = {floatToHalf(rank ? 0.25f : 1000.0f)};
+    if (!comm.allReduce({0}, f16.data(), 1, DType::F16, ReduceKind::Max).ok() ||
+        halfToFloat(f16[0]) != 1000.0f)
+      return 3;
+    std::vector<int32_t> ints = {rank + 1, 1 << 29};
+    if (!comm.allReduce({0}, ints.data(), 2, DType::I32, ReduceKind::Sum)
+             .ok() ||
+        ints[0] != 3 || ints[1] != (1 << 30))
+      return 4;
+    uint16_t mine = floatToBfloat16(float(rank + 1));
+    std::vector<uint16_t> gathered(2);
+    if (!comm.allGather({0}, &mine, gathered.data(), 1, DType::BF16).ok() ||
+        bfloat16ToFloat(gathered[0]) != 1.0f ||
+        bfloat16ToFloat(gathered[1]) != 2.0f)
+      return 5;
+    uint16_t message = floatToHalf(rank ? 0.0f : 0.5f);
+    if (rank == 0 && !comm.send({0}, &message, 1, DType::F16, 1, 3).ok())
+      return 6;
+    if (rank == 1 && (!comm.recv({0}, &message, 1, DType::F16, 0, 3).ok() ||
+                      halfToFloat(message) != 0.5f))
+      return 7;
+    return 0;
+  });
+  EXPECT_EQ(codes, std::vector<int>(2, 0));
 }
 
 TEST(CommunicatorTest, ADeadRankFailsTheOthersWithinTheTimeout) {
@@ -137,7 +183,8 @@ TEST(CommunicatorTest, ADeadRankFailsTheOthersWithinTheTimeout) {
       _exit(0); // dies before the collective
     std::vector<float> values(1024, 1.0f);
     Status status =
-        (*connected)->allReduce({0}, values.data(), 1024, ReduceKind::Sum);
+        (*connected)->allReduce({0}, values.data(), 1024, DType::F32,
+                                ReduceKind::Sum);
     if (status.ok())
       return 2;
     bool named = status.message().find("group {0,1,2}") != std::string::npos;
@@ -160,10 +207,11 @@ TEST(CommunicatorTest, TransfersStartAtOnceAndCompleteWhenWaited) {
     Communicator &comm = **connected;
     int peer = 1 - rank;
     std::vector<float> out(kCount, static_cast<float>(rank + 1)), in(kCount);
-    auto sent = comm.startSend({0}, out.data(), kCount, peer, /*channel=*/rank);
+    auto sent = comm.startSend({0}, out.data(), kCount, DType::F32, peer,
+                               /*channel=*/rank);
     if (!sent.ok())
       return 2;
-    auto received = comm.startRecv({0}, in.data(), kCount, peer, peer);
+    auto received = comm.startRecv({0}, in.data(), kCount, DType::F32, peer, peer);
     if (!received.ok() || !(*received)->wait().ok() || !(*sent)->wait().ok())
       return 3;
     for (float value : in)

@@ -96,6 +96,11 @@ public:
   /// plan loader validated it.
   virtual Status launch(const KernelArgs &args) = 0;
 
+  /// Runs a collective instruction (all_reduce, ..., send, recv) over
+  /// `args.comm`: packing the device's buffers around the exchange. Called
+  /// from communication work (or inline for a plan run without overlap).
+  virtual Status runCollective(const KernelArgs &args) = 0;
+
   /// Runs `work` on the communication stream; returns its event.
   virtual int64_t enqueueCommunication(std::function<Status()> work) = 0;
   /// Orders later compute after the communication of `event`; its

@@ -14,6 +14,8 @@
 #define TRELLIS_RUNTIME_COMMUNICATOR_H
 
 #include "trellis/Common/Mesh.h"
+#include "trellis/Runtime/HostReduction.h"
+#include "trellis/Runtime/Plan.h"
 #include "trellis/Runtime/Status.h"
 
 #include <chrono>
@@ -23,7 +25,6 @@
 
 namespace trellis::runtime {
 
-enum class ReduceKind { Sum, Max, Min };
 
 /// Mesh axes by index, in the order a plan lists them.
 using AxisList = std::vector<size_t>;
@@ -52,38 +53,43 @@ public:
     return mesh_.groupPosition(rank_, axes);
   }
 
+  // Buffers are `count` elements of `dtype` in the device's memory. Sums of
+  // 16-bit floats are taken in fp32 and rounded to nearest even after each
+  // step of the reduction (the wire carries the 16-bit values).
+
   /// In place: every member ends with the reduction of all members' data.
-  virtual Status allReduce(const AxisList &axes, float *data, int64_t count,
-                           ReduceKind kind) = 0;
+  virtual Status allReduce(const AxisList &axes, void *data, int64_t count,
+                           DType dtype, ReduceKind kind) = 0;
   /// `output` (count * group size) receives every member's `input` (count),
   /// in group order.
-  virtual Status allGather(const AxisList &axes, const float *input,
-                           float *output, int64_t count) = 0;
+  virtual Status allGather(const AxisList &axes, const void *input,
+                           void *output, int64_t count, DType dtype) = 0;
   /// `input` holds group-size chunks of `chunk` elements; chunk j goes to
   /// member j; `output` receives member i's chunk for us at position i.
-  virtual Status allToAll(const AxisList &axes, const float *input,
-                          float *output, int64_t chunk) = 0;
+  virtual Status allToAll(const AxisList &axes, const void *input,
+                          void *output, int64_t chunk, DType dtype) = 0;
   /// In place: every member ends with the data of member `root`.
-  virtual Status broadcast(const AxisList &axes, float *data, int64_t count,
-                           int64_t root) = 0;
+  virtual Status broadcast(const AxisList &axes, void *data, int64_t count,
+                           DType dtype, int64_t root) = 0;
   /// Sends `data` to member `peer` on `channel`.
-  virtual Status send(const AxisList &axes, const float *data, int64_t count,
-                      int64_t peer, int64_t channel) = 0;
+  virtual Status send(const AxisList &axes, const void *data, int64_t count,
+                      DType dtype, int64_t peer, int64_t channel) = 0;
   /// Receives into `data` from member `peer` on `channel`.
-  virtual Status recv(const AxisList &axes, float *data, int64_t count,
-                      int64_t peer, int64_t channel) = 0;
+  virtual Status recv(const AxisList &axes, void *data, int64_t count,
+                      DType dtype, int64_t peer, int64_t channel) = 0;
   /// Starts sending `data` to member `peer` on `channel` and returns at
   /// once: the transfer completes when the peer receives it.
   virtual StatusOr<std::unique_ptr<PendingTransfer>>
-  startSend(const AxisList &axes, const float *data, int64_t count,
-            int64_t peer, int64_t channel) = 0;
+  startSend(const AxisList &axes, const void *data, int64_t count,
+            DType dtype, int64_t peer, int64_t channel) = 0;
   /// Starts receiving into `data` from member `peer` on `channel`.
   virtual StatusOr<std::unique_ptr<PendingTransfer>>
-  startRecv(const AxisList &axes, float *data, int64_t count, int64_t peer,
-            int64_t channel) = 0;
+  startRecv(const AxisList &axes, void *data, int64_t count, DType dtype,
+            int64_t peer, int64_t channel) = 0;
   /// `output` receives the data of member (position - shift) mod size.
-  virtual Status permute(const AxisList &axes, const float *input,
-                         float *output, int64_t count, int64_t shift) = 0;
+  virtual Status permute(const AxisList &axes, const void *input,
+                         void *output, int64_t count, DType dtype,
+                         int64_t shift) = 0;
   /// Returns once every rank of the mesh has called it.
   virtual Status barrier() = 0;
 
