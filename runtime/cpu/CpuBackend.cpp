@@ -169,6 +169,9 @@ public:
     Kernel kernel = findKernel(args.instruction.op);
     if (!kernel)
       return Status::error("cpu: no kernel for '" + args.instruction.op + "'");
+    // Kernels compute in fp32; 16-bit operands go through fp32 copies.
+    if (kernel != runCast && hasNarrowOperands(args))
+      return runInFloat(args, kernel);
     return kernel(args);
   }
 

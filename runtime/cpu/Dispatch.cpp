@@ -35,6 +35,7 @@ Kernel findKernel(const std::string &op) {
     add({"rope"}, runRope);
     add({"cross_entropy", "cross_entropy_grad"}, runCrossEntropy);
     add({"adamw", "sgd"}, runOptimizer);
+    add({"cast"}, runCast);
     add({"add", "sub", "mul", "div", "maximum", "equal_mask", "neg", "exp",
          "log", "tanh", "sqrt", "rsqrt", "sigmoid", "silu", "gelu",
          "gelu_tanh", "relu", "scale", "unary_grad", "accumulate", "fill"},

@@ -28,6 +28,14 @@ Status runOptimizer(const KernelArgs &args);
 /// A kernel runs one validated instruction.
 using Kernel = Status (*)(const KernelArgs &args);
 
+/// `cast` between f32, bf16 and f16.
+Status runCast(const KernelArgs &args);
+/// Whether an instruction has bf16 or f16 operands or results.
+bool hasNarrowOperands(const KernelArgs &args);
+/// Runs an f32 `kernel` on fp32 copies of the instruction's 16-bit
+/// operands and rounds its 16-bit results back.
+Status runInFloat(const KernelArgs &args, Kernel kernel);
+
 /// The kernel of plan op `op`, or null if the CPU has none.
 Kernel findKernel(const std::string &op);
 

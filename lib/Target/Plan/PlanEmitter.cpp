@@ -38,11 +38,8 @@ llvm::json::Array shapeArray(ArrayRef<int64_t> shape) {
 
 /// The plan's name of a tensor element type, or empty if unsupported.
 StringRef dtypeName(Type type) {
-  if (type.isF32())
-    return "f32";
-  if (type.isInteger(32))
-    return "i32";
-  return "";
+  std::optional<trellis::ElementType> element = toElementType(type);
+  return element ? trellis::elementTypeName(*element) : "";
 }
 
 /// An attribute as the plan holds it: the op contract's value
@@ -176,7 +173,8 @@ FailureOr<int64_t> Emitter::defineBuffer(Value value, Operation *where,
   auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
   StringRef dtype = type ? dtypeName(type.getElementType()) : "";
   if (!type || !type.hasStaticShape() || dtype.empty())
-    return where->emitError() << "the plan holds static tensors of f32 or i32,"
+    return where->emitError() << "the plan holds static tensors of f32, bf16, "
+                                 "f16 or i32,"
                               << " found " << value.getType();
   int64_t id = buffers_.size();
   llvm::json::Object desc{{"shape", shapeArray(type.getShape())},

@@ -122,6 +122,9 @@ bool isUnaryFunction(const std::string &name) {
 bool acceptsElementType(OperandKind kind, ElementType type) {
   switch (kind) {
   case OperandKind::Float:
+    return type == ElementType::F32 || type == ElementType::BF16 ||
+           type == ElementType::F16;
+  case OperandKind::Float32:
     return type == ElementType::F32;
   case OperandKind::Index:
     return type == ElementType::I32;
@@ -365,6 +368,17 @@ void TableBuilder::build() {
                            "softmax"})
     add(name, {kInput}, 1, {}, sameAsInputRule);
   add("scale", {kInput}, 1, {{"factor", K::Real, true}}, sameAsInputRule);
+  add("cast", {kInput}, 1, {{"to", K::String, true}},
+      [](const OpInstance &op, Results &out) -> Diagnostic {
+        std::string to = op.text("to");
+        for (ElementType type :
+             {ElementType::F32, ElementType::BF16, ElementType::F16})
+          if (to == elementTypeName(type)) {
+            out.push_back({op.shape(0), type});
+            return std::nullopt;
+          }
+        return "expected a cast to f32, bf16 or f16, found '" + to + "'";
+      });
   // A micro-batch's value added into its step total; the runtime sets
   // `first` on each total's first accumulation of the step (which copies).
   add("accumulate", {kInput}, 1, {{"first", K::Bool, false}}, sameAsInputRule);
@@ -615,7 +629,10 @@ void TableBuilder::build() {
         return std::nullopt;
       });
   add("cross_entropy_grad",
-      {{"logits"}, {"targets", OperandKind::Index}, {"loss_grad"}}, 1,
+      {{"logits"},
+       {"targets", OperandKind::Index},
+       {"loss_grad", OperandKind::Float32}},
+      1,
       {{"normalizer", K::Int, false}, kOptionalAxes},
       [](const OpInstance &op, Results &out) -> Diagnostic {
         TRELLIS_CHECK(targetsOperand(op));
@@ -628,7 +645,12 @@ void TableBuilder::build() {
 
   // Optimizers.
   add("adamw",
-      {{"param"}, {"grad"}, {"first_moment"}, {"second_moment"}, {"step"}}, 3,
+      {{"param", OperandKind::Float32},
+       {"grad", OperandKind::Float32},
+       {"first_moment", OperandKind::Float32},
+       {"second_moment", OperandKind::Float32},
+       {"step", OperandKind::Float32}},
+      3,
       {{"learning_rate", K::Real, true},
        {"beta1", K::Real, true},
        {"beta2", K::Real, true},
@@ -650,7 +672,8 @@ void TableBuilder::build() {
         out.assign(3, op.input(0));
         return std::nullopt;
       });
-  add("sgd", {{"param"}, {"grad"}}, 1,
+  add("sgd", {{"param", OperandKind::Float32}, {"grad", OperandKind::Float32}},
+      1,
       {{"learning_rate", K::Real, true}, {"weight_decay", K::Real, true}},
       [](const OpInstance &op, Results &out) -> Diagnostic {
         TRELLIS_CHECK(expectSameShape(op, 1, "grad", 0, "param"));
@@ -757,16 +780,33 @@ Diagnostic inferResults(const OpContract &contract, const OpInstance &instance,
            (contract.variadic ? std::string("at least 1")
                               : std::to_string(expected)) +
            " operands, found " + std::to_string(found);
+  std::optional<size_t> firstFloat;
   for (size_t i = 0; i < found; ++i) {
     const OperandSpec &spec = contract.operands[contract.variadic ? 0 : i];
     ElementType type = instance.input(i).element;
+    std::string name =
+        spec.name +
+        (contract.variadic ? " " + std::to_string(i) : std::string());
     if (!acceptsElementType(spec.kind, type)) {
-      std::string accepted =
-          spec.kind == OperandKind::Index ? "i32" : "f32";
-      return "expected " + spec.name +
-             (contract.variadic ? " " + std::to_string(i) : std::string()) +
-             " of element type " + accepted + ", found " +
-             elementTypeName(type);
+      const char *accepted = spec.kind == OperandKind::Index ? "i32"
+                             : spec.kind == OperandKind::Float32
+                                 ? "f32"
+                                 : "f32, bf16 or f16";
+      return "expected " + name + " of element type " + accepted +
+             ", found " + elementTypeName(type);
+    }
+    // Float operands share the first one's element type.
+    if (spec.kind == OperandKind::Float) {
+      if (!firstFloat) {
+        firstFloat = i;
+      } else if (instance.input(*firstFloat).element != type) {
+        const OperandSpec &first =
+            contract.operands[contract.variadic ? 0 : *firstFloat];
+        return "expected " + name + " of element type " +
+               elementTypeName(instance.input(*firstFloat).element) +
+               " (that of " + first.name + "), found " +
+               elementTypeName(type);
+      }
     }
   }
   for (const AttrSpec &spec : contract.attrs) {

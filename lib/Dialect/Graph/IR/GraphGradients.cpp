@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 
 using namespace mlir;
@@ -138,6 +139,18 @@ LogicalResult EqualMaskOp::buildGradients(OpBuilder &, ArrayRef<Value>,
                                           SmallVectorImpl<Value> &grads) {
   // Piecewise constant: the gradient is zero almost everywhere.
   grads.append({Value(), Value()});
+  return success();
+}
+
+// A cast's gradient is cast back to the input's element type (a bf16
+// compute copy of an f32 parameter gives an f32 gradient).
+LogicalResult CastOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
+                                     SmallVectorImpl<Value> &grads) {
+  std::optional<trellis::ElementType> from = toElementType(
+      llvm::cast<RankedTensorType>(getInput().getType()).getElementType());
+  grads.push_back(CastOp::create(b, getLoc(), dy[0],
+                                 b.getStringAttr(trellis::elementTypeName(
+                                     from.value_or(trellis::ElementType::F32)))));
   return success();
 }
 

@@ -66,6 +66,7 @@ GRAPH_INFER_FROM_CONTRACT(DivOp)
 GRAPH_INFER_FROM_CONTRACT(MaximumOp)
 GRAPH_INFER_FROM_CONTRACT(EqualMaskOp)
 GRAPH_INFER_FROM_CONTRACT(ScaleOp)
+GRAPH_INFER_FROM_CONTRACT(CastOp)
 GRAPH_INFER_FROM_CONTRACT(MicrobatchSumOp)
 GRAPH_INFER_FROM_CONTRACT(NegOp)
 GRAPH_INFER_FROM_CONTRACT(ExpOp)
@@ -105,3 +106,20 @@ GRAPH_INFER_FROM_CONTRACT(CrossEntropyGradOp)
 GRAPH_INFER_FROM_CONTRACT(AdamWOp)
 GRAPH_INFER_FROM_CONTRACT(SgdOp)
 #undef GRAPH_INFER_FROM_CONTRACT
+
+//===----------------------------------------------------------------------===//
+// Precision policies (PrecisionOpInterface) other than the default, Low
+//===----------------------------------------------------------------------===//
+
+PrecisionPolicy CastOp::getPrecisionPolicy() {
+  return PrecisionPolicy::Operands;
+}
+
+// The loss and its gradient in fp32 (the logits are cast up).
+PrecisionPolicy CrossEntropyOp::getPrecisionPolicy() {
+  return PrecisionPolicy::Float32;
+}
+
+PrecisionPolicy CrossEntropyGradOp::getPrecisionPolicy() {
+  return PrecisionPolicy::Float32;
+}

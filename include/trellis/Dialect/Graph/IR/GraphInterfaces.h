@@ -60,6 +60,20 @@ struct ShardingRule {
   std::string toString() const;
 };
 
+/// The precision an op computes in under mixed precision (see
+/// PrecisionOpInterface).
+enum class PrecisionPolicy {
+  /// The compute dtype (bf16 or f16): its f32 operands are cast down when
+  /// they are parameters or meet a low-precision operand. The op's kernels
+  /// still accumulate in fp32 (matmul sums, norm and softmax statistics).
+  Low,
+  /// fp32: its low-precision operands are cast up (the loss, cross-entropy,
+  /// the optimizer).
+  Float32,
+  /// The dtype its operands have (casts themselves).
+  Operands,
+};
+
 /// What one execution of an op costs.
 struct OpCost {
   double flops = 0;

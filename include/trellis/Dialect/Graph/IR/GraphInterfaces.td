@@ -1,6 +1,6 @@
 //===- GraphInterfaces.td - Interfaces of graph ops --------*- tablegen -*-===//
 //
-// The three interfaces every graph op implements. Passes are written against
+// The interfaces every graph op implements. Passes are written against
 // them, never against op names.
 //
 //===----------------------------------------------------------------------===//
@@ -68,6 +68,22 @@ def Graph_CostOpInterface : OpInterface<"CostOpInterface"> {
     InterfaceMethod<"Returns the cost of one execution.",
       "::trellis::graph::OpCost", "getCost", (ins), [{}], [{
         return ::trellis::graph::defaultCost($_op, /*flopsPerElement=*/1);
+      }]>
+  ];
+}
+
+def Graph_PrecisionOpInterface : OpInterface<"PrecisionOpInterface"> {
+  let cppNamespace = "::trellis::graph";
+  let description = [{
+    Which precision the op computes in under mixed precision: the policy the
+    `-trellis-mixed-precision` pass inserts casts from. Most ops compute in
+    the low precision; ops override it to stay in fp32.
+  }];
+  let methods = [
+    InterfaceMethod<"Returns the op's precision policy.",
+      "::trellis::graph::PrecisionPolicy", "getPrecisionPolicy", (ins), [{}],
+      [{
+        return ::trellis::graph::PrecisionPolicy::Low;
       }]>
   ];
 }

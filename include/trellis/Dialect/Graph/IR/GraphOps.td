@@ -17,7 +17,11 @@ include "trellis/Dialect/Graph/IR/GraphDialect.td"
 include "trellis/Dialect/Graph/IR/GraphEnums.td"
 include "trellis/Dialect/Graph/IR/GraphInterfaces.td"
 
-def Graph_FloatTensor : StaticShapeTensorOf<[F32]>;
+// Floating-point tensors: f32, or bf16 / f16 under mixed precision (the op
+// contract checks that an op's float operands agree).
+def Graph_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
+// fp32 only: master weights, optimizer states and their gradients.
+def Graph_F32Tensor : StaticShapeTensorOf<[F32]>;
 def Graph_IndexTensor : StaticShapeTensorOf<[I32]>;
 // A rank-0 f32 operand; buildable so that formats need not spell its type.
 def Graph_ScalarTensor : 0DTensorOf<[F32]>,
@@ -32,21 +36,27 @@ def Graph_ScalarResult : 0DTensorOf<[F32]>;
 // op overrides (["localizeAttributes"] for ops whose attributes encode
 // global sizes).
 class Graph_Op<string mnemonic, list<Trait> traits = [],
-               list<string> shardingMethods = []>
+               list<string> shardingMethods = [],
+               list<string> precisionMethods = []>
     : Op<Graph_Dialect, mnemonic, !listconcat(traits, [Pure,
         InferTypeOpAdaptor,
         DeclareOpInterfaceMethods<Graph_ShardingRuleOpInterface,
                                   shardingMethods>,
-        DeclareOpInterfaceMethods<Graph_GradientOpInterface>])>;
+        DeclareOpInterfaceMethods<Graph_GradientOpInterface>,
+        DeclareOpInterfaceMethods<Graph_PrecisionOpInterface,
+                                  precisionMethods>])>;
 
 class Graph_CostlyOp<string mnemonic, list<Trait> traits = [],
-                     list<string> shardingMethods = []>
+                     list<string> shardingMethods = [],
+                     list<string> precisionMethods = []>
     : Graph_Op<mnemonic, !listconcat(traits, [
         DeclareOpInterfaceMethods<Graph_CostOpInterface, ["getCost"]>]),
-        shardingMethods>;
+        shardingMethods, precisionMethods>;
 
-class Graph_DefaultCostOp<string mnemonic, list<Trait> traits = []>
-    : Graph_Op<mnemonic, !listconcat(traits, [Graph_CostOpInterface])>;
+class Graph_DefaultCostOp<string mnemonic, list<Trait> traits = [],
+                          list<string> precisionMethods = []>
+    : Graph_Op<mnemonic, !listconcat(traits, [Graph_CostOpInterface]), [],
+               precisionMethods>;
 
 //===----------------------------------------------------------------------===//
 // Constants
@@ -84,6 +94,20 @@ def Graph_ScaleOp : Graph_DefaultCostOp<"scale"> {
   let arguments = (ins Graph_FloatTensor:$input, F64Attr:$factor);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
+}
+
+def Graph_CastOp : Graph_DefaultCostOp<"cast", [], ["getPrecisionPolicy"]> {
+  let summary = "Converts a float tensor to another float element type";
+  let description = [{
+    ```mlir
+    %low = graph.cast %w to "bf16" : tensor<64x64xf32>
+    ```
+    To 16 bits rounds to nearest, ties to even; to f32 is exact. `to` is
+    `f32`, `bf16` or `f16`.
+  }];
+  let arguments = (ins Graph_FloatTensor:$input, StrAttr:$to);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input `to` $to attr-dict `:` type($input)";
 }
 
 def Graph_MicrobatchSumOp : Graph_DefaultCostOp<"microbatch_sum"> {
@@ -389,7 +413,8 @@ def Graph_AttentionGradOp : Graph_CostlyOp<"attention_grad", [
   }];
 }
 
-def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy", [], ["localizeAttributes"]> {
+def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy", [],
+    ["localizeAttributes"], ["getPrecisionPolicy"]> {
   let summary = "Mean cross-entropy of logits [..., V] against target ids";
   let description = [{
     Returns sum over target positions of logsumexp(logits) - logits[target],
@@ -408,7 +433,8 @@ def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy", [], ["localizeAttribu
   let assemblyFormat = "$logits `,` $targets attr-dict `:` type($logits) `,` type($targets)";
 }
 
-def Graph_CrossEntropyGradOp : Graph_CostlyOp<"cross_entropy_grad", [], ["localizeAttributes"]> {
+def Graph_CrossEntropyGradOp : Graph_CostlyOp<"cross_entropy_grad", [],
+    ["localizeAttributes"], ["getPrecisionPolicy"]> {
   let summary = "Gradient of cross_entropy for its logits";
   let arguments = (ins Graph_FloatTensor:$logits, Graph_IndexTensor:$targets,
                        Graph_ScalarTensor:$loss_grad,
@@ -433,15 +459,15 @@ def Graph_AdamWOp : Graph_CostlyOp<"adamw", [
     p = p - lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p).
     Returns the new parameter and moments.
   }];
-  let arguments = (ins Graph_FloatTensor:$param, Graph_FloatTensor:$grad,
-                       Graph_FloatTensor:$first_moment,
-                       Graph_FloatTensor:$second_moment,
+  let arguments = (ins Graph_F32Tensor:$param, Graph_F32Tensor:$grad,
+                       Graph_F32Tensor:$first_moment,
+                       Graph_F32Tensor:$second_moment,
                        Graph_ScalarTensor:$step,
                        F64Attr:$learning_rate, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$epsilon, F64Attr:$weight_decay);
-  let results = (outs Graph_FloatTensor:$new_param,
-                      Graph_FloatTensor:$new_first_moment,
-                      Graph_FloatTensor:$new_second_moment);
+  let results = (outs Graph_F32Tensor:$new_param,
+                      Graph_F32Tensor:$new_first_moment,
+                      Graph_F32Tensor:$new_second_moment);
   let assemblyFormat = [{
     $param `,` $grad `,` $first_moment `,` $second_moment `,` $step attr-dict `:` type($param)
   }];
@@ -449,9 +475,9 @@ def Graph_AdamWOp : Graph_CostlyOp<"adamw", [
 
 def Graph_SgdOp : Graph_CostlyOp<"sgd", [AllTypesMatch<["param", "grad"]>]> {
   let summary = "One SGD step with weight decay: p = p - lr (g + wd p)";
-  let arguments = (ins Graph_FloatTensor:$param, Graph_FloatTensor:$grad,
+  let arguments = (ins Graph_F32Tensor:$param, Graph_F32Tensor:$grad,
                        F64Attr:$learning_rate, F64Attr:$weight_decay);
-  let results = (outs Graph_FloatTensor:$new_param);
+  let results = (outs Graph_F32Tensor:$new_param);
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($param)";
 }
 

@@ -116,8 +116,11 @@ using Diagnostic = std::optional<std::string>;
 
 /// The element types an operand takes.
 enum class OperandKind {
-  /// Floating point: f32 (the kernels' type today).
+  /// Floating point: f32, bf16 or f16; an op's Float operands share one
+  /// element type.
   Float,
+  /// f32 only: master weights, optimizer states, their gradients.
+  Float32,
   /// Integer ids: i32.
   Index,
   /// Any element type (layout ops that move bytes).

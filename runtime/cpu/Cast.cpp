@@ -1,0 +1,133 @@
+//===- Cast.cpp - Float conversions and 16-bit operands -------------------===//
+//
+// `cast` converts between f32, bf16 and f16 (to 16 bits rounds to nearest
+// even). Every other kernel is written over f32: an instruction with bf16
+// or f16 operands runs it on fp32 copies of them, and its 16-bit results
+// are rounded back, so each op computes and accumulates in fp32 and stores
+// in its dtype.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+#include "trellis/Common/HalfFloat.h"
+
+#include <cstring>
+#include <memory>
+
+namespace trellis::runtime::cpu {
+
+namespace {
+
+void toFloat(const Tensor &source, float *target) {
+  int64_t n = source.size();
+  const uint16_t *bits = static_cast<const uint16_t *>(source.raw());
+  switch (source.desc().dtype) {
+  case DType::F32:
+    std::memcpy(target, source.raw(), n * sizeof(float));
+    return;
+  case DType::BF16:
+    for (int64_t i = 0; i < n; ++i)
+      target[i] = bfloat16ToFloat(bits[i]);
+    return;
+  case DType::F16:
+    for (int64_t i = 0; i < n; ++i)
+      target[i] = halfToFloat(bits[i]);
+    return;
+  case DType::I32:
+    return;
+  }
+}
+
+void fromFloat(const float *source, Tensor &target) {
+  int64_t n = target.size();
+  uint16_t *bits = static_cast<uint16_t *>(target.raw());
+  switch (target.desc().dtype) {
+  case DType::F32:
+    std::memcpy(target.raw(), source, n * sizeof(float));
+    return;
+  case DType::BF16:
+    for (int64_t i = 0; i < n; ++i)
+      bits[i] = floatToBfloat16(source[i]);
+    return;
+  case DType::F16:
+    for (int64_t i = 0; i < n; ++i)
+      bits[i] = floatToHalf(source[i]);
+    return;
+  case DType::I32:
+    return;
+  }
+}
+
+bool isNarrow(const Tensor &tensor) {
+  return tensor.desc().dtype == DType::BF16 ||
+         tensor.desc().dtype == DType::F16;
+}
+
+} // namespace
+
+Status runCast(const KernelArgs &args) {
+  const Tensor &in = args.in(0);
+  Tensor &out = args.out(0);
+  if (in.desc().dtype == out.desc().dtype) {
+    std::memcpy(out.raw(), in.raw(), in.bytes());
+    return Status::success();
+  }
+  if (in.desc().dtype == DType::F32) {
+    fromFloat(in.f32(), out);
+    return Status::success();
+  }
+  std::unique_ptr<float[]> wide(new float[in.size()]);
+  toFloat(in, wide.get());
+  fromFloat(wide.get(), out);
+  return Status::success();
+}
+
+bool hasNarrowOperands(const KernelArgs &args) {
+  for (int64_t id : args.instruction.inputs)
+    if (isNarrow(args.buffers[id]))
+      return true;
+  for (int64_t id : args.instruction.outputs)
+    if (isNarrow(args.buffers[id]))
+      return true;
+  return false;
+}
+
+Status runInFloat(const KernelArgs &args, Kernel kernel) {
+  // A buffer table of this instruction alone: its operands, the 16-bit
+  // ones replaced by fp32 copies (results start from their current values:
+  // some kernels accumulate into them).
+  const Instruction &original = args.instruction;
+  Instruction local;
+  local.op = original.op;
+  local.attrs = original.attrs;
+  std::vector<Tensor> buffers;
+  std::vector<std::unique_ptr<float[]>> copies;
+  auto bind = [&](int64_t id) -> int64_t {
+    const Tensor &tensor = args.buffers[id];
+    if (!isNarrow(tensor)) {
+      buffers.push_back(tensor);
+    } else {
+      copies.emplace_back(new float[std::max<int64_t>(tensor.size(), 1)]);
+      toFloat(tensor, copies.back().get());
+      BufferDesc desc = tensor.desc();
+      desc.dtype = DType::F32;
+      buffers.emplace_back(desc, copies.back().get());
+    }
+    return static_cast<int64_t>(buffers.size()) - 1;
+  };
+  for (int64_t id : original.inputs)
+    local.inputs.push_back(bind(id));
+  for (int64_t id : original.outputs)
+    local.outputs.push_back(bind(id));
+  TRELLIS_RETURN_IF_ERROR(
+      kernel(KernelArgs{local, buffers, args.axes, args.comm}));
+  for (size_t i = 0; i < original.outputs.size(); ++i) {
+    Tensor &target = args.buffers[original.outputs[i]];
+    if (isNarrow(target))
+      fromFloat(buffers[local.outputs[i]].f32(), target);
+  }
+  return Status::success();
+}
+
+} // namespace trellis::runtime::cpu
