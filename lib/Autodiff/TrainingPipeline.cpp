@@ -11,6 +11,11 @@ using namespace trellis;
 
 void trellis::buildTrainingPipeline(OpPassManager &pm,
                                     const TrainingOptions &options) {
+  if (options.precision) {
+    MixedPrecisionPassOptions mixed;
+    mixed.compute = *options.precision;
+    pm.addPass(createMixedPrecisionPass(mixed));
+  }
   ReverseModePassOptions reverse;
   // Each micro-batch's backward is seeded with 1/m: the gradients sum to
   // those of the mean loss.
@@ -42,6 +47,9 @@ namespace {
 /// The update rule, or none (return the gradients).
 enum class OptimizerChoice { AdamW, Sgd, None };
 
+/// fp32 throughout, or a low-precision compute dtype.
+enum class PrecisionChoice { F32, BF16, F16 };
+
 /// TrainingOptions as pipeline options of trellis-opt.
 struct TrainingPipelineOptions
     : public PassPipelineOptions<TrainingPipelineOptions> {
@@ -69,6 +77,15 @@ struct TrainingPipelineOptions
       *this, "decay-1d",
       llvm::cl::desc("Decay 1-D parameters (biases, norm gains) too"),
       llvm::cl::init(false)};
+  Option<PrecisionChoice> precision{
+      *this, "precision", llvm::cl::desc("The compute dtype"),
+      llvm::cl::init(PrecisionChoice::F32),
+      llvm::cl::values(
+          clEnumValN(PrecisionChoice::F32, "f32", "fp32 throughout"),
+          clEnumValN(PrecisionChoice::BF16, "bf16",
+                     "bf16 compute, fp32 master weights"),
+          clEnumValN(PrecisionChoice::F16, "f16",
+                     "f16 compute, fp32 master weights"))};
   Option<int64_t> microBatches{*this, "micro-batches",
                                llvm::cl::desc("Micro-batches per step"),
                                llvm::cl::init(1)};
@@ -110,6 +127,10 @@ void trellis::registerTrainingPipeline() {
         training.epsilon = options.epsilon;
         training.weightDecay = options.weightDecay;
         training.decayOneDimensional = options.decayOneDimensional;
+        if (options.precision == PrecisionChoice::BF16)
+          training.precision = LowPrecision::BF16;
+        else if (options.precision == PrecisionChoice::F16)
+          training.precision = LowPrecision::F16;
         training.microBatches = options.microBatches;
         training.recompute = options.recompute;
         training.pipelined = options.pipelined;

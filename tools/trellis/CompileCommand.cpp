@@ -69,6 +69,12 @@ cl::opt<double> compileEpsilon("adam-eps", cl::desc("AdamW epsilon"),
                                cl::init(1e-8), cl::sub(compileCommand));
 cl::opt<double> compileWeightDecay("weight-decay", cl::desc("Weight decay"),
                                    cl::init(0.0), cl::sub(compileCommand));
+cl::opt<std::string> compilePrecision(
+    "precision",
+    cl::desc("fp32 (default), or bf16: the forward and backward compute in "
+             "bf16 from fp32 master weights (the loss, cross-entropy and the "
+             "optimizer in fp32)"),
+    cl::init("fp32"), cl::sub(compileCommand));
 cl::opt<bool> compileDecayOneDimensional(
     "decay-1d",
     cl::desc("Apply --weight-decay to 1-D parameters (biases, norm gains) "
@@ -387,6 +393,16 @@ int runCompileCommand() {
     options.epsilon = compileEpsilon;
     options.weightDecay = compileWeightDecay;
     options.decayOneDimensional = compileDecayOneDimensional;
+    if (compilePrecision == "bf16")
+      options.precision = LowPrecision::BF16;
+    else if (compilePrecision == "fp16")
+      return reportError("compile",
+                         "--precision fp16 needs dynamic loss scaling, which "
+                         "this compiler does not have yet: expected fp32 or "
+                         "bf16");
+    else if (compilePrecision != "fp32")
+      return reportError("compile", "unknown precision '" + compilePrecision +
+                                        "': expected fp32 or bf16");
     options.microBatches = compileMicroBatches;
     if (compileRecompute == "full")
       options.recompute = RecomputeKind::Full;

@@ -16,6 +16,9 @@ namespace trellis {
 /// The update rule trellis-insert-optimizer adds.
 enum class OptimizerKind { AdamW, Sgd };
 
+/// The compute dtype of mixed-precision training.
+enum class LowPrecision { BF16, F16 };
+
 /// Which activations the backward recomputes instead of keeping: `none` and
 /// `selective` (the attention core, which the fused attention gradient
 /// always recomputes) are the same program; `full` recomputes each model
@@ -37,6 +40,9 @@ struct TrainingOptions {
   double weightDecay = 0.0;
   /// Whether 1-D parameters (biases, norm gains) are decayed too.
   bool decayOneDimensional = false;
+  /// Mixed precision: the forward and backward compute in this dtype, from
+  /// fp32 master weights; none: everything in fp32.
+  std::optional<LowPrecision> precision;
   /// Micro-batches per step (gradient accumulation); @forward describes
   /// one.
   int64_t microBatches = 1;

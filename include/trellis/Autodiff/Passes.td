@@ -1,8 +1,9 @@
 //===- Passes.td - Autodiff passes -------------------------*- tablegen -*-===//
 //
-// A forward pass and loss becomes a training step in four passes, each
-// runnable alone: reverse mode (the gradients of one micro-batch),
-// recomputation, micro-batch accumulation, optimizer insertion.
+// A forward pass and loss becomes a training step in five passes, each
+// runnable alone: mixed precision (casts into the compute dtype), reverse
+// mode (the gradients of one micro-batch), recomputation, micro-batch
+// accumulation, optimizer insertion.
 // `buildTrainingPipeline` (Passes.h) strings them together; trellis-opt
 // registers it as `trellis-autodiff`.
 //
@@ -12,6 +13,48 @@
 #define TRELLIS_AUTODIFF_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
+
+def MixedPrecisionPass : Pass<"trellis-mixed-precision", "::mlir::ModuleOp"> {
+  let summary = "Computes the forward in bf16 or f16 from fp32 parameters";
+  let description = [{
+    Inserts `graph.cast` ops into `func.func @forward` following each op's
+    PrecisionOpInterface policy, so that reverse mode then differentiates
+    the casts too:
+    - `Low` ops (matmul, attention, norms, elementwise, ...) compute in the
+      `compute` dtype: a parameter operand is cast down (one cast per
+      parameter and model part, before its first use there), and an f32
+      operand that meets a low-precision one is cast down before the op.
+      Ops whose float operands are all f32 values that are not parameters
+      (the loss after cross-entropy) stay in fp32.
+    - `Float32` ops (cross-entropy) get their low-precision operands cast
+      up; the loss is f32.
+    - `Operands` ops (casts) are left alone.
+    The parameters stay f32 (the master weights): the gradient of a cast is
+    a cast back, so every parameter gradient, the accumulation over
+    micro-batches and the optimizer are in fp32. Kernels accumulate sums
+    and statistics in fp32 whatever their operands' dtype.
+
+    ```mlir
+    // Before
+    %y = graph.matmul %x, %w : tensor<2x4xf32>, tensor<4x3xf32>
+    // After (compute=bf16; %x is already bf16)
+    %w16 = graph.cast %w to "bf16" : tensor<4x3xf32>
+    %y = graph.matmul %x, %w16 : tensor<2x4xbf16>, tensor<4x3xbf16>
+    ```
+  }];
+  let options = [
+    Option<"forwardName", "forward", "std::string", "\"forward\"",
+           "Name of the forward function">,
+    Option<"compute", "compute", "::trellis::LowPrecision",
+           "::trellis::LowPrecision::BF16", "The compute dtype",
+           [{::llvm::cl::values(
+             clEnumValN(::trellis::LowPrecision::BF16, "bf16", "bfloat16"),
+             clEnumValN(::trellis::LowPrecision::F16, "f16",
+                        "IEEE half precision"))}]>
+  ];
+  let dependentDialects = ["::trellis::graph::GraphDialect",
+                           "::mlir::func::FuncDialect"];
+}
 
 def ReverseModePass : Pass<"trellis-reverse-mode", "::mlir::ModuleOp"> {
   let summary = "Differentiates a forward pass and loss into its gradients";

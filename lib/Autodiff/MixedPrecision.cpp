@@ -1,0 +1,156 @@
+//===- MixedPrecision.cpp - The forward in bf16 or f16 --------------------===//
+
+#include "trellis/Autodiff/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "trellis/Dialect/Graph/IR/GraphAttrs.h"
+#include "trellis/Dialect/Graph/IR/GraphContract.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_MIXEDPRECISIONPASS
+#include "trellis/Autodiff/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+using namespace trellis::graph;
+
+namespace {
+
+bool isFloat(Type elementType) { return llvm::isa<FloatType>(elementType); }
+
+Type elementOf(Value value) {
+  return llvm::cast<RankedTensorType>(value.getType()).getElementType();
+}
+
+struct MixedPrecisionPass
+    : public trellis::impl::MixedPrecisionPassBase<MixedPrecisionPass> {
+  using MixedPrecisionPassBase::MixedPrecisionPassBase;
+
+  void runOnOperation() override {
+    auto forward = getOperation().lookupSymbol<func::FuncOp>(forwardName);
+    if (!forward || forward.isExternal()) {
+      getOperation().emitError()
+          << "expected a function @" << forwardName
+          << " to compute in mixed precision, found none";
+      return signalPassFailure();
+    }
+    MLIRContext *context = &getContext();
+    low_ = compute == LowPrecision::BF16
+               ? Type(BFloat16Type::get(context))
+               : Type(Float16Type::get(context));
+    for (BlockArgument argument : forward.getArguments()) {
+      auto role = forward.getArgAttrOfType<StringAttr>(
+          argument.getArgNumber(), GraphDialect::kRoleAttrName);
+      if (role && role.getValue() == "param")
+        params_.insert(argument);
+    }
+    Block &body = forward.getBody().front();
+    for (Operation &op : llvm::make_early_inc_range(body)) {
+      if (llvm::isa<func::ReturnOp>(op)) {
+        if (failed(castReturn(op)))
+          return signalPassFailure();
+        continue;
+      }
+      auto policy = llvm::dyn_cast<PrecisionOpInterface>(op);
+      if (!policy)
+        continue;
+      if (failed(apply(op, policy.getPrecisionPolicy())))
+        return signalPassFailure();
+    }
+  }
+
+private:
+  /// `value` cast to `to` before `user`, in `user`'s part. Parameters are
+  /// cast once per model part, before their first use there.
+  Value castFor(Value value, Type to, Operation *user) {
+    return castBefore(value, to, user, getModelPart(user));
+  }
+
+  Value castBefore(Value value, Type to, Operation *before, PartAttr part) {
+    Operation *user = before;
+    bool param = params_.contains(value);
+    if (param) {
+      auto it = paramCasts_.find({value, part});
+      if (it != paramCasts_.end())
+        return it->second;
+    }
+    OpBuilder builder(user);
+    std::optional<ElementType> element = toElementType(to);
+    auto cast = CastOp::create(
+        builder, user->getLoc(), value,
+        builder.getStringAttr(elementTypeName(*element)));
+    if (part)
+      setModelPart(cast, part);
+    if (param)
+      paramCasts_[{value, part}] = cast.getResult();
+    return cast.getResult();
+  }
+
+  LogicalResult apply(Operation &op, PrecisionPolicy policy) {
+    if (policy == PrecisionPolicy::Operands)
+      return success();
+    SmallVector<unsigned> floats;
+    bool anyLow = false, anyParam = false;
+    for (OpOperand &operand : op.getOpOperands()) {
+      Type element = elementOf(operand.get());
+      if (!isFloat(element))
+        continue;
+      floats.push_back(operand.getOperandNumber());
+      anyLow |= element == low_;
+      anyParam |= params_.contains(operand.get());
+    }
+    Type target;
+    if (policy == PrecisionPolicy::Float32)
+      target = Float32Type::get(&getContext());
+    else if (anyLow || anyParam)
+      target = low_;
+    // Else an fp32 region (the loss and what follows it): no casts.
+    for (unsigned index : target ? floats : SmallVector<unsigned>()) {
+      Value operand = op.getOperand(index);
+      if (elementOf(operand) != target)
+        op.setOperand(index, castFor(operand, target, &op));
+    }
+    // Operands made earlier may have changed type too.
+    return reinferResults(op);
+  }
+
+  /// The loss leaves the forward as f32 (cast in its maker's part).
+  LogicalResult castReturn(Operation &ret) {
+    Type f32 = Float32Type::get(&getContext());
+    for (OpOperand &operand : ret.getOpOperands()) {
+      Value value = operand.get();
+      if (!isFloat(elementOf(value)) || elementOf(value) == f32)
+        continue;
+      Operation *maker = value.getDefiningOp();
+      operand.set(castBefore(value, f32, &ret,
+                             maker ? getModelPart(maker) : PartAttr()));
+    }
+    return success();
+  }
+
+  /// Result types follow the new operand types.
+  LogicalResult reinferResults(Operation &op) {
+    auto infer = llvm::dyn_cast<InferTypeOpInterface>(op);
+    if (!infer)
+      return op.emitOpError("cannot infer its result types");
+    SmallVector<Type> types;
+    if (failed(infer.inferReturnTypes(
+            op.getContext(), op.getLoc(), op.getOperands(),
+            op.getRawDictionaryAttrs(), op.getPropertiesStorage(),
+            op.getRegions(), types)))
+      return failure();
+    for (auto [result, type] : llvm::zip(op.getResults(), types))
+      result.setType(type);
+    return success();
+  }
+
+  Type low_;
+  llvm::DenseSet<Value> params_;
+  llvm::DenseMap<std::pair<Value, Attribute>, Value> paramCasts_;
+};
+
+} // namespace

@@ -1,0 +1,54 @@
+// RUN: trellis-opt %s -trellis-mixed-precision | FileCheck %s
+// RUN: trellis-opt %s -trellis-mixed-precision="compute=f16" | FileCheck %s --check-prefix=F16
+// RUN: trellis-opt %s -trellis-autodiff="precision=bf16" | FileCheck %s --check-prefix=STEP
+
+// Tests that the forward computes in bf16 from f32 parameters: each
+// parameter is cast once per model part before its first use there (the
+// tied table twice: embedding and head), every Low op then runs in bf16,
+// cross-entropy (Float32) gets its logits cast up, and the loss stays f32.
+// CHECK-LABEL: func.func @forward
+// CHECK: %[[T0:.*]] = graph.cast %arg0 to "bf16" {graph.part = #graph.part<embedding>} : tensor<16x8xf32>
+// CHECK: %[[E:.*]] = graph.embedding %[[T0]], %arg3 {graph.part = #graph.part<embedding>} : tensor<16x8xbf16>, tensor<2x4xi32>
+// CHECK: %[[G:.*]] = graph.cast %arg1 to "bf16" {graph.part = #graph.part<layer 0>} : tensor<8xf32>
+// CHECK: %[[N:.*]] = graph.rms_norm %[[E]], %[[G]] eps {{.*}} : tensor<2x4x8xbf16>, tensor<8xbf16>
+// CHECK: %[[W:.*]] = graph.cast %arg2 to "bf16" {graph.part = #graph.part<layer 0>} : tensor<8x8xf32>
+// CHECK: %[[H:.*]] = graph.matmul %[[N]], %[[W]] {graph.part = #graph.part<layer 0>} : tensor<2x4x8xbf16>, tensor<8x8xbf16>
+// CHECK: %[[A:.*]] = graph.gelu_tanh %[[H]] {graph.part = #graph.part<layer 0>} : tensor<2x4x8xbf16>
+// CHECK: %[[T1:.*]] = graph.cast %arg0 to "bf16" {graph.part = #graph.part<head>} : tensor<16x8xf32>
+// CHECK: %[[L:.*]] = graph.matmul %[[A]], %[[T1]] transposed {graph.part = #graph.part<head>} : tensor<2x4x8xbf16>, tensor<16x8xbf16>
+// CHECK: %[[L32:.*]] = graph.cast %[[L]] to "f32" {graph.part = #graph.part<head>} : tensor<2x4x16xbf16>
+// CHECK: %[[LOSS:.*]] = graph.cross_entropy %[[L32]], %arg4 {{.*}}: tensor<2x4x16xf32>, tensor<2x4xi32>
+// The loss arithmetic stays in fp32: no cast after cross-entropy.
+// CHECK-NOT: graph.cast
+// CHECK: %[[HALF:.*]] = graph.scale %[[LOSS]] by 5.000000e-01 {graph.part = #graph.part<head>} : tensor<f32>
+// CHECK: return %[[HALF]] : tensor<f32>
+
+// F16-LABEL: func.func @forward
+// F16: graph.cast %arg0 to "f16"
+// F16: graph.matmul {{.*}} : tensor<2x4x8xf16>, tensor<8x8xf16>
+
+// Through the autodiff phase: the backward runs in bf16 and every
+// parameter gradient, being the gradient of a cast, is cast back to f32;
+// the tied table's two parts' gradients are summed in f32; AdamW updates
+// the f32 master weights.
+// STEP-LABEL: func.func @train_step
+// STEP: graph.matmul {{.*}}graph.phase = "backward"} : tensor<2x4x16xbf16>, tensor<16x8xbf16>
+// STEP: %[[DW:.*]] = graph.matmul %{{.*}} transposed, %{{.*}}graph.phase = "weight"} : tensor<8x16xbf16>, tensor<8x8xbf16>
+// STEP: graph.cast %[[DW]] to "f32" {{.*}} : tensor<16x8xbf16>
+// STEP: %[[TIED:.*]] = graph.add %{{.*}}, %{{.*}} : tensor<16x8xf32>, tensor<16x8xf32>
+// STEP: graph.adamw %arg0, %[[TIED]], {{.*}} : tensor<16x8xf32>
+
+func.func @forward(%table: tensor<16x8xf32> {graph.role = "param", graph.param = "table", graph.init = "normal:0.02"},
+                   %gain: tensor<8xf32> {graph.role = "param", graph.param = "gain", graph.init = "ones"},
+                   %w: tensor<8x8xf32> {graph.role = "param", graph.param = "w", graph.init = "normal:0.02"},
+                   %ids: tensor<2x4xi32> {graph.role = "input", graph.param = "tokens"},
+                   %targets: tensor<2x4xi32> {graph.role = "input", graph.param = "targets"}) -> tensor<f32> {
+  %e = graph.embedding %table, %ids {graph.part = #graph.part<embedding>} : tensor<16x8xf32>, tensor<2x4xi32>
+  %n = graph.rms_norm %e, %gain eps 1.0e-5 {graph.part = #graph.part<layer 0>} : tensor<2x4x8xf32>, tensor<8xf32>
+  %h = graph.matmul %n, %w {graph.part = #graph.part<layer 0>} : tensor<2x4x8xf32>, tensor<8x8xf32>
+  %a = graph.gelu_tanh %h {graph.part = #graph.part<layer 0>} : tensor<2x4x8xf32>
+  %logits = graph.matmul %a, %table transposed {graph.part = #graph.part<head>} : tensor<2x4x8xf32>, tensor<16x8xf32>
+  %loss = graph.cross_entropy %logits, %targets {graph.part = #graph.part<head>} : tensor<2x4x16xf32>, tensor<2x4xi32>
+  %half = graph.scale %loss by 0.5 {graph.part = #graph.part<head>} : tensor<f32>
+  return %half : tensor<f32>
+}
