@@ -140,6 +140,16 @@ int64_t Plan::metadataInteger(const std::string &key, int64_t fallback) const {
   return metadata[key].get<int64_t>();
 }
 
+std::string Plan::metadataText(const std::string &key,
+                               const std::string &fallback) const {
+  json metadata =
+      json::parse(metadataJson, nullptr, /*allow_exceptions=*/false);
+  if (!metadata.is_object() || !metadata.contains(key) ||
+      !metadata[key].is_string())
+    return fallback;
+  return metadata[key].get<std::string>();
+}
+
 namespace {
 
 /// Largest buffer the runtime accepts: 2^36 elements (256 GiB of f32).

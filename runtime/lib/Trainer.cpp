@@ -263,6 +263,10 @@ std::string Trainer::fingerprint() const {
 
 namespace {
 
+/// optimizer.safetensors' name of a parameter's fp32 master weight (mixed
+/// precision; model.safetensors then holds the compute-dtype copy).
+const std::string kMasterPrefix = "master.";
+
 const char *statePrefix(ArgumentRole role) {
   return role == ArgumentRole::AdamM ? "adam_m." : "adam_v.";
 }
@@ -373,8 +377,14 @@ StatusOr<std::vector<std::pair<double, double>>> Trainer::gatherMemory() const {
 
 Status Trainer::save(const std::string &dir) const {
   // Every rank takes part in gathering split tensors; rank 0 writes.
+  // With mixed precision, model.safetensors holds the weights in the
+  // compute dtype (what Hugging Face loads) and optimizer.safetensors the
+  // fp32 master weights next to the moments (what resuming restores).
   SafetensorsFile model, optimizer;
   const Plan &plan = executor_->plan();
+  std::string computeDtype = plan.metadataText("precision", "fp32") == "bf16"
+                                 ? "BF16"
+                                 : "F32";
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     if (argument.role == ArgumentRole::Input ||
@@ -382,11 +392,15 @@ Status Trainer::save(const std::string &dir) const {
       continue;
     SafetensorsEntry entry;
     TRELLIS_RETURN_IF_ERROR(gatherArgument(i, entry));
-    if (argument.role == ArgumentRole::Param)
-      model.tensors[argument.name] = std::move(entry);
-    else
+    if (argument.role != ArgumentRole::Param) {
       optimizer.tensors[statePrefix(argument.role) + argument.name] =
           std::move(entry);
+      continue;
+    }
+    if (computeDtype != "F32")
+      optimizer.tensors[kMasterPrefix + argument.name] = entry;
+    entry.dtype = computeDtype;
+    model.tensors[argument.name] = std::move(entry);
   }
   if (rank() != 0)
     return Status::success();
@@ -417,7 +431,13 @@ Status Trainer::load(const std::string &dir) {
     const Argument &argument = plan.arguments[i];
     SafetensorsFile *file = nullptr;
     std::string name = argument.name, fileName;
-    if (argument.role == ArgumentRole::Param) {
+    if (argument.role == ArgumentRole::Param &&
+        optimizer->tensors.count(kMasterPrefix + argument.name)) {
+      // A mixed-precision checkpoint: the fp32 master weight, exactly.
+      file = &*optimizer;
+      fileName = dir + "/optimizer.safetensors";
+      name = kMasterPrefix + argument.name;
+    } else if (argument.role == ArgumentRole::Param) {
       file = &*model;
       fileName = dir + "/model.safetensors";
     } else if (argument.role == ArgumentRole::AdamM ||

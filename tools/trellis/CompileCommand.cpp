@@ -327,6 +327,8 @@ int runCompileCommand() {
   if (model->metadata.get("batch"))
     model->metadata["batch"] = compileBatch.getValue();
   model->metadata["micro_batches"] = compileMicroBatches.getValue();
+  // The compute dtype: checkpoints store the model's weights in it.
+  model->metadata["precision"] = compilePrecision.getValue();
   mlir::ModuleOp module = model->module.get();
   bool wantsGradients = compileOptimizer == "none";
   llvm::StringRef stepName = wantsGradients ? "gradients" : "train_step";

@@ -152,6 +152,9 @@ struct Plan {
   int64_t findArgument(ArgumentRole role, const std::string &name) const;
   /// A metadata integer (e.g. "vocab_size"), or `fallback`.
   int64_t metadataInteger(const std::string &key, int64_t fallback) const;
+  /// A metadata string (e.g. "precision"), or `fallback`.
+  std::string metadataText(const std::string &key,
+                           const std::string &fallback) const;
 };
 
 /// The name of an input argument: its data stream ("tokens" or "targets")
