@@ -15,6 +15,7 @@
 #include "../gloo/Gloo.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <condition_variable>
 #include <cstdlib>
@@ -166,11 +167,12 @@ public:
     return findKernel(op) != nullptr;
   }
   Status launch(const KernelArgs &args) override {
-    Kernel kernel = findKernel(args.instruction.op);
+    bool narrowNative = false;
+    Kernel kernel = selectKernel(args, narrowNative);
     if (!kernel)
       return Status::error("cpu: no kernel for '" + args.instruction.op + "'");
-    // Kernels compute in fp32; 16-bit operands go through fp32 copies.
-    if (kernel != runCast && hasNarrowOperands(args))
+    // Most kernels compute in fp32: 16-bit operands go through fp32 copies.
+    if (!narrowNative && hasNarrowOperands(args))
       return runInFloat(args, kernel);
     return kernel(args);
   }
@@ -210,6 +212,8 @@ public:
       return Status::error("expected --threads >= 1, found " +
                            std::to_string(options.threads));
     openblas_set_num_threads(options.threads);
+    omp_set_num_threads(options.threads); // oneDNN's threads
+
     return std::unique_ptr<Device>(std::make_unique<CpuDevice>());
   }
   StatusOr<std::unique_ptr<Communicator>>

@@ -47,3 +47,18 @@ Kernel findKernel(const std::string &op) {
 }
 
 } // namespace trellis::runtime::cpu
+
+namespace trellis::runtime::cpu {
+
+Kernel selectKernel(const KernelArgs &args, bool &narrowNative) {
+  const std::string &op = args.instruction.op;
+  Kernel kernel = findKernel(op);
+  narrowNative = kernel == runCast;
+  if (op == "matmul" && args.in(0).desc().dtype == DType::BF16) {
+    narrowNative = true;
+    return runMatmulBf16;
+  }
+  return kernel;
+}
+
+} // namespace trellis::runtime::cpu

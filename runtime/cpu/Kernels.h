@@ -18,6 +18,8 @@ Status runElementwise(const KernelArgs &args);
 Status runLayout(const KernelArgs &args);
 Status runReduction(const KernelArgs &args);
 Status runMatmul(const KernelArgs &args);
+/// Matmul of bf16 operands (oneDNN, AMX where the CPU has it).
+Status runMatmulBf16(const KernelArgs &args);
 Status runNormalization(const KernelArgs &args);
 Status runEmbedding(const KernelArgs &args);
 Status runRope(const KernelArgs &args);
@@ -38,6 +40,11 @@ Status runInFloat(const KernelArgs &args, Kernel kernel);
 
 /// The kernel of plan op `op`, or null if the CPU has none.
 Kernel findKernel(const std::string &op);
+
+/// The kernel for one instruction: its op's, or a 16-bit variant where one
+/// exists; `narrowNative` says whether it takes 16-bit operands itself
+/// (else they go through fp32 copies).
+Kernel selectKernel(const KernelArgs &args, bool &narrowNative);
 
 /// The rank's position along `args.axes` (0 when the op is not split);
 /// fails without a communicator for a split op.

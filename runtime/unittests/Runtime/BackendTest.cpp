@@ -2,7 +2,11 @@
 
 #include "trellis/Runtime/Backend.h"
 
+#include "trellis/Common/HalfFloat.h"
+
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 using namespace trellis;
 using namespace trellis::runtime;
@@ -78,6 +82,83 @@ TEST(BackendTest, CpuDeviceMemoryAndStreams) {
   });
   EXPECT_TRUE((*device)->waitCommunication(fresh).ok());
   EXPECT_TRUE((*device)->synchronize().ok());
+}
+
+} // namespace
+
+namespace {
+
+/// The CPU's matmul of bf16 operands (oneDNN) against its f32 matmul of the
+/// same (bf16-representable) values: every layout it takes (transposes,
+/// batches, a shared right-hand side) agrees within bf16's rounding of the
+/// result.
+TEST(BackendTest, Bf16MatmulMatchesF32) {
+  StatusOr<std::unique_ptr<Device>> device =
+      (*findBackend("cpu"))->createDevice({});
+  ASSERT_TRUE(device.ok());
+  struct Case {
+    std::vector<int64_t> lhs, rhs;
+    bool transposeLhs, transposeRhs;
+  };
+  for (const Case &c : std::vector<Case>{{{5, 7}, {7, 3}, false, false},
+                                         {{7, 5}, {7, 3}, true, false},
+                                         {{5, 7}, {3, 7}, false, true},
+                                         {{2, 4, 5, 7}, {7, 3}, false, false},
+                                         {{2, 7, 5}, {2, 7, 3}, true, false},
+                                         {{2, 7, 5}, {7, 3}, true, false},
+                                         {{2, 5, 7}, {2, 3, 7}, false, true}}) {
+    std::vector<int64_t> out = c.lhs;
+    size_t rank = out.size();
+    int64_t m = c.lhs[rank - (c.transposeLhs ? 1 : 2)];
+    int64_t n = c.rhs[c.rhs.size() - (c.transposeRhs ? 2 : 1)];
+    out[rank - 2] = m;
+    out[rank - 1] = n;
+    std::vector<std::unique_ptr<DeviceAllocation>> memory;
+    auto make = [&](const std::vector<int64_t> &shape, DType dtype) {
+      BufferDesc desc{shape, dtype};
+      memory.push_back(std::move(
+          *(*device)->allocate(desc.numElements() * dtypeBytes(dtype))));
+      return Tensor(desc, memory.back()->data());
+    };
+    std::vector<Tensor> wide = {make(c.lhs, DType::F32),
+                                make(c.rhs, DType::F32), make(out, DType::F32)};
+    std::vector<Tensor> narrow = {make(c.lhs, DType::BF16),
+                                  make(c.rhs, DType::BF16),
+                                  make(out, DType::BF16)};
+    for (int t = 0; t < 2; ++t) {
+      std::vector<float> values(wide[t].size());
+      std::vector<uint16_t> bits(values.size());
+      for (size_t i = 0; i < values.size(); ++i) {
+        bits[i] = trellis::floatToBfloat16(
+            static_cast<float>((i * 37 + t * 11) % 23) / 8.0f - 1.0f);
+        values[i] = trellis::bfloat16ToFloat(bits[i]);
+      }
+      ASSERT_TRUE((*device)->copyFromHost(values.data(), wide[t]).ok());
+      ASSERT_TRUE((*device)->copyFromHost(bits.data(), narrow[t]).ok());
+    }
+    Instruction matmul;
+    matmul.op = "matmul";
+    matmul.inputs = {0, 1};
+    matmul.outputs = {2};
+    AttrValue flag;
+    flag.kind = AttrValue::Kind::Bool;
+    flag.flag = c.transposeLhs;
+    matmul.attrs["transpose_lhs"] = flag;
+    flag.flag = c.transposeRhs;
+    matmul.attrs["transpose_rhs"] = flag;
+    AxisList axes;
+    ASSERT_TRUE((*device)->launch(KernelArgs{matmul, wide, axes}).ok());
+    Status status = (*device)->launch(KernelArgs{matmul, narrow, axes});
+    ASSERT_TRUE(status.ok()) << status.message();
+    std::vector<float> expected(wide[2].size());
+    std::vector<uint16_t> found(expected.size());
+    ASSERT_TRUE((*device)->copyToHost(wide[2], expected.data()).ok());
+    ASSERT_TRUE((*device)->copyToHost(narrow[2], found.data()).ok());
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_NEAR(trellis::bfloat16ToFloat(found[i]), expected[i],
+                  std::abs(expected[i]) * 0x1p-8f + 1e-6f)
+          << "element " << i << " of case " << c.lhs.size() << "-d";
+  }
 }
 
 } // namespace
