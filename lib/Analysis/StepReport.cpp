@@ -45,6 +45,25 @@ StepReport computeStepReport(func::FuncOp step) {
 StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
                              ArrayRef<RankItem> items) {
   StepReport report;
+  // Mixed precision: parameters cast to a 16-bit compute copy.
+  bool mixed = false, adam = false;
+  for (const RankItem &item : items)
+    if (auto cast = llvm::dyn_cast_if_present<graph::CastOp>(item.op)) {
+      auto source = llvm::dyn_cast<BlockArgument>(cast.getInput());
+      auto role = source ? step.getArgAttrOfType<StringAttr>(
+                               source.getArgNumber(),
+                               graph::GraphDialect::kRoleAttrName)
+                         : StringAttr();
+      mixed |= role && role.getValue() == "param" &&
+               cast.getResult().getType().getElementTypeBitWidth() == 16;
+    }
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    if (auto role = step.getArgAttrOfType<StringAttr>(
+            i, graph::GraphDialect::kRoleAttrName))
+      adam |= role.getValue() == "adam_m";
+  report.weightBytesPerParameter = mixed ? 2 : 4;
+  report.gradientBytesPerParameter = mixed ? 2 : 4;
+  report.optimizerBytesPerParameter = (adam ? 8 : 0) + (mixed ? 4 : 0);
   for (int64_t i : arguments) {
     auto role = step.getArgAttrOfType<StringAttr>(
         i, graph::GraphDialect::kRoleAttrName);
@@ -125,6 +144,12 @@ void StepReport::print(llvm::raw_ostream &os) const {
                       formatBytes(parameterBytes));
   os << llvm::formatv("optimizer state: {0} per rank\n",
                       formatBytes(optimizerStateBytes));
+  int64_t perParameter = weightBytesPerParameter + gradientBytesPerParameter +
+                         optimizerBytesPerParameter;
+  os << llvm::formatv("model states: {0} bytes per parameter (weights {1} + "
+                      "gradients {2} + optimizer {3})\n",
+                      perParameter, weightBytesPerParameter,
+                      gradientBytesPerParameter, optimizerBytesPerParameter);
   os << llvm::formatv("activations (peak live, estimate): {0} per rank\n",
                       formatBytes(peakActivationBytes));
   if (communication.empty()) {

@@ -85,6 +85,8 @@ private:
         builder.getStringAttr(elementTypeName(*element)));
     if (part)
       setModelPart(cast, part);
+    if (param && reduceGradientsInCompute)
+      cast->setAttr(GraphDialect::kReduceFirstAttrName, builder.getUnitAttr());
     if (param)
       paramCasts_[{value, part}] = cast.getResult();
     return cast.getResult();

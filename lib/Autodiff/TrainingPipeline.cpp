@@ -14,6 +14,7 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
   if (options.precision) {
     MixedPrecisionPassOptions mixed;
     mixed.compute = *options.precision;
+    mixed.reduceGradientsInCompute = options.reduceGradientsInCompute;
     pm.addPass(createMixedPrecisionPass(mixed));
   }
   ReverseModePassOptions reverse;
@@ -86,6 +87,10 @@ struct TrainingPipelineOptions
                      "bf16 compute, fp32 master weights"),
           clEnumValN(PrecisionChoice::F16, "f16",
                      "f16 compute, fp32 master weights"))};
+  Option<bool> reduceGradientsInCompute{
+      *this, "reduce-gradients-in-compute",
+      llvm::cl::desc("Reduce data-parallel gradients in the compute dtype"),
+      llvm::cl::init(false)};
   Option<int64_t> microBatches{*this, "micro-batches",
                                llvm::cl::desc("Micro-batches per step"),
                                llvm::cl::init(1)};
@@ -131,6 +136,7 @@ void trellis::registerTrainingPipeline() {
           training.precision = LowPrecision::BF16;
         else if (options.precision == PrecisionChoice::F16)
           training.precision = LowPrecision::F16;
+        training.reduceGradientsInCompute = options.reduceGradientsInCompute;
         training.microBatches = options.microBatches;
         training.recompute = options.recompute;
         training.pipelined = options.pipelined;

@@ -38,15 +38,19 @@ struct BucketAllReducesPass
     // A step cut into pipeline stages later keeps each bucket within one
     // model part; reductions of a micro-batch stay where they are.
     bool pipelined = perPart;
-    // Reductions by (mesh, axes, kind), f32 only, produced in this block.
+    // Reductions by (mesh, axes, kind, element type) of float values
+    // produced in this block.
     std::map<std::string, SmallVector<AllReduceOp>> groups;
     for (AllReduceOp op : body.getOps<AllReduceOp>()) {
       auto type = op.getInput().getType();
-      if (!type.getElementType().isF32() || readyAt(op) < 0 ||
+      if (!llvm::isa<FloatType>(type.getElementType()) || readyAt(op) < 0 ||
           op->hasAttr(graph::GraphDialect::kPhaseAttrName))
         continue;
-      std::string key =
-          op.getMesh().str() + "|" + stringifyReductionKind(op.getKind()).str();
+      std::string key;
+      llvm::raw_string_ostream element(key);
+      element << type.getElementType();
+      key = op.getMesh().str() + "|" +
+            stringifyReductionKind(op.getKind()).str() + "|" + key;
       for (StringRef axis : op.getAxisNames())
         key += "|" + axis.str();
       if (pipelined) {
@@ -79,7 +83,8 @@ struct BucketAllReducesPass
           firstUse = INT64_MAX;
         }
         bucket.push_back(op);
-        bytes += op.getInput().getType().getNumElements() * 4;
+        RankedTensorType type = op.getInput().getType();
+        bytes += type.getNumElements() * type.getElementTypeBitWidth() / 8;
         issueAt = std::max(issueAt, readyAt(op));
         firstUse = std::min(firstUse, use);
         if (bytes >= bucketBytes) {

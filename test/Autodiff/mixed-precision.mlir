@@ -1,6 +1,7 @@
 // RUN: trellis-opt %s -trellis-mixed-precision | FileCheck %s
 // RUN: trellis-opt %s -trellis-mixed-precision="compute=f16" | FileCheck %s --check-prefix=F16
 // RUN: trellis-opt %s -trellis-autodiff="precision=bf16" | FileCheck %s --check-prefix=STEP
+// RUN: trellis-opt %s -trellis-autodiff="precision=bf16 reduce-gradients-in-compute=true" | FileCheck %s --check-prefix=REDUCE
 
 // Tests that the forward computes in bf16 from f32 parameters: each
 // parameter is cast once per model part before its first use there (the
@@ -37,6 +38,13 @@
 // STEP: graph.cast %[[DW]] to "f32" {{.*}} : tensor<16x8xbf16>
 // STEP: %[[TIED:.*]] = graph.add %{{.*}}, %{{.*}} : tensor<16x8xf32>, tensor<16x8xf32>
 // STEP: graph.adamw %arg0, %[[TIED]], {{.*}} : tensor<16x8xf32>
+
+// With reduce-gradients-in-compute, the parameter casts and the gradients'
+// casts back are marked graph.reduce_first (a data-parallel partial
+// gradient is reduced in bf16, before the cast).
+// REDUCE-LABEL: func.func @train_step
+// REDUCE: graph.cast %arg0 to "bf16" {graph.part = #graph.part<embedding>, graph.phase = "forward", graph.reduce_first}
+// REDUCE: graph.cast %{{.*}} to "f32" {graph.part = #graph.part<head>, graph.phase = "weight", graph.reduce_first} : tensor<16x8xbf16>
 
 func.func @forward(%table: tensor<16x8xf32> {graph.role = "param", graph.param = "table", graph.init = "normal:0.02"},
                    %gain: tensor<8xf32> {graph.role = "param", graph.param = "gain", graph.init = "ones"},

@@ -75,6 +75,11 @@ cl::opt<std::string> compilePrecision(
              "bf16 from fp32 master weights (the loss, cross-entropy and the "
              "optimizer in fp32)"),
     cl::init("fp32"), cl::sub(compileCommand));
+cl::opt<std::string> compileGradReduceDtype(
+    "grad-reduce-dtype",
+    cl::desc("fp32 (default): data-parallel gradients are reduced in fp32; "
+             "bf16 (with --precision bf16): in bf16, half the bytes"),
+    cl::init("fp32"), cl::sub(compileCommand));
 cl::opt<bool> compileDecayOneDimensional(
     "decay-1d",
     cl::desc("Apply --weight-decay to 1-D parameters (biases, norm gains) "
@@ -405,6 +410,16 @@ int runCompileCommand() {
     else if (compilePrecision != "fp32")
       return reportError("compile", "unknown precision '" + compilePrecision +
                                         "': expected fp32 or bf16");
+    if (compileGradReduceDtype == "bf16" && !options.precision)
+      return reportError("compile", "--grad-reduce-dtype bf16 reduces the "
+                                    "gradients of a bf16 step: expected "
+                                    "--precision bf16, found " +
+                                        compilePrecision);
+    if (compileGradReduceDtype != "fp32" && compileGradReduceDtype != "bf16")
+      return reportError("compile", "unknown --grad-reduce-dtype '" +
+                                        compileGradReduceDtype +
+                                        "': expected fp32 or bf16");
+    options.reduceGradientsInCompute = compileGradReduceDtype == "bf16";
     options.microBatches = compileMicroBatches;
     if (compileRecompute == "full")
       options.recompute = RecomputeKind::Full;

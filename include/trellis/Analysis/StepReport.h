@@ -23,6 +23,12 @@ struct StepReport {
   int64_t parameterBytes = 0;
   /// Optimizer states (moments) and the step counter.
   int64_t optimizerStateBytes = 0;
+  /// Model states per parameter, ZeRO's accounting: the weights the step
+  /// computes with (2 for a bf16 copy, 4 in fp32), their gradients, and the
+  /// optimizer's (fp32 moments, plus the fp32 master under mixed precision).
+  int64_t weightBytesPerParameter = 4;
+  int64_t gradientBytesPerParameter = 4;
+  int64_t optimizerBytesPerParameter = 0;
   /// Peak bytes of values live at once, arguments excluded.
   int64_t peakActivationBytes = 0;
   struct Traffic {

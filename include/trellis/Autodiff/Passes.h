@@ -43,6 +43,9 @@ struct TrainingOptions {
   /// Mixed precision: the forward and backward compute in this dtype, from
   /// fp32 master weights; none: everything in fp32.
   std::optional<LowPrecision> precision;
+  /// With `precision`: reduce data-parallel gradients in the compute dtype
+  /// (else in f32).
+  bool reduceGradientsInCompute = false;
   /// Micro-batches per step (gradient accumulation); @forward describes
   /// one.
   int64_t microBatches = 1;

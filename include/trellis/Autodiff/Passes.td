@@ -45,6 +45,11 @@ def MixedPrecisionPass : Pass<"trellis-mixed-precision", "::mlir::ModuleOp"> {
   let options = [
     Option<"forwardName", "forward", "std::string", "\"forward\"",
            "Name of the forward function">,
+    Option<"reduceGradientsInCompute", "reduce-gradients-in-compute", "bool",
+           "false",
+           "Mark the parameter casts graph.reduce_first: data-parallel "
+           "gradients are then reduced in the compute dtype, before their "
+           "cast to f32 (else in f32, after it)">,
     Option<"compute", "compute", "::trellis::LowPrecision",
            "::trellis::LowPrecision::BF16", "The compute dtype",
            [{::llvm::cl::values(

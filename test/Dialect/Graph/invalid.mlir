@@ -176,3 +176,30 @@ func.func @unknown_phase(%x: tensor<4xf32>) {
   %0 = graph.neg %x {graph.phase = "sideways"} : tensor<4xf32>
   return
 }
+
+// -----
+
+// Tests that graph.reduce_first marks casts only.
+func.func @reduce_first_on_an_add(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'graph.add' op expected 'graph.reduce_first' to be a unit attribute of a graph.cast}}
+  %0 = graph.add %x, %x {graph.reduce_first} : tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a cast names a float element type.
+func.func @cast_to_an_integer(%x: tensor<4xf32>) {
+  // expected-error @+1 {{expected a cast to f32, bf16 or f16, found 'i32'}}
+  %0 = graph.cast %x to "i32" : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that an op's float operands share one element type.
+func.func @mixed_operands(%x: tensor<4xf32>, %y: tensor<4xbf16>) {
+  // expected-error @+1 {{expected rhs of element type f32 (that of lhs), found bf16}}
+  %0 = graph.add %x, %y : tensor<4xf32>, tensor<4xbf16>
+  return
+}

@@ -5,6 +5,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <limits>
@@ -114,6 +115,13 @@ LogicalResult GraphDialect::verifyOperationAttribute(Operation *op,
       return op->emitOpError()
              << "expected '" << kMicroBatchesAttrName
              << "' to be an integer >= 1, found " << attr.getValue();
+    return success();
+  }
+  if (name == kReduceFirstAttrName) {
+    if (!llvm::isa<CastOp>(op) || !llvm::isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError()
+             << "expected '" << kReduceFirstAttrName
+             << "' to be a unit attribute of a graph.cast";
     return success();
   }
   if (name == kPhaseAttrName) {

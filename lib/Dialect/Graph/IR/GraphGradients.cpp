@@ -148,9 +148,12 @@ LogicalResult CastOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                      SmallVectorImpl<Value> &grads) {
   std::optional<trellis::ElementType> from = toElementType(
       llvm::cast<RankedTensorType>(getInput().getType()).getElementType());
-  grads.push_back(CastOp::create(b, getLoc(), dy[0],
-                                 b.getStringAttr(trellis::elementTypeName(
-                                     from.value_or(trellis::ElementType::F32)))));
+  auto back = CastOp::create(b, getLoc(), dy[0],
+                             b.getStringAttr(trellis::elementTypeName(
+                                 from.value_or(trellis::ElementType::F32))));
+  if (getOperation()->hasAttr(GraphDialect::kReduceFirstAttrName))
+    back->setAttr(GraphDialect::kReduceFirstAttrName, b.getUnitAttr());
+  grads.push_back(back);
   return success();
 }
 

@@ -144,11 +144,16 @@ ShardingRule FillOp::getShardingRule() {
 GRAPH_LINEAR_ELEMENTWISE_RULE(AddOp)
 GRAPH_LINEAR_ELEMENTWISE_RULE(SubOp)
 GRAPH_LINEAR_ELEMENTWISE_RULE(ScaleOp)
-GRAPH_LINEAR_ELEMENTWISE_RULE(CastOp)
 GRAPH_LINEAR_ELEMENTWISE_RULE(MicrobatchSumOp)
 GRAPH_LINEAR_ELEMENTWISE_RULE(NegOp)
 GRAPH_LINEAR_ELEMENTWISE_RULE(BroadcastToOp)
 #undef GRAPH_LINEAR_ELEMENTWISE_RULE
+// Linear unless marked graph.reduce_first (partials are reduced before it).
+ShardingRule CastOp::getShardingRule() {
+  ShardingRule rule = elementwiseRule(getOperation()->getOperands(), getResult());
+  rule.linear = !getOperation()->hasAttr(GraphDialect::kReduceFirstAttrName);
+  return rule;
+}
 GRAPH_ELEMENTWISE_RULE(MulOp)
 GRAPH_ELEMENTWISE_RULE(DivOp)
 GRAPH_ELEMENTWISE_RULE(MaximumOp)

@@ -54,6 +54,12 @@ def Graph_Dialect : Dialect {
     /// ops of the whole step (loss average, gradient reductions,
     /// optimizer), which run once after every micro-batch.
     static constexpr ::llvm::StringLiteral kPhaseAttrName = "graph.phase";
+    /// Unit attribute of a graph.cast: a partial-sum operand is reduced
+    /// before the cast, not after it (the cast is not linear for sharding).
+    /// On a parameter's compute cast, its gradient's cast back inherits it:
+    /// data-parallel gradients are then reduced in the compute dtype.
+    static constexpr ::llvm::StringLiteral kReduceFirstAttrName =
+        "graph.reduce_first";
   }];
 }
 
