@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Step time and memory of fp32 against bf16 mixed precision, one process,
+# 1 and 2 threads (taskset to that many cores): GPT-2 mini (B8 S128) and
+# GPT-2 124M (B4 S256), AdamW. Prints the mean step (the first step left
+# out), the buffers and the peak resident memory, and the kernel profile's
+# matmul time. Usage: benchmarks/mixed_precision.sh [steps] (default 4)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+trellis=${TRELLIS:-$root/build/bin/trellis}
+steps=${1:-4}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+for entry in gpt2-mini:8:128 gpt2-124m:4:256; do
+  IFS=: read -r config batch seq <<< "$entry"
+  for precision in fp32 bf16; do
+    plan=$work/$config.$precision.plan
+    "$trellis" compile "$root/examples/configs/$config.json" --batch "$batch" \
+      --seq "$seq" --precision "$precision" -o "$plan"
+    for threads in 1 2; do
+      cores=$(seq -s, 0 $((threads - 1)))
+      out=$(taskset -c "$cores" "$trellis" run "$plan" --steps "$steps" \
+        --threads "$threads" --profile)
+      summary=$(grep '^summary' <<< "$out")
+      matmul=$(awk '$1 == "matmul" {print $2}' <<< "$out")
+      printf '%-10s %-5s threads %d | %s | matmul %s ms over %d steps\n' \
+        "$config" "$precision" "$threads" \
+        "$(sed -e 's/^summary: steps [0-9-]* | //' <<< "$summary")" \
+        "$matmul" "$steps"
+    done
+  done
+done
