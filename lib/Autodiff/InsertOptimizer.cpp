@@ -77,6 +77,17 @@ struct InsertOptimizerPass
 
     builder.setInsertionPoint(terminator);
     SmallVector<Value> results = {terminator->getOperand(0)};
+    // A dynamically scaled loss (role loss_scale): the gradients and the
+    // reported loss are divided by the scale again.
+    for (BlockArgument argument : body.getArguments()) {
+      auto role = step.getArgAttrOfType<StringAttr>(
+          argument.getArgNumber(), GraphDialect::kRoleAttrName);
+      if (!role || role.getValue() != "loss_scale")
+        continue;
+      results[0] = DivOp::create(builder, loc, results[0], argument);
+      for (auto &[param, gradient] : gradients)
+        gradient = DivOp::create(builder, loc, gradient, argument);
+    }
     SmallVector<DictionaryAttr> resultAttrs = {builder.getDictionaryAttr({})};
     // Weight decay by role: 1-D parameters (biases, norm gains) get none
     // unless asked for.

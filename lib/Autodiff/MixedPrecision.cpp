@@ -49,6 +49,8 @@ struct MixedPrecisionPass
         params_.insert(argument);
     }
     Block &body = forward.getBody().front();
+    if (dynamicLossScale)
+      scaleLoss(forward);
     for (Operation &op : llvm::make_early_inc_range(body)) {
       if (llvm::isa<func::ReturnOp>(op)) {
         if (failed(castReturn(op)))
@@ -132,6 +134,29 @@ private:
                              maker ? getModelPart(maker) : PartAttr()));
     }
     return success();
+  }
+
+  /// The loss times a scale the runtime sets each step: a new scalar f32
+  /// argument of role loss_scale. Reverse mode then seeds the backward
+  /// with the scale.
+  void scaleLoss(func::FuncOp forward) {
+    OpBuilder builder(forward.getContext());
+    auto scalar = RankedTensorType::get({}, builder.getF32Type());
+    unsigned index = forward.getNumArguments();
+    (void)forward.insertArgument(
+        index, scalar,
+        builder.getDictionaryAttr({builder.getNamedAttr(
+            GraphDialect::kRoleAttrName, builder.getStringAttr("loss_scale"))}),
+        forward.getLoc());
+    Operation *ret = forward.getBody().front().getTerminator();
+    Value loss = ret->getOperand(0);
+    builder.setInsertionPoint(ret);
+    auto scaled = MulOp::create(builder, ret->getLoc(), loss,
+                                forward.getArgument(index));
+    if (Operation *maker = loss.getDefiningOp())
+      if (PartAttr part = getModelPart(maker))
+        setModelPart(scaled, part);
+    ret->setOperand(0, scaled.getResult());
   }
 
   /// Result types follow the new operand types.

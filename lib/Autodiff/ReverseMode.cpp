@@ -139,10 +139,12 @@ struct ReverseModePass
              << type.getResults();
     for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
       StringAttr role = roleOf(forward, i);
-      if (!role || (role.getValue() != "param" && role.getValue() != "input"))
+      if (!role || (role.getValue() != "param" && role.getValue() != "input" &&
+                    role.getValue() != "loss_scale"))
         return forward.emitError()
                << "argument " << i
-               << " needs graph.role \"param\" or \"input\", found "
+               << " needs graph.role \"param\", \"input\" or \"loss_scale\", "
+                  "found "
                << (role ? role.getValue() : StringRef("none"));
       if (role.getValue() == "param" &&
           !llvm::cast<ShapedType>(forward.getArgumentTypes()[i])

@@ -15,6 +15,8 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     MixedPrecisionPassOptions mixed;
     mixed.compute = *options.precision;
     mixed.reduceGradientsInCompute = options.reduceGradientsInCompute;
+    // f16's range needs a loss scale (bf16 has fp32's exponent).
+    mixed.dynamicLossScale = *options.precision == LowPrecision::F16;
     pm.addPass(createMixedPrecisionPass(mixed));
   }
   ReverseModePassOptions reverse;

@@ -370,6 +370,10 @@ Status Executor::readArgument(size_t index, void *host) const {
   return device_.copyToHost(argument(index), host);
 }
 
+Status Executor::readResult(size_t index, void *host) const {
+  return device_.copyToHost(result(index), host);
+}
+
 Status Executor::writeArgument(size_t index, const void *host) {
   return device_.copyFromHost(host, argument(index));
 }

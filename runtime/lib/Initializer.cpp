@@ -47,6 +47,8 @@ Status initializeArguments(Executor &executor, uint64_t seed, int64_t rank) {
     float *data = values.data();
     if (argument.role == ArgumentRole::Step || argument.init == "zeros") {
       std::fill(data, data + n, 0.0f);
+    } else if (argument.role == ArgumentRole::LossScale) {
+      std::fill(data, data + n, 1.0f);
     } else if (argument.init == "ones") {
       std::fill(data, data + n, 1.0f);
     } else {

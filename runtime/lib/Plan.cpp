@@ -352,7 +352,8 @@ Status PlanReader::readArguments(const json &array) {
       {"input", ArgumentRole::Input},
       {"adam_m", ArgumentRole::AdamM},
       {"adam_v", ArgumentRole::AdamV},
-      {"step", ArgumentRole::Step}};
+      {"step", ArgumentRole::Step},
+      {"loss_scale", ArgumentRole::LossScale}};
   for (size_t i = 0; i < array.size(); ++i) {
     std::string where = "argument " + std::to_string(i);
     const json &entry = array[i];
@@ -367,7 +368,8 @@ Status PlanReader::readArguments(const json &array) {
     if (role == roles.end())
       return Status::error(where + ": unknown role \"" +
                            entry["role"].get<std::string>() +
-                           "\"; expected param, input, adam_m, adam_v or step");
+                           "\"; expected param, input, adam_m, adam_v, step or "
+                           "loss_scale");
     argument.role = role->second;
     if (entry.contains("param")) {
       if (!entry["param"].is_string())
@@ -420,8 +422,13 @@ Status PlanReader::readArguments(const json &array) {
                                      "micro_batch");
       break;
     case ArgumentRole::Step:
+    case ArgumentRole::LossScale:
       if (desc.dtype != DType::F32 || !desc.shape.empty())
-        return Status::error(where + ": the step must be a scalar f32 buffer");
+        return Status::error(where + ": the " +
+                             (argument.role == ArgumentRole::Step
+                                  ? "step"
+                                  : "loss scale") +
+                             " must be a scalar f32 buffer");
       break;
     default:
       if (desc.dtype != DType::F32)

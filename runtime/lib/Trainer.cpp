@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -65,6 +67,8 @@ Trainer::Trainer(std::unique_ptr<Device> device,
   for (size_t i = 0; i < p.arguments.size(); ++i)
     if (p.arguments[i].role == ArgumentRole::Step)
       stepArg_ = i;
+    else if (p.arguments[i].role == ArgumentRole::LossScale)
+      lossScaleArg_ = i;
   if (!tokensArgs_.empty()) {
     // The data source produces the global batch; each rank takes its shard
     // of each micro-batch's rows.
@@ -223,13 +227,34 @@ Status Trainer::step() {
     TRELLIS_RETURN_IF_ERROR(scatterInput(targetsArgs_[i], targets, i * rows));
   }
   const Plan &plan = executor_->plan();
+  // The optimizer's step count (AdamW's bias correction) counts the
+  // updates made: a step skipped for an overflow makes none.
   if (stepArg_ >= 0 && plan.holds(plan.arguments[stepArg_].stages)) {
-    float step = static_cast<float>(completedSteps_ + 1);
+    float step = static_cast<float>(optimizerSteps_ + 1);
     TRELLIS_RETURN_IF_ERROR(executor_->writeArgument(stepArg_, &step));
+  }
+  if (lossScaleArg_ >= 0 && plan.holds(plan.arguments[lossScaleArg_].stages)) {
+    // An injected overflow (testing) scales this rank's loss to infinity.
+    float scale = overflowNextStep_ ? std::numeric_limits<float>::infinity()
+                                    : static_cast<float>(lossScale_.scale);
+    overflowNextStep_ = false;
+    TRELLIS_RETURN_IF_ERROR(executor_->writeArgument(lossScaleArg_, &scale));
   }
   TRELLIS_RETURN_IF_ERROR(executor_->run().withContext(
       "step " + std::to_string(completedSteps_ + 1)));
-  TRELLIS_RETURN_IF_ERROR(executor_->commitUpdates());
+  bool update = true;
+  if (lossScaleArg_ >= 0) {
+    StatusOr<bool> finite = updatesAreFinite();
+    if (!finite.ok())
+      return finite.status().withContext(
+          "step " + std::to_string(completedSteps_ + 1));
+    update = *finite;
+    lossScale_.record(update);
+  }
+  if (update) {
+    TRELLIS_RETURN_IF_ERROR(executor_->commitUpdates());
+    ++optimizerSteps_;
+  }
   // The loss lives on the last stage; the others report 0.
   if (!plan.results.empty() && plan.holds(plan.results.front().stages)) {
     StatusOr<float> loss = executor_->loss();
@@ -293,6 +318,48 @@ Status checkStoredShape(const SafetensorsEntry &entry,
 }
 
 } // namespace
+
+void DynamicLossScale::record(bool finite) {
+  if (!finite) {
+    // The step is skipped on every rank alike, and the scale halves.
+    scale = std::max(scale / 2, 1.0);
+    cleanSteps = 0;
+    ++skippedSteps;
+    return;
+  }
+  if (++cleanSteps == kGrowthInterval) {
+    scale *= 2;
+    cleanSteps = 0;
+  }
+}
+
+StatusOr<bool> Trainer::updatesAreFinite() const {
+  // This rank's updated parameters and moments; then every rank's verdict
+  // (the minimum of 1 = finite, 0 = not over the whole mesh).
+  const Plan &plan = executor_->plan();
+  float finite = 1.0f;
+  std::vector<float> values;
+  for (size_t r = 0; r < plan.results.size() && finite == 1.0f; ++r) {
+    const Result &result = plan.results[r];
+    if (!result.updates || !plan.holds(result.stages))
+      continue;
+    values.resize(executor_->result(r).size());
+    TRELLIS_RETURN_IF_ERROR(executor_->readResult(r, values.data()));
+    for (float value : values)
+      if (!std::isfinite(value)) {
+        finite = 0.0f;
+        break;
+      }
+  }
+  if (communicator_) {
+    AxisList everything;
+    for (size_t axis = 0; axis < communicator_->mesh().numAxes(); ++axis)
+      everything.push_back(axis);
+    TRELLIS_RETURN_IF_ERROR(communicator_->allReduce(
+        everything, &finite, 1, DType::F32, ReduceKind::Min));
+  }
+  return finite == 1.0f;
+}
 
 Status Trainer::writeBox(size_t argument, const std::vector<float> &values) {
   std::vector<float> local(executor_->argument(argument).size());
@@ -382,13 +449,15 @@ Status Trainer::save(const std::string &dir) const {
   // fp32 master weights next to the moments (what resuming restores).
   SafetensorsFile model, optimizer;
   const Plan &plan = executor_->plan();
-  std::string computeDtype = plan.metadataText("precision", "fp32") == "bf16"
-                                 ? "BF16"
-                                 : "F32";
+  std::string precision = plan.metadataText("precision", "fp32");
+  std::string computeDtype = precision == "bf16"   ? "BF16"
+                             : precision == "fp16" ? "F16"
+                                                   : "F32";
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     if (argument.role == ArgumentRole::Input ||
-        argument.role == ArgumentRole::Step)
+        argument.role == ArgumentRole::Step ||
+        argument.role == ArgumentRole::LossScale)
       continue;
     SafetensorsEntry entry;
     TRELLIS_RETURN_IF_ERROR(gatherArgument(i, entry));
@@ -413,7 +482,18 @@ Status Trainer::save(const std::string &dir) const {
                     {"trellis_step", step},
                     {"trellis_model", fingerprint()}};
   optimizer.metadata = {{"trellis_step", step},
-                        {"trellis_model", fingerprint()}};
+                        {"trellis_model", fingerprint()},
+                        {"trellis_optimizer_steps",
+                         std::to_string(optimizerSteps_)}};
+  if (lossScale()) {
+    char scale[32];
+    std::snprintf(scale, sizeof(scale), "%.17g", lossScale_.scale);
+    optimizer.metadata["trellis_loss_scale"] = scale;
+    optimizer.metadata["trellis_clean_steps"] =
+        std::to_string(lossScale_.cleanSteps);
+    optimizer.metadata["trellis_skipped_steps"] =
+        std::to_string(lossScale_.skippedSteps);
+  }
   TRELLIS_RETURN_IF_ERROR(writeSafetensors(dir + "/model.safetensors", model));
   return writeSafetensors(dir + "/optimizer.safetensors", optimizer);
 }
@@ -471,6 +551,37 @@ Status Trainer::load(const std::string &dir) {
     return Status::error("checkpoint '" + dir + "': malformed trellis_step \"" +
                          step + "\"");
   completedSteps_ = steps;
+  // Older checkpoints made an update every step.
+  optimizerSteps_ = steps;
+  auto counter = [&](const char *key, int64_t &value) -> Status {
+    auto it = optimizer->metadata.find(key);
+    if (it == optimizer->metadata.end())
+      return Status::success();
+    char *last = nullptr;
+    long long parsed = std::strtoll(it->second.c_str(), &last, 10);
+    if (it->second.empty() || *last != '\0' || parsed < 0)
+      return Status::error("checkpoint '" + dir + "': malformed " + key +
+                           " \"" + it->second + "\"");
+    value = parsed;
+    return Status::success();
+  };
+  TRELLIS_RETURN_IF_ERROR(counter("trellis_optimizer_steps", optimizerSteps_));
+  if (lossScale()) {
+    TRELLIS_RETURN_IF_ERROR(
+        counter("trellis_clean_steps", lossScale_.cleanSteps));
+    TRELLIS_RETURN_IF_ERROR(
+        counter("trellis_skipped_steps", lossScale_.skippedSteps));
+    auto it = optimizer->metadata.find("trellis_loss_scale");
+    if (it != optimizer->metadata.end()) {
+      char *last = nullptr;
+      double scale = std::strtod(it->second.c_str(), &last);
+      if (it->second.empty() || *last != '\0' || !(scale >= 1))
+        return Status::error("checkpoint '" + dir +
+                             "': malformed trellis_loss_scale \"" +
+                             it->second + "\"");
+      lossScale_.scale = scale;
+    }
+  }
   return Status::success();
 }
 
@@ -512,15 +623,16 @@ StatusOr<Fault> parseFault(const std::string &text) {
     return fault;
   size_t first = text.find(':'), second = text.rfind(':');
   if (first == std::string::npos || first == second)
-    return Status::error("expected --inject-fault crash:RANK:STEP or "
-                         "hang:RANK:STEP, found '" +
+    return Status::error("expected --inject-fault crash:RANK:STEP, "
+                         "hang:RANK:STEP or overflow:RANK:STEP, found '" +
                          text + "'");
   fault.action = text.substr(0, first);
   fault.rank = std::atoll(text.substr(first + 1, second - first - 1).c_str());
   fault.step = std::atoll(text.substr(second + 1).c_str());
-  if (fault.action != "crash" && fault.action != "hang")
+  if (fault.action != "crash" && fault.action != "hang" &&
+      fault.action != "overflow")
     return Status::error("unknown fault '" + fault.action +
-                         "': expected crash or hang");
+                         "': expected crash, hang or overflow");
   return fault;
 }
 
@@ -582,8 +694,12 @@ int runTrainingCommand(const TrainOptions &options) {
       std::fflush(stdout);
       if (fault->action == "crash")
         std::raise(SIGKILL);
-      while (true)
-        std::this_thread::sleep_for(std::chrono::seconds(1));
+      if (fault->action == "overflow") {
+        trainer.injectOverflow();
+      } else {
+        while (true)
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
     }
     Clock::time_point start = Clock::now();
     Status status = trainer.step();
@@ -597,10 +713,15 @@ int runTrainingCommand(const TrainOptions &options) {
       ++timedSteps;
     }
     int64_t step = trainer.completedSteps();
-    if (printing && (step % options.logEvery == 0 || i + 1 == options.steps))
-      std::printf("step %lld | loss %.6f | %.0f tokens/s | %.1f ms\n",
+    if (printing && (step % options.logEvery == 0 || i + 1 == options.steps)) {
+      std::printf("step %lld | loss %.6f | %.0f tokens/s | %.1f ms",
                   static_cast<long long>(step), trainer.lastLoss(),
                   trainer.tokensPerStep() / seconds, seconds * 1e3);
+      if (const DynamicLossScale *scale = trainer.lossScale())
+        std::printf(" | loss scale %g | skipped %lld", scale->scale,
+                    static_cast<long long>(scale->skippedSteps));
+      std::printf("\n");
+    }
     std::fflush(stdout);
   }
   struct rusage usage;

@@ -71,9 +71,10 @@ cl::opt<double> compileWeightDecay("weight-decay", cl::desc("Weight decay"),
                                    cl::init(0.0), cl::sub(compileCommand));
 cl::opt<std::string> compilePrecision(
     "precision",
-    cl::desc("fp32 (default), or bf16: the forward and backward compute in "
-             "bf16 from fp32 master weights (the loss, cross-entropy and the "
-             "optimizer in fp32)"),
+    cl::desc("fp32 (default), bf16 or fp16: the forward and backward compute "
+             "in bf16 or fp16 from fp32 master weights (the loss, "
+             "cross-entropy and the optimizer in fp32); fp16 scales the loss "
+             "dynamically"),
     cl::init("fp32"), cl::sub(compileCommand));
 cl::opt<std::string> compileGradReduceDtype(
     "grad-reduce-dtype",
@@ -403,14 +404,17 @@ int runCompileCommand() {
     if (compilePrecision == "bf16")
       options.precision = LowPrecision::BF16;
     else if (compilePrecision == "fp16")
-      return reportError("compile",
-                         "--precision fp16 needs dynamic loss scaling, which "
-                         "this compiler does not have yet: expected fp32 or "
-                         "bf16");
+      options.precision = LowPrecision::F16;
     else if (compilePrecision != "fp32")
       return reportError("compile", "unknown precision '" + compilePrecision +
-                                        "': expected fp32 or bf16");
-    if (compileGradReduceDtype == "bf16" && !options.precision)
+                                        "': expected fp32, bf16 or fp16");
+    if (compilePrecision == "fp16" && !options.optimizer)
+      return reportError("compile",
+                         "--precision fp16 scales the loss dynamically, and "
+                         "the optimizer unscales and skips overflowing "
+                         "steps: expected --optimizer adamw or sgd, found "
+                         "none");
+    if (compileGradReduceDtype == "bf16" && compilePrecision != "bf16")
       return reportError("compile", "--grad-reduce-dtype bf16 reduces the "
                                     "gradients of a bf16 step: expected "
                                     "--precision bf16, found " +

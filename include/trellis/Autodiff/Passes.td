@@ -45,6 +45,11 @@ def MixedPrecisionPass : Pass<"trellis-mixed-precision", "::mlir::ModuleOp"> {
   let options = [
     Option<"forwardName", "forward", "std::string", "\"forward\"",
            "Name of the forward function">,
+    Option<"dynamicLossScale", "dynamic-loss-scale", "bool", "false",
+           "Multiply the loss by a scale the runtime sets each step (an "
+           "argument of role loss_scale), so that small f16 gradients do not "
+           "flush to zero; -trellis-insert-optimizer divides the gradients "
+           "and the reported loss by it again">,
     Option<"reduceGradientsInCompute", "reduce-gradients-in-compute", "bool",
            "false",
            "Mark the parameter casts graph.reduce_first: data-parallel "

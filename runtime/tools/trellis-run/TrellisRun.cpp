@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
   app.add_option("--rank", options.rank, "Global rank of this process")
       ->group("");
   app.add_option("--inject-fault", options.injectFault,
-                 "crash:RANK:STEP or hang:RANK:STEP")
+                 "crash:RANK:STEP, hang:RANK:STEP or overflow:RANK:STEP")
       ->group("");
   try {
     app.parse(argc, argv);

@@ -60,6 +60,8 @@ public:
   }
   /// Copies argument `index` to host memory (its buffer's bytes).
   Status readArgument(size_t index, void *host) const;
+  /// Copies result `index` to host memory.
+  Status readResult(size_t index, void *host) const;
   /// Copies host memory into argument `index`.
   Status writeArgument(size_t index, const void *host);
   /// The f32 scalar of result 0.

@@ -65,7 +65,9 @@ struct Instruction {
   const std::vector<std::string> &texts(const std::string &name) const;
 };
 
-enum class ArgumentRole { Param, Input, AdamM, AdamV, Step };
+/// `LossScale`: the scalar f32 the loss is multiplied by before the
+/// backward (fp16 mixed precision); the runtime sets it every step.
+enum class ArgumentRole { Param, Input, AdamM, AdamV, Step, LossScale };
 
 struct Argument {
   int64_t buffer = 0;

@@ -77,6 +77,20 @@ struct TrainOptions {
   std::string injectFault;
 };
 
+/// fp16's dynamic loss scaling: the loss is multiplied by `scale` before
+/// the backward; a step whose updates are not finite on some rank is
+/// skipped on every rank and halves the scale; 2000 clean steps in a row
+/// double it.
+struct DynamicLossScale {
+  static constexpr int64_t kGrowthInterval = 2000;
+  double scale = 65536;
+  int64_t cleanSteps = 0;
+  int64_t skippedSteps = 0;
+
+  /// Updates the scale after a step whose updates were `finite`.
+  void record(bool finite);
+};
+
 class Trainer {
 public:
   ~Trainer();
@@ -93,6 +107,13 @@ public:
   int64_t rank() const;
   /// The loss of the last step (0 before the first).
   float lastLoss() const { return lastLoss_; }
+  /// The dynamic loss scale, for plans that scale their loss (fp16).
+  const DynamicLossScale *lossScale() const {
+    return lossScaleArg_ >= 0 ? &lossScale_ : nullptr;
+  }
+  /// Testing (--inject-fault overflow:R:S): the next step's loss scale is
+  /// infinite on this rank, so its gradients overflow.
+  void injectOverflow() { overflowNextStep_ = true; }
   Executor &executor() { return *executor_; }
   /// Tokens of the global batch (all data-parallel shards).
   int64_t tokensPerStep() const { return batch_ * seq_; }
@@ -120,6 +141,8 @@ private:
           std::unique_ptr<TokenSource> data);
 
   std::string fingerprint() const;
+  /// Whether every update of the last step is finite on every rank.
+  StatusOr<bool> updatesAreFinite() const;
   /// Where this rank's piece of argument `argument` sits in the whole.
   ShardLayout layoutOf(size_t argument) const;
   /// The whole tensor of an argument (gathered from every rank if split).
@@ -144,6 +167,11 @@ private:
   /// each without micro-batches).
   std::vector<int64_t> tokensArgs_, targetsArgs_;
   int64_t stepArg_ = -1;
+  int64_t lossScaleArg_ = -1;
+  DynamicLossScale lossScale_;
+  /// Updates made (steps skipped for an overflow make none).
+  int64_t optimizerSteps_ = 0;
+  bool overflowNextStep_ = false;
   float lastLoss_ = 0;
 };
 
