@@ -53,7 +53,9 @@ namespace trellis::runtime::cpu {
 Kernel selectKernel(const KernelArgs &args, bool &narrowNative) {
   const std::string &op = args.instruction.op;
   Kernel kernel = findKernel(op);
-  narrowNative = kernel == runCast;
+  // Casts convert 16-bit values themselves; layout ops move elements of
+  // any width.
+  narrowNative = kernel == runCast || kernel == runLayout;
   if (op == "matmul" && args.in(0).desc().dtype == DType::BF16) {
     narrowNative = true;
     return runMatmulBf16;

@@ -2,6 +2,8 @@
 
 #include "Kernels.h"
 
+#include <type_traits>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -44,16 +46,29 @@ void forEachStrided(const std::vector<int64_t> &shape,
   }
 }
 
+/// Calls `body` with a null pointer of the unsigned integer type as wide as
+/// `tensor`'s elements: layout ops move elements without reading them, so
+/// one copy loop serves every dtype.
+template <typename Body> void withElementType(const Tensor &tensor, Body body) {
+  if (dtypeBytes(tensor.desc().dtype) == 2)
+    body(static_cast<uint16_t *>(nullptr));
+  else
+    body(static_cast<uint32_t *>(nullptr));
+}
+
 void transpose(const Tensor &in, Tensor &out,
                const std::vector<int64_t> &perm) {
   std::vector<int64_t> inStrides = stridesOf(in.shape());
   std::vector<int64_t> strides;
   for (int64_t d : perm)
     strides.push_back(inStrides[d]);
-  const float *x = in.f32();
-  float *y = out.f32();
-  forEachStrided(out.shape(), strides, 0,
-                 [&](int64_t o, int64_t i) { y[o] = x[i]; });
+  withElementType(in, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    const T *x = static_cast<const T *>(in.raw());
+    T *y = static_cast<T *>(out.raw());
+    forEachStrided(out.shape(), strides, 0,
+                   [&](int64_t o, int64_t i) { y[o] = x[i]; });
+  });
 }
 
 void slice(const Tensor &in, Tensor &out, const std::vector<int64_t> &offsets) {
@@ -61,42 +76,51 @@ void slice(const Tensor &in, Tensor &out, const std::vector<int64_t> &offsets) {
   int64_t base = 0;
   for (size_t d = 0; d < offsets.size(); ++d)
     base += offsets[d] * strides[d];
-  const float *x = in.f32();
-  float *y = out.f32();
-  forEachStrided(out.shape(), strides, base,
-                 [&](int64_t o, int64_t i) { y[o] = x[i]; });
+  withElementType(in, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    const T *x = static_cast<const T *>(in.raw());
+    T *y = static_cast<T *>(out.raw());
+    forEachStrided(out.shape(), strides, base,
+                   [&](int64_t o, int64_t i) { y[o] = x[i]; });
+  });
 }
 
 void pad(const Tensor &in, Tensor &out, const std::vector<int64_t> &low) {
-  float *y = out.f32();
-  std::fill(y, y + out.size(), 0.0f);
+  // Zero bits are 0.0 in every float dtype.
+  std::memset(out.raw(), 0, out.bytes());
   // Write the input into the box of the output that starts at `low`: the
   // output offsets of that box advance with the output's strides.
   std::vector<int64_t> outStrides = stridesOf(out.shape());
   int64_t base = 0;
   for (size_t d = 0; d < low.size(); ++d)
     base += low[d] * outStrides[d];
-  const float *x = in.f32();
-  forEachStrided(in.shape(), outStrides, base,
-                 [&](int64_t i, int64_t o) { y[o] = x[i]; });
+  withElementType(in, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    const T *x = static_cast<const T *>(in.raw());
+    T *y = static_cast<T *>(out.raw());
+    forEachStrided(in.shape(), outStrides, base,
+                   [&](int64_t i, int64_t o) { y[o] = x[i]; });
+  });
 }
 
 void concat(const KernelArgs &args, int64_t dim) {
   Tensor &out = args.out(0);
   const std::vector<int64_t> &shape = out.shape();
+  int64_t width = dtypeBytes(out.desc().dtype);
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d)
     outer *= shape[d];
   for (size_t d = dim + 1; d < shape.size(); ++d)
     inner *= shape[d];
-  int64_t outRow = shape[dim] * inner;
+  int64_t outRow = shape[dim] * inner * width;
   int64_t offset = 0;
+  char *y = static_cast<char *>(out.raw());
   for (size_t i = 0; i < args.instruction.inputs.size(); ++i) {
     const Tensor &in = args.in(i);
-    int64_t row = in.shape()[dim] * inner;
+    const char *x = static_cast<const char *>(in.raw());
+    int64_t row = in.shape()[dim] * inner * width;
     for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(out.f32() + o * outRow + offset, in.f32() + o * row,
-                  row * sizeof(float));
+      std::memcpy(y + o * outRow + offset, x + o * row, row);
     offset += row;
   }
 }
@@ -108,10 +132,13 @@ void broadcastTo(const Tensor &in, Tensor &out) {
   size_t lead = rank - in.shape().size();
   for (size_t d = 0; d < in.shape().size(); ++d)
     strides[lead + d] = in.shape()[d] == 1 ? 0 : own[d];
-  const float *x = in.f32();
-  float *y = out.f32();
-  forEachStrided(out.shape(), strides, 0,
-                 [&](int64_t o, int64_t i) { y[o] = x[i]; });
+  withElementType(in, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    const T *x = static_cast<const T *>(in.raw());
+    T *y = static_cast<T *>(out.raw());
+    forEachStrided(out.shape(), strides, 0,
+                   [&](int64_t o, int64_t i) { y[o] = x[i]; });
+  });
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 using namespace trellis;
 using namespace trellis::runtime;
@@ -158,6 +159,80 @@ TEST(BackendTest, Bf16MatmulMatchesF32) {
       EXPECT_NEAR(trellis::bfloat16ToFloat(found[i]), expected[i],
                   std::abs(expected[i]) * 0x1p-8f + 1e-6f)
           << "element " << i << " of case " << c.lhs.size() << "-d";
+  }
+}
+
+} // namespace
+
+namespace {
+
+/// Layout ops move 16-bit elements themselves: their bf16 results are the
+/// f32 results' values exactly.
+TEST(BackendTest, LayoutOpsMoveBf16Elements) {
+  StatusOr<std::unique_ptr<Device>> device =
+      (*findBackend("cpu"))->createDevice({});
+  ASSERT_TRUE(device.ok());
+  auto ints = [](std::vector<int64_t> values) {
+    AttrValue value;
+    value.kind = AttrValue::Kind::Ints;
+    value.ints = std::move(values);
+    return value;
+  };
+  AttrValue dim;
+  dim.kind = AttrValue::Kind::Int;
+  dim.integer = 1;
+  struct Case {
+    std::string op;
+    std::vector<std::vector<int64_t>> inputs;
+    std::vector<int64_t> output;
+    std::map<std::string, AttrValue> attrs;
+  };
+  std::vector<Case> cases = {
+      {"transpose", {{2, 3, 4}}, {4, 2, 3}, {{"permutation", ints({2, 0, 1})}}},
+      {"slice", {{4, 5}}, {2, 3}, {{"offsets", ints({1, 2})}, {"sizes", ints({2, 3})}}},
+      {"pad", {{2, 3}}, {3, 6}, {{"low", ints({1, 2})}, {"high", ints({0, 1})}}},
+      {"concat", {{2, 3}, {2, 1}}, {2, 4}, {{"dim", dim}}},
+      {"broadcast_to", {{1, 3}}, {4, 3}, {{"shape", ints({4, 3})}}},
+      {"reshape", {{2, 6}}, {3, 4}, {{"shape", ints({3, 4})}}},
+  };
+  for (const Case &c : cases) {
+    std::vector<std::unique_ptr<DeviceAllocation>> memory;
+    auto make = [&](const std::vector<int64_t> &shape, DType dtype) {
+      BufferDesc desc{shape, dtype};
+      memory.push_back(std::move(
+          *(*device)->allocate(desc.numElements() * dtypeBytes(dtype))));
+      return Tensor(desc, memory.back()->data());
+    };
+    std::vector<Tensor> wide, narrow;
+    Instruction instruction;
+    instruction.op = c.op;
+    instruction.attrs = c.attrs;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      wide.push_back(make(c.inputs[i], DType::F32));
+      narrow.push_back(make(c.inputs[i], DType::BF16));
+      std::vector<float> values(wide.back().size());
+      std::vector<uint16_t> bits(values.size());
+      for (size_t e = 0; e < values.size(); ++e) {
+        values[e] = static_cast<float>(e + 10 * i + 1);
+        bits[e] = trellis::floatToBfloat16(values[e]);
+      }
+      ASSERT_TRUE((*device)->copyFromHost(values.data(), wide.back()).ok());
+      ASSERT_TRUE((*device)->copyFromHost(bits.data(), narrow.back()).ok());
+      instruction.inputs.push_back(static_cast<int64_t>(i));
+    }
+    wide.push_back(make(c.output, DType::F32));
+    narrow.push_back(make(c.output, DType::BF16));
+    instruction.outputs = {static_cast<int64_t>(c.inputs.size())};
+    AxisList axes;
+    ASSERT_TRUE((*device)->launch(KernelArgs{instruction, wide, axes}).ok());
+    ASSERT_TRUE((*device)->launch(KernelArgs{instruction, narrow, axes}).ok());
+    std::vector<float> expected(wide.back().size());
+    std::vector<uint16_t> found(expected.size());
+    ASSERT_TRUE((*device)->copyToHost(wide.back(), expected.data()).ok());
+    ASSERT_TRUE((*device)->copyToHost(narrow.back(), found.data()).ok());
+    for (size_t e = 0; e < expected.size(); ++e)
+      EXPECT_EQ(trellis::bfloat16ToFloat(found[e]), expected[e])
+          << c.op << " element " << e;
   }
 }
 
