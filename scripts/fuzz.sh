@@ -29,6 +29,12 @@ if [[ -x $root/build/bin/trellis ]]; then
     "$root/test/tools/trellis/Inputs/llama-tiny-4layers.json" --batch 4 \
     --seq 4 --pp 2 --chunks 2 --schedule interleaved --microbatches 2 \
     -o "$corpus/llama.interleaved.plan"
+  # Mixed precision: bf16 and f16 buffers, casts, a loss_scale argument.
+  "$root/build/bin/trellis" compile "$root/examples/configs/llama-tiny.json" \
+    --batch 1 --seq 4 --precision bf16 -o "$corpus/llama.bf16.plan"
+  "$root/build/bin/trellis" compile "$root/examples/configs/gpt2-tiny.json" \
+    --batch 2 --seq 4 --precision fp16 --pp 2 --microbatches 2 \
+    -o "$corpus/gpt2.fp16.pp2.plan"
 fi
 "$build/trellis-plan-fuzzer" "$corpus" -max_total_time="$seconds" \
   -max_len=200000 -print_final_stats=1
