@@ -3,7 +3,11 @@
 # 1 and 2 threads (taskset to that many cores): GPT-2 mini (B8 S128) and
 # GPT-2 124M (B4 S256), AdamW. Prints the mean step (the first step left
 # out), the buffers and the peak resident memory, and the kernel profile's
-# matmul time. Usage: benchmarks/mixed_precision.sh [steps] (default 4)
+# matmul time. With PYTORCH_PYTHON set to a Python that has torch and
+# transformers (a venv), PyTorch eager runs the same step in the same run,
+# pinned to the same cores (benchmarks/pytorch_step.py).
+# Usage: [PYTORCH_PYTHON=venv/bin/python] benchmarks/mixed_precision.sh [steps]
+# (default 4)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 trellis=${TRELLIS:-$root/build/bin/trellis}
@@ -27,6 +31,11 @@ for entry in gpt2-mini:8:128 gpt2-124m:4:256; do
         "$config" "$precision" "$threads" \
         "$(sed -e 's/^summary: steps [0-9-]* | //' <<< "$summary")" \
         "$matmul" "$steps"
+      if [[ -n ${PYTORCH_PYTHON:-} ]]; then
+        taskset -c "$cores" "$PYTORCH_PYTHON" "$root/benchmarks/pytorch_step.py" \
+          "$root/examples/configs/$config.json" "$batch" "$seq" "$steps" \
+          "$threads" "$precision" | sed -e "s/^/$config /"
+      fi
     done
   done
 done
