@@ -1,0 +1,50 @@
+"""PyTorch eager's training step on a Trellis model config, for side-by-side
+figures: Hugging Face transformers' GPT2LMHeadModel built from the same
+config.json, torch AdamW, random tokens, fp32 or bf16 autocast
+(torch.autocast("cpu", dtype=torch.bfloat16)). Prints the mean step time
+(the first step left out). Needs torch and transformers (a venv: never a
+test dependency).
+
+Usage: pytorch_step.py CONFIG BATCH SEQ STEPS THREADS fp32|bf16
+"""
+import json
+import sys
+import time
+
+import torch
+import transformers
+
+transformers.logging.set_verbosity_error()
+
+config_path, batch, seq, steps, threads, precision = sys.argv[1:7]
+batch, seq, steps, threads = int(batch), int(seq), int(steps), int(threads)
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+config = transformers.GPT2Config(**json.load(open(config_path)))
+model = transformers.GPT2LMHeadModel(config)
+model.train()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+tokens = torch.randint(0, config.vocab_size, (batch, seq + 1))
+inputs, targets = tokens[:, :-1], tokens[:, 1:]
+
+
+def step():
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16,
+                        enabled=precision == "bf16"):
+        logits = model(input_ids=inputs).logits
+    loss = torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+times = []
+for _ in range(steps):
+    start = time.perf_counter()
+    step()
+    times.append(time.perf_counter() - start)
+mean = sum(times[1:]) / max(len(times) - 1, 1)
+print(f"pytorch {torch.__version__} {precision} threads {threads} | "
+      f"mean step {mean * 1e3:.2f} ms")
