@@ -121,9 +121,40 @@ TEST(PlanTest, RejectsMalformedBuffers) {
                  "\"i32\", found \"f64\"");
 }
 
+/// loss = sum(bf16(a)) in bf16, cast to f32; SGD updates a from the f32
+/// copy of the bf16 gradient-like value.
+const std::string kMixedPlan = R"({
+  "format": "trellis-plan", "version": 4, "metadata": {"vocab_size": 4},
+  "mesh": [{"name": "dp", "size": 1}],
+  "buffers": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [2, 3], "dtype": "bf16"},
+              {"shape": [], "dtype": "bf16"}, {"shape": [], "dtype": "f32"},
+              {"shape": [2, 3], "dtype": "f32"}, {"shape": [2, 3], "dtype": "f32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "a", "init": "ones"}],
+  "results": [{"buffer": 3, "role": "loss"}, {"buffer": 5, "updates": 0}],
+  "stages": [{"stage": 0, "programs": [{"name": "step", "program": [
+    {"op": "cast", "inputs": [0], "outputs": [1], "attrs": {"to": "bf16"}},
+    {"op": "reduce_sum", "inputs": [1], "outputs": [2], "attrs": {"dims": [0, 1]}},
+    {"op": "cast", "inputs": [2], "outputs": [3], "attrs": {"to": "f32"}},
+    {"op": "cast", "inputs": [1], "outputs": [4], "attrs": {"to": "f32"}},
+    {"op": "sgd", "inputs": [0, 4], "outputs": [5],
+     "attrs": {"learning_rate": 0.5, "weight_decay": 0.0}}
+  ]}], "schedule": ["step"]}]
+})";
+
+TEST(PlanTest, RunsBf16Values) {
+  StatusOr<Plan> plan = parsePlan(kMixedPlan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  std::unique_ptr<Executor> executor = cpuExecutor(std::move(*plan));
+  std::fill(executor->argument(0).f32(), executor->argument(0).f32() + 6,
+            1.5f);
+  ASSERT_TRUE(executor->run().ok());
+  EXPECT_FLOAT_EQ(*executor->loss(), 9.0f);
+  ASSERT_TRUE(executor->commitUpdates().ok());
+  EXPECT_FLOAT_EQ(executor->argument(0).f32()[0], 1.5f - 0.5f * 1.5f);
+}
+
 TEST(PlanTest, RejectsADtypeAnOpDoesNotAccept) {
-  // bf16 and f16 buffers load; an op whose kernels take f32 rejects them,
-  // naming the instruction.
+  // A result's dtype follows the operands' (a matmul of f32 values is f32).
   std::string bf16 = replace(kValidPlan, "{\"shape\": [2, 4], \"dtype\": \"f32\"}",
                              "{\"shape\": [2, 4], \"dtype\": \"bf16\"}");
   expectRejected(bf16, "instruction 0 (matmul): expected output 0 of shape "
@@ -132,9 +163,17 @@ TEST(PlanTest, RejectsADtypeAnOpDoesNotAccept) {
                             "{\"shape\": [2, 4], \"dtype\": \"f16\"}");
   expectRejected(f16, "instruction 0 (matmul): expected output 0 of shape "
                       "[2, 4] (f32), found [2, 4] (f16)");
+  // Parameters, optimizer states and their gradients are f32.
   expectRejected(replace(kValidPlan, "{\"shape\": [2, 3], \"dtype\": \"f32\"}",
                          "{\"shape\": [2, 3], \"dtype\": \"bf16\"}"),
                  "argument 0: parameters and optimizer states must be f32");
+  expectRejected(replace(kMixedPlan, "\"inputs\": [0, 4]", "\"inputs\": [0, 1]"),
+                 "step instruction 4 (sgd): expected grad of element type f32, "
+                 "found bf16");
+  // Casts go between float dtypes; an op's float operands agree.
+  expectRejected(replace(kMixedPlan, "\"to\": \"bf16\"", "\"to\": \"i32\""),
+                 "instruction 0 (cast): expected a cast to f32, bf16 or f16, "
+                 "found 'i32'");
 }
 
 TEST(PlanTest, RejectsBadInstructions) {
