@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -82,6 +83,9 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
     store = pattern;
   }
 
+  // The ranks' OpenMP threads (oneDNN) sleep while the serial kernels run
+  // instead of spinning on the same cores, unless the user chose a policy.
+  setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
   std::map<pid_t, int64_t> children;
   for (int64_t local = 0; local < options.nproc; ++local) {
     int64_t rank = options.nodeRank * options.nproc + local;
