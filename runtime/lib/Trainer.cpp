@@ -651,6 +651,13 @@ int runTrainingCommand(const TrainOptions &options) {
   StatusOr<Fault> fault = parseFault(options.injectFault);
   if (!fault.ok())
     return fail(fault.status());
+  // Options every rank would reject: before starting any.
+  if (StatusOr<const Backend *> backend = findBackend(options.device);
+      !backend.ok())
+    return fail(backend.status());
+  if (options.threads < 1)
+    return fail(Status::error("expected --threads >= 1, found " +
+                              std::to_string(options.threads)));
   if (options.rank < 0 && !options.tracePath.empty()) {
     // Fail before training, not after it, when the trace cannot be written.
     if (!std::ofstream(options.tracePath))
