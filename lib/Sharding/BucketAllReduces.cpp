@@ -25,6 +25,8 @@ struct BucketAllReducesPass
     if (function.isExternal())
       return;
     Block &body = function.getBody().front();
+    if (!function->hasAttr(graph::GraphDialect::kMicroBatchesAttrName))
+      sinkGradientCasts(body);
     // Position of every op, to order reductions by when their operand is
     // produced (block arguments first).
     DenseMap<Operation *, int64_t> position;
@@ -38,13 +40,18 @@ struct BucketAllReducesPass
     // A step cut into pipeline stages later keeps each bucket within one
     // model part; reductions of a micro-batch stay where they are.
     bool pipelined = perPart;
+    bool ofMicroBatches =
+        function->hasAttr(graph::GraphDialect::kMicroBatchesAttrName);
     // Reductions by (mesh, axes, kind, element type) of float values
     // produced in this block.
     std::map<std::string, SmallVector<AllReduceOp>> groups;
     for (AllReduceOp op : body.getOps<AllReduceOp>()) {
       auto type = op.getInput().getType();
+      // In a step of micro-batches, a reduction inside one (marked with
+      // its phase) runs per micro-batch and stays where it is.
       if (!llvm::isa<FloatType>(type.getElementType()) || readyAt(op) < 0 ||
-          op->hasAttr(graph::GraphDialect::kPhaseAttrName))
+          (ofMicroBatches &&
+           op->hasAttr(graph::GraphDialect::kPhaseAttrName)))
         continue;
       std::string key;
       llvm::raw_string_ostream element(key);
@@ -96,6 +103,30 @@ struct BucketAllReducesPass
         }
       }
       emitBucket(bucket, readyAt);
+    }
+  }
+
+  /// A reduction can join a bucket only if its result is first used after
+  /// the bucket is issued. A gradient reduced in the compute dtype is read
+  /// at once by its cast back to f32 (graph.reduce_first): those casts move
+  /// down to just before their own first user, so that the reductions of a
+  /// backward can wait for each other.
+  static void sinkGradientCasts(Block &body) {
+    SmallVector<Operation *> candidates;
+    for (AllReduceOp op : body.getOps<AllReduceOp>())
+      for (Operation *user : op.getResult().getUsers())
+        if (llvm::isa<graph::CastOp>(user) && user->getBlock() == &body &&
+            user->hasAttr(graph::GraphDialect::kReduceFirstAttrName))
+          candidates.push_back(user);
+    for (Operation *op : candidates) {
+      Operation *first = nullptr;
+      for (Operation *user : op->getResult(0).getUsers()) {
+        Operation *inBody = body.findAncestorOpInBlock(*user);
+        if (inBody && (!first || inBody->isBeforeInBlock(first)))
+          first = inBody;
+      }
+      if (first && op->isBeforeInBlock(first))
+        op->moveBefore(first);
     }
   }
 

@@ -5,7 +5,7 @@
 // model parts (later cut into different stages) never share a bucket.
 trellis.mesh @mesh = <["dp"=2]>
 // CHECK-LABEL: func.func @pipelined
-func.func @pipelined(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+func.func @pipelined(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) attributes {graph.micro_batches = 2 : i64} {
   // CHECK: %[[M:.*]] = trellis.all_reduce {{.*}} {graph.phase = "forward"} : tensor<4xf32>
   %a = graph.exp %x {graph.phase = "forward", graph.part = #graph.part<layer 0>} : tensor<4xf32>
   %ra = trellis.all_reduce %a over @mesh ["dp"] sum {graph.phase = "forward"} : tensor<4xf32>
@@ -30,7 +30,7 @@ trellis.mesh @mesh = <["dp"=2]>
 // CHECK-LABEL: func.func @pipelined_without_part
 // CHECK-NOT: graph.concat
 // CHECK: return
-func.func @pipelined_without_part(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+func.func @pipelined_without_part(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) attributes {graph.micro_batches = 2 : i64} {
   %a = graph.exp %x {graph.phase = "backward", graph.part = #graph.part<layer 0>} : tensor<4xf32>
   %b = graph.exp %a : tensor<4xf32>
   %c = graph.exp %x {graph.phase = "backward", graph.part = #graph.part<layer 0>} : tensor<4xf32>

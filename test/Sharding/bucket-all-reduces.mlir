@@ -33,13 +33,13 @@ func.func @fuse(%a: tensor<4x4xf32>, %b: tensor<8xf32>, %c: tensor<2xf32>) -> (t
 // -----
 
 // Tests that without per-part the step's reductions of different model
-// parts share a bucket, while a reduction inside a micro-batch (marked with
-// its phase) stays alone.
+// parts share a bucket, while in a step of micro-batches a reduction inside
+// one (marked with its phase) stays alone.
 trellis.mesh @mesh = <["dp"=2]>
 // CHECK-LABEL: func.func @across_parts
 // SMALL-LABEL: func.func @across_parts
 // SMALL: graph.concat {{.*}} : tensor<4xf32>, tensor<4xf32>
-func.func @across_parts(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+func.func @across_parts(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) attributes {graph.micro_batches = 2 : i64} {
   // CHECK: trellis.all_reduce {{.*}} {graph.phase = "forward"} : tensor<4xf32>
   %a = graph.exp %x {graph.phase = "forward", graph.part = #graph.part<layer 0>} : tensor<4xf32>
   %ra = trellis.all_reduce %a over @mesh ["dp"] sum {graph.phase = "forward"} : tensor<4xf32>
@@ -51,4 +51,28 @@ func.func @across_parts(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, ten
   %rg0 = trellis.all_reduce %g0 over @mesh ["dp"] sum : tensor<4xf32>
   %rg1 = trellis.all_reduce %g1 over @mesh ["dp"] sum : tensor<4xf32>
   return %ra, %rg0, %rg1 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Tests that in a step of one micro-batch (no graph.micro_batches), where
+// phases are only marks, gradients reduced in bf16 bucket together: their
+// casts back to f32 (graph.reduce_first) move down to their first use.
+trellis.mesh @mesh = <["dp"=2]>
+// CHECK-LABEL: func.func @bf16_gradients
+func.func @bf16_gradients(%x: tensor<4xbf16>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %g0 = graph.exp %x {graph.phase = "weight", graph.part = #graph.part<layer 1>} : tensor<4xbf16>
+  %r0 = trellis.all_reduce %g0 over @mesh ["dp"] sum {graph.phase = "weight"} : tensor<4xbf16>
+  %c0 = graph.cast %r0 to "f32" {graph.phase = "weight", graph.reduce_first} : tensor<4xbf16>
+  %g1 = graph.exp %x {graph.phase = "weight", graph.part = #graph.part<layer 0>} : tensor<4xbf16>
+  %r1 = trellis.all_reduce %g1 over @mesh ["dp"] sum {graph.phase = "weight"} : tensor<4xbf16>
+  %c1 = graph.cast %r1 to "f32" {graph.phase = "weight", graph.reduce_first} : tensor<4xbf16>
+  // CHECK: graph.concat {{.*}} : tensor<4xbf16>, tensor<4xbf16>
+  // CHECK-NEXT: trellis.all_reduce {{.*}} : tensor<8xbf16>
+  // CHECK: graph.cast {{.*}} to "f32"
+  // CHECK-NEXT: graph.neg
+  // CHECK-NEXT: graph.cast {{.*}} to "f32"
+  // CHECK-NEXT: return
+  %n0 = graph.neg %c0 : tensor<4xf32>
+  return %n0, %c1 : tensor<4xf32>, tensor<4xf32>
 }

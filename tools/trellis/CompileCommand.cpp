@@ -423,6 +423,15 @@ int runCompileCommand() {
       return reportError("compile", "unknown --grad-reduce-dtype '" +
                                         compileGradReduceDtype +
                                         "': expected fp32 or bf16");
+    if (compileGradReduceDtype == "bf16" &&
+        (compileMicroBatches != 1 || degrees->pipeline != 1))
+      return reportError(
+          "compile",
+          "--grad-reduce-dtype bf16 reduces each micro-batch's gradients "
+          "before they are accumulated in fp32 (micro-batches times the "
+          "traffic of fp32 reductions): expected one micro-batch and no "
+          "pipeline, found --microbatches " +
+              std::to_string(compileMicroBatches.getValue()));
     options.reduceGradientsInCompute = compileGradReduceDtype == "bf16";
     options.microBatches = compileMicroBatches;
     if (compileRecompute == "full")
