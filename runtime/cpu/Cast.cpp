@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <memory>
+#include <vector>
 
 namespace trellis::runtime::cpu {
 
@@ -59,6 +60,38 @@ void fromFloat(const float *source, Tensor &target) {
   }
 }
 
+/// fp32 scratch space for the 16-bit operands of one instruction at a
+/// time, kept across calls: fresh allocations of large copies would fault
+/// in new pages on every instruction of every step.
+class Scratch {
+public:
+  /// Buffer `index` (of this instruction's copies), at least `count` floats.
+  float *get(size_t index, int64_t count) {
+    if (index >= buffers_.size())
+      buffers_.resize(index + 1);
+    Buffer &buffer = buffers_[index];
+    if (buffer.capacity < count) {
+      buffer.data.reset(new float[count]);
+      buffer.capacity = count;
+    }
+    return buffer.data.get();
+  }
+
+private:
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    int64_t capacity = 0;
+  };
+  std::vector<Buffer> buffers_;
+};
+
+/// One per thread: kernels run on the compute thread, collectives on the
+/// communication thread.
+Scratch &scratch() {
+  thread_local Scratch instance;
+  return instance;
+}
+
 bool isNarrow(const Tensor &tensor) {
   return tensor.desc().dtype == DType::BF16 ||
          tensor.desc().dtype == DType::F16;
@@ -77,9 +110,9 @@ Status runCast(const KernelArgs &args) {
     fromFloat(in.f32(), out);
     return Status::success();
   }
-  std::unique_ptr<float[]> wide(new float[in.size()]);
-  toFloat(in, wide.get());
-  fromFloat(wide.get(), out);
+  float *wide = scratch().get(0, in.size());
+  toFloat(in, wide);
+  fromFloat(wide, out);
   return Status::success();
 }
 
@@ -102,17 +135,18 @@ Status runInFloat(const KernelArgs &args, Kernel kernel) {
   local.op = original.op;
   local.attrs = original.attrs;
   std::vector<Tensor> buffers;
-  std::vector<std::unique_ptr<float[]>> copies;
+  size_t copies = 0;
   auto bind = [&](int64_t id) -> int64_t {
     const Tensor &tensor = args.buffers[id];
     if (!isNarrow(tensor)) {
       buffers.push_back(tensor);
     } else {
-      copies.emplace_back(new float[std::max<int64_t>(tensor.size(), 1)]);
-      toFloat(tensor, copies.back().get());
+      float *copy =
+          scratch().get(copies++, std::max<int64_t>(tensor.size(), 1));
+      toFloat(tensor, copy);
       BufferDesc desc = tensor.desc();
       desc.dtype = DType::F32;
-      buffers.emplace_back(desc, copies.back().get());
+      buffers.emplace_back(desc, copy);
     }
     return static_cast<int64_t>(buffers.size()) - 1;
   };
