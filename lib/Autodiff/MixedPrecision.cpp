@@ -72,18 +72,18 @@ private:
     return castBefore(value, to, user, getModelPart(user));
   }
 
+  /// `value` cast to `to` before `before`, marked with `part`.
   Value castBefore(Value value, Type to, Operation *before, PartAttr part) {
-    Operation *user = before;
     bool param = params_.contains(value);
     if (param) {
       auto it = paramCasts_.find({value, part});
       if (it != paramCasts_.end())
         return it->second;
     }
-    OpBuilder builder(user);
+    OpBuilder builder(before);
     std::optional<ElementType> element = toElementType(to);
     auto cast = CastOp::create(
-        builder, user->getLoc(), value,
+        builder, before->getLoc(), value,
         builder.getStringAttr(elementTypeName(*element)));
     if (part)
       setModelPart(cast, part);
