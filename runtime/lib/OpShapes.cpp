@@ -30,6 +30,21 @@ Status validateInstruction(const Instruction &instruction,
         " inputs and " + std::to_string(contract->results) +
         " outputs, found " + std::to_string(inputs) + " and " +
         std::to_string(outputs));
+  // Every attribute is one the op declares (a misspelt optional one would
+  // otherwise be ignored silently).
+  for (const auto &[name, value] : instruction.attrs) {
+    bool declared = false;
+    for (const AttrSpec &spec : contract->attrs)
+      declared |= spec.name == name;
+    if (!declared) {
+      std::string names;
+      for (const AttrSpec &spec : contract->attrs)
+        names += (names.empty() ? "" : ", ") + spec.name;
+      return Status::error("unknown attribute '" + name + "' (" +
+                           instruction.op + " takes " +
+                           (names.empty() ? "none" : names) + ")");
+    }
+  }
   std::vector<TensorType> types;
   types.reserve(inputs);
   for (int64_t input : instruction.inputs)

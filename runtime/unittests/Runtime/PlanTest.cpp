@@ -183,6 +183,10 @@ TEST(PlanTest, RejectsBadInstructions) {
   expectRejected(
       replace(kValidPlan, "\"attrs\": {\"dims\": [0, 1]}", "\"attrs\": {}"),
       "instruction 1 (reduce_sum): missing attribute 'dims'");
+  expectRejected(replace(kValidPlan, "\"attrs\": {}",
+                         "\"attrs\": {\"transpose_rsh\": true}"),
+                 "instruction 0 (matmul): unknown attribute 'transpose_rsh' "
+                 "(matmul takes transpose_lhs, transpose_rhs)");
   expectRejected(replace(kValidPlan, "\"dims\": [0, 1]", "\"dims\": [1, 0]"),
                  "instruction 1 (reduce_sum): expected strictly increasing "
                  "dimensions, found [1, 0]");
