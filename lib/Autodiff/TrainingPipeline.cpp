@@ -15,8 +15,10 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     MixedPrecisionPassOptions mixed;
     mixed.compute = *options.precision;
     mixed.reduceGradientsInCompute = options.reduceGradientsInCompute;
-    // f16's range needs a loss scale (bf16 has fp32's exponent).
-    mixed.dynamicLossScale = *options.precision == LowPrecision::F16;
+    // f16's range needs a loss scale (bf16 has fp32's exponent); the
+    // optimizer unscales it, so a step returning gradients has none.
+    mixed.dynamicLossScale =
+        *options.precision == LowPrecision::F16 && options.optimizer;
     pm.addPass(createMixedPrecisionPass(mixed));
   }
   ReverseModePassOptions reverse;

@@ -115,7 +115,7 @@ struct BucketAllReducesPass
     SmallVector<Operation *> candidates;
     for (AllReduceOp op : body.getOps<AllReduceOp>())
       for (Operation *user : op.getResult().getUsers())
-        if (llvm::isa<graph::CastOp>(user) && user->getBlock() == &body &&
+        if (user->getBlock() == &body &&
             user->hasAttr(graph::GraphDialect::kReduceFirstAttrName))
           candidates.push_back(user);
     for (Operation *op : candidates) {

@@ -46,14 +46,29 @@ void forEachStrided(const std::vector<int64_t> &shape,
   }
 }
 
-/// Calls `body` with a null pointer of the unsigned integer type as wide as
-/// `tensor`'s elements: layout ops move elements without reading them, so
-/// one copy loop serves every dtype.
-template <typename Body> void withElementType(const Tensor &tensor, Body body) {
-  if (dtypeBytes(tensor.desc().dtype) == 2)
-    body(static_cast<uint16_t *>(nullptr));
+/// Moves elements between `in` and `out` along a strided walk of `shape`
+/// (forEachStrided): with `gather`, out[dense] = in[strided]; else
+/// out[strided] = in[dense]. Elements are moved as unsigned integers of
+/// their width, without being read as numbers, so every dtype goes alike.
+void moveStrided(const Tensor &in, Tensor &out,
+                 const std::vector<int64_t> &shape,
+                 const std::vector<int64_t> &strides, int64_t base,
+                 bool gather) {
+  auto move = [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    const T *x = static_cast<const T *>(in.raw());
+    T *y = static_cast<T *>(out.raw());
+    if (gather)
+      forEachStrided(shape, strides, base,
+                     [&](int64_t dense, int64_t strided) { y[dense] = x[strided]; });
+    else
+      forEachStrided(shape, strides, base,
+                     [&](int64_t dense, int64_t strided) { y[strided] = x[dense]; });
+  };
+  if (dtypeBytes(in.desc().dtype) == 2)
+    move(static_cast<uint16_t *>(nullptr));
   else
-    body(static_cast<uint32_t *>(nullptr));
+    move(static_cast<uint32_t *>(nullptr));
 }
 
 void transpose(const Tensor &in, Tensor &out,
@@ -62,13 +77,7 @@ void transpose(const Tensor &in, Tensor &out,
   std::vector<int64_t> strides;
   for (int64_t d : perm)
     strides.push_back(inStrides[d]);
-  withElementType(in, [&](auto *type) {
-    using T = std::remove_pointer_t<decltype(type)>;
-    const T *x = static_cast<const T *>(in.raw());
-    T *y = static_cast<T *>(out.raw());
-    forEachStrided(out.shape(), strides, 0,
-                   [&](int64_t o, int64_t i) { y[o] = x[i]; });
-  });
+  moveStrided(in, out, out.shape(), strides, 0, /*gather=*/true);
 }
 
 void slice(const Tensor &in, Tensor &out, const std::vector<int64_t> &offsets) {
@@ -76,13 +85,7 @@ void slice(const Tensor &in, Tensor &out, const std::vector<int64_t> &offsets) {
   int64_t base = 0;
   for (size_t d = 0; d < offsets.size(); ++d)
     base += offsets[d] * strides[d];
-  withElementType(in, [&](auto *type) {
-    using T = std::remove_pointer_t<decltype(type)>;
-    const T *x = static_cast<const T *>(in.raw());
-    T *y = static_cast<T *>(out.raw());
-    forEachStrided(out.shape(), strides, base,
-                   [&](int64_t o, int64_t i) { y[o] = x[i]; });
-  });
+  moveStrided(in, out, out.shape(), strides, base, /*gather=*/true);
 }
 
 void pad(const Tensor &in, Tensor &out, const std::vector<int64_t> &low) {
@@ -94,13 +97,7 @@ void pad(const Tensor &in, Tensor &out, const std::vector<int64_t> &low) {
   int64_t base = 0;
   for (size_t d = 0; d < low.size(); ++d)
     base += low[d] * outStrides[d];
-  withElementType(in, [&](auto *type) {
-    using T = std::remove_pointer_t<decltype(type)>;
-    const T *x = static_cast<const T *>(in.raw());
-    T *y = static_cast<T *>(out.raw());
-    forEachStrided(in.shape(), outStrides, base,
-                   [&](int64_t i, int64_t o) { y[o] = x[i]; });
-  });
+  moveStrided(in, out, in.shape(), outStrides, base, /*gather=*/false);
 }
 
 void concat(const KernelArgs &args, int64_t dim) {
@@ -132,13 +129,7 @@ void broadcastTo(const Tensor &in, Tensor &out) {
   size_t lead = rank - in.shape().size();
   for (size_t d = 0; d < in.shape().size(); ++d)
     strides[lead + d] = in.shape()[d] == 1 ? 0 : own[d];
-  withElementType(in, [&](auto *type) {
-    using T = std::remove_pointer_t<decltype(type)>;
-    const T *x = static_cast<const T *>(in.raw());
-    T *y = static_cast<T *>(out.raw());
-    forEachStrided(out.shape(), strides, 0,
-                   [&](int64_t o, int64_t i) { y[o] = x[i]; });
-  });
+  moveStrided(in, out, out.shape(), strides, 0, /*gather=*/true);
 }
 
 } // namespace

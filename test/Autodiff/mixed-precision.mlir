@@ -60,3 +60,15 @@ func.func @forward(%table: tensor<16x8xf32> {graph.role = "param", graph.param =
   %half = graph.scale %loss by 0.5 {graph.part = #graph.part<head>} : tensor<f32>
   return %half : tensor<f32>
 }
+
+// RUN: trellis-opt %s -trellis-autodiff="precision=f16" | FileCheck %s --check-prefix=F16STEP
+// RUN: trellis-opt %s -trellis-autodiff="precision=f16 optimizer=none" | FileCheck %s --check-prefix=F16GRADS
+// f16 with an optimizer scales the loss by a runtime argument (role
+// loss_scale) and unscales gradients and loss before the update; a step
+// returning its gradients has no scale to undo, so it gets none.
+// F16STEP-LABEL: func.func @train_step
+// F16STEP-SAME: graph.role = "loss_scale"
+// F16STEP: graph.div
+// F16STEP: graph.adamw
+// F16GRADS-LABEL: func.func @gradients
+// F16GRADS-NOT: loss_scale

@@ -41,7 +41,8 @@ struct TrainingOptions {
   /// Whether 1-D parameters (biases, norm gains) are decayed too.
   bool decayOneDimensional = false;
   /// Mixed precision: the forward and backward compute in this dtype, from
-  /// fp32 master weights; none: everything in fp32.
+  /// fp32 master weights; none: everything in fp32. f16 with an optimizer
+  /// also scales the loss dynamically (a loss_scale argument).
   std::optional<LowPrecision> precision;
   /// With `precision`: reduce data-parallel gradients in the compute dtype
   /// (else in f32).
