@@ -45,7 +45,8 @@ StepReport computeStepReport(func::FuncOp step) {
 StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
                              ArrayRef<RankItem> items) {
   StepReport report;
-  // Mixed precision: parameters cast to a 16-bit compute copy.
+  // Mixed precision: 16-bit parameters with fp32 masters, or f32
+  // parameters cast to a 16-bit compute copy in the forward.
   bool mixed = false, adam = false;
   for (const RankItem &item : items)
     if (auto cast = llvm::dyn_cast_if_present<graph::CastOp>(item.op)) {
@@ -59,8 +60,10 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     }
   for (unsigned i = 0; i < step.getNumArguments(); ++i)
     if (auto role = step.getArgAttrOfType<StringAttr>(
-            i, graph::GraphDialect::kRoleAttrName))
+            i, graph::GraphDialect::kRoleAttrName)) {
       adam |= role.getValue() == "adam_m";
+      mixed |= role.getValue() == "master";
+    }
   report.weightBytesPerParameter = mixed ? 2 : 4;
   report.gradientBytesPerParameter = mixed ? 2 : 4;
   report.optimizerBytesPerParameter = (adam ? 8 : 0) + (mixed ? 4 : 0);

@@ -44,6 +44,10 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     optimizer.weightDecay = options.weightDecay;
     optimizer.decayOneDimensional = options.decayOneDimensional;
     pm.addPass(createInsertOptimizerPass(optimizer));
+    // The parameters hold the compute copy, cast once per step from their
+    // fp32 masters.
+    if (options.precision)
+      pm.addPass(createMasterWeightsPass());
   }
 }
 

@@ -130,6 +130,7 @@ struct ApplyPresetPass
         continue;
       }
       bool parameterLike = role.getValue() == "param" ||
+                           role.getValue() == "master" ||
                            role.getValue() == "adam_m" ||
                            role.getValue() == "adam_v";
       if (tp == 1 || !parameterLike || !name)

@@ -2,6 +2,7 @@
 
 #include "trellis/Runtime/Executor.h"
 
+#include "trellis/Common/HalfFloat.h"
 #include "trellis/Runtime/OpShapes.h"
 
 #include <algorithm>
@@ -376,6 +377,62 @@ Status Executor::readResult(size_t index, void *host) const {
 
 Status Executor::writeArgument(size_t index, const void *host) {
   return device_.copyFromHost(host, argument(index));
+}
+
+namespace {
+
+/// Host f32 values of `tensor`'s bytes `raw`, or an error for i32 buffers.
+Status toValues(const Tensor &tensor, const std::vector<uint16_t> &raw,
+                float *values) {
+  int64_t n = tensor.size();
+  switch (tensor.desc().dtype) {
+  case DType::BF16:
+    for (int64_t i = 0; i < n; ++i)
+      values[i] = bfloat16ToFloat(raw[i]);
+    return Status::success();
+  case DType::F16:
+    for (int64_t i = 0; i < n; ++i)
+      values[i] = halfToFloat(raw[i]);
+    return Status::success();
+  default:
+    return Status::error("expected a float buffer, found " +
+                         std::string(dtypeName(tensor.desc().dtype)));
+  }
+}
+
+} // namespace
+
+Status Executor::readArgumentValues(size_t index, float *values) const {
+  const Tensor &tensor = argument(index);
+  if (tensor.desc().dtype == DType::F32)
+    return device_.copyToHost(tensor, values);
+  std::vector<uint16_t> raw(tensor.size());
+  TRELLIS_RETURN_IF_ERROR(device_.copyToHost(tensor, raw.data()));
+  return toValues(tensor, raw, values);
+}
+
+Status Executor::readResultValues(size_t index, float *values) const {
+  const Tensor &tensor = result(index);
+  if (tensor.desc().dtype == DType::F32)
+    return device_.copyToHost(tensor, values);
+  std::vector<uint16_t> raw(tensor.size());
+  TRELLIS_RETURN_IF_ERROR(device_.copyToHost(tensor, raw.data()));
+  return toValues(tensor, raw, values);
+}
+
+Status Executor::writeArgumentValues(size_t index, const float *values) {
+  Tensor &tensor = argument(index);
+  DType dtype = tensor.desc().dtype;
+  if (dtype == DType::F32)
+    return device_.copyFromHost(values, tensor);
+  if (dtype != DType::BF16 && dtype != DType::F16)
+    return Status::error("expected a float buffer, found " +
+                         std::string(dtypeName(dtype)));
+  std::vector<uint16_t> raw(tensor.size());
+  for (size_t i = 0; i < raw.size(); ++i)
+    raw[i] = dtype == DType::BF16 ? floatToBfloat16(values[i])
+                                  : floatToHalf(values[i]);
+  return device_.copyFromHost(raw.data(), tensor);
 }
 
 StatusOr<float> Executor::loss() const {

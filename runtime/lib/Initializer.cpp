@@ -59,7 +59,7 @@ Status initializeArguments(Executor &executor, uint64_t seed, int64_t rank) {
             data[local] = static_cast<float>(std * counterNormal(key, global));
           });
     }
-    TRELLIS_RETURN_IF_ERROR(executor.writeArgument(i, data));
+    TRELLIS_RETURN_IF_ERROR(executor.writeArgumentValues(i, data));
   }
   return Status::success();
 }

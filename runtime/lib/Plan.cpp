@@ -352,6 +352,7 @@ Status PlanReader::readArguments(const json &array) {
       {"input", ArgumentRole::Input},
       {"adam_m", ArgumentRole::AdamM},
       {"adam_v", ArgumentRole::AdamV},
+      {"master", ArgumentRole::Master},
       {"step", ArgumentRole::Step},
       {"loss_scale", ArgumentRole::LossScale}};
   for (size_t i = 0; i < array.size(); ++i) {
@@ -368,8 +369,8 @@ Status PlanReader::readArguments(const json &array) {
     if (role == roles.end())
       return Status::error(where + ": unknown role \"" +
                            entry["role"].get<std::string>() +
-                           "\"; expected param, input, adam_m, adam_v, step or "
-                           "loss_scale");
+                           "\"; expected param, input, adam_m, adam_v, master, "
+                           "step or loss_scale");
     argument.role = role->second;
     if (entry.contains("param")) {
       if (!entry["param"].is_string())
@@ -431,9 +432,14 @@ Status PlanReader::readArguments(const json &array) {
                              " must be a scalar f32 buffer");
       break;
     default:
-      if (desc.dtype != DType::F32)
-        return Status::error(where + ": parameters and optimizer states "
-                                     "must be f32 buffers");
+      if (argument.role == ArgumentRole::Param
+              ? desc.dtype == DType::I32
+              : desc.dtype != DType::F32)
+        return Status::error(
+            where + (argument.role == ArgumentRole::Param
+                         ? ": a parameter must be an f32, bf16 or f16 buffer"
+                         : ": optimizer states and master weights must be "
+                           "f32 buffers"));
       if (argument.name.empty())
         return Status::error(where + ": a parameter needs a name");
       if (argument.init != "zeros" && argument.init != "ones" &&

@@ -292,8 +292,16 @@ namespace {
 /// precision; model.safetensors then holds the compute-dtype copy).
 const std::string kMasterPrefix = "master.";
 
+/// optimizer.safetensors' name prefix of an optimizer state's tensors.
 const char *statePrefix(ArgumentRole role) {
-  return role == ArgumentRole::AdamM ? "adam_m." : "adam_v.";
+  switch (role) {
+  case ArgumentRole::AdamM:
+    return "adam_m.";
+  case ArgumentRole::AdamV:
+    return "adam_v.";
+  default:
+    return kMasterPrefix.c_str();
+  }
 }
 
 /// Checks the shape of a whole tensor from a checkpoint (the whole
@@ -344,7 +352,7 @@ StatusOr<bool> Trainer::updatesAreFinite() const {
     if (!result.updates || !plan.holds(result.stages))
       continue;
     values.resize(executor_->result(r).size());
-    TRELLIS_RETURN_IF_ERROR(executor_->readResult(r, values.data()));
+    TRELLIS_RETURN_IF_ERROR(executor_->readResultValues(r, values.data()));
     for (float value : values)
       if (!std::isfinite(value)) {
         finite = 0.0f;
@@ -365,7 +373,7 @@ Status Trainer::writeBox(size_t argument, const std::vector<float> &values) {
   std::vector<float> local(executor_->argument(argument).size());
   layoutOf(argument).forEach(
       [&](int64_t l, int64_t g) { local[l] = values[g]; });
-  return executor_->writeArgument(argument, local.data());
+  return executor_->writeArgumentValues(argument, local.data());
 }
 
 ShardLayout Trainer::layoutOf(size_t argument) const {
@@ -386,7 +394,7 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   bool everywhere = desc.stages.empty() || !plan.pipelineAxis;
   if ((!split && everywhere) || !communicator_) {
     entry.values.resize(executor_->argument(argument).size());
-    return executor_->readArgument(argument, entry.values.data());
+    return executor_->readArgumentValues(argument, entry.values.data());
   }
   // Every rank's shard (zeros from ranks of stages that do not hold it),
   // then each holder's placed at its box.
@@ -397,7 +405,7 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   int64_t shardSize = plan.buffers[desc.buffer].numElements();
   std::vector<float> mine(shardSize, 0.0f);
   if (plan.holds(desc.stages))
-    TRELLIS_RETURN_IF_ERROR(executor_->readArgument(argument, mine.data()));
+    TRELLIS_RETURN_IF_ERROR(executor_->readArgumentValues(argument, mine.data()));
   std::vector<float> shards(shardSize * mesh.size());
   TRELLIS_RETURN_IF_ERROR(communicator_->allGather(
       everything, mine.data(), shards.data(), shardSize, DType::F32));
@@ -466,7 +474,10 @@ Status Trainer::save(const std::string &dir) const {
           std::move(entry);
       continue;
     }
-    if (computeDtype != "F32")
+    // An f32 parameter of a mixed-precision step (no master argument: it
+    // is cast in the forward) is its own master weight.
+    if (computeDtype != "F32" &&
+        plan.buffers[argument.buffer].dtype == DType::F32)
       optimizer.tensors[kMasterPrefix + argument.name] = entry;
     entry.dtype = computeDtype;
     model.tensors[argument.name] = std::move(entry);
@@ -511,13 +522,17 @@ Status Trainer::load(const std::string &dir) {
     const Argument &argument = plan.arguments[i];
     SafetensorsFile *file = nullptr;
     std::string name = argument.name, fileName;
-    if (argument.role == ArgumentRole::Param &&
-        optimizer->tensors.count(kMasterPrefix + argument.name)) {
+    bool f32Param = argument.role == ArgumentRole::Param &&
+                    plan.buffers[argument.buffer].dtype == DType::F32;
+    bool hasMaster = optimizer->tensors.count(kMasterPrefix + argument.name);
+    if ((f32Param || argument.role == ArgumentRole::Master) && hasMaster) {
       // A mixed-precision checkpoint: the fp32 master weight, exactly.
       file = &*optimizer;
       fileName = dir + "/optimizer.safetensors";
       name = kMasterPrefix + argument.name;
-    } else if (argument.role == ArgumentRole::Param) {
+    } else if (argument.role == ArgumentRole::Param ||
+               argument.role == ArgumentRole::Master) {
+      // The weights themselves (an fp32 checkpoint's are exact masters).
       file = &*model;
       fileName = dir + "/model.safetensors";
     } else if (argument.role == ArgumentRole::AdamM ||
@@ -592,7 +607,9 @@ Status Trainer::loadWeights(const std::string &path) {
   const Plan &plan = executor_->plan();
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
-    if (argument.role != ArgumentRole::Param || !plan.holds(argument.stages))
+    bool weights = argument.role == ArgumentRole::Param ||
+                   argument.role == ArgumentRole::Master;
+    if (!weights || !plan.holds(argument.stages))
       continue;
     auto it = file->tensors.find(argument.name);
     const std::string prefix = "transformer.";

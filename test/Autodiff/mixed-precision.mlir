@@ -30,20 +30,31 @@
 
 // Through the autodiff phase: the backward runs in bf16 and every
 // parameter gradient, being the gradient of a cast, is cast back to f32;
-// the tied table's two parts' gradients are summed in f32; AdamW updates
-// the f32 master weights.
+// the tied table's two parts' gradients are summed in f32. The parameters
+// become bf16 arguments that the micro-batch reads directly; AdamW
+// updates their f32 masters (role master, same name and init), and each
+// new parameter is its new master cast to bf16, once per step.
 // STEP-LABEL: func.func @train_step
+// STEP-SAME: %arg0: tensor<16x8xbf16> {graph.init = "normal:0.02", graph.param = "table", graph.role = "param"}
+// STEP-SAME: %arg12: tensor<16x8xf32> {graph.init = "normal:0.02", graph.param = "table", graph.role = "master"}
+// STEP-SAME: -> (tensor<f32>, tensor<16x8xbf16> {graph.updates = 0 : i64}
+// STEP-SAME: tensor<16x8xf32> {graph.updates = 12 : i64}
+// STEP-NOT: graph.cast %arg
+// STEP: graph.embedding %arg0, %arg3 {{.*}}: tensor<16x8xbf16>, tensor<2x4xi32>
 // STEP: graph.matmul {{.*}}graph.phase = "backward"} : tensor<2x4x16xbf16>, tensor<16x8xbf16>
 // STEP: %[[DW:.*]] = graph.matmul %{{.*}} transposed, %{{.*}}graph.phase = "weight"} : tensor<8x16xbf16>, tensor<8x8xbf16>
 // STEP: graph.cast %[[DW]] to "f32" {{.*}} : tensor<16x8xbf16>
 // STEP: %[[TIED:.*]] = graph.add %{{.*}}, %{{.*}} : tensor<16x8xf32>, tensor<16x8xf32>
-// STEP: graph.adamw %arg0, %[[TIED]], {{.*}} : tensor<16x8xf32>
+// STEP: %[[NEW:.*]], %{{.*}}, %{{.*}} = graph.adamw %arg12, %[[TIED]], {{.*}} : tensor<16x8xf32>
+// STEP: %[[NEW16:.*]] = graph.cast %[[NEW]] to "bf16" : tensor<16x8xf32>
+// STEP: return %{{.*}}, %[[NEW16]],
 
 // With reduce-gradients-in-compute, the parameter casts and the gradients'
 // casts back are marked graph.reduce_first (a data-parallel partial
 // gradient is reduced in bf16, before the cast).
+// RUN: trellis-opt %s -trellis-mixed-precision="reduce-gradients-in-compute=true" | FileCheck %s --check-prefix=REDUCEFWD
+// REDUCEFWD: graph.cast %arg0 to "bf16" {graph.part = #graph.part<embedding>, graph.reduce_first}
 // REDUCE-LABEL: func.func @train_step
-// REDUCE: graph.cast %arg0 to "bf16" {graph.part = #graph.part<embedding>, graph.phase = "forward", graph.reduce_first}
 // REDUCE: graph.cast %{{.*}} to "f32" {graph.part = #graph.part<head>, graph.phase = "weight", graph.reduce_first} : tensor<16x8xbf16>
 
 func.func @forward(%table: tensor<16x8xf32> {graph.role = "param", graph.param = "table", graph.init = "normal:0.02"},

@@ -1,9 +1,10 @@
 //===- Passes.td - Autodiff passes -------------------------*- tablegen -*-===//
 //
-// A forward pass and loss becomes a training step in five passes, each
+// A forward pass and loss becomes a training step in six passes, each
 // runnable alone: mixed precision (casts into the compute dtype), reverse
 // mode (the gradients of one micro-batch), recomputation, micro-batch
-// accumulation, optimizer insertion.
+// accumulation, optimizer insertion, and master weights (16-bit
+// parameters updated through fp32 masters).
 // `buildTrainingPipeline` (Passes.h) strings them together; trellis-opt
 // registers it as `trellis-autodiff`.
 //
@@ -29,9 +30,10 @@ def MixedPrecisionPass : Pass<"trellis-mixed-precision", "::mlir::ModuleOp"> {
     - `Float32` ops (cross-entropy) get their low-precision operands cast
       up; the loss is f32.
     - `Operands` ops (casts) are left alone.
-    The parameters stay f32 (the master weights): the gradient of a cast is
-    a cast back, so every parameter gradient, the accumulation over
-    micro-batches and the optimizer are in fp32. Kernels accumulate sums
+    The parameters stay f32 here: the gradient of a cast is a cast back, so
+    every parameter gradient, the accumulation over micro-batches and the
+    optimizer are in fp32; `-trellis-master-weights` later turns the f32
+    parameters into fp32 master weights of 16-bit parameters. Kernels accumulate sums
     and statistics in fp32 whatever their operands' dtype.
 
     ```mlir
@@ -214,6 +216,50 @@ def InsertOptimizerPass
     Option<"decayOneDimensional", "decay-1d", "bool", "false",
            "Decay 1-D parameters (biases, norm gains) too; by default they "
            "get no weight decay, as in Megatron and Hugging Face's Trainer">
+  ];
+  let dependentDialects = ["::trellis::graph::GraphDialect"];
+}
+
+def MasterWeightsPass : Pass<"trellis-master-weights", "::mlir::ModuleOp"> {
+  let summary = "Keeps 16-bit parameters and their fp32 master weights";
+  let description = [{
+    After `-trellis-mixed-precision` and `-trellis-insert-optimizer`: a
+    parameter of `func.func @train_step` that the micro-batch reads only
+    through casts to one 16-bit dtype, and that one optimizer op updates,
+    becomes an argument of that dtype (role "param": the compute copy the
+    forward and backward read directly), and a new f32 argument of role
+    "master" (same `graph.param` name, `graph.init` and layout) takes its
+    place in the update. The step returns the new master (marked
+    `graph.updates` of the master) and its cast to the compute dtype as the
+    parameter's update. The cast to the compute dtype so happens once per
+    step, after the update, however many micro-batches the step has; the
+    gradients are unchanged (the cast's gradient, a cast back to f32, was
+    made by reverse mode). Other parameters are left alone.
+
+    This is the layout ZeRO shards: the master and the moments are
+    optimizer state; the parameter is what every use gathers.
+
+    ```mlir
+    // Before
+    func.func @train_step(%w: tensor<4x3xf32> {graph.role = "param"}, ...) {
+      %w16 = graph.cast %w to "bf16" {graph.phase = "forward"} : tensor<4x3xf32>
+      ...
+      %new, %m1, %v1 = graph.adamw %w, %g, %m, %v, %step ...
+      return %loss, %new, ...
+    }
+    // After
+    func.func @train_step(%w: tensor<4x3xbf16> {graph.role = "param"}, ...,
+                          %w_master: tensor<4x3xf32> {graph.role = "master"}) {
+      ... uses %w directly ...
+      %new, %m1, %v1 = graph.adamw %w_master, %g, %m, %v, %step ...
+      %new16 = graph.cast %new to "bf16" : tensor<4x3xf32>
+      return %loss, %new16, ..., %new
+    }
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The training step">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect"];
 }

@@ -104,7 +104,7 @@ TEST(PlanTest, RejectsShapeMismatches) {
                  "rhs [5, 4] has 5");
   expectRejected(replace(kValidPlan, "{\"shape\": [3, 4], \"dtype\": \"f32\"}",
                          "{\"shape\": [3, 4], \"dtype\": \"i32\"}"),
-                 "argument 1: parameters and optimizer states must be f32");
+                 "argument 1: a parameter must be an f32, bf16 or f16 buffer");
   expectRejected(replace(kValidPlan, "{\"shape\": [], \"dtype\": \"f32\"}",
                          "{\"shape\": [1], \"dtype\": \"f32\"}"),
                  "expected output 0 of shape [] (f32), found [1] (f32)");
@@ -153,6 +153,40 @@ TEST(PlanTest, RunsBf16Values) {
   EXPECT_FLOAT_EQ(executor->argument(0).f32()[0], 1.5f - 0.5f * 1.5f);
 }
 
+const std::string kBf16ParamPlan = R"({
+  "format": "trellis-plan", "version": 4, "metadata": {"vocab_size": 4},
+  "mesh": [{"name": "dp", "size": 1}],
+  "buffers": [{"shape": [2], "dtype": "bf16"}, {"shape": [2], "dtype": "f32"},
+              {"shape": [], "dtype": "f32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "a", "init": "ones"},
+                {"buffer": 1, "role": "master", "param": "a", "init": "ones"}],
+  "results": [{"buffer": 2, "role": "loss"}],
+  "stages": [{"stage": 0, "programs": [{"name": "step", "program": [
+    {"op": "reduce_sum", "inputs": [1], "outputs": [2], "attrs": {"dims": [0]}}
+  ]}], "schedule": ["step"]}]
+})";
+
+TEST(PlanTest, ConvertsArgumentValuesToTheirDtype) {
+  // A bf16 parameter and its f32 master: values written as f32 round to
+  // bf16 (to nearest, ties to even) and read back converted.
+  StatusOr<Plan> plan = parsePlan(kBf16ParamPlan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  std::unique_ptr<Executor> executor = cpuExecutor(std::move(*plan));
+  const float written[2] = {1.00390625f, -3.0f};
+  ASSERT_TRUE(executor->writeArgumentValues(0, written).ok());
+  ASSERT_TRUE(executor->writeArgumentValues(1, written).ok());
+  float read[2] = {0, 0};
+  ASSERT_TRUE(executor->readArgumentValues(0, read).ok());
+  EXPECT_EQ(read[0], 1.0f);
+  EXPECT_EQ(read[1], -3.0f);
+  ASSERT_TRUE(executor->readArgumentValues(1, read).ok());
+  EXPECT_EQ(read[0], 1.00390625f);
+  ASSERT_TRUE(executor->run().ok());
+  EXPECT_FLOAT_EQ(*executor->loss(), 1.00390625f - 3.0f);
+  ASSERT_TRUE(executor->readResultValues(0, read).ok());
+  EXPECT_FLOAT_EQ(read[0], 1.00390625f - 3.0f);
+}
+
 TEST(PlanTest, RejectsADtypeAnOpDoesNotAccept) {
   // A result's dtype follows the operands' (a matmul of f32 values is f32).
   std::string bf16 = replace(kValidPlan, "{\"shape\": [2, 4], \"dtype\": \"f32\"}",
@@ -163,10 +197,13 @@ TEST(PlanTest, RejectsADtypeAnOpDoesNotAccept) {
                             "{\"shape\": [2, 4], \"dtype\": \"f16\"}");
   expectRejected(f16, "instruction 0 (matmul): expected output 0 of shape "
                       "[2, 4] (f32), found [2, 4] (f16)");
-  // Parameters, optimizer states and their gradients are f32.
-  expectRejected(replace(kValidPlan, "{\"shape\": [2, 3], \"dtype\": \"f32\"}",
-                         "{\"shape\": [2, 3], \"dtype\": \"bf16\"}"),
-                 "argument 0: parameters and optimizer states must be f32");
+  // Master weights, optimizer states and their gradients are f32.
+  expectRejected(
+      replace(replace(kValidPlan, "{\"shape\": [2, 3], \"dtype\": \"f32\"}",
+                      "{\"shape\": [2, 3], \"dtype\": \"bf16\"}"),
+              "\"role\": \"param\", \"param\": \"a\"",
+              "\"role\": \"master\", \"param\": \"a\""),
+      "argument 0: optimizer states and master weights must be f32 buffers");
   expectRejected(replace(kMixedPlan, "\"inputs\": [0, 4]", "\"inputs\": [0, 1]"),
                  "step instruction 4 (sgd): expected grad of element type f32, "
                  "found bf16");

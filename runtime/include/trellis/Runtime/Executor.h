@@ -64,6 +64,13 @@ public:
   Status readResult(size_t index, void *host) const;
   /// Copies host memory into argument `index`.
   Status writeArgument(size_t index, const void *host);
+  /// Argument `index` as f32 values (converted from its float dtype).
+  Status readArgumentValues(size_t index, float *values) const;
+  /// Result `index` as f32 values (converted from its float dtype).
+  Status readResultValues(size_t index, float *values) const;
+  /// Writes f32 values into argument `index`, rounded to its float dtype
+  /// (to nearest, ties to even).
+  Status writeArgumentValues(size_t index, const float *values);
   /// The f32 scalar of result 0.
   StatusOr<float> loss() const;
 

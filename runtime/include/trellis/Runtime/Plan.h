@@ -65,9 +65,20 @@ struct Instruction {
   const std::vector<std::string> &texts(const std::string &name) const;
 };
 
-/// `LossScale`: the scalar f32 the loss is multiplied by before the
-/// backward (fp16 mixed precision); the runtime sets it every step.
-enum class ArgumentRole { Param, Input, AdamM, AdamV, Step, LossScale };
+/// `Param`: a parameter, in f32 or (mixed precision) the compute dtype.
+/// `Master`: the f32 master weight of a 16-bit parameter of the same name,
+/// which the optimizer updates. `LossScale`: the scalar f32 the loss is
+/// multiplied by before the backward (fp16 mixed precision); the runtime
+/// sets it every step.
+enum class ArgumentRole {
+  Param,
+  Input,
+  AdamM,
+  AdamV,
+  Master,
+  Step,
+  LossScale
+};
 
 struct Argument {
   int64_t buffer = 0;
