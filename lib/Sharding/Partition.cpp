@@ -24,16 +24,23 @@ namespace {
 class ActionCopier : public OpBuilder::Listener {
 public:
   void setSource(Operation *op) { source_ = op; }
+  /// Whether inserted ops take the source's model part too (what a
+  /// constraint's reshard makes belongs to the constraint's part).
+  void setCopyPart(bool copy) { copyPart_ = copy; }
 
   void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
-    if (Attribute phase =
-            source_ ? source_->getAttr(graph::GraphDialect::kPhaseAttrName)
-                    : Attribute())
+    if (!source_)
+      return;
+    if (Attribute phase = source_->getAttr(graph::GraphDialect::kPhaseAttrName))
       op->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
+    if (copyPart_)
+      if (graph::PartAttr part = graph::getModelPart(source_))
+        graph::setModelPart(op, part);
   }
 
 private:
   Operation *source_ = nullptr;
+  bool copyPart_ = false;
 };
 
 class Partitioner {
@@ -67,6 +74,11 @@ private:
     SmallVector<Type> operandTypes;
   };
   LogicalResult partitionOp(const GlobalView &global);
+  /// A trellis.shard constraint: its operand resharded to its layout (the
+  /// collectives in the constraint's phase and model part). Each
+  /// constraint reshards anew: two constraints of one value are two
+  /// collectives.
+  void partitionConstraint(ShardOp op);
 
   func::FuncOp function_;
   MeshAttr mesh_;
@@ -318,6 +330,25 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   return success();
 }
 
+void Partitioner::partitionConstraint(ShardOp op) {
+  Value operand = op.getInput();
+  ValueSharding required = ValueSharding::fromAttr(op.getSharding());
+  builder_.setInsertionPoint(op);
+  actionCopier_.setSource(op);
+  actionCopier_.setCopyPart(true);
+  Value value = operand;
+  if (!(actual_.lookup(operand) == required))
+    value = reshard(op.getLoc(), operand, actual_.lookup(operand), required);
+  actionCopier_.setCopyPart(false);
+  if (pipelined_ && value.getDefiningOp() && value != operand)
+    value.getDefiningOp()->setAttr(
+        TrellisDialect::kLocalLayoutAttrName,
+        required.toAttr(builder_.getContext(), meshName_));
+  actual_[value] = required;
+  op.getResult().replaceAllUsesWith(value);
+  op.erase();
+}
+
 LogicalResult Partitioner::run() {
   Block &body = function_.getBody().front();
   pipelined_ =
@@ -326,6 +357,10 @@ LogicalResult Partitioner::run() {
   // type changes.
   std::vector<GlobalView> work;
   for (Operation &op : body.without_terminator()) {
+    if (llvm::isa<ShardOp>(op)) {
+      work.push_back({&op, graph::ShardingRule(), {}});
+      continue;
+    }
     auto ruleOp = llvm::dyn_cast<graph::ShardingRuleOpInterface>(&op);
     if (!ruleOp)
       return op.emitOpError("has no sharding rule: the partitioner handles "
@@ -344,9 +379,14 @@ LogicalResult Partitioner::run() {
     argTypes.push_back(arg.getType());
     actual_[arg] = sharding;
   }
-  for (const GlobalView &global : work)
+  for (const GlobalView &global : work) {
+    if (auto constraint = llvm::dyn_cast<ShardOp>(global.op)) {
+      partitionConstraint(constraint);
+      continue;
+    }
     if (failed(partitionOp(global)))
       return failure();
+  }
   // Results leave replicated, except those that replace an argument after
   // the step (`graph.updates`, the training-step contract): they keep that
   // argument's layout.

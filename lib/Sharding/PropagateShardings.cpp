@@ -164,7 +164,12 @@ void PropagateShardingsPass::reportAnnotationConflicts(
           rule.factorKinds[factor] == graph::FactorKind::Whole)
         continue;
       const AxisNames &wanted = shardingOf(operand).dims[d];
-      if (wanted.empty() || wanted == factorAxes[factor])
+      const AxisNames &chosen = factorAxes[factor];
+      // A split the op refines (["tp"] taken as ["tp", "dp"]) costs only a
+      // local slice: no conflict.
+      bool refined = wanted.size() < chosen.size() &&
+                     std::equal(wanted.begin(), wanted.end(), chosen.begin());
+      if (wanted.empty() || wanted == chosen || refined)
         continue;
       InFlightDiagnostic warning = op->emitWarning();
       warning << "conflicting annotations: operand " << i << ", "
@@ -202,6 +207,20 @@ void PropagateShardingsPass::runOnOperation() {
     shardings_[arg] = ValueSharding::fromAttr(attr);
     fixed_.insert(arg);
   }
+  // Constraints (trellis.shard) fix their results' layouts.
+  WalkResult constraints = function.walk([&](ShardOp op) {
+    if (meshName && meshName != op.getSharding().getMeshName()) {
+      op.emitError() << "a constraint over " << op.getSharding().getMeshName()
+                     << " in a function sharded over " << meshName;
+      return WalkResult::interrupt();
+    }
+    meshName = op.getSharding().getMeshName();
+    shardings_[op.getResult()] = ValueSharding::fromAttr(op.getSharding());
+    fixed_.insert(op.getResult());
+    return WalkResult::advance();
+  });
+  if (constraints.wasInterrupted())
+    return signalPassFailure();
   if (!meshName)
     return; // Nothing is sharded: a single-device program.
   MeshOp meshOp =

@@ -15,6 +15,12 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
   preset.dataParallel = options.dataParallel;
   preset.tensorParallel = options.tensorParallel;
   pm.addPass(createApplyPresetPass(preset));
+  if (options.zeroStage > 0) {
+    ApplyZeroPassOptions zero;
+    zero.functionName = options.function;
+    zero.stage = options.zeroStage;
+    pm.addPass(createApplyZeroPass(zero));
+  }
   PropagateShardingsPassOptions propagation;
   propagation.explain = options.explain;
   pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass(propagation));
@@ -39,6 +45,9 @@ struct ShardingPipelineOptions
   Option<int64_t> tensorParallel{*this, "tp",
                                  llvm::cl::desc("Tensor-parallel degree"),
                                  llvm::cl::init(1)};
+  Option<int64_t> zeroStage{*this, "zero",
+                             llvm::cl::desc("ZeRO stage (0-3) over dp"),
+                             llvm::cl::init(0)};
   Option<int64_t> bucketBytes{*this, "bucket-bytes",
                               llvm::cl::desc("Bytes per gradient bucket"),
                               llvm::cl::init(25 << 20)};
@@ -62,6 +71,7 @@ void trellis::registerShardingPipeline() {
         sharding.function = options.function;
         sharding.dataParallel = options.dataParallel;
         sharding.tensorParallel = options.tensorParallel;
+        sharding.zeroStage = options.zeroStage;
         sharding.bucketBytes = options.bucketBytes;
         sharding.bucketsPerPart = options.bucketsPerPart;
         sharding.explain = options.explain;

@@ -63,19 +63,27 @@ SmallVector<AxisNames> resolveFactors(const graph::ShardingRule &rule,
     for (auto [d, factor] : llvm::enumerate(factors)) {
       if (factor == graph::ShardingRule::kNoFactor ||
           d >= sharding->dims.size() || sharding->dims[d].empty() ||
-          !factorAxes[factor].empty() ||
           rule.factorKinds[factor] == graph::FactorKind::Whole)
         continue;
       const AxisNames &axes = sharding->dims[d];
+      // A factor already split takes a later tensor's axes only where they
+      // extend its own (["tp"] then ["tp", "dp"]: the finer split).
+      AxisNames &current = factorAxes[factor];
+      if (!current.empty() &&
+          (axes.size() <= current.size() ||
+           !std::equal(current.begin(), current.end(), axes.begin())))
+        continue;
       if (rule.factorSizes[factor] % axesSize(mesh, axes) != 0)
         continue;
-      bool taken = llvm::any_of(axes, [&](StringAttr axis) {
-        return llvm::any_of(factorAxes, [&](const AxisNames &other) {
-          return llvm::is_contained(other, axis);
-        });
-      });
+      bool taken = llvm::any_of(
+          ArrayRef<StringAttr>(axes).drop_front(current.size()),
+          [&](StringAttr axis) {
+            return llvm::any_of(factorAxes, [&](const AxisNames &other) {
+              return llvm::is_contained(other, axis);
+            });
+          });
       if (!taken)
-        factorAxes[factor] = axes;
+        current = axes;
     }
   };
   size_t numOperands = rule.operandFactors.size();

@@ -50,8 +50,9 @@ llvm::SmallVector<int64_t> localShape(MeshAttr mesh,
 /// The axes of each factor of `rule`, read from the tensors that already
 /// have them (`tensors`: operands then results, null where unknown). A
 /// factor takes the axes of the first dimension mapped to it that is split,
-/// if the factor's size divides by their size in `mesh`; whole factors
-/// never take any; an axis serves one factor at most.
+/// if the factor's size divides by their size in `mesh`, or of a later one
+/// whose axes extend those (["tp"], then ["tp", "dp"]: the finer split);
+/// whole factors never take any; an axis serves one factor at most.
 llvm::SmallVector<AxisNames>
 resolveFactors(const graph::ShardingRule &rule,
                llvm::ArrayRef<const ValueSharding *> tensors, MeshAttr mesh);

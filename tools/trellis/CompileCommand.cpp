@@ -111,6 +111,13 @@ cl::opt<std::string> compileStageLayers(
     cl::desc("Layers per virtual pipeline stage instead of the balanced "
              "split"),
     cl::value_desc("6,7,7,6"), cl::sub(compileCommand));
+cl::opt<int64_t> compileZero(
+    "zero",
+    cl::desc("ZeRO stage over dp: 0 (none), 1 (optimizer states and fp32 "
+             "masters split), 2 (and gradients reduce-scattered per "
+             "micro-batch into split accumulators), 3 (and parameters "
+             "split, gathered before each use)"),
+    cl::init(0), cl::sub(compileCommand));
 cl::opt<std::string> compileMesh(
     "mesh",
     cl::desc("Mesh axes, major to minor, instead of --dp/--tp/--pp: e.g. "
@@ -445,8 +452,28 @@ int runCompileCommand() {
     options.pipelined = pipeline.has_value();
     buildTrainingPipeline(pm, options);
   }
+  if (compileZero < 0 || compileZero > 3)
+    return reportError("compile", "--zero: expected a ZeRO stage 0, 1, 2 or "
+                                  "3, found " +
+                                      std::to_string(compileZero.getValue()));
+  if (compileZero > 0 && degrees->dataParallel <= 1)
+    return reportError(
+        "compile", "--zero " + std::to_string(compileZero.getValue()) +
+                       " shards model states over the data-parallel axis: "
+                       "expected --dp > 1 or a dp axis in --mesh, found dp=" +
+                       std::to_string(degrees->dataParallel));
+  if (compileZero > 0 && compileZero < 3 && compileOptimizer != "adamw" &&
+      compilePrecision == "fp32")
+    return reportError(
+        "compile", "--zero " + std::to_string(compileZero.getValue()) +
+                       " shards optimizer states (AdamW's moments, mixed "
+                       "precision's fp32 masters), and --optimizer " +
+                       compileOptimizer + " in fp32 has none: expected "
+                       "--optimizer adamw, --precision bf16 or fp16, or "
+                       "--zero 3");
   if (degrees->dataParallel != 1 || degrees->tensorParallel != 1) {
     ShardingOptions sharding;
+    sharding.zeroStage = compileZero;
     sharding.function = stepName.str();
     sharding.dataParallel = degrees->dataParallel;
     sharding.tensorParallel = degrees->tensorParallel;

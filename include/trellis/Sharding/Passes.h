@@ -26,6 +26,8 @@ struct ShardingOptions {
   std::string function = "train_step";
   int64_t dataParallel = 1;
   int64_t tensorParallel = 1;
+  /// The ZeRO stage (0: none) over the data-parallel axis.
+  int64_t zeroStage = 0;
   /// Bytes per fused gradient reduction.
   int64_t bucketBytes = 25 << 20;
   /// Keep gradient buckets within one model part (the step is pipelined).

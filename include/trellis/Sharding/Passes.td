@@ -39,6 +39,42 @@ def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
 
+def ApplyZeroPass : Pass<"trellis-apply-zero", "::mlir::ModuleOp"> {
+  let summary = "Annotates a training step for a ZeRO stage";
+  let description = [{
+    Writes annotations only, over the data-parallel mesh axis (`axis`,
+    default "dp", which the step's mesh must have with more than one rank);
+    propagation and partitioning derive the collectives:
+    - stage 1: the optimizer states (arguments of role adam_m, adam_v and
+      master) are split over dp. A partial gradient meeting a split state
+      is a reduce_scatter; the updated piece meeting the parameter's
+      replicated layout after the step is an all_gather.
+    - stage 2: as stage 1, and in a step of micro-batches each graph.
+      microbatch_sum of a gradient gets a `trellis.shard` constraint on its
+      operand (in the gradient's micro-batch phase) with the layout of the
+      state it updates: each micro-batch's gradient is reduce-scattered
+      into a sharded accumulator and its full buffer dies there.
+    - stage 3: as stage 2, and the parameters (role param) are split over
+      dp too: every use that needs a parameter whole all-gathers it, once
+      per phase and model part (the partitioner gathers again in the
+      backward instead of keeping the forward's copy).
+    The split goes on the first dimension that divides by dp: an unsplit
+    one first (dimension 0 preferred), else one another axis (tp) splits
+    whose piece divides further. A tensor with no such dimension stays
+    replicated, named in a warning. Annotations already on an argument
+    that use dp are kept. Stages 1 and 2 need optimizer states (an error
+    otherwise); stage 0 does nothing.
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The training step">,
+    Option<"stage", "stage", "int64_t", "1", "The ZeRO stage (0-3)">,
+    Option<"axis", "axis", "std::string", "\"dp\"",
+           "The data-parallel mesh axis">
+  ];
+  let dependentDialects = ["::trellis::TrellisDialect"];
+}
+
 def PropagateShardingsPass
     : Pass<"trellis-propagate-shardings", "::mlir::func::FuncOp"> {
   let summary = "Gives every value a sharding from the annotated ones";

@@ -1,0 +1,341 @@
+//===- ApplyZero.cpp - ZeRO stages as annotations -------------------------===//
+//
+// ZeRO (Rajbhandari et al., 2020) written as shardings over the
+// data-parallel axis; propagation and partitioning derive its collectives:
+// a partial gradient meeting a split optimizer state is a reduce_scatter,
+// a split updated parameter meeting the replicated parameter of the next
+// step an all_gather, a split parameter meeting a use that needs it whole
+// an all_gather before that use.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Sharding/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_APPLYZEROPASS
+#include "trellis/Sharding/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+
+namespace {
+
+/// The per-dimension axes of `sharding` (or none: replicated, `rank` dims).
+SmallVector<SmallVector<StringAttr>> axesOf(ShardingAttr sharding,
+                                            int64_t rank) {
+  SmallVector<SmallVector<StringAttr>> dims(rank);
+  if (sharding)
+    for (auto [d, dim] : llvm::enumerate(sharding.getDims()))
+      dims[d].assign(dim.getAxes().begin(), dim.getAxes().end());
+  return dims;
+}
+
+struct ApplyZeroPass : public trellis::impl::ApplyZeroPassBase<ApplyZeroPass> {
+  using ApplyZeroPassBase::ApplyZeroPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (stage < 0 || stage > 3) {
+      module.emitError() << "expected ZeRO stage 0, 1, 2 or 3, found "
+                         << static_cast<int64_t>(stage);
+      return signalPassFailure();
+    }
+    if (stage == 0)
+      return;
+    auto function = module.lookupSymbol<func::FuncOp>(functionName);
+    if (!function || function.isExternal()) {
+      module.emitError() << "expected a training step @" << functionName
+                         << " to shard with ZeRO, found none";
+      return signalPassFailure();
+    }
+    if (failed(findMesh(module, function)))
+      return signalPassFailure();
+    context_ = &getContext();
+    argAttrs_.clear();
+    for (unsigned i = 0; i < function.getNumArguments(); ++i)
+      argAttrs_.emplace_back(function.getArgAttrDict(i));
+
+    // Stage 1: optimizer states (moments, fp32 masters); stage 3 also the
+    // parameters. Stage 2 shards what stage 1 does, and its gradients are
+    // reduce-scattered per micro-batch below.
+    bool anyState = false;
+    SmallVector<std::string> unsplit;
+    for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+      auto role = function.getArgAttrOfType<StringAttr>(
+          i, graph::GraphDialect::kRoleAttrName);
+      if (!role)
+        continue;
+      bool state = role.getValue() == "adam_m" ||
+                   role.getValue() == "adam_v" || role.getValue() == "master";
+      bool param = role.getValue() == "param";
+      anyState |= state;
+      if (param && stage < 3) {
+        // Below stage 3 every rank keeps its parameters: their layout is
+        // fixed, so that no split state propagates onto them.
+        if (!argAttrs_[i].get(TrellisDialect::kShardingAttrName))
+          argAttrs_[i].set(TrellisDialect::kShardingAttrName,
+                           replicated(function, i));
+        continue;
+      }
+      if (!state && !param)
+        continue;
+      if (!splitOverData(function, i)) {
+        auto name = function.getArgAttrOfType<StringAttr>(
+            i, graph::GraphDialect::kParamNameAttrName);
+        unsplit.push_back((role.getValue() + " " +
+                           (name ? name.getValue() : StringRef("?")))
+                              .str());
+      }
+    }
+    if (!anyState && stage < 3) {
+      function.emitError()
+          << "ZeRO-" << static_cast<int64_t>(stage)
+          << " shards optimizer states, and the step has none (an optimizer "
+             "with moments, or mixed precision's fp32 masters): expected "
+             "AdamW or a mixed-precision step, found none";
+      return signalPassFailure();
+    }
+    if (!unsplit.empty()) {
+      InFlightDiagnostic warning = function.emitWarning();
+      warning << unsplit.size() << " tensor(s) stay replicated over \""
+              << axis << "\": no dimension divides by " << dataSize_ << " (";
+      for (auto [k, name] : llvm::enumerate(unsplit))
+        warning << (k ? ", " : "") << name;
+      warning << ")";
+    }
+    SmallVector<DictionaryAttr> dictionaries;
+    for (NamedAttrList &attrs : argAttrs_)
+      dictionaries.push_back(attrs.getDictionary(context_));
+    function.setAllArgAttrs(dictionaries);
+    if (stage >= 2)
+      constrainAccumulatedGradients(function);
+    if (stage == 3)
+      gatherBeforeUses(function);
+  }
+
+private:
+  /// The mesh of the step: the one its annotations name, else @mesh; it
+  /// must have the data-parallel axis with more than one rank.
+  LogicalResult findMesh(ModuleOp module, func::FuncOp function) {
+    FlatSymbolRefAttr name;
+    for (unsigned i = 0; i < function.getNumArguments() && !name; ++i)
+      if (auto sharding = function.getArgAttrOfType<ShardingAttr>(
+              i, TrellisDialect::kShardingAttrName))
+        name = sharding.getMeshName();
+    if (!name)
+      name = FlatSymbolRefAttr::get(&getContext(), "mesh");
+    auto mesh = module.lookupSymbol<MeshOp>(name.getAttr());
+    int64_t size = 1;
+    if (mesh)
+      for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
+        if (meshAxis.getName() == axis)
+          size = meshAxis.getSize();
+    if (!mesh || size <= 1) {
+      function.emitError()
+          << "ZeRO-" << static_cast<int64_t>(stage)
+          << " shards over the data-parallel axis \"" << axis
+          << "\": expected a mesh with " << axis << " > 1, found "
+          << (mesh ? "the mesh " + describe(mesh.getMesh())
+                   : std::string("no mesh"));
+      return failure();
+    }
+    meshName_ = name;
+    dataSize_ = size;
+    return success();
+  }
+
+  static std::string describe(MeshAttr mesh) {
+    std::string text;
+    for (MeshAxisAttr meshAxis : mesh.getAxes())
+      text += (text.empty() ? "" : ",") + meshAxis.getName().str() + "=" +
+              std::to_string(meshAxis.getSize());
+    return text;
+  }
+
+  /// Adds the data-parallel axis to argument `i`'s sharding, on the first
+  /// dimension whose size divides by it: a whole dimension first (dimension
+  /// 0 preferred: each rank's piece is contiguous), else one split by
+  /// another axis whose piece divides further. False if none does.
+  bool splitOverData(func::FuncOp function, unsigned i) {
+    auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
+    auto existing = llvm::dyn_cast_if_present<ShardingAttr>(
+        argAttrs_[i].get(TrellisDialect::kShardingAttrName));
+    SmallVector<SmallVector<StringAttr>> dims =
+        axesOf(existing, type.getRank());
+    StringAttr dataAxis = StringAttr::get(context_, axis);
+    for (const auto &axes : dims)
+      if (llvm::is_contained(axes, dataAxis))
+        return true; // the user split it over dp already
+    std::optional<int64_t> chosen;
+    for (int64_t d = 0; d < type.getRank() && !chosen; ++d)
+      if (dims[d].empty() && type.getDimSize(d) % dataSize_ == 0)
+        chosen = d;
+    for (int64_t d = 0; d < type.getRank() && !chosen; ++d) {
+      int64_t piece = type.getDimSize(d);
+      for (StringAttr other : dims[d])
+        piece /= axisSize(other);
+      if (!dims[d].empty() && piece % dataSize_ == 0)
+        chosen = d;
+    }
+    if (!chosen)
+      return false;
+    dims[*chosen].push_back(dataAxis);
+    SmallVector<DimShardingAttr> attrs;
+    for (const auto &axes : dims)
+      attrs.push_back(DimShardingAttr::get(context_, axes, false));
+    argAttrs_[i].set(TrellisDialect::kShardingAttrName,
+                     ShardingAttr::get(context_, meshName_, attrs));
+    return true;
+  }
+
+  /// The replicated layout of argument `i`.
+  ShardingAttr replicated(func::FuncOp function, unsigned i) {
+    auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
+    SmallVector<DimShardingAttr> dims(
+        type.getRank(), DimShardingAttr::get(context_, {}, false));
+    return ShardingAttr::get(context_, meshName_, dims);
+  }
+
+  int64_t axisSize(StringAttr name) {
+    auto mesh = getOperation().lookupSymbol<MeshOp>(meshName_.getAttr());
+    for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
+      if (meshAxis.getName() == name.getValue())
+        return meshAxis.getSize();
+    return 1;
+  }
+
+  /// ZeRO-2: each micro-batch's parameter gradient is reduce-scattered into
+  /// a sharded accumulator. A constraint (trellis.shard, in the gradient's
+  /// micro-batch phase) before each graph.microbatch_sum of a gradient lays
+  /// it out as the state of the parameter it updates.
+  void constrainAccumulatedGradients(func::FuncOp function) {
+    OpBuilder builder(context_);
+    SmallVector<graph::MicrobatchSumOp> sums(
+        function.getBody().front().getOps<graph::MicrobatchSumOp>());
+    for (graph::MicrobatchSumOp sum : sums) {
+      ShardingAttr layout = updatedStateLayout(function, sum.getResult());
+      if (!layout)
+        continue;
+      Value gradient = sum.getOperand();
+      builder.setInsertionPoint(sum);
+      auto constraint = ShardOp::create(builder, sum.getLoc(), gradient.getType(),
+                                        gradient, layout);
+      if (Operation *producer = gradient.getDefiningOp()) {
+        if (Attribute phase =
+                producer->getAttr(graph::GraphDialect::kPhaseAttrName))
+          constraint->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
+        if (graph::PartAttr part = graph::getModelPart(producer))
+          graph::setModelPart(constraint, part);
+      }
+      sum->setOperand(0, constraint.getResult());
+    }
+  }
+
+  /// ZeRO-3: a parameter stored split over dp is used whole. Its uses are
+  /// grouped by micro-batch phase and model part; each group reads it
+  /// through its own constraint (trellis.shard, the stored layout without
+  /// dp, before the group's first use), so the partitioner all-gathers it
+  /// once per part and phase: the forward's copy dies after the part, and
+  /// the backward gathers again. The optimizer reads the stored piece.
+  void gatherBeforeUses(func::FuncOp function) {
+    OpBuilder builder(context_);
+    StringAttr dataAxis = StringAttr::get(context_, axis);
+    for (BlockArgument param : function.getArguments()) {
+      auto role = function.getArgAttrOfType<StringAttr>(
+          param.getArgNumber(), graph::GraphDialect::kRoleAttrName);
+      auto stored = function.getArgAttrOfType<ShardingAttr>(
+          param.getArgNumber(), TrellisDialect::kShardingAttrName);
+      if (!role || role.getValue() != "param" || !stored || !usesData(stored))
+        continue;
+      SmallVector<DimShardingAttr> wholeDims;
+      for (DimShardingAttr dim : stored.getDims()) {
+        SmallVector<StringAttr> axes;
+        for (StringAttr name : dim.getAxes())
+          if (name != dataAxis)
+            axes.push_back(name);
+        wholeDims.push_back(DimShardingAttr::get(context_, axes, false));
+      }
+      auto whole = ShardingAttr::get(context_, meshName_, wholeDims);
+      // Uses by (phase, part), in block order.
+      llvm::MapVector<std::pair<Attribute, Attribute>, SmallVector<OpOperand *>>
+          groups;
+      for (OpOperand &use : param.getUses()) {
+        Operation *user = use.getOwner();
+        if (llvm::isa<graph::AdamWOp, graph::SgdOp>(user))
+          continue;
+        groups[{user->getAttr(graph::GraphDialect::kPhaseAttrName),
+                graph::getModelPart(user)}]
+            .push_back(&use);
+      }
+      for (auto &[key, uses] : groups) {
+        Operation *first = uses.front()->getOwner();
+        for (OpOperand *use : uses)
+          if (use->getOwner()->isBeforeInBlock(first))
+            first = use->getOwner();
+        builder.setInsertionPoint(first);
+        auto gathered = ShardOp::create(builder, first->getLoc(),
+                                        param.getType(), param, whole);
+        if (key.first)
+          gathered->setAttr(graph::GraphDialect::kPhaseAttrName, key.first);
+        if (auto part = llvm::dyn_cast_if_present<graph::PartAttr>(key.second))
+          graph::setModelPart(gathered, part);
+        for (OpOperand *use : uses)
+          use->set(gathered.getResult());
+      }
+    }
+  }
+
+  /// The data-parallel layout of the optimizer state that `total` (a
+  /// step's value) updates, following its single-user chain of step ops to
+  /// an optimizer op; null if none or the state is not split over dp.
+  ShardingAttr updatedStateLayout(func::FuncOp function, Value total) {
+    auto shape = llvm::cast<RankedTensorType>(total.getType()).getShape();
+    Value value = total;
+    for (int hops = 0; hops < 8; ++hops) {
+      if (!value.hasOneUse())
+        return {};
+      Operation *user = *value.getUsers().begin();
+      if (llvm::isa<graph::AdamWOp, graph::SgdOp>(user)) {
+        for (Value operand : user->getOperands()) {
+          auto arg = llvm::dyn_cast<BlockArgument>(operand);
+          if (!arg || llvm::cast<RankedTensorType>(arg.getType()).getShape() !=
+                          shape)
+            continue;
+          auto layout = llvm::dyn_cast_if_present<ShardingAttr>(
+              argAttrs_[arg.getArgNumber()].get(
+                  TrellisDialect::kShardingAttrName));
+          if (layout && usesData(layout))
+            return layout;
+        }
+        return {};
+      }
+      if (user->getNumResults() != 1 ||
+          llvm::cast<RankedTensorType>(user->getResult(0).getType())
+                  .getShape() != shape)
+        return {};
+      value = user->getResult(0);
+    }
+    return {};
+  }
+
+  bool usesData(ShardingAttr layout) {
+    for (DimShardingAttr dim : layout.getDims())
+      for (StringAttr name : dim.getAxes())
+        if (name.getValue() == axis)
+          return true;
+    return false;
+  }
+
+  MLIRContext *context_ = nullptr;
+  FlatSymbolRefAttr meshName_;
+  int64_t dataSize_ = 1;
+  SmallVector<NamedAttrList> argAttrs_;
+};
+
+} // namespace
