@@ -114,7 +114,7 @@ struct ApplyZeroPass : public trellis::impl::ApplyZeroPassBase<ApplyZeroPass> {
       dictionaries.push_back(attrs.getDictionary(context_));
     function.setAllArgAttrs(dictionaries);
     if (stage >= 2)
-      constrainAccumulatedGradients(function);
+      constrainGradients(function);
     if (stage == 3)
       gatherBeforeUses(function);
   }
@@ -210,31 +210,71 @@ private:
     return 1;
   }
 
-  /// ZeRO-2: each micro-batch's parameter gradient is reduce-scattered into
-  /// a sharded accumulator. A constraint (trellis.shard, in the gradient's
-  /// micro-batch phase) before each graph.microbatch_sum of a gradient lays
-  /// it out as the state of the parameter it updates.
-  void constrainAccumulatedGradients(func::FuncOp function) {
-    OpBuilder builder(context_);
-    SmallVector<graph::MicrobatchSumOp> sums(
-        function.getBody().front().getOps<graph::MicrobatchSumOp>());
-    for (graph::MicrobatchSumOp sum : sums) {
-      ShardingAttr layout = updatedStateLayout(function, sum.getResult());
+  /// ZeRO-2: each parameter's gradient is reduce-scattered as soon as a
+  /// micro-batch has made it (in the backward), into a sharded accumulator
+  /// when the step has several micro-batches, and its full buffer dies
+  /// there. A constraint (trellis.shard, in the gradient's micro-batch
+  /// phase and model part, right after the op that makes it) lays out each
+  /// gradient a micro-batch hands to the step as the split state of the
+  /// parameter it updates.
+  void constrainGradients(func::FuncOp function) {
+    SmallVector<Operation *> updates;
+    function.walk([&](Operation *op) {
+      if (llvm::isa<graph::AdamWOp, graph::SgdOp>(op))
+        updates.push_back(op);
+    });
+    for (Operation *update : updates) {
+      ShardingAttr layout = splitStateLayout(update);
       if (!layout)
         continue;
-      Value gradient = sum.getOperand();
-      builder.setInsertionPoint(sum);
-      auto constraint = ShardOp::create(builder, sum.getLoc(), gradient.getType(),
-                                        gradient, layout);
-      if (Operation *producer = gradient.getDefiningOp()) {
-        if (Attribute phase =
-                producer->getAttr(graph::GraphDialect::kPhaseAttrName))
-          constraint->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
-        if (graph::PartAttr part = graph::getModelPart(producer))
-          graph::setModelPart(constraint, part);
-      }
-      sum->setOperand(0, constraint.getResult());
+      constrainMicroBatchValues(update->getOpOperand(1), layout);
     }
+  }
+
+  /// Follows `use` back through the step's ops (no graph.phase: sums over
+  /// micro-batches, the tied parameters' adds, the loss scale's division)
+  /// to the values the micro-batch made, and constrains each of them.
+  void constrainMicroBatchValues(OpOperand &use, ShardingAttr layout) {
+    Value value = use.get();
+    Operation *producer = value.getDefiningOp();
+    auto shape = llvm::cast<RankedTensorType>(value.getType()).getShape();
+    if (!producer || llvm::isa<ShardOp>(producer))
+      return;
+    if (!producer->hasAttr(graph::GraphDialect::kPhaseAttrName)) {
+      for (OpOperand &operand : producer->getOpOperands())
+        if (llvm::cast<RankedTensorType>(operand.get().getType()).getShape() ==
+            shape)
+          constrainMicroBatchValues(operand, layout);
+      return;
+    }
+    OpBuilder builder(context_);
+    builder.setInsertionPointAfter(producer);
+    auto constraint =
+        ShardOp::create(builder, producer->getLoc(), value.getType(), value,
+                        layout);
+    constraint->setAttr(graph::GraphDialect::kPhaseAttrName,
+                        producer->getAttr(graph::GraphDialect::kPhaseAttrName));
+    if (graph::PartAttr part = graph::getModelPart(producer))
+      graph::setModelPart(constraint, part);
+    use.set(constraint.getResult());
+  }
+
+  /// The layout of the state `update` (an optimizer op) keeps split over
+  /// dp: its first argument operand of the parameter's shape that is.
+  ShardingAttr splitStateLayout(Operation *update) {
+    auto shape =
+        llvm::cast<RankedTensorType>(update->getOperand(0).getType()).getShape();
+    for (Value operand : update->getOperands()) {
+      auto arg = llvm::dyn_cast<BlockArgument>(operand);
+      if (!arg ||
+          llvm::cast<RankedTensorType>(arg.getType()).getShape() != shape)
+        continue;
+      auto layout = llvm::dyn_cast_if_present<ShardingAttr>(
+          argAttrs_[arg.getArgNumber()].get(TrellisDialect::kShardingAttrName));
+      if (layout && usesData(layout))
+        return layout;
+    }
+    return {};
   }
 
   /// ZeRO-3: a parameter stored split over dp is used whole. Its uses are
@@ -289,39 +329,6 @@ private:
           use->set(gathered.getResult());
       }
     }
-  }
-
-  /// The data-parallel layout of the optimizer state that `total` (a
-  /// step's value) updates, following its single-user chain of step ops to
-  /// an optimizer op; null if none or the state is not split over dp.
-  ShardingAttr updatedStateLayout(func::FuncOp function, Value total) {
-    auto shape = llvm::cast<RankedTensorType>(total.getType()).getShape();
-    Value value = total;
-    for (int hops = 0; hops < 8; ++hops) {
-      if (!value.hasOneUse())
-        return {};
-      Operation *user = *value.getUsers().begin();
-      if (llvm::isa<graph::AdamWOp, graph::SgdOp>(user)) {
-        for (Value operand : user->getOperands()) {
-          auto arg = llvm::dyn_cast<BlockArgument>(operand);
-          if (!arg || llvm::cast<RankedTensorType>(arg.getType()).getShape() !=
-                          shape)
-            continue;
-          auto layout = llvm::dyn_cast_if_present<ShardingAttr>(
-              argAttrs_[arg.getArgNumber()].get(
-                  TrellisDialect::kShardingAttrName));
-          if (layout && usesData(layout))
-            return layout;
-        }
-        return {};
-      }
-      if (user->getNumResults() != 1 ||
-          llvm::cast<RankedTensorType>(user->getResult(0).getType())
-                  .getShape() != shape)
-        return {};
-      value = user->getResult(0);
-    }
-    return {};
   }
 
   bool usesData(ShardingAttr layout) {

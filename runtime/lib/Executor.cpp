@@ -3,6 +3,7 @@
 #include "trellis/Runtime/Executor.h"
 
 #include "trellis/Common/HalfFloat.h"
+#include "trellis/Common/MemoryPlan.h"
 #include "trellis/Runtime/OpShapes.h"
 
 #include <algorithm>
@@ -13,12 +14,8 @@ namespace trellis::runtime {
 
 namespace {
 
-/// Arena slots are 64-byte aligned.
-constexpr int64_t kAlignment = 64;
-
-int64_t alignedBytes(const BufferDesc &desc) {
-  int64_t bytes = desc.numElements() * dtypeBytes(desc.dtype);
-  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+int64_t bufferBytes(const BufferDesc &desc) {
+  return desc.numElements() * dtypeBytes(desc.dtype);
 }
 
 } // namespace
@@ -32,18 +29,22 @@ void Executor::planWaitPoints() {
   for (size_t i = 0; i < count; ++i)
     communicates[i] =
         !isCollective(plan_.program[i].op) && !plan_.instructionAxes[i].empty();
+  // Collectives of the communication stream: waited for at their first
+  // reader, or when too many are in flight (MemoryPlan.h). Receives wait
+  // for their first reader alone: transfers go over their own group, so
+  // they neither wait for collectives nor make them wait.
+  std::vector<CollectiveWindow> windows;
+  std::vector<size_t> windowOf;
   for (size_t i = 0; i < count; ++i) {
-    if (!isCollective(plan_.program[i].op))
-      continue;
-    // Sends: below, once the receives have theirs. Transfers go over their
-    // own group, so they neither wait for collectives nor make them wait.
-    if (plan_.program[i].op == "send")
+    const std::string &op = plan_.program[i].op;
+    // Sends: below, once the receives have theirs.
+    if (!isCollective(op) || op == "send")
       continue;
     int64_t wait = count;
     const std::vector<int64_t> &outputs = plan_.program[i].outputs;
     for (size_t j = i + 1; j < count && wait == static_cast<int64_t>(count);
          ++j) {
-      bool reads = communicates[j] && !isPointToPoint(plan_.program[i].op);
+      bool reads = communicates[j] && !isPointToPoint(op);
       for (int64_t input : plan_.program[j].inputs)
         reads |=
             std::find(outputs.begin(), outputs.end(), input) != outputs.end();
@@ -51,7 +52,15 @@ void Executor::planWaitPoints() {
         wait = j;
     }
     waitPoint_[i] = wait;
+    if (!isPointToPoint(op)) {
+      windows.push_back({static_cast<int64_t>(i), wait});
+      windowOf.push_back(i);
+    }
   }
+  std::vector<int64_t> waits =
+      planCollectiveWaits(windows, static_cast<int64_t>(count));
+  for (size_t w = 0; w < windows.size(); ++w)
+    waitPoint_[windowOf[w]] = waits[w];
   // A send completes when its peer has received it: by the wait point of
   // the receive its `complete_with` names (a transfer the peer sends after
   // reading ours), else by the end of the step. Its buffer lives until then.
@@ -98,37 +107,16 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
       last[input] = std::max(last[input], end);
   }
   std::vector<int64_t> temporaries;
+  std::vector<ArenaBuffer> spans;
   for (size_t b = 0; b < count; ++b)
-    if (!persistent[b] && first[b] >= 0)
+    if (!persistent[b] && first[b] >= 0) {
       temporaries.push_back(b);
-  // Largest first; each at the lowest offset free during its lifetime.
-  std::stable_sort(
-      temporaries.begin(), temporaries.end(), [&](int64_t a, int64_t b) {
-        return alignedBytes(plan_.buffers[a]) > alignedBytes(plan_.buffers[b]);
-      });
-  struct Placed {
-    int64_t first, last, offset, bytes;
-  };
-  std::vector<Placed> placed;
-  int64_t arena = 0;
-  std::vector<std::pair<int64_t, int64_t>> busy;
-  for (int64_t b : temporaries) {
-    int64_t bytes = alignedBytes(plan_.buffers[b]);
-    busy.clear();
-    for (const Placed &p : placed)
-      if (p.first <= last[b] && first[b] <= p.last)
-        busy.emplace_back(p.offset, p.offset + p.bytes);
-    std::sort(busy.begin(), busy.end());
-    int64_t offset = 0;
-    for (const auto &[begin, end] : busy) {
-      if (offset + bytes <= begin)
-        break;
-      offset = std::max(offset, end);
+      spans.push_back({bufferBytes(plan_.buffers[b]), first[b], last[b]});
     }
-    offsets[b] = offset;
-    placed.push_back({first[b], last[b], offset, bytes});
-    arena = std::max(arena, offset + bytes);
-  }
+  std::vector<int64_t> placed;
+  int64_t arena = placeArena(spans, placed);
+  for (size_t t = 0; t < temporaries.size(); ++t)
+    offsets[temporaries[t]] = placed[t];
   return arena;
 }
 

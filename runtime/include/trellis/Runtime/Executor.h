@@ -27,11 +27,13 @@ namespace trellis::runtime {
 /// temporaries.
 ///
 /// Overlap: with a communicator, collective instructions run in order on the
-/// device's communication stream while the program goes on; the program waits for a
-/// collective only at its "wait point", the first instruction that reads
-/// its results (or communicates itself, or the end of the step). Lifetimes
-/// of a collective's buffers reach its wait point, so the arena never
-/// reuses memory a collective in flight may touch.
+/// device's communication stream while the program goes on; the program
+/// waits for a collective only at its "wait point": the first instruction
+/// that reads its results (or communicates itself, or the end of the step),
+/// or the issue of the second collective after it, whichever comes first
+/// (at most two in flight: trellis/Common/MemoryPlan.h). Lifetimes of a
+/// collective's buffers reach its wait point, so the arena never reuses
+/// memory a collective in flight may touch.
 class Executor {
 public:
   /// Allocates the plan's memory on `device` (which must outlive the

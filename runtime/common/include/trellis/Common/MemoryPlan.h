@@ -1,0 +1,64 @@
+//===- MemoryPlan.h - Arena placement and collective windows ----*- C++ -*-===//
+//
+// The static memory plan the runtime builds when a plan loads, and that the
+// compiler's report reproduces: when the program waits for each collective
+// (the end of the window in which its buffers are in use), and where each
+// temporary lives in the stage's arena. Plain C++ (no exceptions thrown),
+// shared by compiler and runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_COMMON_MEMORYPLAN_H
+#define TRELLIS_COMMON_MEMORYPLAN_H
+
+#include <cstdint>
+#include <vector>
+
+namespace trellis {
+
+/// Arena slots are 64-byte aligned.
+constexpr int64_t kArenaAlignment = 64;
+
+/// Collectives a program keeps in flight at most: before it issues a third,
+/// it waits for the oldest. The communication stream runs them in order, so
+/// one running and one queued keep it busy; the bound is what lets a
+/// gradient reduce-scattered in the backward free its full buffer soon
+/// after (FSDP's limit on in-flight all-gathers is the same rule).
+constexpr int64_t kMaxCollectivesInFlight = 2;
+
+/// `bytes` rounded up to the arena's alignment.
+inline int64_t alignedArenaBytes(int64_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+/// A collective of a program as the wait rule sees it.
+struct CollectiveWindow {
+  /// Its position in the program.
+  int64_t issue = 0;
+  /// The first later instruction that reads its results, or a kernel that
+  /// communicates itself (the program's count if none).
+  int64_t firstReader = 0;
+};
+
+/// The wait point of each collective of `windows` (in issue order): its
+/// first reader, or the issue of the kMaxCollectivesInFlight-th collective
+/// after it, whichever comes first; `end` (the program's size) at most.
+std::vector<int64_t> planCollectiveWaits(
+    const std::vector<CollectiveWindow> &windows, int64_t end);
+
+/// A temporary buffer: its size and lifetime in instruction indices, both
+/// inclusive.
+struct ArenaBuffer {
+  int64_t bytes = 0;
+  int64_t first = 0, last = 0;
+};
+
+/// Places `buffers` in one arena, largest first, each at the lowest aligned
+/// offset free during its lifetime; returns the arena's size and writes each
+/// buffer's offset.
+int64_t placeArena(const std::vector<ArenaBuffer> &buffers,
+                   std::vector<int64_t> &offsets);
+
+} // namespace trellis
+
+#endif // TRELLIS_COMMON_MEMORYPLAN_H
