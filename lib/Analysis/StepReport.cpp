@@ -2,8 +2,11 @@
 
 #include "trellis/Analysis/StepReport.h"
 
+#include "trellis/Common/MemoryPlan.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -29,7 +32,102 @@ std::string formatBytes(int64_t bytes) {
   return llvm::formatv("{0} B", bytes).str();
 }
 
+/// The ranks of the group of `op` (a collective over `axes` of `mesh`).
+int64_t groupSize(Operation *op) {
+  auto meshName = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
+  auto axes = op->getAttrOfType<ArrayAttr>("axes");
+  if (!meshName || !axes)
+    return 1;
+  auto mesh =
+      SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshName.getAttr());
+  if (!mesh)
+    return 1;
+  int64_t size = 1;
+  for (Attribute axis : axes)
+    for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
+      if (meshAxis.getName() == llvm::cast<StringAttr>(axis).getValue())
+        size *= meshAxis.getSize();
+  return size;
+}
+
+/// Bytes one rank sends for `op` under ring algorithms (StepReport.h).
+int64_t wireBytes(Operation *op) {
+  int64_t n = groupSize(op);
+  if (n <= 1)
+    return 0;
+  int64_t in = bytesOf(op->getOperand(0).getType());
+  int64_t out = op->getNumResults() ? bytesOf(op->getResult(0).getType()) : 0;
+  if (llvm::isa<AllReduceOp>(op))
+    return 2 * (n - 1) * in / n;
+  if (llvm::isa<ReduceScatterOp, AllToAllOp>(op))
+    return (n - 1) * in / n;
+  if (llvm::isa<AllGatherOp>(op))
+    return (n - 1) * out / n;
+  return in; // broadcast, collective_permute
+}
+
+/// Whether `role` names an optimizer state (moments, fp32 masters).
+bool isOptimizerState(StringRef role) {
+  return role == "adam_m" || role == "adam_v" || role == "master";
+}
+
+/// The global elements of argument `index` of `step` (local elements times
+/// the ranks its sharding splits it over).
+int64_t globalElements(func::FuncOp step, unsigned index) {
+  auto type = llvm::cast<RankedTensorType>(step.getArgumentTypes()[index]);
+  int64_t elements = type.getNumElements();
+  auto sharding = step.getArgAttrOfType<ShardingAttr>(
+      index, TrellisDialect::kShardingAttrName);
+  if (!sharding)
+    return elements;
+  auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(
+      step, sharding.getMeshName().getAttr());
+  if (!mesh)
+    return elements;
+  for (DimShardingAttr dim : sharding.getDims())
+    for (StringAttr axis : dim.getAxes())
+      for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
+        if (meshAxis.getName() == axis.getValue())
+          elements *= meshAxis.getSize();
+  return elements;
+}
+
+/// The values a micro-batch hands to the step for `update` (an optimizer
+/// op's gradient operand, followed back through the step's ops: sums over
+/// micro-batches, reductions, bucket slices, adds of tied parameters).
+void collectGradientValues(Value value, llvm::DenseSet<Value> &visited,
+                           llvm::DenseSet<Value> &found) {
+  if (!visited.insert(value).second)
+    return;
+  Operation *producer = value.getDefiningOp();
+  // A gradient reduced in the compute dtype is held in it: its cast back
+  // to f32 (graph.reduce_first) belongs to the update.
+  bool castForUpdate =
+      producer && producer->hasAttr(graph::GraphDialect::kReduceFirstAttrName);
+  if (!producer ||
+      (producer->hasAttr(graph::GraphDialect::kPhaseAttrName) &&
+       !castForUpdate) ||
+      llvm::isa<RecvOp>(producer)) {
+    if (producer)
+      found.insert(value);
+    return;
+  }
+  for (Value operand : producer->getOperands())
+    if (llvm::cast<RankedTensorType>(operand.getType()).getRank() > 0)
+      collectGradientValues(operand, visited, found);
+}
+
 } // namespace
+
+std::map<std::string, int64_t> StepReport::wireBytesByKind() const {
+  std::map<std::string, int64_t> kinds;
+  for (const char *kind : {"all_reduce", "reduce_scatter", "all_gather",
+                           "all_to_all", "send", "recv"})
+    kinds[kind] = 0;
+  for (const auto &[key, traffic] : communication)
+    kinds[key.substr(0, key.find(' '))] += traffic.wireBytes;
+  return kinds;
+}
 
 StepReport computeStepReport(func::FuncOp step) {
   SmallVector<int64_t> arguments;
@@ -43,45 +141,38 @@ StepReport computeStepReport(func::FuncOp step) {
 }
 
 StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
-                             ArrayRef<RankItem> items) {
+                             ArrayRef<RankItem> items, int64_t microBatches) {
   StepReport report;
-  // Mixed precision: 16-bit parameters with fp32 masters, or f32
-  // parameters cast to a 16-bit compute copy in the forward.
-  bool mixed = false, adam = false;
-  for (const RankItem &item : items)
-    if (auto cast = llvm::dyn_cast_if_present<graph::CastOp>(item.op)) {
-      auto source = llvm::dyn_cast<BlockArgument>(cast.getInput());
-      auto role = source ? step.getArgAttrOfType<StringAttr>(
-                               source.getArgNumber(),
-                               graph::GraphDialect::kRoleAttrName)
-                         : StringAttr();
-      mixed |= role && role.getValue() == "param" &&
-               cast.getResult().getType().getElementTypeBitWidth() == 16;
-    }
-  for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    if (auto role = step.getArgAttrOfType<StringAttr>(
-            i, graph::GraphDialect::kRoleAttrName)) {
-      adam |= role.getValue() == "adam_m";
-      mixed |= role.getValue() == "master";
-    }
-  report.weightBytesPerParameter = mixed ? 2 : 4;
-  report.gradientBytesPerParameter = mixed ? 2 : 4;
-  report.optimizerBytesPerParameter = (adam ? 8 : 0) + (mixed ? 4 : 0);
+  // Model states: the arguments this rank holds.
   for (int64_t i : arguments) {
     auto role = step.getArgAttrOfType<StringAttr>(
         i, graph::GraphDialect::kRoleAttrName);
     Type type = step.getArgumentTypes()[i];
+    int64_t bytes = bytesOf(type);
     if (role && role.getValue() == "param") {
-      report.parameterBytes += bytesOf(type);
+      report.parameterBytes += bytes;
       report.parameterCount +=
           llvm::cast<RankedTensorType>(type).getNumElements();
-    } else if (role && role.getValue() != "input") {
-      report.optimizerStateBytes += bytesOf(type);
+      report.stageParameterCount += globalElements(step, i);
+    } else if (role && isOptimizerState(role.getValue())) {
+      report.optimizerStateBytes += bytes;
     }
+    report.persistentBytes +=
+        role && role.getValue() == "input" ? bytes * microBatches : bytes;
   }
-  // Liveness in this rank's order: a value (of one micro-batch, or of the
-  // step) lives from the item that makes (or receives) it to the last item
-  // here that reads (or sends) it.
+  // Gradients: what each update's micro-batches hand to the step.
+  llvm::DenseSet<Value> visited, gradients;
+  for (const RankItem &item : items)
+    if (item.op && llvm::isa<graph::AdamWOp, graph::SgdOp>(item.op))
+      collectGradientValues(item.op->getOperand(1), visited, gradients);
+  for (Value gradient : gradients)
+    report.gradientBytes += bytesOf(gradient.getType());
+
+  // The memory plan, as the runtime builds it: a value (of one micro-batch,
+  // or of the step) lives from the item that makes (or receives) it to the
+  // last item that reads (or sends) it, or a collective's wait point;
+  // results and accumulators (micro-batch sums) are persistent, the others
+  // share the arena.
   using Key = std::pair<Value, int64_t>;
   auto keyOf = [](Value value, int64_t microBatch) -> Key {
     Operation *producer = value.getDefiningOp();
@@ -90,79 +181,202 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
                          !llvm::isa<graph::MicrobatchSumOp>(producer);
     return {value, perMicroBatch ? microBatch : -1};
   };
+  llvm::DenseSet<Value> persistent;
+  for (const RankItem &item : items) {
+    if (!item.op)
+      continue;
+    if (llvm::isa<func::ReturnOp>(item.op))
+      for (Value result : item.op->getOperands())
+        persistent.insert(result);
+    if (llvm::isa<graph::MicrobatchSumOp>(item.op))
+      persistent.insert(item.op->getResult(0));
+  }
+  for (Value value : persistent)
+    if (value.getDefiningOp())
+      report.persistentBytes += bytesOf(value.getType());
   DenseMap<Key, std::pair<int64_t, int64_t>> lifetime;
+  std::vector<Key> order;
   auto use = [&](Value value, int64_t microBatch, int64_t index) {
     auto it = lifetime.find(keyOf(value, microBatch));
     if (it != lifetime.end())
       it->second.second = std::max(it->second.second, index);
   };
+  auto define = [&](Value value, int64_t microBatch, int64_t index) {
+    if (persistent.contains(value))
+      return;
+    Key key = keyOf(value, microBatch);
+    if (lifetime.try_emplace(key, index, index).second)
+      order.push_back(key);
+  };
+  // Collectives of the communication stream, with their buffers.
+  struct Pending {
+    int64_t issue;
+    SmallVector<Key> buffers;
+    SmallVector<Value> results;
+    int64_t microBatch;
+  };
+  std::vector<Pending> collectives;
   for (auto [index, item] : llvm::enumerate(items)) {
     int64_t at = static_cast<int64_t>(index);
     if (!item.op) {
       if (item.sends)
         use(item.value, item.microBatch, at);
       else
-        lifetime.try_emplace(keyOf(item.value, item.microBatch), at, at);
+        define(item.value, item.microBatch, at);
       StepReport::Traffic &traffic =
           report.communication[(item.sends ? "send over " : "recv over ") +
                                item.axis];
       ++traffic.count;
       traffic.bytes += bytesOf(item.value.getType());
+      traffic.wireBytes += bytesOf(item.value.getType());
       continue;
     }
     Operation &op = *item.op;
     for (Value operand : op.getOperands())
       use(operand, item.microBatch, at);
     for (Value result : op.getResults())
-      lifetime.try_emplace(keyOf(result, item.microBatch), at, at);
+      define(result, item.microBatch, at);
+    bool collective =
+        op.getDialect() && llvm::isa<TrellisDialect>(op.getDialect()) &&
+        op.getNumOperands() && !llvm::isa<SendOp, RecvOp>(op);
+    if (!collective)
+      continue;
+    Pending pending{at, {}, SmallVector<Value>(op.getResults()),
+                    item.microBatch};
+    for (Value value : op.getOperands())
+      pending.buffers.push_back(keyOf(value, item.microBatch));
+    for (Value value : op.getResults())
+      pending.buffers.push_back(keyOf(value, item.microBatch));
+    collectives.push_back(std::move(pending));
     // Collectives move data; slice_shard only keeps a local piece.
-    if (op.getDialect() && llvm::isa<TrellisDialect>(op.getDialect()) &&
-        op.getNumOperands() && !llvm::isa<SliceShardOp>(op)) {
-      std::string key = op.getName().stripDialect().str();
-      if (auto axes = op.getAttrOfType<ArrayAttr>("axes")) {
-        key += " over";
-        for (Attribute axis : axes)
-          key += " " + llvm::cast<StringAttr>(axis).getValue().str();
-      }
-      StepReport::Traffic &traffic = report.communication[key];
-      ++traffic.count;
-      traffic.bytes += bytesOf(op.getOperand(0).getType());
+    if (llvm::isa<SliceShardOp>(op))
+      continue;
+    std::string key = op.getName().stripDialect().str();
+    if (auto axes = op.getAttrOfType<ArrayAttr>("axes")) {
+      key += " over";
+      for (Attribute axis : axes)
+        key += " " + llvm::cast<StringAttr>(axis).getValue().str();
     }
+    StepReport::Traffic &traffic = report.communication[key];
+    ++traffic.count;
+    traffic.bytes += bytesOf(op.getOperand(0).getType());
+    traffic.wireBytes += wireBytes(&op);
   }
-  std::vector<int64_t> delta(items.size() + 1, 0);
-  for (auto &[key, span] : lifetime) {
-    delta[span.first] += bytesOf(key.first.getType());
-    delta[span.second + 1] -= bytesOf(key.first.getType());
+  // A collective's buffers are in use until the program waits for it: its
+  // first reader (or a kernel that communicates itself), or the issue of
+  // the second collective after it (MemoryPlan.h).
+  int64_t end = static_cast<int64_t>(items.size());
+  std::vector<CollectiveWindow> windows;
+  for (const Pending &pending : collectives) {
+    int64_t reader = end;
+    for (int64_t j = pending.issue + 1; j < end && reader == end; ++j) {
+      const RankItem &item = items[j];
+      if (!item.op)
+        continue;
+      bool reads = !llvm::isa<TrellisDialect>(item.op->getDialect()) &&
+                   item.op->hasAttr("axes");
+      for (Value operand : item.op->getOperands())
+        reads |= llvm::is_contained(pending.results, operand) &&
+                 keyOf(operand, item.microBatch) ==
+                     keyOf(operand, pending.microBatch);
+      if (reads)
+        reader = j;
+    }
+    windows.push_back({pending.issue, reader});
   }
-  int64_t live = 0;
-  for (int64_t change : delta) {
-    live += change;
-    report.peakActivationBytes = std::max(report.peakActivationBytes, live);
+  std::vector<int64_t> waits = planCollectiveWaits(windows, end);
+  for (auto [pending, wait] : llvm::zip(collectives, waits))
+    for (const Key &key : pending.buffers) {
+      auto it = lifetime.find(key);
+      if (it != lifetime.end())
+        it->second.second = std::max(it->second.second, wait);
+    }
+  // A send's buffer is in use until its peer has received it: until the
+  // wait of the receive it completes with (that receive's first reader),
+  // else the end of the step.
+  auto firstReader = [&](Value value, int64_t microBatch, int64_t after) {
+    for (int64_t j = after + 1; j < end; ++j) {
+      const RankItem &item = items[j];
+      bool reads = item.op ? llvm::is_contained(item.op->getOperands(), value)
+                           : item.sends && item.value == value;
+      if (reads && keyOf(value, item.microBatch) == keyOf(value, microBatch))
+        return j;
+    }
+    return end;
+  };
+  for (auto [index, item] : llvm::enumerate(items)) {
+    if (item.op || !item.sends)
+      continue;
+    int64_t done = end;
+    for (int64_t k = index + 1; k < end && item.completeWith >= 0; ++k) {
+      const RankItem &recv = items[k];
+      if (!recv.op && !recv.sends && recv.channel == item.completeWith &&
+          recv.microBatch == item.microBatch) {
+        done = firstReader(recv.value, recv.microBatch, k);
+        break;
+      }
+    }
+    auto it = lifetime.find(keyOf(item.value, item.microBatch));
+    if (it != lifetime.end())
+      it->second.second = std::max(it->second.second, done);
   }
+  std::vector<ArenaBuffer> buffers;
+  for (const Key &key : order) {
+    const auto &[first, last] = lifetime[key];
+    buffers.push_back({bytesOf(key.first.getType()), first, last});
+  }
+  std::vector<int64_t> offsets;
+  report.arenaBytes = placeArena(buffers, offsets);
+  report.totalPeakBytes = report.persistentBytes + report.arenaBytes;
   return report;
 }
 
 void StepReport::print(llvm::raw_ostream &os) const {
-  os << llvm::formatv("parameters: {0} ({1}) per rank\n", parameterCount,
-                      formatBytes(parameterBytes));
-  os << llvm::formatv("optimizer state: {0} per rank\n",
-                      formatBytes(optimizerStateBytes));
-  int64_t perParameter = weightBytesPerParameter + gradientBytesPerParameter +
-                         optimizerBytesPerParameter;
-  os << llvm::formatv("model states: {0} bytes per parameter (weights {1} + "
-                      "gradients {2} + optimizer {3})\n",
-                      perParameter, weightBytesPerParameter,
-                      gradientBytesPerParameter, optimizerBytesPerParameter);
-  os << llvm::formatv("activations (peak live, estimate): {0} per rank\n",
-                      formatBytes(peakActivationBytes));
+  os << llvm::formatv("parameters: {0} ({1}) per rank, pieces of {2}\n",
+                      parameterCount, formatBytes(parameterBytes),
+                      stageParameterCount);
+  double per = std::max<int64_t>(stageParameterCount, 1);
+  os << llvm::formatv(
+      "model states: {0} per rank = weights {1} + gradients {2} + optimizer "
+      "{3} ({4:F2} bytes per parameter: {5:F2} + {6:F2} + {7:F2})\n",
+      formatBytes(modelStateBytes()), formatBytes(parameterBytes),
+      formatBytes(gradientBytes), formatBytes(optimizerStateBytes),
+      modelStateBytes() / per, parameterBytes / per, gradientBytes / per,
+      optimizerStateBytes / per);
+  os << llvm::formatv("memory plan: {0} per rank = persistent {1} (arguments, "
+                      "results, accumulators) + arena {2} (activations and "
+                      "other temporaries)\n",
+                      formatBytes(totalPeakBytes), formatBytes(persistentBytes),
+                      formatBytes(arenaBytes));
   if (communication.empty()) {
     os << "communication per step: none\n";
     return;
   }
-  os << "communication per step (per rank):\n";
+  os << "communication per step (per rank): calls, bytes handed over, bytes "
+        "sent (ring algorithms)\n";
   for (const auto &[key, traffic] : communication)
-    os << llvm::formatv("  {0,-28} {1,5} calls  {2}\n", key, traffic.count,
-                        formatBytes(traffic.bytes));
+    os << llvm::formatv("  {0,-28} {1,5} calls  {2,11}  sent {3}\n", key,
+                        traffic.count, formatBytes(traffic.bytes),
+                        formatBytes(traffic.wireBytes));
+}
+
+llvm::json::Object StepReport::toJson() const {
+  llvm::json::Object comm;
+  for (const auto &[kind, bytes] : wireBytesByKind())
+    comm[kind] = bytes;
+  return llvm::json::Object{
+      {"parameters", parameterCount},
+      {"stage_parameters", stageParameterCount},
+      {"bytes",
+       llvm::json::Object{{"params", parameterBytes},
+                          {"grads", gradientBytes},
+                          {"optimizer", optimizerStateBytes},
+                          {"model_states", modelStateBytes()},
+                          {"persistent", persistentBytes},
+                          {"activations_peak", arenaBytes},
+                          {"total_peak", totalPeakBytes}}},
+      {"comm_bytes", std::move(comm)},
+  };
 }
 
 } // namespace trellis

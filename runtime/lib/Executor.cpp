@@ -89,10 +89,11 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
     persistent[argument.buffer] = true;
   for (const Result &result : plan_.results)
     persistent[result.buffer] = true;
-  // Accumulators take a value from every micro-batch of the step.
-  for (size_t b = 0; b < plan_.accumulators.size() && b < count; ++b)
-    if (plan_.accumulators[b])
-      persistent[b] = true;
+  // Accumulators take a value from every micro-batch of the step: those
+  // this stage accumulates into (another stage may only receive the total).
+  for (const Instruction &instruction : plan_.program)
+    if (instruction.op == "accumulate")
+      persistent[instruction.outputs[0]] = true;
   // Lifetimes in instruction indices, inclusive: an instruction's outputs
   // never share bytes with its inputs.
   std::vector<int64_t> first(count, -1), last(count, -1);

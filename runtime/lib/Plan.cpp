@@ -775,8 +775,6 @@ Status PlanReader::expandStage(int64_t index) {
         firstAdd.kind = AttrValue::Kind::Bool;
         firstAdd.flag = accumulated.insert(instruction.outputs[0]).second;
         instruction.attrs["first"] = firstAdd;
-        plan_.accumulators.resize(plan_.buffers.size(), false);
-        plan_.accumulators[instruction.outputs[0]] = true;
       }
       out.program.push_back(std::move(instruction));
       out.instructionAxes.push_back(program.body.instructionAxes[i]);
@@ -1057,7 +1055,6 @@ StatusOr<Plan> PlanReader::read(const json &root) {
     return Status::error("expected the loss on stage 0 alone (it reports "
                          "the loss)");
   expandInputs();
-  plan_.accumulators.resize(plan_.buffers.size(), false);
   for (size_t stage = 0; stage < plan_.stages.size(); ++stage) {
     TRELLIS_RETURN_IF_ERROR(checkDataflow(stage));
     TRELLIS_RETURN_IF_ERROR(checkCompletions(stage));

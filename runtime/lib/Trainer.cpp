@@ -427,11 +427,13 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   return Status::success();
 }
 
-StatusOr<std::vector<std::pair<double, double>>> Trainer::gatherMemory() const {
+StatusOr<std::vector<RankMemory>> Trainer::gatherMemory() const {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
+  constexpr int64_t kFigures = 3;
   std::vector<float> mine = {
       static_cast<float>(executor_->allocatedBytes() / 1048576.0),
+      static_cast<float>(executor_->arenaBytes() / 1048576.0),
       static_cast<float>(usage.ru_maxrss / 1024.0)};
   std::vector<float> all = mine;
   if (communicator_) {
@@ -439,14 +441,13 @@ StatusOr<std::vector<std::pair<double, double>>> Trainer::gatherMemory() const {
     AxisList everything;
     for (size_t axis = 0; axis < mesh.numAxes(); ++axis)
       everything.push_back(axis);
-    all.resize(2 * mesh.size());
-    TRELLIS_RETURN_IF_ERROR(
-        communicator_->allGather(everything, mine.data(), all.data(), 2,
-                                 DType::F32));
+    all.resize(kFigures * mesh.size());
+    TRELLIS_RETURN_IF_ERROR(communicator_->allGather(
+        everything, mine.data(), all.data(), kFigures, DType::F32));
   }
-  std::vector<std::pair<double, double>> figures;
-  for (size_t r = 0; r + 1 < all.size(); r += 2)
-    figures.emplace_back(all[r], all[r + 1]);
+  std::vector<RankMemory> figures;
+  for (size_t r = 0; r + kFigures <= all.size(); r += kFigures)
+    figures.push_back({all[r], all[r + 1], all[r + 2]});
   return figures;
 }
 
@@ -754,24 +755,27 @@ int runTrainingCommand(const TrainOptions &options) {
   if (printing)
     std::printf(
         "summary: steps %lld-%lld | mean step %.2f ms | %.0f tokens/s | "
-        "buffers %.1f MiB | peak memory %.1f MiB\n",
+        "buffers %.1f MiB (arena %.1f MiB) | peak memory %.1f MiB\n",
         static_cast<long long>(first + 1),
         static_cast<long long>(trainer.completedSteps()), meanMs,
         meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
         trainer.executor().allocatedBytes() / 1048576.0,
+        trainer.executor().arenaBytes() / 1048576.0,
         usage.ru_maxrss / 1024.0);
   // A pipeline's stages hold different parts: each rank's memory.
   if (trainer.executor().plan().pipelineAxis) {
-    StatusOr<std::vector<std::pair<double, double>>> memory =
+    StatusOr<std::vector<RankMemory>> memory =
         trainer.gatherMemory();
     if (!memory.ok())
       return fail(memory.status());
     const Plan &plan = trainer.executor().plan();
     for (size_t r = 0; printing && r < memory->size(); ++r)
-      std::printf("memory: rank %zu (stage %lld) | buffers %.1f MiB | peak "
-                  "memory %.1f MiB | live micro-batches %lld\n",
+      std::printf("memory: rank %zu (stage %lld) | buffers %.1f MiB (arena "
+                  "%.1f MiB) | peak memory %.1f MiB | live micro-batches "
+                  "%lld\n",
                   r, static_cast<long long>(stageOfRank(plan, r)),
-                  (*memory)[r].first, (*memory)[r].second,
+                  (*memory)[r].buffersMiB, (*memory)[r].arenaMiB,
+                  (*memory)[r].peakMiB,
                   static_cast<long long>(
                       plan.stages[stageOfRank(plan, r)].liveMicroBatches));
   }

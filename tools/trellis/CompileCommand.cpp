@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
+#include "CompileReport.h"
 #include "ModelLoading.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -139,6 +140,12 @@ cl::opt<bool> compileReport(
     cl::desc("Print per rank: parameters, activation estimate, and "
              "communication per step by collective kind and mesh axis"),
     cl::sub(compileCommand));
+cl::opt<std::string> compileReportJson(
+    "report-json",
+    cl::desc("Write the report as JSON (docs/Report.md): per rank, the "
+             "model states, the memory plan's peak, and the bytes sent per "
+             "step by collective kind"),
+    cl::value_desc("file"), cl::sub(compileCommand));
 cl::opt<bool> compileTiming(
     "timing",
     cl::desc("Print the wall time of loading the model, of each pass, and "
@@ -211,49 +218,24 @@ std::optional<ParallelDegrees> resolveParallelDegrees() {
   return degrees;
 }
 
-/// `--report` of a step split into stages: the report of each stage's
-/// ranks, over its schedule (every micro-batch's actions, then the step).
-void printStageReports(llvm::ArrayRef<mlir::func::FuncOp> stages) {
-  for (mlir::func::FuncOp stage : stages) {
-    llvm::SmallVector<int64_t> arguments;
-    for (unsigned i = 0; i < stage.getNumArguments(); ++i)
-      if (stage.getArgAttr(i, TrellisDialect::kHeldAttrName))
-        arguments.push_back(i);
-    llvm::StringMap<llvm::SmallVector<mlir::Operation *>> programs;
-    for (mlir::Operation &op : stage.getBody().front().without_terminator())
-      if (auto name = op.getAttrOfType<mlir::StringAttr>(
-              TrellisDialect::kProgramAttrName))
-        programs[name.getValue()].push_back(&op);
-    llvm::SmallVector<RankItem> items;
-    for (mlir::Attribute entry : stage->getAttrOfType<mlir::ArrayAttr>(
-             TrellisDialect::kScheduleAttrName)) {
-      std::optional<ScheduledActionName> action = parseActionName(
-          llvm::cast<mlir::StringAttr>(entry).getValue().str());
-      if (!action)
-        continue; // trellis-verify-pipeline checked every entry.
-      int64_t microBatch = action->microBatch;
-      for (mlir::Operation *op : programs[programName(action->program)]) {
-        auto axisOf = [](mlir::ArrayAttr axes) {
-          return llvm::cast<mlir::StringAttr>(axes[0]).getValue().str();
-        };
-        if (auto send = llvm::dyn_cast<SendOp>(op))
-          items.push_back({nullptr, send.getInput(), true,
-                           axisOf(send.getAxes()), microBatch});
-        else if (auto recv = llvm::dyn_cast<RecvOp>(op))
-          items.push_back({nullptr, recv.getResult(), false,
-                           axisOf(recv.getAxes()), microBatch});
-        else
-          items.push_back({op, mlir::Value(), false, "", microBatch});
-      }
-    }
-    if (stages.size() > 1)
-      llvm::errs() << "pipeline stage "
-                   << stage->getAttrOfType<mlir::IntegerAttr>(
-                          TrellisDialect::kPipelineStageAttrName)
-                          .getInt()
-                   << ":\n";
-    computeRankReport(stage, arguments, items).print(llvm::errs());
+/// The elements of the model's parameters: the arguments of role param of
+/// @forward (or of the step given instead), before any split.
+int64_t countModelParameters(mlir::ModuleOp module) {
+  auto function = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!function)
+    function = module.lookupSymbol<mlir::func::FuncOp>("train_step");
+  if (!function)
+    function = module.lookupSymbol<mlir::func::FuncOp>("gradients");
+  int64_t count = 0;
+  for (unsigned i = 0; function && i < function.getNumArguments(); ++i) {
+    auto role = function.getArgAttrOfType<mlir::StringAttr>(
+        i, graph::GraphDialect::kRoleAttrName);
+    auto type =
+        llvm::dyn_cast<mlir::RankedTensorType>(function.getArgumentTypes()[i]);
+    if (role && role.getValue() == "param" && type)
+      count += type.getNumElements();
   }
+  return count;
 }
 
 /// What `--pp` asks for: the schedule, the pipeline's shape, and the
@@ -343,6 +325,7 @@ int runCompileCommand() {
   // The compute dtype: checkpoints store the model's weights in it.
   model->metadata["precision"] = compilePrecision.getValue();
   mlir::ModuleOp module = model->module.get();
+  int64_t modelParameters = countModelParameters(module);
   bool wantsGradients = compileOptimizer == "none";
   llvm::StringRef stepName = wantsGradients ? "gradients" : "train_step";
 
@@ -514,10 +497,17 @@ int runCompileCommand() {
     stages = std::move(*found);
   }
   auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
-  if (compileReport && !staged)
-    computeStepReport(step).print(llvm::errs());
-  if (compileReport && staged)
-    printStageReports(stages);
+  std::vector<RankReport> reports =
+      staged ? reportStages(stages, compileMicroBatches) : reportStep(step);
+  if (pipeline)
+    warnPipelinedZero(compileZero, compileMicroBatches, degrees->dataParallel,
+                      reports);
+  if (compileReport)
+    printReports(reports);
+  if (!compileReportJson.empty() &&
+      !writeReportJson(compileReportJson, modelParameters, degrees->axes,
+                       reports))
+    return 1;
 
   std::string error;
   auto output = mlir::openOutputFile(compileOutput, &error);

@@ -1,9 +1,12 @@
 //===- StepReport.h - What one rank holds and sends per step ----*- C++ -*-===//
 //
 // A summary of a (partitioned) training step for `trellis compile
-// --report`: the parameters one rank holds, an estimate of its peak live
-// activations, and the communication of one step by collective kind and
-// mesh axes.
+// --report` and `--report-json`: the model states one rank holds
+// (parameters, gradients, optimizer states, ZeRO's accounting), its static
+// memory plan (the persistent buffers plus the arena of temporaries, placed
+// as the runtime places them), and the communication of one step by
+// collective kind and mesh axes, with the bytes each rank puts on the wire
+// (ring algorithms).
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +14,7 @@
 #define TRELLIS_ANALYSIS_STEPREPORT_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
@@ -19,27 +23,47 @@
 namespace trellis {
 
 struct StepReport {
+  /// Elements of the parameters this rank holds (its pieces), and of the
+  /// whole parameters those are pieces of (the model part it runs).
   int64_t parameterCount = 0;
+  int64_t stageParameterCount = 0;
+  /// Bytes of the pieces this rank holds.
   int64_t parameterBytes = 0;
-  /// Optimizer states (moments) and the step counter.
+  /// The gradients as the step keeps them: each value a micro-batch hands
+  /// to the step for an update (accumulated over micro-batches, reduced
+  /// over data-parallel ranks after), in its dtype and layout. ZeRO-2 and
+  /// ZeRO-3 keep the reduce-scattered piece, the other stages the whole.
+  int64_t gradientBytes = 0;
+  /// AdamW moments and fp32 master weights.
   int64_t optimizerStateBytes = 0;
-  /// Model states per parameter, ZeRO's accounting: the weights the step
-  /// computes with (2 for a bf16 copy, 4 in fp32), their gradients, and the
-  /// optimizer's (fp32 moments, plus the fp32 master under mixed precision).
-  int64_t weightBytesPerParameter = 4;
-  int64_t gradientBytesPerParameter = 4;
-  int64_t optimizerBytesPerParameter = 0;
-  /// Peak bytes of values live at once, arguments excluded.
-  int64_t peakActivationBytes = 0;
+  /// The static memory plan: arguments, results and accumulators (own
+  /// allocations), and the arena of all other buffers; `totalPeakBytes` is
+  /// their sum, what `trellis run` reports as the rank's buffers.
+  int64_t persistentBytes = 0;
+  int64_t arenaBytes = 0;
+  int64_t totalPeakBytes = 0;
   struct Traffic {
     int64_t count = 0;
     /// Bytes of the operands handed to the collective on one rank.
     int64_t bytes = 0;
+    /// Bytes this rank sends with a ring algorithm over a group of n: an
+    /// all_reduce of B bytes 2(n-1)/n B, a reduce_scatter of B (its input)
+    /// (n-1)/n B, an all_gather of B (its result) (n-1)/n B, an all_to_all
+    /// of B (n-1)/n B, a broadcast B, a point-to-point send or receive B.
+    int64_t wireBytes = 0;
   };
   /// Keyed by "all_reduce over dp".
   std::map<std::string, Traffic> communication;
 
+  /// Wire bytes by collective kind ("all_reduce", ..., "send", "recv").
+  std::map<std::string, int64_t> wireBytesByKind() const;
+  /// Model states (parameters + gradients + optimizer states) per rank.
+  int64_t modelStateBytes() const {
+    return parameterBytes + gradientBytes + optimizerStateBytes;
+  }
   void print(llvm::raw_ostream &os) const;
+  /// The rank's entry of --report-json (docs/Report.md).
+  llvm::json::Object toJson() const;
 };
 
 /// One thing a rank runs: an op of the step, or one end of a point-to-point
@@ -52,16 +76,23 @@ struct RankItem {
   bool sends = false;
   std::string axis;
   int64_t microBatch = -1;
+  /// A transfer's channel; for a send, the channel of the receive whose
+  /// wait completes it (trellis.complete_with), else -1: it completes by
+  /// the end of the step.
+  int64_t channel = -1;
+  int64_t completeWith = -1;
 };
 
 /// Computes the report of `step` (per rank: its types are local).
 StepReport computeStepReport(mlir::func::FuncOp step);
 
 /// The report of a rank that holds `arguments` (indices) of `step` and
-/// runs `items` in order (a pipeline stage's schedule).
+/// runs `items` in order (a pipeline stage's schedule); `microBatches`
+/// copies of each input are held (one per micro-batch).
 StepReport computeRankReport(mlir::func::FuncOp step,
                              llvm::ArrayRef<int64_t> arguments,
-                             llvm::ArrayRef<RankItem> items);
+                             llvm::ArrayRef<RankItem> items,
+                             int64_t microBatches = 1);
 
 } // namespace trellis
 

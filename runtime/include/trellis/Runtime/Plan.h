@@ -137,9 +137,6 @@ struct Plan {
   /// Micro-batches per step: each input argument is one micro-batch's
   /// (`tokens.<i>`, `targets.<i>` when several).
   int64_t microBatches = 1;
-  /// Buffers that `accumulate` instructions add each micro-batch's value
-  /// into (written once per micro-batch, held for the step).
-  std::vector<bool> accumulators;
   std::vector<MeshAxis> mesh;
   /// The program of the selected stage (`stage`), and the resolved axes of
   /// its instructions (see StageProgram).

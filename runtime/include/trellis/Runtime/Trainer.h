@@ -91,6 +91,11 @@ struct DynamicLossScale {
   void record(bool finite);
 };
 
+/// One rank's memory, in MiB.
+struct RankMemory {
+  double buffersMiB = 0, arenaMiB = 0, peakMiB = 0;
+};
+
 class Trainer {
 public:
   ~Trainer();
@@ -123,9 +128,10 @@ public:
   /// layout (split ones are gathered; every rank must call it, rank 0
   /// writes).
   Status save(const std::string &dir) const;
-  /// Every rank's buffer bytes and peak resident bytes, in rank order
-  /// (every rank must call it; without a communicator, this rank's alone).
-  StatusOr<std::vector<std::pair<double, double>>> gatherMemory() const;
+  /// Every rank's buffers, its arena and its peak resident memory, in rank
+  /// order (every rank must call it; without a communicator, this rank's
+  /// alone).
+  StatusOr<std::vector<RankMemory>> gatherMemory() const;
 
   /// Restores a checkpoint written by `save` for the same model, in any
   /// layout: each rank takes its piece.

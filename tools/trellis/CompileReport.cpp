@@ -1,0 +1,144 @@
+//===- CompileReport.cpp - trellis compile --report and --report-json -----===//
+
+#include "CompileReport.h"
+
+#include "ModelLoading.h"
+
+#include "mlir/Support/FileUtilities.h"
+#include "trellis/Common/ActionNames.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace trellis::driver {
+
+std::vector<RankReport> reportStep(mlir::func::FuncOp step) {
+  return {{-1, computeStepReport(step)}};
+}
+
+std::vector<RankReport> reportStages(llvm::ArrayRef<mlir::func::FuncOp> stages,
+                                     int64_t microBatches) {
+  std::vector<RankReport> reports;
+  for (mlir::func::FuncOp stage : stages) {
+    llvm::SmallVector<int64_t> arguments;
+    for (unsigned i = 0; i < stage.getNumArguments(); ++i)
+      if (stage.getArgAttr(i, TrellisDialect::kHeldAttrName))
+        arguments.push_back(i);
+    llvm::StringMap<llvm::SmallVector<mlir::Operation *>> programs;
+    for (mlir::Operation &op : stage.getBody().front())
+      if (auto name = op.getAttrOfType<mlir::StringAttr>(
+              TrellisDialect::kProgramAttrName))
+        programs[name.getValue()].push_back(&op);
+    // Each stage's ranks run its schedule: every micro-batch's actions,
+    // then the step.
+    llvm::SmallVector<RankItem> items;
+    for (mlir::Attribute entry : stage->getAttrOfType<mlir::ArrayAttr>(
+             TrellisDialect::kScheduleAttrName)) {
+      std::optional<ScheduledActionName> action = parseActionName(
+          llvm::cast<mlir::StringAttr>(entry).getValue().str());
+      if (!action)
+        continue; // trellis-verify-pipeline checked every entry.
+      int64_t microBatch = action->microBatch;
+      for (mlir::Operation *op : programs[programName(action->program)]) {
+        auto axisOf = [](mlir::ArrayAttr axes) {
+          return llvm::cast<mlir::StringAttr>(axes[0]).getValue().str();
+        };
+        if (auto send = llvm::dyn_cast<SendOp>(op)) {
+          auto completeWith = send->getAttrOfType<mlir::IntegerAttr>(
+              TrellisDialect::kCompleteWithAttrName);
+          items.push_back({nullptr, send.getInput(), true,
+                           axisOf(send.getAxes()), microBatch,
+                           static_cast<int64_t>(send.getChannel()),
+                           completeWith ? completeWith.getInt() : -1});
+        } else if (auto recv = llvm::dyn_cast<RecvOp>(op)) {
+          items.push_back({nullptr, recv.getResult(), false,
+                           axisOf(recv.getAxes()), microBatch,
+                           static_cast<int64_t>(recv.getChannel())});
+        } else
+          items.push_back({op, mlir::Value(), false, "", microBatch});
+      }
+    }
+    // The results leave at the end of the step.
+    items.push_back({stage.getBody().front().getTerminator(), mlir::Value(),
+                     false, "", -1});
+    int64_t index = stage->getAttrOfType<mlir::IntegerAttr>(
+                             TrellisDialect::kPipelineStageAttrName)
+                        .getInt();
+    reports.push_back(
+        {index, computeRankReport(stage, arguments, items, microBatches)});
+  }
+  return reports;
+}
+
+void printReports(const std::vector<RankReport> &reports) {
+  for (const RankReport &entry : reports) {
+    if (reports.size() > 1)
+      llvm::errs() << "pipeline stage " << entry.stage << ":\n";
+    entry.report.print(llvm::errs());
+  }
+}
+
+bool writeReportJson(const std::string &path, int64_t modelParameters,
+                     const std::vector<std::pair<std::string, int64_t>> &mesh,
+                     const std::vector<RankReport> &reports) {
+  llvm::json::Array axes;
+  for (const auto &[name, size] : mesh)
+    if (size > 1)
+      axes.push_back(llvm::json::Object{{"name", name}, {"size", size}});
+  llvm::json::Array perRank;
+  for (const RankReport &entry : reports) {
+    llvm::json::Object rank = entry.report.toJson();
+    rank["stage"] = std::max<int64_t>(entry.stage, 0);
+    perRank.push_back(std::move(rank));
+  }
+  llvm::json::Object root{{"model_parameters", modelParameters},
+                          {"mesh", std::move(axes)},
+                          {"per_rank", std::move(perRank)}};
+  std::string error;
+  auto output = mlir::openOutputFile(path, &error);
+  if (!output) {
+    reportError("compile", "--report-json: " + error);
+    return false;
+  }
+  output->os() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+               << "\n";
+  output->keep();
+  return true;
+}
+
+void warnPipelinedZero(int64_t zeroStage, int64_t microBatches,
+                       int64_t dataParallel,
+                       const std::vector<RankReport> &reports) {
+  if (zeroStage < 2 || dataParallel <= 1)
+    return;
+  double actual = 0, zeroOne = 0;
+  double share = double(dataParallel - 1) / dataParallel;
+  for (const RankReport &entry : reports) {
+    const StepReport &report = entry.report;
+    for (const auto &[key, traffic] : report.communication)
+      if ((key.rfind("reduce_scatter", 0) == 0 ||
+           key.rfind("all_gather", 0) == 0) &&
+          key.find("dp") != std::string::npos)
+        actual += traffic.wireBytes;
+    // ZeRO-1 reduce-scatters the whole gradients and gathers the whole
+    // parameters once per step.
+    double gradients = double(report.gradientBytes) * dataParallel;
+    double parameters = double(report.parameterBytes) *
+                        (zeroStage == 3 ? dataParallel : 1);
+    zeroOne += share * (gradients + parameters);
+  }
+  if (zeroOne <= 0)
+    return;
+  llvm::errs() << llvm::formatv(
+      "trellis compile: warning: --zero {0} with a pipeline of {1} "
+      "micro-batches moves {2:F1} MiB per step over dp on a rank of each "
+      "stage ({3}), "
+      "{4:F2}x ZeRO-1's {5:F1} MiB\n",
+      zeroStage, microBatches, actual / (1 << 20),
+      zeroStage == 3 ? "gradients reduce-scattered and parameters gathered "
+                       "per micro-batch"
+                     : "gradients reduce-scattered per micro-batch",
+      actual / zeroOne, zeroOne / (1 << 20));
+}
+
+} // namespace trellis::driver
