@@ -113,6 +113,7 @@ struct ApplyZeroPass : public trellis::impl::ApplyZeroPassBase<ApplyZeroPass> {
     for (NamedAttrList &attrs : argAttrs_)
       dictionaries.push_back(attrs.getDictionary(context_));
     function.setAllArgAttrs(dictionaries);
+    sinkGradientCasts(function);
     if (stage >= 2)
       constrainGradients(function);
     if (stage == 3)
@@ -210,6 +211,30 @@ private:
     return 1;
   }
 
+  /// A gradient reduced in the compute dtype (--grad-reduce-dtype bf16, one
+  /// micro-batch) is cast back to f32 (graph.reduce_first) by the update,
+  /// not where the backward made it: the step holds it in bf16 until then,
+  /// whole (ZeRO-1: reduce-scattered there, once per step) or as its piece
+  /// (ZeRO-2 and 3: reduce-scattered where it was made).
+  void sinkGradientCasts(func::FuncOp function) {
+    SmallVector<Operation *> casts;
+    function.walk([&](graph::CastOp cast) {
+      if (cast->hasAttr(graph::GraphDialect::kReduceFirstAttrName))
+        casts.push_back(cast);
+    });
+    for (Operation *cast : casts) {
+      Operation *first = nullptr;
+      for (Operation *user : cast->getResult(0).getUsers())
+        if (!first || user->isBeforeInBlock(first))
+          first = user;
+      if (first && cast->isBeforeInBlock(first))
+        cast->moveBefore(first);
+      // It belongs to the update now: what the partitioner inserts for it
+      // (ZeRO-1's reduce_scatter) runs with the step.
+      cast->removeAttr(graph::GraphDialect::kPhaseAttrName);
+    }
+  }
+
   /// ZeRO-2: each parameter's gradient is reduce-scattered as soon as a
   /// micro-batch has made it (in the backward), into a sharded accumulator
   /// when the step has several micro-batches, and its full buffer dies
@@ -240,7 +265,10 @@ private:
     auto shape = llvm::cast<RankedTensorType>(value.getType()).getShape();
     if (!producer || llvm::isa<ShardOp>(producer))
       return;
-    if (!producer->hasAttr(graph::GraphDialect::kPhaseAttrName)) {
+    // A gradient reduced in the compute dtype is split before its cast
+    // back to f32 (graph.reduce_first, sunk to the update).
+    if (!producer->hasAttr(graph::GraphDialect::kPhaseAttrName) ||
+        producer->hasAttr(graph::GraphDialect::kReduceFirstAttrName)) {
       for (OpOperand &operand : producer->getOpOperands())
         if (llvm::cast<RankedTensorType>(operand.get().getType()).getShape() ==
             shape)
