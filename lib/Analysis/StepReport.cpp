@@ -282,7 +282,12 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
       if (reads)
         reader = j;
     }
-    windows.push_back({pending.issue, reader});
+    int64_t bytes = 0;
+    for (Value value : items[pending.issue].op->getOperands())
+      bytes += bytesOf(value.getType());
+    for (Value value : pending.results)
+      bytes += bytesOf(value.getType());
+    windows.push_back({pending.issue, reader, bytes});
   }
   std::vector<int64_t> waits = planCollectiveWaits(windows, end);
   for (auto [pending, wait] : llvm::zip(collectives, waits))

@@ -308,11 +308,34 @@ private:
   /// ZeRO-3: a parameter stored split over dp is used whole. Its uses are
   /// grouped by micro-batch phase and model part; each group reads it
   /// through its own constraint (trellis.shard, the stored layout without
-  /// dp, before the group's first use), so the partitioner all-gathers it
-  /// once per part and phase: the forward's copy dies after the part, and
-  /// the backward gathers again. The optimizer reads the stored piece.
+  /// dp), so the partitioner all-gathers it once per part and phase: the
+  /// forward's copy dies after the part, and the backward gathers again.
+  /// The constraint sits where the part that runs before it in the same
+  /// phase begins, so the gather is in flight while that part computes
+  /// (FSDP's prefetch); the optimizer reads the stored piece.
   void gatherBeforeUses(func::FuncOp function) {
     OpBuilder builder(context_);
+    // Where each (phase, part) begins.
+    llvm::MapVector<std::pair<Attribute, Attribute>, Operation *> begins;
+    for (Operation &op : function.getBody().front())
+      begins.try_emplace({op.getAttr(graph::GraphDialect::kPhaseAttrName),
+                          graph::getModelPart(&op)},
+                         &op);
+    // The op before which a group of uses in (phase, part) starts its
+    // gather: the beginning of the latest other part of the phase that
+    // begins before this part does, else the group's first use.
+    auto prefetchPoint = [&](std::pair<Attribute, Attribute> key,
+                             Operation *firstUse) {
+      auto own = begins.find(key);
+      Operation *begin = own != begins.end() ? own->second : firstUse;
+      Operation *point = nullptr;
+      for (auto &[other, op] : begins)
+        if (other.first == key.first && other.second != key.second &&
+            op->isBeforeInBlock(begin) &&
+            (!point || point->isBeforeInBlock(op)))
+          point = op;
+      return point && point->isBeforeInBlock(firstUse) ? point : firstUse;
+    };
     StringAttr dataAxis = StringAttr::get(context_, axis);
     for (BlockArgument param : function.getArguments()) {
       auto role = function.getArgAttrOfType<StringAttr>(
@@ -346,7 +369,7 @@ private:
         for (OpOperand *use : uses)
           if (use->getOwner()->isBeforeInBlock(first))
             first = use->getOwner();
-        builder.setInsertionPoint(first);
+        builder.setInsertionPoint(prefetchPoint(key, first));
         auto gathered = ShardOp::create(builder, first->getLoc(),
                                         param.getType(), param, whole);
         if (key.first)

@@ -53,7 +53,12 @@ void Executor::planWaitPoints() {
     }
     waitPoint_[i] = wait;
     if (!isPointToPoint(op)) {
-      windows.push_back({static_cast<int64_t>(i), wait});
+      int64_t bytes = 0;
+      for (int64_t b : plan_.program[i].inputs)
+        bytes += bufferBytes(plan_.buffers[b]);
+      for (int64_t b : outputs)
+        bytes += bufferBytes(plan_.buffers[b]);
+      windows.push_back({static_cast<int64_t>(i), wait, bytes});
       windowOf.push_back(i);
     }
   }

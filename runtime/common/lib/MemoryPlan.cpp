@@ -3,6 +3,7 @@
 #include "trellis/Common/MemoryPlan.h"
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
 #include <utility>
 
@@ -11,13 +12,36 @@ namespace trellis {
 std::vector<int64_t> planCollectiveWaits(
     const std::vector<CollectiveWindow> &windows, int64_t end) {
   std::vector<int64_t> waits(windows.size(), end);
-  for (size_t i = 0; i < windows.size(); ++i) {
-    int64_t wait = std::min(windows[i].firstReader, end);
-    size_t bound = i + kMaxCollectivesInFlight;
-    if (bound < windows.size())
-      wait = std::min(wait, windows[bound].issue);
-    waits[i] = wait;
+  for (size_t i = 0; i < windows.size(); ++i)
+    waits[i] = std::min(windows[i].firstReader, end);
+  // The collectives in flight, oldest first, and the bytes they touch.
+  std::deque<size_t> inFlight;
+  int64_t bytes = 0;
+  for (size_t j = 0; j < windows.size(); ++j) {
+    int64_t issue = windows[j].issue;
+    // Those the program waited for by now are done; the stream runs in
+    // order, so everything older than a finished one is done too.
+    size_t done = 0;
+    for (size_t k = 0; k < inFlight.size(); ++k)
+      if (waits[inFlight[k]] <= issue)
+        done = k + 1;
+    for (; done > 0; --done) {
+      bytes -= windows[inFlight.front()].bytes;
+      inFlight.pop_front();
+    }
+    while (static_cast<int64_t>(inFlight.size()) >= kMinCollectivesInFlight &&
+           bytes + windows[j].bytes > kInFlightCollectiveBytes) {
+      waits[inFlight.front()] = issue;
+      bytes -= windows[inFlight.front()].bytes;
+      inFlight.pop_front();
+    }
+    inFlight.push_back(j);
+    bytes += windows[j].bytes;
   }
+  // In order: a collective is done once a later one the program waited for
+  // is.
+  for (size_t i = windows.size(); i-- > 1;)
+    waits[i - 1] = std::min(waits[i - 1], waits[i]);
   return waits;
 }
 

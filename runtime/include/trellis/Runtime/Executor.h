@@ -30,8 +30,9 @@ namespace trellis::runtime {
 /// device's communication stream while the program goes on; the program
 /// waits for a collective only at its "wait point": the first instruction
 /// that reads its results (or communicates itself, or the end of the step),
-/// or the issue of the second collective after it, whichever comes first
-/// (at most two in flight: trellis/Common/MemoryPlan.h). Lifetimes of a
+/// or the issue of a later collective that would put more than two in
+/// flight and more than their byte budget (trellis/Common/MemoryPlan.h),
+/// whichever comes first. Lifetimes of a
 /// collective's buffers reach its wait point, so the arena never reuses
 /// memory a collective in flight may touch.
 class Executor {

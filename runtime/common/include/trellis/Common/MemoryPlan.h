@@ -19,12 +19,15 @@ namespace trellis {
 /// Arena slots are 64-byte aligned.
 constexpr int64_t kArenaAlignment = 64;
 
-/// Collectives a program keeps in flight at most: before it issues a third,
-/// it waits for the oldest. The communication stream runs them in order, so
-/// one running and one queued keep it busy; the bound is what lets a
-/// gradient reduce-scattered in the backward free its full buffer soon
-/// after (FSDP's limit on in-flight all-gathers is the same rule).
-constexpr int64_t kMaxCollectivesInFlight = 2;
+/// Collectives in flight: a program may always have two (one running and
+/// one queued keep the communication stream busy); beyond that, only while
+/// the bytes they touch stay within kInFlightCollectiveBytes. Before it
+/// issues a collective that would exceed both, it waits for the oldest.
+/// The bound is what lets a gradient reduce-scattered in the backward free
+/// its full buffer soon after, and what limits gathers prefetched ahead of
+/// their use (FSDP limits in-flight all-gathers the same way).
+constexpr int64_t kMinCollectivesInFlight = 2;
+constexpr int64_t kInFlightCollectiveBytes = int64_t(64) << 20;
 
 /// `bytes` rounded up to the arena's alignment.
 inline int64_t alignedArenaBytes(int64_t bytes) {
@@ -38,11 +41,14 @@ struct CollectiveWindow {
   /// The first later instruction that reads its results, or a kernel that
   /// communicates itself (the program's count if none).
   int64_t firstReader = 0;
+  /// The bytes of its operands and results.
+  int64_t bytes = 0;
 };
 
 /// The wait point of each collective of `windows` (in issue order): its
-/// first reader, or the issue of the kMaxCollectivesInFlight-th collective
-/// after it, whichever comes first; `end` (the program's size) at most.
+/// first reader, or the issue of a later collective that the in-flight
+/// bound (above) makes wait for it, whichever comes first; `end` (the
+/// program's size) at most.
 std::vector<int64_t> planCollectiveWaits(
     const std::vector<CollectiveWindow> &windows, int64_t end);
 
