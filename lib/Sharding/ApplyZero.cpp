@@ -104,7 +104,8 @@ struct ApplyZeroPass : public trellis::impl::ApplyZeroPassBase<ApplyZeroPass> {
     if (!unsplit.empty()) {
       InFlightDiagnostic warning = function.emitWarning();
       warning << unsplit.size() << " tensor(s) stay replicated over \""
-              << axis << "\": no dimension divides by " << dataSize_ << " (";
+              << axis << "\": every dimension is split already and none "
+              << "divides further by " << dataSize_ << " (";
       for (auto [k, name] : llvm::enumerate(unsplit))
         warning << (k ? ", " : "") << name;
       warning << ")";
@@ -184,8 +185,23 @@ private:
       if (!dims[d].empty() && piece % dataSize_ == 0)
         chosen = d;
     }
+    // Else the largest whole dimension, unevenly: its last pieces are
+    // padded (the argument records its global shape in trellis.padded).
+    bool padded = false;
+    for (int64_t d = 0; d < type.getRank() && !chosen; ++d)
+      if (dims[d].empty() && type.getDimSize(d) > 1) {
+        int64_t largest = d;
+        for (int64_t e = d + 1; e < type.getRank(); ++e)
+          if (dims[e].empty() && type.getDimSize(e) > type.getDimSize(largest))
+            largest = e;
+        chosen = largest;
+        padded = true;
+      }
     if (!chosen)
       return false;
+    if (padded)
+      argAttrs_[i].set(TrellisDialect::kPaddedAttrName,
+                       DenseI64ArrayAttr::get(context_, type.getShape()));
     dims[*chosen].push_back(dataAxis);
     SmallVector<DimShardingAttr> attrs;
     for (const auto &axes : dims)
@@ -280,6 +296,10 @@ private:
     auto constraint =
         ShardOp::create(builder, producer->getLoc(), value.getType(), value,
                         layout);
+    auto type = llvm::cast<RankedTensorType>(value.getType());
+    if (!layoutDivides(layout, type))
+      constraint->setAttr(TrellisDialect::kPaddedAttrName,
+                          DenseI64ArrayAttr::get(context_, type.getShape()));
     constraint->setAttr(graph::GraphDialect::kPhaseAttrName,
                         producer->getAttr(graph::GraphDialect::kPhaseAttrName));
     if (graph::PartAttr part = graph::getModelPart(producer))
@@ -380,6 +400,18 @@ private:
           use->set(gathered.getResult());
       }
     }
+  }
+
+  /// Whether every split of `layout` divides its dimension of `type`.
+  bool layoutDivides(ShardingAttr layout, RankedTensorType type) {
+    for (auto [d, dim] : llvm::enumerate(layout.getDims())) {
+      int64_t pieces = 1;
+      for (StringAttr name : dim.getAxes())
+        pieces *= axisSize(name);
+      if (type.getDimSize(d) % pieces != 0)
+        return false;
+    }
+    return true;
   }
 
   bool usesData(ShardingAttr layout) {

@@ -53,10 +53,15 @@ public:
   LogicalResult run();
 
 private:
-  /// Turns `value` (local, sharded as `actual`) into one sharded as
-  /// `required`, inserting collectives before the builder's point.
+  /// Turns `value` (local, sharded as `actual`; of global shape `global`)
+  /// into one sharded as `required`, inserting collectives before the
+  /// builder's point. A dimension one axis splits unevenly is padded with
+  /// zeros before it is scattered or sliced, and cut back to its size
+  /// after it is gathered.
   Value reshard(Location loc, Value value, ValueSharding actual,
-                const ValueSharding &required);
+                const ValueSharding &required, ArrayRef<int64_t> global);
+  /// The global shape of a (local) value.
+  ArrayRef<int64_t> globalShape(Value value) { return global_[value]; }
   Value allReduce(Location loc, Value value, const AxisNames &axes,
                   ReductionKind kind);
   /// `value` with `type`'s element type and `shape`.
@@ -88,8 +93,9 @@ private:
   /// Whether the function is a step of micro-batches (graph.micro_batches):
   /// its results then get trellis.layout, which a pipeline split reads.
   bool pipelined_ = false;
-  /// The sharding each (already local) value has.
+  /// The sharding each (already local) value has, and its global shape.
   DenseMap<Value, ValueSharding> actual_;
+  DenseMap<Value, SmallVector<int64_t>> global_;
   /// Reshards already made, by value and required sharding: a value used
   /// twice in one layout is resharded once (the first use dominates the
   /// later ones in the block).
@@ -104,9 +110,34 @@ Value Partitioner::allReduce(Location loc, Value value, const AxisNames &axes,
 }
 
 Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
-                           const ValueSharding &required) {
+                           const ValueSharding &required,
+                           ArrayRef<int64_t> global) {
   SmallVector<int64_t> shape(
       llvm::cast<RankedTensorType>(value.getType()).getShape());
+  // Dimension `d` (whole here) padded with zeros up to a multiple of
+  // `pieces`, and cut back to `size`.
+  auto padFor = [&](size_t d, int64_t pieces) {
+    int64_t padded = (shape[d] + pieces - 1) / pieces * pieces;
+    if (padded == shape[d])
+      return;
+    SmallVector<int64_t> low(shape.size(), 0), high(shape.size(), 0);
+    high[d] = padded - shape[d];
+    value = graph::PadOp::create(builder_, loc, value, low, high);
+    shape[d] = padded;
+  };
+  auto cutTo = [&](size_t d, int64_t size) {
+    if (size == shape[d])
+      return;
+    SmallVector<int64_t> offsets(shape.size(), 0), sizes(shape);
+    sizes[d] = size;
+    value = graph::SliceOp::create(builder_, loc, value, offsets, sizes);
+    shape[d] = size;
+  };
+  // Whether dimension `d` is split over `axes` alone without dividing.
+  auto uneven = [&](size_t d, const AxisNames &axes) {
+    return axes.size() == 1 && d < global.size() &&
+           global[d] % axesSize(mesh_, axes) != 0;
+  };
   auto isPrefix = [](const AxisNames &prefix, const AxisNames &of) {
     return prefix.size() <= of.size() &&
            std::equal(prefix.begin(), prefix.end(), of.begin());
@@ -123,7 +154,8 @@ Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
         AxisNames extended = actual.dims[d];
         extended.push_back(axis);
         if (extended == required.dims[d] &&
-            shape[d] % axesSize(mesh_, {axis}) == 0) {
+            (shape[d] % axesSize(mesh_, {axis}) == 0 ||
+             uneven(d, extended))) {
           scatterAxes.push_back(axis);
           scatterDims.push_back(d);
           scattered = true;
@@ -135,6 +167,7 @@ Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
     if (!reduceAll.empty())
       value = allReduce(loc, value, reduceAll, actual.partialKind);
     for (auto [axis, d] : llvm::zip(scatterAxes, scatterDims)) {
+      padFor(d, axesSize(mesh_, {axis}));
       shape[d] /= axesSize(mesh_, {axis});
       value = ReduceScatterOp::create(
           builder_, loc, withShape(value, shape), value, meshName_,
@@ -152,7 +185,8 @@ Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
       StringAttr axis = actual.dims[d].back();
       int64_t pieces = axesSize(mesh_, {axis});
       std::optional<size_t> target;
-      for (size_t e = 0; e < shape.size() && !target; ++e) {
+      bool padded = uneven(d, actual.dims[d]);
+      for (size_t e = 0; e < shape.size() && !target && !padded; ++e) {
         if (e == d)
           continue;
         AxisNames extended = actual.dims[e];
@@ -173,6 +207,8 @@ Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
         value = AllGatherOp::create(builder_, loc, withShape(value, shape),
                                     value, meshName_, axesAttr({axis}),
                                     builder_.getI64IntegerAttr(d));
+        if (padded)
+          cutTo(d, global[d]);
       }
       actual.dims[d].pop_back();
     }
@@ -181,6 +217,8 @@ Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
   for (size_t d = 0; d < shape.size(); ++d) {
     for (size_t k = actual.dims[d].size(); k < required.dims[d].size(); ++k) {
       StringAttr axis = required.dims[d][k];
+      if (shape[d] % axesSize(mesh_, {axis}) != 0)
+        padFor(d, axesSize(mesh_, {axis}));
       shape[d] /= axesSize(mesh_, {axis});
       value = SliceShardOp::create(builder_, loc, withShape(value, shape),
                                    value, meshName_, axesAttr({axis}),
@@ -264,8 +302,8 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
       operands.push_back(cached->second);
       continue;
     }
-    Value resharded =
-        reshard(op->getLoc(), operand, operandShardings[i], required);
+    Value resharded = reshard(op->getLoc(), operand, operandShardings[i],
+                              required, globalShape(operand));
     if (pipelined_ && resharded.getDefiningOp())
       resharded.getDefiningOp()->setAttr(
           TrellisDialect::kLocalLayoutAttrName,
@@ -316,9 +354,13 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   for (auto [result, localResult, made, wanted] : llvm::zip(
            op->getResults(), local->getResults(), produced, resultShardings)) {
     Value value = localResult;
+    SmallVector<int64_t> global(
+        llvm::cast<RankedTensorType>(result.getType()).getShape());
+    global_[localResult] = global;
     if (!(made == wanted))
-      value = reshard(op->getLoc(), value, made, wanted);
+      value = reshard(op->getLoc(), value, made, wanted, global);
     actual_[value] = wanted;
+    global_[value] = global;
     // A pipelined step keeps each value's layout for the stage split.
     Operation *producer = value.getDefiningOp();
     if (pipelined_ && producer->getNumResults() == 1)
@@ -337,9 +379,12 @@ void Partitioner::partitionConstraint(ShardOp op) {
   actionCopier_.setSource(op);
   actionCopier_.setCopyPart(true);
   Value value = operand;
+  SmallVector<int64_t> global(globalShape(operand));
   if (!(actual_.lookup(operand) == required))
-    value = reshard(op.getLoc(), operand, actual_.lookup(operand), required);
+    value = reshard(op.getLoc(), operand, actual_.lookup(operand), required,
+                    global);
   actionCopier_.setCopyPart(false);
+  global_[value] = global;
   if (pipelined_ && value.getDefiningOp() && value != operand)
     value.getDefiningOp()->setAttr(
         TrellisDialect::kLocalLayoutAttrName,
@@ -375,6 +420,7 @@ LogicalResult Partitioner::run() {
     if (auto attr = function_.getArgAttrOfType<ShardingAttr>(
             arg.getArgNumber(), TrellisDialect::kShardingAttrName))
       sharding = ValueSharding::fromAttr(attr);
+    global_[arg] = SmallVector<int64_t>(type.getShape());
     arg.setType(type.clone(localShape(mesh_, type.getShape(), sharding)));
     argTypes.push_back(arg.getType());
     actual_[arg] = sharding;
@@ -400,8 +446,8 @@ LogicalResult Partitioner::run() {
     if (auto updates = function_.getResultAttrOfType<IntegerAttr>(
             operand.getOperandNumber(), graph::GraphDialect::kUpdatesAttrName))
       required = actual_.lookup(body.getArgument(updates.getInt()));
-    operand.set(
-        reshard(terminator->getLoc(), value, actual_.lookup(value), required));
+    operand.set(reshard(terminator->getLoc(), value, actual_.lookup(value),
+                        required, globalShape(value)));
   }
   SmallVector<Type> resultTypes(terminator->getOperandTypes());
   function_.setType(builder_.getFunctionType(argTypes, resultTypes));

@@ -97,7 +97,8 @@ bool PropagateShardingsPass::propagateThrough(
       const AxisNames &axes = factorAxes[factor];
       if (llvm::any_of(axes,
                        [&](StringAttr a) { return sharding.usesAxis(a); }) ||
-          shape[d] % axesSize(mesh_, axes) != 0)
+          (shape[d] % axesSize(mesh_, axes) != 0 &&
+           !(rule.paddable && axes.size() == 1)))
         continue;
       sharding.dims[d] = axes;
       changed = true;

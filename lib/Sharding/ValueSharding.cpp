@@ -48,8 +48,10 @@ int64_t axesSize(MeshAttr mesh, ArrayRef<StringAttr> axes) {
 SmallVector<int64_t> localShape(MeshAttr mesh, ArrayRef<int64_t> globalShape,
                                 const ValueSharding &sharding) {
   SmallVector<int64_t> shape(globalShape);
-  for (size_t d = 0; d < shape.size() && d < sharding.dims.size(); ++d)
-    shape[d] /= axesSize(mesh, sharding.dims[d]);
+  for (size_t d = 0; d < shape.size() && d < sharding.dims.size(); ++d) {
+    int64_t pieces = axesSize(mesh, sharding.dims[d]);
+    shape[d] = (shape[d] + pieces - 1) / pieces; // the last pieces padded
+  }
   return shape;
 }
 
@@ -73,7 +75,8 @@ SmallVector<AxisNames> resolveFactors(const graph::ShardingRule &rule,
           (axes.size() <= current.size() ||
            !std::equal(current.begin(), current.end(), axes.begin())))
         continue;
-      if (rule.factorSizes[factor] % axesSize(mesh, axes) != 0)
+      if (rule.factorSizes[factor] % axesSize(mesh, axes) != 0 &&
+          !(rule.paddable && axes.size() == 1))
         continue;
       bool taken = llvm::any_of(
           ArrayRef<StringAttr>(axes).drop_front(current.size()),

@@ -42,7 +42,8 @@ struct ValueSharding {
 /// The product of the sizes of `axes` in `mesh`.
 int64_t axesSize(MeshAttr mesh, llvm::ArrayRef<mlir::StringAttr> axes);
 
-/// The per-rank shape of `globalShape` under `sharding`.
+/// The per-rank shape of `globalShape` under `sharding` (a split that does
+/// not divide rounds up: the last pieces are padded).
 llvm::SmallVector<int64_t> localShape(MeshAttr mesh,
                                       llvm::ArrayRef<int64_t> globalShape,
                                       const ValueSharding &sharding);
@@ -50,7 +51,8 @@ llvm::SmallVector<int64_t> localShape(MeshAttr mesh,
 /// The axes of each factor of `rule`, read from the tensors that already
 /// have them (`tensors`: operands then results, null where unknown). A
 /// factor takes the axes of the first dimension mapped to it that is split,
-/// if the factor's size divides by their size in `mesh`, or of a later one
+/// if the factor's size divides by their size in `mesh` (or the rule is
+/// paddable and one axis splits it), or of a later one
 /// whose axes extend those (["tp"], then ["tp", "dp"]: the finer split);
 /// whole factors never take any; an axis serves one factor at most.
 llvm::SmallVector<AxisNames>

@@ -45,19 +45,22 @@ Status initializeArguments(Executor &executor, uint64_t seed, int64_t rank) {
     int64_t n = tensor.size();
     values.resize(n);
     float *data = values.data();
+    // Padding past the whole tensor (a split that does not divide) stays
+    // zero.
+    std::fill(data, data + n, 0.0f);
+    ShardLayout layout = ShardLayout::of(tensor.shape(), argument.sharding,
+                                         mesh, rank, argument.globalShape);
     if (argument.role == ArgumentRole::Step || argument.init == "zeros") {
-      std::fill(data, data + n, 0.0f);
-    } else if (argument.role == ArgumentRole::LossScale) {
-      std::fill(data, data + n, 1.0f);
-    } else if (argument.init == "ones") {
-      std::fill(data, data + n, 1.0f);
+      // Zeros already.
+    } else if (argument.role == ArgumentRole::LossScale ||
+               argument.init == "ones") {
+      layout.forEach([&](int64_t local, int64_t) { data[local] = 1.0f; });
     } else {
       double std = std::strtod(argument.init.c_str() + 7, nullptr);
       uint64_t key = streamKey(seed, argument.name);
-      ShardLayout::of(tensor.shape(), argument.sharding, mesh, rank)
-          .forEach([&](int64_t local, int64_t global) {
-            data[local] = static_cast<float>(std * counterNormal(key, global));
-          });
+      layout.forEach([&](int64_t local, int64_t global) {
+        data[local] = static_cast<float>(std * counterNormal(key, global));
+      });
     }
     TRELLIS_RETURN_IF_ERROR(executor.writeArgumentValues(i, data));
   }

@@ -181,6 +181,9 @@ private:
   Status readArguments(const json &array);
   Status readSharding(const json &value, const std::string &where,
                       Argument &argument);
+  /// An argument's global_shape (after its sharding).
+  Status readGlobalShape(const json &shape, const std::string &where,
+                         Argument &argument);
   StatusOr<std::vector<size_t>>
   resolveAxes(const std::vector<std::string> &names,
               const std::string &where) const;
@@ -346,6 +349,41 @@ Status PlanReader::readSharding(const json &value, const std::string &where,
   return Status::success();
 }
 
+Status PlanReader::readGlobalShape(const json &shape, const std::string &where,
+                                   Argument &argument) {
+  const std::vector<int64_t> &local = plan_.buffers[argument.buffer].shape;
+  if (!shape.is_array() || shape.size() != local.size())
+    return Status::error(where + ": field \"global_shape\": expected " +
+                         std::to_string(local.size()) + " sizes, found " +
+                         describe(shape));
+  int64_t whole = 1;
+  for (size_t d = 0; d < local.size(); ++d) {
+    if (!shape[d].is_number_integer() || shape[d].get<int64_t>() < 0 ||
+        shape[d].get<int64_t>() > kMaxElements)
+      return Status::error(where + ": field \"global_shape\": malformed "
+                                   "size " + describe(shape[d]));
+    int64_t size = shape[d].get<int64_t>();
+    whole *= size;
+    if (whole > kMaxElements)
+      return Status::error(where + ": field \"global_shape\": more than 2^36 "
+                                   "elements");
+    int64_t pieces = 1;
+    if (d < argument.sharding.size())
+      for (size_t axis : argument.sharding[d])
+        pieces *= plan_.mesh[axis].size;
+    // Each piece rounds up; the last ones are padded.
+    if ((size + pieces - 1) / pieces != local[d])
+      return Status::error(
+          where + ": field \"global_shape\": dimension " + std::to_string(d) +
+          " of size " + std::to_string(size) + " split in " +
+          std::to_string(pieces) + " gives pieces of " +
+          std::to_string((size + pieces - 1) / pieces) + ", the buffer has " +
+          std::to_string(local[d]));
+    argument.globalShape.push_back(size);
+  }
+  return Status::success();
+}
+
 Status PlanReader::readArguments(const json &array) {
   static const std::map<std::string, ArgumentRole> roles = {
       {"param", ArgumentRole::Param},
@@ -385,6 +423,9 @@ Status PlanReader::readArguments(const json &array) {
     if (entry.contains("sharding"))
       TRELLIS_RETURN_IF_ERROR(readSharding(entry["sharding"], where, argument));
     TRELLIS_RETURN_IF_ERROR(readStageList(entry, where, argument.stages));
+    if (entry.contains("global_shape"))
+      TRELLIS_RETURN_IF_ERROR(readGlobalShape(entry["global_shape"], where,
+                                              argument));
     if (entry.contains("file_shape")) {
       const json &shape = entry["file_shape"];
       int64_t local = plan_.buffers[argument.buffer].numElements(), whole = 1;
@@ -392,6 +433,12 @@ Status PlanReader::readArguments(const json &array) {
       for (const std::vector<size_t> &axes : argument.sharding)
         for (size_t axis : axes)
           pieces *= plan_.mesh[axis].size;
+      if (!argument.globalShape.empty()) {
+        local = 1;
+        pieces = 1;
+        for (int64_t size : argument.globalShape)
+          local *= size;
+      }
       if (!shape.is_array() || shape.size() > kMaxRank)
         return Status::error(where + ": malformed file_shape");
       for (const json &size : shape) {

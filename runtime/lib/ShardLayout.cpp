@@ -6,7 +6,8 @@ namespace trellis::runtime {
 
 ShardLayout ShardLayout::of(const std::vector<int64_t> &localShape,
                             const std::vector<std::vector<size_t>> &sharding,
-                            const Mesh &mesh, int64_t rank) {
+                            const Mesh &mesh, int64_t rank,
+                            const std::vector<int64_t> &globalShape) {
   ShardLayout layout{localShape, localShape,
                      std::vector<int64_t>(localShape.size(), 0)};
   for (size_t d = 0; d < sharding.size() && d < localShape.size(); ++d) {
@@ -17,6 +18,8 @@ ShardLayout ShardLayout::of(const std::vector<int64_t> &localShape,
     layout.globalShape[d] = localShape[d] * pieces;
     layout.offsets[d] = localShape[d] * index;
   }
+  if (globalShape.size() == localShape.size())
+    layout.globalShape = globalShape;
   return layout;
 }
 
@@ -32,9 +35,13 @@ void ShardLayout::forEach(
   std::vector<int64_t> index(rank, 0);
   for (int64_t local = 0; local < total; ++local) {
     int64_t global = 0;
-    for (size_t d = 0; d < rank; ++d)
+    bool padding = false;
+    for (size_t d = 0; d < rank; ++d) {
+      padding |= offsets[d] + index[d] >= globalShape[d];
       global += (offsets[d] + index[d]) * globalStrides[d];
-    visit(local, global);
+    }
+    if (!padding)
+      visit(local, global);
     for (size_t d = rank; d-- > 0;) {
       if (++index[d] < localShape[d])
         break;

@@ -276,7 +276,7 @@ std::string Trainer::fingerprint() const {
     // Global shapes: a checkpoint serves every layout of the same model.
     for (int64_t size :
          ShardLayout::of(plan.buffers[argument.buffer].shape, argument.sharding,
-                         planMesh(plan), rank())
+                         planMesh(plan), rank(), argument.globalShape)
              .globalShape)
       hash = mix64(hash ^ static_cast<uint64_t>(size));
   }
@@ -380,7 +380,7 @@ ShardLayout Trainer::layoutOf(size_t argument) const {
   const Plan &plan = executor_->plan();
   return ShardLayout::of(plan.buffers[plan.arguments[argument].buffer].shape,
                          plan.arguments[argument].sharding, planMesh(plan),
-                         rank());
+                         rank(), plan.arguments[argument].globalShape);
 }
 
 Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
@@ -419,7 +419,8 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
         std::find(desc.stages.begin(), desc.stages.end(), stage) ==
             desc.stages.end())
       continue;
-    ShardLayout::of(plan.buffers[desc.buffer].shape, desc.sharding, mesh, r)
+    ShardLayout::of(plan.buffers[desc.buffer].shape, desc.sharding, mesh, r,
+                    desc.globalShape)
         .forEach([&](int64_t l, int64_t g) {
           entry.values[g] = shards[r * shardSize + l];
         });

@@ -270,6 +270,11 @@ FailureOr<llvm::json::Object> Emitter::emitArgument(func::FuncOp function,
     }
     entry["sharding"] = std::move(dims);
   }
+  // A split that does not divide: the whole tensor's shape, which the
+  // padded pieces cover.
+  if (auto padded = function.getArgAttrOfType<DenseI64ArrayAttr>(
+          index, TrellisDialect::kPaddedAttrName))
+    entry["global_shape"] = shapeArray(padded.asArrayRef());
   return entry;
 }
 

@@ -152,6 +152,7 @@ GRAPH_LINEAR_ELEMENTWISE_RULE(BroadcastToOp)
 ShardingRule CastOp::getShardingRule() {
   ShardingRule rule = elementwiseRule(getOperation()->getOperands(), getResult());
   rule.linear = !getOperation()->hasAttr(GraphDialect::kReduceFirstAttrName);
+  rule.paddable = true;
   return rule;
 }
 GRAPH_ELEMENTWISE_RULE(MulOp)
@@ -520,6 +521,7 @@ ShardingRule AdamWOp::getShardingRule() {
       addFactors(rule, shapeOf(getParam()), FactorKind::Parallel);
   rule.operandFactors = {factors, factors, factors, factors, {}};
   rule.resultFactors = {factors, factors, factors};
+  rule.paddable = true;
   return rule;
 }
 
@@ -529,5 +531,6 @@ ShardingRule SgdOp::getShardingRule() {
       addFactors(rule, shapeOf(getParam()), FactorKind::Parallel);
   rule.operandFactors = {factors, factors};
   rule.resultFactors = {factors};
+  rule.paddable = true;
   return rule;
 }

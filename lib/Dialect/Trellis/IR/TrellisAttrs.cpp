@@ -270,7 +270,8 @@ bool ShardingAttr::usesAxis(StringRef axis) const {
 
 LogicalResult
 ShardingAttr::verifyForType(function_ref<InFlightDiagnostic()> emitError,
-                            MeshAttr mesh, Type type, bool typeIsLocal) const {
+                            MeshAttr mesh, Type type, bool typeIsLocal,
+                            bool allowPadding) const {
   auto tensorType = llvm::dyn_cast<RankedTensorType>(type);
   if (!tensorType)
     return emitError() << "expected a ranked tensor to carry a sharding, found "
@@ -301,6 +302,8 @@ ShardingAttr::verifyForType(function_ref<InFlightDiagnostic()> emitError,
     }
     if (dim.getAxes().empty() || typeIsLocal)
       continue;
+    if (allowPadding && dim.getAxes().size() == 1)
+      continue; // the last pieces are padded
     int64_t size = tensorType.getDimSize(dimIndex);
     if (ShapedType::isDynamic(size))
       return emitError() << "dimension " << dimIndex
@@ -326,9 +329,11 @@ SmallVector<int64_t>
 ShardingAttr::getLocalShape(MeshAttr mesh,
                             ArrayRef<int64_t> globalShape) const {
   SmallVector<int64_t> shape(globalShape);
-  for (auto [dimIndex, dim] : llvm::enumerate(getDims()))
+  for (auto [dimIndex, dim] : llvm::enumerate(getDims())) {
+    int64_t pieces = 1;
     for (StringAttr axis : dim.getAxes())
-      shape[dimIndex] /=
-          mesh.getAxes()[*mesh.getAxisIndex(axis.getValue())].getSize();
+      pieces *= mesh.getAxes()[*mesh.getAxisIndex(axis.getValue())].getSize();
+    shape[dimIndex] = (shape[dimIndex] + pieces - 1) / pieces;
+  }
   return shape;
 }

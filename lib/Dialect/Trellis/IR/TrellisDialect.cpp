@@ -25,7 +25,7 @@ namespace {
 /// `type` of the function-like `op`.
 LogicalResult verifyShardingAttribute(Operation *op, NamedAttribute attr,
                                       Type type, StringRef what,
-                                      unsigned index) {
+                                      unsigned index, bool allowPadding) {
   auto emitError = [&]() {
     return op->emitOpError() << what << " " << index << ": ";
   };
@@ -44,7 +44,23 @@ LogicalResult verifyShardingAttribute(Operation *op, NamedAttribute attr,
   if (!mesh)
     return failure();
   bool local = op->hasAttr(TrellisDialect::kPartitionedAttrName);
-  return sharding.verifyForType(emitError, mesh.getMesh(), type, local);
+  return sharding.verifyForType(emitError, mesh.getMesh(), type, local,
+                                allowPadding);
+}
+
+/// Checks a trellis.padded attribute: the global shape of a value of
+/// `type` (local in a partitioned function).
+LogicalResult verifyPaddedAttribute(Operation *op, NamedAttribute attr,
+                                    Type type) {
+  auto shape = llvm::dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+  auto tensor = llvm::dyn_cast<RankedTensorType>(type);
+  if (!shape || !tensor || shape.size() != tensor.getRank() ||
+      llvm::any_of(shape.asArrayRef(), [](int64_t size) { return size < 0; }))
+    return op->emitOpError()
+           << "expected '" << TrellisDialect::kPaddedAttrName
+           << "' to be the global shape of a " << type << ", found "
+           << attr.getValue();
+  return success();
 }
 
 } // namespace
@@ -79,8 +95,10 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
       };
       auto attr = llvm::cast<ShardingAttr>(sharding);
       MeshOp mesh = lookupMesh(op, attr.getMeshName(), emitError);
+      // Propagation carries a padded split through the ops that take one.
       if (!mesh || failed(attr.verifyForType(emitError, mesh.getMesh(),
-                                             result.getType())))
+                                             result.getType(), false,
+                                             /*allowPadding=*/true)))
         return failure();
     }
     return success();
@@ -123,6 +141,8 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
                                << attr.getValue();
     return success();
   }
+  if (attr.getName() == kPaddedAttrName && llvm::isa<ShardOp>(op))
+    return verifyPaddedAttribute(op, attr, op->getResult(0).getType());
   if (attr.getName() == kProgramAttrName ||
       attr.getName() == kStageOfAttrName) {
     if (!llvm::isa<StringAttr>(attr.getValue()))
@@ -157,8 +177,12 @@ LogicalResult TrellisDialect::verifyRegionArgAttribute(Operation *op, unsigned,
                                << "' is a unit attribute of arguments";
     return success();
   }
+  if (attr.getName() == kPaddedAttrName)
+    return verifyPaddedAttribute(op, attr,
+                                 function.getArgumentTypes()[argIndex]);
   return verifyShardingAttribute(
-      op, attr, function.getArgumentTypes()[argIndex], "argument", argIndex);
+      op, attr, function.getArgumentTypes()[argIndex], "argument", argIndex,
+      static_cast<bool>(function.getArgAttr(argIndex, kPaddedAttrName)));
 }
 
 LogicalResult TrellisDialect::verifyRegionResultAttribute(Operation *op,
@@ -177,6 +201,7 @@ LogicalResult TrellisDialect::verifyRegionResultAttribute(Operation *op,
                                << attr.getValue();
     return success();
   }
-  return verifyShardingAttribute(
-      op, attr, function.getResultTypes()[resultIndex], "result", resultIndex);
+  return verifyShardingAttribute(op, attr,
+                                 function.getResultTypes()[resultIndex],
+                                 "result", resultIndex, false);
 }

@@ -50,8 +50,9 @@ LogicalResult ShardOp::verifySymbolUses(SymbolTableCollection &) {
   MeshOp mesh = lookupMesh(*this, getSharding().getMeshName(), emitError);
   if (!mesh)
     return failure();
-  return getSharding().verifyForType(emitError, mesh.getMesh(),
-                                     getResult().getType());
+  return getSharding().verifyForType(
+      emitError, mesh.getMesh(), getResult().getType(), false,
+      static_cast<bool>((*this)->getAttr(TrellisDialect::kPaddedAttrName)));
 }
 
 //===----------------------------------------------------------------------===//

@@ -93,6 +93,10 @@ struct Argument {
   /// The shape checkpoints store the whole tensor under, when it differs
   /// from the whole tensor's shape (same row-major elements); else empty.
   std::vector<int64_t> fileShape;
+  /// The whole tensor's shape when a split does not divide it (each
+  /// rank's piece rounds up, the last pieces padded with zeros); else
+  /// empty: the buffer's shape times the ranks of each split.
+  std::vector<int64_t> globalShape;
   /// The pipeline stages that hold it; empty: every stage.
   std::vector<int64_t> stages;
 };

@@ -47,6 +47,11 @@ struct ShardingRule {
   /// operands are partial sums over the same axes, so is the result, and
   /// the reduction can wait.
   bool linear = false;
+  /// Each result element depends on the same element of every operand
+  /// alone, and zeros give finite values (the optimizer updates, casts): a
+  /// factor may be split over one axis that does not divide it, the last
+  /// pieces padded with zeros that no valid element reads.
+  bool paddable = false;
 
   /// Adds a factor and returns its index.
   int64_t addFactor(int64_t size, FactorKind kind) {

@@ -91,13 +91,16 @@ def Trellis_ShardingAttr : Trellis_Attr<"Sharding", "sharding"> {
     bool usesAxis(::llvm::StringRef axis) const;
     /// Checks this sharding against `mesh` and a value of type `type`:
     /// known axes, matching rank, and (unless `typeIsLocal`: the type is
-    /// one rank's shard, as in a partitioned function) divisible
+    /// one rank's shard, as in a partitioned function, or `allowPadding`:
+    /// a split that does not divide pads the last pieces) divisible
     /// dimensions.
     ::llvm::LogicalResult verifyForType(
         ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
-        MeshAttr mesh, ::mlir::Type type, bool typeIsLocal = false) const;
-    /// The per-rank shape of a tensor of `globalShape` under this sharding.
-    /// Precondition: verifyForType succeeded.
+        MeshAttr mesh, ::mlir::Type type, bool typeIsLocal = false,
+        bool allowPadding = false) const;
+    /// The per-rank shape of a tensor of `globalShape` under this sharding
+    /// (a split that does not divide rounds up: the last pieces are
+    /// padded). Precondition: verifyForType succeeded.
     ::llvm::SmallVector<int64_t> getLocalShape(
         MeshAttr mesh, ::llvm::ArrayRef<int64_t> globalShape) const;
   }];

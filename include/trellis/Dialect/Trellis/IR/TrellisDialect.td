@@ -76,6 +76,12 @@ def Trellis_Dialect : Dialect {
     /// after it has read this one (the send has completed by then).
     static constexpr ::llvm::StringLiteral kCompleteWithAttrName =
         "trellis.complete_with";
+    /// Attribute of a function argument or a trellis.shard whose sharding
+    /// may split a dimension that its axis does not divide (the last
+    /// pieces are padded with zeros): the global shape (array<i64>). Set
+    /// by the ZeRO preset on optimizer states and parameters; the plan
+    /// carries it as the argument's global_shape.
+    static constexpr ::llvm::StringLiteral kPaddedAttrName = "trellis.padded";
     /// Argument attribute of a stage's program (unit): the stage holds the
     /// argument (allocates and initializes it).
     static constexpr ::llvm::StringLiteral kHeldAttrName = "trellis.held";
