@@ -187,6 +187,25 @@ TEST(PlanTest, ConvertsArgumentValuesToTheirDtype) {
   EXPECT_FLOAT_EQ(read[0], 1.00390625f - 3.0f);
 }
 
+TEST(PlanTest, ReadsTheGlobalShapeOfPaddedPieces) {
+  // Parameter a: 3 rows over dp = 2, pieces of 2 rows (the last padded).
+  std::string padded = replace(
+      replace(kValidPlan, "\"mesh\": [{\"name\": \"dp\", \"size\": 1}]",
+              "\"mesh\": [{\"name\": \"dp\", \"size\": 2}]"),
+      "\"param\": \"a\", \"init\": \"ones\"",
+      "\"param\": \"a\", \"init\": \"ones\", \"sharding\": [[\"dp\"], []], "
+      "\"global_shape\": [3, 3]");
+  StatusOr<Plan> plan = parsePlan(padded);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->arguments[0].globalShape, (std::vector<int64_t>{3, 3}));
+  expectRejected(replace(padded, "[3, 3]", "[5, 3]"),
+                 "argument 0: field \"global_shape\": dimension 0 of size 5 "
+                 "split in 2 gives pieces of 3, the buffer has 2");
+  expectRejected(replace(padded, "[3, 3]", "[3]"),
+                 "argument 0: field \"global_shape\": expected 2 sizes, "
+                 "found [3]");
+}
+
 TEST(PlanTest, RejectsADtypeAnOpDoesNotAccept) {
   // A result's dtype follows the operands' (a matmul of f32 values is f32).
   std::string bf16 = replace(kValidPlan, "{\"shape\": [2, 4], \"dtype\": \"f32\"}",

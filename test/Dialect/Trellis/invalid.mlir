@@ -152,6 +152,24 @@ func.func @bad_argument(%arg0: tensor<6xf32> {trellis.sharding = #trellis.shardi
 
 // -----
 
+// Tests that trellis.padded names the global shape of its value.
+trellis.mesh @mesh = <["dp"=2, "tp"=4]>
+// expected-error @+1 {{'func.func' op expected 'trellis.padded' to be the global shape of a 'tensor<6xf32>', found array<i64: 6, 1>}}
+func.func @bad_padded(%arg0: tensor<6xf32> {trellis.padded = array<i64: 6, 1>, trellis.sharding = #trellis.sharding<@mesh, [{"tp"}]>}) {
+  return
+}
+
+// -----
+
+// Tests that a padded split still splits a dimension over one axis.
+trellis.mesh @mesh = <["dp"=2, "tp"=4]>
+// expected-error @+1 {{'func.func' op argument 0: dimension 0 of size 6 is not divisible by mesh axes "dp", "tp" of total size 8}}
+func.func @padded_over_two_axes(%arg0: tensor<6xf32> {trellis.padded = array<i64: 6>, trellis.sharding = #trellis.sharding<@mesh, [{"dp", "tp"}]>}) {
+  return
+}
+
+// -----
+
 // Tests that result shardings are checked against the result type.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 // expected-error @+1 {{'func.func' op result 0: unknown mesh @other}}

@@ -8,6 +8,16 @@ trellis.mesh @mesh = <["dp"=2, "pp"=2, "tp"=4]>
 // CHECK: trellis.mesh @line = <["x"=1]>
 trellis.mesh @line = <["x"=1]>
 
+// A split that does not divide is legal where trellis.padded names the
+// whole shape (the last pieces are padded).
+// CHECK-LABEL: func.func @padded
+// CHECK-SAME: {trellis.padded = array<i64: 6>, trellis.sharding = #trellis.sharding<@mesh, [{"tp"}]>}
+// CHECK: trellis.shard %{{.*}} <@mesh, [{"dp"}]> {trellis.padded = array<i64: 5>} : tensor<5xf32>
+func.func @padded(%arg0: tensor<6xf32> {trellis.padded = array<i64: 6>, trellis.sharding = #trellis.sharding<@mesh, [{"tp"}]>}, %arg1: tensor<5xf32>) {
+  %0 = trellis.shard %arg1 <@mesh, [{"dp"}]> {trellis.padded = array<i64: 5>} : tensor<5xf32>
+  return
+}
+
 // CHECK-LABEL: func.func @annotations
 // CHECK-SAME: {trellis.sharding = #trellis.sharding<@mesh, [{"dp"}, {"tp"}]>}
 // CHECK-SAME: -> (tensor<8x16xf32> {trellis.sharding = #trellis.sharding<@mesh, [{}, {}], partial<sum>={"tp"}>})
