@@ -296,6 +296,62 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
       if (it != lifetime.end())
         it->second.second = std::max(it->second.second, wait);
     }
+  // Updates computed in their argument's memory need no bytes of their own
+  // (Executor::planInPlaceUpdates: the op that makes one is the last to
+  // read the argument, element by element; never with a loss scale).
+  DenseMap<int64_t, int64_t> waitOf;
+  for (auto [pending, wait] : llvm::zip(collectives, waits))
+    waitOf[pending.issue] = wait;
+  bool scaled = llvm::any_of(arguments, [&](int64_t i) {
+    auto role = step.getArgAttrOfType<StringAttr>(
+        i, graph::GraphDialect::kRoleAttrName);
+    return role && role.getValue() == "loss_scale";
+  });
+  const RankItem *returned = items.empty() ? nullptr : &items.back();
+  if (!scaled && returned && returned->op &&
+      llvm::isa<func::ReturnOp>(returned->op)) {
+    DenseMap<Operation *, int64_t> position;
+    for (auto [index, item] : llvm::enumerate(items))
+      if (item.op)
+        position.try_emplace(item.op, static_cast<int64_t>(index));
+    llvm::DenseSet<Value> seen;
+    for (auto [r, value] : llvm::enumerate(returned->op->getOperands())) {
+      auto updates = step.getResultAttrOfType<IntegerAttr>(
+          r, graph::GraphDialect::kUpdatesAttrName);
+      Operation *maker = value.getDefiningOp();
+      if (!updates || !maker || !seen.insert(value).second ||
+          !llvm::is_contained(arguments, updates.getInt()) ||
+          !position.count(maker))
+        continue;
+      Value argument = step.getArgument(updates.getInt());
+      if (argument.getType() != value.getType())
+        continue;
+      int64_t at = position[maker];
+      unsigned output = llvm::cast<OpResult>(value).getResultNumber();
+      int64_t replaced = llvm::isa<graph::AdamWOp>(maker)
+                             ? (output == 0 ? 0 : output == 1 ? 2 : 3)
+                         : llvm::isa<graph::SgdOp>(maker) ? 0
+                                                          : -1;
+      bool safe = true;
+      for (auto [index, item] : llvm::enumerate(items)) {
+        int64_t j = static_cast<int64_t>(index);
+        if (!item.op) {
+          safe &= !(item.sends && item.value == argument) || j < at;
+          continue;
+        }
+        for (OpOperand &operand : item.op->getOpOperands()) {
+          if (operand.get() != argument)
+            continue;
+          int64_t until = waitOf.count(j) ? std::max(j, waitOf[j]) : j;
+          safe &= j == at ? static_cast<int64_t>(operand.getOperandNumber()) ==
+                                replaced
+                          : until < at;
+        }
+      }
+      if (safe)
+        report.persistentBytes -= bytesOf(value.getType());
+    }
+  }
   // A send's buffer is in use until its peer has received it: until the
   // wait of the receive it completes with (that receive's first reader),
   // else the end of the step.

@@ -86,6 +86,64 @@ void Executor::planWaitPoints() {
   }
 }
 
+void Executor::planInPlaceUpdates() {
+  size_t count = plan_.program.size();
+  inPlace_.assign(plan_.buffers.size(), -1);
+  for (const Argument &argument : plan_.arguments)
+    if (argument.role == ArgumentRole::LossScale)
+      return; // a skipped step keeps the old values
+  // Which operand an update's result replaces element by element.
+  auto replacedOperand = [](const std::string &op, size_t output) -> int64_t {
+    if (op == "adamw")
+      return output == 0 ? 0 : output == 1 ? 2 : 3;
+    if (op == "sgd")
+      return 0;
+    return -1;
+  };
+  std::vector<int64_t> writes(plan_.buffers.size(), 0), writer(plan_.buffers.size(), -1);
+  for (size_t i = 0; i < count; ++i)
+    for (int64_t b : plan_.program[i].outputs) {
+      ++writes[b];
+      writer[b] = static_cast<int64_t>(i);
+    }
+  std::vector<bool> taken(plan_.buffers.size(), false);
+  for (const Argument &argument : plan_.arguments)
+    taken[argument.buffer] = true;
+  for (const Result &result : plan_.results) {
+    if (!result.updates || !plan_.holds(result.stages))
+      continue;
+    int64_t from = result.buffer;
+    int64_t into = plan_.arguments[*result.updates].buffer;
+    const BufferDesc &a = plan_.buffers[from], &b = plan_.buffers[into];
+    if (writes[from] != 1 || taken[from] || writes[into] != 0 ||
+        a.shape != b.shape || a.dtype != b.dtype)
+      continue;
+    int64_t at = writer[from];
+    const Instruction &made = plan_.program[at];
+    bool safe = true;
+    for (size_t i = 0; i < count && safe; ++i) {
+      const Instruction &instruction = plan_.program[i];
+      for (size_t k = 0; k < instruction.inputs.size() && safe; ++k) {
+        if (instruction.inputs[k] != into)
+          continue;
+        // A collective reads until the program waits for it.
+        int64_t end = std::max<int64_t>(i, waitPoint_[i]);
+        if (static_cast<int64_t>(i) == at) {
+          size_t output = std::find(made.outputs.begin(), made.outputs.end(),
+                                    from) - made.outputs.begin();
+          safe = replacedOperand(made.op, output) == static_cast<int64_t>(k);
+        } else {
+          safe = end < at;
+        }
+      }
+    }
+    if (safe) {
+      inPlace_[from] = into;
+      taken[from] = true;
+    }
+  }
+}
+
 int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
   size_t count = plan_.buffers.size();
   offsets.assign(count, -1);
@@ -139,6 +197,7 @@ Executor::Executor(Plan plan, Device &device, Communicator *communicator)
 
 Status Executor::allocate() {
   planWaitPoints();
+  planInPlaceUpdates();
   std::vector<int64_t> offsets;
   arenaBytes_ = planArena(offsets);
   StatusOr<std::unique_ptr<DeviceAllocation>> arena =
@@ -163,8 +222,9 @@ Status Executor::allocate() {
   for (size_t b = 0; b < plan_.buffers.size(); ++b) {
     const BufferDesc &desc = plan_.buffers[b];
     void *data = nullptr;
-    if (!used[b]) {
-      // Held by another stage: no memory here.
+    if (!used[b] || inPlace_[b] >= 0) {
+      // Held by another stage: no memory here; or an update computed in
+      // its argument's memory (bound below).
     } else if (offsets[b] >= 0) {
       data = static_cast<char *>(arena_->data()) + offsets[b];
     } else {
@@ -181,6 +241,9 @@ Status Executor::allocate() {
     }
     buffers_.emplace_back(desc, data);
   }
+  for (size_t b = 0; b < buffers_.size(); ++b)
+    if (inPlace_[b] >= 0)
+      buffers_[b] = Tensor(plan_.buffers[b], buffers_[inPlace_[b]].raw());
   return Status::success();
 }
 
@@ -353,7 +416,8 @@ Status Executor::run() {
 
 Status Executor::commitUpdates() {
   for (const Result &result : plan_.results) {
-    if (!result.updates || !plan_.holds(result.stages))
+    if (!result.updates || !plan_.holds(result.stages) ||
+        inPlace_[result.buffer] >= 0)
       continue;
     TRELLIS_RETURN_IF_ERROR(
         device_.copy(buffers_[result.buffer], argument(*result.updates)));

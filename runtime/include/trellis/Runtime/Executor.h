@@ -81,8 +81,17 @@ public:
   Status run();
 
   /// Copies each result marked `updates` into the argument it replaces:
-  /// the end of a training step.
+  /// the end of a training step. A result computed in place (below) is
+  /// there already.
   Status commitUpdates();
+  /// Whether result `index` is written into its argument's memory: the
+  /// instruction that makes it is the last to read the argument (reading
+  /// it element by element, as an optimizer update does), so the step
+  /// needs no second copy. Never with a loss scale, whose skipped steps
+  /// keep the old values.
+  bool updatesInPlace(size_t index) const {
+    return inPlace_[plan_.results[index].buffer] >= 0;
+  }
 
   /// Bytes held by all buffers: persistent ones plus the arena.
   int64_t allocatedBytes() const { return persistentBytes_ + arenaBytes_; }
@@ -109,6 +118,8 @@ private:
   int64_t planArena(std::vector<int64_t> &offsets) const;
   /// Computes waitPoint_.
   void planWaitPoints();
+  /// Computes inPlace_ (after waitPoint_).
+  void planInPlaceUpdates();
   /// Adds one executed instruction to the profile and the trace.
   void record(const std::string &op, double startMicros, double endMicros,
               TraceSlice::Lane lane);
@@ -116,6 +127,9 @@ private:
   /// For each collective instruction, the index before which the program
   /// waits for it; -1 for other instructions.
   std::vector<int64_t> waitPoint_;
+  /// Per buffer: the argument buffer an update result is computed in, or
+  /// -1.
+  std::vector<int64_t> inPlace_;
 
   Plan plan_;
   Device &device_;
