@@ -49,21 +49,28 @@ def ApplyZeroPass : Pass<"trellis-apply-zero", "::mlir::ModuleOp"> {
       master) are split over dp. A partial gradient meeting a split state
       is a reduce_scatter; the updated piece meeting the parameter's
       replicated layout after the step is an all_gather.
-    - stage 2: as stage 1, and in a step of micro-batches each graph.
-      microbatch_sum of a gradient gets a `trellis.shard` constraint on its
-      operand (in the gradient's micro-batch phase) with the layout of the
-      state it updates: each micro-batch's gradient is reduce-scattered
-      into a sharded accumulator and its full buffer dies there.
+    - stage 2: as stage 1, and each gradient a micro-batch hands to an
+      update gets a `trellis.shard` constraint right after the op that
+      makes it (in its phase and part) with the layout of the state it
+      updates: it is reduce-scattered where the backward makes it (into a
+      sharded accumulator when the step has micro-batches), and its full
+      buffer dies there.
     - stage 3: as stage 2, and the parameters (role param) are split over
-      dp too: every use that needs a parameter whole all-gathers it, once
-      per phase and model part (the partitioner gathers again in the
-      backward instead of keeping the forward's copy).
-    The split goes on the first dimension that divides by dp: an unsplit
-    one first (dimension 0 preferred), else one another axis (tp) splits
-    whose piece divides further. A tensor with no such dimension stays
-    replicated, named in a warning. Annotations already on an argument
-    that use dp are kept. Stages 1 and 2 need optimizer states (an error
-    otherwise); stage 0 does nothing.
+      dp too; their uses are grouped by phase and model part, and each
+      group reads the parameter through its own whole-layout constraint,
+      placed where the part before it in that phase begins: the
+      partitioner all-gathers it there (prefetch), and again for the
+      backward instead of keeping the forward's copy.
+    Below stage 3 the parameters' layout is fixed (replicated over dp).
+    Gradient casts back to f32 marked graph.reduce_first (gradients reduced
+    in bf16) move to their update. The split goes on the first dimension
+    that divides by dp: a whole one first (dimension 0 preferred), else one
+    another axis (tp) splits whose piece divides further, else the largest
+    whole one, unevenly: its last pieces are padded, and `trellis.padded`
+    records the whole shape. A tensor whose every dimension is split
+    already stays replicated, named in a warning. Annotations already on
+    an argument that use dp are kept. Stages 1 and 2 need optimizer states
+    (an error otherwise); stage 0 does nothing.
   }];
   let options = [
     Option<"functionName", "function", "std::string", "\"train_step\"",
