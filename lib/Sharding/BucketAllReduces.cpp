@@ -2,6 +2,8 @@
 
 #include "trellis/Sharding/Passes.h"
 
+#include "BucketShards.h"
+
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
@@ -104,6 +106,9 @@ struct BucketAllReducesPass
       }
       emitBucket(bucket, readyAt);
     }
+    // ZeRO's reduce_scatters and all_gathers, in buckets of their own.
+    sharding::bucketShardCollectives(body, bucketBytes, pipelined,
+                                     ofMicroBatches);
   }
 
   /// A reduction can join a bucket only if its result is first used after

@@ -124,7 +124,7 @@ def PartitionPass : Pass<"trellis-partition", "::mlir::func::FuncOp"> {
 
 def BucketAllReducesPass
     : Pass<"trellis-bucket-all-reduces", "::mlir::func::FuncOp"> {
-  let summary = "Fuses all_reduces into buckets issued as soon as ready";
+  let summary = "Fuses all_reduces (and ZeRO's reduce_scatters and all_gathers) into buckets issued as soon as ready";
   let description = [{
     Groups the f32 `trellis.all_reduce` ops of a partitioned function that
     share mesh, axes and kind (the data-parallel gradient reductions) into
@@ -135,7 +135,16 @@ def BucketAllReducesPass
     (so it can overlap the rest of the backward pass), and slices the
     results back out.
 
-    Reductions inside a micro-batch (ops marked with `graph.phase`) stay
+    ZeRO's reduce_scatters and all_gathers that split dimension 0 are
+    bucketed too (`BucketShards.cpp`): members are reshaped to [ranks,
+    elements / ranks] and concatenated along dimension 1, so row r holds
+    every member's piece r; one collective moves the matrix and slices
+    give each member back. A scatter bucket is issued after its last
+    operand is made; a gather bucket where its first member was, and it
+    never spans phases or model parts (each part gathers its own
+    parameters, once per phase).
+
+    All-reduces inside a micro-batch (ops marked with `graph.phase`) stay
     alone: only the step's are bucketed. With `per-part` (steps that a
     pipeline cuts later), reductions of values no model part made stay
     alone too, and a bucket holds the gradients of one model part only
