@@ -85,6 +85,19 @@ int64_t readyAt(Value value, const DenseMap<Operation *, int64_t> &position) {
 
 void bucketShardCollectives(Block &body, int64_t bucketBytes, bool perPart,
                             bool ofMicroBatches) {
+  // A gradient padded for its reduce_scatter (a split that does not
+  // divide) is padded as soon as it is made, so that its scatter may join
+  // a bucket issued before the updates.
+  SmallVector<graph::PadOp> pads;
+  for (auto pad : body.getOps<graph::PadOp>())
+    if (pad->hasOneUse() &&
+        llvm::isa<ReduceScatterOp>(*pad->getUsers().begin()))
+      pads.push_back(pad);
+  for (graph::PadOp pad : pads)
+    if (Operation *producer = pad.getInput().getDefiningOp())
+      if (producer->getBlock() == &body && producer->isBeforeInBlock(pad) &&
+          producer->getNextNode() != pad)
+        pad->moveAfter(producer);
   DenseMap<Operation *, int64_t> position;
   for (auto [index, op] : llvm::enumerate(body))
     position[&op] = index;

@@ -3,7 +3,7 @@
 // RUN: trellis-opt %s -trellis-autodiff="micro-batches=2" -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=2" | FileCheck %s --check-prefix=TWO-M2
 // RUN: trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=3" | FileCheck %s --check-prefix=THREE
 // RUN: trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=3" -trellis-sharding-pipeline="dp=1 bucket-bytes=0" | FileCheck %s --check-prefix=PARTITIONED
-// RUN: trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=3" -trellis-sharding-pipeline="dp=1" | FileCheck %s --check-prefix=BUCKETED
+// RUN: trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=1" -trellis-sharding-pipeline="dp=1" | FileCheck %s --check-prefix=BUCKETED
 
 // ZeRO-1 splits the optimizer states over dp and fixes the parameters'
 // layout (replicated), so that no split propagates onto them. A dimension
@@ -62,13 +62,17 @@
 // PARTITIONED-NOT: trellis.all_reduce {{.*}} : tensor<4x6xf32>
 // PARTITIONED: graph.adamw %arg0, {{.*}} : tensor<1x6xf32>
 // PARTITIONED: graph.adamw %arg1, {{.*}} : tensor<2xf32>
-// Bucketed: the two reduce_scatters become one over a [ranks, elements]
-// matrix whose row r holds each gradient's piece r (the padded 8 as 4x2,
-// the 4x6 as 4x6).
+// Bucketed (ZeRO-1): the two reduce_scatters become one over a [ranks,
+// elements] matrix whose row r holds each gradient's piece r (the 4x6 as
+// 4x6, the padded 8 as 4x2), and the two all_gathers of the updated
+// pieces one over their rows.
 // BUCKETED-LABEL: func.func @train_step
-// BUCKETED: %[[ROWS:.*]] = graph.concat %{{.*}}, %{{.*}} dim 1 {{.*}} : tensor<4x2xf32>, tensor<4x6xf32>
-// BUCKETED-NEXT: trellis.reduce_scatter %[[ROWS]] over @mesh ["dp"] dim 0 sum {{.*}} : tensor<4x8xf32> -> tensor<1x8xf32>
+// BUCKETED: %[[ROWS:.*]] = graph.concat %{{.*}}, %{{.*}} dim 1 : tensor<4x6xf32>, tensor<4x2xf32>
+// BUCKETED-NEXT: trellis.reduce_scatter %[[ROWS]] over @mesh ["dp"] dim 0 sum : tensor<4x8xf32> -> tensor<1x8xf32>
 // BUCKETED-NOT: trellis.reduce_scatter
+// BUCKETED: %[[PIECES:.*]] = graph.concat %{{.*}}, %{{.*}} dim 1 : tensor<1x6xf32>, tensor<1x2xf32>
+// BUCKETED-NEXT: trellis.all_gather %[[PIECES]] over @mesh ["dp"] dim 0 : tensor<1x8xf32> -> tensor<4x8xf32>
+// BUCKETED-NOT: trellis.all_gather
 func.func @forward(%w: tensor<4x6xf32> {graph.role = "param", graph.param = "w", graph.init = "normal:0.02"},
                    %g: tensor<6xf32> {graph.role = "param", graph.param = "g", graph.init = "ones"},
                    %x: tensor<4x4xf32> {graph.role = "input", graph.param = "tokens"}) -> tensor<f32> {
