@@ -32,27 +32,9 @@ std::string formatBytes(int64_t bytes) {
   return llvm::formatv("{0} B", bytes).str();
 }
 
-/// The ranks of the group of `op` (a collective over `axes` of `mesh`).
-int64_t groupSize(Operation *op) {
-  auto meshName = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
-  auto axes = op->getAttrOfType<ArrayAttr>("axes");
-  if (!meshName || !axes)
-    return 1;
-  auto mesh =
-      SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshName.getAttr());
-  if (!mesh)
-    return 1;
-  int64_t size = 1;
-  for (Attribute axis : axes)
-    for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
-      if (meshAxis.getName() == llvm::cast<StringAttr>(axis).getValue())
-        size *= meshAxis.getSize();
-  return size;
-}
-
 /// Bytes one rank sends for `op` under ring algorithms (StepReport.h).
 int64_t wireBytes(Operation *op) {
-  int64_t n = groupSize(op);
+  int64_t n = groupSizeOf(op);
   if (n <= 1)
     return 0;
   int64_t in = bytesOf(op->getOperand(0).getType());

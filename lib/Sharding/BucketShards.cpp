@@ -24,18 +24,6 @@ namespace trellis::sharding {
 
 namespace {
 
-/// The group size of a collective over `axes` of its mesh.
-int64_t ranksOf(Operation *op, ArrayAttr axes) {
-  auto meshName = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
-  auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshName.getAttr());
-  int64_t size = 1;
-  for (Attribute axis : axes)
-    for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
-      if (meshAxis.getName() == llvm::cast<StringAttr>(axis).getValue())
-        size *= meshAxis.getSize();
-  return size;
-}
-
 int64_t bytesOf(Value value) {
   auto type = llvm::cast<RankedTensorType>(value.getType());
   return type.getNumElements() * type.getElementTypeBitWidth() / 8;
@@ -203,7 +191,7 @@ void emitShardBucket(ArrayRef<Operation *> bucket, bool scatters,
   Location loc = first->getLoc();
   auto axes = first->getAttrOfType<ArrayAttr>("axes");
   auto mesh = first->getAttrOfType<FlatSymbolRefAttr>("mesh");
-  int64_t ranks = ranksOf(first, axes);
+  int64_t ranks = groupSizeOf(first);
   // Each member as [ranks, elements / ranks] (scatters: the whole input;
   // gathers: the piece as one row).
   SmallVector<Value> rows;

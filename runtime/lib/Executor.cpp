@@ -460,8 +460,7 @@ Status toValues(const Tensor &tensor, const std::vector<uint16_t> &raw,
 
 } // namespace
 
-Status Executor::readArgumentValues(size_t index, float *values) const {
-  const Tensor &tensor = argument(index);
+Status Executor::readValues(const Tensor &tensor, float *values) const {
   if (tensor.desc().dtype == DType::F32)
     return device_.copyToHost(tensor, values);
   std::vector<uint16_t> raw(tensor.size());
@@ -469,13 +468,12 @@ Status Executor::readArgumentValues(size_t index, float *values) const {
   return toValues(tensor, raw, values);
 }
 
+Status Executor::readArgumentValues(size_t index, float *values) const {
+  return readValues(argument(index), values);
+}
+
 Status Executor::readResultValues(size_t index, float *values) const {
-  const Tensor &tensor = result(index);
-  if (tensor.desc().dtype == DType::F32)
-    return device_.copyToHost(tensor, values);
-  std::vector<uint16_t> raw(tensor.size());
-  TRELLIS_RETURN_IF_ERROR(device_.copyToHost(tensor, raw.data()));
-  return toValues(tensor, raw, values);
+  return readValues(result(index), values);
 }
 
 Status Executor::writeArgumentValues(size_t index, const float *values) {

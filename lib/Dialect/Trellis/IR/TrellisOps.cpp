@@ -41,6 +41,22 @@ MeshOp trellis::lookupMesh(Operation *from, FlatSymbolRefAttr meshName,
   return mesh;
 }
 
+int64_t trellis::groupSizeOf(Operation *collective) {
+  auto meshName = collective->getAttrOfType<FlatSymbolRefAttr>("mesh");
+  auto axes = collective->getAttrOfType<ArrayAttr>("axes");
+  if (!meshName || !axes)
+    return 1;
+  auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(collective, meshName);
+  if (!mesh)
+    return 1;
+  int64_t size = 1;
+  for (Attribute axis : axes)
+    for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
+      if (meshAxis.getName() == llvm::cast<StringAttr>(axis).getValue())
+        size *= meshAxis.getSize();
+  return size;
+}
+
 //===----------------------------------------------------------------------===//
 // ShardOp
 //===----------------------------------------------------------------------===//

@@ -118,6 +118,8 @@ private:
   int64_t planArena(std::vector<int64_t> &offsets) const;
   /// Computes waitPoint_.
   void planWaitPoints();
+  /// `tensor` as host f32 values.
+  Status readValues(const Tensor &tensor, float *values) const;
   /// Computes inPlace_ (after waitPoint_).
   void planInPlaceUpdates();
   /// Adds one executed instruction to the profile and the trace.

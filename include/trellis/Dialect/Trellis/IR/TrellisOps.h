@@ -22,6 +22,10 @@ namespace trellis {
 MeshOp lookupMesh(mlir::Operation *from, mlir::FlatSymbolRefAttr meshName,
                   llvm::function_ref<mlir::InFlightDiagnostic()> emitError);
 
+/// The ranks of each group of `collective` (an op with `mesh` and `axes`
+/// attributes): the product of its axes' sizes; 1 if its mesh is unknown.
+int64_t groupSizeOf(mlir::Operation *collective);
+
 } // namespace trellis
 
 #endif // TRELLIS_DIALECT_TRELLIS_IR_TRELLISOPS_H
