@@ -35,6 +35,13 @@ if [[ -x $root/build/bin/trellis ]]; then
   "$root/build/bin/trellis" compile "$root/examples/configs/gpt2-tiny.json" \
     --batch 2 --seq 4 --precision fp16 --pp 2 --microbatches 2 \
     -o "$corpus/gpt2.fp16.pp2.plan"
+  # ZeRO: split states, masters, padded pieces (global_shape).
+  "$root/build/bin/trellis" compile \
+    "$root/test/tools/trellis/Inputs/llama-odd.json" --batch 4 --seq 4 \
+    --dp 4 --zero 3 --precision bf16 -o "$corpus/llama-odd.z3.plan"
+  "$root/build/bin/trellis" compile "$root/examples/configs/gpt2-tiny.json" \
+    --batch 4 --seq 4 --mesh pp=2,dp=2 --microbatches 2 --zero 2 \
+    -o "$corpus/gpt2.z2.pp2.plan" 2>/dev/null
 fi
 "$build/trellis-plan-fuzzer" "$corpus" -max_total_time="$seconds" \
   -max_len=200000 -print_final_stats=1
