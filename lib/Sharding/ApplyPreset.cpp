@@ -127,6 +127,16 @@ struct ApplyPresetPass
         sawInput = true;
         if (dp > 1 && failed(split(i, 0, "dp", dp)))
           return signalPassFailure();
+        // The data's layout is fixed: every input alike (whole without dp),
+        // whatever the layouts propagation gives the activations.
+        if (dp == 1 && !argAttrs[i].get(TrellisDialect::kShardingAttrName)) {
+          auto type =
+              llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
+          SmallVector<DimShardingAttr> dims(
+              type.getRank(), DimShardingAttr::get(context, {}, false));
+          argAttrs[i].set(TrellisDialect::kShardingAttrName,
+                          ShardingAttr::get(context, meshName, dims));
+        }
         continue;
       }
       bool parameterLike = role.getValue() == "param" ||

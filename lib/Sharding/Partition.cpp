@@ -19,28 +19,24 @@ using namespace trellis::sharding;
 namespace {
 
 /// Gives every op the builder inserts the micro-batch phase (graph.phase)
-/// of the op being partitioned, so that collectives made for an op run in
-/// the same forward or backward as the op (ops of the step stay unmarked).
+/// and the model part (graph.part) of the op being partitioned, so that
+/// collectives made for an op run in the same forward or backward as the
+/// op, and count with its part (ops of the step stay unmarked).
 class ActionCopier : public OpBuilder::Listener {
 public:
   void setSource(Operation *op) { source_ = op; }
-  /// Whether inserted ops take the source's model part too (what a
-  /// constraint's reshard makes belongs to the constraint's part).
-  void setCopyPart(bool copy) { copyPart_ = copy; }
 
   void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
     if (!source_)
       return;
     if (Attribute phase = source_->getAttr(graph::GraphDialect::kPhaseAttrName))
       op->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
-    if (copyPart_)
-      if (graph::PartAttr part = graph::getModelPart(source_))
-        graph::setModelPart(op, part);
+    if (graph::PartAttr part = graph::getModelPart(source_))
+      graph::setModelPart(op, part);
   }
 
 private:
   Operation *source_ = nullptr;
-  bool copyPart_ = false;
 };
 
 class Partitioner {
@@ -377,13 +373,11 @@ void Partitioner::partitionConstraint(ShardOp op) {
   ValueSharding required = ValueSharding::fromAttr(op.getSharding());
   builder_.setInsertionPoint(op);
   actionCopier_.setSource(op);
-  actionCopier_.setCopyPart(true);
   Value value = operand;
   SmallVector<int64_t> global(globalShape(operand));
   if (!(actual_.lookup(operand) == required))
     value = reshard(op.getLoc(), operand, actual_.lookup(operand), required,
                     global);
-  actionCopier_.setCopyPart(false);
   global_[value] = global;
   if (pipelined_ && value.getDefiningOp() && value != operand)
     value.getDefiningOp()->setAttr(

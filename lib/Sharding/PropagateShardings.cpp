@@ -57,6 +57,59 @@ private:
     return known;
   }
 
+  /// A constraint's layout as a hint for its operand: each of its whole
+  /// dimensions takes the constraint's split where the operand does not
+  /// use the axis already (a partial value is reduced, not split) and the
+  /// size divides. The value's maker then produces the constrained layout
+  /// itself (a residual add fed by a partial value: a reduce_scatter,
+  /// not an all_reduce and a slice).
+  bool hintOperand(ShardOp op) {
+    Value operand = op.getInput();
+    if (fixed_.contains(operand))
+      return false;
+    ValueSharding wanted = ValueSharding::fromAttr(op.getSharding());
+    ValueSharding &sharding = shardingOf(operand);
+    ArrayRef<int64_t> shape =
+        llvm::cast<RankedTensorType>(operand.getType()).getShape();
+    bool changed = false;
+    for (size_t d = 0; d < shape.size() && d < wanted.dims.size(); ++d) {
+      const AxisNames &axes = wanted.dims[d];
+      if (axes.empty() || !sharding.dims[d].empty() ||
+          llvm::any_of(axes,
+                       [&](StringAttr a) { return sharding.usesAxis(a); }) ||
+          shape[d] % axesSize(mesh_, axes) != 0)
+        continue;
+      sharding.dims[d] = axes;
+      changed = true;
+    }
+    return changed;
+  }
+
+  /// The factors' axes, the fixed values (annotations, constraints) first:
+  /// a split a user fixed wins over one propagation made; the others then
+  /// fill the factors still unsplit with axes no factor holds.
+  SmallVector<AxisNames>
+  resolveWithPriority(const graph::ShardingRule &rule, ArrayRef<Value> tensors,
+                      ArrayRef<const ValueSharding *> known) {
+    SmallVector<const ValueSharding *> fixed;
+    for (auto [tensor, sharding] : llvm::zip(tensors, known))
+      fixed.push_back(fixed_.contains(tensor) ? sharding : nullptr);
+    SmallVector<AxisNames> axes = resolveFactors(rule, fixed, mesh_);
+    SmallVector<AxisNames> all = resolveFactors(rule, known, mesh_);
+    for (auto [factor, chosen] : llvm::enumerate(axes)) {
+      if (!chosen.empty() || all[factor].empty())
+        continue;
+      bool taken = llvm::any_of(all[factor], [&](StringAttr axis) {
+        return llvm::any_of(axes, [&](const AxisNames &other) {
+          return llvm::is_contained(other, axis);
+        });
+      });
+      if (!taken)
+        chosen = all[factor];
+    }
+    return axes;
+  }
+
   /// Warns where two user-annotated values of `op` split one factor
   /// differently (or one factor's axes another wants): propagation keeps
   /// the first one's split and the partitioner reshards the other.
@@ -76,7 +129,7 @@ bool PropagateShardingsPass::propagateThrough(
   SmallVector<Value> tensors(op->getOperands());
   tensors.append(op->getResults().begin(), op->getResults().end());
   SmallVector<const ValueSharding *> known = tensorShardings(op);
-  SmallVector<AxisNames> factorAxes = resolveFactors(rule, known, mesh_);
+  SmallVector<AxisNames> factorAxes = resolveWithPriority(rule, tensors, known);
 
   bool changed = false;
   size_t numOperands = op->getNumOperands();
@@ -209,7 +262,7 @@ void PropagateShardingsPass::runOnOperation() {
     fixed_.insert(arg);
   }
   // Constraints (trellis.shard) fix their results' layouts.
-  WalkResult constraints = function.walk([&](ShardOp op) {
+  WalkResult fixedConstraints = function.walk([&](ShardOp op) {
     if (meshName && meshName != op.getSharding().getMeshName()) {
       op.emitError() << "a constraint over " << op.getSharding().getMeshName()
                      << " in a function sharded over " << meshName;
@@ -220,7 +273,7 @@ void PropagateShardingsPass::runOnOperation() {
     fixed_.insert(op.getResult());
     return WalkResult::advance();
   });
-  if (constraints.wasInterrupted())
+  if (fixedConstraints.wasInterrupted())
     return signalPassFailure();
   if (!meshName)
     return; // Nothing is sharded: a single-device program.
@@ -234,10 +287,14 @@ void PropagateShardingsPass::runOnOperation() {
   function.walk([&](graph::ShardingRuleOpInterface op) { ops.push_back(op); });
   // Forward then backward sweeps until nothing changes; each change splits
   // one more dimension, so this ends.
+  SmallVector<ShardOp> constraints;
+  function.walk([&](ShardOp op) { constraints.push_back(op); });
   for (int sweep = 0; sweep < 64; ++sweep) {
     bool changed = false;
     for (graph::ShardingRuleOpInterface op : ops)
       changed |= propagateThrough(op);
+    for (ShardOp op : constraints)
+      changed |= hintOperand(op);
     for (graph::ShardingRuleOpInterface op : llvm::reverse(ops))
       changed |= propagateThrough(op);
     if (!changed)
@@ -249,7 +306,10 @@ void PropagateShardingsPass::runOnOperation() {
   for (graph::ShardingRuleOpInterface op : ops) {
     graph::ShardingRule rule = op.getShardingRule();
     SmallVector<const ValueSharding *> known = tensorShardings(op);
-    SmallVector<AxisNames> factorAxes = resolveFactors(rule, known, mesh_);
+    SmallVector<Value> tensors(op->getOperands());
+    tensors.append(op->getResults().begin(), op->getResults().end());
+    SmallVector<AxisNames> factorAxes =
+        resolveWithPriority(rule, tensors, known);
     AxisNames inherited = inheritedPartial(
         rule, ArrayRef<const ValueSharding *>(known).take_front(
                   op->getNumOperands()));

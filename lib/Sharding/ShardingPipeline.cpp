@@ -15,6 +15,11 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
   preset.dataParallel = options.dataParallel;
   preset.tensorParallel = options.tensorParallel;
   pm.addPass(createApplyPresetPass(preset));
+  if (options.sequenceParallel) {
+    ApplySequenceParallelPassOptions sequence;
+    sequence.functionName = options.function;
+    pm.addPass(createApplySequenceParallelPass(sequence));
+  }
   if (options.zeroStage > 0) {
     ApplyZeroPassOptions zero;
     zero.functionName = options.function;
@@ -48,6 +53,10 @@ struct ShardingPipelineOptions
   Option<int64_t> zeroStage{*this, "zero",
                              llvm::cl::desc("ZeRO stage (0-3) over dp"),
                              llvm::cl::init(0)};
+  Option<bool> sequenceParallel{
+      *this, "sp",
+      llvm::cl::desc("Megatron sequence parallelism over tp"),
+      llvm::cl::init(false)};
   Option<int64_t> bucketBytes{*this, "bucket-bytes",
                               llvm::cl::desc("Bytes per gradient bucket"),
                               llvm::cl::init(25 << 20)};
@@ -72,6 +81,7 @@ void trellis::registerShardingPipeline() {
         sharding.dataParallel = options.dataParallel;
         sharding.tensorParallel = options.tensorParallel;
         sharding.zeroStage = options.zeroStage;
+        sharding.sequenceParallel = options.sequenceParallel;
         sharding.bucketBytes = options.bucketBytes;
         sharding.bucketsPerPart = options.bucketsPerPart;
         sharding.explain = options.explain;

@@ -119,6 +119,12 @@ cl::opt<int64_t> compileZero(
              "micro-batch into split accumulators), 3 (and parameters "
              "split, gathered before each use)"),
     cl::init(0), cl::sub(compileCommand));
+cl::opt<bool> compileSequenceParallel(
+    "sp",
+    cl::desc("Megatron sequence parallelism (with --tp): the norm regions "
+             "split along the sequence over tp, each layer's all-reduces "
+             "become a reduce-scatter and an all-gather"),
+    cl::sub(compileCommand));
 cl::opt<std::string> compileMesh(
     "mesh",
     cl::desc("Mesh axes, major to minor, instead of --dp/--tp/--pp: e.g. "
@@ -454,9 +460,16 @@ int runCompileCommand() {
                        compileOptimizer + " in fp32 has none: expected "
                        "--optimizer adamw, --precision bf16 or fp16, or "
                        "--zero 3");
+  if (compileSequenceParallel && degrees->tensorParallel <= 1)
+    return reportError("compile",
+                       "--sp splits the norm regions along the sequence over "
+                       "the tensor-parallel axis: expected --tp > 1 or a tp "
+                       "axis in --mesh, found tp=" +
+                           std::to_string(degrees->tensorParallel));
   if (degrees->dataParallel != 1 || degrees->tensorParallel != 1) {
     ShardingOptions sharding;
     sharding.zeroStage = compileZero;
+    sharding.sequenceParallel = compileSequenceParallel;
     sharding.function = stepName.str();
     sharding.dataParallel = degrees->dataParallel;
     sharding.tensorParallel = degrees->tensorParallel;

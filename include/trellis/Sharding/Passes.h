@@ -28,6 +28,8 @@ struct ShardingOptions {
   int64_t tensorParallel = 1;
   /// The ZeRO stage (0: none) over the data-parallel axis.
   int64_t zeroStage = 0;
+  /// Megatron sequence parallelism over the tensor-parallel axis.
+  bool sequenceParallel = false;
   /// Bytes per fused gradient reduction.
   int64_t bucketBytes = 25 << 20;
   /// Keep gradient buckets within one model part (the step is pipelined).

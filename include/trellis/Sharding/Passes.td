@@ -82,6 +82,33 @@ def ApplyZeroPass : Pass<"trellis-apply-zero", "::mlir::ModuleOp"> {
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
 
+def ApplySequenceParallelPass
+    : Pass<"trellis-apply-sequence-parallel", "::mlir::ModuleOp"> {
+  let summary = "Annotates a training step for Megatron sequence parallelism";
+  let description = [{
+    Writes constraints only (`trellis.shard`), over the tensor-parallel axis
+    (`axis`, default "tp", which @mesh must have with more than one rank):
+    the value each norm (rms_norm, layer_norm) reads, the residual stream,
+    is split along its sequence (the dimension before the features) where
+    it is made, for every user; each norm's result is whole again for its
+    users, with one constraint per phase of them (the backward gathers
+    again). The partitioner derives Megatron's collectives: a row-parallel
+    matmul's partial output meeting the split stream is a reduce_scatter,
+    the split norm output meeting the column-parallel matmuls an
+    all_gather, and in the backward the norm gradients' partial inputs are
+    reduce-scattered and the norm outputs gathered again for the weight
+    gradients. Values whose sequence the axis does not divide are left
+    alone.
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The training step">,
+    Option<"axis", "axis", "std::string", "\"tp\"",
+           "The tensor-parallel mesh axis">
+  ];
+  let dependentDialects = ["::trellis::TrellisDialect"];
+}
+
 def PropagateShardingsPass
     : Pass<"trellis-propagate-shardings", "::mlir::func::FuncOp"> {
   let summary = "Gives every value a sharding from the annotated ones";

@@ -226,6 +226,8 @@ public:
 };
 
 const OperandSpec kInput{"input", OperandKind::Float};
+/// Collectives that only move elements take any dtype (token ids too).
+const OperandSpec kAnyInput{"input", OperandKind::Any};
 const AttrSpec kOptionalAxes{"axes", AttrKind::Strings, false};
 
 void TableBuilder::build() {
@@ -568,7 +570,7 @@ void TableBuilder::build() {
                   out.push_back(op.input(0));
                   return std::nullopt;
                 });
-  addCollective("all_gather", {kInput}, 1, {{"dim", K::Int, true}},
+  addCollective("all_gather", {kAnyInput}, 1, {{"dim", K::Int, true}},
                 [](const OpInstance &op, Results &out) -> Diagnostic {
                   TRELLIS_CHECK(checkDim(op, "dim"));
                   Shape result = op.shape(0);
@@ -588,7 +590,7 @@ void TableBuilder::build() {
                   out.push_back(like(op, 0, result));
                   return std::nullopt;
                 });
-  addCollective("all_to_all", {kInput}, 1,
+  addCollective("all_to_all", {kAnyInput}, 1,
                 {{"split_dim", K::Int, true}, {"concat_dim", K::Int, true}},
                 [](const OpInstance &op, Results &out) -> Diagnostic {
                   TRELLIS_CHECK(checkDim(op, "split_dim"));
@@ -602,13 +604,13 @@ void TableBuilder::build() {
                   out.push_back(like(op, 0, result));
                   return std::nullopt;
                 });
-  addCollective("broadcast", {kInput}, 1, {{"root", K::Int, true}},
+  addCollective("broadcast", {kAnyInput}, 1, {{"root", K::Int, true}},
                 [](const OpInstance &op, Results &out) -> Diagnostic {
                   TRELLIS_CHECK(checkPosition(op, "root"));
                   out.push_back(op.input(0));
                   return std::nullopt;
                 });
-  addCollective("slice_shard", {kInput}, 1, {{"dim", K::Int, true}},
+  addCollective("slice_shard", {kAnyInput}, 1, {{"dim", K::Int, true}},
                 [](const OpInstance &op, Results &out) -> Diagnostic {
                   TRELLIS_CHECK(checkDim(op, "dim"));
                   int64_t dim = op.integer("dim");
@@ -618,9 +620,9 @@ void TableBuilder::build() {
                   out.push_back(like(op, 0, result));
                   return std::nullopt;
                 });
-  addCollective("collective_permute", {kInput}, 1, {{"shift", K::Int, true}},
+  addCollective("collective_permute", {kAnyInput}, 1, {{"shift", K::Int, true}},
                 sameAsInputRule);
-  addCollective("send", {kInput}, 0,
+  addCollective("send", {kAnyInput}, 0,
                 {{"peer", K::Int, true},
                  {"channel", K::Int, true},
                  {"complete_with", K::Int, false}},

@@ -1,0 +1,146 @@
+//===- ApplySequenceParallel.cpp - Megatron SP as annotations -------------===//
+//
+// Megatron sequence parallelism (Korthikanti et al., 2022) written as
+// layout constraints: the residual stream entering each norm is split
+// along the sequence over the tensor-parallel axis, and each norm's result
+// is whole again before the tensor-parallel matmuls read it. The
+// partitioner derives the collectives: a row-parallel matmul's partial
+// output meeting the split residual stream is a reduce_scatter (instead of
+// an all_reduce), the split norm output meeting its whole use an
+// all_gather; the backward follows from the forward's layouts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Sharding/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_APPLYSEQUENCEPARALLELPASS
+#include "trellis/Sharding/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+
+namespace {
+
+struct ApplySequenceParallelPass
+    : public trellis::impl::ApplySequenceParallelPassBase<
+          ApplySequenceParallelPass> {
+  using ApplySequenceParallelPassBase::ApplySequenceParallelPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto function = module.lookupSymbol<func::FuncOp>(functionName);
+    if (!function || function.isExternal()) {
+      module.emitError() << "expected a training step @" << functionName
+                         << " to split along the sequence, found none";
+      return signalPassFailure();
+    }
+    auto mesh = module.lookupSymbol<MeshOp>("mesh");
+    int64_t size = 1;
+    if (mesh)
+      for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
+        if (meshAxis.getName() == axis)
+          size = meshAxis.getSize();
+    if (size <= 1) {
+      function.emitError()
+          << "sequence parallelism splits the norm regions over the "
+             "tensor-parallel axis \""
+          << axis << "\": expected " << axis << " > 1, found "
+          << (mesh ? "a mesh with " + axis + "=" + std::to_string(size)
+                   : std::string("no mesh"));
+      return signalPassFailure();
+    }
+    meshName_ = FlatSymbolRefAttr::get(&getContext(), "mesh");
+    size_ = size;
+    SmallVector<Operation *> norms;
+    function.walk([&](Operation *op) {
+      if (llvm::isa<graph::RmsNormOp, graph::LayerNormOp>(op))
+        norms.push_back(op);
+    });
+    for (Operation *norm : norms) {
+      splitAlongSequence(norm->getOperand(0));
+      wholeForUsers(norm->getResult(0));
+    }
+  }
+
+private:
+  /// The layout of a [..., sequence, features] value: the sequence split
+  /// over the axis (when it divides), or nothing split.
+  ShardingAttr layoutOf(RankedTensorType type, bool split) {
+    MLIRContext *context = &getContext();
+    SmallVector<DimShardingAttr> dims(type.getRank(),
+                                      DimShardingAttr::get(context, {}, false));
+    if (split)
+      dims[type.getRank() - 2] = DimShardingAttr::get(
+          context, {StringAttr::get(context, axis)}, false);
+    return ShardingAttr::get(context, meshName_, dims);
+  }
+
+  /// Constrains `value` (the residual stream a norm reads) to be split
+  /// along its sequence, for every user: where it is made.
+  void splitAlongSequence(Value value) {
+    auto type = llvm::cast<RankedTensorType>(value.getType());
+    Operation *producer = value.getDefiningOp();
+    if (!producer || llvm::isa<ShardOp>(producer) || type.getRank() < 3 ||
+        type.getDimSize(type.getRank() - 2) % size_ != 0)
+      return;
+    OpBuilder builder(producer->getContext());
+    builder.setInsertionPointAfter(producer);
+    auto constraint = ShardOp::create(builder, producer->getLoc(), type, value,
+                                      layoutOf(type, true));
+    copyPlacement(producer, constraint);
+    value.replaceAllUsesExcept(constraint.getResult(), constraint);
+  }
+
+  /// Constrains `value` (a norm's output, split along the sequence) to be
+  /// whole for its users (the tensor-parallel matmuls): an all_gather,
+  /// once per phase of its users, so that the backward (the weight
+  /// gradients) gathers again instead of keeping the forward's copy.
+  void wholeForUsers(Value value) {
+    auto type = llvm::cast<RankedTensorType>(value.getType());
+    Operation *producer = value.getDefiningOp();
+    if (type.getRank() < 3 || value.use_empty())
+      return;
+    llvm::MapVector<Attribute, SmallVector<OpOperand *>> byPhase;
+    for (OpOperand &use : value.getUses())
+      byPhase[use.getOwner()->getAttr(graph::GraphDialect::kPhaseAttrName)]
+          .push_back(&use);
+    for (auto &[phase, uses] : byPhase) {
+      Operation *first = uses.front()->getOwner();
+      for (OpOperand *use : uses)
+        if (use->getOwner()->isBeforeInBlock(first))
+          first = use->getOwner();
+      OpBuilder builder(producer->getContext());
+      if (phase == producer->getAttr(graph::GraphDialect::kPhaseAttrName))
+        builder.setInsertionPointAfter(producer);
+      else
+        builder.setInsertionPoint(first);
+      auto constraint = ShardOp::create(builder, producer->getLoc(), type,
+                                        value, layoutOf(type, false));
+      copyPlacement(producer, constraint);
+      if (phase)
+        constraint->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
+      for (OpOperand *use : uses)
+        use->set(constraint.getResult());
+    }
+  }
+
+  /// The constraint runs where `from` does: its phase and model part.
+  static void copyPlacement(Operation *from, Operation *to) {
+    if (Attribute phase = from->getAttr(graph::GraphDialect::kPhaseAttrName))
+      to->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
+    if (graph::PartAttr part = graph::getModelPart(from))
+      graph::setModelPart(to, part);
+  }
+
+  FlatSymbolRefAttr meshName_;
+  int64_t size_ = 1;
+};
+
+} // namespace
