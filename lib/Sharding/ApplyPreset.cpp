@@ -59,13 +59,13 @@ struct ApplyPresetPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    int64_t dp = dataParallel, tp = tensorParallel;
-    if (dp < 1 || tp < 1) {
-      module.emitError() << "expected dp >= 1 and tp >= 1, found " << dp
-                         << " and " << tp;
+    int64_t dp = dataParallel, tp = tensorParallel, cp = contextParallel;
+    if (dp < 1 || tp < 1 || cp < 1) {
+      module.emitError() << "expected dp, cp and tp >= 1, found " << dp << ", "
+                         << cp << " and " << tp;
       return signalPassFailure();
     }
-    if (dp == 1 && tp == 1)
+    if (dp == 1 && tp == 1 && cp == 1)
       return;
     auto function = module.lookupSymbol<func::FuncOp>(functionName);
     if (!function) {
@@ -80,9 +80,11 @@ struct ApplyPresetPass
     MLIRContext *context = &getContext();
     OpBuilder builder(context);
     builder.setInsertionPointToStart(module.getBody());
-    MeshAttr mesh =
-        MeshAttr::get(context, {MeshAxisAttr::get(context, "dp", dp),
-                                MeshAxisAttr::get(context, "tp", tp)});
+    SmallVector<MeshAxisAttr> axes = {MeshAxisAttr::get(context, "dp", dp)};
+    if (cp > 1)
+      axes.push_back(MeshAxisAttr::get(context, "cp", cp));
+    axes.push_back(MeshAxisAttr::get(context, "tp", tp));
+    MeshAttr mesh = MeshAttr::get(context, axes);
     MeshOp::create(builder, module.getLoc(), "mesh", mesh);
     FlatSymbolRefAttr meshName = FlatSymbolRefAttr::get(context, "mesh");
 
@@ -115,6 +117,29 @@ struct ApplyPresetPass
       return success();
     };
 
+    // Context parallelism: an input's batch over dp (when dp > 1) and its
+    // sequence over cp.
+    auto splitSequence = [&](unsigned i) -> LogicalResult {
+      if (argAttrs[i].get(TrellisDialect::kShardingAttrName))
+        return success();
+      auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
+      if (type.getRank() != 2 || type.getDimSize(1) % cp != 0 ||
+          type.getDimSize(0) % dp != 0)
+        return function.emitError()
+               << "argument " << i << " (" << type
+               << "): expected [batch, seq] with the batch divisible by dp="
+               << dp << " and the sequence by cp=" << cp;
+      SmallVector<DimShardingAttr> dims(
+          2, DimShardingAttr::get(context, {}, false));
+      if (dp > 1)
+        dims[0] = DimShardingAttr::get(context, {builder.getStringAttr("dp")},
+                                       false);
+      dims[1] =
+          DimShardingAttr::get(context, {builder.getStringAttr("cp")}, false);
+      argAttrs[i].set(TrellisDialect::kShardingAttrName,
+                      ShardingAttr::get(context, meshName, dims));
+      return success();
+    };
     bool sawInput = false;
     for (unsigned i = 0; i < function.getNumArguments(); ++i) {
       auto role = function.getArgAttrOfType<StringAttr>(
@@ -125,6 +150,8 @@ struct ApplyPresetPass
         continue;
       if (role.getValue() == "input") {
         sawInput = true;
+        if (cp > 1 && failed(splitSequence(i)))
+          return signalPassFailure();
         if (dp > 1 && failed(split(i, 0, "dp", dp)))
           return signalPassFailure();
         // The data's layout is fixed: every input alike (whole without dp),

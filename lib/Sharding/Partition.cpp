@@ -92,6 +92,8 @@ private:
   /// The sharding each (already local) value has, and its global shape.
   DenseMap<Value, ValueSharding> actual_;
   DenseMap<Value, SmallVector<int64_t>> global_;
+  /// Values a constraint (trellis.shard) laid out: fixed, like arguments.
+  DenseSet<Value> constrained_;
   /// Reshards already made, by value and required sharding: a value used
   /// twice in one layout is resharded once (the first use dominates the
   /// later ones in the block).
@@ -255,21 +257,35 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   resultsOnly.operandFactors.clear();
   SmallVector<AxisNames> factorAxes =
       resolveFactors(resultsOnly, resultsFirst, mesh_);
+  // Operands fixed by the user or a preset (arguments, constraints) decide
+  // first, as in propagation; the others fill what is left.
+  SmallVector<const ValueSharding *> fixedOperands(known.size(), nullptr);
+  for (auto [i, operand] : llvm::enumerate(op->getOperands()))
+    if (llvm::isa<BlockArgument>(operand) ||
+        llvm::isa_and_present<ShardOp>(operand.getDefiningOp()) ||
+        constrained_.contains(operand))
+      fixedOperands[i] = known[i];
+  SmallVector<AxisNames> fromFixed = resolveFactors(rule, fixedOperands, mesh_);
   SmallVector<AxisNames> fromOperands = resolveFactors(rule, known, mesh_);
   // Factors the results have were decided with them; operands decide only
-  // the factors no result has (contractions, reductions).
+  // the factors no result has (contractions, reductions): the longest
+  // leading run of their axes no other factor holds.
   for (auto [factor, axes] : llvm::enumerate(factorAxes))
     if (axes.empty() &&
         llvm::none_of(rule.resultFactors, [&](const auto &dims) {
           return llvm::is_contained(dims, static_cast<int64_t>(factor));
         })) {
-      bool taken = llvm::any_of(fromOperands[factor], [&](StringAttr axis) {
-        return llvm::any_of(factorAxes, [&](const AxisNames &other) {
+      const AxisNames &wanted = fromFixed[factor].empty()
+                                    ? fromOperands[factor]
+                                    : fromFixed[factor];
+      for (StringAttr axis : wanted) {
+        bool taken = llvm::any_of(factorAxes, [&](const AxisNames &other) {
           return llvm::is_contained(other, axis);
         });
-      });
-      if (!taken)
-        axes = fromOperands[factor];
+        if (taken)
+          break;
+        axes.push_back(axis);
+      }
     }
 
   // A linear op whose result stays partial takes its operands partial too.
@@ -384,6 +400,7 @@ void Partitioner::partitionConstraint(ShardOp op) {
         TrellisDialect::kLocalLayoutAttrName,
         required.toAttr(builder_.getContext(), meshName_));
   actual_[value] = required;
+  constrained_.insert(value);
   op.getResult().replaceAllUsesWith(value);
   op.erase();
 }

@@ -14,7 +14,13 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
   preset.functionName = options.function;
   preset.dataParallel = options.dataParallel;
   preset.tensorParallel = options.tensorParallel;
+  preset.contextParallel = options.contextParallel;
   pm.addPass(createApplyPresetPass(preset));
+  if (options.contextParallel > 1) {
+    ApplyContextParallelPassOptions context;
+    context.functionName = options.function;
+    pm.addPass(createApplyContextParallelPass(context));
+  }
   if (options.sequenceParallel) {
     ApplySequenceParallelPassOptions sequence;
     sequence.functionName = options.function;
@@ -53,6 +59,9 @@ struct ShardingPipelineOptions
   Option<int64_t> zeroStage{*this, "zero",
                              llvm::cl::desc("ZeRO stage (0-3) over dp"),
                              llvm::cl::init(0)};
+  Option<int64_t> contextParallel{
+      *this, "cp", llvm::cl::desc("Context-parallel degree (Ulysses)"),
+      llvm::cl::init(1)};
   Option<bool> sequenceParallel{
       *this, "sp",
       llvm::cl::desc("Megatron sequence parallelism over tp"),
@@ -82,6 +91,7 @@ void trellis::registerShardingPipeline() {
         sharding.tensorParallel = options.tensorParallel;
         sharding.zeroStage = options.zeroStage;
         sharding.sequenceParallel = options.sequenceParallel;
+        sharding.contextParallel = options.contextParallel;
         sharding.bucketBytes = options.bucketBytes;
         sharding.bucketsPerPart = options.bucketsPerPart;
         sharding.explain = options.explain;

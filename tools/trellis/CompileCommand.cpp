@@ -119,6 +119,18 @@ cl::opt<int64_t> compileZero(
              "micro-batch into split accumulators), 3 (and parameters "
              "split, gathered before each use)"),
     cl::init(0), cl::sub(compileCommand));
+cl::opt<int64_t> compileContextParallel(
+    "cp",
+    cl::desc("Context-parallel degree: split the sequence over N ranks (a cp "
+             "axis between dp and tp; --cp-kind says how attention sees the "
+             "whole sequence)"),
+    cl::init(1), cl::sub(compileCommand));
+cl::opt<std::string> compileContextKind(
+    "cp-kind",
+    cl::desc("ulysses: all_to_all from sequence pieces to head pieces around "
+             "rotary embeddings and attention (ring and allgather are not "
+             "available yet)"),
+    cl::init("ulysses"), cl::sub(compileCommand));
 cl::opt<bool> compileSequenceParallel(
     "sp",
     cl::desc("Megatron sequence parallelism (with --tp): the norm regions "
@@ -168,6 +180,7 @@ struct ParallelDegrees {
   int64_t dataParallel = 1;
   int64_t tensorParallel = 1;
   int64_t pipeline = 1;
+  int64_t contextParallel = 1;
   /// The plan's mesh, major to minor (with the pp axis).
   std::vector<std::pair<std::string, int64_t>> axes;
 };
@@ -175,18 +188,21 @@ struct ParallelDegrees {
 /// The degrees from `--mesh`, or from `--dp`/`--tp`/`--pp` when it is
 /// absent.
 std::optional<ParallelDegrees> resolveParallelDegrees() {
-  if (compileMesh.getNumOccurrences() == 0)
-    return ParallelDegrees{compileDataParallel,
-                           compileTensorParallel,
-                           compilePipeline,
-                           {{"pp", compilePipeline},
-                            {"dp", compileDataParallel},
-                            {"tp", compileTensorParallel}}};
+  if (compileMesh.getNumOccurrences() == 0) {
+    ParallelDegrees degrees{compileDataParallel, compileTensorParallel,
+                            compilePipeline, compileContextParallel, {}};
+    degrees.axes = {{"pp", compilePipeline}, {"dp", compileDataParallel}};
+    if (compileContextParallel != 1)
+      degrees.axes.emplace_back("cp", compileContextParallel);
+    degrees.axes.emplace_back("tp", compileTensorParallel);
+    return degrees;
+  }
   if (compileDataParallel.getNumOccurrences() ||
       compileTensorParallel.getNumOccurrences() ||
-      compilePipeline.getNumOccurrences()) {
-    reportError("compile", "--mesh and --dp/--tp/--pp both given: expected "
-                           "one description of the mesh");
+      compilePipeline.getNumOccurrences() ||
+      compileContextParallel.getNumOccurrences()) {
+    reportError("compile", "--mesh and --dp/--tp/--pp/--cp both given: "
+                           "expected one description of the mesh");
     return std::nullopt;
   }
   std::optional<Mesh> mesh = parseMeshOption(compileMesh);
@@ -207,12 +223,25 @@ std::optional<ParallelDegrees> resolveParallelDegrees() {
       degrees.tensorParallel = axis.size;
     } else if (axis.name == "pp") {
       degrees.pipeline = axis.size;
+    } else if (axis.name == "cp") {
+      degrees.contextParallel = axis.size;
     } else {
-      reportError("compile",
-                  "--mesh: unknown axis '" + axis.name +
-                      "': expected dp (data), tp (tensor) or pp (pipeline)");
+      reportError("compile", "--mesh: unknown axis '" + axis.name +
+                                 "': expected dp (data), cp (context), tp "
+                                 "(tensor) or pp (pipeline)");
       return std::nullopt;
     }
+  }
+  // The plan's mesh orders dp, cp, tp major to minor.
+  std::optional<size_t> contextAxis = mesh->axisIndex("cp");
+  if (contextAxis && degrees.contextParallel > 1 &&
+      ((dataAxis && degrees.dataParallel > 1 && *contextAxis < *dataAxis) ||
+       (tensorAxis && degrees.tensorParallel > 1 &&
+        *tensorAxis < *contextAxis))) {
+    reportError("compile", "--mesh: expected 'cp' after 'dp' and before 'tp', "
+                           "found '" +
+                               compileMesh + "'");
+    return std::nullopt;
   }
   if (dataAxis && tensorAxis && *tensorAxis < *dataAxis &&
       degrees.dataParallel > 1 && degrees.tensorParallel > 1) {
@@ -466,10 +495,24 @@ int runCompileCommand() {
                        "the tensor-parallel axis: expected --tp > 1 or a tp "
                        "axis in --mesh, found tp=" +
                            std::to_string(degrees->tensorParallel));
-  if (degrees->dataParallel != 1 || degrees->tensorParallel != 1) {
+  if (compileContextKind != "ulysses" && compileContextKind != "ring" &&
+      compileContextKind != "allgather")
+    return reportError("compile", "unknown --cp-kind '" + compileContextKind +
+                                      "': expected ring, ulysses or allgather");
+  if (compileContextKind != "ulysses")
+    return reportError("compile",
+                       "--cp-kind " + compileContextKind +
+                           " is not available yet (its attention lowering is "
+                           "not implemented): expected ulysses");
+  if (degrees->contextParallel < 1)
+    return reportError("compile", "--cp: expected a positive degree, found " +
+                                      std::to_string(degrees->contextParallel));
+  if (degrees->dataParallel != 1 || degrees->tensorParallel != 1 ||
+      degrees->contextParallel != 1) {
     ShardingOptions sharding;
     sharding.zeroStage = compileZero;
     sharding.sequenceParallel = compileSequenceParallel;
+    sharding.contextParallel = degrees->contextParallel;
     sharding.function = stepName.str();
     sharding.dataParallel = degrees->dataParallel;
     sharding.tensorParallel = degrees->tensorParallel;

@@ -30,6 +30,8 @@ struct ShardingOptions {
   int64_t zeroStage = 0;
   /// Megatron sequence parallelism over the tensor-parallel axis.
   bool sequenceParallel = false;
+  /// Context parallelism (Ulysses) over a "cp" axis of this size.
+  int64_t contextParallel = 1;
   /// Bytes per fused gradient reduction.
   int64_t bucketBytes = 25 << 20;
   /// Keep gradient buckets within one model part (the step is pipelined).

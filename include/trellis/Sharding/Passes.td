@@ -34,7 +34,10 @@ def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
     Option<"functionName", "function", "std::string", "\"train_step\"",
            "Function to annotate">,
     Option<"dataParallel", "dp", "int64_t", "1", "Data-parallel degree">,
-    Option<"tensorParallel", "tp", "int64_t", "1", "Tensor-parallel degree">
+    Option<"tensorParallel", "tp", "int64_t", "1", "Tensor-parallel degree">,
+    Option<"contextParallel", "cp", "int64_t", "1",
+           "Context-parallel degree: the inputs' sequence split over a \"cp\" "
+           "axis (between dp and tp)">
   ];
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
@@ -105,6 +108,28 @@ def ApplySequenceParallelPass
            "The training step">,
     Option<"axis", "axis", "std::string", "\"tp\"",
            "The tensor-parallel mesh axis">
+  ];
+  let dependentDialects = ["::trellis::TrellisDialect"];
+}
+
+def ApplyContextParallelPass
+    : Pass<"trellis-apply-context-parallel", "::mlir::ModuleOp"> {
+  let summary = "Annotates a training step for Ulysses context parallelism";
+  let description = [{
+    The inputs' sequence is split over the "cp" axis (by
+    -trellis-apply-preset="cp=N"), and propagation carries the split through
+    every per-token op. This pass constrains the 4-D [batch, seq, heads,
+    head_dim] operands of the ops that need the whole sequence (rope,
+    attention) to be split by heads over tp then cp, the sequence whole,
+    where they are made: the partitioner turns the sequence pieces into
+    head pieces with all_to_alls before them, and back after attention (the
+    sequence-split residual stream meeting its output). Heads (kv heads
+    with grouped-query attention) must divide by tp x cp: an error names
+    the counts.
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The training step">
   ];
   let dependentDialects = ["::trellis::TrellisDialect"];
 }

@@ -1,0 +1,128 @@
+//===- ApplyContextParallel.cpp - Context parallelism as annotations ------===//
+//
+// DeepSpeed-Ulysses (Jacobs et al., 2023) as layout constraints: the
+// activations are split along the sequence over the "cp" axis (the preset
+// splits the inputs so), and the ops that need the whole sequence (rotary
+// embeddings, attention) read their [batch, seq, heads, head_dim] operands
+// split by heads over cp instead. The partitioner derives the all_to_alls:
+// sequence pieces into head pieces before, and back after (where the
+// sequence-split stream meets the attention output).
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Sharding/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_APPLYCONTEXTPARALLELPASS
+#include "trellis/Sharding/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+
+namespace {
+
+struct ApplyContextParallelPass
+    : public trellis::impl::ApplyContextParallelPassBase<
+          ApplyContextParallelPass> {
+  using ApplyContextParallelPassBase::ApplyContextParallelPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto function = module.lookupSymbol<func::FuncOp>(functionName);
+    if (!function || function.isExternal()) {
+      module.emitError() << "expected a training step @" << functionName
+                         << " to split along the sequence, found none";
+      return signalPassFailure();
+    }
+    auto mesh = module.lookupSymbol<MeshOp>("mesh");
+    if (mesh)
+      for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
+        sizes_[meshAxis.getName()] = meshAxis.getSize();
+    if (sizeOf("cp") <= 1) {
+      function.emitError() << "context parallelism splits the sequence over "
+                              "the \"cp\" axis: expected cp > 1, found "
+                           << (mesh ? "cp=" + std::to_string(sizeOf("cp"))
+                                    : std::string("no mesh"));
+      return signalPassFailure();
+    }
+    // Ulysses: each sequence-whole op's 4-D operands split by heads.
+    SmallVector<Operation *> wholeSequence;
+    function.walk([&](Operation *op) {
+      if (llvm::isa<graph::RopeOp, graph::AttentionOp>(op))
+        wholeSequence.push_back(op);
+    });
+    llvm::DenseSet<Value> done;
+    for (Operation *op : wholeSequence)
+      for (OpOperand &operand : op->getOpOperands()) {
+        Value value = operand.get();
+        auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
+        if (!type || type.getRank() != 4 || done.contains(value))
+          continue;
+        if (failed(splitHeads(op, value)))
+          return signalPassFailure();
+        done.insert(value);
+      }
+  }
+
+private:
+  int64_t sizeOf(StringRef axis) const {
+    auto it = sizes_.find(axis);
+    return it == sizes_.end() ? 1 : it->second;
+  }
+
+  /// Constrains `value` ([batch, seq, heads, head_dim], read by `user`) to
+  /// be split by heads over tp then cp (batch over dp), the sequence whole,
+  /// where it is made: every reader (the forward's and the backward's) gets
+  /// the head pieces.
+  LogicalResult splitHeads(Operation *user, Value value) {
+    auto type = llvm::cast<RankedTensorType>(value.getType());
+    int64_t heads = type.getDimSize(2);
+    int64_t tp = sizeOf("tp"), cp = sizeOf("cp"), dp = sizeOf("dp");
+    if (heads % (tp * cp) != 0)
+      return user->emitOpError()
+             << "Ulysses splits the " << heads
+             << " heads of its operand over tp x cp = " << tp << " x " << cp
+             << ": expected heads (kv heads with grouped-query attention) "
+                "divisible by "
+             << tp * cp;
+    MLIRContext *context = &getContext();
+    auto axesOf = [&](ArrayRef<StringRef> names) {
+      SmallVector<StringAttr> axes;
+      for (StringRef name : names)
+        if (sizeOf(name) > 1)
+          axes.push_back(StringAttr::get(context, name));
+      return DimShardingAttr::get(context, axes, false);
+    };
+    SmallVector<DimShardingAttr> dims = {
+        type.getDimSize(0) % dp == 0 ? axesOf({"dp"}) : axesOf({}),
+        axesOf({}), axesOf({"tp", "cp"}), axesOf({})};
+    auto layout = ShardingAttr::get(
+        context, FlatSymbolRefAttr::get(context, "mesh"), dims);
+    OpBuilder builder(context);
+    Operation *producer = value.getDefiningOp();
+    if (producer)
+      builder.setInsertionPointAfter(producer);
+    else
+      builder.setInsertionPointToStart(value.getParentBlock());
+    auto constraint =
+        ShardOp::create(builder, value.getLoc(), type, value, layout);
+    Operation *placement = producer ? producer : user;
+    if (Attribute phase =
+            placement->getAttr(graph::GraphDialect::kPhaseAttrName))
+      constraint->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
+    if (graph::PartAttr part = graph::getModelPart(placement))
+      graph::setModelPart(constraint, part);
+    value.replaceAllUsesExcept(constraint.getResult(), constraint);
+    return success();
+  }
+
+  llvm::StringMap<int64_t> sizes_;
+};
+
+} // namespace
