@@ -124,11 +124,15 @@ struct ApplyPresetPass
         return success();
       auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
       if (type.getRank() != 2 || type.getDimSize(1) % cp != 0 ||
-          type.getDimSize(0) % dp != 0)
+          type.getDimSize(0) % dp != 0) {
+        auto name = function.getArgAttrOfType<StringAttr>(
+            i, graph::GraphDialect::kParamNameAttrName);
         return function.emitError()
-               << "argument " << i << " (" << type
+               << "input \"" << (name ? name.getValue() : StringRef("?"))
+               << "\" (" << type
                << "): expected [batch, seq] with the batch divisible by dp="
                << dp << " and the sequence by cp=" << cp;
+      }
       SmallVector<DimShardingAttr> dims(
           2, DimShardingAttr::get(context, {}, false));
       if (dp > 1)
