@@ -63,7 +63,7 @@ struct ApplyZeroPass : public trellis::impl::ApplyZeroPassBase<ApplyZeroPass> {
 
     // Stage 1: optimizer states (moments, fp32 masters); stage 3 also the
     // parameters. Stage 2 shards what stage 1 does, and its gradients are
-    // reduce-scattered per micro-batch below.
+    // reduce-scattered where the backward makes them (below).
     bool anyState = false;
     SmallVector<std::string> unsplit;
     for (unsigned i = 0; i < function.getNumArguments(); ++i) {
