@@ -395,7 +395,7 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
   Value attention =
       AttentionOp::create(builder_, loc_, query, key, value,
                           builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
-                          builder_.getBoolAttr(true));
+                          builder_.getBoolAttr(true), ArrayAttr());
   Value projWeight = param(prefix + ".attn.c_proj.weight", {e, e}, residual);
   Value projBias = param(prefix + ".attn.c_proj.bias", {e}, "zeros");
   x = AddOp::create(
@@ -435,13 +435,15 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
       hidden, param(prefix + ".self_attn.v_proj.weight", {hkv * d, e}, normal),
       true);
   Value qRotated = RopeOp::create(builder_, loc_, reshape(q, {b, s, hq, d}),
-                                  frequencies, builder_.getBoolAttr(false));
+                                  frequencies, builder_.getBoolAttr(false),
+                                  ArrayAttr());
   Value kRotated = RopeOp::create(builder_, loc_, reshape(k, {b, s, hkv, d}),
-                                  frequencies, builder_.getBoolAttr(false));
+                                  frequencies, builder_.getBoolAttr(false),
+                                  ArrayAttr());
   Value attention = AttentionOp::create(
       builder_, loc_, qRotated, kRotated, reshape(v, {b, s, hkv, d}),
       builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
-      builder_.getBoolAttr(true));
+      builder_.getBoolAttr(true), ArrayAttr());
   Value output = linear(
       reshape(attention, {b, s, hq * d}),
       param(prefix + ".self_attn.o_proj.weight", {e, hq * d}, normal), true);

@@ -1,5 +1,10 @@
 //===- ApplyContextParallel.cpp - Context parallelism as annotations ------===//
 //
+// All-gather attention (Llama 3's): each attention's keys and values are
+// constrained whole along the sequence, its queries stay the rank's piece
+// (attention then attends from the piece's place; the key and value
+// gradients come out partial and are reduce-scattered home).
+//
 // DeepSpeed-Ulysses (Jacobs et al., 2023) as layout constraints: the
 // activations are split along the sequence over the "cp" axis (the preset
 // splits the inputs so), and the ops that need the whole sequence (rotary
@@ -51,6 +56,22 @@ struct ApplyContextParallelPass
                                     : std::string("no mesh"));
       return signalPassFailure();
     }
+    if (kind == "allgather") {
+      // Each attention's keys and values whole along the sequence: an
+      // all_gather before it; its queries stay this rank's piece.
+      SmallVector<graph::AttentionOp> attentions;
+      function.walk([&](graph::AttentionOp op) { attentions.push_back(op); });
+      for (graph::AttentionOp op : attentions)
+        for (Value value : {op.getKey(), op.getValue()})
+          if (failed(constrain(op, value, /*headsOverContext=*/false)))
+            return signalPassFailure();
+      return;
+    }
+    if (kind != "ulysses") {
+      function.emitError() << "unknown context-parallel kind '" << kind
+                           << "': expected ulysses or allgather";
+      return signalPassFailure();
+    }
     // Ulysses: each sequence-whole op's 4-D operands split by heads.
     SmallVector<Operation *> wholeSequence;
     function.walk([&](Operation *op) {
@@ -64,7 +85,7 @@ struct ApplyContextParallelPass
         auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
         if (!type || type.getRank() != 4 || done.contains(value))
           continue;
-        if (failed(splitHeads(op, value)))
+        if (failed(constrain(op, value, /*headsOverContext=*/true)))
           return signalPassFailure();
         done.insert(value);
       }
@@ -77,13 +98,15 @@ private:
   }
 
   /// Constrains `value` ([batch, seq, heads, head_dim], read by `user`) to
-  /// be split by heads over tp then cp (batch over dp), the sequence whole,
-  /// where it is made: every reader (the forward's and the backward's) gets
-  /// the head pieces.
-  LogicalResult splitHeads(Operation *user, Value value) {
+  /// be whole along the sequence, split by heads over tp (then cp, with
+  /// `headsOverContext`: Ulysses) and by batch over dp, where it is made:
+  /// every reader (the forward's and the backward's) gets that layout.
+  LogicalResult constrain(Operation *user, Value value,
+                          bool headsOverContext) {
     auto type = llvm::cast<RankedTensorType>(value.getType());
     int64_t heads = type.getDimSize(2);
-    int64_t tp = sizeOf("tp"), cp = sizeOf("cp"), dp = sizeOf("dp");
+    int64_t tp = sizeOf("tp"), dp = sizeOf("dp");
+    int64_t cp = headsOverContext ? sizeOf("cp") : 1;
     if (heads % (tp * cp) != 0)
       return user->emitOpError()
              << "Ulysses splits the " << heads
@@ -101,7 +124,8 @@ private:
     };
     SmallVector<DimShardingAttr> dims = {
         type.getDimSize(0) % dp == 0 ? axesOf({"dp"}) : axesOf({}),
-        axesOf({}), axesOf({"tp", "cp"}), axesOf({})};
+        axesOf({}),
+        headsOverContext ? axesOf({"tp", "cp"}) : axesOf({"tp"}), axesOf({})};
     auto layout = ShardingAttr::get(
         context, FlatSymbolRefAttr::get(context, "mesh"), dims);
     OpBuilder builder(context);

@@ -19,6 +19,7 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
   if (options.contextParallel > 1) {
     ApplyContextParallelPassOptions context;
     context.functionName = options.function;
+    context.kind = options.contextKind;
     pm.addPass(createApplyContextParallelPass(context));
   }
   if (options.sequenceParallel) {

@@ -56,10 +56,15 @@ Status runRope(const KernelArgs &args) {
   const std::vector<double> &frequencies =
       args.instruction.reals("frequencies");
   double sign = args.instruction.flag("inverse") ? -1.0 : 1.0;
+  // A piece of the sequence (split over `axes`) starts at its place.
+  StatusOr<int64_t> position = shardPosition(args);
+  if (!position.ok())
+    return position.status();
+  int64_t first = *position * seq;
   std::vector<float> cosines(half), sines(half);
   for (int64_t s = 0; s < seq; ++s) {
     for (int64_t i = 0; i < half; ++i) {
-      double angle = sign * s * frequencies[i];
+      double angle = sign * double(first + s) * frequencies[i];
       cosines[i] = static_cast<float>(std::cos(angle));
       sines[i] = static_cast<float>(std::sin(angle));
     }

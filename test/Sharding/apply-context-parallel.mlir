@@ -2,6 +2,8 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="cp=2" -trellis-apply-context-parallel -trellis-propagate-shardings -trellis-partition | FileCheck %s --check-prefix=PARTITIONED
 // RUN: not trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="cp=4" -trellis-apply-context-parallel 2>&1 | FileCheck %s --check-prefix=HEADS
 // RUN: not trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="dp=2" -trellis-apply-context-parallel 2>&1 | FileCheck %s --check-prefix=NO-CP
+// RUN: trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="cp=2" -trellis-apply-context-parallel="kind=allgather" -trellis-propagate-shardings -trellis-partition | FileCheck %s --check-prefix=ALLGATHER
+// RUN: not trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="cp=2" -trellis-apply-context-parallel="kind=ring" 2>&1 | FileCheck %s --check-prefix=KIND
 
 // Tests the Ulysses preset: the inputs' sequence is split over cp; the
 // 4-D operands of rope and attention are split by heads where they are
@@ -18,6 +20,16 @@
 // PARTITIONED: graph.attention {{.*}} : tensor<2x8x1x4xf32>, tensor<2x8x1x4xf32>
 // HEADS: error: 'graph.rope' op Ulysses splits the 2 heads of its operand over tp x cp = 1 x 4: expected heads (kv heads with grouped-query attention) divisible by 4
 // NO-CP: error: context parallelism splits the sequence over the "cp" axis: expected cp > 1, found cp=1
+// All-gather attention: the keys and values gathered along the sequence,
+// the queries (and rope) on this rank's piece, attending from its place
+// (the attention names the axes its queries are split over).
+// ALLGATHER-LABEL: func.func @train_step
+// ALLGATHER: graph.rope {{.*}}axes = ["cp"]{{.*}} : tensor<2x4x2x4xf32>
+// ALLGATHER: trellis.all_gather %{{.*}} over @mesh ["cp"] dim 1 {{.*}} : tensor<2x4x2x4xf32> -> tensor<2x8x2x4xf32>
+// ALLGATHER: graph.attention {{.*}}axes = ["cp"]{{.*}} : tensor<2x4x2x4xf32>, tensor<2x8x2x4xf32>
+// ALLGATHER: graph.attention_grad {{.*}}axes = ["cp"]{{.*}} : tensor<2x4x2x4xf32>, tensor<2x8x2x4xf32>
+// ALLGATHER: trellis.reduce_scatter %{{.*}} over @mesh ["cp"] dim 1 sum {{.*}} : tensor<2x8x2x4xf32> -> tensor<2x4x2x4xf32>
+// KIND: error: unknown context-parallel kind 'ring': expected ulysses or allgather
 func.func @forward(%w: tensor<8x8xf32> {graph.role = "param", graph.param = "w", graph.init = "normal:0.02"},
                    %x: tensor<2x8xi32> {graph.role = "input", graph.param = "tokens"},
                    %table: tensor<16x8xf32> {graph.role = "param", graph.param = "table", graph.init = "normal:0.02"}) -> tensor<f32> {
@@ -25,7 +37,8 @@ func.func @forward(%w: tensor<8x8xf32> {graph.role = "param", graph.param = "w",
   %h = graph.matmul %e, %w {graph.part = #graph.part<layer 0>} : tensor<2x8x8xf32>, tensor<8x8xf32>
   %q = graph.reshape %h to [2, 8, 2, 4] {graph.part = #graph.part<layer 0>} : tensor<2x8x8xf32>
   %r = graph.rope %q frequencies [1.0, 0.1] {graph.part = #graph.part<layer 0>} : tensor<2x8x2x4xf32>
-  %a = graph.attention %r, %r, %r scale 0.5 {graph.part = #graph.part<layer 0>} : tensor<2x8x2x4xf32>, tensor<2x8x2x4xf32>
+  %kv = graph.scale %r by 2.0 {graph.part = #graph.part<layer 0>} : tensor<2x8x2x4xf32>
+  %a = graph.attention %r, %kv, %kv scale 0.5 {graph.part = #graph.part<layer 0>} : tensor<2x8x2x4xf32>, tensor<2x8x2x4xf32>
   %o = graph.reshape %a to [2, 8, 8] {graph.part = #graph.part<layer 0>} : tensor<2x8x2x4xf32>
   %loss = graph.reduce_sum %o dims [0, 1, 2] {graph.part = #graph.part<head>} : tensor<2x8x8xf32>
   return %loss : tensor<f32>

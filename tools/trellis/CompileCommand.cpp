@@ -128,8 +128,9 @@ cl::opt<int64_t> compileContextParallel(
 cl::opt<std::string> compileContextKind(
     "cp-kind",
     cl::desc("ulysses: all_to_all from sequence pieces to head pieces around "
-             "rotary embeddings and attention (ring and allgather are not "
-             "available yet)"),
+             "rotary embeddings and attention; allgather: keys and values "
+             "gathered, each rank attends from its queries' place (ring is "
+             "not available yet)"),
     cl::init("ulysses"), cl::sub(compileCommand));
 cl::opt<bool> compileSequenceParallel(
     "sp",
@@ -499,11 +500,10 @@ int runCompileCommand() {
       compileContextKind != "allgather")
     return reportError("compile", "unknown --cp-kind '" + compileContextKind +
                                       "': expected ring, ulysses or allgather");
-  if (compileContextKind != "ulysses")
-    return reportError("compile",
-                       "--cp-kind " + compileContextKind +
-                           " is not available yet (its attention lowering is "
-                           "not implemented): expected ulysses");
+  if (compileContextKind == "ring")
+    return reportError("compile", "--cp-kind ring is not available yet (ring "
+                                  "attention is not implemented): expected "
+                                  "ulysses or allgather");
   if (degrees->contextParallel < 1)
     return reportError("compile", "--cp: expected a positive degree, found " +
                                       std::to_string(degrees->contextParallel));
@@ -513,6 +513,7 @@ int runCompileCommand() {
     sharding.zeroStage = compileZero;
     sharding.sequenceParallel = compileSequenceParallel;
     sharding.contextParallel = degrees->contextParallel;
+    sharding.contextKind = compileContextKind;
     sharding.function = stepName.str();
     sharding.dataParallel = degrees->dataParallel;
     sharding.tensorParallel = degrees->tensorParallel;

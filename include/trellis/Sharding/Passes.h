@@ -30,8 +30,10 @@ struct ShardingOptions {
   int64_t zeroStage = 0;
   /// Megatron sequence parallelism over the tensor-parallel axis.
   bool sequenceParallel = false;
-  /// Context parallelism (Ulysses) over a "cp" axis of this size.
+  /// Context parallelism over a "cp" axis of this size, and its kind
+  /// (ulysses, allgather).
   int64_t contextParallel = 1;
+  std::string contextKind = "ulysses";
   /// Bytes per fused gradient reduction.
   int64_t bucketBytes = 25 << 20;
   /// Keep gradient buckets within one model part (the step is pipelined).

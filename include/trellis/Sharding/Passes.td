@@ -114,22 +114,27 @@ def ApplySequenceParallelPass
 
 def ApplyContextParallelPass
     : Pass<"trellis-apply-context-parallel", "::mlir::ModuleOp"> {
-  let summary = "Annotates a training step for Ulysses context parallelism";
+  let summary = "Annotates a training step for context parallelism";
   let description = [{
     The inputs' sequence is split over the "cp" axis (by
     -trellis-apply-preset="cp=N"), and propagation carries the split through
-    every per-token op. This pass constrains the 4-D [batch, seq, heads,
-    head_dim] operands of the ops that need the whole sequence (rope,
-    attention) to be split by heads over tp then cp, the sequence whole,
-    where they are made: the partitioner turns the sequence pieces into
-    head pieces with all_to_alls before them, and back after attention (the
-    sequence-split residual stream meeting its output). Heads (kv heads
-    with grouped-query attention) must divide by tp x cp: an error names
-    the counts.
+    every per-token op; rope rotates a piece from its place.
+    - `kind=ulysses`: the 4-D [batch, seq, heads, head_dim] operands of
+      rope and attention are constrained, where they are made, to be split
+      by heads over tp then cp, the sequence whole: the partitioner turns
+      the sequence pieces into head pieces with all_to_alls before them,
+      and back after attention. Heads (kv heads with grouped-query
+      attention) must divide by tp x cp: an error names the counts.
+    - `kind=allgather`: each attention's keys and values are constrained
+      whole along the sequence (an all_gather over cp); its queries stay
+      the rank's piece and attend from their place; the key and value
+      gradients, partial over cp, are reduce-scattered home.
   }];
   let options = [
     Option<"functionName", "function", "std::string", "\"train_step\"",
-           "The training step">
+           "The training step">,
+    Option<"kind", "kind", "std::string", "\"ulysses\"",
+           "ulysses or allgather">
   ];
   let dependentDialects = ["::trellis::TrellisDialect"];
 }

@@ -137,9 +137,19 @@ Diagnostic attentionOperands(const OpInstance &op) {
   TRELLIS_CHECK(expectRank(op, 1, "key [batch, seq, kv_heads, dim]", 4));
   TRELLIS_CHECK(expectSameShape(op, 2, "value", 1, "key"));
   const Shape &q = op.shape(0), &k = op.shape(1);
-  if (q[0] != k[0] || q[1] != k[1] || q[3] != k[3])
-    return "expected key of shape [" + text(q[0]) + ", " + text(q[1]) +
-           ", kv_heads, " + text(q[3]) + "] to match query " + formatShape(q) +
+  // Queries split over mesh axes (context parallelism) are a piece of the
+  // keys' sequence: one of the group's when it is known (the plan), some
+  // whole fraction of it otherwise (the compiler's local types).
+  bool split = op.has("axes");
+  int64_t pieces = op.numAxes() ? op.groupSize() : 1;
+  bool sequences = split && !op.numAxes()
+                       ? q[1] > 0 && k[1] % q[1] == 0
+                       : q[1] * pieces == k[1];
+  if (q[0] != k[0] || !sequences || q[3] != k[3])
+    return "expected key of shape [" + text(q[0]) + ", " +
+           text(q[1] * pieces) + ", kv_heads, " + text(q[3]) +
+           "] to match query " + formatShape(q) +
+           (pieces > 1 ? " (a piece of " + text(pieces) + ")" : "") +
            ", found " + formatShape(k);
   if (k[2] == 0 || q[2] % k[2] != 0)
     return "expected kv heads (" + text(k[2]) + ") to divide query heads (" +
@@ -472,7 +482,8 @@ void TableBuilder::build() {
         return std::nullopt;
       });
   add("rope", {kInput}, 1,
-      {{"frequencies", K::Reals, true}, {"inverse", K::Bool, false}},
+      {{"frequencies", K::Reals, true}, {"inverse", K::Bool, false},
+       kOptionalAxes},
       [](const OpInstance &op, Results &out) -> Diagnostic {
         TRELLIS_CHECK(expectRank(op, 0, "input [batch, seq, heads, dim]", 4));
         int64_t dim = op.shape(0).back();
@@ -487,14 +498,14 @@ void TableBuilder::build() {
         return std::nullopt;
       });
   add("attention", {{"query"}, {"key"}, {"value"}}, 1,
-      {{"scale", K::Real, true}, {"causal", K::Bool, false}},
+      {{"scale", K::Real, true}, {"causal", K::Bool, false}, kOptionalAxes},
       [](const OpInstance &op, Results &out) -> Diagnostic {
         TRELLIS_CHECK(attentionOperands(op));
         out.push_back(op.input(0));
         return std::nullopt;
       });
   add("attention_grad", {{"query"}, {"key"}, {"value"}, {"result_grad"}}, 3,
-      {{"scale", K::Real, true}, {"causal", K::Bool, false}},
+      {{"scale", K::Real, true}, {"causal", K::Bool, false}, kOptionalAxes},
       [](const OpInstance &op, Results &out) -> Diagnostic {
         TRELLIS_CHECK(attentionOperands(op));
         TRELLIS_CHECK(expectSameShape(op, 3, "result_grad", 0, "query"));

@@ -26,9 +26,10 @@ func.func @broadcast(%x: tensor<8x32xf32>, %b: tensor<32xf32>, %c: tensor<1x32xf
 // -----
 
 // Tests that attention splits batch and heads (grouped-query heads share a
-// factor of the kv-head count) and keeps sequence and head dimension whole.
+// factor of the kv-head count) and the queries' sequence (a piece knows its
+// place), and keeps the keys' sequence and the head dimension whole.
 func.func @attention(%q: tensor<2x8x4x16xf32>, %kv: tensor<2x8x2x16xf32>) {
-  // expected-remark @+1 {{sharding rule: ([f0, f1, f3, f4], [f0, f2, f3, f4], [f0, f2, f3, f4]) -> ([f0, f1, f3, f4]) {f0=2 parallel, f1=8 whole, f2=8 whole, f3=2 parallel, f4=16 whole}}}
+  // expected-remark @+1 {{sharding rule: ([f0, f1, f3, f4], [f0, f2, f3, f4], [f0, f2, f3, f4]) -> ([f0, f1, f3, f4]) {f0=2 parallel, f1=8 parallel, f2=8 whole, f3=2 parallel, f4=16 whole}}}
   %0 = graph.attention %q, %kv, %kv scale 0.25 : tensor<2x8x4x16xf32>, tensor<2x8x2x16xf32>
   return
 }

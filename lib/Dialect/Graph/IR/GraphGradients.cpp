@@ -360,7 +360,7 @@ LogicalResult RopeOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                      SmallVectorImpl<Value> &grads) {
   // A rotation's transpose is the inverse rotation.
   grads.push_back(RopeOp::create(b, getLoc(), dy[0], getFrequenciesAttr(),
-                                 b.getBoolAttr(!getInverse())));
+                                 b.getBoolAttr(!getInverse()), ArrayAttr()));
   return success();
 }
 
@@ -368,7 +368,8 @@ LogicalResult AttentionOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                           SmallVectorImpl<Value> &grads) {
   auto grad =
       AttentionGradOp::create(b, getLoc(), getQuery(), getKey(), getValue(),
-                              dy[0], getScaleAttr(), getCausalAttr());
+                              dy[0], getScaleAttr(), getCausalAttr(),
+                              ArrayAttr());
   grads.append({grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()});
   return success();
 }

@@ -100,3 +100,26 @@ LogicalResult EmbeddingGradOp::localizeAttributes(TypeRange,
   }
   return success();
 }
+
+// A piece of the sequence rotates by its absolute positions: the
+// partitioner names the axes it is split over.
+LogicalResult RopeOp::localizeAttributes(TypeRange, ArrayRef<ArrayAttr> axes) {
+  if (ArrayAttr sequenceAxes = splitAxes(axes, 0, 1))
+    setAxesAttr(sequenceAxes);
+  return success();
+}
+
+// A piece of the queries attends from its absolute positions.
+LogicalResult AttentionOp::localizeAttributes(TypeRange,
+                                              ArrayRef<ArrayAttr> axes) {
+  if (ArrayAttr queryAxes = splitAxes(axes, 0, 1))
+    setAxesAttr(queryAxes);
+  return success();
+}
+
+LogicalResult AttentionGradOp::localizeAttributes(TypeRange,
+                                                  ArrayRef<ArrayAttr> axes) {
+  if (ArrayAttr queryAxes = splitAxes(axes, 0, 1))
+    setAxesAttr(queryAxes);
+  return success();
+}

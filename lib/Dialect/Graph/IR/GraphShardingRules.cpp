@@ -439,12 +439,13 @@ ShardingRule EmbeddingGradOp::getShardingRule() {
 }
 
 ShardingRule RopeOp::getShardingRule() {
-  // The angle depends on the absolute position: the sequence stays whole.
+  // The angle depends on the absolute position: a piece of the sequence
+  // knows its offset from its place (localizeAttributes).
   ShardingRule rule;
   ArrayRef<int64_t> shape = shapeOf(getInput());
   SmallVector<int64_t> factors = {
       rule.addFactor(shape[0], FactorKind::Parallel),
-      rule.addFactor(shape[1], FactorKind::Whole),
+      rule.addFactor(shape[1], FactorKind::Parallel),
       rule.addFactor(shape[2], FactorKind::Parallel),
       rule.addFactor(shape[3], FactorKind::Whole)};
   rule.operandFactors = {factors};
@@ -453,15 +454,18 @@ ShardingRule RopeOp::getShardingRule() {
 }
 
 namespace {
-/// Batch and heads parallel; sequence and head dimension whole. Query heads
-/// and kv heads share one factor of size kv_heads: splitting both into
-/// contiguous blocks keeps every query head with its kv head.
+/// Batch and heads parallel; the keys' sequence and the head dimension
+/// whole. The queries' sequence may be split (context parallelism: each
+/// piece knows its offset, localizeAttributes), which leaves the key and
+/// value gradients partial. Query heads and kv heads share one factor of
+/// size kv_heads: splitting both into contiguous blocks keeps every query
+/// head with its kv head.
 ShardingRule attentionRule(Value query, Value key, unsigned numOperands,
                            unsigned numResults, bool lastOperandIsQueryLike) {
   ShardingRule rule;
   ArrayRef<int64_t> q = shapeOf(query), k = shapeOf(key);
   int64_t batch = rule.addFactor(q[0], FactorKind::Parallel);
-  int64_t querySeq = rule.addFactor(q[1], FactorKind::Whole);
+  int64_t querySeq = rule.addFactor(q[1], FactorKind::Parallel);
   int64_t keySeq = rule.addFactor(k[1], FactorKind::Whole);
   int64_t heads = rule.addFactor(std::gcd(q[2], k[2]), FactorKind::Parallel);
   int64_t dim = rule.addFactor(q[3], FactorKind::Whole);

@@ -362,33 +362,41 @@ def Graph_EmbeddingGradOp : Graph_CostlyOp<"embedding_grad", [], ["localizeAttri
   }];
 }
 
-def Graph_RopeOp : Graph_CostlyOp<"rope"> {
+def Graph_RopeOp : Graph_CostlyOp<"rope", [], ["localizeAttributes"]> {
   let summary = "Rotary position embedding on [batch, seq, heads, dim]";
   let description = [{
     Rotates the pair (i, i + dim/2) of every head vector at position s by the
     angle s * frequencies[i] (the Hugging Face "rotate half" convention).
     `frequencies` has dim/2 entries: theta^(-2i/dim), possibly rescaled (as
     Llama 3's `rope_scaling` does). With `inverse` the rotation is undone:
-    that is the gradient.
+    that is the gradient. With the sequence split over the mesh `axes`
+    (the partitioner sets them), position s of this rank's piece is
+    (the rank's position along `axes`) * S + s.
   }];
   let arguments = (ins Graph_FloatTensor:$input,
                        DenseF64ArrayAttr:$frequencies,
-                       DefaultValuedAttr<BoolAttr, "false">:$inverse);
+                       DefaultValuedAttr<BoolAttr, "false">:$inverse,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$input `frequencies` $frequencies attr-dict `:` type($input)";
 }
 
 def Graph_AttentionOp : Graph_CostlyOp<"attention", [
-    AllTypesMatch<["key", "value"]>]> {
+    AllTypesMatch<["key", "value"]>], ["localizeAttributes"]> {
   let summary = "Scaled dot-product attention, multi-head or grouped-query";
   let description = [{
-    `query` is [B, S, Hq, D]; `key` and `value` are [B, S, Hkv, D] with Hkv
+    `query` is [B, Sq, Hq, D]; `key` and `value` are [B, S, Hkv, D] with Hkv
     dividing Hq: query head h reads key/value head h / (Hq / Hkv). The result
-    is [B, S, Hq, D]: softmax(q k^T * scale [+ causal mask]) v per head.
+    is [B, Sq, Hq, D]: softmax(q k^T * scale [+ causal mask]) v per head.
+    Sq is S unless the queries' sequence is split over the mesh `axes` (the
+    partitioner sets them; context parallelism): query i of this rank's
+    piece is then at position (the rank's position along `axes`) * Sq + i,
+    and sees the keys up to it.
   }];
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
                        Graph_FloatTensor:$value, F64Attr:$scale,
-                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+                       DefaultValuedAttr<BoolAttr, "true">:$causal,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value `scale` $scale attr-dict `:` type($query) `,` type($key)
@@ -396,7 +404,8 @@ def Graph_AttentionOp : Graph_CostlyOp<"attention", [
 }
 
 def Graph_AttentionGradOp : Graph_CostlyOp<"attention_grad", [
-    AllTypesMatch<["key", "value"]>, AllTypesMatch<["query", "result_grad"]>]> {
+    AllTypesMatch<["key", "value"]>, AllTypesMatch<["query", "result_grad"]>],
+    ["localizeAttributes"]> {
   let summary = "Gradients of attention for query, key and value";
   let description = [{
     Recomputes the attention probabilities from query and key.
@@ -404,7 +413,8 @@ def Graph_AttentionGradOp : Graph_CostlyOp<"attention_grad", [
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
                        Graph_FloatTensor:$value, Graph_FloatTensor:$result_grad,
                        F64Attr:$scale,
-                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+                       DefaultValuedAttr<BoolAttr, "true">:$causal,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Graph_FloatTensor:$query_grad,
                       Graph_FloatTensor:$key_grad,
                       Graph_FloatTensor:$value_grad);
