@@ -150,6 +150,27 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
   for (Value gradient : gradients)
     report.gradientBytes += bytesOf(gradient.getType());
 
+  // Activations each part keeps: its forward's values a backward op reads.
+  llvm::DenseSet<Value> counted;
+  for (const RankItem &item : items) {
+    if (!item.op || item.microBatch > 0)
+      continue;
+    auto phase =
+        item.op->getAttrOfType<StringAttr>(graph::GraphDialect::kPhaseAttrName);
+    graph::PartAttr part = graph::getModelPart(item.op);
+    if (!phase || phase.getValue() != "forward" || !part)
+      continue;
+    for (Value result : item.op->getResults()) {
+      bool saved = llvm::any_of(result.getUsers(), [](Operation *user) {
+        auto use = user->getAttrOfType<StringAttr>(
+            graph::GraphDialect::kPhaseAttrName);
+        return use && use.getValue() != "forward";
+      });
+      if (saved && counted.insert(result).second)
+        report.savedActivationBytes[part.str()] += bytesOf(result.getType());
+    }
+  }
+
   // The memory plan, as the runtime builds it: a value (of one micro-batch,
   // or of the step) lives from the item that makes (or receives) it to the
   // last item that reads (or sends) it, or a collective's wait point;
@@ -391,6 +412,12 @@ void StepReport::print(llvm::raw_ostream &os) const {
                       "other temporaries)\n",
                       formatBytes(totalPeakBytes), formatBytes(persistentBytes),
                       formatBytes(arenaBytes));
+  if (!savedActivationBytes.empty()) {
+    os << "activations kept for the backward (one micro-batch):";
+    for (const auto &[part, bytes] : savedActivationBytes)
+      os << llvm::formatv(" {0} {1};", part, formatBytes(bytes));
+    os << "\n";
+  }
   if (communication.empty()) {
     os << "communication per step: none\n";
     return;
@@ -407,6 +434,9 @@ llvm::json::Object StepReport::toJson() const {
   llvm::json::Object comm;
   for (const auto &[kind, bytes] : wireBytesByKind())
     comm[kind] = bytes;
+  llvm::json::Object saved;
+  for (const auto &[part, bytes] : savedActivationBytes)
+    saved[part] = bytes;
   return llvm::json::Object{
       {"parameters", parameterCount},
       {"stage_parameters", stageParameterCount},
@@ -419,6 +449,7 @@ llvm::json::Object StepReport::toJson() const {
                           {"activations_peak", arenaBytes},
                           {"total_peak", totalPeakBytes}}},
       {"comm_bytes", std::move(comm)},
+      {"activations_per_part", std::move(saved)},
   };
 }
 

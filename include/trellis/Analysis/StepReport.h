@@ -42,6 +42,9 @@ struct StepReport {
   int64_t persistentBytes = 0;
   int64_t arenaBytes = 0;
   int64_t totalPeakBytes = 0;
+  /// Per model part ("layer 3"), the bytes of one micro-batch's forward
+  /// values the backward reads (the activations a layer keeps).
+  std::map<std::string, int64_t> savedActivationBytes;
   struct Traffic {
     int64_t count = 0;
     /// Bytes of the operands handed to the collective on one rank.
