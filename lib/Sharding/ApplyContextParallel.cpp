@@ -47,8 +47,7 @@ struct ApplyContextParallelPass
     }
     auto mesh = module.lookupSymbol<MeshOp>("mesh");
     if (mesh)
-      for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
-        sizes_[meshAxis.getName()] = meshAxis.getSize();
+      mesh_ = mesh.getMesh();
     if (sizeOf("cp") <= 1) {
       function.emitError() << "context parallelism splits the sequence over "
                               "the \"cp\" axis: expected cp > 1, found "
@@ -93,8 +92,7 @@ struct ApplyContextParallelPass
 
 private:
   int64_t sizeOf(StringRef axis) const {
-    auto it = sizes_.find(axis);
-    return it == sizes_.end() ? 1 : it->second;
+    return mesh_ ? mesh_.getAxisSize(axis) : 1;
   }
 
   /// Constrains `value` ([batch, seq, heads, head_dim], read by `user`) to
@@ -109,8 +107,10 @@ private:
     int64_t cp = headsOverContext ? sizeOf("cp") : 1;
     if (heads % (tp * cp) != 0)
       return user->emitOpError()
-             << "Ulysses splits the " << heads
-             << " heads of its operand over tp x cp = " << tp << " x " << cp
+             << (headsOverContext ? "Ulysses splits the "
+                                  : "all-gather attention splits the ")
+             << heads << " heads of its operand over tp x cp = " << tp
+             << " x " << cp
              << ": expected heads (kv heads with grouped-query attention) "
                 "divisible by "
              << tp * cp;
@@ -146,7 +146,7 @@ private:
     return success();
   }
 
-  llvm::StringMap<int64_t> sizes_;
+  MeshAttr mesh_;
 };
 
 } // namespace

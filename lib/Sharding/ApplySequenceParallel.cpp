@@ -42,11 +42,7 @@ struct ApplySequenceParallelPass
       return signalPassFailure();
     }
     auto mesh = module.lookupSymbol<MeshOp>("mesh");
-    int64_t size = 1;
-    if (mesh)
-      for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
-        if (meshAxis.getName() == axis)
-          size = meshAxis.getSize();
+    int64_t size = mesh ? mesh.getMesh().getAxisSize(axis) : 1;
     if (size <= 1) {
       function.emitError()
           << "sequence parallelism splits the norm regions over the "

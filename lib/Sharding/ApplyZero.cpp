@@ -133,11 +133,7 @@ private:
     if (!name)
       name = FlatSymbolRefAttr::get(&getContext(), "mesh");
     auto mesh = module.lookupSymbol<MeshOp>(name.getAttr());
-    int64_t size = 1;
-    if (mesh)
-      for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
-        if (meshAxis.getName() == axis)
-          size = meshAxis.getSize();
+    int64_t size = mesh ? mesh.getMesh().getAxisSize(axis) : 1;
     if (!mesh || size <= 1) {
       function.emitError()
           << "ZeRO-" << static_cast<int64_t>(stage)
@@ -221,10 +217,7 @@ private:
 
   int64_t axisSize(StringAttr name) {
     auto mesh = getOperation().lookupSymbol<MeshOp>(meshName_.getAttr());
-    for (MeshAxisAttr meshAxis : mesh.getMesh().getAxes())
-      if (meshAxis.getName() == name.getValue())
-        return meshAxis.getSize();
-    return 1;
+    return mesh.getMesh().getAxisSize(name.getValue());
   }
 
   /// A gradient reduced in the compute dtype (--grad-reduce-dtype bf16, one

@@ -115,6 +115,11 @@ std::optional<size_t> MeshAttr::getAxisIndex(StringRef name) const {
   return std::nullopt;
 }
 
+int64_t MeshAttr::getAxisSize(StringRef name) const {
+  std::optional<size_t> index = getAxisIndex(name);
+  return index ? getAxes()[*index].getSize() : 1;
+}
+
 int64_t MeshAttr::getNumRanks() const {
   int64_t ranks = 1;
   for (MeshAxisAttr axis : getAxes())

@@ -38,6 +38,8 @@ def Trellis_MeshAttr : Trellis_Attr<"Mesh", "mesh"> {
     ::trellis::Mesh getMesh() const;
     /// Index of the axis called `name`, or nullopt.
     std::optional<size_t> getAxisIndex(::llvm::StringRef name) const;
+    /// Size of the axis called `name`, 1 if the mesh has none.
+    int64_t getAxisSize(::llvm::StringRef name) const;
     /// Number of ranks.
     int64_t getNumRanks() const;
   }];
