@@ -369,15 +369,23 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
     SmallVector<int64_t> global(
         llvm::cast<RankedTensorType>(result.getType()).getShape());
     global_[localResult] = global;
-    if (!(made == wanted))
-      value = reshard(op->getLoc(), value, made, wanted, global);
-    actual_[value] = wanted;
+    // A value the op made whole over an axis (its operands were gathered)
+    // cannot become a partial sum there: it stays whole, and users that
+    // wanted it partial take it as it is.
+    ValueSharding achieved = wanted;
+    achieved.partial.clear();
+    for (StringAttr axis : wanted.partial)
+      if (llvm::is_contained(made.partial, axis))
+        achieved.partial.push_back(axis);
+    if (!(made == achieved))
+      value = reshard(op->getLoc(), value, made, achieved, global);
+    actual_[value] = achieved;
     global_[value] = global;
     // A pipelined step keeps each value's layout for the stage split.
     Operation *producer = value.getDefiningOp();
     if (pipelined_ && producer->getNumResults() == 1)
       producer->setAttr(TrellisDialect::kLocalLayoutAttrName,
-                        wanted.toAttr(builder_.getContext(), meshName_));
+                        achieved.toAttr(builder_.getContext(), meshName_));
     result.replaceAllUsesWith(value);
   }
   op->erase();
