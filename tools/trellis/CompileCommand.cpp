@@ -129,8 +129,8 @@ cl::opt<std::string> compileContextKind(
     "cp-kind",
     cl::desc("ulysses: all_to_all from sequence pieces to head pieces around "
              "rotary embeddings and attention; allgather: keys and values "
-             "gathered, each rank attends from its queries' place (ring is "
-             "not available yet)"),
+             "gathered, each rank attends from its queries' place (Trellis "
+             "has no ring attention lowering yet)"),
     cl::init("ulysses"), cl::sub(compileCommand));
 cl::opt<bool> compileSequenceParallel(
     "sp",
@@ -501,9 +501,9 @@ int runCompileCommand() {
     return reportError("compile", "unknown --cp-kind '" + compileContextKind +
                                       "': expected ring, ulysses or allgather");
   if (compileContextKind == "ring")
-    return reportError("compile", "--cp-kind ring is not available yet (ring "
-                                  "attention is not implemented): expected "
-                                  "ulysses or allgather");
+    return reportError("compile", "--cp-kind ring: Trellis has no ring "
+                                  "attention lowering yet: expected ulysses "
+                                  "or allgather");
   if (degrees->contextParallel < 1)
     return reportError("compile", "--cp: expected a positive degree, found " +
                                       std::to_string(degrees->contextParallel));
