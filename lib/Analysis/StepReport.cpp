@@ -123,7 +123,8 @@ StepReport computeStepReport(func::FuncOp step) {
 }
 
 StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
-                             ArrayRef<RankItem> items, int64_t microBatches) {
+                             ArrayRef<RankItem> items, int64_t microBatches,
+                             bool withMemoryPlan) {
   StepReport report;
   // Model states: the arguments this rank holds.
   for (int64_t i : arguments) {
@@ -269,22 +270,40 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
   // first reader (or a kernel that communicates itself), or the issue of
   // the second collective after it (MemoryPlan.h).
   int64_t end = static_cast<int64_t>(items.size());
+  // Who reads each value (of each micro-batch), in order, and where the
+  // next kernel that communicates itself is.
+  DenseMap<Key, SmallVector<int64_t, 2>> readers;
+  std::vector<int64_t> nextCommunicating(items.size() + 1, end);
+  for (int64_t j = end - 1; j >= 0; --j) {
+    const RankItem &item = items[j];
+    nextCommunicating[j] = nextCommunicating[j + 1];
+    if (!item.op)
+      continue;
+    if (!llvm::isa<TrellisDialect>(item.op->getDialect()) &&
+        item.op->hasAttr("axes"))
+      nextCommunicating[j] = j;
+  }
+  for (auto [index, item] : llvm::enumerate(items)) {
+    if (item.op)
+      for (Value operand : item.op->getOperands())
+        readers[keyOf(operand, item.microBatch)].push_back(index);
+    else if (item.sends)
+      readers[keyOf(item.value, item.microBatch)].push_back(index);
+  }
+  // The first item after `after` that reads `key`, or the end.
+  auto readerAfter = [&](const Key &key, int64_t after) -> int64_t {
+    auto it = readers.find(key);
+    if (it == readers.end())
+      return end;
+    auto next = llvm::upper_bound(it->second, after);
+    return next == it->second.end() ? end : *next;
+  };
   std::vector<CollectiveWindow> windows;
   for (const Pending &pending : collectives) {
-    int64_t reader = end;
-    for (int64_t j = pending.issue + 1; j < end && reader == end; ++j) {
-      const RankItem &item = items[j];
-      if (!item.op)
-        continue;
-      bool reads = !llvm::isa<TrellisDialect>(item.op->getDialect()) &&
-                   item.op->hasAttr("axes");
-      for (Value operand : item.op->getOperands())
-        reads |= llvm::is_contained(pending.results, operand) &&
-                 keyOf(operand, item.microBatch) ==
-                     keyOf(operand, pending.microBatch);
-      if (reads)
-        reader = j;
-    }
+    int64_t reader = nextCommunicating[pending.issue + 1];
+    for (Value result : pending.results)
+      reader = std::min(
+          reader, readerAfter(keyOf(result, pending.microBatch), pending.issue));
     int64_t bytes = 0;
     for (Value value : items[pending.issue].op->getOperands())
       bytes += bytesOf(value.getType());
@@ -336,10 +355,14 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
                          : llvm::isa<graph::SgdOp>(maker) ? 0
                                                           : -1;
       bool safe = true;
-      for (auto [index, item] : llvm::enumerate(items)) {
-        int64_t j = static_cast<int64_t>(index);
+      auto argumentReaders = readers.find(keyOf(argument, -1));
+      ArrayRef<int64_t> reads;
+      if (argumentReaders != readers.end())
+        reads = argumentReaders->second;
+      for (int64_t j : reads) {
+        const RankItem &item = items[j];
         if (!item.op) {
-          safe &= !(item.sends && item.value == argument) || j < at;
+          safe &= j < at;
           continue;
         }
         for (OpOperand &operand : item.op->getOpOperands()) {
@@ -359,14 +382,7 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
   // wait of the receive it completes with (that receive's first reader),
   // else the end of the step.
   auto firstReader = [&](Value value, int64_t microBatch, int64_t after) {
-    for (int64_t j = after + 1; j < end; ++j) {
-      const RankItem &item = items[j];
-      bool reads = item.op ? llvm::is_contained(item.op->getOperands(), value)
-                           : item.sends && item.value == value;
-      if (reads && keyOf(value, item.microBatch) == keyOf(value, microBatch))
-        return j;
-    }
-    return end;
+    return readerAfter(keyOf(value, microBatch), after);
   };
   for (auto [index, item] : llvm::enumerate(items)) {
     if (item.op || !item.sends)
@@ -384,6 +400,8 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     if (it != lifetime.end())
       it->second.second = std::max(it->second.second, done);
   }
+  if (!withMemoryPlan)
+    return report;
   std::vector<ArenaBuffer> buffers;
   for (const Key &key : order) {
     const auto &[first, last] = lifetime[key];

@@ -554,9 +554,15 @@ int runCompileCommand() {
     stages = std::move(*found);
   }
   auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
-  std::vector<RankReport> reports =
-      staged ? reportStages(stages, compileMicroBatches) : reportStep(step);
-  if (pipeline)
+  // The reports walk every rank's schedule: only when asked for, or for
+  // the price of ZeRO-2/3 with a pipeline.
+  bool warnsOfZero = pipeline && compileZero >= 2 && degrees->dataParallel > 1;
+  std::vector<RankReport> reports;
+  bool reporting = compileReport || !compileReportJson.empty();
+  if (reporting || warnsOfZero)
+    reports = staged ? reportStages(stages, compileMicroBatches, reporting)
+                     : reportStep(step);
+  if (warnsOfZero)
     warnPipelinedZero(compileZero, compileMicroBatches, degrees->dataParallel,
                       reports);
   if (compileReport)

@@ -17,7 +17,8 @@ std::vector<RankReport> reportStep(mlir::func::FuncOp step) {
 }
 
 std::vector<RankReport> reportStages(llvm::ArrayRef<mlir::func::FuncOp> stages,
-                                     int64_t microBatches) {
+                                     int64_t microBatches,
+                                     bool withMemoryPlan) {
   std::vector<RankReport> reports;
   for (mlir::func::FuncOp stage : stages) {
     llvm::SmallVector<int64_t> arguments;
@@ -65,7 +66,8 @@ std::vector<RankReport> reportStages(llvm::ArrayRef<mlir::func::FuncOp> stages,
                              TrellisDialect::kPipelineStageAttrName)
                         .getInt();
     reports.push_back(
-        {index, computeRankReport(stage, arguments, items, microBatches)});
+        {index, computeRankReport(stage, arguments, items, microBatches,
+                                  withMemoryPlan)});
   }
   return reports;
 }

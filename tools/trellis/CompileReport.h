@@ -22,9 +22,10 @@ struct RankReport {
 /// Reports of an unstaged step.
 std::vector<RankReport> reportStep(mlir::func::FuncOp step);
 /// Reports of the stage functions of a staged step (`microBatches` per
-/// step).
+/// step); without `withMemoryPlan`, no arena placement (faster).
 std::vector<RankReport> reportStages(llvm::ArrayRef<mlir::func::FuncOp> stages,
-                                     int64_t microBatches);
+                                     int64_t microBatches,
+                                     bool withMemoryPlan = true);
 
 /// Prints every report (--report).
 void printReports(const std::vector<RankReport> &reports);

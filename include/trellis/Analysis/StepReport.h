@@ -91,11 +91,14 @@ StepReport computeStepReport(mlir::func::FuncOp step);
 
 /// The report of a rank that holds `arguments` (indices) of `step` and
 /// runs `items` in order (a pipeline stage's schedule); `microBatches`
-/// copies of each input are held (one per micro-batch).
+/// copies of each input are held (one per micro-batch). Without
+/// `withMemoryPlan` the arena is not placed (arenaBytes, totalPeakBytes
+/// stay 0): the model states and the communication only.
 StepReport computeRankReport(mlir::func::FuncOp step,
                              llvm::ArrayRef<int64_t> arguments,
                              llvm::ArrayRef<RankItem> items,
-                             int64_t microBatches = 1);
+                             int64_t microBatches = 1,
+                             bool withMemoryPlan = true);
 
 } // namespace trellis
 
