@@ -60,6 +60,16 @@ struct ApplySequenceParallelPass
         norms.push_back(op);
     });
     for (Operation *norm : norms) {
+      auto type = llvm::cast<RankedTensorType>(norm->getOperand(0).getType());
+      int64_t sequence =
+          type.getRank() >= 3 ? type.getDimSize(type.getRank() - 2) : 0;
+      if (type.getRank() >= 3 && sequence % size_ != 0) {
+        norm->emitOpError() << "sequence parallelism splits the sequence of "
+                            << type << " over " << axis << "=" << size_
+                            << ": expected a sequence divisible by " << size_
+                            << ", found " << sequence;
+        return signalPassFailure();
+      }
       splitAlongSequence(norm->getOperand(0));
       wholeForUsers(norm->getResult(0));
     }
@@ -83,8 +93,7 @@ private:
   void splitAlongSequence(Value value) {
     auto type = llvm::cast<RankedTensorType>(value.getType());
     Operation *producer = value.getDefiningOp();
-    if (!producer || llvm::isa<ShardOp>(producer) || type.getRank() < 3 ||
-        type.getDimSize(type.getRank() - 2) % size_ != 0)
+    if (!producer || llvm::isa<ShardOp>(producer) || type.getRank() < 3)
       return;
     OpBuilder builder(producer->getContext());
     builder.setInsertionPointAfter(producer);

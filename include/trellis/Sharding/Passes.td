@@ -100,8 +100,8 @@ def ApplySequenceParallelPass
     the split norm output meeting the column-parallel matmuls an
     all_gather, and in the backward the norm gradients' partial inputs are
     reduce-scattered and the norm outputs gathered again for the weight
-    gradients. Values whose sequence the axis does not divide are left
-    alone.
+    gradients. A norm whose sequence the axis does not divide is an error
+    naming the sizes.
   }];
   let options = [
     Option<"functionName", "function", "std::string", "\"train_step\"",
