@@ -395,7 +395,8 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
   Value attention =
       AttentionOp::create(builder_, loc_, query, key, value,
                           builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
-                          builder_.getBoolAttr(true), ArrayAttr());
+                          builder_.getBoolAttr(true), ArrayAttr(),
+                          IntegerAttr());
   Value projWeight = param(prefix + ".attn.c_proj.weight", {e, e}, residual);
   Value projBias = param(prefix + ".attn.c_proj.bias", {e}, "zeros");
   x = AddOp::create(
@@ -436,14 +437,14 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
       true);
   Value qRotated = RopeOp::create(builder_, loc_, reshape(q, {b, s, hq, d}),
                                   frequencies, builder_.getBoolAttr(false),
-                                  ArrayAttr());
+                                  ArrayAttr(), IntegerAttr());
   Value kRotated = RopeOp::create(builder_, loc_, reshape(k, {b, s, hkv, d}),
                                   frequencies, builder_.getBoolAttr(false),
-                                  ArrayAttr());
+                                  ArrayAttr(), IntegerAttr());
   Value attention = AttentionOp::create(
       builder_, loc_, qRotated, kRotated, reshape(v, {b, s, hkv, d}),
       builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
-      builder_.getBoolAttr(true), ArrayAttr());
+      builder_.getBoolAttr(true), ArrayAttr(), IntegerAttr());
   Value output = linear(
       reshape(attention, {b, s, hq * d}),
       param(prefix + ".self_attn.o_proj.weight", {e, hq * d}, normal), true);
@@ -499,11 +500,14 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   Value x = EmbeddingOp::create(builder_, loc_, embedTable, tokens, 0,
                                 /*axes=*/nullptr);
   if (gpt2) {
-    Value positions =
+    // Learned positions: the table's rows at the position ids (a split or
+    // reordered sequence reads its own rows).
+    Value table =
         param("transformer.wpe.weight", {config_.maxPositions, e}, normal);
-    Value used =
-        SliceOp::create(builder_, loc_, positions, ArrayRef<int64_t>{0, 0},
-                        ArrayRef<int64_t>{s, e});
+    Value ids = PositionsOp::create(builder_, loc_, s, IntegerAttr(),
+                                    ArrayAttr());
+    Value used = EmbeddingOp::create(builder_, loc_, table, ids, 0,
+                                     /*axes=*/nullptr);
     x = AddOp::create(builder_, loc_, x, used);
   }
   for (int64_t layer = 0; layer < config_.numLayers; ++layer)

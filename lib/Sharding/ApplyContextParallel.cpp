@@ -13,6 +13,12 @@
 // sequence pieces into head pieces before, and back after (where the
 // sequence-split stream meets the attention output).
 //
+// Ring attention (Liu et al., 2023): the all-gather layout, with the key and
+// value gradients split along the sequence where they are made, which
+// -trellis-lower-ring-attention turns into a ring. Its causal balance
+// stores the sequence in zigzag order (trellis/Common/SequenceChunks.h):
+// the token inputs and the position-aware ops say so.
+//
 //===----------------------------------------------------------------------===//
 
 #include "trellis/Sharding/Passes.h"
@@ -55,6 +61,11 @@ struct ApplyContextParallelPass
                                     : std::string("no mesh"));
       return signalPassFailure();
     }
+    if (kind == "ring") {
+      if (failed(annotateRing(module, function)))
+        return signalPassFailure();
+      return;
+    }
     if (kind == "allgather") {
       // Each attention's keys and values whole along the sequence: an
       // all_gather before it; its queries stay this rank's piece.
@@ -68,7 +79,7 @@ struct ApplyContextParallelPass
     }
     if (kind != "ulysses") {
       function.emitError() << "unknown context-parallel kind '" << kind
-                           << "': expected ulysses or allgather";
+                           << "': expected ulysses, allgather or ring";
       return signalPassFailure();
     }
     // Ulysses: each sequence-whole op's 4-D operands split by heads.
@@ -91,16 +102,87 @@ struct ApplyContextParallelPass
   }
 
 private:
+  /// Ring: keys and values whole (gathered, then lowered to the ring),
+  /// their gradients split along the sequence where attention_grad makes
+  /// them; with load balance, the zigzag order.
+  LogicalResult annotateRing(ModuleOp module, func::FuncOp function) {
+    int64_t chunks = loadBalance ? 2 * sizeOf("cp") : 0;
+    if (chunks > 1 && failed(storeZigzag(function, chunks)))
+      return failure();
+    SmallVector<graph::AttentionOp> attentions;
+    function.walk([&](graph::AttentionOp op) { attentions.push_back(op); });
+    // Keys and values already constrained (shared by the forward and the
+    // backward, or keys that are the values) are not constrained again.
+    // Operands 1 and 2 of attention and attention_grad.
+    auto constrainKeysAndValues = [&](Operation *op) {
+      for (unsigned operand : {1u, 2u}) {
+        Value value = op->getOperand(operand);
+        if (!value.getDefiningOp<ShardOp>() &&
+            failed(constrain(op, value, /*headsOverContext=*/false)))
+          return failure();
+      }
+      return success();
+    };
+    for (graph::AttentionOp op : attentions)
+      if (failed(constrainKeysAndValues(op)))
+        return failure();
+    SmallVector<graph::AttentionGradOp> gradients;
+    function.walk([&](graph::AttentionGradOp op) { gradients.push_back(op); });
+    for (graph::AttentionGradOp op : gradients) {
+      if (failed(constrainKeysAndValues(op)))
+        return failure();
+      for (Value grad : {op.getKeyGrad(), op.getValueGrad()})
+        if (failed(constrain(op, grad, /*headsOverContext=*/false,
+                             /*sequenceOverContext=*/true)))
+          return failure();
+    }
+    return success();
+  }
+
+  /// Marks the token inputs and the position-aware ops: the sequence is
+  /// stored in zigzag order of `chunks` chunks.
+  LogicalResult storeZigzag(func::FuncOp function, int64_t chunks) {
+    MLIRContext *context = &getContext();
+    auto chunksAttr = IntegerAttr::get(IntegerType::get(context, 64), chunks);
+    for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+      auto role = function.getArgAttrOfType<StringAttr>(
+          i, graph::GraphDialect::kRoleAttrName);
+      if (!role || role.getValue() != "input")
+        continue;
+      auto type = llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
+      if (type.getRank() < 2 || type.getDimSize(1) % chunks != 0) {
+        auto name = function.getArgAttrOfType<StringAttr>(
+            i, graph::GraphDialect::kParamNameAttrName);
+        return function.emitError()
+               << "ring attention balances the causal mask by cutting the "
+                  "sequence into 2 x cp = "
+               << chunks << " chunks: expected input \""
+               << (name ? name.getValue() : StringRef("?"))
+               << "\" to have a sequence divisible by " << chunks
+               << ", found " << type;
+      }
+      function.setArgAttr(i, TrellisDialect::kSequenceChunksAttrName,
+                          chunksAttr);
+    }
+    function.walk([&](Operation *op) {
+      if (llvm::isa<graph::RopeOp, graph::AttentionOp, graph::AttentionGradOp,
+                    graph::PositionsOp>(op))
+        op->setAttr("chunks", chunksAttr);
+    });
+    return success();
+  }
+
   int64_t sizeOf(StringRef axis) const {
     return mesh_ ? mesh_.getAxisSize(axis) : 1;
   }
 
   /// Constrains `value` ([batch, seq, heads, head_dim], read by `user`) to
-  /// be whole along the sequence, split by heads over tp (then cp, with
+  /// be whole along the sequence (split over cp with
+  /// `sequenceOverContext`), split by heads over tp (then cp, with
   /// `headsOverContext`: Ulysses) and by batch over dp, where it is made:
   /// every reader (the forward's and the backward's) gets that layout.
-  LogicalResult constrain(Operation *user, Value value,
-                          bool headsOverContext) {
+  LogicalResult constrain(Operation *user, Value value, bool headsOverContext,
+                          bool sequenceOverContext = false) {
     auto type = llvm::cast<RankedTensorType>(value.getType());
     int64_t heads = type.getDimSize(2);
     int64_t tp = sizeOf("tp"), dp = sizeOf("dp");
@@ -108,7 +190,8 @@ private:
     if (heads % (tp * cp) != 0)
       return user->emitOpError()
              << (headsOverContext ? "Ulysses splits the "
-                                  : "all-gather attention splits the ")
+                 : kind == "ring"   ? "ring attention splits the "
+                                    : "all-gather attention splits the ")
              << heads << " heads of its operand over tp x cp = " << tp
              << " x " << cp
              << ": expected heads (kv heads with grouped-query attention) "
@@ -124,7 +207,7 @@ private:
     };
     SmallVector<DimShardingAttr> dims = {
         type.getDimSize(0) % dp == 0 ? axesOf({"dp"}) : axesOf({}),
-        axesOf({}),
+        sequenceOverContext ? axesOf({"cp"}) : axesOf({}),
         headsOverContext ? axesOf({"tp", "cp"}) : axesOf({"tp"}), axesOf({})};
     auto layout = ShardingAttr::get(
         context, FlatSymbolRefAttr::get(context, "mesh"), dims);

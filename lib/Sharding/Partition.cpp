@@ -302,7 +302,9 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   SmallVector<Value> operands;
   for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
     ValueSharding required = projectFactors(rule.operandFactors[i], factorAxes);
-    required.partial = keptPartial;
+    if (rule.linearOperand < 0 ||
+        static_cast<int64_t>(i) == rule.linearOperand)
+      required.partial = keptPartial;
     if (operandShardings[i] == required) {
       operands.push_back(operand);
       continue;

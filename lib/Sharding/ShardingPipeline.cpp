@@ -37,6 +37,8 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
   propagation.explain = options.explain;
   pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass(propagation));
   pm.addNestedPass<func::FuncOp>(createPartitionPass());
+  if (options.contextParallel > 1 && options.contextKind == "ring")
+    pm.addNestedPass<func::FuncOp>(createLowerRingAttentionPass());
   BucketAllReducesPassOptions buckets;
   buckets.bucketBytes = options.bucketBytes;
   buckets.perPart = options.bucketsPerPart;
@@ -61,8 +63,12 @@ struct ShardingPipelineOptions
                              llvm::cl::desc("ZeRO stage (0-3) over dp"),
                              llvm::cl::init(0)};
   Option<int64_t> contextParallel{
-      *this, "cp", llvm::cl::desc("Context-parallel degree (Ulysses)"),
+      *this, "cp", llvm::cl::desc("Context-parallel degree"),
       llvm::cl::init(1)};
+  Option<std::string> contextKind{
+      *this, "cp-kind",
+      llvm::cl::desc("Context parallelism: ulysses, allgather or ring"),
+      llvm::cl::init("ulysses")};
   Option<bool> sequenceParallel{
       *this, "sp",
       llvm::cl::desc("Megatron sequence parallelism over tp"),
@@ -93,6 +99,7 @@ void trellis::registerShardingPipeline() {
         sharding.zeroStage = options.zeroStage;
         sharding.sequenceParallel = options.sequenceParallel;
         sharding.contextParallel = options.contextParallel;
+        sharding.contextKind = options.contextKind;
         sharding.bucketBytes = options.bucketBytes;
         sharding.bucketsPerPart = options.bucketsPerPart;
         sharding.explain = options.explain;

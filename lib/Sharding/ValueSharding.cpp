@@ -128,6 +128,13 @@ AxisNames partialAxes(const graph::ShardingRule &rule,
 
 AxisNames inheritedPartial(const graph::ShardingRule &rule,
                            ArrayRef<const ValueSharding *> operands) {
+  if (rule.linearOperand >= 0) {
+    size_t index = rule.linearOperand;
+    if (index >= operands.size() || !operands[index] ||
+        operands[index]->partialKind != ReductionKind::Sum)
+      return {};
+    return operands[index]->partial;
+  }
   if (!rule.linear || operands.empty() || !operands[0])
     return {};
   const AxisNames &first = operands[0]->partial;

@@ -5,11 +5,14 @@
 // head h reads key/value head h / (query heads / kv heads). The backward
 // pass recomputes the probabilities of one head at a time (S x S floats).
 // A piece of the queries (context parallelism: split over the instruction's
-// axes) sits at its place in the keys' sequence.
+// axes) sits at its place in the keys' sequence; with `chunks` the stored
+// sequence is in zigzag order and the causal mask compares positions.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+
+#include "trellis/Common/SequenceChunks.h"
 
 #include <cblas.h>
 
@@ -21,9 +24,9 @@ namespace trellis::runtime::cpu {
 
 namespace {
 
-/// Queries [batch, seq, queryHeads, dim] at positions first + i of the
-/// keys' [batch, keySeq, kvHeads, dim] (first > 0: a piece of the queries,
-/// context parallelism).
+/// Queries [batch, seq, queryHeads, dim] at stored indices first + i of
+/// the keys' [batch, keySeq, kvHeads, dim] (first > 0: a piece of the
+/// queries, context parallelism).
 struct AttentionShape {
   int64_t batch, seq, queryHeads, kvHeads, dim, keySeq, first;
   int queryStride() const { return static_cast<int>(queryHeads * dim); }
@@ -36,21 +39,59 @@ struct AttentionShape {
   }
 };
 
+/// Which keys each query sees: with the sequence in natural order, a
+/// prefix; in zigzag order, the keys whose positions do not follow the
+/// query's.
+struct CausalMask {
+  bool causal = true;
+  int64_t chunks = 0;
+  std::vector<int64_t> queryPositions, keyPositions;
+
+  CausalMask(const AttentionShape &s, bool causal, int64_t chunks)
+      : causal(causal), chunks(chunks) {
+    if (chunks > 1) {
+      queryPositions = sequencePositions(s.first, s.seq, s.keySeq, chunks);
+      keyPositions = sequencePositions(0, s.keySeq, s.keySeq, chunks);
+    }
+  }
+  /// The keys of query i form a prefix of this length (natural order).
+  int64_t prefix(const AttentionShape &s, int64_t i) const {
+    return causal ? std::min(s.first + i + 1, s.keySeq) : s.keySeq;
+  }
+  bool isPrefix() const { return !causal || chunks <= 1; }
+  bool sees(int64_t i, int64_t j) const {
+    return keyPositions[j] <= queryPositions[i];
+  }
+};
+
 /// probabilities = softmax(scale * q k^T + causal mask), row by row
 /// ([seq, keySeq]).
 void attentionProbabilities(const AttentionShape &s, const float *q,
-                            const float *k, float scale, bool causal,
-                            float *probabilities) {
+                            const float *k, float scale,
+                            const CausalMask &mask, float *probabilities) {
   int seq = static_cast<int>(s.seq), keys = static_cast<int>(s.keySeq);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, keys,
               static_cast<int>(s.dim), scale, q, s.queryStride(), k,
               s.kvStride(), 0.0f, probabilities, keys);
   for (int64_t i = 0; i < s.seq; ++i) {
     float *row = probabilities + i * s.keySeq;
-    int64_t visible =
-        causal ? std::min(s.first + i + 1, s.keySeq) : s.keySeq;
-    softmaxRow(row, row, visible);
-    std::fill(row + visible, row + s.keySeq, 0.0f);
+    if (mask.isPrefix()) {
+      int64_t visible = mask.prefix(s, i);
+      softmaxRow(row, row, visible);
+      std::fill(row + visible, row + s.keySeq, 0.0f);
+      continue;
+    }
+    // Every query sees its own position, so the row has a visible key.
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < s.keySeq; ++j)
+      if (mask.sees(i, j))
+        max = std::max(max, row[j]);
+    double sum = 0;
+    for (int64_t j = 0; j < s.keySeq; ++j)
+      sum += (row[j] = mask.sees(i, j) ? std::exp(row[j] - max) : 0.0f);
+    float inverse = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < s.keySeq; ++j)
+      row[j] *= inverse;
   }
 }
 
@@ -63,7 +104,8 @@ Status runAttention(const KernelArgs &args) {
     return position.status();
   AttentionShape s{qs[0], qs[1], qs[2], ks[2], qs[3], ks[1], *position * qs[1]};
   float scale = static_cast<float>(args.instruction.real("scale"));
-  bool causal = args.instruction.flag("causal", true);
+  CausalMask mask(s, args.instruction.flag("causal", true),
+                  args.instruction.integer("chunks"));
   const float *q = args.in(0).f32(), *k = args.in(1).f32(),
               *v = args.in(2).f32();
   int seq = static_cast<int>(s.seq), dim = static_cast<int>(s.dim);
@@ -75,7 +117,7 @@ Status runAttention(const KernelArgs &args) {
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t h = 0; h < s.queryHeads; ++h) {
         attentionProbabilities(s, q + s.queryOffset(b, h), k + s.kvOffset(b, h),
-                               scale, causal, probabilities.data());
+                               scale, mask, probabilities.data());
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, dim, keys,
                     1.0f, probabilities.data(), keys, v + s.kvOffset(b, h),
                     s.kvStride(), 0.0f, out + s.queryOffset(b, h),
@@ -94,7 +136,7 @@ Status runAttention(const KernelArgs &args) {
     for (int64_t h = 0; h < s.queryHeads; ++h) {
       int64_t qo = s.queryOffset(b, h), ko = s.kvOffset(b, h);
       float *p = probabilities.data(), *ds = dScores.data();
-      attentionProbabilities(s, q + qo, k + ko, scale, causal, p);
+      attentionProbabilities(s, q + qo, k + ko, scale, mask, p);
       // dV += P^T dO
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, dim, seq,
                   1.0f, p, keys, dOut + qo, s.queryStride(), 1.0f, dv + ko,
@@ -120,6 +162,40 @@ Status runAttention(const KernelArgs &args) {
                   scale, ds, keys, q + qo, s.queryStride(), 1.0f, dk + ko,
                   s.kvStride());
     }
+  return Status::success();
+}
+
+std::vector<int64_t> sequencePositions(int64_t first, int64_t count,
+                                       int64_t length, int64_t chunks) {
+  std::vector<int64_t> positions(count);
+  for (int64_t i = 0; i < count; ++i)
+    positions[i] = sequencePosition(first + i, length, chunks);
+  return positions;
+}
+
+std::vector<PositionRun> positionRuns(const std::vector<int64_t> &positions) {
+  std::vector<PositionRun> runs;
+  for (int64_t i = 0; i < static_cast<int64_t>(positions.size()); ++i) {
+    if (!runs.empty() &&
+        runs.back().position + runs.back().count == positions[i])
+      ++runs.back().count;
+    else
+      runs.push_back({i, 1, positions[i]});
+  }
+  return runs;
+}
+
+Status runPositions(const KernelArgs &args) {
+  StatusOr<int64_t> position = shardPosition(args);
+  if (!position.ok())
+    return position.status();
+  Tensor &out = args.out(0);
+  int64_t count = out.size();
+  std::vector<int64_t> positions =
+      sequencePositions(*position * count, count, count * shardCount(args),
+                        args.instruction.integer("chunks"));
+  for (int64_t i = 0; i < count; ++i)
+    out.i32()[i] = static_cast<int32_t>(positions[i]);
   return Status::success();
 }
 

@@ -16,6 +16,11 @@ StatusOr<int64_t> shardPosition(const KernelArgs &args) {
   return args.comm->groupPosition(args.axes);
 }
 
+int64_t shardCount(const KernelArgs &args) {
+  return args.axes.empty() || !args.comm ? 1
+                                         : args.comm->groupSize(args.axes);
+}
+
 Kernel findKernel(const std::string &op) {
   static const std::unordered_map<std::string, Kernel> kernels = [] {
     std::unordered_map<std::string, Kernel> table;
@@ -25,6 +30,9 @@ Kernel findKernel(const std::string &op) {
     };
     add({"matmul"}, runMatmul);
     add({"attention", "attention_grad"}, runAttention);
+    add({"attention_block", "attention_merge", "attention_block_grad"},
+        runRingAttention);
+    add({"positions"}, runPositions);
     add({"reshape", "transpose", "slice", "pad", "concat", "broadcast_to"},
         runLayout);
     add({"reduce_sum", "reduce_mean", "reduce_max"}, runReduction);

@@ -60,11 +60,13 @@ Status runRope(const KernelArgs &args) {
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
-  int64_t first = *position * seq;
+  std::vector<int64_t> positions =
+      sequencePositions(*position * seq, seq, seq * shardCount(args),
+                        args.instruction.integer("chunks"));
   std::vector<float> cosines(half), sines(half);
   for (int64_t s = 0; s < seq; ++s) {
     for (int64_t i = 0; i < half; ++i) {
-      double angle = sign * double(first + s) * frequencies[i];
+      double angle = sign * double(positions[s]) * frequencies[i];
       cosines[i] = static_cast<float>(std::cos(angle));
       sines[i] = static_cast<float>(std::sin(angle));
     }

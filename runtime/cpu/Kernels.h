@@ -24,6 +24,11 @@ Status runNormalization(const KernelArgs &args);
 Status runEmbedding(const KernelArgs &args);
 Status runRope(const KernelArgs &args);
 Status runAttention(const KernelArgs &args);
+/// Ring attention's attention_block, attention_merge and
+/// attention_block_grad.
+Status runRingAttention(const KernelArgs &args);
+/// Position ids (`positions`).
+Status runPositions(const KernelArgs &args);
 Status runCrossEntropy(const KernelArgs &args);
 Status runOptimizer(const KernelArgs &args);
 
@@ -49,6 +54,22 @@ Kernel selectKernel(const KernelArgs &args, bool &narrowNative);
 /// The rank's position along `args.axes` (0 when the op is not split);
 /// fails without a communicator for a split op.
 StatusOr<int64_t> shardPosition(const KernelArgs &args);
+
+/// The size of the group along `args.axes` (1 when the op is not split).
+int64_t shardCount(const KernelArgs &args);
+
+/// The positions in the sequence of stored indices first ... first +
+/// count - 1 of a sequence of `length` tokens kept in the order `chunks`
+/// gives (trellis/Common/SequenceChunks.h).
+std::vector<int64_t> sequencePositions(int64_t first, int64_t count,
+                                       int64_t length, int64_t chunks);
+
+/// A run of consecutive positions: local indices [begin, begin + count)
+/// hold positions [position, position + count).
+struct PositionRun {
+  int64_t begin, count, position;
+};
+std::vector<PositionRun> positionRuns(const std::vector<int64_t> &positions);
 
 /// y[0, n) = softmax(x[0, n)), with the sum in double. `x` may equal `y`.
 void softmaxRow(const float *x, float *y, int64_t n);

@@ -184,6 +184,9 @@ private:
   /// An argument's global_shape (after its sharding).
   Status readGlobalShape(const json &shape, const std::string &where,
                          Argument &argument);
+  /// An input's sequence_chunks: >= 2, dividing its whole sequence.
+  Status readSequenceChunks(const json &value, const std::string &where,
+                            Argument &argument);
   StatusOr<std::vector<size_t>>
   resolveAxes(const std::vector<std::string> &names,
               const std::string &where) const;
@@ -384,6 +387,33 @@ Status PlanReader::readGlobalShape(const json &shape, const std::string &where,
   return Status::success();
 }
 
+Status PlanReader::readSequenceChunks(const json &value,
+                                      const std::string &where,
+                                      Argument &argument) {
+  const std::vector<int64_t> &local = plan_.buffers[argument.buffer].shape;
+  if (!value.is_number_integer() || value.get<int64_t>() < 2 ||
+      value.get<int64_t>() > kMaxElements)
+    return Status::error(where + ": field \"sequence_chunks\": expected an "
+                                 "integer >= 2, found " + describe(value));
+  if (local.size() < 2)
+    return Status::error(where + ": field \"sequence_chunks\": expected an "
+                                 "input of rank >= 2 (dimension 1 the "
+                                 "sequence), found shape " +
+                         formatShape(local));
+  int64_t pieces = 1;
+  if (argument.sharding.size() > 1)
+    for (size_t axis : argument.sharding[1])
+      pieces *= plan_.mesh[axis].size;
+  int64_t chunks = value.get<int64_t>(), sequence = local[1] * pieces;
+  if (sequence % chunks != 0)
+    return Status::error(where + ": field \"sequence_chunks\": " +
+                         std::to_string(chunks) +
+                         " chunks do not divide the sequence of " +
+                         std::to_string(sequence));
+  argument.sequenceChunks = chunks;
+  return Status::success();
+}
+
 Status PlanReader::readArguments(const json &array) {
   static const std::map<std::string, ArgumentRole> roles = {
       {"param", ArgumentRole::Param},
@@ -468,6 +498,9 @@ Status PlanReader::readArguments(const json &array) {
         return Status::error(where + ": an input holds one micro-batch: "
                                      "expected its buffer marked "
                                      "micro_batch");
+      if (entry.contains("sequence_chunks"))
+        TRELLIS_RETURN_IF_ERROR(
+            readSequenceChunks(entry["sequence_chunks"], where, argument));
       break;
     case ArgumentRole::Step:
     case ArgumentRole::LossScale:

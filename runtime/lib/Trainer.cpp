@@ -5,6 +5,7 @@
 #include "trellis/Runtime/Initializer.h"
 #include "trellis/Runtime/Launcher.h"
 #include "trellis/Runtime/Safetensors.h"
+#include "trellis/Common/SequenceChunks.h"
 #include "trellis/Runtime/ShardLayout.h"
 #include "trellis/Runtime/TokenSource.h"
 #include "trellis/Runtime/Trace.h"
@@ -98,7 +99,14 @@ Status Trainer::scatterInput(int64_t argument,
       tensor.shape(), p.arguments[argument].sharding, planMesh(p), rank());
   std::vector<int32_t> local(tensor.size());
   int64_t offset = firstRow * seq_;
-  layout.forEach([&](int64_t l, int64_t g) { local[l] = global[offset + g]; });
+  // A zigzag input stores at index s the token of position
+  // sequencePosition(s): global element g = row * seq + s reads there.
+  int64_t chunks = p.arguments[argument].sequenceChunks;
+  layout.forEach([&](int64_t l, int64_t g) {
+    int64_t row = g / seq_, s = g % seq_;
+    local[l] =
+        global[offset + row * seq_ + sequencePosition(s, seq_, chunks)];
+  });
   return executor_->writeArgument(argument, local.data());
 }
 

@@ -129,8 +129,9 @@ cl::opt<std::string> compileContextKind(
     "cp-kind",
     cl::desc("ulysses: all_to_all from sequence pieces to head pieces around "
              "rotary embeddings and attention; allgather: keys and values "
-             "gathered, each rank attends from its queries' place (Trellis "
-             "has no ring attention lowering yet)"),
+             "gathered, each rank attends from its queries' place; ring: "
+             "key and value blocks passed around the ring, the sequence in "
+             "zigzag order (causal balance)"),
     cl::init("ulysses"), cl::sub(compileCommand));
 cl::opt<bool> compileSequenceParallel(
     "sp",
@@ -500,10 +501,6 @@ int runCompileCommand() {
       compileContextKind != "allgather")
     return reportError("compile", "unknown --cp-kind '" + compileContextKind +
                                       "': expected ring, ulysses or allgather");
-  if (compileContextKind == "ring")
-    return reportError("compile", "--cp-kind ring: Trellis has no ring "
-                                  "attention lowering yet: expected ulysses "
-                                  "or allgather");
   if (degrees->contextParallel < 1)
     return reportError("compile", "--cp: expected a positive degree, found " +
                                       std::to_string(degrees->contextParallel));

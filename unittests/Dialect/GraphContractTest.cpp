@@ -28,7 +28,7 @@ TEST(GraphContractTest, EveryGraphOpHasAPlanContract) {
         << planName.str() << "'";
     EXPECT_FALSE(contract->collective) << planName.str();
   }
-  EXPECT_EQ(graphOps, 47);
+  EXPECT_EQ(graphOps, 51);
 }
 
 TEST(GraphContractTest, ElementTypesRoundTrip) {

@@ -31,7 +31,7 @@ struct ShardingOptions {
   /// Megatron sequence parallelism over the tensor-parallel axis.
   bool sequenceParallel = false;
   /// Context parallelism over a "cp" axis of this size, and its kind
-  /// (ulysses, allgather).
+  /// (ulysses, allgather, ring).
   int64_t contextParallel = 1;
   std::string contextKind = "ulysses";
   /// Bytes per fused gradient reduction.

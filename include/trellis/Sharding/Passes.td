@@ -129,14 +129,50 @@ def ApplyContextParallelPass
       whole along the sequence (an all_gather over cp); its queries stay
       the rank's piece and attend from their place; the key and value
       gradients, partial over cp, are reduce-scattered home.
+    - `kind=ring`: the all-gather layout, the key and value gradients
+      constrained to the sequence split where attention_grad makes them,
+      for -trellis-lower-ring-attention to turn into a ring. With
+      `load-balance` (the default), the sequence is stored in zigzag order
+      of 2 x cp chunks (trellis/Common/SequenceChunks.h): the token inputs
+      carry trellis.sequence_chunks (the data loader follows it) and every
+      position-aware op (rope, attention, attention_grad, positions) its
+      `chunks`, so that each rank holds one early and one late chunk and
+      the causal ring does equal work on every rank. The sequence must
+      divide by 2 x cp: an error names the sizes.
   }];
   let options = [
     Option<"functionName", "function", "std::string", "\"train_step\"",
            "The training step">,
     Option<"kind", "kind", "std::string", "\"ulysses\"",
-           "ulysses or allgather">
+           "ulysses, allgather or ring">,
+    Option<"loadBalance", "load-balance", "bool", "true",
+           "ring: store the sequence in zigzag order (causal balance)">
   ];
   let dependentDialects = ["::trellis::TrellisDialect"];
+}
+
+def LowerRingAttentionPass
+    : Pass<"trellis-lower-ring-attention", "::mlir::func::FuncOp"> {
+  let summary = "Lowers attention over gathered keys and values to a ring";
+  let description = [{
+    Runs on a partitioned program. Each graph.attention whose queries are
+    split along the sequence over mesh axes A (its `axes`) and whose keys
+    and values are all_gathers of this rank's blocks over A along the
+    sequence becomes a ring of N = |A| steps (Liu et al., 2023): step i
+    attends to the block of the rank i places before (attention_block
+    with shift i) while that block passes on to the next rank
+    (collective_permute shift 1, issued before the step's compute so that
+    the transfer overlaps it); attention_merge combines the blocks by
+    their log-sum-exp. Each graph.attention_grad of that form whose key
+    and value gradients are reduce-scattered over A becomes the backward
+    ring: every step adds its block's gradient contributions to the key
+    and value gradients that travel with the block, and a last permute
+    brings them home, replacing the reduce_scatters. The backward reads
+    the forward ring's result and log-sum-exp (or recomputes them when no
+    forward attention of the same operands is in the function).
+  }];
+  let dependentDialects = ["::trellis::TrellisDialect",
+                           "::trellis::graph::GraphDialect"];
 }
 
 def PropagateShardingsPass

@@ -275,6 +275,9 @@ FailureOr<llvm::json::Object> Emitter::emitArgument(func::FuncOp function,
   if (auto padded = function.getArgAttrOfType<DenseI64ArrayAttr>(
           index, TrellisDialect::kPaddedAttrName))
     entry["global_shape"] = shapeArray(padded.asArrayRef());
+  if (auto chunks = function.getArgAttrOfType<IntegerAttr>(
+          index, TrellisDialect::kSequenceChunksAttrName))
+    entry["sequence_chunks"] = chunks.getInt();
   return entry;
 }
 

@@ -157,6 +157,40 @@ Diagnostic attentionOperands(const OpInstance &op) {
   return std::nullopt;
 }
 
+/// Ring attention's blocks: queries [B, S, Hq, D] and keys and values
+/// [B, S, Hkv, D] of one equal block of the sequence.
+Diagnostic attentionBlockOperands(const OpInstance &op) {
+  TRELLIS_CHECK(expectRank(op, 0, "query [batch, seq, heads, dim]", 4));
+  TRELLIS_CHECK(expectRank(op, 1, "key [batch, seq, kv_heads, dim]", 4));
+  TRELLIS_CHECK(expectSameShape(op, 2, "value", 1, "key"));
+  const Shape &q = op.shape(0), &k = op.shape(1);
+  if (q[0] != k[0] || q[1] != k[1] || q[3] != k[3])
+    return "expected a key block of shape [" + text(q[0]) + ", " +
+           text(q[1]) + ", kv_heads, " + text(q[3]) +
+           "] (the queries' block length), found " + formatShape(k);
+  if (k[2] == 0 || q[2] % k[2] != 0)
+    return "expected kv heads (" + text(k[2]) + ") to divide query heads (" +
+           text(q[2]) + ")";
+  return std::nullopt;
+}
+
+/// The log-sum-exp of attention rows, [batch, heads, seq] in f32, for the
+/// queries (operand 0).
+TensorType logSumExpType(const OpInstance &op) {
+  const Shape &q = op.shape(0);
+  return f32({q[0], q[2], q[1]});
+}
+
+Diagnostic expectLogSumExp(const OpInstance &op, size_t i,
+                           const std::string &name) {
+  TensorType expected = logSumExpType(op);
+  if (op.shape(i) == expected.shape)
+    return std::nullopt;
+  return "expected " + name + " of shape " + formatShape(expected.shape) +
+         " ([batch, heads, seq] of the result), found " +
+         formatShape(op.shape(i));
+}
+
 Diagnostic targetsOperand(const OpInstance &op) {
   const Shape &logits = op.shape(0), &targets = op.shape(1);
   Shape expected = logits.empty() ? logits : Shape(logits.begin(),
@@ -239,6 +273,8 @@ const OperandSpec kInput{"input", OperandKind::Float};
 /// Collectives that only move elements take any dtype (token ids too).
 const OperandSpec kAnyInput{"input", OperandKind::Any};
 const AttrSpec kOptionalAxes{"axes", AttrKind::Strings, false};
+/// The sequence in zigzag order of this many chunks (SequenceChunks.h).
+const AttrSpec kChunks{"chunks", AttrKind::Int, false};
 
 void TableBuilder::build() {
   using K = AttrKind;
@@ -483,7 +519,7 @@ void TableBuilder::build() {
       });
   add("rope", {kInput}, 1,
       {{"frequencies", K::Reals, true}, {"inverse", K::Bool, false},
-       kOptionalAxes},
+       kOptionalAxes, kChunks},
       [](const OpInstance &op, Results &out) -> Diagnostic {
         TRELLIS_CHECK(expectRank(op, 0, "input [batch, seq, heads, dim]", 4));
         int64_t dim = op.shape(0).back();
@@ -498,20 +534,70 @@ void TableBuilder::build() {
         return std::nullopt;
       });
   add("attention", {{"query"}, {"key"}, {"value"}}, 1,
-      {{"scale", K::Real, true}, {"causal", K::Bool, false}, kOptionalAxes},
+      {{"scale", K::Real, true}, {"causal", K::Bool, false}, kOptionalAxes,
+       kChunks},
       [](const OpInstance &op, Results &out) -> Diagnostic {
         TRELLIS_CHECK(attentionOperands(op));
         out.push_back(op.input(0));
         return std::nullopt;
       });
   add("attention_grad", {{"query"}, {"key"}, {"value"}, {"result_grad"}}, 3,
-      {{"scale", K::Real, true}, {"causal", K::Bool, false}, kOptionalAxes},
+      {{"scale", K::Real, true}, {"causal", K::Bool, false}, kOptionalAxes,
+       kChunks},
       [](const OpInstance &op, Results &out) -> Diagnostic {
         TRELLIS_CHECK(attentionOperands(op));
         TRELLIS_CHECK(expectSameShape(op, 3, "result_grad", 0, "query"));
         out.push_back(op.input(0));
         out.push_back(op.input(1));
         out.push_back(op.input(2));
+        return std::nullopt;
+      });
+  // Ring attention's pieces (the queries' block against one block of
+  // keys, combined by log-sum-exp) and position ids.
+  const std::vector<AttrSpec> blockAttrs = {{"scale", K::Real, true},
+                                            {"causal", K::Bool, false},
+                                            kOptionalAxes,
+                                            {"shift", K::Int, true},
+                                            kChunks};
+  add("attention_block", {{"query"}, {"key"}, {"value"}}, 2, blockAttrs,
+      [](const OpInstance &op, Results &out) -> Diagnostic {
+        TRELLIS_CHECK(attentionBlockOperands(op));
+        out.push_back(op.input(0));
+        out.push_back(logSumExpType(op));
+        return std::nullopt;
+      });
+  add("attention_merge",
+      {{"result"}, {"log_sum_exp", OperandKind::Float32}, {"other"},
+       {"other_log_sum_exp", OperandKind::Float32}},
+      2, {}, [](const OpInstance &op, Results &out) -> Diagnostic {
+        TRELLIS_CHECK(expectRank(op, 0, "result [batch, seq, heads, dim]", 4));
+        TRELLIS_CHECK(expectSameShape(op, 2, "other", 0, "result"));
+        TRELLIS_CHECK(expectLogSumExp(op, 1, "log_sum_exp"));
+        TRELLIS_CHECK(expectLogSumExp(op, 3, "other_log_sum_exp"));
+        out.push_back(op.input(0));
+        out.push_back(op.input(1));
+        return std::nullopt;
+      });
+  add("attention_block_grad",
+      {{"query"}, {"key"}, {"value"}, {"result"},
+       {"log_sum_exp", OperandKind::Float32}, {"result_grad"}},
+      3, blockAttrs, [](const OpInstance &op, Results &out) -> Diagnostic {
+        TRELLIS_CHECK(attentionBlockOperands(op));
+        TRELLIS_CHECK(expectSameShape(op, 3, "result", 0, "query"));
+        TRELLIS_CHECK(expectLogSumExp(op, 4, "log_sum_exp"));
+        TRELLIS_CHECK(expectSameShape(op, 5, "result_grad", 0, "query"));
+        out.push_back(op.input(0));
+        out.push_back(op.input(1));
+        out.push_back(op.input(2));
+        return std::nullopt;
+      });
+  add("positions", {}, 1,
+      {{"length", K::Int, true}, kChunks, kOptionalAxes},
+      [](const OpInstance &op, Results &out) -> Diagnostic {
+        int64_t length = op.integer("length");
+        if (length < 0)
+          return "expected length >= 0, found " + text(length);
+        out.push_back({{length}, ElementType::I32});
         return std::nullopt;
       });
   add("cross_entropy", {{"logits"}, {"targets", OperandKind::Index}}, 1,

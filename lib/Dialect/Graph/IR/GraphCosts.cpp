@@ -102,6 +102,18 @@ OpCost AttentionGradOp::getCost() {
   return costWithFlops(*this, 2.5 * attentionFlops(getQuery(), getKey()));
 }
 
+OpCost AttentionBlockOp::getCost() {
+  return costWithFlops(*this, attentionFlops(getQuery(), getKey()));
+}
+
+OpCost AttentionMergeOp::getCost() { return defaultCost(*this, 6); }
+
+OpCost AttentionBlockGradOp::getCost() {
+  return costWithFlops(*this, 2.5 * attentionFlops(getQuery(), getKey()));
+}
+
+OpCost PositionsOp::getCost() { return defaultCost(*this, 0); }
+
 OpCost CrossEntropyOp::getCost() {
   return costWithFlops(*this, 4.0 * elementsOf(getLogits()));
 }

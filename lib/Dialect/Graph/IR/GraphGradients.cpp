@@ -85,6 +85,11 @@ LogicalResult FillOp::buildGradients(OpBuilder &, ArrayRef<Value>,
   return success();
 }
 
+LogicalResult PositionsOp::buildGradients(OpBuilder &, ArrayRef<Value>,
+                                          SmallVectorImpl<Value> &) {
+  return success();
+}
+
 LogicalResult AddOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                     SmallVectorImpl<Value> &grads) {
   grads.push_back(reduceToShape(b, getLoc(), dy[0], shapeOf(getLhs())));
@@ -360,7 +365,8 @@ LogicalResult RopeOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                      SmallVectorImpl<Value> &grads) {
   // A rotation's transpose is the inverse rotation.
   grads.push_back(RopeOp::create(b, getLoc(), dy[0], getFrequenciesAttr(),
-                                 b.getBoolAttr(!getInverse()), ArrayAttr()));
+                                 b.getBoolAttr(!getInverse()), ArrayAttr(),
+                                 getChunksAttr()));
   return success();
 }
 
@@ -369,7 +375,7 @@ LogicalResult AttentionOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
   auto grad =
       AttentionGradOp::create(b, getLoc(), getQuery(), getKey(), getValue(),
                               dy[0], getScaleAttr(), getCausalAttr(),
-                              ArrayAttr());
+                              ArrayAttr(), getChunksAttr());
   grads.append({grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()});
   return success();
 }
@@ -398,6 +404,9 @@ GRAPH_NO_GRADIENT(LayerNormGradOp)
 GRAPH_NO_GRADIENT(RmsNormGradOp)
 GRAPH_NO_GRADIENT(EmbeddingGradOp)
 GRAPH_NO_GRADIENT(AttentionGradOp)
+GRAPH_NO_GRADIENT(AttentionBlockOp)
+GRAPH_NO_GRADIENT(AttentionMergeOp)
+GRAPH_NO_GRADIENT(AttentionBlockGradOp)
 GRAPH_NO_GRADIENT(CrossEntropyGradOp)
 GRAPH_NO_GRADIENT(AdamWOp)
 GRAPH_NO_GRADIENT(SgdOp)

@@ -109,6 +109,15 @@ LogicalResult RopeOp::localizeAttributes(TypeRange, ArrayRef<ArrayAttr> axes) {
   return success();
 }
 
+// A piece of the position ids starts at its place.
+LogicalResult PositionsOp::localizeAttributes(TypeRange,
+                                              ArrayRef<ArrayAttr> axes) {
+  setLength(resultShape(*this)[0]);
+  if (ArrayAttr sequenceAxes = splitAxes(axes, 0, 0))
+    setAxesAttr(sequenceAxes);
+  return success();
+}
+
 // A piece of the queries attends from its absolute positions.
 LogicalResult AttentionOp::localizeAttributes(TypeRange,
                                               ArrayRef<ArrayAttr> axes) {

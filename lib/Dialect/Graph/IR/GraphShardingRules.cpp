@@ -435,6 +435,8 @@ ShardingRule EmbeddingGradOp::getShardingRule() {
   gradFactors.push_back(features);
   rule.operandFactors = {tokens, gradFactors};
   rule.resultFactors = {{vocab, features}};
+  // Scatter-adding rows is linear in them: partial rows, a partial table.
+  rule.linearOperand = 1;
   return rule;
 }
 
@@ -487,6 +489,50 @@ ShardingRule AttentionOp::getShardingRule() {
 
 ShardingRule AttentionGradOp::getShardingRule() {
   return attentionRule(getQuery(), getKey(), 4, 3, true);
+}
+
+// Ring attention's blocks exist only in partitioned programs (the ring
+// lowering makes them); batch and heads stay parallel, blocks whole.
+namespace {
+ShardingRule attentionBlockRule(Operation *op) {
+  ShardingRule rule;
+  ArrayRef<int64_t> q = shapeOf(op->getOperand(0)),
+                    k = shapeOf(op->getOperand(1));
+  int64_t batch = rule.addFactor(q[0], FactorKind::Parallel);
+  int64_t seq = rule.addFactor(q[1], FactorKind::Whole);
+  int64_t heads = rule.addFactor(std::gcd(q[2], k[2]), FactorKind::Parallel);
+  int64_t dim = rule.addFactor(q[3], FactorKind::Whole);
+  SmallVector<int64_t> rows = {batch, seq, heads, dim};
+  SmallVector<int64_t> rowSums = {batch, heads, seq};
+  auto factorsOf = [&](Value value) {
+    return shapeOf(value).size() == 3 ? rowSums : rows;
+  };
+  for (Value operand : op->getOperands())
+    rule.operandFactors.push_back(factorsOf(operand));
+  for (Value result : op->getResults())
+    rule.resultFactors.push_back(factorsOf(result));
+  return rule;
+}
+} // namespace
+
+ShardingRule AttentionBlockOp::getShardingRule() {
+  return attentionBlockRule(getOperation());
+}
+
+ShardingRule AttentionMergeOp::getShardingRule() {
+  return attentionBlockRule(getOperation());
+}
+
+ShardingRule AttentionBlockGradOp::getShardingRule() {
+  return attentionBlockRule(getOperation());
+}
+
+ShardingRule PositionsOp::getShardingRule() {
+  // Position ids know their place when split (localizeAttributes).
+  ShardingRule rule;
+  rule.resultFactors.push_back(
+      addFactors(rule, shapeOf(getResult()), FactorKind::Parallel));
+  return rule;
 }
 
 ShardingRule CrossEntropyOp::getShardingRule() {

@@ -180,6 +180,18 @@ LogicalResult TrellisDialect::verifyRegionArgAttribute(Operation *op, unsigned,
   if (attr.getName() == kPaddedAttrName)
     return verifyPaddedAttribute(op, attr,
                                  function.getArgumentTypes()[argIndex]);
+  if (attr.getName() == kSequenceChunksAttrName) {
+    auto chunks = llvm::dyn_cast<IntegerAttr>(attr.getValue());
+    auto type = llvm::dyn_cast<RankedTensorType>(
+        function.getArgumentTypes()[argIndex]);
+    if (!chunks || chunks.getInt() < 2 || !type || type.getRank() < 2)
+      return op->emitOpError()
+             << "expected '" << kSequenceChunksAttrName
+             << "' to be an integer >= 2 on an argument of rank >= 2 "
+                "(dimension 1 the sequence), found "
+             << attr.getValue() << " on " << function.getArgumentTypes()[argIndex];
+    return success();
+  }
   return verifyShardingAttribute(
       op, attr, function.getArgumentTypes()[argIndex], "argument", argIndex,
       static_cast<bool>(function.getArgAttr(argIndex, kPaddedAttrName)));

@@ -99,6 +99,10 @@ struct Argument {
   std::vector<int64_t> globalShape;
   /// The pipeline stages that hold it; empty: every stage.
   std::vector<int64_t> stages;
+  /// Inputs: the batch stores the sequence (dimension 1) in zigzag order
+  /// of this many chunks (trellis/Common/SequenceChunks.h); 0: natural
+  /// order.
+  int64_t sequenceChunks = 0;
 };
 
 struct Result {

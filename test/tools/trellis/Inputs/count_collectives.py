@@ -13,7 +13,7 @@ for line in sys.stdin:
         inside = True
     if not inside:
         continue
-    found = re.search(r"trellis\.(all_reduce|all_gather|reduce_scatter|all_to_all)"
+    found = re.search(r"trellis\.(all_reduce|all_gather|reduce_scatter|all_to_all|collective_permute)"
                       rf' %\S+ over @mesh \["{axis}"\]', line)
     if not found:
         continue

@@ -47,6 +47,10 @@ struct ShardingRule {
   /// operands are partial sums over the same axes, so is the result, and
   /// the reduction can wait.
   bool linear = false;
+  /// The op is linear in this operand alone, the others not being sums
+  /// (embedding_grad's ids): a partial sum of it gives a partial result.
+  /// -1: none.
+  int64_t linearOperand = -1;
   /// Each result element depends on the same element of every operand
   /// alone, and zeros give finite values (the optimizer updates, casts): a
   /// factor may be split over one axis that does not divide it, the last

@@ -371,12 +371,16 @@ def Graph_RopeOp : Graph_CostlyOp<"rope", [], ["localizeAttributes"]> {
     Llama 3's `rope_scaling` does). With `inverse` the rotation is undone:
     that is the gradient. With the sequence split over the mesh `axes`
     (the partitioner sets them), position s of this rank's piece is
-    (the rank's position along `axes`) * S + s.
+    (the rank's position along `axes`) * S + s. With `chunks`, the sequence
+    is stored in zigzag order of that many chunks (ring attention's causal
+    balance, trellis/Common/SequenceChunks.h): stored index i is at the
+    position that order gives it.
   }];
   let arguments = (ins Graph_FloatTensor:$input,
                        DenseF64ArrayAttr:$frequencies,
                        DefaultValuedAttr<BoolAttr, "false">:$inverse,
-                       OptionalAttr<StrArrayAttr>:$axes);
+                       OptionalAttr<StrArrayAttr>:$axes,
+                       OptionalAttr<I64Attr>:$chunks);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$input `frequencies` $frequencies attr-dict `:` type($input)";
 }
@@ -391,12 +395,15 @@ def Graph_AttentionOp : Graph_CostlyOp<"attention", [
     Sq is S unless the queries' sequence is split over the mesh `axes` (the
     partitioner sets them; context parallelism): query i of this rank's
     piece is then at position (the rank's position along `axes`) * Sq + i,
-    and sees the keys up to it.
+    and sees the keys up to it. With `chunks`, queries and keys are stored
+    in zigzag order (see rope): the causal mask compares the positions
+    that order gives them.
   }];
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
                        Graph_FloatTensor:$value, F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
-                       OptionalAttr<StrArrayAttr>:$axes);
+                       OptionalAttr<StrArrayAttr>:$axes,
+                       OptionalAttr<I64Attr>:$chunks);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value `scale` $scale attr-dict `:` type($query) `,` type($key)
@@ -414,13 +421,100 @@ def Graph_AttentionGradOp : Graph_CostlyOp<"attention_grad", [
                        Graph_FloatTensor:$value, Graph_FloatTensor:$result_grad,
                        F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
-                       OptionalAttr<StrArrayAttr>:$axes);
+                       OptionalAttr<StrArrayAttr>:$axes,
+                       OptionalAttr<I64Attr>:$chunks);
   let results = (outs Graph_FloatTensor:$query_grad,
                       Graph_FloatTensor:$key_grad,
                       Graph_FloatTensor:$value_grad);
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $result_grad `scale` $scale attr-dict `:` type($query) `,` type($key)
   }];
+}
+
+def Graph_AttentionBlockOp : Graph_CostlyOp<"attention_block", [
+    AllTypesMatch<["key", "value"]>]> {
+  let summary = "Ring attention: the queries' block against one key block";
+  let description = [{
+    One step of ring attention (Liu et al., 2023). `query` is this rank's
+    block [B, S, Hq, D] of a sequence split over the mesh `axes` (N ranks);
+    `key` and `value` [B, S, Hkv, D] are the block of the rank `shift`
+    places before it along `axes`, passed around the ring. The results are
+    softmax(q k^T * scale [+ causal mask]) v over that block alone and the
+    rows' log-sum-exp [B, Hq, S] (f32; -inf and a zero row where the mask
+    hides the whole block): attention_merge combines blocks exactly. With
+    `chunks`, the sequence is stored in zigzag order (see rope), and the
+    causal mask compares the positions that order gives.
+  }];
+  let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
+                       Graph_FloatTensor:$value, F64Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal,
+                       OptionalAttr<StrArrayAttr>:$axes, I64Attr:$shift,
+                       OptionalAttr<I64Attr>:$chunks);
+  let results = (outs Graph_FloatTensor:$result, Graph_F32Tensor:$log_sum_exp);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `scale` $scale `shift` $shift attr-dict `:` type($query) `,` type($key)
+  }];
+}
+
+def Graph_AttentionMergeOp : Graph_CostlyOp<"attention_merge", [
+    AllTypesMatch<["result", "other"]>,
+    AllTypesMatch<["log_sum_exp", "other_log_sum_exp"]>]> {
+  let summary = "Combines two attention blocks by their log-sum-exp";
+  let description = [{
+    With l = logaddexp(log_sum_exp, other_log_sum_exp), the result is
+    result * exp(log_sum_exp - l) + other * exp(other_log_sum_exp - l),
+    per row, and l: the attention over both blocks' keys (online softmax).
+  }];
+  let arguments = (ins Graph_FloatTensor:$result, Graph_F32Tensor:$log_sum_exp,
+                       Graph_FloatTensor:$other,
+                       Graph_F32Tensor:$other_log_sum_exp);
+  let results = (outs Graph_FloatTensor:$merged,
+                      Graph_F32Tensor:$merged_log_sum_exp);
+  let assemblyFormat = [{
+    $result `,` $log_sum_exp `,` $other `,` $other_log_sum_exp attr-dict `:` type($result) `,` type($log_sum_exp)
+  }];
+}
+
+def Graph_AttentionBlockGradOp : Graph_CostlyOp<"attention_block_grad", [
+    AllTypesMatch<["key", "value"]>,
+    AllTypesMatch<["query", "result", "result_grad"]>]> {
+  let summary = "Ring attention's backward step for one key block";
+  let description = [{
+    The block's share of attention's gradients (FlashAttention-2's
+    backward): `result` and `log_sum_exp` are the whole attention's (over
+    every block), from which the block's probabilities are recomputed.
+    Returns this block's contribution to the query gradient and the key
+    block's and value block's gradients from these queries; the ring sums
+    them. Operands and attributes as in attention_block.
+  }];
+  let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
+                       Graph_FloatTensor:$value, Graph_FloatTensor:$result,
+                       Graph_F32Tensor:$log_sum_exp,
+                       Graph_FloatTensor:$result_grad, F64Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal,
+                       OptionalAttr<StrArrayAttr>:$axes, I64Attr:$shift,
+                       OptionalAttr<I64Attr>:$chunks);
+  let results = (outs Graph_FloatTensor:$query_grad,
+                      Graph_FloatTensor:$key_grad,
+                      Graph_FloatTensor:$value_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $result `,` $log_sum_exp `,` $result_grad `scale` $scale `shift` $shift attr-dict `:` type($query) `,` type($key) `,` type($log_sum_exp)
+  }];
+}
+
+def Graph_PositionsOp : Graph_CostlyOp<"positions", [], ["localizeAttributes"]> {
+  let summary = "The positions 0 ... length - 1 of a sequence, as ids";
+  let description = [{
+    Learned position embeddings read their table at these ids. With
+    `chunks`, the sequence is stored in zigzag order (see rope) and each
+    stored index holds the position that order gives it; split over the
+    mesh `axes` (the partitioner sets them), the rank's piece starts at its
+    place.
+  }];
+  let arguments = (ins I64Attr:$length, OptionalAttr<I64Attr>:$chunks,
+                       OptionalAttr<StrArrayAttr>:$axes);
+  let results = (outs Graph_IndexTensor:$result);
+  let assemblyFormat = "$length attr-dict";
 }
 
 def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy", [],

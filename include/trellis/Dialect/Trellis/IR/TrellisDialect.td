@@ -82,6 +82,13 @@ def Trellis_Dialect : Dialect {
     /// by the ZeRO preset on optimizer states and parameters; the plan
     /// carries it as the argument's global_shape.
     static constexpr ::llvm::StringLiteral kPaddedAttrName = "trellis.padded";
+    /// Attribute of a token input (i64 >= 2): the batch holds the sequence
+    /// (dimension 1) in zigzag order of this many chunks
+    /// (trellis/Common/SequenceChunks.h), which the data loader follows.
+    /// Set by ring context parallelism; the plan carries it as the
+    /// argument's sequence_chunks.
+    static constexpr ::llvm::StringLiteral kSequenceChunksAttrName =
+        "trellis.sequence_chunks";
     /// Argument attribute of a stage's program (unit): the stage holds the
     /// argument (allocates and initializes it).
     static constexpr ::llvm::StringLiteral kHeldAttrName = "trellis.held";

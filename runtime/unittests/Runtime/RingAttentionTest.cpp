@@ -1,0 +1,177 @@
+//===- RingAttentionTest.cpp - Ring attention's kernels against attention -===//
+//
+// On one rank (a ring of one): attention_block over a zigzag-ordered
+// sequence equals attention over it, attention_block_grad equals
+// attention_grad, and attention_merge of two key halves equals attention
+// over both. The multi-rank ring is checked end to end by the
+// context-parallel tests (losses and parameters equal the one-rank run).
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Runtime/Backend.h"
+
+#include "trellis/Common/SequenceChunks.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace trellis;
+using namespace trellis::runtime;
+
+namespace {
+
+AttrValue real(double value) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::Real;
+  attr.real = value;
+  return attr;
+}
+
+AttrValue integer(int64_t value) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::Int;
+  attr.integer = value;
+  return attr;
+}
+
+AttrValue flag(bool value) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::Bool;
+  attr.flag = value;
+  return attr;
+}
+
+/// Host-filled tensors on the CPU device and kernel launches on them.
+class Kernels {
+public:
+  Kernels() : device_(std::move(*(*findBackend("cpu"))->createDevice({}))) {}
+
+  /// A new f32 tensor of `shape`, filled from a fixed pseudo-random
+  /// sequence when `seed` > 0 (zeros otherwise); returns its index.
+  int64_t add(const std::vector<int64_t> &shape, int seed = 0) {
+    BufferDesc desc{shape, DType::F32};
+    memory_.push_back(std::move(*device_->allocate(desc.numElements() * 4)));
+    tensors_.emplace_back(desc, memory_.back()->data());
+    if (seed > 0) {
+      std::vector<float> values(desc.numElements());
+      uint32_t state = seed * 2654435761u;
+      for (float &value : values) {
+        state = state * 1664525u + 1013904223u;
+        value = static_cast<float>(state >> 8) / float(1 << 24) * 2 - 1;
+      }
+      EXPECT_TRUE(device_->copyFromHost(values.data(), tensors_.back()).ok());
+    }
+    return tensors_.size() - 1;
+  }
+
+  void run(const std::string &op, std::vector<int64_t> inputs,
+           std::vector<int64_t> outputs,
+           std::map<std::string, AttrValue> attrs) {
+    Instruction instruction;
+    instruction.op = op;
+    instruction.inputs = std::move(inputs);
+    instruction.outputs = std::move(outputs);
+    instruction.attrs = std::move(attrs);
+    AxisList axes;
+    Status status = device_->launch(KernelArgs{instruction, tensors_, axes});
+    ASSERT_TRUE(status.ok()) << op << ": " << status.message();
+  }
+
+  std::vector<float> read(int64_t index) {
+    std::vector<float> values(tensors_[index].size());
+    EXPECT_TRUE(device_->copyToHost(tensors_[index], values.data()).ok());
+    return values;
+  }
+
+  void expectNear(int64_t expected, int64_t found, const char *what) {
+    std::vector<float> a = read(expected), b = read(found);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(b[i], a[i], 1e-5f * std::max(1.0f, std::abs(a[i])))
+          << what << " element " << i;
+  }
+
+private:
+  std::unique_ptr<Device> device_;
+  std::vector<std::unique_ptr<DeviceAllocation>> memory_;
+  std::vector<Tensor> tensors_;
+};
+
+TEST(RingAttentionTest, ZigzagOrderHoldsEarlyAndLateChunks) {
+  // 2 ranks, 4 chunks of 3: rank 0 holds chunks 0 and 3, rank 1 chunks 1
+  // and 2.
+  std::vector<int64_t> positions;
+  for (int64_t i = 0; i < 12; ++i)
+    positions.push_back(sequencePosition(i, 12, 4));
+  EXPECT_EQ(positions, (std::vector<int64_t>{0, 1, 2, 9, 10, 11, 3, 4, 5, 6,
+                                             7, 8}));
+  EXPECT_EQ(sequencePosition(5, 12, 0), 5);
+}
+
+// The block kernels over a sequence stored in zigzag order of 4 chunks,
+// grouped-query heads: the causal mask meets empty, full and diagonal
+// pairs of position runs.
+TEST(RingAttentionTest, BlockEqualsAttentionOverAZigzagSequence) {
+  for (int64_t chunks : {0, 4}) {
+    Kernels k;
+    const std::vector<int64_t> qShape{2, 12, 4, 8}, kvShape{2, 12, 2, 8};
+    int64_t q = k.add(qShape, 1), key = k.add(kvShape, 2),
+            value = k.add(kvShape, 3), dOut = k.add(qShape, 4);
+    std::map<std::string, AttrValue> attrs = {{"scale", real(0.35)},
+                                              {"causal", flag(true)}};
+    if (chunks)
+      attrs["chunks"] = integer(chunks);
+    int64_t expected = k.add(qShape);
+    k.run("attention", {q, key, value}, {expected}, attrs);
+    int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
+    k.run("attention_grad", {q, key, value, dOut}, {dq, dk, dv}, attrs);
+
+    std::map<std::string, AttrValue> blockAttrs = attrs;
+    blockAttrs["shift"] = integer(0);
+    int64_t out = k.add(qShape), logSumExp = k.add({2, 4, 12});
+    k.run("attention_block", {q, key, value}, {out, logSumExp}, blockAttrs);
+    k.expectNear(expected, out, "result");
+    int64_t bq = k.add(qShape), bk = k.add(kvShape), bv = k.add(kvShape);
+    k.run("attention_block_grad", {q, key, value, out, logSumExp, dOut},
+          {bq, bk, bv}, blockAttrs);
+    k.expectNear(dq, bq, "query gradient");
+    k.expectNear(dk, bk, "key gradient");
+    k.expectNear(dv, bv, "value gradient");
+  }
+}
+
+// Without a mask, two key blocks merged by log-sum-exp are attention over
+// both; so are their gradients summed.
+TEST(RingAttentionTest, MergedBlocksEqualAttentionOverBoth) {
+  Kernels k;
+  const std::vector<int64_t> qShape{1, 6, 2, 4}, kvShape{1, 6, 2, 4},
+      wholeShape{1, 12, 2, 4};
+  int64_t q = k.add(qShape, 5), k1 = k.add(kvShape, 6), v1 = k.add(kvShape, 7),
+          k2 = k.add(kvShape, 8), v2 = k.add(kvShape, 9);
+  int64_t keys = k.add(wholeShape), values = k.add(wholeShape);
+  AttrValue dim;
+  dim.kind = AttrValue::Kind::Int;
+  dim.integer = 1;
+  k.run("concat", {k1, k2}, {keys}, {{"dim", dim}});
+  k.run("concat", {v1, v2}, {values}, {{"dim", dim}});
+  std::map<std::string, AttrValue> attrs = {{"scale", real(0.5)},
+                                            {"causal", flag(false)}};
+  int64_t expected = k.add(qShape);
+  k.run("attention", {q, keys, values}, {expected}, attrs);
+
+  attrs["shift"] = integer(0);
+  int64_t o1 = k.add(qShape), l1 = k.add({1, 2, 6}), o2 = k.add(qShape),
+          l2 = k.add({1, 2, 6}), merged = k.add(qShape),
+          mergedSums = k.add({1, 2, 6});
+  k.run("attention_block", {q, k1, v1}, {o1, l1}, attrs);
+  k.run("attention_block", {q, k2, v2}, {o2, l2}, attrs);
+  k.run("attention_merge", {o1, l1, o2, l2}, {merged, mergedSums}, {});
+  k.expectNear(expected, merged, "merged result");
+  // Merged in the other order, the same.
+  int64_t swapped = k.add(qShape), swappedSums = k.add({1, 2, 6});
+  k.run("attention_merge", {o2, l2, o1, l1}, {swapped, swappedSums}, {});
+  k.expectNear(merged, swapped, "merged in the other order");
+}
+
+} // namespace
