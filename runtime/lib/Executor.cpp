@@ -24,11 +24,14 @@ void Executor::planWaitPoints() {
   size_t count = plan_.program.size();
   waitPoint_.assign(count, -1);
   // Instructions that communicate inside their kernel (a split loss) must
-  // not run while the communication thread does.
+  // not run while the communication thread does; other split ops (rope,
+  // attention blocks) only read their place.
   std::vector<bool> communicates(count, false);
-  for (size_t i = 0; i < count; ++i)
-    communicates[i] =
-        !isCollective(plan_.program[i].op) && !plan_.instructionAxes[i].empty();
+  for (size_t i = 0; i < count; ++i) {
+    const OpContract *contract = findOpContract(plan_.program[i].op);
+    communicates[i] = contract && contract->reducesOverAxes &&
+                      !plan_.instructionAxes[i].empty();
+  }
   // Collectives of the communication stream: waited for at their first
   // reader, or when too many are in flight (MemoryPlan.h). Receives wait
   // for their first reader alone: transfers go over their own group, so

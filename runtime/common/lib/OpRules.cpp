@@ -621,6 +621,8 @@ void TableBuilder::build() {
         out.push_back(op.input(0));
         return std::nullopt;
       });
+  table["cross_entropy"].reducesOverAxes = true;
+  table["cross_entropy_grad"].reducesOverAxes = true;
 
   // Optimizers.
   add("adamw",

@@ -143,6 +143,11 @@ struct OpContract {
   std::vector<AttrSpec> attrs;
   /// Whether the op communicates over mesh axes (collectives, transfers).
   bool collective = false;
+  /// Whether a compute op's kernel itself combines values over its mesh
+  /// `axes` (cross-entropy over split classes): it must not run while
+  /// collectives are in flight. Other ops with `axes` only read the
+  /// rank's place from them.
+  bool reducesOverAxes = false;
   /// Appends the result types; or returns what was expected and found.
   /// Runs after operand count and attributes were checked.
   std::function<Diagnostic(const OpInstance &, std::vector<TensorType> &)>
