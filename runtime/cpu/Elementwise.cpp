@@ -254,12 +254,19 @@ Status runElementwise(const KernelArgs &args) {
     float *y = args.out(0).f32();
     for (int64_t i = 0, n = args.out(0).size(); i < n; ++i)
       y[i] = x[i] * factor;
-  } else if (op == "unary_grad") {
-    runUnary(parseUnaryFn(instruction.text("function")), args.in(0).f32(),
-             args.in(1).f32(), args.out(0).f32(), args.out(0).size());
   } else {
-    runUnary(parseUnaryFn(op), args.in(0).f32(), nullptr, args.out(0).f32(),
-             args.out(0).size());
+    // Through oneDNN's vectorized eltwise at every length (an element's
+    // value must not depend on its tensor's size: a split tensor's pieces
+    // get the whole's values); the scalar loops where it has no form.
+    bool gradient = op == "unary_grad";
+    const std::string &function =
+        gradient ? instruction.text("function") : op;
+    const float *x = args.in(0).f32();
+    const float *dy = gradient ? args.in(1).f32() : nullptr;
+    float *y = args.out(0).f32();
+    int64_t n = args.out(0).size();
+    if (!runUnaryOneDnn(function, x, dy, y, n))
+      runUnary(parseUnaryFn(function), x, dy, y, n);
   }
   return Status::success();
 }

@@ -1,4 +1,4 @@
-//===- Embedding.cpp - Embedding lookup, rotary embedding, cross-entropy --===//
+//===- Embedding.cpp - Embedding lookup and its gradient, rotary embedding -===//
 
 #include "Kernels.h"
 
@@ -82,90 +82,6 @@ Status runRope(const KernelArgs &args) {
         }
       }
   }
-  return Status::success();
-}
-
-Status runCrossEntropy(const KernelArgs &args) {
-  const Tensor &logits = args.in(0), &targets = args.in(1);
-  int64_t classes = logits.shape().back();
-  int64_t rows = targets.size();
-  int64_t normalizer = args.instruction.integer("normalizer");
-  double scale = 1.0 / static_cast<double>(normalizer ? normalizer : rows);
-  bool isGrad = args.instruction.op == "cross_entropy_grad";
-  double upstream = isGrad ? args.in(2).f32()[0] : 1.0;
-  // With the classes split over `axes`, this rank holds classes
-  // [offset, offset + classes) of the vocabulary.
-  StatusOr<int64_t> position = shardPosition(args);
-  if (!position.ok())
-    return position.status();
-  bool split = !args.axes.empty();
-  int64_t offset = *position * classes;
-  int64_t vocabulary =
-      split ? classes * args.comm->groupSize(args.axes) : classes;
-
-  // Row maxima, sums of exponentials and target logits; over the whole
-  // vocabulary when it is split (three reductions across the group).
-  std::vector<float> maxima(rows), picked(rows, 0.0f);
-  std::vector<double> sums(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t target = targets.i32()[r];
-    if (target < 0 || target >= vocabulary)
-      return Status::error("target id " + std::to_string(target) +
-                           " at position " + std::to_string(r) +
-                           " is outside the vocabulary [0, " +
-                           std::to_string(vocabulary) + ")");
-    const float *x = logits.f32() + r * classes;
-    maxima[r] = classes ? *std::max_element(x, x + classes)
-                        : -std::numeric_limits<float>::infinity();
-    if (target >= offset && target < offset + classes)
-      picked[r] = x[target - offset];
-  }
-  if (split)
-    TRELLIS_RETURN_IF_ERROR(
-        args.comm->allReduce(args.axes, maxima.data(), rows, DType::F32,
-                             ReduceKind::Max));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *x = logits.f32() + r * classes;
-    double sum = 0;
-    for (int64_t c = 0; c < classes; ++c)
-      sum += std::exp(double(x[c]) - maxima[r]);
-    sums[r] = sum;
-  }
-  if (split) {
-    // The sums travel as float pairs (high part, remainder), so the
-    // combined sum keeps double precision, as on one rank.
-    std::vector<float> pairs(2 * rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      pairs[r] = static_cast<float>(sums[r]);
-      pairs[rows + r] = static_cast<float>(sums[r] - double(pairs[r]));
-    }
-    TRELLIS_RETURN_IF_ERROR(args.comm->allReduce(
-        args.axes, pairs.data(), 2 * rows, DType::F32, ReduceKind::Sum));
-    for (int64_t r = 0; r < rows; ++r)
-      sums[r] = double(pairs[r]) + double(pairs[rows + r]);
-    TRELLIS_RETURN_IF_ERROR(
-        args.comm->allReduce(args.axes, picked.data(), rows, DType::F32,
-                             ReduceKind::Sum));
-  }
-
-  double total = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double logSumExp = maxima[r] + std::log(sums[r]);
-    if (!isGrad) {
-      total += logSumExp - picked[r];
-      continue;
-    }
-    const float *x = logits.f32() + r * classes;
-    float *dx = args.out(0).f32() + r * classes;
-    double factor = upstream * scale;
-    for (int64_t c = 0; c < classes; ++c)
-      dx[c] = static_cast<float>(std::exp(double(x[c]) - logSumExp) * factor);
-    int64_t target = targets.i32()[r];
-    if (target >= offset && target < offset + classes)
-      dx[target - offset] -= static_cast<float>(factor);
-  }
-  if (!isGrad)
-    args.out(0).f32()[0] = static_cast<float>(total * scale);
   return Status::success();
 }
 

@@ -43,6 +43,12 @@ bool hasNarrowOperands(const KernelArgs &args);
 /// operands and rounds its 16-bit results back.
 Status runInFloat(const KernelArgs &args, Kernel kernel);
 
+/// y = f(x), or with a gradient dy: dx = f'(x) dy, over `n` contiguous f32
+/// elements through oneDNN (vectorized, threaded); false when oneDNN has
+/// no form of `function` (a unary op or unary_grad function name).
+bool runUnaryOneDnn(const std::string &function, const float *x,
+                    const float *dy, float *y, int64_t n);
+
 /// The kernel of plan op `op`, or null if the CPU has none.
 Kernel findKernel(const std::string &op);
 
