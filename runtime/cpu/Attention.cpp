@@ -110,19 +110,26 @@ Status runAttention(const KernelArgs &args) {
               *v = args.in(2).f32();
   int seq = static_cast<int>(s.seq), dim = static_cast<int>(s.dim);
   int keys = static_cast<int>(s.keySeq);
-  std::vector<float> probabilities(s.seq * s.keySeq);
 
+  // Heads over the device's OpenMP threads (BLAS runs single-threaded
+  // inside); each thread has its own scratch.
   if (args.instruction.op == "attention") {
     float *out = args.out(0).f32();
-    for (int64_t b = 0; b < s.batch; ++b)
-      for (int64_t h = 0; h < s.queryHeads; ++h) {
-        attentionProbabilities(s, q + s.queryOffset(b, h), k + s.kvOffset(b, h),
-                               scale, mask, probabilities.data());
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, dim, keys,
-                    1.0f, probabilities.data(), keys, v + s.kvOffset(b, h),
-                    s.kvStride(), 0.0f, out + s.queryOffset(b, h),
-                    s.queryStride());
-      }
+#pragma omp parallel
+    {
+      std::vector<float> probabilities(s.seq * s.keySeq);
+#pragma omp for collapse(2) schedule(static)
+      for (int64_t b = 0; b < s.batch; ++b)
+        for (int64_t h = 0; h < s.queryHeads; ++h) {
+          attentionProbabilities(s, q + s.queryOffset(b, h),
+                                 k + s.kvOffset(b, h), scale, mask,
+                                 probabilities.data());
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, dim,
+                      keys, 1.0f, probabilities.data(), keys,
+                      v + s.kvOffset(b, h), s.kvStride(), 0.0f,
+                      out + s.queryOffset(b, h), s.queryStride());
+        }
+    }
     return Status::success();
   }
 
@@ -131,9 +138,18 @@ Status runAttention(const KernelArgs &args) {
         *dv = args.out(2).f32();
   std::fill(dk, dk + args.out(1).size(), 0.0f);
   std::fill(dv, dv + args.out(2).size(), 0.0f);
-  std::vector<float> dScores(s.seq * s.keySeq);
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.queryHeads; ++h) {
+  // A kv head's gradients sum over its query heads: a thread takes whole
+  // kv heads and adds their query heads in order (thread-count
+  // independent).
+  int64_t group = s.queryHeads / s.kvHeads;
+#pragma omp parallel
+  {
+    std::vector<float> probabilities(s.seq * s.keySeq),
+        dScores(s.seq * s.keySeq);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t kv = 0; kv < s.kvHeads; ++kv)
+        for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
       int64_t qo = s.queryOffset(b, h), ko = s.kvOffset(b, h);
       float *p = probabilities.data(), *ds = dScores.data();
       attentionProbabilities(s, q + qo, k + ko, scale, mask, p);
@@ -161,7 +177,8 @@ Status runAttention(const KernelArgs &args) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, dim, seq,
                   scale, ds, keys, q + qo, s.queryStride(), 1.0f, dk + ko,
                   s.kvStride());
-    }
+        }
+  }
   return Status::success();
 }
 

@@ -1,7 +1,8 @@
 //===- Normalization.cpp - Softmax, LayerNorm, RMSNorm and gradients ------===//
 //
 // Row statistics accumulate in double for accuracy; every op works on rows
-// of the last dimension.
+// of the last dimension, the rows split over the device's OpenMP threads
+// (weight gradients through fixed row chunks: thread-count independent).
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,6 +30,7 @@ namespace {
 void softmax(const Tensor &in, Tensor &out) {
   int64_t cols = in.shape().empty() ? 1 : in.shape().back();
   int64_t rows = cols ? in.size() / cols : 0;
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
     softmaxRow(in.f32() + r * cols, out.f32() + r * cols, cols);
 }
@@ -36,6 +38,7 @@ void softmax(const Tensor &in, Tensor &out) {
 void softmaxGrad(const Tensor &result, const Tensor &grad, Tensor &out) {
   int64_t cols = result.shape().empty() ? 1 : result.shape().back();
   int64_t rows = cols ? result.size() / cols : 0;
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float *y = result.f32() + r * cols, *dy = grad.f32() + r * cols;
     float *dx = out.f32() + r * cols;
@@ -46,6 +49,46 @@ void softmaxGrad(const Tensor &result, const Tensor &grad, Tensor &out) {
       dx[c] = y[c] * (dy[c] - static_cast<float>(dot));
   }
 }
+
+/// Per-feature sums over rows (norm weight gradients) that threads can
+/// share: rows fall into fixed chunks of kRows; a thread takes whole
+/// chunks, sums each chunk's rows in order into the chunk's own partial,
+/// and the partials add in chunk order. The result does not depend on the
+/// thread count.
+class RowChunks {
+public:
+  static constexpr int64_t kRows = 32;
+
+  RowChunks(int64_t rows, int64_t features, int sums)
+      : rows_(rows), features_(features), chunks_((rows + kRows - 1) / kRows),
+        sums_(sums), partials_(chunks_ * sums * features, 0.0) {}
+
+  int64_t count() const { return chunks_; }
+  int64_t first(int64_t chunk) const { return chunk * kRows; }
+  int64_t end(int64_t chunk) const {
+    return std::min(rows_, (chunk + 1) * kRows);
+  }
+
+  /// Sum `which`'s partial for the chunk of row `row`.
+  double *partial(int64_t row, int which) {
+    return partials_.data() + ((row / kRows) * sums_ + which) * features_;
+  }
+
+  /// out = the chunks' partials of sum `which`, added in chunk order.
+  void sum(int which, float *out) const {
+    for (int64_t i = 0; i < features_; ++i) {
+      double total = 0;
+      for (int64_t c = 0; c < count(); ++c)
+        total += partials_[(c * sums_ + which) * features_ + i];
+      out[i] = static_cast<float>(total);
+    }
+  }
+
+private:
+  int64_t rows_, features_, chunks_;
+  int sums_;
+  std::vector<double> partials_;
+};
 
 /// Mean and reciprocal standard deviation of one row.
 void rowMoments(const float *x, int64_t n, double epsilon, double &mean,
@@ -65,6 +108,7 @@ void layerNorm(const KernelArgs &args, double epsilon) {
   const Tensor &in = args.in(0);
   const float *w = args.in(1).f32(), *b = args.in(2).f32();
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float *x = in.f32() + r * n;
     float *y = args.out(0).f32() + r * n;
@@ -79,10 +123,13 @@ void layerNormGrad(const KernelArgs &args, double epsilon) {
   const Tensor &in = args.in(0);
   const float *w = args.in(1).f32();
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
-  std::vector<double> dw(n, 0.0), db(n, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
+  RowChunks chunks(rows, n, 2);
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks.count(); ++chunk)
+    for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r) {
     const float *x = in.f32() + r * n, *dy = args.in(2).f32() + r * n;
     float *dx = args.out(0).f32() + r * n;
+    double *dw = chunks.partial(r, 0), *db = chunks.partial(r, 1);
     double mean, rstd;
     rowMoments(x, n, epsilon, mean, rstd);
     double meanG = 0, meanGX = 0;
@@ -102,10 +149,8 @@ void layerNormGrad(const KernelArgs &args, double epsilon) {
       dx[i] = static_cast<float>(rstd * (g - meanG - xhat * meanGX));
     }
   }
-  for (int64_t i = 0; i < n; ++i) {
-    args.out(1).f32()[i] = static_cast<float>(dw[i]);
-    args.out(2).f32()[i] = static_cast<float>(db[i]);
-  }
+  chunks.sum(0, args.out(1).f32());
+  chunks.sum(1, args.out(2).f32());
 }
 
 double rowInverseRms(const float *x, int64_t n, double epsilon) {
@@ -119,6 +164,7 @@ void rmsNorm(const KernelArgs &args, double epsilon) {
   const Tensor &in = args.in(0);
   const float *w = args.in(1).f32();
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float *x = in.f32() + r * n;
     float *y = args.out(0).f32() + r * n;
@@ -132,10 +178,13 @@ void rmsNormGrad(const KernelArgs &args, double epsilon) {
   const Tensor &in = args.in(0);
   const float *w = args.in(1).f32();
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
-  std::vector<double> dw(n, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
+  RowChunks chunks(rows, n, 1);
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks.count(); ++chunk)
+    for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r) {
     const float *x = in.f32() + r * n, *dy = args.in(2).f32() + r * n;
     float *dx = args.out(0).f32() + r * n;
+    double *dw = chunks.partial(r, 0);
     double inverse = rowInverseRms(x, n, epsilon);
     double dot = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -149,8 +198,7 @@ void rmsNormGrad(const KernelArgs &args, double epsilon) {
       dx[i] = static_cast<float>(inverse * (g - x[i] * correction));
     }
   }
-  for (int64_t i = 0; i < n; ++i)
-    args.out(1).f32()[i] = static_cast<float>(dw[i]);
+  chunks.sum(0, args.out(1).f32());
 }
 
 } // namespace
