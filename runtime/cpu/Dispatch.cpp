@@ -33,6 +33,7 @@ Kernel findKernel(const std::string &op) {
     add({"attention_block", "attention_merge", "attention_block_grad"},
         runRingAttention);
     add({"positions"}, runPositions);
+    add({"fused_elementwise"}, runFusedElementwise);
     add({"reshape", "transpose", "slice", "pad", "concat", "broadcast_to"},
         runLayout);
     add({"reduce_sum", "reduce_mean", "reduce_max"}, runReduction);
@@ -61,9 +62,10 @@ namespace trellis::runtime::cpu {
 Kernel selectKernel(const KernelArgs &args, bool &narrowNative) {
   const std::string &op = args.instruction.op;
   Kernel kernel = findKernel(op);
-  // Casts convert 16-bit values themselves; layout ops move elements of
-  // any width.
-  narrowNative = kernel == runCast || kernel == runLayout;
+  // Casts and fused programs convert 16-bit values themselves; layout ops
+  // move elements of any width.
+  narrowNative =
+      kernel == runCast || kernel == runLayout || kernel == runFusedElementwise;
   if (op == "matmul" && args.in(0).desc().dtype == DType::BF16) {
     narrowNative = true;
     return runMatmulBf16;

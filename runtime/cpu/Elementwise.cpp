@@ -209,6 +209,15 @@ void runUnary(UnaryFn fn, const float *x, const float *dy, float *y,
 
 } // namespace
 
+void runUnaryFunction(const std::string &function, const float *x,
+                      const float *dy, float *y, int64_t n) {
+  // Through oneDNN's vectorized eltwise at every length (an element's
+  // value must not depend on its tensor's size: a split tensor's pieces
+  // get the whole's values); the scalar loops where it has no form.
+  if (!runUnaryOneDnn(function, x, dy, y, n))
+    runUnary(parseUnaryFn(function), x, dy, y, n);
+}
+
 Status runElementwise(const KernelArgs &args) {
   const Instruction &instruction = args.instruction;
   const std::string &op = instruction.op;
@@ -255,18 +264,10 @@ Status runElementwise(const KernelArgs &args) {
     for (int64_t i = 0, n = args.out(0).size(); i < n; ++i)
       y[i] = x[i] * factor;
   } else {
-    // Through oneDNN's vectorized eltwise at every length (an element's
-    // value must not depend on its tensor's size: a split tensor's pieces
-    // get the whole's values); the scalar loops where it has no form.
     bool gradient = op == "unary_grad";
-    const std::string &function =
-        gradient ? instruction.text("function") : op;
-    const float *x = args.in(0).f32();
-    const float *dy = gradient ? args.in(1).f32() : nullptr;
-    float *y = args.out(0).f32();
-    int64_t n = args.out(0).size();
-    if (!runUnaryOneDnn(function, x, dy, y, n))
-      runUnary(parseUnaryFn(function), x, dy, y, n);
+    runUnaryFunction(gradient ? instruction.text("function") : op,
+                     args.in(0).f32(), gradient ? args.in(1).f32() : nullptr,
+                     args.out(0).f32(), args.out(0).size());
   }
   return Status::success();
 }

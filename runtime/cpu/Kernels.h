@@ -49,6 +49,14 @@ Status runInFloat(const KernelArgs &args, Kernel kernel);
 bool runUnaryOneDnn(const std::string &function, const float *x,
                     const float *dy, float *y, int64_t n);
 
+/// y = f(x) (dy null) or dx = f'(x) dy for a unary function: what the
+/// unary ops and unary_grad compute, at any length.
+void runUnaryFunction(const std::string &function, const float *x,
+                      const float *dy, float *y, int64_t n);
+
+/// `fused_elementwise`: one pass over its program (16-bit operands itself).
+Status runFusedElementwise(const KernelArgs &args);
+
 /// The kernel of plan op `op`, or null if the CPU has none.
 Kernel findKernel(const std::string &op);
 

@@ -57,8 +57,10 @@ dnnl::engine &engine() {
   return instance;
 }
 
+/// One per thread: fused kernels run eltwise primitives from several
+/// threads at once, and a stream is not to be shared among them.
 dnnl::stream &stream() {
-  static dnnl::stream instance(engine());
+  thread_local dnnl::stream instance(engine());
   return instance;
 }
 

@@ -18,6 +18,7 @@
 #include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Analysis/StepReport.h"
 #include "trellis/Autodiff/Passes.h"
+#include "trellis/Dialect/Graph/Transforms/Passes.h"
 #include "trellis/Pipeline/Passes.h"
 #include "trellis/Pipeline/PipelineSplit.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
@@ -133,6 +134,11 @@ cl::opt<std::string> compileContextKind(
              "key and value blocks passed around the ring, the sequence in "
              "zigzag order (causal balance)"),
     cl::init("ulysses"), cl::sub(compileCommand));
+cl::opt<bool> compileFuse(
+    "fuse",
+    cl::desc("Fuse chains of elementwise ops into one pass each "
+             "(-trellis-fuse-elementwise; --fuse=false keeps them apart)"),
+    cl::init(true), cl::sub(compileCommand));
 cl::opt<bool> compileSequenceParallel(
     "sp",
     cl::desc("Megatron sequence parallelism (with --tp): the norm regions "
@@ -535,6 +541,8 @@ int runCompileCommand() {
     }
     buildPipelinePhase(pm, phase);
   }
+  if (compileFuse)
+    pm.addPass(trellis::graph::createFuseElementwisePass());
   if (mlir::failed(pm.run(module)))
     return 1;
   passTiming.stop();

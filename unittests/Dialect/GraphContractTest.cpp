@@ -28,7 +28,7 @@ TEST(GraphContractTest, EveryGraphOpHasAPlanContract) {
         << planName.str() << "'";
     EXPECT_FALSE(contract->collective) << planName.str();
   }
-  EXPECT_EQ(graphOps, 51);
+  EXPECT_EQ(graphOps, 52);
 }
 
 TEST(GraphContractTest, ElementTypesRoundTrip) {

@@ -97,6 +97,11 @@ std::string OpInstance::text(const std::string &name) const {
   return it == attrs_.end() ? std::string() : it->second.text;
 }
 
+std::vector<std::string> OpInstance::texts(const std::string &name) const {
+  auto it = attrs_.find(name);
+  return it == attrs_.end() ? std::vector<std::string>() : it->second.texts;
+}
+
 std::optional<std::vector<int64_t>>
 broadcastShapes(const std::vector<int64_t> &lhs,
                 const std::vector<int64_t> &rhs) {

@@ -9,6 +9,8 @@
 
 #include "OpRules.h"
 
+#include "trellis/Common/FusedProgram.h"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -440,6 +442,28 @@ void TableBuilder::build() {
         return std::nullopt;
       });
   table["concat"].variadic = true;
+
+  // Elementwise chains fused into one pass (trellis/Common/FusedProgram.h):
+  // the inputs broadcast to the result; its dtype is the program's last
+  // slot's.
+  add("fused_elementwise", {kAnyInput}, 1, {{"program", K::Strings, true}},
+      [](const OpInstance &op, Results &out) -> Diagnostic {
+        std::vector<ElementType> types;
+        Shape shape = op.shape(0);
+        for (size_t i = 0; i < op.numInputs(); ++i) {
+          types.push_back(op.input(i).element);
+          std::optional<Shape> joined = broadcastShapes(shape, op.shape(i));
+          if (!joined)
+            return "expected inputs that broadcast together, found " +
+                   formatShape(shape) + " and " + formatShape(op.shape(i));
+          shape = *joined;
+        }
+        FusedProgram program;
+        TRELLIS_CHECK(parseFusedProgram(op.texts("program"), types, program));
+        out.push_back({shape, program.resultType()});
+        return std::nullopt;
+      });
+  table["fused_elementwise"].variadic = true;
 
   // Matmul.
   add("matmul", {{"lhs"}, {"rhs"}}, 1,

@@ -203,3 +203,34 @@ func.func @mixed_operands(%x: tensor<4xf32>, %y: tensor<4xbf16>) {
   %0 = graph.add %x, %y : tensor<4xf32>, tensor<4xbf16>
   return
 }
+
+// -----
+
+// Tests that a fused program names slots that exist.
+func.func @fused_slot_out_of_range(%x: tensor<4xf32>, %y: tensor<4xf32>) {
+  // expected-error @+2 {{instruction 1 'mul %2 %3': expected a slot %0 ... %2, found '%3'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = graph.fused_elementwise %x, %y ["add %0 %1", "mul %2 %3"] : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a fused program's ops are elementwise ones.
+func.func @fused_unknown_op(%x: tensor<4xf32>) {
+  // expected-error @+2 {{instruction 0 'softmax %0': unknown op 'softmax': expected add, sub, mul, div, maximum, scale, a unary function, unary_grad or cast}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = graph.fused_elementwise %x ["softmax %0"] : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a fused binary op's operands share a dtype (a cast would
+// convert one).
+func.func @fused_mixed_dtypes(%x: tensor<4xf32>, %y: tensor<4xbf16>) {
+  // expected-error @+2 {{instruction 0 'add %0 %1': expected operands of one dtype, found f32 and bf16}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = graph.fused_elementwise %x, %y ["add %0 %1"] : (tensor<4xf32>, tensor<4xbf16>) -> tensor<4xf32>
+  return
+}

@@ -114,6 +114,12 @@ OpCost AttentionBlockGradOp::getCost() {
 
 OpCost PositionsOp::getCost() { return defaultCost(*this, 0); }
 
+// Its members' flops (one per element each, as theirs); the bytes of its
+// inputs and result alone: the intermediates never reach memory.
+OpCost FusedElementwiseOp::getCost() {
+  return defaultCost(*this, static_cast<double>(getProgram().size()));
+}
+
 OpCost CrossEntropyOp::getCost() {
   return costWithFlops(*this, 4.0 * elementsOf(getLogits()));
 }

@@ -527,6 +527,13 @@ ShardingRule AttentionBlockGradOp::getShardingRule() {
   return attentionBlockRule(getOperation());
 }
 
+// Every member is elementwise over the result's shape: the fused op's rule
+// is theirs, each input's dimensions mapping to the result factor they
+// broadcast into.
+ShardingRule FusedElementwiseOp::getShardingRule() {
+  return elementwiseRule(getInputs(), getResult());
+}
+
 ShardingRule PositionsOp::getShardingRule() {
   // Position ids know their place when split (localizeAttributes).
   ShardingRule rule;

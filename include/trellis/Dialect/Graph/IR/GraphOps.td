@@ -169,6 +169,29 @@ def Graph_UnaryGradOp : Graph_DefaultCostOp<"unary_grad", [
   }];
 }
 
+def Graph_FusedElementwiseOp : Graph_CostlyOp<"fused_elementwise"> {
+  let summary = "A chain or tree of elementwise ops evaluated in one pass";
+  let description = [{
+    ```mlir
+    %y = graph.fused_elementwise %x, %bias ["add %0 %1", "gelu_tanh %2"]
+        : (tensor<8x256xf32>, tensor<256xf32>) -> tensor<8x256xf32>
+    ```
+    Made by -trellis-fuse-elementwise. Slots %0 ... %n-1 are the inputs,
+    broadcast to the result's shape (NumPy rules); each instruction of
+    `program` appends a slot; the last is the result. The instructions and
+    their dtype rules are those of trellis/Common/FusedProgram.h: each slot
+    is rounded to the dtype its op would give unfused, so the op computes
+    exactly what its members compute one by one, without their
+    intermediate tensors.
+  }];
+  let arguments = (ins Variadic<Graph_FloatTensor>:$inputs,
+                       StrArrayAttr:$program);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $inputs $program attr-dict `:` functional-type($inputs, $result)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Reductions and broadcasting
 //===----------------------------------------------------------------------===//

@@ -25,4 +25,21 @@ def PrintOpCostsPass : Pass<"trellis-print-op-costs"> {
   }];
 }
 
+def FuseElementwisePass : Pass<"trellis-fuse-elementwise"> {
+  let summary = "Fuses chains and trees of elementwise ops into one op";
+  let description = [{
+    In every function, a tree of elementwise ops (add, sub, mul, div,
+    maximum, scale, the unary functions, unary_grad, cast) whose inner
+    results have one user each, in the same block, with the root's shape,
+    and in the same program (graph.phase, graph.part, trellis.stage,
+    trellis.program alike) becomes one graph.fused_elementwise at the root:
+    its inputs are the tree's outside operands (broadcast as the members
+    broadcast them), its program the members in order. Results are
+    unchanged bit for bit (every slot is rounded as its member rounds); the
+    intermediates vanish from the memory plan. A value with two users (a
+    forward activation the backward reads) ends a tree.
+  }];
+  let dependentDialects = ["::trellis::graph::GraphDialect"];
+}
+
 #endif // TRELLIS_DIALECT_GRAPH_TRANSFORMS_PASSES_TD

@@ -103,6 +103,7 @@ public:
   std::vector<int64_t> ints(const std::string &name) const;
   std::vector<double> reals(const std::string &name) const;
   std::string text(const std::string &name) const;
+  std::vector<std::string> texts(const std::string &name) const;
 
 private:
   const std::vector<TensorType> &inputs_;
