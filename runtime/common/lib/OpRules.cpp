@@ -134,10 +134,23 @@ Diagnostic normRule(const OpInstance &op, Results &results, bool hasBias,
   return std::nullopt;
 }
 
-Diagnostic attentionOperands(const OpInstance &op) {
+/// Queries [batch, seq, heads, dim], keys [batch, seq, kv_heads, dim] and
+/// values shaped like the keys.
+Diagnostic attentionRanks(const OpInstance &op) {
   TRELLIS_CHECK(expectRank(op, 0, "query [batch, seq, heads, dim]", 4));
   TRELLIS_CHECK(expectRank(op, 1, "key [batch, seq, kv_heads, dim]", 4));
-  TRELLIS_CHECK(expectSameShape(op, 2, "value", 1, "key"));
+  return expectSameShape(op, 2, "value", 1, "key");
+}
+
+Diagnostic expectKvHeadsDividing(const Shape &q, const Shape &k) {
+  if (k[2] == 0 || q[2] % k[2] != 0)
+    return "expected kv heads (" + text(k[2]) + ") to divide query heads (" +
+           text(q[2]) + ")";
+  return std::nullopt;
+}
+
+Diagnostic attentionOperands(const OpInstance &op) {
+  TRELLIS_CHECK(attentionRanks(op));
   const Shape &q = op.shape(0), &k = op.shape(1);
   // Queries split over mesh axes (context parallelism) are a piece of the
   // keys' sequence: one of the group's when it is known (the plan), some
@@ -153,27 +166,19 @@ Diagnostic attentionOperands(const OpInstance &op) {
            "] to match query " + formatShape(q) +
            (pieces > 1 ? " (a piece of " + text(pieces) + ")" : "") +
            ", found " + formatShape(k);
-  if (k[2] == 0 || q[2] % k[2] != 0)
-    return "expected kv heads (" + text(k[2]) + ") to divide query heads (" +
-           text(q[2]) + ")";
-  return std::nullopt;
+  return expectKvHeadsDividing(q, k);
 }
 
 /// Ring attention's blocks: queries [B, S, Hq, D] and keys and values
 /// [B, S, Hkv, D] of one equal block of the sequence.
 Diagnostic attentionBlockOperands(const OpInstance &op) {
-  TRELLIS_CHECK(expectRank(op, 0, "query [batch, seq, heads, dim]", 4));
-  TRELLIS_CHECK(expectRank(op, 1, "key [batch, seq, kv_heads, dim]", 4));
-  TRELLIS_CHECK(expectSameShape(op, 2, "value", 1, "key"));
+  TRELLIS_CHECK(attentionRanks(op));
   const Shape &q = op.shape(0), &k = op.shape(1);
   if (q[0] != k[0] || q[1] != k[1] || q[3] != k[3])
     return "expected a key block of shape [" + text(q[0]) + ", " +
            text(q[1]) + ", kv_heads, " + text(q[3]) +
            "] (the queries' block length), found " + formatShape(k);
-  if (k[2] == 0 || q[2] % k[2] != 0)
-    return "expected kv heads (" + text(k[2]) + ") to divide query heads (" +
-           text(q[2]) + ")";
-  return std::nullopt;
+  return expectKvHeadsDividing(q, k);
 }
 
 /// The log-sum-exp of attention rows, [batch, heads, seq] in f32, for the
