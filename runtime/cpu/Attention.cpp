@@ -1,184 +1,55 @@
 //===- Attention.cpp - Scaled dot-product attention and its gradient ------===//
 //
-// Layout [batch, seq, heads, dim]; every head is a strided matrix, so the
-// products go straight to sgemm with leading dimension heads * dim. Query
-// head h reads key/value head h / (query heads / kv heads). The backward
-// pass recomputes the probabilities of one head at a time (S x S floats).
-// A piece of the queries (context parallelism: split over the instruction's
-// axes) sits at its place in the keys' sequence; with `chunks` the stored
-// sequence is in zigzag order and the causal mask compares positions.
+// Layout [batch, seq, heads, dim]; query head h reads key/value head
+// h / (query heads / kv heads). Short key sequences go to DenseAttention;
+// longer ones run on BlockedAttention's tiles (128 positions: causal
+// attention skips the tiles above the diagonal, and no S x S matrix is
+// formed); the blocked backward recomputes the forward's result and
+// log-sum-exp first. A piece of the queries (context parallelism:
+// split over the instruction's axes) sits at its place in the keys'
+// sequence; with `chunks` the stored sequence is in zigzag order and the
+// causal mask compares positions.
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernels.h"
+#include "BlockedAttention.h"
 
 #include "trellis/Common/SequenceChunks.h"
 
-#include <cblas.h>
-
-#include <algorithm>
-#include <cmath>
-#include <limits>
-
 namespace trellis::runtime::cpu {
-
-namespace {
-
-/// Queries [batch, seq, queryHeads, dim] at stored indices first + i of
-/// the keys' [batch, keySeq, kvHeads, dim] (first > 0: a piece of the
-/// queries, context parallelism).
-struct AttentionShape {
-  int64_t batch, seq, queryHeads, kvHeads, dim, keySeq, first;
-  int queryStride() const { return static_cast<int>(queryHeads * dim); }
-  int kvStride() const { return static_cast<int>(kvHeads * dim); }
-  int64_t queryOffset(int64_t b, int64_t h) const {
-    return b * seq * queryHeads * dim + h * dim;
-  }
-  int64_t kvOffset(int64_t b, int64_t h) const {
-    return b * keySeq * kvHeads * dim + (h / (queryHeads / kvHeads)) * dim;
-  }
-};
-
-/// Which keys each query sees: with the sequence in natural order, a
-/// prefix; in zigzag order, the keys whose positions do not follow the
-/// query's.
-struct CausalMask {
-  bool causal = true;
-  int64_t chunks = 0;
-  std::vector<int64_t> queryPositions, keyPositions;
-
-  CausalMask(const AttentionShape &s, bool causal, int64_t chunks)
-      : causal(causal), chunks(chunks) {
-    if (chunks > 1) {
-      queryPositions = sequencePositions(s.first, s.seq, s.keySeq, chunks);
-      keyPositions = sequencePositions(0, s.keySeq, s.keySeq, chunks);
-    }
-  }
-  /// The keys of query i form a prefix of this length (natural order).
-  int64_t prefix(const AttentionShape &s, int64_t i) const {
-    return causal ? std::min(s.first + i + 1, s.keySeq) : s.keySeq;
-  }
-  bool isPrefix() const { return !causal || chunks <= 1; }
-  bool sees(int64_t i, int64_t j) const {
-    return keyPositions[j] <= queryPositions[i];
-  }
-};
-
-/// probabilities = softmax(scale * q k^T + causal mask), row by row
-/// ([seq, keySeq]).
-void attentionProbabilities(const AttentionShape &s, const float *q,
-                            const float *k, float scale,
-                            const CausalMask &mask, float *probabilities) {
-  int seq = static_cast<int>(s.seq), keys = static_cast<int>(s.keySeq);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, keys,
-              static_cast<int>(s.dim), scale, q, s.queryStride(), k,
-              s.kvStride(), 0.0f, probabilities, keys);
-  for (int64_t i = 0; i < s.seq; ++i) {
-    float *row = probabilities + i * s.keySeq;
-    if (mask.isPrefix()) {
-      int64_t visible = mask.prefix(s, i);
-      softmaxRow(row, row, visible);
-      std::fill(row + visible, row + s.keySeq, 0.0f);
-      continue;
-    }
-    // Every query sees its own position, so the row has a visible key.
-    float max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < s.keySeq; ++j)
-      if (mask.sees(i, j))
-        max = std::max(max, row[j]);
-    double sum = 0;
-    for (int64_t j = 0; j < s.keySeq; ++j)
-      sum += (row[j] = mask.sees(i, j) ? std::exp(row[j] - max) : 0.0f);
-    float inverse = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < s.keySeq; ++j)
-      row[j] *= inverse;
-  }
-}
-
-} // namespace
 
 Status runAttention(const KernelArgs &args) {
   const std::vector<int64_t> &qs = args.in(0).shape(), &ks = args.in(1).shape();
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
-  AttentionShape s{qs[0], qs[1], qs[2], ks[2], qs[3], ks[1], *position * qs[1]};
-  float scale = static_cast<float>(args.instruction.real("scale"));
-  CausalMask mask(s, args.instruction.flag("causal", true),
-                  args.instruction.integer("chunks"));
-  const float *q = args.in(0).f32(), *k = args.in(1).f32(),
-              *v = args.in(2).f32();
-  int seq = static_cast<int>(s.seq), dim = static_cast<int>(s.dim);
-  int keys = static_cast<int>(s.keySeq);
-
-  // Heads over the device's OpenMP threads (BLAS runs single-threaded
-  // inside); each thread has its own scratch.
+  BlockShape s{qs[0], qs[1], ks[1], qs[2], ks[2], qs[3]};
+  if (s.keySeq <= kDenseAttentionKeys)
+    return runDenseAttention(args);
+  // The queries sit at stored indices first ... of the keys' sequence.
+  int64_t first = *position * s.querySeq;
+  int64_t chunks = args.instruction.integer("chunks");
+  AttentionRuns runs{
+      tiled(positionRuns(
+                sequencePositions(first, s.querySeq, s.keySeq, chunks)),
+            kAttentionTile),
+      tiled(positionRuns(sequencePositions(0, s.keySeq, s.keySeq, chunks)),
+            kAttentionTile)};
+  AttentionTensors t{args.in(0).f32(), args.in(1).f32(), args.in(2).f32(),
+                     static_cast<float>(args.instruction.real("scale")),
+                     args.instruction.flag("causal", true)};
   if (args.instruction.op == "attention") {
-    float *out = args.out(0).f32();
-#pragma omp parallel
-    {
-      std::vector<float> probabilities(s.seq * s.keySeq);
-#pragma omp for collapse(2) schedule(static)
-      for (int64_t b = 0; b < s.batch; ++b)
-        for (int64_t h = 0; h < s.queryHeads; ++h) {
-          attentionProbabilities(s, q + s.queryOffset(b, h),
-                                 k + s.kvOffset(b, h), scale, mask,
-                                 probabilities.data());
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, dim,
-                      keys, 1.0f, probabilities.data(), keys,
-                      v + s.kvOffset(b, h), s.kvStride(), 0.0f,
-                      out + s.queryOffset(b, h), s.queryStride());
-        }
-    }
+    blockedAttention(s, runs, t, args.out(0).f32(), nullptr);
     return Status::success();
   }
-
-  const float *dOut = args.in(3).f32();
-  float *dq = args.out(0).f32(), *dk = args.out(1).f32(),
-        *dv = args.out(2).f32();
-  std::fill(dk, dk + args.out(1).size(), 0.0f);
-  std::fill(dv, dv + args.out(2).size(), 0.0f);
-  // A kv head's gradients sum over its query heads: a thread takes whole
-  // kv heads and adds their query heads in order (thread-count
-  // independent).
-  int64_t group = s.queryHeads / s.kvHeads;
-#pragma omp parallel
-  {
-    std::vector<float> probabilities(s.seq * s.keySeq),
-        dScores(s.seq * s.keySeq);
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t b = 0; b < s.batch; ++b)
-      for (int64_t kv = 0; kv < s.kvHeads; ++kv)
-        for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
-      int64_t qo = s.queryOffset(b, h), ko = s.kvOffset(b, h);
-      float *p = probabilities.data(), *ds = dScores.data();
-      attentionProbabilities(s, q + qo, k + ko, scale, mask, p);
-      // dV += P^T dO
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, dim, seq,
-                  1.0f, p, keys, dOut + qo, s.queryStride(), 1.0f, dv + ko,
-                  s.kvStride());
-      // dP = dO V^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, keys, dim,
-                  1.0f, dOut + qo, s.queryStride(), v + ko, s.kvStride(), 0.0f,
-                  ds, keys);
-      // dS = P * (dP - rowsum(dP * P))
-      for (int64_t i = 0; i < s.seq; ++i) {
-        float *pRow = p + i * s.keySeq, *dRow = ds + i * s.keySeq;
-        double dot = 0;
-        for (int64_t j = 0; j < s.keySeq; ++j)
-          dot += double(pRow[j]) * dRow[j];
-        for (int64_t j = 0; j < s.keySeq; ++j)
-          dRow[j] = pRow[j] * (dRow[j] - static_cast<float>(dot));
-      }
-      // dQ = scale dS K;  dK += scale dS^T Q
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, dim, keys,
-                  scale, ds, keys, k + ko, s.kvStride(), 0.0f, dq + qo,
-                  s.queryStride());
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, dim, seq,
-                  scale, ds, keys, q + qo, s.queryStride(), 1.0f, dk + ko,
-                  s.kvStride());
-        }
-  }
+  // The backward reads the forward's result and log-sum-exp: recomputed
+  // here (the plan keeps neither).
+  std::vector<float> result(args.in(0).size()),
+      logSumExp(s.batch * s.queryHeads * s.querySeq);
+  blockedAttention(s, runs, t, result.data(), logSumExp.data());
+  blockedAttentionGrad(s, runs, t, result.data(), logSumExp.data(),
+                       args.in(3).f32(), args.out(0).f32(), args.out(1).f32(),
+                       args.out(2).f32());
   return Status::success();
 }
 

@@ -3,7 +3,8 @@
 // On one rank (a ring of one): attention_block over a zigzag-ordered
 // sequence equals attention over it, attention_block_grad equals
 // attention_grad, and attention_merge of two key halves equals attention
-// over both. The multi-rank ring is checked end to end by the
+// over both. Long sequences (tiles: kDenseAttentionKeys and beyond) match
+// a double-precision reference, forward and backward. The multi-rank ring is checked end to end by the
 // context-parallel tests (losses and parameters equal the one-rank run).
 //
 //===----------------------------------------------------------------------===//
@@ -15,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 using namespace trellis;
 using namespace trellis::runtime;
@@ -172,6 +174,101 @@ TEST(RingAttentionTest, MergedBlocksEqualAttentionOverBoth) {
   int64_t swapped = k.add(qShape), swappedSums = k.add({1, 2, 6});
   k.run("attention_merge", {o2, l2, o1, l1}, {swapped, swappedSums}, {});
   k.expectNear(merged, swapped, "merged in the other order");
+}
+
+/// softmax(scale q k^T + causal mask over `positions`) v per head in
+/// double, and its gradients for q, k and v given dOut ([S, heads, D]
+/// with one kv head per two query heads).
+struct Reference {
+  int64_t seq, heads, kvHeads, dim;
+  double scale;
+  std::vector<int64_t> positions;
+
+  int64_t q(int64_t i, int64_t h, int64_t d) const {
+    return (i * heads + h) * dim + d;
+  }
+  int64_t kv(int64_t j, int64_t h, int64_t d) const {
+    return (j * kvHeads + h / (heads / kvHeads)) * dim + d;
+  }
+  /// Probabilities of head h, row i.
+  std::vector<double> row(const std::vector<float> &qs,
+                          const std::vector<float> &ks, int64_t h,
+                          int64_t i) const {
+    std::vector<double> p(seq, 0.0);
+    double max = -1e300, sum = 0;
+    for (int64_t j = 0; j < seq; ++j) {
+      if (positions[j] > positions[i])
+        continue;
+      double dot = 0;
+      for (int64_t d = 0; d < dim; ++d)
+        dot += double(qs[q(i, h, d)]) * ks[kv(j, h, d)];
+      p[j] = dot * scale;
+      max = std::max(max, p[j]);
+    }
+    for (int64_t j = 0; j < seq; ++j)
+      sum += (p[j] = positions[j] > positions[i] ? 0 : std::exp(p[j] - max));
+    for (double &value : p)
+      value /= sum;
+    return p;
+  }
+};
+
+TEST(RingAttentionTest, LongSequencesRunInTilesLikeADoubleReference) {
+  for (int64_t chunks : {0, 6}) {
+    Kernels k;
+    const int64_t seq = 3 * 128 + 18; // 3 full tiles and a short one
+    const std::vector<int64_t> qShape{1, seq, 4, 8}, kvShape{1, seq, 2, 8};
+    int64_t q = k.add(qShape, 11), key = k.add(kvShape, 12),
+            value = k.add(kvShape, 13), dOut = k.add(qShape, 14);
+    std::map<std::string, AttrValue> attrs = {{"scale", real(0.35)},
+                                              {"causal", flag(true)}};
+    if (chunks)
+      attrs["chunks"] = integer(chunks);
+    int64_t out = k.add(qShape);
+    k.run("attention", {q, key, value}, {out}, attrs);
+    int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
+    k.run("attention_grad", {q, key, value, dOut}, {dq, dk, dv}, attrs);
+
+    Reference ref{seq, 4, 2, 8, 0.35, {}};
+    for (int64_t i = 0; i < seq; ++i)
+      ref.positions.push_back(sequencePosition(i, seq, chunks));
+    std::vector<float> qs = k.read(q), ks = k.read(key), vs = k.read(value),
+                       gs = k.read(dOut), os = k.read(out), dqs = k.read(dq),
+                       dks = k.read(dk), dvs = k.read(dv);
+    std::vector<double> eq(qs.size()), ek(ks.size()), ev(vs.size());
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t i = 0; i < seq; ++i) {
+        std::vector<double> p = ref.row(qs, ks, h, i);
+        double rowDot = 0;
+        std::vector<double> dp(seq, 0.0);
+        for (int64_t d = 0; d < 8; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < seq; ++j)
+            o += p[j] * vs[ref.kv(j, h, d)];
+          ASSERT_NEAR(os[ref.q(i, h, d)], o, 2e-5)
+              << "result, chunks " << chunks << ", row " << i;
+          rowDot += o * gs[ref.q(i, h, d)];
+        }
+        for (int64_t j = 0; j < seq; ++j)
+          for (int64_t d = 0; d < 8; ++d) {
+            dp[j] += double(gs[ref.q(i, h, d)]) * vs[ref.kv(j, h, d)];
+            ev[ref.kv(j, h, d)] += p[j] * gs[ref.q(i, h, d)];
+          }
+        for (int64_t j = 0; j < seq; ++j) {
+          double ds = p[j] * (dp[j] - rowDot) * 0.35;
+          for (int64_t d = 0; d < 8; ++d) {
+            eq[ref.q(i, h, d)] += ds * ks[ref.kv(j, h, d)];
+            ek[ref.kv(j, h, d)] += ds * qs[ref.q(i, h, d)];
+          }
+        }
+      }
+    for (size_t i = 0; i < eq.size(); ++i)
+      ASSERT_NEAR(dqs[i], eq[i], 2e-5) << "query gradient " << i;
+    for (size_t i = 0; i < ek.size(); ++i) {
+      ASSERT_NEAR(dks[i], ek[i], 2e-5) << "key gradient " << i;
+      ASSERT_NEAR(dvs[i], ev[i], 2e-5) << "value gradient " << i;
+    }
+  }
 }
 
 } // namespace

@@ -1,0 +1,221 @@
+//===- BlockedAttention.cpp - Attention over tiles of positions -----------===//
+
+#include "BlockedAttention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace trellis::runtime::cpu {
+
+namespace {
+
+constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
+
+enum class Visibility { None, All, Diagonal };
+
+/// Which keys of run `keys` the queries of run `queries` see.
+Visibility visibility(const PositionRun &queries, const PositionRun &keys,
+                      bool causal) {
+  if (!causal)
+    return Visibility::All;
+  if (keys.position > queries.position + queries.count - 1)
+    return Visibility::None;
+  if (keys.position + keys.count - 1 <= queries.position)
+    return Visibility::All;
+  return Visibility::Diagonal;
+}
+
+/// scores[i, j] = scale * q_i . k_j for the rows of `queries` and `keys`.
+void tileScores(const BlockShape &s, const float *q, const float *k,
+                float scale, const PositionRun &queries,
+                const PositionRun &keys, float *scores) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+              static_cast<int>(queries.count), static_cast<int>(keys.count),
+              static_cast<int>(s.dim), scale, q, s.queryStride(), k,
+              s.kvStride(), 0.0f, scores, static_cast<int>(keys.count));
+}
+
+/// How many of the tile's keys query row i sees: a prefix, since
+/// positions run consecutively within a tile.
+int64_t visibleKeys(const PositionRun &queries, const PositionRun &keys,
+                    Visibility seen, int64_t i) {
+  if (seen != Visibility::Diagonal)
+    return keys.count;
+  return std::clamp<int64_t>(queries.position + i - keys.position + 1, 0,
+                             keys.count);
+}
+
+/// One head's forward over one tile of queries: online softmax over the
+/// key tiles, the result rows rescaled as the maxima grow.
+void forwardTile(const BlockShape &s, const AttentionRuns &runs,
+                 const AttentionTensors &t, int64_t b, int64_t h,
+                 const PositionRun &queries, float *out, float *logSumExp,
+                 std::vector<float> &scores, std::vector<float> &maxima,
+                 std::vector<double> &sums) {
+  maxima.assign(queries.count, kMinusInfinity);
+  sums.assign(queries.count, 0.0);
+  float *outRows = out + s.queryOffset(b, h, queries.begin);
+  for (int64_t i = 0; i < queries.count; ++i)
+    std::fill(outRows + i * s.queryStride(),
+              outRows + i * s.queryStride() + s.dim, 0.0f);
+  for (const PositionRun &keys : runs.keys) {
+    Visibility seen = visibility(queries, keys, t.causal);
+    if (seen == Visibility::None)
+      continue;
+    scores.resize(queries.count * keys.count);
+    tileScores(s, t.query + s.queryOffset(b, h, queries.begin),
+               t.key + s.kvOffset(b, h, keys.begin), t.scale, queries, keys,
+               scores.data());
+    for (int64_t i = 0; i < queries.count; ++i) {
+      float *row = scores.data() + i * keys.count;
+      int64_t visible = visibleKeys(queries, keys, seen, i);
+      std::fill(row + visible, row + keys.count, 0.0f);
+      if (visible == 0)
+        continue;
+      float max = std::max(maxima[i], *std::max_element(row, row + visible));
+      float rescale =
+          maxima[i] == kMinusInfinity ? 0.0f : std::exp(maxima[i] - max);
+      double sum = 0;
+      for (int64_t j = 0; j < visible; ++j)
+        sum += (row[j] = std::exp(row[j] - max));
+      sums[i] = sums[i] * rescale + sum;
+      maxima[i] = max;
+      float *outRow = outRows + i * s.queryStride();
+      for (int64_t d = 0; d < s.dim; ++d)
+        outRow[d] *= rescale;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                static_cast<int>(queries.count), static_cast<int>(s.dim),
+                static_cast<int>(keys.count), 1.0f, scores.data(),
+                static_cast<int>(keys.count),
+                t.value + s.kvOffset(b, h, keys.begin), s.kvStride(), 1.0f,
+                outRows, s.queryStride());
+  }
+  for (int64_t i = 0; i < queries.count; ++i) {
+    float *outRow = outRows + i * s.queryStride();
+    float total = kMinusInfinity;
+    if (sums[i] > 0) {
+      float inverse = static_cast<float>(1.0 / sums[i]);
+      for (int64_t d = 0; d < s.dim; ++d)
+        outRow[d] *= inverse;
+      total = maxima[i] + static_cast<float>(std::log(sums[i]));
+    }
+    if (logSumExp)
+      logSumExp[s.rowOffset(b, h) + queries.begin + i] = total;
+  }
+}
+
+} // namespace
+
+std::vector<PositionRun> tiled(const std::vector<PositionRun> &runs,
+                               int64_t tile) {
+  std::vector<PositionRun> tiles;
+  for (const PositionRun &run : runs)
+    for (int64_t start = 0; start < run.count; start += tile)
+      tiles.push_back({run.begin + start, std::min(tile, run.count - start),
+                       run.position + start});
+  return tiles;
+}
+
+void blockedAttention(const BlockShape &s, const AttentionRuns &runs,
+                      const AttentionTensors &t, float *out,
+                      float *logSumExp) {
+  int64_t queryTiles = runs.queries.size();
+#pragma omp parallel
+  {
+    std::vector<float> scores, maxima;
+    std::vector<double> sums;
+#pragma omp for collapse(3) schedule(static)
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.queryHeads; ++h)
+        for (int64_t tile = 0; tile < queryTiles; ++tile)
+          forwardTile(s, runs, t, b, h, runs.queries[tile], out, logSumExp,
+                      scores, maxima, sums);
+  }
+}
+
+void blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
+                          const AttentionTensors &t, const float *result,
+                          const float *logSumExp, const float *resultGrad,
+                          float *dq, float *dk, float *dv) {
+  int64_t queryElements = s.batch * s.querySeq * s.queryHeads * s.dim;
+  int64_t keyElements = s.batch * s.keySeq * s.kvHeads * s.dim;
+  std::fill(dq, dq + queryElements, 0.0f);
+  std::fill(dk, dk + keyElements, 0.0f);
+  std::fill(dv, dv + keyElements, 0.0f);
+  // A kv head's gradients sum over its query heads: a thread takes whole
+  // kv heads and adds their query heads, tiles and key tiles in order.
+#pragma omp parallel
+  {
+    std::vector<float> p, dp, rowDots(s.querySeq);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t kv = 0; kv < s.kvHeads; ++kv)
+        for (int64_t h = kv * s.group(); h < (kv + 1) * s.group(); ++h) {
+          // rowsum(dO * O): the softmax's gradient term, of the whole
+          // result.
+          for (int64_t i = 0; i < s.querySeq; ++i) {
+            const float *o = result + s.queryOffset(b, h, i),
+                        *g = resultGrad + s.queryOffset(b, h, i);
+            double dot = 0;
+            for (int64_t d = 0; d < s.dim; ++d)
+              dot += double(o[d]) * g[d];
+            rowDots[i] = static_cast<float>(dot);
+          }
+          const float *rowSums = logSumExp + s.rowOffset(b, h);
+          for (const PositionRun &queries : runs.queries)
+            for (const PositionRun &keys : runs.keys) {
+              Visibility seen = visibility(queries, keys, t.causal);
+              if (seen == Visibility::None)
+                continue;
+              int qn = static_cast<int>(queries.count),
+                  kn = static_cast<int>(keys.count),
+                  dim = static_cast<int>(s.dim);
+              int64_t qo = s.queryOffset(b, h, queries.begin),
+                      ko = s.kvOffset(b, h, keys.begin);
+              p.resize(queries.count * keys.count);
+              dp.resize(queries.count * keys.count);
+              tileScores(s, t.query + qo, t.key + ko, t.scale, queries, keys,
+                         p.data());
+              // P = exp(scores - lse): the tile's probabilities.
+              for (int64_t i = 0; i < queries.count; ++i) {
+                float lse = rowSums[queries.begin + i];
+                float *row = p.data() + i * keys.count;
+                int64_t visible = lse == kMinusInfinity
+                                      ? 0
+                                      : visibleKeys(queries, keys, seen, i);
+                for (int64_t j = 0; j < visible; ++j)
+                  row[j] = std::exp(row[j] - lse);
+                std::fill(row + visible, row + keys.count, 0.0f);
+              }
+              // dV += P^T dO
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, dim,
+                          qn, 1.0f, p.data(), kn, resultGrad + qo,
+                          s.queryStride(), 1.0f, dv + ko, s.kvStride());
+              // dP = dO V^T;  dS = P * (dP - rowsum(dO * O))
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, dim,
+                          1.0f, resultGrad + qo, s.queryStride(), t.value + ko,
+                          s.kvStride(), 0.0f, dp.data(), kn);
+              for (int64_t i = 0; i < queries.count; ++i) {
+                float dot = rowDots[queries.begin + i];
+                float *pRow = p.data() + i * keys.count,
+                      *dRow = dp.data() + i * keys.count;
+                for (int64_t j = 0; j < keys.count; ++j)
+                  dRow[j] = pRow[j] * (dRow[j] - dot);
+              }
+              // dQ += scale dS K;  dK += scale dS^T Q
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, dim,
+                          kn, t.scale, dp.data(), kn, t.key + ko,
+                          s.kvStride(), 1.0f, dq + qo, s.queryStride());
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, dim, qn,
+                          t.scale, dp.data(), kn, t.query + qo,
+                          s.queryStride(), 1.0f, dk + ko, s.kvStride());
+            }
+        }
+  }
+}
+
+} // namespace trellis::runtime::cpu
