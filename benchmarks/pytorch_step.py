@@ -5,7 +5,11 @@ config.json, torch AdamW, random tokens, fp32 or bf16 autocast
 (the first step left out). Needs torch and transformers (a venv: never a
 test dependency).
 
-Usage: pytorch_step.py CONFIG BATCH SEQ STEPS THREADS fp32|bf16
+Usage: pytorch_step.py CONFIG BATCH SEQ STEPS THREADS fp32|bf16 [compile]
+
+With `compile`, the model's forward goes through torch.compile (inductor;
+its compilation happens in the first step, which the mean leaves out, as
+do the next two while it settles).
 """
 import json
 import sys
@@ -17,12 +21,14 @@ import transformers
 transformers.logging.set_verbosity_error()
 
 config_path, batch, seq, steps, threads, precision = sys.argv[1:7]
+compiled = len(sys.argv) > 7 and sys.argv[7] == "compile"
 batch, seq, steps, threads = int(batch), int(seq), int(steps), int(threads)
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 config = transformers.GPT2Config(**json.load(open(config_path)))
 model = transformers.GPT2LMHeadModel(config)
 model.train()
+forward = torch.compile(model) if compiled else model
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
 tokens = torch.randint(0, config.vocab_size, (batch, seq + 1))
 inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -32,7 +38,7 @@ def step():
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=torch.bfloat16,
                         enabled=precision == "bf16"):
-        logits = model(input_ids=inputs).logits
+        logits = forward(input_ids=inputs).logits
     loss = torch.nn.functional.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
     loss.backward()
@@ -45,6 +51,8 @@ for _ in range(steps):
     start = time.perf_counter()
     step()
     times.append(time.perf_counter() - start)
-mean = sum(times[1:]) / max(len(times) - 1, 1)
-print(f"pytorch {torch.__version__} {precision} threads {threads} | "
+warmup = 3 if compiled else 1
+mean = sum(times[warmup:]) / max(len(times) - warmup, 1)
+kind = "torch.compile" if compiled else "eager"
+print(f"pytorch {torch.__version__} {kind} {precision} threads {threads} | "
       f"mean step {mean * 1e3:.2f} ms")

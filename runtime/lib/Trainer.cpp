@@ -18,6 +18,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -460,7 +461,8 @@ StatusOr<std::vector<RankMemory>> Trainer::gatherMemory() const {
   return figures;
 }
 
-Status Trainer::save(const std::string &dir) const {
+Status Trainer::save(const std::string &dir,
+                     const CheckpointFault &fault) const {
   // Every rank takes part in gathering split tensors; rank 0 writes.
   // With mixed precision, model.safetensors holds the weights in the
   // compute dtype (what Hugging Face loads) and optimizer.safetensors the
@@ -494,10 +496,9 @@ Status Trainer::save(const std::string &dir) const {
   }
   if (rank() != 0)
     return Status::success();
-  ::mkdir(dir.c_str(), 0755);
-  struct stat info;
-  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
-    return Status::error("cannot create checkpoint directory '" + dir + "'");
+  StatusOr<std::string> partial = beginCheckpoint(dir);
+  if (!partial.ok())
+    return partial.status();
   std::string step = std::to_string(completedSteps_);
   model.metadata = {{"format", "pt"},
                     {"trellis_step", step},
@@ -515,11 +516,34 @@ Status Trainer::save(const std::string &dir) const {
     optimizer.metadata["trellis_skipped_steps"] =
         std::to_string(lossScale_.skippedSteps);
   }
-  TRELLIS_RETURN_IF_ERROR(writeSafetensors(dir + "/model.safetensors", model));
-  return writeSafetensors(dir + "/optimizer.safetensors", optimizer);
+  TRELLIS_RETURN_IF_ERROR(
+      writeSafetensors(*partial + "/model.safetensors", model));
+  TRELLIS_RETURN_IF_ERROR(
+      writeSafetensors(*partial + "/optimizer.safetensors", optimizer));
+  return commitCheckpoint(*partial, dir, completedSteps_, fingerprint(),
+                          {"model.safetensors", "optimizer.safetensors"},
+                          fault);
 }
 
-Status Trainer::load(const std::string &dir) {
+Status Trainer::load(const std::string &path) {
+  StatusOr<std::string> resolved = resolveCheckpoint(path);
+  if (!resolved.ok())
+    return resolved.status();
+  const std::string &dir = *resolved;
+  StatusOr<CheckpointManifest> manifest = verifyCheckpoint(dir);
+  if (!manifest.ok()) {
+    // Say which saves the files come from, where they say so.
+    std::string steps;
+    for (const char *name : {"model.safetensors", "optimizer.safetensors"}) {
+      StatusOr<SafetensorsFile> file = readSafetensors(dir + "/" + name);
+      if (file.ok() && file->metadata.count("trellis_step"))
+        steps += std::string(steps.empty() ? "" : ", ") + name +
+                 " is from step " + file->metadata["trellis_step"];
+    }
+    return steps.empty() ? manifest.status()
+                         : Status::error(manifest.status().message() + " (" +
+                                         steps + ")");
+  }
   StatusOr<SafetensorsFile> model = readSafetensors(dir + "/model.safetensors");
   if (!model.ok())
     return model.status().withContext("checkpoint");
@@ -527,6 +551,18 @@ Status Trainer::load(const std::string &dir) {
       readSafetensors(dir + "/optimizer.safetensors");
   if (!optimizer.ok())
     return optimizer.status().withContext("checkpoint");
+  // Both files of one save (a manifest-less checkpoint has only their
+  // steps to go by).
+  const std::string &modelStep = model->metadata["trellis_step"],
+                    &optimizerStep = optimizer->metadata["trellis_step"];
+  if (modelStep != optimizerStep ||
+      (manifest->step >= 0 && modelStep != std::to_string(manifest->step)))
+    return Status::error(
+        "checkpoint '" + dir + "' mixes saves: model.safetensors is from step " +
+        modelStep + ", optimizer.safetensors from step " + optimizerStep +
+        (manifest->step >= 0
+             ? ", its manifest from step " + std::to_string(manifest->step)
+             : std::string()));
   const Plan &plan = executor_->plan();
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
@@ -663,6 +699,32 @@ StatusOr<Fault> parseFault(const std::string &text) {
   return fault;
 }
 
+/// --inject-save-fault POINT:STEP.
+struct SaveFault {
+  CheckpointFault fault;
+  int64_t step = -1;
+};
+
+StatusOr<SaveFault> parseSaveFault(const std::string &text) {
+  SaveFault parsed;
+  if (text.empty())
+    return parsed;
+  size_t colon = text.rfind(':');
+  std::string point = text.substr(0, colon);
+  if (colon == std::string::npos ||
+      (point != "model.safetensors" && point != "optimizer.safetensors" &&
+       point != "commit"))
+    return Status::error("expected --inject-save-fault model.safetensors:STEP, "
+                         "optimizer.safetensors:STEP or commit:STEP, found '" +
+                         text + "'");
+  parsed.step = std::atoll(text.substr(colon + 1).c_str());
+  if (point == "commit")
+    parsed.fault.beforeCommit = true;
+  else
+    parsed.fault.afterFile = point;
+  return parsed;
+}
+
 } // namespace
 
 int runTrainingCommand(const TrainOptions &options) {
@@ -678,6 +740,27 @@ int runTrainingCommand(const TrainOptions &options) {
   StatusOr<Fault> fault = parseFault(options.injectFault);
   if (!fault.ok())
     return fail(fault.status());
+  StatusOr<SaveFault> saveFault = parseSaveFault(options.injectSaveFault);
+  if (!saveFault.ok())
+    return fail(saveFault.status());
+  if (options.saveEvery < 0 || options.keep < 0)
+    return fail(Status::error(
+        "expected --save-every and --keep >= 0, found " +
+        std::to_string(options.saveEvery) + " and " +
+        std::to_string(options.keep)));
+  if ((options.saveEvery > 0 || options.keep > 0) && options.saveDir.empty())
+    return fail(Status::error("--save-every and --keep need --save DIR (the "
+                              "directory of the periodic checkpoints)"));
+  if (options.keep > 0 && options.saveEvery == 0)
+    return fail(Status::error("--keep counts periodic checkpoints: expected "
+                              "--save-every N with it"));
+  if (!options.saveDir.empty() && options.rank <= 0) {
+    // Before step 1, not after the run: the checkpoint's place is usable.
+    Status prepared =
+        prepareCheckpointPath(options.saveDir, options.saveEvery > 0);
+    if (!prepared.ok())
+      return fail(prepared);
+  }
   // Options every rank would reject: before starting any.
   if (StatusOr<const Backend *> backend = findBackend(options.device);
       !backend.ok())
@@ -757,6 +840,19 @@ int runTrainingCommand(const TrainOptions &options) {
       std::printf("\n");
     }
     std::fflush(stdout);
+    if (options.saveEvery > 0 && step % options.saveEvery == 0) {
+      Status saved = trainer.save(
+          periodicCheckpointPath(options.saveDir, step),
+          saveFault->step == step ? saveFault->fault : CheckpointFault());
+      if (saved.ok() && printing && options.keep > 0)
+        saved = pruneCheckpoints(options.saveDir, options.keep);
+      if (!saved.ok())
+        return fail(saved);
+      if (printing)
+        std::printf("saved checkpoint at step %lld to %s\n",
+                    static_cast<long long>(step),
+                    periodicCheckpointPath(options.saveDir, step).c_str());
+    }
   }
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
@@ -802,14 +898,22 @@ int runTrainingCommand(const TrainOptions &options) {
       std::printf("  %-20s %9.2f ms  %5.1f%%\n", op.c_str(), seconds * 1e3,
                   total > 0 ? 100.0 * seconds / total : 0.0);
   }
-  if (!options.saveDir.empty()) {
-    Status status = trainer.save(options.saveDir);
+  int64_t last = trainer.completedSteps();
+  bool savedLast = options.saveEvery > 0 && last % options.saveEvery == 0 &&
+                   options.steps > 0;
+  if (!options.saveDir.empty() && !savedLast) {
+    std::string dir = options.saveEvery > 0
+                          ? periodicCheckpointPath(options.saveDir, last)
+                          : options.saveDir;
+    Status status = trainer.save(
+        dir, saveFault->step == last ? saveFault->fault : CheckpointFault());
+    if (status.ok() && printing && options.keep > 0)
+      status = pruneCheckpoints(options.saveDir, options.keep);
     if (!status.ok())
       return fail(status);
     if (printing)
       std::printf("saved checkpoint at step %lld to %s\n",
-                  static_cast<long long>(trainer.completedSteps()),
-                  options.saveDir.c_str());
+                  static_cast<long long>(last), dir.c_str());
   }
   if (!options.tracePath.empty()) {
     // A launched rank leaves its file for the launcher to merge; a lone

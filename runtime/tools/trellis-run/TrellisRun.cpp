@@ -28,9 +28,19 @@ int main(int argc, char **argv) {
                  "Token file element type: uint16 or uint32")
       ->capture_default_str();
   app.add_option("--save", options.saveDir,
-                 "Write a checkpoint into this directory at the end");
+                 "Write a checkpoint into this directory at the end, "
+                 "committed as a whole (with --save-every: the directory of "
+                 "the step-N checkpoints)");
+  app.add_option("--save-every", options.saveEvery,
+                 "Also save every N steps, into DIR/step-N")
+      ->capture_default_str();
+  app.add_option("--keep", options.keep,
+                 "Keep the newest K periodic checkpoints (0: all); older ones "
+                 "are deleted once a new one is committed")
+      ->capture_default_str();
   app.add_option("--load", options.loadDir,
-                 "Resume from the checkpoint in this directory");
+                 "Resume from this checkpoint (or the newest step-N "
+                 "checkpoint in this directory)");
   app.add_option("--weights", options.weightsPath,
                  "Initial weights: a Hugging Face .safetensors file");
   std::string devices;
@@ -79,6 +89,10 @@ int main(int argc, char **argv) {
       ->group("");
   app.add_option("--inject-fault", options.injectFault,
                  "crash:RANK:STEP, hang:RANK:STEP or overflow:RANK:STEP")
+      ->group("");
+  app.add_option("--inject-save-fault", options.injectSaveFault,
+                 "model.safetensors:STEP, optimizer.safetensors:STEP or "
+                 "commit:STEP: killed inside that save")
       ->group("");
   try {
     app.parse(argc, argv);

@@ -9,6 +9,7 @@
 #ifndef TRELLIS_RUNTIME_TRAINER_H
 #define TRELLIS_RUNTIME_TRAINER_H
 
+#include "trellis/Runtime/Checkpoint.h"
 #include "trellis/Runtime/Executor.h"
 #include "trellis/Runtime/Safetensors.h"
 #include "trellis/Runtime/ShardLayout.h"
@@ -30,8 +31,13 @@ struct TrainOptions {
   std::string data = "synthetic";
   /// Element type of a token file: uint16 or uint32.
   std::string dataDtype = "uint16";
-  /// Directory to write a checkpoint into after the last step ("" = none).
+  /// Directory to write a checkpoint into after the last step ("" = none);
+  /// with saveEvery, the root of the periodic checkpoints (Checkpoint.h).
   std::string saveDir;
+  /// Save every this many steps into saveDir/step-N (0: at the end only).
+  int64_t saveEvery = 0;
+  /// Keep the newest this many periodic checkpoints (0: all).
+  int64_t keep = 0;
   /// Directory of a checkpoint to resume from ("" = none).
   std::string loadDir;
   /// A Hugging Face .safetensors file to take initial weights from.
@@ -75,6 +81,10 @@ struct TrainOptions {
   /// Fault injection for tests: "crash:R:S" makes rank R kill itself with
   /// SIGKILL before step S; "hang:R:S" makes it stop responding there.
   std::string injectFault;
+  /// Fault injection for tests: "POINT:S" kills the writing rank inside
+  /// the save after step S: after writing model.safetensors or
+  /// optimizer.safetensors, or at "commit" (before the rename).
+  std::string injectSaveFault;
 };
 
 /// fp16's dynamic loss scaling: the loss is multiplied by `scale` before
@@ -124,10 +134,12 @@ public:
   int64_t tokensPerStep() const { return batch_ * seq_; }
 
   /// Writes model.safetensors (parameters, Hugging Face names) and
-  /// optimizer.safetensors (moments) into `dir`: whole tensors, whatever the
+  /// optimizer.safetensors (moments) as the checkpoint `dir`, committed as
+  /// a whole with its manifest (Checkpoint.h): whole tensors, whatever the
   /// layout (split ones are gathered; every rank must call it, rank 0
   /// writes).
-  Status save(const std::string &dir) const;
+  Status save(const std::string &dir,
+              const CheckpointFault &fault = CheckpointFault()) const;
   /// Every rank's buffers, its arena and its peak resident memory, in rank
   /// order (every rank must call it; without a communicator, this rank's
   /// alone).

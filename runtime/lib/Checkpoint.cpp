@@ -1,0 +1,295 @@
+//===- Checkpoint.cpp - Checkpoints committed as a whole ------------------===//
+
+#include "trellis/Runtime/Checkpoint.h"
+
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace trellis::runtime {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char *kManifest = "manifest.json";
+
+std::string parentOf(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos)
+    return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string baseName(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool isDirectory(const std::string &path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+std::vector<std::string> entriesOf(const std::string &dir) {
+  std::vector<std::string> names;
+  if (DIR *handle = ::opendir(dir.c_str())) {
+    while (dirent *entry = ::readdir(handle))
+      if (std::strcmp(entry->d_name, ".") && std::strcmp(entry->d_name, ".."))
+        names.push_back(entry->d_name);
+    ::closedir(handle);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// Removes a directory of plain files (a checkpoint).
+void removeCheckpointDirectory(const std::string &dir) {
+  for (const std::string &name : entriesOf(dir))
+    std::remove((dir + "/" + name).c_str());
+  ::rmdir(dir.c_str());
+}
+
+Status syncPath(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    return Status::error("cannot open '" + path + "' to sync it: " +
+                         std::strerror(errno));
+  int result = ::fsync(fd);
+  int error = errno;
+  ::close(fd);
+  if (result != 0)
+    return Status::error("cannot sync '" + path + "': " + std::strerror(error));
+  return Status::success();
+}
+
+StatusOr<CheckpointManifest::File> describeFile(const std::string &dir,
+                                                const std::string &name) {
+  std::string path = dir + "/" + name;
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream)
+    return Status::error("cannot read '" + path + "'");
+  CheckpointManifest::File file{name, 0, 0};
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::vector<char> buffer(1 << 20);
+  while (stream) {
+    stream.read(buffer.data(), buffer.size());
+    std::streamsize got = stream.gcount();
+    if (got <= 0)
+      break;
+    crc = crc32(crc, reinterpret_cast<const Bytef *>(buffer.data()),
+                static_cast<uInt>(got));
+    file.bytes += got;
+  }
+  file.crc32 = static_cast<uint32_t>(crc);
+  return file;
+}
+
+void injectKill(bool now) {
+  if (!now)
+    return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+}
+
+} // namespace
+
+StatusOr<std::string> beginCheckpoint(const std::string &dir) {
+  std::string parent = parentOf(dir), prefix = baseName(dir) + ".partial-";
+  for (const std::string &name : entriesOf(parent))
+    if (name.rfind(prefix, 0) == 0) {
+      std::fprintf(stderr,
+                   "note: removing '%s/%s', left by an interrupted save\n",
+                   parent.c_str(), name.c_str());
+      removeCheckpointDirectory(parent + "/" + name);
+    }
+  std::string partial = dir + ".partial-" + std::to_string(::getpid());
+  if (::mkdir(partial.c_str(), 0755) != 0)
+    return Status::error("cannot create checkpoint directory '" + partial +
+                         "': " + std::strerror(errno));
+  return partial;
+}
+
+Status commitCheckpoint(const std::string &partial, const std::string &dir,
+                        int64_t step, const std::string &model,
+                        const std::vector<std::string> &files,
+                        const CheckpointFault &fault) {
+  json manifest = {{"format", "trellis-checkpoint-1"},
+                   {"step", step},
+                   {"model", model},
+                   {"files", json::array()}};
+  for (const std::string &name : files) {
+    injectKill(fault.afterFile == name);
+    StatusOr<CheckpointManifest::File> file = describeFile(partial, name);
+    if (!file.ok())
+      return file.status();
+    TRELLIS_RETURN_IF_ERROR(syncPath(partial + "/" + name));
+    manifest["files"].push_back(
+        {{"name", name}, {"bytes", file->bytes}, {"crc32", file->crc32}});
+  }
+  {
+    std::ofstream stream(partial + "/" + kManifest, std::ios::trunc);
+    stream << manifest.dump(2) << "\n";
+    if (!stream)
+      return Status::error("cannot write '" + partial + "/" + kManifest + "'");
+  }
+  TRELLIS_RETURN_IF_ERROR(syncPath(partial + "/" + kManifest));
+  TRELLIS_RETURN_IF_ERROR(syncPath(partial));
+  injectKill(fault.beforeCommit);
+  if (isDirectory(dir)) {
+    // Swap the new checkpoint in and the old one out in one step, then
+    // drop the old one.
+    if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, dir.c_str(),
+                    RENAME_EXCHANGE) == 0) {
+      removeCheckpointDirectory(partial);
+      return syncPath(parentOf(dir));
+    }
+    // A file system without the exchange: the old one aside first (a kill
+    // between the renames leaves it as `<dir>.partial-<pid>.old`).
+    std::string old = partial + ".old";
+    if (::rename(dir.c_str(), old.c_str()) != 0)
+      return Status::error("cannot replace checkpoint '" + dir +
+                           "': " + std::strerror(errno));
+    if (::rename(partial.c_str(), dir.c_str()) != 0)
+      return Status::error("cannot commit checkpoint '" + dir +
+                           "': " + std::strerror(errno));
+    removeCheckpointDirectory(old);
+    return syncPath(parentOf(dir));
+  }
+  if (::rename(partial.c_str(), dir.c_str()) != 0)
+    return Status::error("cannot commit checkpoint '" + dir +
+                         "': " + std::strerror(errno));
+  return syncPath(parentOf(dir));
+}
+
+std::string periodicCheckpointPath(const std::string &root, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld",
+                static_cast<long long>(step));
+  return root + "/" + name;
+}
+
+namespace {
+
+/// The committed `step-*` checkpoints under `root`, oldest first.
+std::vector<std::string> periodicCheckpoints(const std::string &root) {
+  std::vector<std::string> found;
+  for (const std::string &name : entriesOf(root))
+    if (name.rfind("step-", 0) == 0 && name.find(".partial-") ==
+                                           std::string::npos &&
+        isDirectory(root + "/" + name))
+      found.push_back(root + "/" + name);
+  return found;
+}
+
+} // namespace
+
+StatusOr<std::string> resolveCheckpoint(const std::string &path) {
+  if (!isDirectory(path))
+    return Status::error("checkpoint '" + path + "' is not a directory");
+  struct stat info;
+  if (::stat((path + "/" + kManifest).c_str(), &info) == 0 ||
+      ::stat((path + "/model.safetensors").c_str(), &info) == 0)
+    return path;
+  std::vector<std::string> found = periodicCheckpoints(path);
+  if (found.empty())
+    return Status::error("checkpoint '" + path +
+                         "' holds neither a checkpoint (manifest.json, "
+                         "model.safetensors) nor step-* checkpoints");
+  return found.back();
+}
+
+StatusOr<CheckpointManifest> verifyCheckpoint(const std::string &dir) {
+  CheckpointManifest manifest;
+  manifest.step = -1;
+  std::ifstream stream(dir + "/" + kManifest);
+  if (!stream)
+    return manifest;
+  json root = json::parse(stream, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object() ||
+      !root.value("step", json()).is_number_integer() ||
+      !root.value("model", json()).is_string() ||
+      !root.value("files", json()).is_array())
+    return Status::error("checkpoint '" + dir +
+                         "': malformed manifest.json (expected step, model "
+                         "and files)");
+  manifest.step = root["step"].get<int64_t>();
+  manifest.model = root["model"].get<std::string>();
+  for (const json &entry : root["files"]) {
+    if (!entry.is_object() || !entry.value("name", json()).is_string() ||
+        !entry.value("bytes", json()).is_number_unsigned() ||
+        !entry.value("crc32", json()).is_number_unsigned())
+      return Status::error("checkpoint '" + dir +
+                           "': malformed manifest.json entry " + entry.dump());
+    CheckpointManifest::File expected{entry["name"].get<std::string>(),
+                                      entry["bytes"].get<uint64_t>(),
+                                      entry["crc32"].get<uint32_t>()};
+    StatusOr<CheckpointManifest::File> found =
+        describeFile(dir, expected.name);
+    if (!found.ok())
+      return Status::error("checkpoint '" + dir + "' is torn: its manifest "
+                           "(step " + std::to_string(manifest.step) +
+                           ") names " + expected.name + ", which is missing");
+    if (found->bytes != expected.bytes || found->crc32 != expected.crc32)
+      return Status::error(
+          "checkpoint '" + dir + "' is torn or mixed: " + expected.name +
+          " is not the file its manifest (step " +
+          std::to_string(manifest.step) + ") names (" +
+          std::to_string(found->bytes) + " bytes, crc32 " +
+          std::to_string(found->crc32) + "; expected " +
+          std::to_string(expected.bytes) + " bytes, crc32 " +
+          std::to_string(expected.crc32) + ")");
+    manifest.files.push_back(expected);
+  }
+  return manifest;
+}
+
+Status pruneCheckpoints(const std::string &root, int64_t keep) {
+  std::vector<std::string> found = periodicCheckpoints(root);
+  for (size_t i = 0; i + keep < found.size(); ++i)
+    removeCheckpointDirectory(found[i]);
+  return Status::success();
+}
+
+Status prepareCheckpointPath(const std::string &dir, bool periodic) {
+  std::string target = periodic ? dir : parentOf(dir);
+  // The directories to make, innermost first, up to one that exists.
+  std::vector<std::string> missing;
+  std::string existing = target;
+  while (!isDirectory(existing)) {
+    struct stat info;
+    if (::stat(existing.c_str(), &info) == 0)
+      return Status::error("cannot save to '" + dir + "': '" + existing +
+                           "' exists and is not a directory");
+    missing.push_back(existing);
+    std::string parent = parentOf(existing);
+    if (parent == existing)
+      break;
+    existing = parent;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it)
+    if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST)
+      return Status::error("cannot save to '" + dir + "': cannot create '" +
+                           *it + "' (" + std::strerror(errno) + ")");
+  if (::access(target.c_str(), W_OK | X_OK) != 0)
+    return Status::error("cannot save to '" + dir + "': '" + target +
+                         "' is not writable (" + std::strerror(errno) + ")");
+  struct stat info;
+  if (!periodic && ::stat(dir.c_str(), &info) == 0 && !S_ISDIR(info.st_mode))
+    return Status::error("cannot save to '" + dir +
+                         "': it exists and is not a directory");
+  return Status::success();
+}
+
+} // namespace trellis::runtime
