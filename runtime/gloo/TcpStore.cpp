@@ -120,7 +120,7 @@ struct TcpStoreServer::State {
 StatusOr<std::unique_ptr<TcpStoreServer>>
 TcpStoreServer::start(const std::string &host, int port) {
   auto state = std::make_shared<State>();
-  state->listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  state->listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (state->listener < 0)
     return Status::error(std::string("store: socket: ") + std::strerror(errno));
   int yes = 1;
@@ -142,7 +142,7 @@ TcpStoreServer::start(const std::string &host, int port) {
   }
   state->acceptor = std::thread([state] {
     while (true) {
-      int fd = ::accept(state->listener, nullptr, nullptr);
+      int fd = ::accept4(state->listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0)
         return; // the listener was closed
       std::thread([state, fd] { state->serve(fd); }).detach();
@@ -186,7 +186,7 @@ void TcpStoreClient::connectOnce() {
     hints.ai_socktype = SOCK_STREAM;
     if (::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints,
                       &result) == 0) {
-      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       if (fd >= 0 && ::connect(fd, result->ai_addr, result->ai_addrlen) == 0) {
         ::freeaddrinfo(result);
         int yes = 1;

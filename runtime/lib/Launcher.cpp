@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,7 +40,36 @@ bool succeeded(int status) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/// The environment variable that tells a rank its launcher's pid.
+constexpr const char *kLauncherPidVariable = "TRELLIS_LAUNCHER_PID";
+
+/// The ranks a signal handler passes SIGINT and SIGTERM to (fixed-size:
+/// the handler may not allocate).
+constexpr int kMaxForwarded = 4096;
+pid_t launched[kMaxForwarded];
+volatile sig_atomic_t launchedCount = 0;
+volatile sig_atomic_t receivedSignal = 0;
+
+void forwardSignal(int signal) {
+  receivedSignal = signal;
+  for (sig_atomic_t i = 0; i < launchedCount; ++i)
+    kill(launched[i], signal);
+}
+
 } // namespace
+
+Status bindRankToLauncher() {
+  const char *launcher = std::getenv(kLauncherPidVariable);
+  if (!launcher)
+    return Status::success();
+  // Killed with the launcher, however it dies; and if it died before this
+  // line, no orphan trains on.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (std::to_string(getppid()) != launcher)
+    return Status::error("the launcher (pid " + std::string(launcher) +
+                         ") is gone: not training without it");
+  return Status::success();
+}
 
 int launchRanks(const TrainOptions &options, const Mesh &mesh) {
   auto fail = [](const std::string &message) {
@@ -86,6 +116,8 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
   // The ranks' OpenMP threads (oneDNN) sleep while the serial kernels run
   // instead of spinning on the same cores, unless the user chose a policy.
   setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
+  // Ranks die with this process (bindRankToLauncher).
+  setenv(kLauncherPidVariable, std::to_string(getpid()).c_str(), 1);
   std::map<pid_t, int64_t> children;
   for (int64_t local = 0; local < options.nproc; ++local) {
     int64_t rank = options.nodeRank * options.nproc + local;
@@ -103,10 +135,21 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
     if (rank != 0)
       posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null",
                                        O_WRONLY, 0);
+    // Ranks take SIGINT and SIGTERM by default, even where this process
+    // started with them ignored (a non-interactive shell's background job).
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    posix_spawnattr_setsigdefault(&attributes, &defaults);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF);
     pid_t pid;
-    int error = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr,
+    int error = posix_spawn(&pid, "/proc/self/exe", &actions, &attributes,
                             argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
     if (error != 0) {
       for (auto &[child, r] : children)
         kill(child, SIGKILL);
@@ -114,7 +157,16 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
                   std::strerror(error));
     }
     children[pid] = rank;
+    if (launchedCount < kMaxForwarded)
+      launched[launchedCount++] = pid;
   }
+  // SIGINT and SIGTERM reach every rank; the launcher waits for them and
+  // exits with the signal named.
+  struct sigaction forward = {};
+  forward.sa_handler = forwardSignal;
+  sigemptyset(&forward.sa_mask);
+  sigaction(SIGINT, &forward, nullptr);
+  sigaction(SIGTERM, &forward, nullptr);
 
   // Wait; after the first failure the others get the collective timeout
   // (plus a margin) to notice and exit, then are killed.
@@ -124,6 +176,8 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
   while (!children.empty()) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, deadline ? WNOHANG : 0);
+    if (pid < 0 && errno == EINTR)
+      continue;
     if (pid > 0) {
       int64_t rank = children[pid];
       children.erase(pid);
@@ -153,6 +207,10 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
     std::error_code ignored;
     std::filesystem::remove_all(store, ignored);
   }
+  if (int signal = receivedSignal)
+    failures.insert(failures.begin(),
+                    std::string("the launcher received ") + strsignal(signal) +
+                        " and passed it to every rank");
   if (failures.empty())
     return 0;
   std::string message = failures[0];

@@ -737,6 +737,9 @@ int runTrainingCommand(const TrainOptions &options) {
     std::fprintf(stderr, "%s%s\n", prefix.c_str(), status.message().c_str());
     return 1;
   };
+  if (options.rank >= 0)
+    if (Status bound = bindRankToLauncher(); !bound.ok())
+      return fail(bound);
   StatusOr<Fault> fault = parseFault(options.injectFault);
   if (!fault.ok())
     return fail(fault.status());
