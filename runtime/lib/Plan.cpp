@@ -6,9 +6,11 @@
 #include "trellis/Runtime/OpShapes.h"
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include <algorithm>
 #include <fstream>
+
 #include <limits>
 #include <set>
 #include <sstream>
@@ -1176,12 +1178,43 @@ StatusOr<Plan> parsePlan(std::string_view text) {
   return plan;
 }
 
+Status verifyPlanChecksum(const std::string &text) {
+  static const std::string prefix = "{\"checksum\":\"crc32:";
+  if (text.compare(0, prefix.size(), prefix) != 0)
+    return Status::success(); // written by hand, or before checksums
+  size_t digits = prefix.size();
+  if (text.size() < digits + 10 || text.compare(digits + 8, 2, "\",") != 0)
+    return Status::error("corrupt plan: malformed checksum field");
+  std::string expected = text.substr(digits, 8);
+  char *end = nullptr;
+  unsigned long stated = std::strtoul(expected.c_str(), &end, 16);
+  if (*end != '\0')
+    return Status::error("corrupt plan: malformed checksum '" + expected + "'");
+  // The checksum covers the plan as written without its checksum field.
+  std::string content = "{" + text.substr(digits + 10);
+  while (!content.empty() && (content.back() == '\n' || content.back() == ' '))
+    content.pop_back();
+  uLong found = crc32(0L, Z_NULL, 0);
+  found = crc32(found, reinterpret_cast<const Bytef *>(content.data()),
+                static_cast<uInt>(content.size()));
+  if (found != stated) {
+    char text[16];
+    std::snprintf(text, sizeof(text), "%08lx", static_cast<unsigned long>(found));
+    return Status::error("corrupt plan: its checksum says crc32 " + expected +
+                         ", its content has " + text +
+                         " (the file changed after trellis compile wrote it)");
+  }
+  return Status::success();
+}
+
 StatusOr<Plan> loadPlanFile(const std::string &path) {
   std::ifstream file(path, std::ios::binary);
   if (!file)
     return Status::error("cannot open plan '" + path + "'");
   std::stringstream contents;
   contents << file.rdbuf();
+  if (Status verified = verifyPlanChecksum(contents.str()); !verified.ok())
+    return verified.withContext(path);
   StatusOr<Plan> plan = parsePlan(contents.str());
   if (!plan.ok())
     return plan.status().withContext(path);

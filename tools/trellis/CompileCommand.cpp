@@ -24,6 +24,8 @@
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "trellis/Sharding/Passes.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
+#include "llvm/Support/CRC.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -603,7 +605,17 @@ int runCompileCommand() {
     return 1;
   emitTiming.stop();
   mlir::TimingScope writeTiming = rootTiming.nest("write plan");
-  output->os() << *plan << "\n";
+  // The plan opens with the CRC-32 of the rest (verifyPlanChecksum), so
+  // that a changed byte is "corrupt plan", never a different run.
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  stream << *plan;
+  stream.flush();
+  output->os() << llvm::format("{\"checksum\":\"crc32:%08x\",",
+                               llvm::crc32(llvm::ArrayRef<uint8_t>(
+                                   reinterpret_cast<const uint8_t *>(text.data()),
+                                   text.size())))
+               << llvm::StringRef(text).drop_front() << "\n";
   writeTiming.stop();
   output->keep();
   return 0;

@@ -199,7 +199,13 @@ void selectStage(Plan &plan, int64_t stage);
 /// Parses and validates plan text.
 StatusOr<Plan> parsePlan(std::string_view text);
 
-/// Reads and parses a plan file.
+/// A plan written by trellis compile opens with `{"checksum":"crc32:H",`:
+/// the CRC-32 (8 hex digits) of the plan text without that field. Fails,
+/// saying "corrupt plan", when the content does not match; a plan without
+/// the field (written by hand) passes.
+Status verifyPlanChecksum(const std::string &text);
+
+/// Reads a plan file, verifies its checksum, parses it.
 StatusOr<Plan> loadPlanFile(const std::string &path);
 
 } // namespace trellis::runtime
