@@ -12,7 +12,6 @@ import sys
 import time
 
 trellis, plan, mode = sys.argv[1:4]
-before = set(glob.glob("/tmp/trellis-rendezvous-*"))
 launcher = subprocess.Popen(
     [trellis, "run", plan, "--nproc", "2", "--steps", "100000000"],
     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -40,6 +39,20 @@ def alive(pid):
 
 
 ranks = children(launcher.pid)
+
+
+def rendezvous(pid):
+    """The --rendezvous directory on a rank's command line."""
+    arguments = open(f"/proc/{pid}/cmdline").read().split("\0")
+    for argument in arguments:
+        if argument.startswith("--rendezvous="):
+            return argument.split("=", 1)[1]
+    return None
+
+
+# This launcher's directory alone: other tests' launchers make theirs at
+# the same time.
+store = rendezvous(ranks[0]) if ranks else None
 sent = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT}
 launcher.send_signal(sent[mode])
 _, errors = launcher.communicate()
@@ -51,8 +64,8 @@ print(f"{len(ranks)} ranks; all gone within 1 s: "
 print(f"launcher exit {launcher.returncode}")
 lines = [line for line in errors.splitlines() if line.strip()]
 print(f"last error: {lines[-1] if lines else '(none)'}")
-left = set(glob.glob("/tmp/trellis-rendezvous-*")) - before
-print(f"rendezvous directory left: {bool(left)}")
+left = store is not None and os.path.exists(store)
+print(f"rendezvous directory left: {left}")
 # A SIGKILLed launcher cannot clean up: the test does, not to litter /tmp.
-for directory in left:
-    subprocess.run(["rm", "-rf", directory])
+if left:
+    subprocess.run(["rm", "-rf", store])
