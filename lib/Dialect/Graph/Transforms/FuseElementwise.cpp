@@ -59,10 +59,11 @@ std::string instructionOf(Operation *op, ArrayRef<int> slots) {
   } else if (auto cast = llvm::dyn_cast<CastOp>(op)) {
     text = "cast " + cast.getTo().str() + slot(0);
   } else if (auto scale = llvm::dyn_cast<ScaleOp>(op)) {
-    char factor[40];
-    std::snprintf(factor, sizeof(factor), " %.17g",
-                  scale.getFactor().convertToDouble());
-    text = "scale" + slot(0) + factor;
+    // 17 significant digits: the double reads back exactly.
+    double factor = scale.getFactor().convertToDouble();
+    char printed[40];
+    std::snprintf(printed, sizeof(printed), " %.17g", factor);
+    text = "scale" + slot(0) + printed;
   } else {
     text = op->getName().stripDialect().str();
     for (size_t i = 0; i < slots.size(); ++i)
