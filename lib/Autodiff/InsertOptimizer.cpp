@@ -4,6 +4,10 @@
 
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
 
 namespace trellis {
 #define GEN_PASS_DEF_INSERTOPTIMIZERPASS
@@ -14,6 +18,29 @@ using namespace mlir;
 using namespace trellis;
 using namespace trellis::graph;
 
+std::string trellis::checkOptimizerHyperparameters(
+    double learningRate, double beta1, double beta2, double epsilon,
+    double weightDecay, const HyperparameterNames &names) {
+  auto number = [](double value) {
+    return llvm::formatv("{0}", llvm::format("%g", value)).str();
+  };
+  if (!std::isfinite(learningRate) || learningRate < 0)
+    return std::string(names.learningRate) +
+           ": expected a finite number >= 0, found " + number(learningRate);
+  for (auto [name, beta] : {std::pair(names.beta1, beta1),
+                            std::pair(names.beta2, beta2)})
+    if (!(beta >= 0 && beta < 1))
+      return std::string(name) + ": expected a number in [0, 1), found " +
+             number(beta);
+  if (!std::isfinite(epsilon) || epsilon <= 0)
+    return std::string(names.epsilon) +
+           ": expected a finite number > 0, found " + number(epsilon);
+  if (!std::isfinite(weightDecay) || weightDecay < 0)
+    return std::string(names.weightDecay) +
+           ": expected a finite number >= 0, found " + number(weightDecay);
+  return "";
+}
+
 namespace {
 
 struct InsertOptimizerPass
@@ -22,6 +49,13 @@ struct InsertOptimizerPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    std::string invalid = checkOptimizerHyperparameters(
+        learningRate, beta1, beta2, epsilon, weightDecay,
+        {"learning-rate", "beta1", "beta2", "epsilon", "weight-decay"});
+    if (!invalid.empty()) {
+      module.emitError(invalid);
+      return signalPassFailure();
+    }
     auto step = module.lookupSymbol<func::FuncOp>("gradients");
     if (!step || step.isExternal()) {
       module.emitError("expected a function @gradients to add an optimizer "

@@ -10,6 +10,7 @@
 #include "CpuBackend.h"
 
 #include "Collectives.h"
+#include "HostMemory.h"
 #include "Kernels.h"
 
 #include "../gloo/Gloo.h"
@@ -129,7 +130,12 @@ private:
 
 class CpuDevice : public Device {
 public:
+  explicit CpuDevice(const DeviceOptions &options) : options_(options) {}
   std::string name() const override { return "cpu"; }
+
+  MemoryBudget memoryBudget() const override {
+    return hostMemoryBudget(options_);
+  }
 
   StatusOr<std::unique_ptr<DeviceAllocation>>
   allocate(int64_t bytes) override {
@@ -195,6 +201,7 @@ public:
   }
 
 private:
+  DeviceOptions options_;
   /// Started by the first communication: a plan without any needs no
   /// thread.
   std::unique_ptr<CommunicationStream> communication_;
@@ -214,7 +221,7 @@ public:
     openblas_set_num_threads(options.threads);
     omp_set_num_threads(options.threads); // oneDNN's threads
 
-    return std::unique_ptr<Device>(std::make_unique<CpuDevice>());
+    return std::unique_ptr<Device>(std::make_unique<CpuDevice>(options));
   }
   StatusOr<std::unique_ptr<Communicator>>
   connect(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,

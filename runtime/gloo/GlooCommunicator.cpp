@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Gloo.h"
+#include "JobAgreement.h"
 #include "TcpStore.h"
 
 #include <gloo/allgather.h>
@@ -122,11 +123,14 @@ public:
     std::unique_ptr<gloo::rendezvous::Store> ownedStore;
     if (options.storePort > 0)
       ownedStore = std::make_unique<TcpStoreClient>(
-          options.storeHost, options.storePort, timeout_);
+          options.storeHost, options.storePort, options.jobToken, timeout_);
     else
       ownedStore =
           std::make_unique<gloo::rendezvous::FileStore>(options.storeDir);
     gloo::rendezvous::Store &store = *ownedStore;
+    if (!options.agreement.empty())
+      TRELLIS_RETURN_IF_ERROR(agreeOnJob(store, rank_, mesh_.size(),
+                                         options.agreement, timeout_));
     std::vector<AxisList> all = groups;
     AxisList everything;
     for (size_t axis = 0; axis < mesh_.numAxes(); ++axis)

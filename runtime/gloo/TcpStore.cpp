@@ -1,9 +1,14 @@
 //===- TcpStore.cpp - A key-value store over TCP for rendezvous -----------===//
 //
-// Protocol, one request at a time per connection:
-//   'S' u32 keyLength key u64 valueLength value   -> 'K'
+// Protocol: a connection first presents the job's secret, then makes one
+// request at a time:
+//   'H' u32 tokenLength token                     -> 'K' | 'R' (refused)
+//   'S' u32 keyLength key u64 valueLength value   -> 'K' | 'F' (full)
 //   'G' u32 keyLength key u64 timeoutMs           -> 'V' u64 length value
 //                                                 |  'T' (timed out)
+// The server closes a connection that breaks the protocol, exceeds a cap
+// (kMaxKeyBytes, kMaxValueBytes, kMaxStoredBytes, kMaxConnections) or does
+// not present the secret within kHandshakeTimeout.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -51,43 +57,93 @@ bool writeAll(int fd, const void *data, size_t size) {
   return true;
 }
 
-bool readKey(int fd, std::string &key) {
+constexpr uint32_t kMaxTokenBytes = 256;
+constexpr uint32_t kMaxKeyBytes = 4096;
+/// Gloo's largest value is a rank's address list: about 150 bytes per
+/// peer.
+constexpr uint64_t kMaxValueBytes = uint64_t(16) << 20;
+constexpr uint64_t kMaxStoredBytes = uint64_t(1) << 30;
+constexpr int kMaxConnections = 4096;
+constexpr int kHandshakeTimeoutSeconds = 10;
+
+/// A length-prefixed string of at most `limit` bytes.
+bool readString(int fd, std::string &text, uint32_t limit) {
   uint32_t length;
-  if (!readAll(fd, &length, 4) || length > (1u << 20))
+  if (!readAll(fd, &length, 4) || length > limit)
     return false;
-  key.resize(length);
-  return readAll(fd, key.data(), length);
+  text.resize(length);
+  return readAll(fd, text.data(), length);
+}
+
+/// Equal strings, in a time that depends on their lengths only.
+bool sameSecret(const std::string &a, const std::string &b) {
+  unsigned char difference = a.size() != b.size();
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    difference |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return difference == 0;
+}
+
+void setReceiveTimeout(int fd, int seconds) {
+  timeval limit{seconds, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
 }
 
 } // namespace
 
 struct TcpStoreServer::State {
   int listener = -1;
+  std::string token;
   std::mutex mutex;
   std::condition_variable changed;
   std::map<std::string, std::vector<char>> values;
+  uint64_t storedBytes = 0;
+  std::atomic<int> connections{0};
   bool stopping = false;
   std::thread acceptor;
+
+  /// Whether the peer presented the job's secret.
+  bool authenticate(int fd) {
+    setReceiveTimeout(fd, kHandshakeTimeoutSeconds);
+    char op;
+    std::string presented;
+    bool accepted = readAll(fd, &op, 1) && op == 'H' &&
+                    readString(fd, presented, kMaxTokenBytes) &&
+                    sameSecret(presented, token);
+    if (!accepted) {
+      (void)writeAll(fd, "R", 1);
+      return false;
+    }
+    setReceiveTimeout(fd, 0);
+    return writeAll(fd, "K", 1);
+  }
 
   void serve(int fd) {
     char op;
     while (readAll(fd, &op, 1)) {
       std::string key;
-      if (!readKey(fd, key))
+      if (!readString(fd, key, kMaxKeyBytes))
         break;
       if (op == 'S') {
         uint64_t length;
-        if (!readAll(fd, &length, 8) || length > (uint64_t(1) << 30))
+        if (!readAll(fd, &length, 8) || length > kMaxValueBytes)
           break;
         std::vector<char> value(length);
         if (!readAll(fd, value.data(), length))
           break;
+        bool full;
         {
           std::lock_guard<std::mutex> lock(mutex);
-          values[key] = std::move(value);
+          auto existing = values.find(key);
+          uint64_t replaced =
+              existing == values.end() ? 0 : existing->second.size();
+          full = storedBytes - replaced + length > kMaxStoredBytes;
+          if (!full) {
+            storedBytes = storedBytes - replaced + length;
+            values[key] = std::move(value);
+          }
         }
         changed.notify_all();
-        if (!writeAll(fd, "K", 1))
+        if (!writeAll(fd, full ? "F" : "K", 1) || full)
           break;
       } else if (op == 'G') {
         uint64_t timeoutMs;
@@ -113,39 +169,68 @@ struct TcpStoreServer::State {
         break;
       }
     }
-    ::close(fd);
   }
 };
 
 StatusOr<std::unique_ptr<TcpStoreServer>>
-TcpStoreServer::start(const std::string &host, int port) {
+TcpStoreServer::start(const std::string &host, int port,
+                      const std::string &token) {
+  if (token.empty() || token.size() > kMaxTokenBytes)
+    return Status::error("store: expected a job token of 1 to " +
+                         std::to_string(kMaxTokenBytes) + " bytes, found " +
+                         std::to_string(token.size()));
   auto state = std::make_shared<State>();
-  state->listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  state->token = token;
+  // An IPv4 or IPv6 literal or a host name: the first address of it that
+  // can be bound.
+  addrinfo hints{}, *addresses = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (int error = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(),
+                                &hints, &addresses);
+      error != 0)
+    return Status::error("store: cannot resolve --master-addr '" + host +
+                         "' (expected an IPv4 address, an IPv6 address or a "
+                         "host name): " +
+                         ::gai_strerror(error));
+  std::string error = "no address";
+  for (addrinfo *address = addresses; address; address = address->ai_next) {
+    int fd = ::socket(address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, address->ai_addr, address->ai_addrlen) == 0 &&
+        ::listen(fd, 256) == 0) {
+      state->listener = fd;
+      break;
+    }
+    error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(addresses);
   if (state->listener < 0)
-    return Status::error(std::string("store: socket: ") + std::strerror(errno));
-  int yes = 1;
-  ::setsockopt(state->listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1)
-    return Status::error("store: expected an IPv4 address for --master-addr, "
-                         "found '" +
-                         host + "'");
-  if (::bind(state->listener, reinterpret_cast<sockaddr *>(&address),
-             sizeof(address)) != 0 ||
-      ::listen(state->listener, 256) != 0) {
-    std::string error = std::strerror(errno);
-    ::close(state->listener);
     return Status::error("store: cannot listen on " + host + ":" +
                          std::to_string(port) + ": " + error);
-  }
   state->acceptor = std::thread([state] {
     while (true) {
       int fd = ::accept4(state->listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0)
         return; // the listener was closed
-      std::thread([state, fd] { state->serve(fd); }).detach();
+      if (state->connections.fetch_add(1) >= kMaxConnections) {
+        state->connections.fetch_sub(1);
+        ::close(fd);
+        continue;
+      }
+      std::thread([state, fd] {
+        if (state->authenticate(fd))
+          state->serve(fd);
+        ::close(fd);
+        state->connections.fetch_sub(1);
+      }).detach();
     }
   });
   auto server = std::unique_ptr<TcpStoreServer>(new TcpStoreServer());
@@ -165,9 +250,10 @@ TcpStoreServer::~TcpStoreServer() {
     state_->acceptor.join();
 }
 
-TcpStoreClient::TcpStoreClient(std::string host, int port,
+TcpStoreClient::TcpStoreClient(std::string host, int port, std::string token,
                                std::chrono::milliseconds timeout)
-    : host_(std::move(host)), port_(port), timeout_(timeout) {}
+    : host_(std::move(host)), port_(port), token_(std::move(token)),
+      timeout_(timeout) {}
 
 TcpStoreClient::~TcpStoreClient() {
   if (socket_ >= 0)
@@ -181,31 +267,54 @@ void TcpStoreClient::connectOnce() {
   auto deadline = std::chrono::steady_clock::now() + timeout_;
   std::string error;
   while (std::chrono::steady_clock::now() < deadline) {
-    addrinfo hints{}, *result = nullptr;
-    hints.ai_family = AF_INET;
+    addrinfo hints{}, *results = nullptr;
+    hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    if (::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints,
-                      &result) == 0) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd >= 0 && ::connect(fd, result->ai_addr, result->ai_addrlen) == 0) {
-        ::freeaddrinfo(result);
-        int yes = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
-        socket_ = fd;
+    if (int failed = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(),
+                                   &hints, &results);
+        failed != 0) {
+      error = "cannot resolve " + host_ + ": " + ::gai_strerror(failed);
+    } else {
+      for (addrinfo *address = results; address && socket_ < 0;
+           address = address->ai_next) {
+        int fd = ::socket(address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 &&
+            ::connect(fd, address->ai_addr, address->ai_addrlen) == 0) {
+          int yes = 1;
+          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+          socket_ = fd;
+          break;
+        }
+        error = std::strerror(errno);
+        if (fd >= 0)
+          ::close(fd);
+      }
+      ::freeaddrinfo(results);
+      if (socket_ >= 0) {
+        presentToken();
         return;
       }
-      error = std::strerror(errno);
-      if (fd >= 0)
-        ::close(fd);
-      ::freeaddrinfo(result);
-    } else {
-      error = "cannot resolve " + host_;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   throw std::runtime_error("store: cannot reach " + host_ + ":" +
                            std::to_string(port_) +
                            " within the timeout: " + error);
+}
+
+void TcpStoreClient::presentToken() {
+  uint32_t length = token_.size();
+  char reply = 0;
+  if (!writeAll(socket_, "H", 1) || !writeAll(socket_, &length, 4) ||
+      !writeAll(socket_, token_.data(), length) ||
+      !readAll(socket_, &reply, 1) || reply != 'K') {
+    ::close(socket_);
+    socket_ = -1;
+    throw std::runtime_error(
+        "store: " + host_ + ":" + std::to_string(port_) +
+        " refused this rank's job token (every node must be given node 0's "
+        "secret: the same --job-token-file, or TRELLIS_JOB_TOKEN)");
+  }
 }
 
 void TcpStoreClient::set(const std::string &key,
@@ -217,10 +326,15 @@ void TcpStoreClient::set(const std::string &key,
   if (!writeAll(socket_, "S", 1) || !writeAll(socket_, &keyLength, 4) ||
       !writeAll(socket_, key.data(), keyLength) ||
       !writeAll(socket_, &length, 8) ||
-      !writeAll(socket_, data.data(), length) || !readAll(socket_, &reply, 1) ||
-      reply != 'K')
+      !writeAll(socket_, data.data(), length) || !readAll(socket_, &reply, 1))
     throw std::runtime_error("store: lost the connection to " + host_ + ":" +
                              std::to_string(port_) + " writing " + key);
+  if (reply == 'F')
+    throw std::runtime_error("store: " + host_ + ":" + std::to_string(port_) +
+                             " is full: it holds at most " +
+                             std::to_string(kMaxStoredBytes >> 20) + " MiB");
+  if (reply != 'K')
+    throw std::runtime_error("store: unexpected reply writing " + key);
 }
 
 std::vector<char> TcpStoreClient::get(const std::string &key) {

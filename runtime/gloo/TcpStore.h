@@ -3,7 +3,9 @@
 // How ranks on several nodes meet without a shared filesystem (torchrun's
 // MASTER_ADDR / MASTER_PORT): the launcher of node 0 serves a key-value
 // store; every rank's Gloo rendezvous reads and writes it. Keys are written
-// once; a read waits until its key exists or the timeout passes.
+// once; a read waits until its key exists or the timeout passes. Every
+// connection presents the job's secret first (TRELLIS_JOB_TOKEN); keys,
+// values, the bytes held and the connections are capped.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,9 +26,10 @@ namespace trellis::runtime {
 class TcpStoreServer {
 public:
   ~TcpStoreServer();
-  /// Listens on `host`:`port`.
+  /// Listens on `host`:`port` (an IPv4 or IPv6 address or a host name),
+  /// serving only connections that present `token` (the job's secret).
   static StatusOr<std::unique_ptr<TcpStoreServer>>
-  start(const std::string &host, int port);
+  start(const std::string &host, int port, const std::string &token);
 
 private:
   TcpStoreServer() = default;
@@ -39,7 +42,9 @@ private:
 /// into a Status).
 class TcpStoreClient : public gloo::rendezvous::Store {
 public:
-  TcpStoreClient(std::string host, int port, std::chrono::milliseconds timeout);
+  /// A client of the store at `host`:`port` that presents `token`.
+  TcpStoreClient(std::string host, int port, std::string token,
+                 std::chrono::milliseconds timeout);
   ~TcpStoreClient() override;
 
   void set(const std::string &key, const std::vector<char> &data) override;
@@ -50,9 +55,12 @@ public:
 
 private:
   void connectOnce();
+  /// The handshake; throws if the server refuses the token.
+  void presentToken();
   int socket_ = -1;
   std::string host_;
   int port_;
+  std::string token_;
   std::chrono::milliseconds timeout_;
 };
 

@@ -7,6 +7,7 @@
 #include "trellis/Runtime/OpShapes.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <queue>
 
@@ -92,6 +93,8 @@ void Executor::planWaitPoints() {
 void Executor::planInPlaceUpdates() {
   size_t count = plan_.program.size();
   inPlace_.assign(plan_.buffers.size(), -1);
+  if (!updatesInPlace_)
+    return;
   for (const Argument &argument : plan_.arguments)
     if (argument.role == ArgumentRole::LossScale)
       return; // a skipped step keeps the old values
@@ -188,9 +191,11 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
 }
 
 StatusOr<std::unique_ptr<Executor>>
-Executor::create(Plan plan, Device &device, Communicator *communicator) {
+Executor::create(Plan plan, Device &device, Communicator *communicator,
+                 bool updatesInPlace) {
   std::unique_ptr<Executor> executor(
       new Executor(std::move(plan), device, communicator));
+  executor->updatesInPlace_ = updatesInPlace;
   TRELLIS_RETURN_IF_ERROR(executor->allocate());
   return executor;
 }
@@ -198,16 +203,35 @@ Executor::create(Plan plan, Device &device, Communicator *communicator) {
 Executor::Executor(Plan plan, Device &device, Communicator *communicator)
     : plan_(std::move(plan)), device_(device), communicator_(communicator) {}
 
+Status Executor::checkMemoryBudget(int64_t persistentBytes) const {
+  MemoryBudget budget = device_.memoryBudget();
+  int64_t buffers = arenaBytes_ + persistentBytes;
+  int64_t needed = buffers + buffers / 16 + kMemoryMarginBytes;
+  if (budget.bytes < 0 || needed <= budget.bytes)
+    return Status::success();
+  auto mebibytes = [](int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1f MiB", bytes / 1048576.0);
+    return std::string(text);
+  };
+  std::string rank =
+      communicator_ ? "rank " + std::to_string(communicator_->rank())
+                    : std::string("this rank");
+  return Status::error(
+      "not enough memory: " + rank + " needs " + mebibytes(needed) +
+      " (buffers " + mebibytes(buffers) + ": arena " +
+      mebibytes(arenaBytes_) + " and " + mebibytes(persistentBytes) +
+      " of parameters, states and results; a margin of 1/16 and " +
+      mebibytes(kMemoryMarginBytes) + " for kernels and the runtime), but " +
+      "may allocate " + mebibytes(budget.bytes) + " (" + budget.source +
+      "); use more ranks (tp, pp, zero), a smaller batch, or recompute");
+}
+
 Status Executor::allocate() {
   planWaitPoints();
   planInPlaceUpdates();
   std::vector<int64_t> offsets;
   arenaBytes_ = planArena(offsets);
-  StatusOr<std::unique_ptr<DeviceAllocation>> arena =
-      device_.allocate(arenaBytes_);
-  if (!arena.ok())
-    return arena.status().withContext("the stage's arena");
-  arena_ = std::move(*arena);
   // A pipeline stage touches only its own buffers.
   std::vector<bool> used(plan_.buffers.size(), false);
   for (const Instruction &instruction : plan_.program) {
@@ -221,19 +245,27 @@ Status Executor::allocate() {
         used[argument.buffer] || plan_.holds(argument.stages);
   for (const Result &result : plan_.results)
     used[result.buffer] = used[result.buffer] || plan_.holds(result.stages);
+  auto ownsAllocation = [&](size_t b) {
+    return used[b] && inPlace_[b] < 0 && offsets[b] < 0;
+  };
+  int64_t persistentBytes = 0;
+  for (size_t b = 0; b < plan_.buffers.size(); ++b)
+    if (ownsAllocation(b))
+      persistentBytes += bufferBytes(plan_.buffers[b]);
+  TRELLIS_RETURN_IF_ERROR(checkMemoryBudget(persistentBytes));
+  StatusOr<std::unique_ptr<DeviceAllocation>> arena =
+      device_.allocate(arenaBytes_);
+  if (!arena.ok())
+    return arena.status().withContext("the stage's arena");
+  arena_ = std::move(*arena);
   buffers_.reserve(plan_.buffers.size());
   for (size_t b = 0; b < plan_.buffers.size(); ++b) {
     const BufferDesc &desc = plan_.buffers[b];
     void *data = nullptr;
-    if (!used[b] || inPlace_[b] >= 0) {
-      // Held by another stage: no memory here; or an update computed in
-      // its argument's memory (bound below).
-    } else if (offsets[b] >= 0) {
-      data = static_cast<char *>(arena_->data()) + offsets[b];
-    } else {
+    if (ownsAllocation(b)) {
       // Arguments, results, accumulators, and buffers no instruction
       // writes.
-      int64_t bytes = desc.numElements() * dtypeBytes(desc.dtype);
+      int64_t bytes = bufferBytes(desc);
       StatusOr<std::unique_ptr<DeviceAllocation>> allocation =
           device_.allocate(bytes);
       if (!allocation.ok())
@@ -241,7 +273,11 @@ Status Executor::allocate() {
       persistentBytes_ += bytes;
       data = (*allocation)->data();
       persistent_.push_back(std::move(*allocation));
+    } else if (used[b] && inPlace_[b] < 0) {
+      data = static_cast<char *>(arena_->data()) + offsets[b];
     }
+    // Otherwise held by another stage (no memory here), or an update
+    // computed in its argument's memory (bound below).
     buffers_.emplace_back(desc, data);
   }
   for (size_t b = 0; b < buffers_.size(); ++b)

@@ -2,6 +2,7 @@
 
 #include "trellis/Runtime/Launcher.h"
 
+#include "trellis/Common/FileKind.h"
 #include "trellis/Runtime/Trainer.h"
 
 #include "../gloo/TcpStore.h"
@@ -56,7 +57,50 @@ void forwardSignal(int signal) {
     kill(launched[i], signal);
 }
 
+/// 32 random bytes as 64 hexadecimal digits.
+StatusOr<std::string> randomToken() {
+  unsigned char bytes[32];
+  if (getentropy(bytes, sizeof(bytes)) != 0)
+    return Status::error(std::string("cannot make a job token: ") +
+                         std::strerror(errno));
+  std::string token;
+  for (unsigned char byte : bytes) {
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", byte);
+    token += hex;
+  }
+  return token;
+}
+
 } // namespace
+
+StatusOr<std::string> resolveJobToken(const TrainOptions &options) {
+  if (const char *given = std::getenv(kJobTokenVariable); given && *given)
+    return std::string(given);
+  if (!options.jobTokenFile.empty()) {
+    std::string contents;
+    if (std::string why = readRegularFile(options.jobTokenFile, contents);
+        !why.empty())
+      return Status::error("--job-token-file: '" + options.jobTokenFile +
+                           "' " + why + ", expected a file holding the job's "
+                           "secret");
+    std::string token = contents.substr(0, contents.find_first_of("\r\n"));
+    if (token.size() < 16 || token.size() > 256)
+      return Status::error("--job-token-file: '" + options.jobTokenFile +
+                           "' holds a secret of " +
+                           std::to_string(token.size()) +
+                           " characters, expected 16 to 256 on its first "
+                           "line (e.g. head -c 32 /dev/urandom | od -An -tx1 "
+                           "| tr -d ' \\n' > FILE)");
+    return token;
+  }
+  if (options.nnodes > 1 && options.masterPort > 0)
+    return Status::error(
+        "a TCP rendezvous over several nodes needs the job's secret on every "
+        "node: --job-token-file FILE (the same file everywhere) or " +
+        std::string(kJobTokenVariable));
+  return randomToken();
+}
 
 Status bindRankToLauncher() {
   const char *launcher = std::getenv(kLauncherPidVariable);
@@ -71,18 +115,17 @@ Status bindRankToLauncher() {
   return Status::success();
 }
 
+/// How long the other ranks have to exit after the first failure before
+/// they count as hung (a hung rank fails the job within --timeout and
+/// this).
+constexpr std::chrono::milliseconds kExitGrace{1000};
+
 int launchRanks(const TrainOptions &options, const Mesh &mesh) {
   auto fail = [](const std::string &message) {
     std::fprintf(stderr, "trellis run: error: %s\n", message.c_str());
     return 1;
   };
-  if (options.nproc < 1 || options.nnodes < 1 || options.nodeRank < 0 ||
-      options.nodeRank >= options.nnodes)
-    return fail("expected --nproc >= 1, --nnodes >= 1 and --node-rank in [0, "
-                "--nnodes), found " +
-                std::to_string(options.nproc) + ", " +
-                std::to_string(options.nnodes) + " and " +
-                std::to_string(options.nodeRank));
+  // validateTrainOptions checked the counts.
   int64_t world = options.nproc * options.nnodes;
   if (mesh.size() != world)
     return fail("the plan's mesh " + mesh.toString() + " has " +
@@ -90,11 +133,19 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
                 std::to_string(options.nproc) + " x --nnodes " +
                 std::to_string(options.nnodes) + " start " +
                 std::to_string(world));
-  // Node 0's launcher serves the TCP store when a master port is given.
+  // Node 0's launcher serves the TCP store when a master port is given;
+  // every connection to it presents the job's secret, which the ranks
+  // find in their environment.
   std::unique_ptr<TcpStoreServer> server;
+  if (options.masterPort > 0) {
+    StatusOr<std::string> token = resolveJobToken(options);
+    if (!token.ok())
+      return fail(token.status().message());
+    setenv(kJobTokenVariable, token->c_str(), 1);
+  }
   if (options.masterPort > 0 && options.nodeRank == 0) {
-    StatusOr<std::unique_ptr<TcpStoreServer>> started =
-        TcpStoreServer::start(options.masterAddr, options.masterPort);
+    StatusOr<std::unique_ptr<TcpStoreServer>> started = TcpStoreServer::start(
+        options.masterAddr, options.masterPort, std::getenv(kJobTokenVariable));
     if (!started.ok())
       return fail(started.status().message());
     server = std::move(*started);
@@ -123,7 +174,8 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
     int64_t rank = options.nodeRank * options.nproc + local;
     std::vector<std::string> args = options.command;
     args.push_back("--rank=" + std::to_string(rank));
-    if (!store.empty())
+    // A directory given by the user is in the command already.
+    if (temporary)
       args.push_back("--rendezvous=" + store);
     std::vector<char *> argv;
     for (std::string &arg : args)
@@ -168,11 +220,14 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
   sigaction(SIGINT, &forward, nullptr);
   sigaction(SIGTERM, &forward, nullptr);
 
-  // Wait; after the first failure the others get the collective timeout
-  // (plus a margin) to notice and exit, then are killed.
+  // Wait. A failed rank's sockets close when it exits, so the ranks
+  // waiting on it fail at once; one still running a moment after the
+  // first failure is hung (or in work that waits on no failed rank): it is
+  // killed, and named first.
   using Clock = std::chrono::steady_clock;
-  std::vector<std::string> failures;
+  std::vector<std::string> failures, unresponsive;
   std::optional<Clock::time_point> deadline;
+  int64_t firstFailed = -1;
   while (!children.empty()) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, deadline ? WNOHANG : 0);
@@ -184,10 +239,10 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
       if (!succeeded(status)) {
         failures.push_back("rank " + std::to_string(rank) + " " +
                            describeExit(status));
-        if (!deadline)
-          deadline =
-              Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
-                                 options.timeoutSeconds * 1000 + 5000));
+        if (!deadline) {
+          deadline = Clock::now() + kExitGrace;
+          firstFailed = rank;
+        }
       }
       continue;
     }
@@ -195,14 +250,22 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
       for (auto &[child, rank] : children) {
         kill(child, SIGKILL);
         waitpid(child, &status, 0);
-        failures.push_back("rank " + std::to_string(rank) +
-                           " did not exit within the timeout and was killed");
+        unresponsive.push_back(
+            "rank " + std::to_string(rank) + " stopped responding: it was " +
+            "still running " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                    kExitGrace)
+                    .count()) +
+            " ms after rank " + std::to_string(firstFailed) +
+            " failed, and was killed");
       }
       children.clear();
       break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  failures.insert(failures.begin(), unresponsive.begin(), unresponsive.end());
   if (temporary) {
     std::error_code ignored;
     std::filesystem::remove_all(store, ignored);

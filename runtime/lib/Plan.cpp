@@ -3,17 +3,16 @@
 #include "trellis/Runtime/Plan.h"
 
 #include "trellis/Common/ActionNames.h"
+#include "trellis/Common/FileKind.h"
 #include "trellis/Runtime/OpShapes.h"
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
 #include <algorithm>
-#include <fstream>
 
 #include <limits>
 #include <set>
-#include <sstream>
 
 namespace trellis::runtime {
 
@@ -1208,16 +1207,19 @@ Status verifyPlanChecksum(const std::string &text) {
 }
 
 StatusOr<Plan> loadPlanFile(const std::string &path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return Status::error("cannot open plan '" + path + "'");
-  std::stringstream contents;
-  contents << file.rdbuf();
-  if (Status verified = verifyPlanChecksum(contents.str()); !verified.ok())
+  std::string contents;
+  if (std::string why = readRegularFile(path, contents); !why.empty())
+    return Status::error("cannot open plan '" + path + "': it " + why +
+                         ", expected a plan file (trellis compile -o)");
+  if (Status verified = verifyPlanChecksum(contents); !verified.ok())
     return verified.withContext(path);
-  StatusOr<Plan> plan = parsePlan(contents.str());
+  StatusOr<Plan> plan = parsePlan(contents);
   if (!plan.ok())
     return plan.status().withContext(path);
+  plan->contentCrc32 = static_cast<uint32_t>(
+      crc32_z(crc32(0L, Z_NULL, 0),
+              reinterpret_cast<const Bytef *>(contents.data()),
+              contents.size()));
   return plan;
 }
 

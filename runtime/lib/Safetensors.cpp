@@ -2,6 +2,7 @@
 
 #include "trellis/Runtime/Safetensors.h"
 
+#include "trellis/Common/FileKind.h"
 #include "trellis/Common/HalfFloat.h"
 
 #include <nlohmann/json.hpp>
@@ -28,14 +29,11 @@ size_t storedWidth(const std::string &dtype) {
 } // namespace
 
 StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
-  std::ifstream stream(path, std::ios::binary | std::ios::ate);
-  if (!stream)
-    return Status::error("cannot open '" + path + "'");
-  int64_t size = stream.tellg();
-  stream.seekg(0);
-  std::vector<char> bytes(size);
-  if (!stream.read(bytes.data(), size))
-    return Status::error("cannot read '" + path + "'");
+  std::string bytes;
+  if (std::string why = readRegularFile(path, bytes); !why.empty())
+    return Status::error("cannot read '" + path + "': it " + why +
+                         ", expected a .safetensors file");
+  int64_t size = static_cast<int64_t>(bytes.size());
   auto fail = [&](const std::string &message) {
     return Status::error(path + ": " + message);
   };

@@ -2,9 +2,13 @@
 
 #include "trellis/Runtime/TokenSource.h"
 
+#include "trellis/Common/FileKind.h"
 #include "trellis/Runtime/Initializer.h"
 
-#include <fstream>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstring>
 
 namespace trellis::runtime {
 
@@ -33,6 +37,10 @@ public:
     return Status::success();
   }
 
+  std::string identity() const override {
+    return repeat_ ? "repeat" : "synthetic";
+  }
+
 private:
   uint64_t seed_;
   int64_t vocab_;
@@ -41,8 +49,14 @@ private:
 
 class FileTokens : public TokenSource {
 public:
-  FileTokens(std::vector<uint32_t> ids, uint64_t seed)
-      : ids_(std::move(ids)), seed_(seed) {}
+  FileTokens(std::vector<uint32_t> ids, uint64_t seed, uint32_t crc32)
+      : ids_(std::move(ids)), seed_(seed), crc32_(crc32) {}
+
+  std::string identity() const override {
+    char crc[9];
+    std::snprintf(crc, sizeof(crc), "%08x", crc32_);
+    return "file of " + std::to_string(ids_.size()) + " tokens, crc32 " + crc;
+  }
 
   Status fill(int64_t step, int64_t batch, int64_t seq, int32_t *tokens,
               int32_t *targets) override {
@@ -66,6 +80,8 @@ public:
 private:
   std::vector<uint32_t> ids_;
   uint64_t seed_;
+  /// Of the file's bytes.
+  uint32_t crc32_;
 };
 
 } // namespace
@@ -82,20 +98,20 @@ StatusOr<std::unique_ptr<TokenSource>> openTokenFile(const std::string &path,
   if (dtype != "uint16" && dtype != "uint32")
     return Status::error("expected token dtype uint16 or uint32, found '" +
                          dtype + "'");
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file)
-    return Status::error("cannot open token file '" + path + "'");
-  int64_t bytes = file.tellg();
+  std::string contents;
+  if (std::string why = readRegularFile(path, contents); !why.empty())
+    return Status::error("cannot open token file '" + path + "': it " + why +
+                         ", expected a file of " + dtype + " token ids");
+  int64_t bytes = static_cast<int64_t>(contents.size());
   size_t width = dtype == "uint16" ? 2 : 4;
   if (bytes % width != 0)
     return Status::error("token file '" + path + "' has " +
                          std::to_string(bytes) + " bytes, not a multiple of " +
                          std::to_string(width) + " (" + dtype + ")");
-  file.seekg(0);
   std::vector<uint32_t> ids(bytes / width);
   for (size_t i = 0; i < ids.size(); ++i) {
     uint32_t value = 0;
-    file.read(reinterpret_cast<char *>(&value), width);
+    std::memcpy(&value, contents.data() + i * width, width);
     if (value >= static_cast<uint64_t>(vocabSize))
       return Status::error(
           "token file '" + path + "': id " + std::to_string(value) +
@@ -104,7 +120,12 @@ StatusOr<std::unique_ptr<TokenSource>> openTokenFile(const std::string &path,
     ids[i] = value;
   }
   return std::unique_ptr<TokenSource>(
-      std::make_unique<FileTokens>(std::move(ids), seed));
+      std::make_unique<FileTokens>(
+          std::move(ids), seed,
+          static_cast<uint32_t>(crc32_z(
+              crc32(0L, Z_NULL, 0),
+              reinterpret_cast<const Bytef *>(contents.data()),
+              contents.size()))));
 }
 
 } // namespace trellis::runtime

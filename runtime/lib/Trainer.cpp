@@ -2,27 +2,22 @@
 
 #include "trellis/Runtime/Trainer.h"
 
+#include "trellis/Common/SequenceChunks.h"
 #include "trellis/Runtime/Initializer.h"
 #include "trellis/Runtime/Launcher.h"
 #include "trellis/Runtime/Safetensors.h"
-#include "trellis/Common/SequenceChunks.h"
 #include "trellis/Runtime/ShardLayout.h"
 #include "trellis/Runtime/TokenSource.h"
-#include "trellis/Runtime/Trace.h"
 
 #include <sys/resource.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
-#include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <thread>
 
 namespace trellis::runtime {
 
@@ -113,16 +108,47 @@ Status Trainer::scatterInput(int64_t argument,
 
 Trainer::~Trainer() = default;
 
+namespace {
+
+/// What every rank must agree on (Communicator.h's JobFields): what they
+/// train, on which data, for how long, and how they save and react to
+/// faults; paths only as "given or not" (nodes may mount them apart).
+JobFields jobFields(const TrainOptions &options, const Plan &plan,
+                    const TokenSource &data) {
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "crc32 %08x", plan.contentCrc32);
+  std::string source = data.identity();
+  if (options.data != "synthetic" && options.data != "repeat")
+    source += " (" + options.dataDtype + ")";
+  auto given = [](const std::string &path) {
+    return path.empty() ? std::string("none") : std::string("given");
+  };
+  return {
+      {"plan", crc},
+      {"seed", std::to_string(options.seed)},
+      {"data", source},
+      {"steps", std::to_string(options.steps)},
+      {"weights", given(options.weightsPath)},
+      {"checkpoint to resume", given(options.loadDir)},
+      {"checkpoint saving",
+       "--save " + given(options.saveDir) + ", every " +
+           std::to_string(options.saveEvery) + ", keep " +
+           std::to_string(options.keep)},
+      {"--on-nonfinite", options.onNonfinite},
+  };
+}
+
+} // namespace
+
 StatusOr<std::unique_ptr<Trainer>>
 Trainer::create(const TrainOptions &options) {
-  if (options.steps < 0)
-    return Status::error("expected --steps >= 0, found " +
-                         std::to_string(options.steps));
   StatusOr<const Backend *> backend = findBackend(options.device);
   if (!backend.ok())
     return backend.status();
   DeviceOptions deviceOptions;
   deviceOptions.threads = options.threads;
+  deviceOptions.maxMemoryBytes = options.maxMemoryBytes;
+  deviceOptions.ranksOnNode = options.rank >= 0 ? options.nproc : 1;
   deviceOptions.localRank =
       options.rank >= 0 ? options.rank % std::max<int64_t>(options.nproc, 1)
                         : 0;
@@ -134,34 +160,6 @@ Trainer::create(const TrainOptions &options) {
   if (!plan.ok())
     return plan.status();
   Mesh mesh = planMesh(*plan);
-  std::unique_ptr<Communicator> communicator;
-  if (options.rank >= 0) {
-    // Every rank connects the groups of every stage, so that each group's
-    // members all take part in building it.
-    std::vector<AxisList> groups;
-    for (const StageProgram &stage : plan->stages)
-      for (const AxisList &axes : stage.instructionAxes)
-        if (!axes.empty() &&
-            std::find(groups.begin(), groups.end(), axes) == groups.end())
-          groups.push_back(axes);
-    RendezvousOptions rendezvous;
-    rendezvous.storeDir = options.rendezvousDir;
-    rendezvous.storeHost = options.masterAddr;
-    rendezvous.storePort = options.masterPort;
-    rendezvous.hostname = options.hostname;
-    rendezvous.timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(options.timeoutSeconds * 1000));
-    StatusOr<std::unique_ptr<Communicator>> connected =
-        (*backend)->connect(mesh, options.rank, groups, rendezvous);
-    if (!connected.ok())
-      return connected.status();
-    communicator = std::move(*connected);
-  } else if (mesh.size() > 1) {
-    return Status::error("the plan's mesh " + mesh.toString() + " has " +
-                         std::to_string(mesh.size()) +
-                         " ranks: run it with --nproc " +
-                         std::to_string(mesh.size()));
-  }
   std::vector<int64_t> tokens = microBatchInputs(*plan, "tokens");
   std::vector<int64_t> targets = microBatchInputs(*plan, "targets");
   if (tokens.empty() || tokens.size() != targets.size())
@@ -203,6 +201,37 @@ Trainer::create(const TrainOptions &options) {
       return file.status();
     data = std::move(*file);
   }
+  std::unique_ptr<Communicator> communicator;
+  if (options.rank >= 0) {
+    // Every rank connects the groups of every stage, so that each group's
+    // members all take part in building it.
+    std::vector<AxisList> groups;
+    for (const StageProgram &stage : plan->stages)
+      for (const AxisList &axes : stage.instructionAxes)
+        if (!axes.empty() &&
+            std::find(groups.begin(), groups.end(), axes) == groups.end())
+          groups.push_back(axes);
+    RendezvousOptions rendezvous;
+    rendezvous.storeDir = options.rendezvousDir;
+    rendezvous.storeHost = options.masterAddr;
+    rendezvous.storePort = options.masterPort;
+    rendezvous.hostname = options.hostname;
+    rendezvous.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(options.timeoutSeconds * 1000));
+    if (const char *token = std::getenv(kJobTokenVariable))
+      rendezvous.jobToken = token;
+    rendezvous.agreement = jobFields(options, *plan, *data);
+    StatusOr<std::unique_ptr<Communicator>> connected =
+        (*backend)->connect(mesh, options.rank, groups, rendezvous);
+    if (!connected.ok())
+      return connected.status();
+    communicator = std::move(*connected);
+  } else if (mesh.size() > 1) {
+    return Status::error("the plan's mesh " + mesh.toString() + " has " +
+                         std::to_string(mesh.size()) +
+                         " ranks: run it with --nproc " +
+                         std::to_string(mesh.size()));
+  }
   selectStage(*plan, stageOfRank(*plan, std::max<int64_t>(options.rank, 0)));
   // This rank runs one stage: the others' programs need no memory here.
   for (StageProgram &stage : plan->stages) {
@@ -211,7 +240,8 @@ Trainer::create(const TrainOptions &options) {
     stage.liveMicroBatches = live;
   }
   StatusOr<std::unique_ptr<Executor>> executor =
-      Executor::create(std::move(*plan), **device, communicator.get());
+      Executor::create(std::move(*plan), **device, communicator.get(),
+                       /*updatesInPlace=*/options.onNonfinite != "skip");
   if (!executor.ok())
     return executor.status();
   TRELLIS_RETURN_IF_ERROR(initializeArguments(
@@ -219,6 +249,7 @@ Trainer::create(const TrainOptions &options) {
   std::unique_ptr<Trainer> trainer(
       new Trainer(std::move(*device), std::move(communicator),
                   std::move(*executor), std::move(data)));
+  trainer->onNonfinite_ = options.onNonfinite;
   if (!options.weightsPath.empty())
     TRELLIS_RETURN_IF_ERROR(trainer->loadWeights(options.weightsPath));
   if (!options.loadDir.empty())
@@ -251,14 +282,33 @@ Status Trainer::step() {
   }
   TRELLIS_RETURN_IF_ERROR(executor_->run().withContext(
       "step " + std::to_string(completedSteps_ + 1)));
+  std::string stepName = "step " + std::to_string(completedSteps_ + 1);
   bool update = true;
   if (lossScaleArg_ >= 0) {
     StatusOr<bool> finite = updatesAreFinite();
     if (!finite.ok())
-      return finite.status().withContext(
-          "step " + std::to_string(completedSteps_ + 1));
+      return finite.status().withContext(stepName);
     update = *finite;
     lossScale_.record(update);
+  }
+  lastSkipReason_.clear();
+  if (onNonfinite_ != "continue") {
+    // A loss-scaled plan skips overflowing updates itself: its loss alone
+    // is checked.
+    StatusOr<std::string> nonfinite = firstNonFinite(
+        /*checkUpdates=*/lossScaleArg_ < 0, /*checkLoss=*/update);
+    if (!nonfinite.ok())
+      return nonfinite.status().withContext(stepName);
+    if (!nonfinite->empty()) {
+      if (onNonfinite_ == "stop")
+        return Status::error(
+            stepName + ": " + *nonfinite +
+            "; stopped, and nothing of this step is saved (--on-nonfinite "
+            "skip drops such updates, keeping a second copy of the "
+            "parameters and optimizer states; continue applies them)");
+      lastSkipReason_ = *nonfinite;
+      update = false;
+    }
   }
   if (update) {
     TRELLIS_RETURN_IF_ERROR(executor_->commitUpdates());
@@ -313,10 +363,11 @@ const char *statePrefix(ArgumentRole role) {
   }
 }
 
-/// Checks the shape of a whole tensor from a checkpoint (the whole
-/// tensor's, or `fileShape` when given: the same elements stored under
-/// another shape).
-Status checkStoredShape(const SafetensorsEntry &entry,
+/// Checks a whole tensor from a checkpoint or weights file: its shape (the
+/// whole tensor's, or `fileShape` when given: the same elements stored
+/// under another shape), and that every value is finite (a NaN or an
+/// infinity would train on silently as NaN).
+Status checkStoredTensor(const SafetensorsEntry &entry,
                         const ShardLayout &layout,
                         const std::vector<int64_t> &fileShape,
                         const std::string &name, const std::string &file) {
@@ -331,6 +382,12 @@ Status checkStoredShape(const SafetensorsEntry &entry,
     return Status::error(file + ": tensor \"" + name + "\" has shape [" +
                          found + "], the model expects [" + expected + "]");
   }
+  for (size_t i = 0; i < entry.values.size(); ++i)
+    if (!std::isfinite(entry.values[i]))
+      return Status::error(file + ": tensor \"" + name + "\" holds " +
+                           (std::isnan(entry.values[i]) ? "NaN" : "infinity") +
+                           " at element " + std::to_string(i) +
+                           ": refusing weights that are not finite");
   return Status::success();
 }
 
@@ -348,6 +405,61 @@ void DynamicLossScale::record(bool finite) {
     scale *= 2;
     cleanSteps = 0;
   }
+}
+
+Status Trainer::minimumOverMesh(float *values, int64_t count) const {
+  if (!communicator_)
+    return Status::success();
+  AxisList everything;
+  for (size_t axis = 0; axis < communicator_->mesh().numAxes(); ++axis)
+    everything.push_back(axis);
+  return communicator_->allReduce(everything, values, count, DType::F32,
+                                  ReduceKind::Min);
+}
+
+StatusOr<std::string> Trainer::firstNonFinite(bool checkUpdates,
+                                              bool checkLoss) const {
+  // This rank's verdicts, then the mesh's: the loss (1 finite, 0 not) and
+  // the first result in plan order whose update is not finite.
+  const Plan &plan = executor_->plan();
+  float verdict[2] = {1.0f, std::numeric_limits<float>::max()};
+  float lossValue = 0;
+  if (checkLoss && !plan.results.empty() &&
+      plan.holds(plan.results.front().stages)) {
+    StatusOr<float> loss = executor_->loss();
+    if (!loss.ok())
+      return loss.status();
+    lossValue = *loss;
+    verdict[0] = std::isfinite(lossValue) ? 1.0f : 0.0f;
+  }
+  std::vector<float> values;
+  for (size_t r = 0; checkUpdates && r < plan.results.size(); ++r) {
+    const Result &result = plan.results[r];
+    if (!result.updates || !plan.holds(result.stages))
+      continue;
+    ArgumentRole role = plan.arguments[*result.updates].role;
+    if (role != ArgumentRole::Param && role != ArgumentRole::Master)
+      continue;
+    values.resize(executor_->result(r).size());
+    TRELLIS_RETURN_IF_ERROR(executor_->readResultValues(r, values.data()));
+    if (!std::all_of(values.begin(), values.end(),
+                     [](float value) { return std::isfinite(value); })) {
+      verdict[1] = static_cast<float>(r);
+      break;
+    }
+  }
+  TRELLIS_RETURN_IF_ERROR(minimumOverMesh(verdict, 2));
+  if (verdict[0] == 0.0f)
+    return std::string("the loss is not finite") +
+           (std::isfinite(lossValue) ? ""
+                                     : std::isnan(lossValue) ? " (NaN)"
+                                                             : " (infinite)");
+  if (verdict[1] != std::numeric_limits<float>::max()) {
+    const Result &result = plan.results[static_cast<size_t>(verdict[1])];
+    return "the update of \"" + plan.arguments[*result.updates].name +
+           "\" is not finite (its gradient overflowed or is NaN)";
+  }
+  return std::string();
 }
 
 StatusOr<bool> Trainer::updatesAreFinite() const {
@@ -368,13 +480,7 @@ StatusOr<bool> Trainer::updatesAreFinite() const {
         break;
       }
   }
-  if (communicator_) {
-    AxisList everything;
-    for (size_t axis = 0; axis < communicator_->mesh().numAxes(); ++axis)
-      everything.push_back(axis);
-    TRELLIS_RETURN_IF_ERROR(communicator_->allReduce(
-        everything, &finite, 1, DType::F32, ReduceKind::Min));
-  }
+  TRELLIS_RETURN_IF_ERROR(minimumOverMesh(&finite, 1));
   return finite == 1.0f;
 }
 
@@ -595,7 +701,7 @@ Status Trainer::load(const std::string &path) {
     if (it == file->tensors.end())
       return Status::error("checkpoint: " + fileName + " has no tensor \"" +
                            name + "\": it was written for another model");
-    TRELLIS_RETURN_IF_ERROR(checkStoredShape(it->second, layoutOf(i),
+    TRELLIS_RETURN_IF_ERROR(checkStoredTensor(it->second, layoutOf(i),
                                              argument.fileShape, name, fileName)
                                 .withContext("checkpoint"));
     TRELLIS_RETURN_IF_ERROR(writeBox(i, it->second.values));
@@ -664,272 +770,12 @@ Status Trainer::loadWeights(const std::string &path) {
     if (it == file->tensors.end())
       return Status::error(path + ": missing parameter \"" + argument.name +
                            "\"");
-    TRELLIS_RETURN_IF_ERROR(checkStoredShape(it->second, layoutOf(i),
+    TRELLIS_RETURN_IF_ERROR(checkStoredTensor(it->second, layoutOf(i),
                                              argument.fileShape, argument.name,
                                              path));
     TRELLIS_RETURN_IF_ERROR(writeBox(i, it->second.values));
   }
   return Status::success();
-}
-
-namespace {
-
-/// "crash:R:S" / "hang:R:S" -> action, rank, step.
-struct Fault {
-  std::string action;
-  int64_t rank = -1, step = -1;
-};
-
-StatusOr<Fault> parseFault(const std::string &text) {
-  Fault fault;
-  if (text.empty())
-    return fault;
-  size_t first = text.find(':'), second = text.rfind(':');
-  if (first == std::string::npos || first == second)
-    return Status::error("expected --inject-fault crash:RANK:STEP, "
-                         "hang:RANK:STEP or overflow:RANK:STEP, found '" +
-                         text + "'");
-  fault.action = text.substr(0, first);
-  fault.rank = std::atoll(text.substr(first + 1, second - first - 1).c_str());
-  fault.step = std::atoll(text.substr(second + 1).c_str());
-  if (fault.action != "crash" && fault.action != "hang" &&
-      fault.action != "overflow")
-    return Status::error("unknown fault '" + fault.action +
-                         "': expected crash, hang or overflow");
-  return fault;
-}
-
-/// --inject-save-fault POINT:STEP.
-struct SaveFault {
-  CheckpointFault fault;
-  int64_t step = -1;
-};
-
-StatusOr<SaveFault> parseSaveFault(const std::string &text) {
-  SaveFault parsed;
-  if (text.empty())
-    return parsed;
-  size_t colon = text.rfind(':');
-  std::string point = text.substr(0, colon);
-  if (colon == std::string::npos ||
-      (point != "model.safetensors" && point != "optimizer.safetensors" &&
-       point != "commit"))
-    return Status::error("expected --inject-save-fault model.safetensors:STEP, "
-                         "optimizer.safetensors:STEP or commit:STEP, found '" +
-                         text + "'");
-  parsed.step = std::atoll(text.substr(colon + 1).c_str());
-  if (point == "commit")
-    parsed.fault.beforeCommit = true;
-  else
-    parsed.fault.afterFile = point;
-  return parsed;
-}
-
-} // namespace
-
-int runTrainingCommand(const TrainOptions &options) {
-  using Clock = std::chrono::steady_clock;
-  std::string prefix =
-      options.rank >= 0
-          ? "trellis run: rank " + std::to_string(options.rank) + ": error: "
-          : "trellis run: error: ";
-  auto fail = [&](const Status &status) {
-    std::fprintf(stderr, "%s%s\n", prefix.c_str(), status.message().c_str());
-    return 1;
-  };
-  if (options.rank >= 0)
-    if (Status bound = bindRankToLauncher(); !bound.ok())
-      return fail(bound);
-  StatusOr<Fault> fault = parseFault(options.injectFault);
-  if (!fault.ok())
-    return fail(fault.status());
-  StatusOr<SaveFault> saveFault = parseSaveFault(options.injectSaveFault);
-  if (!saveFault.ok())
-    return fail(saveFault.status());
-  if (options.saveEvery < 0 || options.keep < 0)
-    return fail(Status::error(
-        "expected --save-every and --keep >= 0, found " +
-        std::to_string(options.saveEvery) + " and " +
-        std::to_string(options.keep)));
-  if ((options.saveEvery > 0 || options.keep > 0) && options.saveDir.empty())
-    return fail(Status::error("--save-every and --keep need --save DIR (the "
-                              "directory of the periodic checkpoints)"));
-  if (options.keep > 0 && options.saveEvery == 0)
-    return fail(Status::error("--keep counts periodic checkpoints: expected "
-                              "--save-every N with it"));
-  if (!options.saveDir.empty() && options.rank <= 0) {
-    // Before step 1, not after the run: the checkpoint's place is usable.
-    Status prepared =
-        prepareCheckpointPath(options.saveDir, options.saveEvery > 0);
-    if (!prepared.ok())
-      return fail(prepared);
-  }
-  // Options every rank would reject: before starting any.
-  if (StatusOr<const Backend *> backend = findBackend(options.device);
-      !backend.ok())
-    return fail(backend.status());
-  if (options.threads < 1)
-    return fail(Status::error("expected --threads >= 1, found " +
-                              std::to_string(options.threads)));
-  if (options.rank < 0 && !options.tracePath.empty()) {
-    // Fail before training, not after it, when the trace cannot be written.
-    if (!std::ofstream(options.tracePath))
-      return fail(
-          Status::error("cannot write the trace '" + options.tracePath + "'"));
-    // Only a finished run leaves a trace.
-    std::remove(options.tracePath.c_str());
-  }
-  if (options.rank < 0) {
-    // The launcher: start one process per rank if the plan needs several.
-    StatusOr<Plan> plan = loadPlanFile(options.planPath);
-    if (!plan.ok())
-      return fail(plan.status());
-    int64_t ranks = planMesh(*plan).size();
-    if (ranks > 1 || options.nproc > 1 || options.nnodes > 1) {
-      int exitCode = launchRanks(options, planMesh(*plan));
-      // A failed run leaves no empty trace behind (the rank files stay).
-      if (exitCode != 0 && !options.tracePath.empty())
-        std::remove(options.tracePath.c_str());
-      if (exitCode == 0 && !options.tracePath.empty() && options.nnodes == 1) {
-        Status merged = mergeRankTraces(options.tracePath, ranks);
-        if (!merged.ok())
-          return fail(merged);
-      }
-      return exitCode;
-    }
-  }
-  StatusOr<std::unique_ptr<Trainer>> created = Trainer::create(options);
-  if (!created.ok())
-    return fail(created.status());
-  Trainer &trainer = **created;
-  bool printing = trainer.rank() == 0;
-  trainer.executor().setProfiling(options.profile);
-  trainer.executor().setTracing(!options.tracePath.empty());
-  int64_t first = trainer.completedSteps();
-  double totalSeconds = 0;
-  int64_t timedSteps = 0;
-  for (int64_t i = 0; i < options.steps; ++i) {
-    if (fault->rank == trainer.rank() &&
-        fault->step == trainer.completedSteps() + 1) {
-      std::fflush(stdout);
-      if (fault->action == "crash")
-        std::raise(SIGKILL);
-      if (fault->action == "overflow") {
-        trainer.injectOverflow();
-      } else {
-        while (true)
-          std::this_thread::sleep_for(std::chrono::seconds(1));
-      }
-    }
-    Clock::time_point start = Clock::now();
-    Status status = trainer.step();
-    double seconds =
-        std::chrono::duration<double>(Clock::now() - start).count();
-    if (!status.ok())
-      return fail(status);
-    // The first step warms caches and allocations: leave it out of the mean.
-    if (i > 0 || options.steps == 1) {
-      totalSeconds += seconds;
-      ++timedSteps;
-    }
-    int64_t step = trainer.completedSteps();
-    if (printing && (step % options.logEvery == 0 || i + 1 == options.steps)) {
-      std::printf("step %lld | loss %.6f | %.0f tokens/s | %.1f ms",
-                  static_cast<long long>(step), trainer.lastLoss(),
-                  trainer.tokensPerStep() / seconds, seconds * 1e3);
-      if (const DynamicLossScale *scale = trainer.lossScale())
-        std::printf(" | loss scale %g | skipped %lld", scale->scale,
-                    static_cast<long long>(scale->skippedSteps));
-      std::printf("\n");
-    }
-    std::fflush(stdout);
-    if (options.saveEvery > 0 && step % options.saveEvery == 0) {
-      Status saved = trainer.save(
-          periodicCheckpointPath(options.saveDir, step),
-          saveFault->step == step ? saveFault->fault : CheckpointFault());
-      if (saved.ok() && printing && options.keep > 0)
-        saved = pruneCheckpoints(options.saveDir, options.keep);
-      if (!saved.ok())
-        return fail(saved);
-      if (printing)
-        std::printf("saved checkpoint at step %lld to %s\n",
-                    static_cast<long long>(step),
-                    periodicCheckpointPath(options.saveDir, step).c_str());
-    }
-  }
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  double meanMs = timedSteps ? totalSeconds / timedSteps * 1e3 : 0;
-  if (printing)
-    std::printf(
-        "summary: steps %lld-%lld | mean step %.2f ms | %.0f tokens/s | "
-        "buffers %.1f MiB (arena %.1f MiB) | peak memory %.1f MiB\n",
-        static_cast<long long>(first + 1),
-        static_cast<long long>(trainer.completedSteps()), meanMs,
-        meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
-        trainer.executor().allocatedBytes() / 1048576.0,
-        trainer.executor().arenaBytes() / 1048576.0,
-        usage.ru_maxrss / 1024.0);
-  // A pipeline's stages hold different parts: each rank's memory.
-  if (trainer.executor().plan().pipelineAxis) {
-    StatusOr<std::vector<RankMemory>> memory =
-        trainer.gatherMemory();
-    if (!memory.ok())
-      return fail(memory.status());
-    const Plan &plan = trainer.executor().plan();
-    for (size_t r = 0; printing && r < memory->size(); ++r)
-      std::printf("memory: rank %zu (stage %lld) | buffers %.1f MiB (arena "
-                  "%.1f MiB) | peak memory %.1f MiB | live micro-batches "
-                  "%lld\n",
-                  r, static_cast<long long>(stageOfRank(plan, r)),
-                  (*memory)[r].buffersMiB, (*memory)[r].arenaMiB,
-                  (*memory)[r].peakMiB,
-                  static_cast<long long>(
-                      plan.stages[stageOfRank(plan, r)].liveMicroBatches));
-  }
-  if (options.profile && printing) {
-    double total = 0;
-    std::vector<std::pair<double, std::string>> sorted;
-    for (const auto &[op, entry] : trainer.executor().profile()) {
-      total += entry.first;
-      sorted.emplace_back(entry.first, op);
-    }
-    std::sort(sorted.rbegin(), sorted.rend());
-    std::printf("profile: %.1f ms in kernels over %lld steps\n", total * 1e3,
-                static_cast<long long>(options.steps));
-    for (const auto &[seconds, op] : sorted)
-      std::printf("  %-20s %9.2f ms  %5.1f%%\n", op.c_str(), seconds * 1e3,
-                  total > 0 ? 100.0 * seconds / total : 0.0);
-  }
-  int64_t last = trainer.completedSteps();
-  bool savedLast = options.saveEvery > 0 && last % options.saveEvery == 0 &&
-                   options.steps > 0;
-  if (!options.saveDir.empty() && !savedLast) {
-    std::string dir = options.saveEvery > 0
-                          ? periodicCheckpointPath(options.saveDir, last)
-                          : options.saveDir;
-    Status status = trainer.save(
-        dir, saveFault->step == last ? saveFault->fault : CheckpointFault());
-    if (status.ok() && printing && options.keep > 0)
-      status = pruneCheckpoints(options.saveDir, options.keep);
-    if (!status.ok())
-      return fail(status);
-    if (printing)
-      std::printf("saved checkpoint at step %lld to %s\n",
-                  static_cast<long long>(last), dir.c_str());
-  }
-  if (!options.tracePath.empty()) {
-    // A launched rank leaves its file for the launcher to merge; a lone
-    // process merges its own.
-    int64_t rank = std::max<int64_t>(options.rank, 0);
-    Status written = writeRankTrace(rankTracePath(options.tracePath, rank),
-                                    rank, trainer.executor().trace());
-    if (written.ok() && options.rank < 0)
-      written = mergeRankTraces(options.tracePath, 1);
-    if (!written.ok())
-      return fail(written);
-  }
-  return 0;
 }
 
 } // namespace trellis::runtime

@@ -25,25 +25,27 @@ cl::SubCommand groupsCommand("groups",
 
 namespace {
 
+cl::OptionCategory meshCategory("Mesh");
+
 cl::opt<std::string>
     meshOption("mesh",
                cl::desc("Mesh axes, major to minor, e.g. dp=2,pp=2,tp=4"),
-               cl::value_desc("axes"), cl::Required, cl::sub(groupsCommand));
+               cl::value_desc("axes"), cl::Required, cl::cat(meshCategory), cl::sub(groupsCommand));
 cl::opt<int64_t> rankOption("rank", cl::desc("Print only this rank"),
-                            cl::init(-1), cl::sub(groupsCommand));
+                            cl::init(-1), cl::cat(meshCategory), cl::sub(groupsCommand));
 cl::opt<int64_t> worldSizeOption(
     "world-size", cl::desc("Fail unless the mesh has exactly this many ranks"),
-    cl::init(-1), cl::sub(groupsCommand));
+    cl::init(-1), cl::cat(meshCategory), cl::sub(groupsCommand));
 cl::opt<std::string> pipelineAxisOption(
     "pipeline-axis",
     cl::desc("Axis whose coordinate is the pipeline stage (default: pp if "
              "the mesh has it)"),
-    cl::init(""), cl::sub(groupsCommand));
+    cl::init(""), cl::cat(meshCategory), cl::sub(groupsCommand));
 cl::opt<std::string> dataAxisOption(
     "data-axis",
     cl::desc("Axis over which the model is replicated (default: dp if the "
              "mesh has it)"),
-    cl::init(""), cl::sub(groupsCommand));
+    cl::init(""), cl::cat(meshCategory), cl::sub(groupsCommand));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "trellis groups") << message << "\n";

@@ -20,15 +20,17 @@ cl::SubCommand importCommand(
     "import", "Import a Hugging Face config.json as MLIR (forward and loss)");
 
 namespace {
+cl::OptionCategory importCategory("Model and batch");
+
 cl::opt<std::string> importInput(cl::Positional, cl::desc("<config.json>"),
-                                 cl::Required, cl::sub(importCommand));
+                                 cl::Required, cl::cat(importCategory), cl::sub(importCommand));
 cl::opt<std::string> importOutput("o", cl::desc("Output MLIR file"),
                                   cl::value_desc("file"), cl::init("-"),
-                                  cl::sub(importCommand));
+                                  cl::cat(importCategory), cl::sub(importCommand));
 cl::opt<int64_t> importBatch("batch", cl::desc("Batch size"), cl::init(8),
-                             cl::sub(importCommand));
+                             cl::cat(importCategory), cl::sub(importCommand));
 cl::opt<int64_t> importSeq("seq", cl::desc("Sequence length"), cl::init(64),
-                           cl::sub(importCommand));
+                           cl::cat(importCategory), cl::sub(importCommand));
 } // namespace
 
 int runImportCommand() {

@@ -5,6 +5,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "trellis/Common/FileKind.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -94,6 +95,14 @@ std::optional<LoadedModel> loadModel(MLIRContext &context, llvm::StringRef path,
                                      const BatchShape &shape,
                                      llvm::StringRef command) {
   loadDriverDialects(context);
+  // "-" is standard input; anything else must be a file (a FIFO or
+  // /dev/zero would be read without end).
+  if (path != "-")
+    if (std::string kind = whyNotRegularFile(path.str()); !kind.empty()) {
+      reportError(command, "cannot read '" + path + "': it " + kind +
+                               ", expected a config.json or .mlir file");
+      return std::nullopt;
+    }
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
       llvm::MemoryBuffer::getFileOrSTDIN(path);
   if (!file) {

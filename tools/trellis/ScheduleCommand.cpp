@@ -29,63 +29,67 @@ cl::SubCommand scheduleCommand(
     "Simulate a pipeline schedule: bubble, live activations, trace");
 
 namespace {
+cl::OptionCategory scheduleCategory("Schedule");
+cl::OptionCategory modelCostCategory("Costs from a model");
+cl::OptionCategory fixedCostCategory("Costs without a model");
+
 cl::opt<std::string> scheduleModel(cl::Positional,
                                    cl::desc("[config.json | model.mlir]"),
-                                   cl::sub(scheduleCommand));
+                                   cl::cat(modelCostCategory), cl::sub(scheduleCommand));
 cl::opt<int64_t> scheduleBatch("batch", cl::desc("Micro-batch size (model)"),
-                               cl::init(1), cl::sub(scheduleCommand));
+                               cl::init(1), cl::cat(modelCostCategory), cl::sub(scheduleCommand));
 cl::opt<int64_t> scheduleSeq("seq", cl::desc("Sequence length (model)"),
-                             cl::init(64), cl::sub(scheduleCommand));
+                             cl::init(64), cl::cat(modelCostCategory), cl::sub(scheduleCommand));
 cl::opt<std::string> scheduleLayers(
     "pp-layers",
     cl::desc("Layers per virtual stage instead of the balanced split"),
-    cl::value_desc("6,7,7,6"), cl::sub(scheduleCommand));
+    cl::value_desc("6,7,7,6"), cl::cat(modelCostCategory), cl::sub(scheduleCommand));
 cl::opt<double>
     scheduleFlopRate("flops-per-second",
                      cl::desc("Roofline compute rate of a stage (model)"),
-                     cl::init(1e11), cl::sub(scheduleCommand));
+                     cl::init(1e11), cl::cat(modelCostCategory), cl::sub(scheduleCommand));
 cl::opt<double>
     scheduleByteRate("bytes-per-second",
                      cl::desc("Roofline memory rate of a stage (model)"),
-                     cl::init(1e10), cl::sub(scheduleCommand));
+                     cl::init(1e10), cl::cat(modelCostCategory), cl::sub(scheduleCommand));
 cl::opt<std::string> scheduleRecompute(
     "recompute",
     cl::desc("none, selective or full (model): with full, a stage keeps "
              "only its layers' inputs per micro-batch and recomputes each "
              "layer's forward before its backward"),
-    cl::init("none"), cl::sub(scheduleCommand));
+    cl::init("none"), cl::cat(modelCostCategory), cl::sub(scheduleCommand));
 cl::opt<double> scheduleLinkRate(
     "link-bytes-per-second",
     cl::desc("Bandwidth between neighbouring stages (model): a transfer "
              "takes the boundary's bytes over it"),
-    cl::init(2.5e10), cl::sub(scheduleCommand));
+    cl::init(2.5e10), cl::cat(modelCostCategory), cl::sub(scheduleCommand));
 cl::opt<int64_t> schedulePipeline("pp", cl::desc("Pipeline stages (ranks)"),
-                                  cl::init(2), cl::sub(scheduleCommand));
+                                  cl::init(2), cl::cat(scheduleCategory), cl::sub(scheduleCommand));
 cl::opt<int64_t> scheduleMicroBatches("microbatches",
                                       cl::desc("Micro-batches per batch"),
-                                      cl::init(8), cl::sub(scheduleCommand));
+                                      cl::init(8), cl::cat(scheduleCategory), cl::sub(scheduleCommand));
 cl::opt<std::string> scheduleKind("schedule",
                                   cl::desc("gpipe, 1f1b, interleaved or zb-h1"),
-                                  cl::init("1f1b"), cl::sub(scheduleCommand));
+                                  cl::init("1f1b"), cl::cat(scheduleCategory), cl::sub(scheduleCommand));
 cl::opt<int64_t>
     scheduleChunks("chunks", cl::desc("Model chunks per stage (interleaved)"),
-                   cl::init(1), cl::sub(scheduleCommand));
+                   cl::init(1), cl::cat(scheduleCategory), cl::sub(scheduleCommand));
 cl::opt<double> scheduleForward("forward-time",
                                 cl::desc("Time of one stage's forward "
                                          "(without a model)"),
-                                cl::init(1.0), cl::sub(scheduleCommand));
+                                cl::init(1.0), cl::cat(fixedCostCategory), cl::sub(scheduleCommand));
 cl::opt<double> scheduleBackward("backward-time",
                                  cl::desc("Time of one stage's backward "
                                           "(without a model)"),
-                                 cl::init(2.0), cl::sub(scheduleCommand));
+                                 cl::init(2.0), cl::cat(fixedCostCategory), cl::sub(scheduleCommand));
 cl::opt<double> scheduleTransfer("transfer-time",
                                  cl::desc("Time of one transfer (without a "
                                           "model)"),
-                                 cl::init(0.0), cl::sub(scheduleCommand));
+                                 cl::init(0.0), cl::cat(fixedCostCategory), cl::sub(scheduleCommand));
 cl::opt<std::string> scheduleTrace("trace",
                                    cl::desc("Write a Chrome trace here"),
                                    cl::value_desc("file.json"),
-                                   cl::sub(scheduleCommand));
+                                   cl::cat(scheduleCategory), cl::sub(scheduleCommand));
 
 std::string mebibytes(double bytes) {
   return llvm::formatv("{0:F2} MiB", bytes / (1 << 20)).str();

@@ -7,6 +7,7 @@
 
 #include "Commands.h"
 
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/WithColor.h"
 
@@ -17,6 +18,15 @@ int main(int argc, char **argv) {
   if (argc > 1 && llvm::StringRef(argv[1]) == "run")
     return execRunCommand(argc, argv);
   llvm::InitLLVM initLLVM(argc, argv);
+  // LLVM registers hundreds of backend options at the top level; Trellis
+  // has none there (each subcommand's options are its own), so the top
+  // level's help lists only the subcommands and --help.
+  llvm::cl::HideUnrelatedOptions(
+      llvm::ArrayRef<const llvm::cl::OptionCategory *>());
+  llvm::cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "trellis " TRELLIS_VERSION " (MLIR and LLVM " LLVM_VERSION_STRING
+          ")\n";
+  });
   if (!llvm::cl::ParseCommandLineOptions(
           argc, argv,
           "Trellis: compiles models into distributed training plans and runs "

@@ -28,6 +28,21 @@ enum class RecomputeKind { None, Selective, Full };
 #define GEN_PASS_DECL
 #include "trellis/Autodiff/Passes.h.inc"
 
+/// How the caller calls the optimizer's hyperparameters in messages (the
+/// driver's flags, or the pass's options).
+struct HyperparameterNames {
+  const char *learningRate, *beta1, *beta2, *epsilon, *weightDecay;
+};
+
+/// Why these optimizer hyperparameters cannot train ("" when they can): a
+/// learning rate and weight decay finite and >= 0, betas in [0, 1), an
+/// epsilon finite and > 0. trellis-insert-optimizer and the driver (before
+/// it loads the model) both ask.
+std::string checkOptimizerHyperparameters(double learningRate, double beta1,
+                                          double beta2, double epsilon,
+                                          double weightDecay,
+                                          const HyperparameterNames &names);
+
 #define GEN_PASS_REGISTRATION
 #include "trellis/Autodiff/Passes.h.inc"
 

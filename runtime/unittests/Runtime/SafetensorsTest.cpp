@@ -123,7 +123,18 @@ TEST(SafetensorsTest, RejectsMalformedFiles) {
 
   read = readSafetensors(tempPath("missing.safetensors"));
   ASSERT_FALSE(read.ok());
-  EXPECT_NE(read.status().message().find("cannot open"), std::string::npos);
+  EXPECT_NE(read.status().message().find(
+                "missing.safetensors': it does not exist, expected a "
+                ".safetensors file"),
+            std::string::npos)
+      << read.status().message();
+
+  // Not a file: its size is never taken from a stream position.
+  read = readSafetensors("/dev/zero");
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().message(),
+            "cannot read '/dev/zero': it is a character device, expected a "
+            ".safetensors file");
 }
 
 } // namespace

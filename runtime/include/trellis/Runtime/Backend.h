@@ -68,11 +68,30 @@ struct DeviceOptions {
   int threads = 1;
   /// This rank's index among the ranks of its node (a GPU's ordinal).
   int64_t localRank = 0;
+  /// Ranks sharing this node's memory (the launcher's --nproc).
+  int64_t ranksOnNode = 1;
+  /// Bytes this rank may allocate at most (--max-memory; 0: no limit but
+  /// the device's).
+  int64_t maxMemoryBytes = 0;
+};
+
+/// What a rank may allocate on its device, and where the figure comes
+/// from (for messages).
+struct MemoryBudget {
+  /// -1: the device cannot tell.
+  int64_t bytes = -1;
+  /// E.g. "MemAvailable 20.1 GiB shared by 2 ranks" or "--max-memory".
+  std::string source;
 };
 
 class Device {
 public:
   virtual ~Device() = default;
+
+  /// The bytes this rank may still allocate: its share of the device's
+  /// free memory, within --max-memory. Asked once, before a plan's memory
+  /// is allocated.
+  virtual MemoryBudget memoryBudget() const { return MemoryBudget(); }
 
   /// The backend's name ("cpu").
   virtual std::string name() const = 0;

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trellis::runtime {
@@ -100,6 +101,10 @@ protected:
   int64_t rank_;
 };
 
+/// What every rank of a job must agree on, as (name, value) pairs in a
+/// fixed order: e.g. ("plan", "crc32 1a2b3c4d"), ("seed", "0").
+using JobFields = std::vector<std::pair<std::string, std::string>>;
+
 /// How the ranks of one job find each other.
 struct RendezvousOptions {
   /// A directory all ranks can write (a fresh one per job); used when
@@ -113,6 +118,10 @@ struct RendezvousOptions {
   std::string hostname = "127.0.0.1";
   /// Bound on connecting and on every collective.
   std::chrono::milliseconds timeout{60000};
+  /// The job's secret, presented to the TCP store (TRELLIS_JOB_TOKEN).
+  std::string jobToken;
+  /// Compared across ranks before any group connects (empty: nothing).
+  JobFields agreement;
 };
 
 } // namespace trellis::runtime

@@ -37,11 +37,22 @@ namespace trellis::runtime {
 /// memory a collective in flight may touch.
 class Executor {
 public:
+  /// Memory a rank needs besides its buffers (kernels' scratch, the
+  /// runtime's code and heap, the communication library's buffers): this
+  /// much, plus 1/16 of the buffers.
+  static constexpr int64_t kMemoryMarginBytes = int64_t(64) << 20;
+
   /// Allocates the plan's memory on `device` (which must outlive the
   /// executor). `communicator` runs the plan's collectives; it may be null
   /// for a plan without any.
+  /// With `updatesInPlace`, an optimizer update may be computed in its
+  /// parameter's (or state's) own memory when nothing reads the old value
+  /// after it; without, every update has its own buffer until
+  /// commitUpdates, so a step can still be dropped after its program ran
+  /// (a loss-scaled plan always keeps them apart).
   static StatusOr<std::unique_ptr<Executor>>
-  create(Plan plan, Device &device, Communicator *communicator = nullptr);
+  create(Plan plan, Device &device, Communicator *communicator = nullptr,
+         bool updatesInPlace = true);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -114,6 +125,10 @@ private:
   Executor(Plan plan, Device &device, Communicator *communicator);
   /// Places every buffer in the arena or its own allocation.
   Status allocate();
+  /// Refuses, before anything is allocated, a stage whose arena and
+  /// `persistentBytes` of its own allocations, with the margin below,
+  /// exceed the device's memory budget; names both figures.
+  Status checkMemoryBudget(int64_t persistentBytes) const;
   /// Places temporaries in the arena; returns the arena size in bytes.
   int64_t planArena(std::vector<int64_t> &offsets) const;
   /// Computes waitPoint_.
@@ -132,6 +147,8 @@ private:
   /// Per buffer: the argument buffer an update result is computed in, or
   /// -1.
   std::vector<int64_t> inPlace_;
+  /// create()'s updatesInPlace.
+  bool updatesInPlace_ = true;
 
   Plan plan_;
   Device &device_;

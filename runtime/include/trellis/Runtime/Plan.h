@@ -142,6 +142,9 @@ struct StageProgram {
 
 struct Plan {
   std::string metadataJson;
+  /// CRC-32 of the plan file's bytes as loaded (0 for a plan parsed from
+  /// text): the identity ranks compare at rendezvous.
+  uint32_t contentCrc32 = 0;
   /// Micro-batches per step: each input argument is one micro-batch's
   /// (`tokens.<i>`, `targets.<i>` when several).
   int64_t microBatches = 1;

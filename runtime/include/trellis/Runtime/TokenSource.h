@@ -24,6 +24,10 @@ public:
   /// shifted by one position) for training step `step`.
   virtual Status fill(int64_t step, int64_t batch, int64_t seq, int32_t *tokens,
                       int32_t *targets) = 0;
+  /// What the batches are drawn from, in one line without the seed (which
+  /// ranks compare at rendezvous): "synthetic", "repeat", or "file of N
+  /// tokens, crc32 H".
+  virtual std::string identity() const = 0;
 };
 
 /// A learnable synthetic stream: each row starts at a random token and

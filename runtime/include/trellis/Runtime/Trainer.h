@@ -14,6 +14,7 @@
 #include "trellis/Runtime/Safetensors.h"
 #include "trellis/Runtime/ShardLayout.h"
 #include "trellis/Runtime/Status.h"
+#include "trellis/Runtime/TrainOptions.h"
 
 #include <memory>
 #include <string>
@@ -22,70 +23,6 @@
 namespace trellis::runtime {
 
 class TokenSource;
-
-struct TrainOptions {
-  std::string planPath;
-  int64_t steps = 10;
-  uint64_t seed = 0;
-  /// "synthetic", "repeat" (one batch again and again), or a token file.
-  std::string data = "synthetic";
-  /// Element type of a token file: uint16 or uint32.
-  std::string dataDtype = "uint16";
-  /// Directory to write a checkpoint into after the last step ("" = none);
-  /// with saveEvery, the root of the periodic checkpoints (Checkpoint.h).
-  std::string saveDir;
-  /// Save every this many steps into saveDir/step-N (0: at the end only).
-  int64_t saveEvery = 0;
-  /// Keep the newest this many periodic checkpoints (0: all).
-  int64_t keep = 0;
-  /// Directory of a checkpoint to resume from ("" = none).
-  std::string loadDir;
-  /// A Hugging Face .safetensors file to take initial weights from.
-  std::string weightsPath;
-  /// The backend that runs the plan ("cpu").
-  std::string device = "cpu";
-  /// Threads of the device's kernels (CPU: OpenBLAS threads).
-  int threads = 1;
-  /// Print a line every this many steps (the last step always prints).
-  int64_t logEvery = 1;
-  /// Print the time spent per op kind after the run.
-  bool profile = false;
-  /// Write the measured timeline of every rank here as one Chrome trace
-  /// ("" = none). With several nodes, each rank keeps its own
-  /// `<path>.rank<N>` file instead.
-  std::string tracePath;
-
-  // Distributed runs (torchrun-like). The launcher (rank < 0) starts
-  // `nproc` processes on this node, each re-running the same command with
-  // --rank; ranks find each other through files in `rendezvousDir`.
-  /// Processes per node; the plan's mesh size must equal nproc * nnodes.
-  int64_t nproc = 1;
-  int64_t nnodes = 1;
-  int64_t nodeRank = 0;
-  /// This process's global rank, or -1 in the launcher.
-  int64_t rank = -1;
-  /// Shared directory for the rendezvous ("" = a fresh temporary one; with
-  /// several nodes it must be on a filesystem they share).
-  std::string rendezvousDir;
-  /// Address this node's ranks listen on.
-  std::string hostname = "127.0.0.1";
-  /// The rendezvous store of node 0's launcher (torchrun's MASTER_ADDR and
-  /// MASTER_PORT); a port of 0 means the file store in rendezvousDir.
-  std::string masterAddr = "127.0.0.1";
-  int masterPort = 0;
-  /// Bound on connecting and on every collective; a rank that dies or hangs
-  /// fails the others within it.
-  double timeoutSeconds = 60;
-  /// The command line to re-run in each rank (argv of the launcher).
-  std::vector<std::string> command;
-  /// Fault injection for tests: "crash:R:S" makes rank R kill itself with
-  /// SIGKILL before step S; "hang:R:S" makes it stop responding there.
-  std::string injectFault;
-  /// Fault injection for tests: "POINT:S" kills the writing rank inside
-  /// the save after step S: after writing model.safetensors or
-  /// optimizer.safetensors, or at "commit" (before the rename).
-  std::string injectSaveFault;
-};
 
 /// fp16's dynamic loss scaling: the loss is multiplied by `scale` before
 /// the backward; a step whose updates are not finite on some rank is
@@ -122,6 +59,9 @@ public:
   int64_t rank() const;
   /// The loss of the last step (0 before the first).
   float lastLoss() const { return lastLoss_; }
+  /// Why the last step's update was skipped for a value that is not finite
+  /// (--on-nonfinite skip), or "" when it was applied.
+  const std::string &lastSkipReason() const { return lastSkipReason_; }
   /// The dynamic loss scale, for plans that scale their loss (fp16).
   const DynamicLossScale *lossScale() const {
     return lossScaleArg_ >= 0 ? &lossScale_ : nullptr;
@@ -159,8 +99,17 @@ private:
           std::unique_ptr<TokenSource> data);
 
   std::string fingerprint() const;
+  /// Replaces `values` by their minimum over every rank (every rank must
+  /// call it; without a communicator, nothing).
+  Status minimumOverMesh(float *values, int64_t count) const;
   /// Whether every update of the last step is finite on every rank.
   StatusOr<bool> updatesAreFinite() const;
+  /// What is not finite after the last step's program, on any rank (every
+  /// rank must call it): "the loss is not finite", "the update of \"NAME\"
+  /// is not finite" for the first parameter (or fp32 master) in plan
+  /// order, or "" when all are.
+  StatusOr<std::string> firstNonFinite(bool checkUpdates,
+                                       bool checkLoss) const;
   /// Where this rank's piece of argument `argument` sits in the whole.
   ShardLayout layoutOf(size_t argument) const;
   /// The whole tensor of an argument (gathered from every rank if split).
@@ -191,6 +140,10 @@ private:
   int64_t optimizerSteps_ = 0;
   bool overflowNextStep_ = false;
   float lastLoss_ = 0;
+  /// TrainOptions::onNonfinite.
+  std::string onNonfinite_ = "stop";
+  /// Why the last step's update was dropped (--on-nonfinite skip), or "".
+  std::string lastSkipReason_;
 };
 
 /// `trellis run`: trains for options.steps steps, printing a line per step

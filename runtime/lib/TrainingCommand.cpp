@@ -1,0 +1,278 @@
+//===- TrainingCommand.cpp - trellis run's body ---------------------------===//
+//
+// Checks the options, starts the ranks (the launcher) or trains this one:
+// a line per step, periodic and final checkpoints, the summary, the
+// profile and the trace; fault injection for tests.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Runtime/Trainer.h"
+
+#include "trellis/Runtime/Launcher.h"
+#include "trellis/Runtime/Trace.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+namespace trellis::runtime {
+
+namespace {
+
+/// "crash:R:S" / "hang:R:S" -> action, rank, step.
+struct Fault {
+  std::string action;
+  int64_t rank = -1, step = -1;
+};
+
+StatusOr<Fault> parseFault(const std::string &text) {
+  Fault fault;
+  if (text.empty())
+    return fault;
+  size_t first = text.find(':'), second = text.rfind(':');
+  if (first == std::string::npos || first == second)
+    return Status::error("expected --inject-fault crash:RANK:STEP, "
+                         "hang:RANK:STEP or overflow:RANK:STEP, found '" +
+                         text + "'");
+  fault.action = text.substr(0, first);
+  fault.rank = std::atoll(text.substr(first + 1, second - first - 1).c_str());
+  fault.step = std::atoll(text.substr(second + 1).c_str());
+  if (fault.action != "crash" && fault.action != "hang" &&
+      fault.action != "overflow")
+    return Status::error("unknown fault '" + fault.action +
+                         "': expected crash, hang or overflow");
+  return fault;
+}
+
+/// --inject-save-fault POINT:STEP.
+struct SaveFault {
+  CheckpointFault fault;
+  int64_t step = -1;
+};
+
+StatusOr<SaveFault> parseSaveFault(const std::string &text) {
+  SaveFault parsed;
+  if (text.empty())
+    return parsed;
+  size_t colon = text.rfind(':');
+  std::string point = text.substr(0, colon);
+  if (colon == std::string::npos ||
+      (point != "model.safetensors" && point != "optimizer.safetensors" &&
+       point != "commit"))
+    return Status::error("expected --inject-save-fault model.safetensors:STEP, "
+                         "optimizer.safetensors:STEP or commit:STEP, found '" +
+                         text + "'");
+  parsed.step = std::atoll(text.substr(colon + 1).c_str());
+  if (point == "commit")
+    parsed.fault.beforeCommit = true;
+  else
+    parsed.fault.afterFile = point;
+  return parsed;
+}
+
+} // namespace
+
+int runTrainingCommand(const TrainOptions &options) {
+  using Clock = std::chrono::steady_clock;
+  std::string prefix =
+      options.rank >= 0
+          ? "trellis run: rank " + std::to_string(options.rank) + ": error: "
+          : "trellis run: error: ";
+  auto fail = [&](const Status &status) {
+    std::fprintf(stderr, "%s%s\n", prefix.c_str(), status.message().c_str());
+    return 1;
+  };
+  if (options.rank >= 0)
+    if (Status bound = bindRankToLauncher(); !bound.ok())
+      return fail(bound);
+  if (Status valid = validateTrainOptions(options); !valid.ok())
+    return fail(valid);
+  StatusOr<Fault> fault = parseFault(options.injectFault);
+  if (!fault.ok())
+    return fail(fault.status());
+  StatusOr<SaveFault> saveFault = parseSaveFault(options.injectSaveFault);
+  if (!saveFault.ok())
+    return fail(saveFault.status());
+  if (!options.saveDir.empty() && options.rank <= 0) {
+    // Before step 1, not after the run: the checkpoint's place is usable.
+    Status prepared =
+        prepareCheckpointPath(options.saveDir, options.saveEvery > 0);
+    if (!prepared.ok())
+      return fail(prepared);
+  }
+  // Options every rank would reject: before starting any.
+  if (StatusOr<const Backend *> backend = findBackend(options.device);
+      !backend.ok())
+    return fail(backend.status());
+  if (options.rank < 0 && !options.tracePath.empty()) {
+    // Fail before training, not after it, when the trace cannot be written.
+    if (!std::ofstream(options.tracePath))
+      return fail(
+          Status::error("cannot write the trace '" + options.tracePath + "'"));
+    // Only a finished run leaves a trace.
+    std::remove(options.tracePath.c_str());
+  }
+  if (options.rank < 0) {
+    // The launcher: start one process per rank if the plan needs several.
+    StatusOr<Plan> plan = loadPlanFile(options.planPath);
+    if (!plan.ok())
+      return fail(plan.status());
+    int64_t ranks = planMesh(*plan).size();
+    if (ranks > 1 || options.nproc > 1 || options.nnodes > 1) {
+      int exitCode = launchRanks(options, planMesh(*plan));
+      // A failed run leaves no empty trace behind (the rank files stay).
+      if (exitCode != 0 && !options.tracePath.empty())
+        std::remove(options.tracePath.c_str());
+      if (exitCode == 0 && !options.tracePath.empty() && options.nnodes == 1) {
+        Status merged = mergeRankTraces(options.tracePath, ranks);
+        if (!merged.ok())
+          return fail(merged);
+      }
+      return exitCode;
+    }
+  }
+  StatusOr<std::unique_ptr<Trainer>> created = Trainer::create(options);
+  if (!created.ok())
+    return fail(created.status());
+  Trainer &trainer = **created;
+  bool printing = trainer.rank() == 0;
+  trainer.executor().setProfiling(options.profile);
+  trainer.executor().setTracing(!options.tracePath.empty());
+  int64_t first = trainer.completedSteps();
+  double totalSeconds = 0;
+  int64_t timedSteps = 0;
+  for (int64_t i = 0; i < options.steps; ++i) {
+    if (fault->rank == trainer.rank() &&
+        fault->step == trainer.completedSteps() + 1) {
+      std::fflush(stdout);
+      if (fault->action == "crash")
+        std::raise(SIGKILL);
+      if (fault->action == "overflow") {
+        trainer.injectOverflow();
+      } else {
+        while (true)
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
+    }
+    Clock::time_point start = Clock::now();
+    Status status = trainer.step();
+    double seconds =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    if (!status.ok())
+      return fail(status);
+    // The first step warms caches and allocations: leave it out of the mean.
+    if (i > 0 || options.steps == 1) {
+      totalSeconds += seconds;
+      ++timedSteps;
+    }
+    int64_t step = trainer.completedSteps();
+    if (printing && (step % options.logEvery == 0 || i + 1 == options.steps)) {
+      std::printf("step %lld | loss %.6f | %.0f tokens/s | %.1f ms",
+                  static_cast<long long>(step), trainer.lastLoss(),
+                  trainer.tokensPerStep() / seconds, seconds * 1e3);
+      if (const DynamicLossScale *scale = trainer.lossScale())
+        std::printf(" | loss scale %g | skipped %lld", scale->scale,
+                    static_cast<long long>(scale->skippedSteps));
+      std::printf("\n");
+    }
+    if (printing && !trainer.lastSkipReason().empty()) {
+      std::printf("step %lld skipped: %s\n", static_cast<long long>(step),
+                  trainer.lastSkipReason().c_str());
+    }
+    std::fflush(stdout);
+    if (options.saveEvery > 0 && step % options.saveEvery == 0) {
+      Status saved = trainer.save(
+          periodicCheckpointPath(options.saveDir, step),
+          saveFault->step == step ? saveFault->fault : CheckpointFault());
+      if (saved.ok() && printing && options.keep > 0)
+        saved = pruneCheckpoints(options.saveDir, options.keep);
+      if (!saved.ok())
+        return fail(saved);
+      if (printing)
+        std::printf("saved checkpoint at step %lld to %s\n",
+                    static_cast<long long>(step),
+                    periodicCheckpointPath(options.saveDir, step).c_str());
+    }
+  }
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  double meanMs = timedSteps ? totalSeconds / timedSteps * 1e3 : 0;
+  if (printing)
+    std::printf(
+        "summary: steps %lld-%lld | mean step %.2f ms | %.0f tokens/s | "
+        "buffers %.1f MiB (arena %.1f MiB) | peak memory %.1f MiB\n",
+        static_cast<long long>(first + 1),
+        static_cast<long long>(trainer.completedSteps()), meanMs,
+        meanMs > 0 ? trainer.tokensPerStep() / (meanMs / 1e3) : 0.0,
+        trainer.executor().allocatedBytes() / 1048576.0,
+        trainer.executor().arenaBytes() / 1048576.0,
+        usage.ru_maxrss / 1024.0);
+  // A pipeline's stages hold different parts: each rank's memory.
+  if (trainer.executor().plan().pipelineAxis) {
+    StatusOr<std::vector<RankMemory>> memory =
+        trainer.gatherMemory();
+    if (!memory.ok())
+      return fail(memory.status());
+    const Plan &plan = trainer.executor().plan();
+    for (size_t r = 0; printing && r < memory->size(); ++r)
+      std::printf("memory: rank %zu (stage %lld) | buffers %.1f MiB (arena "
+                  "%.1f MiB) | peak memory %.1f MiB | live micro-batches "
+                  "%lld\n",
+                  r, static_cast<long long>(stageOfRank(plan, r)),
+                  (*memory)[r].buffersMiB, (*memory)[r].arenaMiB,
+                  (*memory)[r].peakMiB,
+                  static_cast<long long>(
+                      plan.stages[stageOfRank(plan, r)].liveMicroBatches));
+  }
+  if (options.profile && printing) {
+    double total = 0;
+    std::vector<std::pair<double, std::string>> sorted;
+    for (const auto &[op, entry] : trainer.executor().profile()) {
+      total += entry.first;
+      sorted.emplace_back(entry.first, op);
+    }
+    std::sort(sorted.rbegin(), sorted.rend());
+    std::printf("profile: %.1f ms in kernels over %lld steps\n", total * 1e3,
+                static_cast<long long>(options.steps));
+    for (const auto &[seconds, op] : sorted)
+      std::printf("  %-20s %9.2f ms  %5.1f%%\n", op.c_str(), seconds * 1e3,
+                  total > 0 ? 100.0 * seconds / total : 0.0);
+  }
+  int64_t last = trainer.completedSteps();
+  bool savedLast = options.saveEvery > 0 && last % options.saveEvery == 0 &&
+                   options.steps > 0;
+  if (!options.saveDir.empty() && !savedLast) {
+    std::string dir = options.saveEvery > 0
+                          ? periodicCheckpointPath(options.saveDir, last)
+                          : options.saveDir;
+    Status status = trainer.save(
+        dir, saveFault->step == last ? saveFault->fault : CheckpointFault());
+    if (status.ok() && printing && options.keep > 0)
+      status = pruneCheckpoints(options.saveDir, options.keep);
+    if (!status.ok())
+      return fail(status);
+    if (printing)
+      std::printf("saved checkpoint at step %lld to %s\n",
+                  static_cast<long long>(last), dir.c_str());
+  }
+  if (!options.tracePath.empty()) {
+    // A launched rank leaves its file for the launcher to merge; a lone
+    // process merges its own.
+    int64_t rank = std::max<int64_t>(options.rank, 0);
+    Status written = writeRankTrace(rankTracePath(options.tracePath, rank),
+                                    rank, trainer.executor().trace());
+    if (written.ok() && options.rank < 0)
+      written = mergeRankTraces(options.tracePath, 1);
+    if (!written.ok())
+      return fail(written);
+  }
+  return 0;
+}
+
+
+} // namespace trellis::runtime
