@@ -72,6 +72,49 @@ StatusOr<std::string> randomToken() {
   return token;
 }
 
+/// Forks a process, detached from this one (it is not our child: waitpid
+/// never sees it), that waits until this process is gone, however it dies,
+/// then removes `directory`. Precondition: no other thread runs (the
+/// reaper allocates after fork).
+Status removeWhenGone(const std::string &directory) {
+  int lifeline[2];
+  if (pipe2(lifeline, O_CLOEXEC) != 0)
+    return Status::error(std::string("cannot watch the rendezvous "
+                                     "directory: pipe: ") +
+                         std::strerror(errno));
+  pid_t middle = fork();
+  if (middle < 0) {
+    close(lifeline[0]);
+    close(lifeline[1]);
+    return Status::error(std::string("cannot watch the rendezvous "
+                                     "directory: fork: ") +
+                         std::strerror(errno));
+  }
+  if (middle == 0) {
+    // The middle process forks the reaper and exits, so the reaper is
+    // reparented away from the launcher.
+    if (fork() != 0)
+      _exit(0);
+    close(lifeline[1]);
+    setsid(); // not in the launcher's process group: a Ctrl-C spares it
+    prctl(PR_SET_NAME, "trellis-reaper");
+    char byte;
+    // EOF once the launcher's end closes: the launcher exited or died.
+    while (read(lifeline[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(directory, ignored);
+    _exit(0);
+  }
+  close(lifeline[0]);
+  int status = 0;
+  while (waitpid(middle, &status, 0) < 0 && errno == EINTR) {
+  }
+  // lifeline[1] stays open (close-on-exec: no rank holds it) until this
+  // process ends.
+  return Status::success();
+}
+
 } // namespace
 
 StatusOr<std::string> resolveJobToken(const TrainOptions &options) {
@@ -133,6 +176,26 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
                 std::to_string(options.nproc) + " x --nnodes " +
                 std::to_string(options.nnodes) + " start " +
                 std::to_string(world));
+  std::string store = options.rendezvousDir;
+  bool temporary = store.empty() && options.masterPort == 0;
+  if (temporary) {
+    if (options.nnodes > 1)
+      return fail("--nnodes > 1 needs --master-addr and --master-port (a "
+                  "store served by node 0), or --rendezvous DIR on a "
+                  "filesystem every node shares");
+    char pattern[] = "/tmp/trellis-rendezvous-XXXXXX";
+    if (!mkdtemp(pattern))
+      return fail(std::string("cannot create a rendezvous directory: ") +
+                  std::strerror(errno));
+    store = pattern;
+    // Removed even if this launcher is SIGKILLed (before any thread starts:
+    // the reaper is forked).
+    if (Status watched = removeWhenGone(store); !watched.ok()) {
+      std::filesystem::remove_all(store);
+      return fail(watched.message());
+    }
+  }
+
   // Node 0's launcher serves the TCP store when a master port is given;
   // every connection to it presents the job's secret, which the ranks
   // find in their environment.
@@ -150,20 +213,6 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
       return fail(started.status().message());
     server = std::move(*started);
   }
-  std::string store = options.rendezvousDir;
-  bool temporary = store.empty() && options.masterPort == 0;
-  if (temporary) {
-    if (options.nnodes > 1)
-      return fail("--nnodes > 1 needs --master-addr and --master-port (a "
-                  "store served by node 0), or --rendezvous DIR on a "
-                  "filesystem every node shares");
-    char pattern[] = "/tmp/trellis-rendezvous-XXXXXX";
-    if (!mkdtemp(pattern))
-      return fail(std::string("cannot create a rendezvous directory: ") +
-                  std::strerror(errno));
-    store = pattern;
-  }
-
   // The ranks' OpenMP threads (oneDNN) sleep while the serial kernels run
   // instead of spinning on the same cores, unless the user chose a policy.
   setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
