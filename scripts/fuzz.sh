@@ -1,10 +1,69 @@
 #!/usr/bin/env bash
-# Builds the runtime alone with clang + libFuzzer + AddressSanitizer and
-# fuzzes the plan loader for the given number of seconds (default 60),
-# starting from plans of the tiny example models.
+# Builds a fuzz target with clang + libFuzzer + AddressSanitizer and runs it
+# for the given number of seconds (default 60), starting from the
+# repository's own inputs:
+#   scripts/fuzz.sh [plan] [SECONDS]   the plan loader (and each stage run once)
+#   scripts/fuzz.sh mlir [SECONDS]     MLIR text: parse, verify, compile
+#   scripts/fuzz.sh config [SECONDS]   config.json: parse, import, compile
+# The plan target builds the runtime alone (build-fuzz); the other two build
+# the whole project with clang-22 (build-fuzz-compiler; apt-get install
+# clang-22 libclang-rt-22-dev libomp-dev), with OpenMP from libomp-dev (not
+# libomp-22-dev: it puts a libgomp.so.1 into MLIR's library directory, which
+# the normal build's binaries would then load instead of GCC's). Any crash
+# leaves its input in the build directory and a non-zero exit.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+target=plan
+if [[ ${1:-} =~ ^(plan|mlir|config)$ ]]; then
+  target=$1
+  shift
+fi
 seconds=${1:-60}
+
+if [[ $target != plan ]]; then
+  build=$root/build-fuzz-compiler
+  clang=clang++-22
+  command -v "$clang" >/dev/null || clang=clang++
+  omp_include=$(dirname "$(ls /usr/lib/llvm-*/lib/clang/*/include/omp.h | head -1)")
+  omp_library=$(ls /usr/lib/llvm-*/lib/libomp.so | head -1)
+  cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER="${clang/++/}" -DCMAKE_CXX_COMPILER="$clang" \
+    -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
+    -DOpenMP_C_FLAGS="-fopenmp -I$omp_include" \
+    -DOpenMP_CXX_FLAGS="-fopenmp -I$omp_include" \
+    -DOpenMP_C_LIB_NAMES=omp -DOpenMP_CXX_LIB_NAMES=omp \
+    -DOpenMP_omp_LIBRARY="$omp_library" \
+    -DTRELLIS_BUILD_FUZZERS=ON >/dev/null
+  ninja -C "$build" "trellis-$target-fuzzer"
+  corpus=$build/corpus-$target
+  mkdir -p "$corpus"
+  if [[ $target == mlir ]]; then
+    # A leading byte picks the parallel options (tools/trellis-fuzz).
+    i=0
+    for file in "$root"/test/*/*.mlir "$root"/test/*/*/*.mlir \
+        "$root"/test/tools/trellis/Inputs/*.mlir "$root"/examples/*.mlir; do
+      [[ -f $file ]] || continue
+      for options in '\x00' '\x03' '\x15'; do
+        { printf "$options"; cat "$file"; } > "$corpus/seed-$i"
+        i=$((i + 1))
+      done
+    done
+  else
+    i=0
+    for file in "$root"/examples/configs/*.json \
+        "$root"/test/tools/trellis/Inputs/*.json; do
+      for options in '\x00' '\x03' '\x25'; do
+        { printf "$options"; cat "$file"; } > "$corpus/seed-$i"
+        i=$((i + 1))
+      done
+    done
+  fi
+  cd "$build"
+  exec "$build/bin/trellis-$target-fuzzer" "$corpus" \
+    -max_total_time="$seconds" -max_len=65536 -timeout=60 -rss_limit_mb=4096 \
+    -print_final_stats=1
+fi
+
 build=$root/build-fuzz
 corpus=$build/corpus
 cmake -G Ninja -S "$root/runtime" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -14,6 +14,8 @@ config.test_exec_root = os.path.join(config.trellis_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
 
 config.substitutions.append(("%examples", os.path.join(config.trellis_src_root, "examples")))
+# LD_PRELOAD=%failsyscall TRELLIS_FAIL=... makes C library calls fail.
+config.substitutions.append(("%failsyscall", os.path.join(config.trellis_obj_root, "lib", "trellis-fail-syscall.so")))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

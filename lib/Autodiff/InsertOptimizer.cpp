@@ -79,6 +79,15 @@ struct InsertOptimizerPass
                             "(graph.gradient_of), found none";
         return signalPassFailure();
       }
+      // The optimizer's states are named after their parameter.
+      if (!step.getArgAttrOfType<StringAttr>(of.getInt(),
+                                             GraphDialect::kParamNameAttrName)) {
+        step.emitError() << "expected parameter argument " << of.getInt()
+                         << " (result " << i
+                         << "'s graph.gradient_of) to have a name "
+                            "(graph.param), found none";
+        return signalPassFailure();
+      }
       gradients.emplace_back(of.getInt(), terminator->getOperand(i));
     }
 

@@ -24,6 +24,14 @@ using json = nlohmann::json;
 
 constexpr const char *kManifest = "manifest.json";
 
+/// `path` without trailing slashes ("ckpt/" names the directory "ckpt",
+/// whose siblings are made next to it, not inside it); "/" stays.
+std::string withoutTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/')
+    path.pop_back();
+  return path;
+}
+
 std::string parentOf(const std::string &path) {
   size_t slash = path.find_last_of('/');
   if (slash == std::string::npos)
@@ -105,7 +113,8 @@ void injectKill(bool now) {
 
 } // namespace
 
-StatusOr<std::string> beginCheckpoint(const std::string &dir) {
+StatusOr<std::string> beginCheckpoint(const std::string &dirGiven) {
+  const std::string dir = withoutTrailingSlashes(dirGiven);
   std::string parent = parentOf(dir), prefix = baseName(dir) + ".partial-";
   for (const std::string &name : entriesOf(parent))
     if (name.rfind(prefix, 0) == 0) {
@@ -121,10 +130,12 @@ StatusOr<std::string> beginCheckpoint(const std::string &dir) {
   return partial;
 }
 
-Status commitCheckpoint(const std::string &partial, const std::string &dir,
-                        int64_t step, const std::string &model,
+Status commitCheckpoint(const std::string &partial,
+                        const std::string &dirGiven, int64_t step,
+                        const std::string &model,
                         const std::vector<std::string> &files,
                         const CheckpointFault &fault) {
+  const std::string dir = withoutTrailingSlashes(dirGiven);
   json manifest = {{"format", "trellis-checkpoint-1"},
                    {"step", step},
                    {"model", model},
@@ -139,8 +150,11 @@ Status commitCheckpoint(const std::string &partial, const std::string &dir,
         {{"name", name}, {"bytes", file->bytes}, {"crc32", file->crc32}});
   }
   {
+    // Written out and closed before the check: a full disk shows only
+    // when the buffered text reaches the file.
     std::ofstream stream(partial + "/" + kManifest, std::ios::trunc);
     stream << manifest.dump(2) << "\n";
+    stream.close();
     if (!stream)
       return Status::error("cannot write '" + partial + "/" + kManifest + "'");
   }
@@ -161,9 +175,16 @@ Status commitCheckpoint(const std::string &partial, const std::string &dir,
     if (::rename(dir.c_str(), old.c_str()) != 0)
       return Status::error("cannot replace checkpoint '" + dir +
                            "': " + std::strerror(errno));
-    if (::rename(partial.c_str(), dir.c_str()) != 0)
-      return Status::error("cannot commit checkpoint '" + dir +
-                           "': " + std::strerror(errno));
+    if (::rename(partial.c_str(), dir.c_str()) != 0) {
+      std::string reason = std::strerror(errno);
+      // The previous checkpoint goes back in place: a save that fails
+      // loses nothing.
+      bool restored = ::rename(old.c_str(), dir.c_str()) == 0;
+      return Status::error(
+          "cannot commit checkpoint '" + dir + "': " + reason +
+          (restored ? " (the previous checkpoint is still there)"
+                    : " (the previous checkpoint is at '" + old + "')"));
+    }
     removeCheckpointDirectory(old);
     return syncPath(parentOf(dir));
   }
@@ -173,7 +194,8 @@ Status commitCheckpoint(const std::string &partial, const std::string &dir,
   return syncPath(parentOf(dir));
 }
 
-std::string periodicCheckpointPath(const std::string &root, int64_t step) {
+std::string periodicCheckpointPath(const std::string &rootGiven, int64_t step) {
+  const std::string root = withoutTrailingSlashes(rootGiven);
   char name[32];
   std::snprintf(name, sizeof(name), "step-%08lld",
                 static_cast<long long>(step));
@@ -195,7 +217,8 @@ std::vector<std::string> periodicCheckpoints(const std::string &root) {
 
 } // namespace
 
-StatusOr<std::string> resolveCheckpoint(const std::string &path) {
+StatusOr<std::string> resolveCheckpoint(const std::string &pathGiven) {
+  const std::string path = withoutTrailingSlashes(pathGiven);
   if (!isDirectory(path))
     return Status::error("checkpoint '" + path + "' is not a directory");
   struct stat info;
@@ -255,14 +278,16 @@ StatusOr<CheckpointManifest> verifyCheckpoint(const std::string &dir) {
   return manifest;
 }
 
-Status pruneCheckpoints(const std::string &root, int64_t keep) {
+Status pruneCheckpoints(const std::string &rootGiven, int64_t keep) {
+  const std::string root = withoutTrailingSlashes(rootGiven);
   std::vector<std::string> found = periodicCheckpoints(root);
   for (size_t i = 0; i + keep < found.size(); ++i)
     removeCheckpointDirectory(found[i]);
   return Status::success();
 }
 
-Status prepareCheckpointPath(const std::string &dir, bool periodic) {
+Status prepareCheckpointPath(const std::string &dirGiven, bool periodic) {
+  const std::string dir = withoutTrailingSlashes(dirGiven);
   std::string target = periodic ? dir : parentOf(dir);
   // The directories to make, innermost first, up to one that exists.
   std::vector<std::string> missing;

@@ -930,11 +930,6 @@ Status PlanReader::readInstructions(const json &program,
     TRELLIS_RETURN_IF_ERROR(
         validateInstruction(instruction, plan_.buffers, axes, planMesh(plan_))
             .withContext(at));
-    if (instruction.attrs.count("complete_with") &&
-        (instruction.op != "send" ||
-         instruction.attrs.at("complete_with").kind != AttrValue::Kind::Int))
-      return Status::error(at + ": attribute complete_with: expected a "
-                                "channel on a send");
     stage.program.push_back(std::move(instruction));
     stage.instructionAxes.push_back(std::move(axes));
   }

@@ -35,6 +35,7 @@ Status writeTraceFile(const std::string &path, json events) {
   file << json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}}
               .dump()
        << "\n";
+  file.close(); // a full disk shows when the buffered text is written
   if (!file)
     return Status::error("cannot write the trace '" + path + "'");
   return Status::success();

@@ -160,6 +160,11 @@ Trainer::create(const TrainOptions &options) {
   if (!plan.ok())
     return plan.status();
   Mesh mesh = planMesh(*plan);
+  if (options.rank < 0 && mesh.size() > 1)
+    return Status::error("the plan's mesh " + mesh.toString() + " has " +
+                         std::to_string(mesh.size()) +
+                         " ranks: run it with --nproc " +
+                         std::to_string(mesh.size()));
   std::vector<int64_t> tokens = microBatchInputs(*plan, "tokens");
   std::vector<int64_t> targets = microBatchInputs(*plan, "targets");
   if (tokens.empty() || tokens.size() != targets.size())
@@ -226,11 +231,6 @@ Trainer::create(const TrainOptions &options) {
     if (!connected.ok())
       return connected.status();
     communicator = std::move(*connected);
-  } else if (mesh.size() > 1) {
-    return Status::error("the plan's mesh " + mesh.toString() + " has " +
-                         std::to_string(mesh.size()) +
-                         " ranks: run it with --nproc " +
-                         std::to_string(mesh.size()));
   }
   selectStage(*plan, stageOfRank(*plan, std::max<int64_t>(options.rank, 0)));
   // This rank runs one stage: the others' programs need no memory here.

@@ -44,3 +44,17 @@ func.func @train_step(%x: tensor<4xf32> {graph.role = "param", graph.param = "x"
 func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }
+
+// -----
+
+// Tests that a step of several blocks is refused (stages are cut from one
+// straight-line program).
+trellis.mesh @mesh = <["dp"=1]>
+// expected-error @+1 {{expected a function with a single block}}
+func.func @train_step(%x: tensor<4xf32> {graph.role = "param", graph.param = "x", graph.init = "zeros"}) -> tensor<4xf32>
+    attributes {graph.micro_batches = 1 : i64, trellis.pipeline_stages = 2 : i64, trellis.pipeline_chunks = 1 : i64, trellis.pipeline_schedule = "1f1b", trellis.stage_layers = array<i64: 1, 1>} {
+  %a = graph.neg %x {graph.part = #graph.part<layer 0>, graph.phase = "forward", trellis.stage = 0 : i64} : tensor<4xf32>
+  return %a : tensor<4xf32>
+^unreachable:
+  return %x : tensor<4xf32>
+}

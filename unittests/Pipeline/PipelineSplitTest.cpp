@@ -210,6 +210,78 @@ TEST_F(PipelineSplitTest, CheckerFindsBrokenPrograms) {
       << errors_;
 }
 
+/// Each malformation of a split program is refused by the checker with
+/// its own message (as a hand-edited or miscompiled program would be).
+TEST_F(PipelineSplitTest, CheckerNamesEveryMalformation) {
+  FailureOr<PipelineProgram> program = split();
+  ASSERT_TRUE(succeeded(program)) << errors_;
+  ScopedDiagnosticHandler handler(&context_, [&](Diagnostic &diagnostic) {
+    errors_ += diagnostic.str() + "\n";
+    return success();
+  });
+  auto expectRefused = [&](const PipelineProgram &broken,
+                           const std::string &message) {
+    errors_.clear();
+    EXPECT_TRUE(failed(verifyPipelineProgram(step_, broken))) << message;
+    EXPECT_NE(errors_.find(message), std::string::npos) << errors_;
+  };
+  auto firstSend = [](PipelineProgram &changed, int64_t rank) {
+    for (ActionProgram &action : changed.programs[rank])
+      for (StageItem &item : action.items)
+        if (item.kind == StageItem::Kind::Send)
+          return &item;
+    return static_cast<StageItem *>(nullptr);
+  };
+
+  PipelineProgram fewSchedules = *program;
+  fewSchedules.schedule.pop_back();
+  expectRefused(fewSchedules,
+                "expected a schedule for each of the 2 pipeline ranks, found 1");
+
+  PipelineProgram fewResults = *program;
+  fewResults.results.pop_back();
+  expectRefused(fewResults,
+                "expected the results of each of the 2 pipeline ranks, found 1");
+
+  PipelineProgram unknownTransfer = *program;
+  ASSERT_TRUE(firstSend(unknownTransfer, 0));
+  firstSend(unknownTransfer, 0)->transfer = 99;
+  expectRefused(unknownTransfer,
+                "pipeline rank 0 names transfer 99, outside the step's " +
+                    std::to_string(program->transfers.size()));
+
+  // Rank 1 sends what rank 0 should.
+  PipelineProgram wrongSender = *program;
+  StageItem moved = *firstSend(wrongSender, 0);
+  wrongSender.programs[1][0].items.push_back(moved);
+  expectRefused(wrongSender,
+                "pipeline transfer " + std::to_string(moved.transfer) +
+                    " (rank 0 to rank 1) is sent by rank 1");
+
+  // A micro-batch's activations sent by the step program.
+  PipelineProgram fromStep = *program;
+  StageItem send = *firstSend(fromStep, 0);
+  fromStep.programs[0][programNamed(fromStep, 0, "step")].items.push_back(
+      send);
+  expectRefused(fromStep, "pipeline transfer " +
+                              std::to_string(send.transfer) +
+                              " of a micro-batch is sent by the step program "
+                              "of rank 0");
+
+  PipelineProgram unknownProgram = *program;
+  unknownProgram.schedule[0][0].program = 99;
+  expectRefused(unknownProgram,
+                "the schedule of pipeline rank 0 runs program 99, outside its " +
+                    std::to_string(program->programs[0].size()));
+
+  PipelineProgram farMicroBatch = *program;
+  farMicroBatch.schedule[0][0].microBatch = 99;
+  expectRefused(farMicroBatch, "for micro-batch 99 at position 0: expected "
+                               "micro-batches in [0, " +
+                                   std::to_string(program->microBatches) +
+                                   ") and the step program once, last");
+}
+
 TEST_F(PipelineSplitTest, DiagnosesAnOpThatRunsTooLate) {
   // Unmarking a forward op of layer 0 makes it an op of the whole step, run
   // after every micro-batch, while the micro-batch still reads it.

@@ -165,4 +165,10 @@ TEST(MeshTest, FormatsRankSets) {
   EXPECT_EQ(formatRankSet({3, 11}), "{3,11}");
 }
 
+TEST(MeshTest, AnAxisNeedsAName) {
+  MeshError error;
+  EXPECT_FALSE(Mesh::create({{"", 2}}, &error).has_value());
+  EXPECT_EQ(error.message, "expected a non-empty mesh axis name");
+}
+
 } // namespace

@@ -214,4 +214,48 @@ TEST(PipelineScheduleTest, TraceHasARowPerStage) {
   EXPECT_NE(trace.find("\"args\": {\"name\": \"stage 1\"}"), std::string::npos);
 }
 
+/// Streams the checker refuses, each with what is wrong and where.
+TEST(PipelineScheduleTest, RefusesStreamsThatCannotRun) {
+  using Kind = PipelineAction::Kind;
+  auto action = [](Kind kind, int64_t microBatch) {
+    PipelineAction made;
+    made.kind = kind;
+    made.microBatch = microBatch;
+    return made;
+  };
+  // One rank, one micro-batch unless said otherwise.
+  EXPECT_EQ(failureOf({{}, {}}, {1, 1, 1}), "expected 1 streams, found 2");
+  EXPECT_EQ(failureOf({{action(Kind::Forward, 3)}}, {1, 1, 1}),
+            "rank 0: F3 is outside the schedule's 1 micro-batches and 1 "
+            "chunks");
+  EXPECT_EQ(failureOf({{action(Kind::Backward, 0)}}, {1, 1, 1}),
+            "rank 0: B0 runs before its forward");
+  EXPECT_EQ(failureOf({{action(Kind::Forward, 0), action(Kind::Backward, 0),
+                        action(Kind::WeightGradient, 0),
+                        action(Kind::WeightGradient, 0)}},
+                      {1, 1, 1}),
+            "rank 0: W0 runs twice");
+  EXPECT_EQ(failureOf({{action(Kind::Forward, 0),
+                        action(Kind::WeightGradient, 0)}},
+                      {1, 1, 1}),
+            "rank 0: W0 runs before its backward");
+  // Two ranks: rank 0's backward needs rank 1's gradient first.
+  EXPECT_EQ(failureOf({{action(Kind::Forward, 0),
+                        action(Kind::SendActivation, 0),
+                        action(Kind::Backward, 0)},
+                       {action(Kind::RecvActivation, 0),
+                        action(Kind::Forward, 0), action(Kind::Backward, 0)}},
+                      {2, 1, 1}),
+            "rank 0: B0 runs before its gradient is received");
+  // A send nobody receives.
+  EXPECT_EQ(failureOf({{action(Kind::Forward, 0),
+                        action(Kind::SendActivation, 0)},
+                       {}},
+                      {2, 1, 1})
+                .rfind("a message is never received: activation of "
+                       "micro-batch 0 for virtual stage 1",
+                       0),
+            0u);
+}
+
 } // namespace

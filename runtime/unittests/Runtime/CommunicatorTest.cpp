@@ -121,6 +121,42 @@ TEST(CommunicatorTest, CollectivesOverAxesOfATwoByTwoMesh) {
   EXPECT_EQ(codes, std::vector<int>(4, 0));
 }
 
+/// Point-to-point transfers need a peer: over an axis of one rank they
+/// are errors naming the group, not hangs.
+TEST(CommunicatorTest, TransfersWithinAGroupOfOneAreErrors) {
+  Mesh mesh = *Mesh::parse("dp=2,tp=1", nullptr);
+  AxisList tp = {1};
+  RendezvousOptions options;
+  options.storeDir = freshStore("one");
+  std::vector<int> codes = runRanks(2, [&](int rank) {
+    auto connected = connectGloo(mesh, rank, {{0}, tp}, options);
+    if (!connected.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank,
+                   connected.status().message().c_str());
+      return 1;
+    }
+    Communicator &comm = **connected;
+    float value = 1;
+    Status sent = comm.send(tp, &value, 1, DType::F32, 0, 3);
+    if (sent.ok() || sent.message().rfind("send to a group of one rank along ",
+                                          0) != 0)
+      return 2;
+    Status received = comm.recv(tp, &value, 1, DType::F32, 0, 3);
+    if (received.ok() ||
+        received.message().rfind("recv from a group of one rank along ", 0) !=
+            0)
+      return 3;
+    auto started = comm.startSend(tp, &value, 1, DType::F32, 0, 3);
+    if (started.ok() ||
+        started.status().message().find(": the group has one rank") ==
+            std::string::npos)
+      return 4;
+    // Neither exits while the other may still be connecting.
+    return comm.barrier().ok() ? 0 : 5;
+  });
+  EXPECT_EQ(codes, std::vector<int>(2, 0));
+}
+
 TEST(CommunicatorTest, ReducesAndMovesEveryDtype) {
   // bf16 and f16 sums are taken in fp32 per pair and rounded to nearest
   // even; i32 sums are exact; gathers and transfers move the bytes.

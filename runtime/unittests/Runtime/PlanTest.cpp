@@ -2,9 +2,11 @@
 
 #include "trellis/Runtime/Plan.h"
 #include "trellis/Runtime/Executor.h"
+#include "trellis/Runtime/Trainer.h"
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
 
 using namespace trellis::runtime;
@@ -400,6 +402,263 @@ const std::string kMicroBatchPlan = R"({
       {"op": "accumulate", "inputs": [3], "outputs": [4]}]}],
     "schedule": ["F0", "F1", "F2"]}]
 })";
+
+/// One field of kValidPlan changed: (from, to, the message expected).
+struct FieldCase {
+  const char *from, *to, *message;
+};
+
+TEST(PlanTest, RejectsEveryMalformedField) {
+  const FieldCase cases[] = {
+      // Buffers.
+      {R"("shape": [2, 3], "dtype": "f32"})",
+       R"("shape": [1, 1, 1, 1, 1, 1, 1, 1, 1], "dtype": "f32"})",
+       "buffer 0: expected rank <= 8, found 9"},
+      {R"("shape": [2, 3], "dtype": "f32"})",
+       R"("shape": [1000000, 1000000], "dtype": "f32"})",
+       "buffer 0: [1000000,1000000] holds more than 2^36 elements"},
+      {R"("shape": [2, 3], "dtype": "f32"})",
+       R"("shape": [2, 3], "dtype": "f32", "micro_batch": 1})",
+       "buffer 0: field \"micro_batch\": expected true or false, found 1"},
+      // Arguments.
+      {R"("role": "param", "param": "a")", R"("role": "weights", "param": "a")",
+       "argument 0: unknown role \"weights\"; expected param, input, adam_m, "
+       "adam_v, master, step or loss_scale"},
+      {R"("param": "a")", R"("param": 5)",
+       "argument 0: field \"param\": expected a name"},
+      {R"("init": "ones")", R"("init": 5)",
+       "argument 0: field \"init\": expected a string"},
+      {R"("param": "a", )", "", "argument 0: a parameter needs a name"},
+      {R"("init": "ones")", R"("init": "ones", "sharding": [["dp"]])",
+       "argument 0: expected \"sharding\" to list the axes of each of the 2 "
+       "dimensions"},
+      {R"("init": "ones")", R"("init": "ones", "sharding": [["dp"], "x"])",
+       "argument 0: malformed sharding [[\"dp\"],\"x\"]"},
+      {R"("init": "ones")", R"("init": "ones", "sharding": [["dp"], [3]])",
+       "argument 0: malformed sharding"},
+      {R"("init": "ones")", R"("init": "ones", "sharding": [["dp"], ["dp"]])",
+       "argument 0: a mesh axis splits two dimensions"},
+      {R"("init": "ones")", R"("init": "ones", "global_shape": ["x", 3])",
+       "argument 0: field \"global_shape\": malformed size \"x\""},
+      {R"("init": "ones")",
+       R"("init": "ones", "global_shape": [2, 60000000000])",
+       "argument 0: field \"global_shape\": more than 2^36 elements"},
+      {R"("init": "ones")", R"("init": "ones", "file_shape": "x")",
+       "argument 0: malformed file_shape"},
+      {R"("init": "ones")", R"("init": "ones", "file_shape": [7])",
+       "argument 0: file_shape [7] holds 7 elements, the tensor 6"},
+      {R"("init": "ones")", R"("init": "ones", "stages": [])",
+       "argument 0: field \"stages\": expected a non-empty array of stage "
+       "indices"},
+      {R"("role": "param", "param": "a", "init": "ones")",
+       R"("role": "input", "param": "tokens")",
+       "argument 0: an input must be an i32 buffer"},
+      {R"("role": "param", "param": "a", "init": "ones")", R"("role": "step")",
+       "argument 0: the step must be a scalar f32 buffer"},
+      {R"("role": "param", "param": "a", "init": "ones")",
+       R"("role": "loss_scale")",
+       "argument 0: the loss scale must be a scalar f32 buffer"},
+      {R"({"buffer": 1, "role": "param", "param": "b")",
+       R"({"buffer": 0, "role": "param", "param": "b")",
+       "buffer 0 is bound to two arguments"},
+      // Instructions and their attributes.
+      {R"("attrs": {"dims": [0, 1]})", R"("attrs": {"dims": [0, "x"]})",
+       "instruction 1 (reduce_sum) attribute dims: expected an array of "
+       "numbers, found [0,\"x\"]"},
+      {R"("attrs": {"dims": [0, 1]})", R"("attrs": {"dims": {"a": 1}})",
+       "instruction 1 (reduce_sum) attribute dims: unsupported attribute "
+       "value {\"a\":1}"},
+      {R"("outputs": [2], "attrs": {})", R"("outputs": [2], "attrs": 5)",
+       "instruction 0 (matmul): field \"attrs\": expected an object"},
+      {R"("attrs": {"dims": [0, 1]}})",
+       R"("attrs": {"dims": [0, 1]}}, {"op": "reduce_sum", "inputs": [2], "outputs": [3], "attrs": {"dims": [0, 1]}})",
+       "action step instruction 2 (reduce_sum) writes buffer 3, which is "
+       "already defined"},
+      {R"("attrs": {"dims": [0, 1]}})",
+       R"("attrs": {"dims": [0, 1]}}, {"op": "accumulate", "inputs": [3], "outputs": [3]})",
+       "instruction 2 (accumulate): accumulate adds a micro-batch's value to "
+       "the step's: expected it in a program of the micro-batch"},
+      // Programs and the schedule.
+      {R"(]}], "schedule": ["step"])",
+       R"(]}, {"name": "step", "program": []}], "schedule": ["step"])",
+       "program 1: a second program \"step\""},
+      {R"("schedule": ["step"])", R"("schedule": [5])",
+       "schedule entry 0: expected an action name, found 5"},
+      // Results.
+      {R"([{"buffer": 3, "role": "loss"}])", R"([{"buffer": 2, "role": "loss"}])",
+       "expected the loss to be a scalar f32 buffer"},
+      {R"([{"buffer": 3, "role": "loss"}])",
+       R"([{"buffer": 3, "role": "loss"}, {"buffer": 2, "updates": 0}])",
+       "result 1: its buffer does not match the shape of argument 0"},
+  };
+  for (const FieldCase &field : cases) {
+    SCOPED_TRACE(field.message);
+    expectRejected(replace(kValidPlan, field.from, field.to), field.message);
+  }
+  // No stage at all.
+  std::string stageless =
+      kValidPlan.substr(0, kValidPlan.find("\"stages\": [{")) +
+      "\"stages\": []}";
+  expectRejected(stageless, "expected at least one stage, found none");
+}
+
+TEST(PlanTest, RejectsMalformedSequenceChunks) {
+  // A tokens input of [2, 4] whose sequence is stored in chunks.
+  auto withTokens = [](const std::string &shape, const std::string &chunks) {
+    std::string text = replace(
+        kValidPlan, R"({"shape": [], "dtype": "f32"}])",
+        R"({"shape": [], "dtype": "f32"}, {"shape": )" + shape +
+            R"(, "dtype": "i32"}])");
+    return replace(text, R"("init": "normal:0.02"})",
+                   R"("init": "normal:0.02"}, {"buffer": 4, "role": "input", "param": "tokens", "sequence_chunks": )" +
+                       chunks + "}");
+  };
+  ASSERT_TRUE(parsePlan(withTokens("[2, 4]", "2")).ok());
+  expectRejected(withTokens("[2, 4]", "1"),
+                 "argument 2: field \"sequence_chunks\": expected an integer "
+                 ">= 2, found 1");
+  expectRejected(withTokens("[2, 4]", "3"),
+                 "argument 2: field \"sequence_chunks\": 3 chunks do not "
+                 "divide the sequence of 4");
+  expectRejected(withTokens("[8]", "2"),
+                 "argument 2: field \"sequence_chunks\": expected an input of "
+                 "rank >= 2 (dimension 1 the sequence), found shape [8]");
+}
+
+TEST(PlanTest, RejectsAResultMadeOnOtherStagesThanItsArgument) {
+  expectRejected(
+      replace(kPipelinePlan, R"([{"buffer": 4, "role": "loss", "stages": [0]}])",
+              R"([{"buffer": 4, "role": "loss", "stages": [0]}, {"buffer": 0, "updates": 0, "stages": [1]}])"),
+      "result 1: it updates argument 0 but is produced on other stages than "
+      "hold it");
+}
+
+TEST(PlanTest, RejectsACompletionChannelThatIsNotAnInteger) {
+  expectRejected(replace(kPipelinePlan, "\"peer\": 1, \"channel\": 0}",
+                         "\"peer\": 1, \"channel\": 0, \"complete_with\": \"x\"}"),
+                 "stage 0: forward.c0 instruction 1 (send): attribute "
+                 "'complete_with' has the wrong kind: expected an integer");
+}
+
+TEST(PlanTest, RejectsMalformedChecksums) {
+  EXPECT_EQ(verifyPlanChecksum("{\"checksum\":\"crc32:12").message(),
+            "corrupt plan: malformed checksum field");
+  EXPECT_EQ(
+      verifyPlanChecksum("{\"checksum\":\"crc32:zzzzzzzz\",\"format\":1}")
+          .message(),
+      "corrupt plan: malformed checksum 'zzzzzzzz'");
+}
+
+/// A plan over two ranks run by one process without a communicator: its
+/// collectives say how to run it instead of failing later.
+TEST(PlanTest, ACollectiveWithoutPeersSaysHowToRunThePlan) {
+  std::string text = replace(kValidPlan, R"({"name": "dp", "size": 1})",
+                             R"({"name": "dp", "size": 2})");
+  text = replace(text, R"({"shape": [], "dtype": "f32"}])",
+                 R"({"shape": [], "dtype": "f32"}, {"shape": [], "dtype": "f32"}])");
+  text = replace(text, R"("attrs": {"dims": [0, 1]}})",
+                 R"("attrs": {"dims": [0, 1]}}, {"op": "all_reduce", "inputs": [3], "outputs": [4], "attrs": {"axes": ["dp"], "kind": "sum"}})");
+  text = replace(text, R"([{"buffer": 3, "role": "loss"}])",
+                 R"([{"buffer": 4, "role": "loss"}])");
+  StatusOr<Plan> plan = parsePlan(text);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  std::unique_ptr<Executor> executor = cpuExecutor(std::move(*plan));
+  Status ran = executor->run();
+  ASSERT_FALSE(ran.ok());
+  EXPECT_NE(ran.message().find("all_reduce needs a communicator: run the plan "
+                               "with --nproc equal to its mesh size"),
+            std::string::npos)
+      << ran.message();
+}
+
+/// AdamW's bias correction divides by 1 - beta^step: a step count of 0 (a
+/// caller that never set it) is an error, not an infinity.
+TEST(PlanTest, AdamWNeedsAStepCount) {
+  const std::string plan = R"({
+  "format": "trellis-plan", "version": 4, "metadata": {"vocab_size": 4},
+  "mesh": [{"name": "dp", "size": 1}],
+  "buffers": [{"shape": [4], "dtype": "f32"}, {"shape": [4], "dtype": "f32"},
+              {"shape": [4], "dtype": "f32"}, {"shape": [], "dtype": "f32"},
+              {"shape": [], "dtype": "f32"}, {"shape": [4], "dtype": "f32"},
+              {"shape": [4], "dtype": "f32"}, {"shape": [4], "dtype": "f32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "w", "init": "ones"},
+                {"buffer": 1, "role": "adam_m", "param": "w", "init": "zeros"},
+                {"buffer": 2, "role": "adam_v", "param": "w", "init": "zeros"},
+                {"buffer": 3, "role": "step"}],
+  "results": [{"buffer": 4, "role": "loss"}, {"buffer": 5, "updates": 0},
+              {"buffer": 6, "updates": 1}, {"buffer": 7, "updates": 2}],
+  "stages": [{"stage": 0, "programs": [{"name": "step", "program": [
+    {"op": "reduce_sum", "inputs": [0], "outputs": [4], "attrs": {"dims": [0]}},
+    {"op": "adamw", "inputs": [0, 0, 1, 2, 3], "outputs": [5, 6, 7],
+     "attrs": {"learning_rate": 0.1, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "weight_decay": 0.0}}
+  ]}], "schedule": ["step"]}]
+})";
+  StatusOr<Plan> parsed = parsePlan(plan);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  std::unique_ptr<Executor> executor = cpuExecutor(std::move(*parsed));
+  Status ran = executor->run();
+  ASSERT_FALSE(ran.ok());
+  EXPECT_NE(ran.message().find("adamw: expected a step count >= 1, found 0"),
+            std::string::npos)
+      << ran.message();
+}
+
+/// A trainer in a lone process refuses a plan of several ranks, saying
+/// how to run it.
+TEST(PlanTest, ATrainerOfOneProcessNeedsAPlanOfOneRank) {
+  std::string path = ::testing::TempDir() + "/two-ranks.plan";
+  std::ofstream(path) << replace(kValidPlan, R"({"name": "dp", "size": 1})",
+                                 R"({"name": "dp", "size": 2})");
+  TrainOptions options;
+  options.planPath = path;
+  StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(options);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(trainer.status().message(),
+            "the plan's mesh dp=2 has 2 ranks: run it with --nproc 2");
+}
+
+/// A plan of token lookups over two ranks' vocabulary pieces, and its
+/// executor without a communicator.
+std::unique_ptr<Executor> vocabularyParallelExecutor() {
+  const std::string plan = R"({
+  "format": "trellis-plan", "version": 4, "metadata": {"vocab_size": 8},
+  "mesh": [{"name": "tp", "size": 2}],
+  "buffers": [{"shape": [4, 3], "dtype": "f32"}, {"shape": [1, 2], "dtype": "i32"},
+              {"shape": [1, 2, 3], "dtype": "f32"}, {"shape": [], "dtype": "f32"},
+              {"shape": [1, 2], "dtype": "i32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "table", "init": "ones", "sharding": [["tp"], []]},
+                {"buffer": 1, "role": "input", "param": "tokens"},
+                {"buffer": 4, "role": "input", "param": "targets"}],
+  "results": [{"buffer": 3, "role": "loss"}],
+  "stages": [{"stage": 0, "programs": [{"name": "step", "program": [
+    {"op": "embedding", "inputs": [0, 1], "outputs": [2], "attrs": {"axes": ["tp"]}},
+    {"op": "reduce_sum", "inputs": [2], "outputs": [3], "attrs": {"dims": [0, 1, 2]}}
+  ]}], "schedule": ["step"]}]
+})";
+  StatusOr<Plan> parsed = parsePlan(plan);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+  return parsed.ok() ? cpuExecutor(std::move(*parsed)) : nullptr;
+}
+
+TEST(PlanTest, ASplitKernelWithoutPeersSaysHowToRunThePlan) {
+  std::unique_ptr<Executor> executor = vocabularyParallelExecutor();
+  ASSERT_TRUE(executor);
+  Status ran = executor->run();
+  ASSERT_FALSE(ran.ok());
+  EXPECT_NE(ran.message().find("embedding is split over mesh axes: run the "
+                               "plan with --nproc equal to its mesh size"),
+            std::string::npos)
+      << ran.message();
+}
+
+TEST(PlanTest, TokenBuffersAreNotReadAsFloats) {
+  std::unique_ptr<Executor> executor = vocabularyParallelExecutor();
+  ASSERT_TRUE(executor);
+  std::vector<float> values(2);
+  Status read = executor->readArgumentValues(1, values.data());
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.message(), "expected a float buffer, found i32");
+}
 
 } // namespace
 

@@ -137,4 +137,46 @@ TEST(SafetensorsTest, RejectsMalformedFiles) {
             ".safetensors file");
 }
 
+/// Every malformed header entry is named with what is wrong in it.
+TEST(SafetensorsTest, NamesEveryMalformedHeaderEntry) {
+  struct Case {
+    const char *header, *message;
+  };
+  const Case cases[] = {
+      {R"({"a":{"dtype":"F32","shape":[1]}})", "tensor \"a\": malformed entry"},
+      {R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
+       "tensor \"a\": unsupported dtype I64 (expected F32, F16 or BF16)"},
+      {R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+       "tensor \"a\": malformed shape"},
+      {R"({"a":{"dtype":"F32","shape":[65536,65536,65536],"data_offsets":[0,4]}})",
+       "tensor \"a\": too many elements"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":["0",4]}})",
+       "tensor \"a\": malformed data_offsets"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})",
+       "tensor \"a\": data_offsets [4, 0) do not hold 1 F32 values within 8 "
+       "data bytes"},
+  };
+  std::string path = tempPath("entries.safetensors");
+  for (const Case &entry : cases) {
+    SCOPED_TRACE(entry.header);
+    writeRaw(path, entry.header, std::string(8, '\0'));
+    StatusOr<SafetensorsFile> read = readSafetensors(path);
+    ASSERT_FALSE(read.ok());
+    EXPECT_EQ(read.status().message(), path + ": " + entry.message);
+  }
+  // A header length beyond the file, and a file too short for one.
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << std::string("\x40\x00\x00\x00\x00\x00\x00\x00{}", 10);
+  StatusOr<SafetensorsFile> read = readSafetensors(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().message(),
+            path + ": header length 64 exceeds the file (10 bytes)");
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << "abc";
+  read = readSafetensors(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().message(),
+            path + ": truncated: 3 bytes, expected at least an 8-byte header "
+                   "length");
+}
+
 } // namespace

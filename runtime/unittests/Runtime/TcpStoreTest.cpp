@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
+#include <thread>
 #include <stdexcept>
 
 namespace trellis::runtime {
@@ -170,6 +172,136 @@ TEST(TcpStoreTest, RefusesAnEmptyServerSecret) {
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().message(),
             "store: expected a job token of 1 to 256 bytes, found 0");
+}
+
+TEST(TcpStoreTest, ATakenPortIsAnErrorNamingIt) {
+  auto [server, port] = startServer();
+  ASSERT_TRUE(server);
+  StatusOr<std::unique_ptr<TcpStoreServer>> second =
+      TcpStoreServer::start("127.0.0.1", port, kToken);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().message(),
+            "store: cannot listen on 127.0.0.1:" + std::to_string(port) +
+                ": Address already in use");
+}
+
+TEST(TcpStoreTest, TimeoutsNameWhatWasAwaited) {
+  auto [server, port] = startServer();
+  ASSERT_TRUE(server);
+  TcpStoreClient client("127.0.0.1", port, kToken, 200ms);
+  try {
+    client.get("never-set");
+    FAIL() << "read a key nobody wrote";
+  } catch (const std::runtime_error &error) {
+    EXPECT_STREQ(error.what(), "store: timed out waiting for never-set");
+  }
+  // Nobody listens on a port just freed.
+  int freed = port;
+  server.reset();
+  TcpStoreClient stranded("127.0.0.1", freed, kToken, 200ms);
+  try {
+    stranded.set("key", {'x'});
+    FAIL() << "wrote to a store that is gone";
+  } catch (const std::runtime_error &error) {
+    EXPECT_EQ(std::string(error.what())
+                  .rfind("store: cannot reach 127.0.0.1:" +
+                             std::to_string(freed) + " within the timeout: ",
+                         0),
+              0u)
+        << error.what();
+  }
+}
+
+/// A server that accepts the handshake, then answers every request with
+/// `reply` (0: closes the connection instead), on a thread.
+class FakeStore {
+public:
+  explicit FakeStore(char reply) : reply_(reply) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr *>(&address),
+                     sizeof(address)),
+              0);
+    socklen_t length = sizeof(address);
+    ::getsockname(listener_, reinterpret_cast<sockaddr *>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    ::listen(listener_, 4);
+    thread_ = std::thread([this] {
+      int fd = ::accept(listener_, nullptr, nullptr);
+      char op;
+      uint32_t length = 0;
+      std::string token;
+      if (::recv(fd, &op, 1, MSG_WAITALL) == 1 &&
+          ::recv(fd, &length, 4, MSG_WAITALL) == 4) {
+        token.resize(length);
+        ::recv(fd, token.data(), length, MSG_WAITALL);
+        ::send(fd, "K", 1, MSG_NOSIGNAL);
+        char request[64];
+        // The request's first bytes, then the scripted reply.
+        if (::recv(fd, request, 1, 0) == 1 && reply_ != 0)
+          ::send(fd, &reply_, 1, MSG_NOSIGNAL);
+      }
+      ::close(fd);
+    });
+  }
+  ~FakeStore() {
+    thread_.join();
+    ::close(listener_);
+  }
+  int port() const { return port_; }
+
+private:
+  char reply_;
+  int listener_ = -1, port_ = 0;
+  std::thread thread_;
+};
+
+std::string failureOf(const std::function<void()> &request) {
+  try {
+    request();
+  } catch (const std::runtime_error &error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+TEST(TcpStoreTest, NamesEveryBrokenReply) {
+  {
+    FakeStore full('F');
+    TcpStoreClient client("127.0.0.1", full.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf([&] { client.set("key", {'x'}); }),
+              "store: 127.0.0.1:" + std::to_string(full.port()) +
+                  " is full: it holds at most 1024 MiB");
+  }
+  {
+    FakeStore garbled('?');
+    TcpStoreClient client("127.0.0.1", garbled.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf([&] { client.set("key", {'x'}); }),
+              "store: unexpected reply writing key");
+  }
+  {
+    FakeStore closing(0);
+    TcpStoreClient client("127.0.0.1", closing.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf([&] { client.set("key", {'x'}); }),
+              "store: lost the connection to 127.0.0.1:" +
+                  std::to_string(closing.port()) + " writing key");
+  }
+  {
+    FakeStore closing(0);
+    TcpStoreClient client("127.0.0.1", closing.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf([&] { client.get("key"); }),
+              "store: lost the connection to 127.0.0.1:" +
+                  std::to_string(closing.port()) + " reading key");
+  }
+  {
+    // A value announced, then the connection lost.
+    FakeStore truncated('V');
+    TcpStoreClient client("127.0.0.1", truncated.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf([&] { client.get("key"); }),
+              "store: lost the connection reading key");
+  }
 }
 
 } // namespace

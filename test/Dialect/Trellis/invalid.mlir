@@ -405,3 +405,88 @@ func.func @bad_layout(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = graph.exp %x {trellis.layout = [#trellis.sharding<@mesh, [{}]>]} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// Tests that result shardings must be one #trellis.sharding per result.
+trellis.mesh @mesh = <["dp"=2]>
+func.func @result_shardings_count(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'graph.exp' op expected 'trellis.result_shardings' to hold 1 #trellis.sharding, one per result}}
+  %0 = graph.exp %arg0 {trellis.result_shardings = []} : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that a result sharding is checked against the result's type.
+trellis.mesh @mesh = <["dp"=2]>
+func.func @result_sharding_mesh(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'graph.exp' op result sharding: unknown mesh @nowhere}}
+  %0 = graph.exp %arg0 {trellis.result_shardings = [#trellis.sharding<@nowhere, [{}]>]} : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests the pipeline attributes of a step function.
+// expected-error @+1 {{'func.func' op expected 'trellis.pipeline_stages' to be an integer >= 1, found 0 : i64}}
+func.func @no_stages() attributes {trellis.pipeline_stages = 0 : i64} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op expected 'trellis.stage_layers' to be an array of layer counts >= 1, found array<i64: 2, 0>}}
+func.func @empty_stage() attributes {trellis.stage_layers = array<i64: 2, 0>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op expected 'trellis.pipeline_schedule' to name a schedule (gpipe, 1f1b, interleaved or zb-h1), found "round-robin"}}
+func.func @unknown_schedule() attributes {trellis.pipeline_schedule = "round-robin"} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op expected 'trellis.pipeline_stage' to be an integer >= 0, found -1 : i64}}
+func.func @negative_stage() attributes {trellis.pipeline_stage = -1 : i64} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op expected 'trellis.program' to be a name, found 3 : i64}}
+func.func @program_number() attributes {trellis.program = 3 : i64} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op expected 'trellis.schedule' to be an array of action names, found [1]}}
+func.func @schedule_numbers() attributes {trellis.schedule = [1]} {
+  return
+}
+
+// -----
+
+// Tests the argument and result attributes of stage programs.
+// expected-error @+1 {{'func.func' op 'trellis.held' is a unit attribute of arguments}}
+func.func @held_value(%arg0: tensor<8xf32> {trellis.held = 1 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op expected 'trellis.sequence_chunks' to be an integer >= 2 on an argument of rank >= 2 (dimension 1 the sequence), found 2 : i64 on 'tensor<8xi32>'}}
+func.func @chunks_of_a_vector(%arg0: tensor<8xi32> {trellis.sequence_chunks = 2 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op expected 'trellis.result' to be an integer >= 0, found -2 : i64}}
+func.func @negative_result(%arg0: tensor<8xf32>) -> (tensor<8xf32> {trellis.result = -2 : i64}) {
+  return %arg0 : tensor<8xf32>
+}
