@@ -28,10 +28,12 @@ void toFloat(const Tensor &source, float *target) {
     std::memcpy(target, source.raw(), n * sizeof(float));
     return;
   case DType::BF16:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i)
       target[i] = bfloat16ToFloat(bits[i]);
     return;
   case DType::F16:
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i)
       target[i] = halfToFloat(bits[i]);
     return;
@@ -48,10 +50,12 @@ void fromFloat(const float *source, Tensor &target) {
     std::memcpy(target.raw(), source, n * sizeof(float));
     return;
   case DType::BF16:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i)
       bits[i] = floatToBfloat16(source[i]);
     return;
   case DType::F16:
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i)
       bits[i] = floatToHalf(source[i]);
     return;

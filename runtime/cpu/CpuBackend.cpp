@@ -183,6 +183,10 @@ public:
     return kernel(args);
   }
 
+  Status launchUpdates(const std::vector<KernelArgs> &updates) override {
+    return runOptimizers(updates);
+  }
+
   Status runCollective(const KernelArgs &args) override {
     return cpu::runCollective(args);
   }

@@ -28,13 +28,15 @@ std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &shape,
   return strides;
 }
 
-/// out[i] = f(lhs[i'], rhs[i'']) over the broadcast index space.
+/// out[i] = f(lhs[i'], rhs[i'']) over the broadcast index space; rows of
+/// the innermost dimension split over the threads.
 template <typename Fn>
 void broadcastBinary(const Tensor &lhs, const Tensor &rhs, Tensor &out, Fn fn) {
   const float *a = lhs.f32(), *b = rhs.f32();
   float *o = out.f32();
   int64_t total = out.size();
   if (lhs.shape() == out.shape() && rhs.shape() == out.shape()) {
+#pragma omp parallel for simd schedule(static) if (total >= kParallelElements)
     for (int64_t i = 0; i < total; ++i)
       o[i] = fn(a[i], b[i]);
     return;
@@ -49,22 +51,20 @@ void broadcastBinary(const Tensor &lhs, const Tensor &rhs, Tensor &out, Fn fn) {
   std::vector<int64_t> sb = broadcastStrides(rhs.shape(), rank);
   int64_t inner = shape[rank - 1];
   int64_t ia = sa[rank - 1], ib = sb[rank - 1];
-  std::vector<int64_t> index(rank, 0);
-  int64_t offsetA = 0, offsetB = 0;
-  for (int64_t base = 0; base < total; base += inner) {
-    for (int64_t j = 0; j < inner; ++j)
-      o[base + j] = fn(a[offsetA + j * ia], b[offsetB + j * ib]);
-    // Advance the odometer over the outer dimensions.
+  int64_t rows = inner > 0 ? total / inner : 0;
+#pragma omp parallel for schedule(static) if (total >= kParallelElements)
+  for (int64_t row = 0; row < rows; ++row) {
+    // The row's operand offsets from its index over the outer dimensions.
+    int64_t offsetA = 0, offsetB = 0, rest = row;
     for (size_t d = rank - 1; d-- > 0;) {
-      ++index[d];
-      offsetA += sa[d];
-      offsetB += sb[d];
-      if (index[d] < shape[d])
-        break;
-      offsetA -= sa[d] * shape[d];
-      offsetB -= sb[d] * shape[d];
-      index[d] = 0;
+      int64_t index = rest % shape[d];
+      rest /= shape[d];
+      offsetA += index * sa[d];
+      offsetB += index * sb[d];
     }
+    float *target = o + row * inner;
+    for (int64_t j = 0; j < inner; ++j)
+      target[j] = fn(a[offsetA + j * ia], b[offsetB + j * ib]);
   }
 }
 
@@ -232,11 +232,13 @@ Status runElementwise(const KernelArgs &args) {
     const float *value = args.in(0).f32();
     float *total = args.out(0).f32();
     int64_t n = args.out(0).size();
-    if (instruction.flag("first"))
+    if (instruction.flag("first")) {
       std::copy(value, value + n, total);
-    else
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
       for (int64_t i = 0; i < n; ++i)
         total[i] += value[i];
+    }
     return Status::success();
   }
   if (op == "add")
@@ -261,7 +263,9 @@ Status runElementwise(const KernelArgs &args) {
     float factor = static_cast<float>(instruction.real("factor"));
     const float *x = args.in(0).f32();
     float *y = args.out(0).f32();
-    for (int64_t i = 0, n = args.out(0).size(); i < n; ++i)
+    int64_t n = args.out(0).size();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i)
       y[i] = x[i] * factor;
   } else {
     bool gradient = op == "unary_grad";

@@ -30,6 +30,10 @@ Status runAttention(const KernelArgs &args);
 /// 1024 the tiles take 0.70x the time, at 2048 0.63x, at 4096 0.49x with a
 /// quarter of the peak memory.
 constexpr int64_t kDenseAttentionKeys = 256;
+/// Element-wise loops (conversions, binary ops, scales) split over the
+/// threads from this many elements: below it, waking them costs more than
+/// the loop. Each element's result is the same either way.
+constexpr int64_t kParallelElements = int64_t(1) << 15;
 /// attention and attention_grad over a head's whole score matrix.
 Status runDenseAttention(const KernelArgs &args);
 /// Ring attention's attention_block, attention_merge and
@@ -39,6 +43,10 @@ Status runRingAttention(const KernelArgs &args);
 Status runPositions(const KernelArgs &args);
 Status runCrossEntropy(const KernelArgs &args);
 Status runOptimizer(const KernelArgs &args);
+/// A run of adamw and sgd updates as one pass: their elements split into
+/// fixed chunks, one OpenMP loop over every chunk of every update (the
+/// element-wise results are those of runOptimizer).
+Status runOptimizers(const std::vector<KernelArgs> &updates);
 
 /// A kernel runs one validated instruction.
 using Kernel = Status (*)(const KernelArgs &args);

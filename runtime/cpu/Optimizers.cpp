@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 namespace trellis::runtime::cpu {
 
@@ -41,44 +43,82 @@ adamwRange(const AdamW &a, const float *param, const float *grad,
 /// independent, so the split changes no result.
 constexpr int64_t kChunk = 1 << 14;
 
-} // namespace
+/// One update's operands and constants.
+struct Update {
+  bool sgd = false;
+  AdamW a{};
+  const float *param = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;
+  float *newParam = nullptr, *newM = nullptr, *newV = nullptr;
+  int64_t n = 0;
+};
 
-Status runOptimizer(const KernelArgs &args) {
+StatusOr<Update> prepare(const KernelArgs &args) {
   const Instruction &instruction = args.instruction;
-  double lr = instruction.real("learning_rate");
-  double decay = instruction.real("weight_decay");
-  const float *param = args.in(0).f32(), *grad = args.in(1).f32();
-  int64_t n = args.in(0).size();
-  int64_t chunks = (n + kChunk - 1) / kChunk;
-  if (instruction.op == "sgd") {
-    float *out = args.out(0).f32();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = static_cast<float>(param[i] - lr * (grad[i] + decay * param[i]));
-    return Status::success();
-  }
+  Update update;
+  update.sgd = instruction.op == "sgd";
+  update.a.lr = instruction.real("learning_rate");
+  update.a.decay = instruction.real("weight_decay");
+  update.param = args.in(0).f32();
+  update.grad = args.in(1).f32();
+  update.newParam = args.out(0).f32();
+  update.n = args.in(0).size();
+  if (update.sgd)
+    return update;
   double beta1 = instruction.real("beta1"), beta2 = instruction.real("beta2");
   double step = args.in(4).f32()[0];
   if (!(step >= 1))
     return Status::error("adamw: expected a step count >= 1, found " +
                          std::to_string(step));
-  AdamW a{lr,
-          decay,
-          beta1,
-          beta2,
-          instruction.real("epsilon"),
-          1.0 - std::pow(beta1, step),
-          1.0 - std::pow(beta2, step)};
-  const float *m = args.in(2).f32(), *v = args.in(3).f32();
-  float *newParam = args.out(0).f32(), *newM = args.out(1).f32(),
-        *newV = args.out(2).f32();
+  update.a.beta1 = beta1;
+  update.a.beta2 = beta2;
+  update.a.epsilon = instruction.real("epsilon");
+  update.a.correction1 = 1.0 - std::pow(beta1, step);
+  update.a.correction2 = 1.0 - std::pow(beta2, step);
+  update.m = args.in(2).f32();
+  update.v = args.in(3).f32();
+  update.newM = args.out(1).f32();
+  update.newV = args.out(2).f32();
+  return update;
+}
+
+/// Elements [first, first + count) of `u`.
+void runRange(const Update &u, int64_t first, int64_t count) {
+  if (u.sgd) {
+#pragma omp simd
+    for (int64_t i = first; i < first + count; ++i)
+      u.newParam[i] = static_cast<float>(
+          u.param[i] - u.a.lr * (u.grad[i] + u.a.decay * u.param[i]));
+    return;
+  }
+  adamwRange(u.a, u.param + first, u.grad + first, u.m + first, u.v + first,
+             u.newParam + first, u.newM + first, u.newV + first, count);
+}
+
+} // namespace
+
+Status runOptimizers(const std::vector<KernelArgs> &updates) {
+  std::vector<Update> prepared;
+  prepared.reserve(updates.size());
+  // (update, first element) of every chunk, in order.
+  std::vector<std::pair<int32_t, int64_t>> chunks;
+  for (const KernelArgs &args : updates) {
+    StatusOr<Update> update = prepare(args);
+    if (!update.ok())
+      return update.status();
+    for (int64_t first = 0; first < update->n; first += kChunk)
+      chunks.emplace_back(static_cast<int32_t>(prepared.size()), first);
+    prepared.push_back(*update);
+  }
+  int64_t count = static_cast<int64_t>(chunks.size());
 #pragma omp parallel for schedule(static)
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    int64_t first = chunk * kChunk, count = std::min(kChunk, n - first);
-    adamwRange(a, param + first, grad + first, m + first, v + first,
-               newParam + first, newM + first, newV + first, count);
+  for (int64_t c = 0; c < count; ++c) {
+    const Update &u = prepared[chunks[c].first];
+    int64_t first = chunks[c].second;
+    runRange(u, first, std::min(kChunk, u.n - first));
   }
   return Status::success();
 }
+
+Status runOptimizer(const KernelArgs &args) { return runOptimizers({args}); }
 
 } // namespace trellis::runtime::cpu

@@ -312,6 +312,36 @@ std::vector<TraceSlice> Executor::trace() const {
   return trace_;
 }
 
+size_t Executor::updateRunEnd(size_t first) const {
+  auto isUpdate = [&](size_t i) {
+    const std::string &op = plan_.program[i].op;
+    return op == "adamw" || op == "sgd";
+  };
+  if (!isUpdate(first))
+    return first;
+  std::vector<bool> written(plan_.buffers.size(), false);
+  for (int64_t b : plan_.program[first].outputs)
+    written[b] = true;
+  size_t last = first;
+  for (size_t i = first + 1; i < plan_.program.size() && isUpdate(i); ++i) {
+    // A schedule action starting here keeps its own trace slice.
+    bool startsAction = std::any_of(
+        plan_.actions.begin(), plan_.actions.end(), [&](const ActionSpan &a) {
+          return a.first == static_cast<int64_t>(i);
+        });
+    bool readsTheRun =
+        std::any_of(plan_.program[i].inputs.begin(),
+                    plan_.program[i].inputs.end(),
+                    [&](int64_t b) { return written[b]; });
+    if (startsAction || readsTheRun)
+      break;
+    for (int64_t b : plan_.program[i].outputs)
+      written[b] = true;
+    last = i;
+  }
+  return last;
+}
+
 Status Executor::run() {
   using Lane = TraceSlice::Lane;
   auto context = [&](size_t i) {
@@ -430,6 +460,28 @@ Status Executor::run() {
       });
       inFlight.emplace_back(waitPoint_[i], ticket);
       inFlightInstruction.push_back(i);
+      continue;
+    }
+    if (size_t last = updateRunEnd(i); last > i) {
+      // A run of optimizer updates: one multi-tensor pass, after every
+      // collective any of them waits for.
+      if (communicator_) {
+        failure = waitUntil(static_cast<int64_t>(last));
+        if (!failure.ok())
+          break;
+      }
+      std::vector<KernelArgs> updates;
+      for (size_t k = i; k <= last; ++k)
+        updates.push_back(KernelArgs{plan_.program[k], buffers_,
+                                     plan_.instructionAxes[k], communicator_});
+      double start = monotonicMicros();
+      Status status = device_.launchUpdates(updates);
+      record(instruction.op, start, monotonicMicros(), Lane::Compute);
+      if (!status.ok())
+        failure = status.withContext(context(i) + " and the " +
+                                     std::to_string(last - i) +
+                                     " updates after it");
+      i = last;
       continue;
     }
     double start = monotonicMicros();

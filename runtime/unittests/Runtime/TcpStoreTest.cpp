@@ -238,9 +238,24 @@ public:
         token.resize(length);
         ::recv(fd, token.data(), length, MSG_WAITALL);
         ::send(fd, "K", 1, MSG_NOSIGNAL);
-        char request[64];
-        // The request's first bytes, then the scripted reply.
-        if (::recv(fd, request, 1, 0) == 1 && reply_ != 0)
+        // The whole request (so that the client is not cut off while it
+        // writes), then the scripted reply.
+        char request = 0;
+        uint32_t keyLength = 0;
+        uint64_t length = 0;
+        std::string key;
+        bool read = ::recv(fd, &request, 1, MSG_WAITALL) == 1 &&
+                    ::recv(fd, &keyLength, 4, MSG_WAITALL) == 4;
+        key.resize(read ? keyLength : 0);
+        read = read &&
+               ::recv(fd, key.data(), keyLength, MSG_WAITALL) ==
+                   static_cast<ssize_t>(keyLength) &&
+               ::recv(fd, &length, 8, MSG_WAITALL) == 8;
+        std::string value(read && request == 'S' ? length : 0, '\0');
+        if (read && request == 'S')
+          read = ::recv(fd, value.data(), length, MSG_WAITALL) ==
+                 static_cast<ssize_t>(length);
+        if (read && reply_ != 0)
           ::send(fd, &reply_, 1, MSG_NOSIGNAL);
       }
       ::close(fd);

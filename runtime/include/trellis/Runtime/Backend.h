@@ -114,6 +114,16 @@ public:
   /// Runs a compute instruction on the compute stream. Precondition: the
   /// plan loader validated it.
   virtual Status launch(const KernelArgs &args) = 0;
+  /// Runs a run of optimizer updates (adamw or sgd instructions, each
+  /// reading nothing another one writes) as one multi-tensor pass: the same
+  /// results as launching each, with one parallel region over all their
+  /// elements instead of one per parameter. By default, one after another.
+  virtual Status launchUpdates(const std::vector<KernelArgs> &updates) {
+    for (const KernelArgs &update : updates)
+      if (Status status = launch(update); !status.ok())
+        return status;
+    return Status::success();
+  }
 
   /// Runs a collective instruction (all_reduce, ..., send, recv) over
   /// `args.comm`: packing the device's buffers around the exchange. Called

@@ -129,6 +129,10 @@ private:
   /// `persistentBytes` of its own allocations, with the margin below,
   /// exceed the device's memory budget; names both figures.
   Status checkMemoryBudget(int64_t persistentBytes) const;
+  /// The last instruction of the run of optimizer updates (adamw, sgd)
+  /// starting at `first`, within one schedule action, none reading what an
+  /// earlier one of the run writes; `first` itself when it is no update.
+  size_t updateRunEnd(size_t first) const;
   /// Places temporaries in the arena; returns the arena size in bytes.
   int64_t planArena(std::vector<int64_t> &offsets) const;
   /// Computes waitPoint_.
