@@ -191,8 +191,35 @@ Status runReduction(const KernelArgs &args) {
   // Sums accumulate in double: they are long (a bias gradient sums every
   // token) and their rounding should not depend on how they are split.
   std::vector<double> sums(out.size(), 0.0);
-  forEachStrided(shape, keptStrides, 0,
-                 [&](int64_t i, int64_t o) { sums[o] += x[i]; });
+  // Leading dimensions reduced, trailing ones kept (a bias gradient): a
+  // [rows, columns] view whose columns the threads share; each column
+  // still adds its rows in order, as the walk below does.
+  size_t leading = 0;
+  while (leading < dims.size() &&
+         dims[leading] == static_cast<int64_t>(leading))
+    ++leading;
+  int64_t columns = 1;
+  for (size_t d = leading; d < shape.size(); ++d)
+    columns *= shape[d];
+  int64_t rows = columns > 0 ? in.size() / columns : 0;
+  if (leading == dims.size() && leading < shape.size() && columns > 1 &&
+      in.size() >= kParallelElements) {
+    constexpr int64_t kColumnBlock = 64;
+    int64_t blocks = (columns + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t block = 0; block < blocks; ++block) {
+      int64_t first = block * kColumnBlock,
+              last = std::min(columns, first + kColumnBlock);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float *row = x + r * columns;
+        for (int64_t c = first; c < last; ++c)
+          sums[c] += row[c];
+      }
+    }
+  } else {
+    forEachStrided(shape, keptStrides, 0,
+                   [&](int64_t i, int64_t o) { sums[o] += x[i]; });
+  }
   double scale = 1.0;
   if (args.instruction.op == "reduce_mean") {
     int64_t count = 1;

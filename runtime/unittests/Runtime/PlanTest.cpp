@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <random>
 
@@ -658,6 +659,49 @@ TEST(PlanTest, TokenBuffersAreNotReadAsFloats) {
   Status read = executor->readArgumentValues(1, values.data());
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.message(), "expected a float buffer, found i32");
+}
+
+/// A bias-gradient-shaped sum (leading dimensions reduced) is split over
+/// the threads by columns; each column still adds its rows in order, so
+/// the result is the in-order double sum, bit for bit, at any thread count.
+TEST(PlanTest, ColumnSumsAddTheirRowsInOrder) {
+  const std::string plan = R"({
+  "format": "trellis-plan", "version": 4, "metadata": {"vocab_size": 4},
+  "mesh": [{"name": "dp", "size": 1}],
+  "buffers": [{"shape": [64, 32, 40], "dtype": "f32"}, {"shape": [40], "dtype": "f32"},
+              {"shape": [], "dtype": "f32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "x", "init": "normal:1.0"}],
+  "results": [{"buffer": 2, "role": "loss"}, {"buffer": 1}],
+  "stages": [{"stage": 0, "programs": [{"name": "step", "program": [
+    {"op": "reduce_sum", "inputs": [0], "outputs": [1], "attrs": {"dims": [0, 1]}},
+    {"op": "reduce_sum", "inputs": [1], "outputs": [2], "attrs": {"dims": [0]}}
+  ]}], "schedule": ["step"]}]
+})";
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    DeviceOptions options;
+    options.threads = threads;
+    std::unique_ptr<Device> device =
+        std::move(*(*findBackend("cpu"))->createDevice(options));
+    StatusOr<Plan> parsed = parsePlan(plan);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    StatusOr<std::unique_ptr<Executor>> executor =
+        Executor::create(std::move(*parsed), *device);
+    ASSERT_TRUE(executor.ok());
+    std::vector<float> x(64 * 32 * 40);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = std::sin(0.001f * static_cast<float>(i)) * 1e3f + 1e-3f;
+    ASSERT_TRUE((*executor)->writeArgumentValues(0, x.data()).ok());
+    ASSERT_TRUE((*executor)->run().ok());
+    std::vector<float> sums(40);
+    ASSERT_TRUE((*executor)->readResultValues(1, sums.data()).ok());
+    for (int64_t c = 0; c < 40; ++c) {
+      double expected = 0;
+      for (int64_t r = 0; r < 64 * 32; ++r)
+        expected += x[r * 40 + c];
+      ASSERT_EQ(sums[c], static_cast<float>(expected)) << "column " << c;
+    }
+  }
 }
 
 } // namespace
