@@ -6,20 +6,13 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "trellis/Common/Mesh.h"
-#include "trellis/Frontend/ModelImporter.h"
-#include "llvm/Support/JSON.h"
+#include "trellis/Compiler/ModelSource.h"
 
 namespace trellis::driver {
 
-/// Registers every dialect the driver reads or writes.
+/// Registers every dialect the driver reads or writes, and prints the
+/// context's diagnostics as `location: severity: message`.
 void loadDriverDialects(mlir::MLIRContext &context);
-
-/// A model read from a Hugging Face config (.json) or MLIR text (.mlir).
-struct LoadedModel {
-  mlir::OwningOpRef<mlir::ModuleOp> module;
-  /// Facts for the plan's metadata (config fields, batch shape).
-  llvm::json::Object metadata;
-};
 
 /// Reads `path`: a config is imported at `shape`; MLIR is parsed and
 /// verified. Prints `error:` diagnostics naming the file and returns null on
@@ -36,6 +29,12 @@ std::optional<Mesh> parseMeshOption(llvm::StringRef text);
 
 /// Reports an error as `trellis <command>: error: <message>`; returns 1.
 int reportError(llvm::StringRef command, const llvm::Twine &message);
+
+/// Prints the compiler library's messages for `command`: errors as
+/// reportError does, located ones as they are, warnings as `trellis
+/// <command>: warning: <message>`.
+void printMessage(llvm::StringRef command, MessageKind kind,
+                  const llvm::Twine &message);
 
 } // namespace trellis::driver
 

@@ -1,16 +1,12 @@
-//===- CompileReport.cpp - trellis compile --report and --report-json -----===//
+//===- CompileReport.cpp - Per-rank reports of a compiled step ------------===//
 
-#include "CompileReport.h"
+#include "trellis/Compiler/CompileReport.h"
 
-#include "ModelLoading.h"
-
-#include "mlir/Support/FileUtilities.h"
 #include "trellis/Common/ActionNames.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/ToolOutputFile.h"
 
-namespace trellis::driver {
+namespace trellis {
 
 std::vector<RankReport> reportStep(mlir::func::FuncOp step) {
   return {{-1, computeStepReport(step)}};
@@ -72,17 +68,19 @@ std::vector<RankReport> reportStages(llvm::ArrayRef<mlir::func::FuncOp> stages,
   return reports;
 }
 
-void printReports(const std::vector<RankReport> &reports) {
+void printReports(const std::vector<RankReport> &reports,
+                  llvm::raw_ostream &os) {
   for (const RankReport &entry : reports) {
     if (reports.size() > 1)
-      llvm::errs() << "pipeline stage " << entry.stage << ":\n";
-    entry.report.print(llvm::errs());
+      os << "pipeline stage " << entry.stage << ":\n";
+    entry.report.print(os);
   }
 }
 
-bool writeReportJson(const std::string &path, int64_t modelParameters,
-                     const std::vector<std::pair<std::string, int64_t>> &mesh,
-                     const std::vector<RankReport> &reports) {
+llvm::json::Value
+reportJson(int64_t modelParameters,
+           const std::vector<std::pair<std::string, int64_t>> &mesh,
+           const std::vector<RankReport> &reports) {
   llvm::json::Array axes;
   for (const auto &[name, size] : mesh)
     if (size > 1)
@@ -93,26 +91,16 @@ bool writeReportJson(const std::string &path, int64_t modelParameters,
     rank["stage"] = std::max<int64_t>(entry.stage, 0);
     perRank.push_back(std::move(rank));
   }
-  llvm::json::Object root{{"model_parameters", modelParameters},
-                          {"mesh", std::move(axes)},
-                          {"per_rank", std::move(perRank)}};
-  std::string error;
-  auto output = mlir::openOutputFile(path, &error);
-  if (!output) {
-    reportError("compile", "--report-json: " + error);
-    return false;
-  }
-  output->os() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
-               << "\n";
-  output->keep();
-  return true;
+  return llvm::json::Object{{"model_parameters", modelParameters},
+                            {"mesh", std::move(axes)},
+                            {"per_rank", std::move(perRank)}};
 }
 
-void warnPipelinedZero(int64_t zeroStage, int64_t microBatches,
-                       int64_t dataParallel,
-                       const std::vector<RankReport> &reports) {
+std::string pipelinedZeroWarning(int64_t zeroStage, int64_t microBatches,
+                                 int64_t dataParallel,
+                                 const std::vector<RankReport> &reports) {
   if (zeroStage < 2 || dataParallel <= 1)
-    return;
+    return "";
   double actual = 0, zeroOne = 0;
   double share = double(dataParallel - 1) / dataParallel;
   for (const RankReport &entry : reports) {
@@ -130,17 +118,17 @@ void warnPipelinedZero(int64_t zeroStage, int64_t microBatches,
     zeroOne += share * (gradients + parameters);
   }
   if (zeroOne <= 0)
-    return;
-  llvm::errs() << llvm::formatv(
-      "trellis compile: warning: --zero {0} with a pipeline of {1} "
+    return "";
+  return llvm::formatv(
+      "--zero {0} with a pipeline of {1} "
       "micro-batches moves {2:F1} MiB per step over dp on a rank of each "
       "stage ({3}), "
-      "{4:F2}x ZeRO-1's {5:F1} MiB\n",
+      "{4:F2}x ZeRO-1's {5:F1} MiB",
       zeroStage, microBatches, actual / (1 << 20),
       zeroStage == 3 ? "gradients reduce-scattered and parameters gathered "
                        "per micro-batch"
                      : "gradients reduce-scattered per micro-batch",
-      actual / zeroOne, zeroOne / (1 << 20));
+      actual / zeroOne, zeroOne / (1 << 20)).str();
 }
 
-} // namespace trellis::driver
+} // namespace trellis

@@ -1,0 +1,102 @@
+//===- Compile.h - A model to a training plan -------------------*- C++ -*-===//
+//
+// The compiler as a library: a loaded model and the options of `trellis
+// compile` go through the phases' pass pipelines (autodiff and optimizer,
+// sharding, the pipeline phase, fusion) to a plan for the runtime, with
+// the per-rank reports. The driver and the C API both call it, so a plan
+// built from Python is the plan the command line builds.
+//
+// Messages about the options name them by their driver flags (--lr,
+// --microbatches); the C API's option keys are the same names.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_COMPILER_COMPILE_H
+#define TRELLIS_COMPILER_COMPILE_H
+
+#include "mlir/Support/Timing.h"
+#include "trellis/Compiler/CompileReport.h"
+#include "trellis/Compiler/MessageSink.h"
+#include "trellis/Compiler/ModelSource.h"
+#include "trellis/Common/Mesh.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trellis {
+
+/// Every option of `trellis compile` but its input and outputs. An unset
+/// optional is an option not given: `mesh` and the degrees exclude each
+/// other, and the pipeline's options need a pipeline.
+struct CompileOptions {
+  // Model and batch.
+  int64_t batch = 8;
+  int64_t seq = 64;
+  int64_t microBatches = 1;
+  // Parallelism.
+  std::optional<std::string> mesh;
+  std::optional<int64_t> dataParallel, tensorParallel, pipeline,
+      contextParallel;
+  std::optional<std::string> schedule;
+  std::optional<int64_t> chunks;
+  std::optional<std::string> stageLayers;
+  int64_t zero = 0;
+  bool sequenceParallel = false;
+  std::string contextKind = "ulysses";
+  double bucketMiB = 25;
+  // Optimizer.
+  std::string optimizer = "adamw";
+  double learningRate = 1e-3, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8,
+         weightDecay = 0;
+  bool decayOneDimensional = false;
+  // Precision, memory and fusion.
+  std::string precision = "fp32";
+  std::string gradReduceDtype = "fp32";
+  std::string recompute = "none";
+  bool fuse = true;
+  // Output.
+  /// Remarks on what propagation split and resharded (--explain).
+  bool explain = false;
+  /// The training step as MLIR instead of a plan (--emit mlir).
+  bool emitMlir = false;
+  /// Compute the per-rank reports (with their memory plans).
+  bool report = false;
+};
+
+/// A compiled model.
+struct CompiledModel {
+  /// The plan (JSON whose first field is the checksum of the rest, then a
+  /// newline), or the training step as MLIR.
+  std::string text;
+  /// Per rank kind, when CompileOptions::report.
+  std::vector<RankReport> reports;
+  /// The model's parameter count, before any split.
+  int64_t modelParameters = 0;
+  /// The mesh, major to minor (axes of size 1 included).
+  std::vector<std::pair<std::string, int64_t>> meshAxes;
+};
+
+/// Checks what the options alone can tell (ranges, names, the mesh text,
+/// the micro-batches dividing the batch); errors go to `sink`.
+mlir::LogicalResult checkCompileOptions(const CompileOptions &options,
+                                        MessageSink sink);
+
+/// Compiles `model` (its forward describes one micro-batch) with `options`.
+/// Option errors go to `sink`; pass failures are diagnostics on the
+/// model's context. `timing` (may be a null scope) gets a scope per phase.
+mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
+                                            const CompileOptions &options,
+                                            MessageSink sink,
+                                            mlir::TimingScope &timing);
+
+/// Parses mesh text (`dp=2,tp=2`); on malformed text sends `optionName:1:COL:
+/// error: ...` with the text and a caret to `sink`.
+std::optional<Mesh> parseMeshText(llvm::StringRef text,
+                                  llvm::StringRef optionName,
+                                  MessageSink sink);
+
+} // namespace trellis
+
+#endif // TRELLIS_COMPILER_COMPILE_H

@@ -1,0 +1,531 @@
+//===- Compile.cpp - A model to a training plan ---------------------------===//
+
+#include "trellis/Compiler/Compile.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "trellis/Analysis/PipelineCost.h"
+#include "trellis/Autodiff/Passes.h"
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/Transforms/Passes.h"
+#include "trellis/Pipeline/Passes.h"
+#include "trellis/Pipeline/PipelineSplit.h"
+#include "trellis/Sharding/Passes.h"
+#include "trellis/Target/Plan/PlanEmitter.h"
+#include "llvm/Support/CRC.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+
+#include <cmath>
+
+namespace trellis {
+
+namespace {
+
+struct ParallelDegrees {
+  int64_t dataParallel = 1;
+  int64_t tensorParallel = 1;
+  int64_t pipeline = 1;
+  int64_t contextParallel = 1;
+  /// The plan's mesh, major to minor (with the pp axis).
+  std::vector<std::pair<std::string, int64_t>> axes;
+};
+
+/// The degrees from `mesh`, or from the degree options when it is absent.
+std::optional<ParallelDegrees>
+resolveParallelDegrees(const CompileOptions &options, MessageSink sink) {
+  if (!options.mesh) {
+    ParallelDegrees degrees{options.dataParallel.value_or(1),
+                            options.tensorParallel.value_or(1),
+                            options.pipeline.value_or(1),
+                            options.contextParallel.value_or(1),
+                            {}};
+    degrees.axes = {{"pp", degrees.pipeline}, {"dp", degrees.dataParallel}};
+    if (degrees.contextParallel != 1)
+      degrees.axes.emplace_back("cp", degrees.contextParallel);
+    degrees.axes.emplace_back("tp", degrees.tensorParallel);
+    return degrees;
+  }
+  if (options.dataParallel || options.tensorParallel || options.pipeline ||
+      options.contextParallel) {
+    sink(MessageKind::Error, "--mesh and --dp/--tp/--pp/--cp both given: "
+                             "expected one description of the mesh");
+    return std::nullopt;
+  }
+  std::optional<Mesh> mesh = parseMeshText(*options.mesh, "--mesh", sink);
+  if (!mesh)
+    return std::nullopt;
+  ParallelDegrees degrees;
+  for (const MeshAxis &axis : mesh->axes())
+    degrees.axes.emplace_back(axis.name, axis.size);
+  for (const char *name : {"pp", "dp", "tp"})
+    if (!mesh->axisIndex(name))
+      degrees.axes.emplace_back(name, 1);
+  std::optional<size_t> dataAxis = mesh->axisIndex("dp");
+  std::optional<size_t> tensorAxis = mesh->axisIndex("tp");
+  for (const MeshAxis &axis : mesh->axes()) {
+    if (axis.name == "dp") {
+      degrees.dataParallel = axis.size;
+    } else if (axis.name == "tp") {
+      degrees.tensorParallel = axis.size;
+    } else if (axis.name == "pp") {
+      degrees.pipeline = axis.size;
+    } else if (axis.name == "cp") {
+      degrees.contextParallel = axis.size;
+    } else {
+      sink(MessageKind::Error, "--mesh: unknown axis '" + axis.name +
+                                   "': expected dp (data), cp (context), tp "
+                                   "(tensor) or pp (pipeline)");
+      return std::nullopt;
+    }
+  }
+  // The plan's mesh orders dp, cp, tp major to minor.
+  std::optional<size_t> contextAxis = mesh->axisIndex("cp");
+  if (contextAxis && degrees.contextParallel > 1 &&
+      ((dataAxis && degrees.dataParallel > 1 && *contextAxis < *dataAxis) ||
+       (tensorAxis && degrees.tensorParallel > 1 &&
+        *tensorAxis < *contextAxis))) {
+    sink(MessageKind::Error,
+         "--mesh: expected 'cp' after 'dp' and before 'tp', found '" +
+             *options.mesh + "'");
+    return std::nullopt;
+  }
+  if (dataAxis && tensorAxis && *tensorAxis < *dataAxis &&
+      degrees.dataParallel > 1 && degrees.tensorParallel > 1) {
+    sink(MessageKind::Error,
+         "--mesh: expected 'tp' after 'dp' (tensor-parallel groups are "
+         "adjacent ranks), found '" +
+             *options.mesh + "'");
+    return std::nullopt;
+  }
+  return degrees;
+}
+
+/// The elements of the model's parameters: the arguments of role param of
+/// @forward (or of the step given instead), before any split.
+int64_t countModelParameters(mlir::ModuleOp module) {
+  auto function = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!function)
+    function = module.lookupSymbol<mlir::func::FuncOp>("train_step");
+  if (!function)
+    function = module.lookupSymbol<mlir::func::FuncOp>("gradients");
+  int64_t count = 0;
+  for (unsigned i = 0; function && i < function.getNumArguments(); ++i) {
+    auto role = function.getArgAttrOfType<mlir::StringAttr>(
+        i, graph::GraphDialect::kRoleAttrName);
+    auto type =
+        llvm::dyn_cast<mlir::RankedTensorType>(function.getArgumentTypes()[i]);
+    if (role && role.getValue() == "param" && type)
+      count += type.getNumElements();
+  }
+  return count;
+}
+
+/// What a pipeline asks for: the schedule, the pipeline's shape, and the
+/// layers of each virtual stage.
+struct PipelineRequest {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  PipelineShape shape;
+  StageLayers layers;
+};
+
+/// The schedule and the layers of each virtual stage for a pipeline of
+/// `stages` ranks over `forward`, or nullopt after reporting an error (the
+/// messages name the driver's options; trellis-assign-stages checks the
+/// split again).
+std::optional<PipelineRequest> planPipeline(mlir::func::FuncOp forward,
+                                            int64_t stages,
+                                            const CompileOptions &options,
+                                            MessageSink sink) {
+  std::string scheduleName = options.schedule.value_or("1f1b");
+  int64_t chunks = options.chunks.value_or(1);
+  std::string stageLayers = options.stageLayers.value_or("");
+  std::optional<ScheduleKind> kind = parseScheduleKind(scheduleName);
+  if (!kind) {
+    sink(MessageKind::Error,
+         "--schedule: unknown schedule '" + scheduleName +
+             "': expected gpipe, 1f1b, interleaved or zb-h1");
+    return std::nullopt;
+  }
+  PipelineRequest config{*kind, {stages, options.microBatches, chunks}, {}};
+  std::string error;
+  std::optional<PipelineStreams> streams =
+      buildSchedule(*kind, config.shape, &error);
+  if (!streams) {
+    sink(MessageKind::Error, "--schedule: " + error);
+    return std::nullopt;
+  }
+  mlir::FailureOr<ModelPipelineCost> cost =
+      computePipelineCost(forward, RooflineRates());
+  if (mlir::failed(cost))
+    return std::nullopt;
+  std::optional<StageLayers> split =
+      chooseStageLayers(cost->parts, stageLayers, *streams, config.shape,
+                        ModelPipelineCost::forwardShare, &error);
+  if (!split) {
+    if (!stageLayers.empty()) {
+      sink(MessageKind::Error, error);
+      return std::nullopt;
+    }
+    sink(MessageKind::Error,
+         "--pp " + std::to_string(stages) +
+             (chunks > 1 ? " --chunks " + std::to_string(chunks) + " (" +
+                               std::to_string(config.shape.virtualStages()) +
+                               " virtual stages)"
+                         : std::string()) +
+             ": " + error);
+    return std::nullopt;
+  }
+  config.layers = *split;
+  return config;
+}
+
+/// The training options of the autodiff phase, or nullopt after reporting
+/// the first option that cannot work.
+std::optional<TrainingOptions>
+trainingOptions(const CompileOptions &options, const ParallelDegrees &degrees,
+                bool pipelined, MessageSink sink) {
+  auto fail = [&](const llvm::Twine &message) {
+    sink(MessageKind::Error, message);
+    return std::nullopt;
+  };
+  TrainingOptions training;
+  if (options.optimizer == "none")
+    training.optimizer = std::nullopt;
+  else if (options.optimizer == "sgd")
+    training.optimizer = OptimizerKind::Sgd;
+  else if (options.optimizer != "adamw")
+    return fail("unknown optimizer '" + options.optimizer +
+                "': expected adamw, sgd or none");
+  training.learningRate = options.learningRate;
+  training.beta1 = options.beta1;
+  training.beta2 = options.beta2;
+  training.epsilon = options.epsilon;
+  training.weightDecay = options.weightDecay;
+  training.decayOneDimensional = options.decayOneDimensional;
+  if (options.precision == "bf16")
+    training.precision = LowPrecision::BF16;
+  else if (options.precision == "fp16")
+    training.precision = LowPrecision::F16;
+  else if (options.precision != "fp32")
+    return fail("unknown precision '" + options.precision +
+                "': expected fp32, bf16 or fp16");
+  if (options.precision == "fp16" && !training.optimizer)
+    return fail("--precision fp16 scales the loss dynamically, and the "
+                "optimizer unscales and skips overflowing steps: expected "
+                "--optimizer adamw or sgd, found none");
+  if (options.gradReduceDtype == "bf16" && options.precision != "bf16")
+    return fail("--grad-reduce-dtype bf16 reduces the gradients of a bf16 "
+                "step: expected --precision bf16, found " +
+                options.precision);
+  if (options.gradReduceDtype != "fp32" && options.gradReduceDtype != "bf16")
+    return fail("unknown --grad-reduce-dtype '" + options.gradReduceDtype +
+                "': expected fp32 or bf16");
+  if (options.gradReduceDtype == "bf16" &&
+      (options.microBatches != 1 || degrees.pipeline != 1))
+    return fail("--grad-reduce-dtype bf16 reduces each micro-batch's "
+                "gradients before they are accumulated in fp32 "
+                "(micro-batches times the traffic of fp32 reductions): "
+                "expected one micro-batch and no pipeline, found "
+                "--microbatches " +
+                std::to_string(options.microBatches));
+  training.reduceGradientsInCompute = options.gradReduceDtype == "bf16";
+  training.microBatches = options.microBatches;
+  if (options.recompute == "full")
+    training.recompute = RecomputeKind::Full;
+  else if (options.recompute == "selective")
+    training.recompute = RecomputeKind::Selective;
+  else if (options.recompute != "none")
+    return fail("unknown recomputation '" + options.recompute +
+                "': expected none, selective or full");
+  training.pipelined = pipelined;
+  return training;
+}
+
+/// Checks the sharding options against the mesh; reports the first that
+/// cannot work.
+mlir::LogicalResult checkShardingOptions(const CompileOptions &options,
+                                         const ParallelDegrees &degrees,
+                                         MessageSink sink) {
+  auto fail = [&](const llvm::Twine &message) {
+    sink(MessageKind::Error, message);
+    return mlir::failure();
+  };
+  std::string zero = std::to_string(options.zero);
+  if (options.zero < 0 || options.zero > 3)
+    return fail("--zero: expected a ZeRO stage 0, 1, 2 or 3, found " + zero);
+  if (options.zero > 0 && degrees.dataParallel <= 1)
+    return fail("--zero " + zero +
+                " shards model states over the data-parallel axis: expected "
+                "--dp > 1 or a dp axis in --mesh, found dp=" +
+                std::to_string(degrees.dataParallel));
+  if (options.zero > 0 && options.zero < 3 && options.optimizer != "adamw" &&
+      options.precision == "fp32")
+    return fail("--zero " + zero +
+                " shards optimizer states (AdamW's moments, mixed precision's "
+                "fp32 masters), and --optimizer " +
+                options.optimizer +
+                " in fp32 has none: expected --optimizer adamw, --precision "
+                "bf16 or fp16, or --zero 3");
+  if (options.sequenceParallel && degrees.tensorParallel <= 1)
+    return fail("--sp splits the norm regions along the sequence over the "
+                "tensor-parallel axis: expected --tp > 1 or a tp axis in "
+                "--mesh, found tp=" +
+                std::to_string(degrees.tensorParallel));
+  if (options.contextKind != "ulysses" && options.contextKind != "ring" &&
+      options.contextKind != "allgather")
+    return fail("unknown --cp-kind '" + options.contextKind +
+                "': expected ring, ulysses or allgather");
+  if (degrees.contextParallel < 1)
+    return fail("--cp: expected a positive degree, found " +
+                std::to_string(degrees.contextParallel));
+  return mlir::success();
+}
+
+/// The plan's text: `{"checksum":"crc32:H",` and then the rest of the JSON,
+/// whose CRC-32 H is (verifyPlanChecksum), so that a changed byte is
+/// "corrupt plan", never a different run.
+std::string planText(const llvm::json::Value &plan) {
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  stream << plan;
+  stream.flush();
+  std::string result;
+  llvm::raw_string_ostream out(result);
+  out << llvm::format("{\"checksum\":\"crc32:%08x\",",
+                      llvm::crc32(llvm::ArrayRef<uint8_t>(
+                          reinterpret_cast<const uint8_t *>(text.data()),
+                          text.size())))
+      << llvm::StringRef(text).drop_front() << "\n";
+  out.flush();
+  return result;
+}
+
+} // namespace
+
+std::optional<Mesh> parseMeshText(llvm::StringRef text,
+                                  llvm::StringRef optionName,
+                                  MessageSink sink) {
+  MeshError error;
+  std::optional<Mesh> mesh = Mesh::parse(std::string_view(text), &error);
+  if (mesh)
+    return mesh;
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(text, optionName), llvm::SMLoc());
+  const char *start =
+      sourceMgr.getMemoryBuffer(1)->getBufferStart() +
+      std::min(error.column ? error.column - 1 : 0, text.size());
+  std::string message;
+  llvm::raw_string_ostream os(message);
+  sourceMgr.PrintMessage(os, llvm::SMLoc::getFromPointer(start),
+                         llvm::SourceMgr::DK_Error, error.message);
+  os.flush();
+  sink(MessageKind::LocatedError, message);
+  return std::nullopt;
+}
+
+mlir::LogicalResult checkCompileOptions(const CompileOptions &options,
+                                        MessageSink sink) {
+  if (std::string invalid = checkOptimizerHyperparameters(
+          options.learningRate, options.beta1, options.beta2, options.epsilon,
+          options.weightDecay,
+          {"--lr", "--beta1", "--beta2", "--adam-eps", "--weight-decay"});
+      !invalid.empty()) {
+    sink(MessageKind::Error, invalid);
+    return mlir::failure();
+  }
+  if (!std::isfinite(options.bucketMiB) || options.bucketMiB <= 0) {
+    sink(MessageKind::Error,
+         llvm::formatv("--bucket-mib: expected a finite size > 0, found {0}",
+                       llvm::format("%g", options.bucketMiB)));
+    return mlir::failure();
+  }
+  if (!resolveParallelDegrees(options, sink))
+    return mlir::failure();
+  if (options.microBatches < 1 || options.batch % options.microBatches != 0) {
+    sink(MessageKind::Error,
+         llvm::formatv("--microbatches: expected a positive divisor of the "
+                       "batch ({0}), found {1}",
+                       options.batch, options.microBatches));
+    return mlir::failure();
+  }
+  return mlir::success();
+}
+
+mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
+                                            const CompileOptions &options,
+                                            MessageSink sink,
+                                            mlir::TimingScope &timing) {
+  auto fail = [&](const llvm::Twine &message) {
+    sink(MessageKind::Error, message);
+    return mlir::failure();
+  };
+  if (mlir::failed(checkCompileOptions(options, sink)))
+    return mlir::failure();
+  std::optional<ParallelDegrees> degrees =
+      resolveParallelDegrees(options, sink);
+  if (model.metadata.get("batch"))
+    model.metadata["batch"] = options.batch;
+  model.metadata["micro_batches"] = options.microBatches;
+  // The compute dtype: checkpoints store the model's weights in it.
+  model.metadata["precision"] = options.precision;
+  mlir::ModuleOp module = model.module.get();
+  mlir::MLIRContext &context = *module.getContext();
+  CompiledModel compiled;
+  compiled.modelParameters = countModelParameters(module);
+  compiled.meshAxes = degrees->axes;
+  bool wantsGradients = options.optimizer == "none";
+  llvm::StringRef stepName = wantsGradients ? "gradients" : "train_step";
+
+  if (module.lookupSymbol<mlir::func::FuncOp>(stepName) &&
+      (options.microBatches != 1 || degrees->pipeline != 1))
+    return fail(llvm::Twine(options.microBatches != 1 ? "--microbatches"
+                                                      : "--pp") +
+                ": expected a @forward to differentiate, found an existing @" +
+                stepName);
+  if (degrees->pipeline == 1) {
+    for (auto [given, flag] :
+         {std::pair<bool, const char *>{options.schedule.has_value(),
+                                        "--schedule"},
+          {options.chunks.has_value(), "--chunks"},
+          {options.stageLayers.has_value(), "--pp-layers"}})
+      if (given)
+        return fail(llvm::Twine(flag) + " orders or splits pipeline stages: "
+                                        "expected --pp > 1");
+  }
+  std::optional<PipelineRequest> pipeline;
+  if (degrees->pipeline != 1) {
+    if (degrees->pipeline < 1)
+      return fail("--pp: expected a positive number of stages, found " +
+                  std::to_string(degrees->pipeline));
+    auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+    if (!forward)
+      return fail("--pp: expected a function @forward");
+    pipeline = planPipeline(forward, degrees->pipeline, options, sink);
+    if (!pipeline)
+      return mlir::failure();
+    llvm::json::Array layers;
+    for (int64_t count : pipeline->layers)
+      layers.push_back(count);
+    model.metadata["pipeline"] = llvm::json::Object{
+        {"schedule", options.schedule.value_or("1f1b")},
+        {"stages", degrees->pipeline},
+        {"chunks", options.chunks.value_or(1)},
+        {"stage_layers", std::move(layers)},
+    };
+  }
+  // One pass manager, built from the phases' builders: autodiff (unless
+  // the input is a step already), sharding, and the pipeline phase for a
+  // step of micro-batches (pipelined or not: it runs as one program per
+  // stage of action programs, each written once, and a schedule).
+  mlir::PassManager pm(&context);
+  // The IR is verified once, after the last pass (between passes it costs
+  // a walk of the whole step each time); trellis-opt verifies after each.
+  pm.enableVerifier(false);
+  mlir::TimingScope passTiming = timing.nest("passes");
+  pm.enableTiming(passTiming);
+  if (!module.lookupSymbol<mlir::func::FuncOp>(stepName)) {
+    std::optional<TrainingOptions> training =
+        trainingOptions(options, *degrees, pipeline.has_value(), sink);
+    if (!training)
+      return mlir::failure();
+    buildTrainingPipeline(pm, *training);
+  }
+  if (mlir::failed(checkShardingOptions(options, *degrees, sink)))
+    return mlir::failure();
+  if (degrees->dataParallel != 1 || degrees->tensorParallel != 1 ||
+      degrees->contextParallel != 1) {
+    ShardingOptions sharding;
+    sharding.zeroStage = options.zero;
+    sharding.sequenceParallel = options.sequenceParallel;
+    sharding.contextParallel = degrees->contextParallel;
+    sharding.contextKind = options.contextKind;
+    sharding.function = stepName.str();
+    sharding.dataParallel = degrees->dataParallel;
+    sharding.tensorParallel = degrees->tensorParallel;
+    sharding.bucketBytes = static_cast<int64_t>(options.bucketMiB * (1 << 20));
+    sharding.bucketsPerPart = pipeline.has_value();
+    sharding.explain = options.explain;
+    buildShardingPipeline(pm, sharding);
+  }
+  bool staged = pipeline || options.microBatches > 1;
+  if (staged) {
+    PipelinePhaseOptions phase;
+    phase.function = stepName.str();
+    if (pipeline) {
+      phase.stages = pipeline->shape.ranks;
+      phase.chunks = pipeline->shape.chunks;
+      phase.schedule = pipeline->kind;
+      phase.layers = pipeline->layers;
+      if (degrees->tensorParallel > 1)
+        phase.pieceAxis = "tp";
+      for (const auto &[name, size] : degrees->axes)
+        phase.meshOrder.push_back(name);
+    }
+    buildPipelinePhase(pm, phase);
+  }
+  if (options.fuse)
+    pm.addPass(graph::createFuseElementwisePass());
+  if (mlir::failed(pm.run(module)))
+    return mlir::failure();
+  passTiming.stop();
+  mlir::TimingScope verifyTiming = timing.nest("verify");
+  if (mlir::failed(mlir::verify(module)))
+    return mlir::failure();
+  verifyTiming.stop();
+  llvm::SmallVector<mlir::func::FuncOp> stages;
+  if (staged) {
+    mlir::FailureOr<llvm::SmallVector<mlir::func::FuncOp>> found =
+        findStageFunctions(module, stepName);
+    if (mlir::failed(found))
+      return mlir::failure();
+    stages = std::move(*found);
+  }
+  auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
+  // The reports walk every rank's schedule: only when asked for, or for
+  // the price of ZeRO-2/3 with a pipeline.
+  bool warnsOfZero = pipeline && options.zero >= 2 && degrees->dataParallel > 1;
+  if (options.report || warnsOfZero) {
+    std::vector<RankReport> reports =
+        staged ? reportStages(stages, options.microBatches, options.report)
+               : reportStep(step);
+    if (warnsOfZero)
+      if (std::string warning = pipelinedZeroWarning(
+              options.zero, options.microBatches, degrees->dataParallel,
+              reports);
+          !warning.empty())
+        sink(MessageKind::Warning, warning);
+    if (options.report)
+      compiled.reports = std::move(reports);
+  }
+  if (options.emitMlir) {
+    llvm::raw_string_ostream os(compiled.text);
+    module.print(os);
+    os.flush();
+    return compiled;
+  }
+  PlanMetadata metadata{std::move(model.metadata)};
+  metadata.fields["optimizer"] = llvm::json::Object{
+      {"kind", options.optimizer},
+      {"learning_rate", options.learningRate},
+      {"beta1", options.beta1},
+      {"beta2", options.beta2},
+      {"epsilon", options.epsilon},
+      {"weight_decay", options.weightDecay},
+  };
+  mlir::TimingScope emitTiming = timing.nest("emit plan");
+  mlir::FailureOr<llvm::json::Value> plan =
+      staged ? emitStagedPlan(module, stepName, std::move(metadata))
+             : emitPlan(step, std::move(metadata));
+  if (mlir::failed(plan))
+    return mlir::failure();
+  compiled.text = planText(*plan);
+  return compiled;
+}
+
+} // namespace trellis

@@ -1,0 +1,96 @@
+//===- ModelSource.cpp - A model to compile, from a file or text ----------===//
+
+#include "trellis/Compiler/ModelSource.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "trellis/Common/FileKind.h"
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+
+using namespace mlir;
+
+namespace trellis {
+
+void loadCompilerDialects(MLIRContext &context) {
+  context.loadDialect<graph::GraphDialect, TrellisDialect, func::FuncDialect>();
+}
+
+std::optional<LoadedModel> loadModelText(MLIRContext &context,
+                                         llvm::StringRef text,
+                                         ModelFormat format,
+                                         llvm::StringRef sourceName,
+                                         const BatchShape &shape,
+                                         MessageSink sink) {
+  loadCompilerDialects(context);
+  LoadedModel model;
+  if (format == ModelFormat::Mlir) {
+    llvm::SourceMgr sourceMgr;
+    sourceMgr.AddNewSourceBuffer(
+        llvm::MemoryBuffer::getMemBufferCopy(text, sourceName), llvm::SMLoc());
+    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    model.module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    if (!model.module)
+      return std::nullopt;
+    model.metadata["source"] = sourceName.str();
+    return model;
+  }
+  llvm::Expected<TransformerConfig> config = parseTransformerConfig(text);
+  if (!config) {
+    sink(MessageKind::Error,
+         sourceName + ": " + llvm::toString(config.takeError()));
+    return std::nullopt;
+  }
+  llvm::Expected<OwningOpRef<ModuleOp>> module =
+      importTransformer(context, *config, shape);
+  if (!module) {
+    sink(MessageKind::Error,
+         sourceName + ": " + llvm::toString(module.takeError()));
+    return std::nullopt;
+  }
+  model.module = std::move(*module);
+  bool gpt2 = config->family == TransformerConfig::Family::Gpt2;
+  model.metadata = llvm::json::Object{
+      {"source", sourceName.str()},
+      {"family", gpt2 ? "gpt2" : "llama"},
+      {"layers", config->numLayers},
+      {"hidden_size", config->hiddenSize},
+      {"heads", config->numHeads},
+      {"kv_heads", config->numKvHeads},
+      {"vocab_size", config->vocabSize},
+      {"parameters", config->numParameters()},
+      {"batch", shape.batch},
+      {"seq", shape.seq},
+  };
+  return model;
+}
+
+std::optional<LoadedModel> loadModelFile(MLIRContext &context,
+                                         llvm::StringRef path,
+                                         const BatchShape &shape,
+                                         MessageSink sink) {
+  // "-" is standard input; anything else must be a file (a FIFO or
+  // /dev/zero would be read without end).
+  if (path != "-")
+    if (std::string kind = whyNotRegularFile(path.str()); !kind.empty()) {
+      sink(MessageKind::Error, "cannot read '" + path + "': it " + kind +
+                                   ", expected a config.json or .mlir file");
+      return std::nullopt;
+    }
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFileOrSTDIN(path);
+  if (!file) {
+    sink(MessageKind::Error,
+         "cannot read '" + path + "': " + file.getError().message());
+    return std::nullopt;
+  }
+  return loadModelText(context, (*file)->getBuffer(),
+                       path.ends_with(".mlir") ? ModelFormat::Mlir
+                                               : ModelFormat::Config,
+                       path, shape, sink);
+}
+
+} // namespace trellis
