@@ -3,7 +3,8 @@
 no test matches.
 
 A diagnostic is a call of Status::error, emitError, emitOpError,
-reportError, fail or std::runtime_error (with what it streams, up to the
+reportError, fail, std::runtime_error, the C API's errorStatus or a
+compiler MessageSink (with what it streams, up to the
 end of its statement). Its key is the longest run of string literals in it
 (adjacent literals joined, escapes decoded); calls whose literals are all
 shorter than MIN_KEY characters forward a message made elsewhere and are
@@ -25,7 +26,8 @@ SOURCES = ["lib", "runtime", "tools"]
 SKIPPED = {os.path.join("runtime", "unittests"), os.path.join("runtime", "fuzz")}
 TESTS = ["test", "unittests", os.path.join("runtime", "unittests")]
 CALL = re.compile(
-    r"\b(Status::error|emitError|emitOpError|reportError|fail|runtime_error)\s*\(")
+    r"\b(Status::error|emitError|emitOpError|reportError|fail|runtime_error|"
+    r"errorStatus|sink)\s*\(")
 MIN_KEY = 12
 PREFIX = 30
 

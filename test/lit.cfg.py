@@ -21,5 +21,5 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.trellis_tools_dir, config.llvm_tools_dir]
-tools = ["trellis-opt", "trellis-run", "trellis"]
+tools = ["trellis-opt", "trellis-run", "trellis", "trellis-capi-test"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -19,19 +19,17 @@ void loadCompilerDialects(MLIRContext &context) {
   context.loadDialect<graph::GraphDialect, TrellisDialect, func::FuncDialect>();
 }
 
-std::optional<LoadedModel> loadModelText(MLIRContext &context,
-                                         llvm::StringRef text,
-                                         ModelFormat format,
-                                         llvm::StringRef sourceName,
-                                         const BatchShape &shape,
-                                         MessageSink sink) {
+std::optional<LoadedModel>
+loadModelText(MLIRContext &context, llvm::StringRef text, ModelFormat format,
+              llvm::StringRef sourceName, const BatchShape &shape,
+              MessageSink sink, llvm::raw_ostream &parseOutput) {
   loadCompilerDialects(context);
   LoadedModel model;
   if (format == ModelFormat::Mlir) {
     llvm::SourceMgr sourceMgr;
     sourceMgr.AddNewSourceBuffer(
         llvm::MemoryBuffer::getMemBufferCopy(text, sourceName), llvm::SMLoc());
-    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    SourceMgrDiagnosticHandler handler(sourceMgr, &context, parseOutput);
     model.module = parseSourceFile<ModuleOp>(sourceMgr, &context);
     if (!model.module)
       return std::nullopt;
@@ -71,7 +69,8 @@ std::optional<LoadedModel> loadModelText(MLIRContext &context,
 std::optional<LoadedModel> loadModelFile(MLIRContext &context,
                                          llvm::StringRef path,
                                          const BatchShape &shape,
-                                         MessageSink sink) {
+                                         MessageSink sink,
+                                         llvm::raw_ostream &parseOutput) {
   // "-" is standard input; anything else must be a file (a FIFO or
   // /dev/zero would be read without end).
   if (path != "-")
@@ -90,7 +89,7 @@ std::optional<LoadedModel> loadModelFile(MLIRContext &context,
   return loadModelText(context, (*file)->getBuffer(),
                        path.ends_with(".mlir") ? ModelFormat::Mlir
                                                : ModelFormat::Config,
-                       path, shape, sink);
+                       path, shape, sink, parseOutput);
 }
 
 } // namespace trellis

@@ -1201,20 +1201,26 @@ Status verifyPlanChecksum(const std::string &text) {
   return Status::success();
 }
 
+StatusOr<Plan> loadPlanText(const std::string &contents) {
+  TRELLIS_RETURN_IF_ERROR(verifyPlanChecksum(contents));
+  StatusOr<Plan> plan = parsePlan(contents);
+  if (!plan.ok())
+    return plan.status();
+  plan->contentCrc32 = static_cast<uint32_t>(
+      crc32_z(crc32(0L, Z_NULL, 0),
+              reinterpret_cast<const Bytef *>(contents.data()),
+              contents.size()));
+  return plan;
+}
+
 StatusOr<Plan> loadPlanFile(const std::string &path) {
   std::string contents;
   if (std::string why = readRegularFile(path, contents); !why.empty())
     return Status::error("cannot open plan '" + path + "': it " + why +
                          ", expected a plan file (trellis compile -o)");
-  if (Status verified = verifyPlanChecksum(contents); !verified.ok())
-    return verified.withContext(path);
-  StatusOr<Plan> plan = parsePlan(contents);
+  StatusOr<Plan> plan = loadPlanText(contents);
   if (!plan.ok())
     return plan.status().withContext(path);
-  plan->contentCrc32 = static_cast<uint32_t>(
-      crc32_z(crc32(0L, Z_NULL, 0),
-              reinterpret_cast<const Bytef *>(contents.data()),
-              contents.size()));
   return plan;
 }
 

@@ -103,7 +103,8 @@ Status validateTrainOptions(const TrainOptions &options) {
       options.onNonfinite != "continue")
     return outOfRange("--on-nonfinite", "stop, skip or continue",
                       "'" + options.onNonfinite + "'");
-  if (options.data != "synthetic" && options.data != "repeat")
+  if (!options.callerBatches && options.data != "synthetic" &&
+      options.data != "repeat")
     TRELLIS_RETURN_IF_ERROR(checkFile(
         "--data", options.data,
         "synthetic, repeat or a file of " + options.dataDtype + " token ids"));

@@ -52,6 +52,54 @@ static std::vector<int64_t> microBatchInputs(const Plan &plan,
   return arguments;
 }
 
+namespace {
+
+/// optimizer.safetensors' name of a parameter's fp32 master weight (mixed
+/// precision; model.safetensors then holds the compute-dtype copy).
+const std::string kMasterPrefix = "master.";
+
+/// optimizer.safetensors' name prefix of an optimizer state's tensors.
+const char *statePrefix(ArgumentRole role) {
+  switch (role) {
+  case ArgumentRole::AdamM:
+    return "adam_m.";
+  case ArgumentRole::AdamV:
+    return "adam_v.";
+  default:
+    return kMasterPrefix.c_str();
+  }
+}
+
+/// Checks a whole tensor from a checkpoint or weights file: its shape (the
+/// whole tensor's, or `fileShape` when given: the same elements stored
+/// under another shape), and that every value is finite (a NaN or an
+/// infinity would train on silently as NaN).
+Status checkStoredTensor(const SafetensorsEntry &entry,
+                        const ShardLayout &layout,
+                        const std::vector<int64_t> &fileShape,
+                        const std::string &name, const std::string &file) {
+  const std::vector<int64_t> &stored =
+      fileShape.empty() ? layout.globalShape : fileShape;
+  if (entry.shape != stored) {
+    std::string found, expected;
+    for (int64_t s : entry.shape)
+      found += (found.empty() ? "" : "x") + std::to_string(s);
+    for (int64_t s : stored)
+      expected += (expected.empty() ? "" : "x") + std::to_string(s);
+    return Status::error(file + ": tensor \"" + name + "\" has shape [" +
+                         found + "], the model expects [" + expected + "]");
+  }
+  for (size_t i = 0; i < entry.values.size(); ++i)
+    if (!std::isfinite(entry.values[i]))
+      return Status::error(file + ": tensor \"" + name + "\" holds " +
+                           (std::isnan(entry.values[i]) ? "NaN" : "infinity") +
+                           " at element " + std::to_string(i) +
+                           ": refusing weights that are not finite");
+  return Status::success();
+}
+
+} // namespace
+
 Trainer::Trainer(std::unique_ptr<Device> device,
                  std::unique_ptr<Communicator> communicator,
                  std::unique_ptr<Executor> executor,
@@ -114,11 +162,11 @@ namespace {
 /// train, on which data, for how long, and how they save and react to
 /// faults; paths only as "given or not" (nodes may mount them apart).
 JobFields jobFields(const TrainOptions &options, const Plan &plan,
-                    const TokenSource &data) {
+                    const TokenSource *data) {
   char crc[16];
   std::snprintf(crc, sizeof(crc), "crc32 %08x", plan.contentCrc32);
-  std::string source = data.identity();
-  if (options.data != "synthetic" && options.data != "repeat")
+  std::string source = data ? data->identity() : "batches from the caller";
+  if (data && options.data != "synthetic" && options.data != "repeat")
     source += " (" + options.dataDtype + ")";
   auto given = [](const std::string &path) {
     return path.empty() ? std::string("none") : std::string("given");
@@ -142,6 +190,14 @@ JobFields jobFields(const TrainOptions &options, const Plan &plan,
 
 StatusOr<std::unique_ptr<Trainer>>
 Trainer::create(const TrainOptions &options) {
+  StatusOr<Plan> plan = loadPlanFile(options.planPath);
+  if (!plan.ok())
+    return plan.status();
+  return create(options, std::move(*plan));
+}
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
+                                                   Plan planValue) {
   StatusOr<const Backend *> backend = findBackend(options.device);
   if (!backend.ok())
     return backend.status();
@@ -156,9 +212,7 @@ Trainer::create(const TrainOptions &options) {
       (*backend)->createDevice(deviceOptions);
   if (!device.ok())
     return device.status();
-  StatusOr<Plan> plan = loadPlanFile(options.planPath);
-  if (!plan.ok())
-    return plan.status();
+  std::optional<Plan> plan(std::move(planValue));
   Mesh mesh = planMesh(*plan);
   if (options.rank < 0 && mesh.size() > 1)
     return Status::error("the plan's mesh " + mesh.toString() + " has " +
@@ -197,7 +251,9 @@ Trainer::create(const TrainOptions &options) {
                          "vocab_size metadata and no cross_entropy");
 
   std::unique_ptr<TokenSource> data;
-  if (options.data == "synthetic" || options.data == "repeat") {
+  if (options.callerBatches) {
+    // Each step's batch comes from the caller.
+  } else if (options.data == "synthetic" || options.data == "repeat") {
     data = makeSyntheticTokens(options.seed, vocab, options.data == "repeat");
   } else {
     StatusOr<std::unique_ptr<TokenSource>> file =
@@ -225,7 +281,7 @@ Trainer::create(const TrainOptions &options) {
         static_cast<int64_t>(options.timeoutSeconds * 1000));
     if (const char *token = std::getenv(kJobTokenVariable))
       rendezvous.jobToken = token;
-    rendezvous.agreement = jobFields(options, *plan, *data);
+    rendezvous.agreement = jobFields(options, *plan, data.get());
     StatusOr<std::unique_ptr<Communicator>> connected =
         (*backend)->connect(mesh, options.rank, groups, rendezvous);
     if (!connected.ok())
@@ -250,6 +306,7 @@ Trainer::create(const TrainOptions &options) {
       new Trainer(std::move(*device), std::move(communicator),
                   std::move(*executor), std::move(data)));
   trainer->onNonfinite_ = options.onNonfinite;
+  trainer->vocab_ = vocab;
   if (!options.weightsPath.empty())
     TRELLIS_RETURN_IF_ERROR(trainer->loadWeights(options.weightsPath));
   if (!options.loadDir.empty())
@@ -258,9 +315,36 @@ Trainer::create(const TrainOptions &options) {
 }
 
 Status Trainer::step() {
+  if (!data_)
+    return Status::error("this trainer has no data source: its caller "
+                         "passes each step's tokens and targets");
   std::vector<int32_t> tokens(batch_ * seq_), targets(batch_ * seq_);
   TRELLIS_RETURN_IF_ERROR(data_->fill(completedSteps_, batch_, seq_,
                                       tokens.data(), targets.data()));
+  return step(tokens.data(), targets.data());
+}
+
+Status Trainer::checkBatch(const int32_t *tokenIds,
+                           const int32_t *targetIds) const {
+  int64_t count = batch_ * seq_;
+  // An id outside the vocabulary would index past the embedding table.
+  for (auto [ids, what] : {std::pair{tokenIds, "tokens"},
+                           std::pair{targetIds, "targets"}})
+    for (int64_t i = 0; i < count; ++i)
+      if (ids[i] < 0 || ids[i] >= vocab_)
+        return Status::error(
+            std::string("step ") + std::to_string(completedSteps_ + 1) +
+            ": " + what + "[" + std::to_string(i / seq_) + ", " +
+            std::to_string(i % seq_) + "] is " + std::to_string(ids[i]) +
+            ": expected a token id in [0, " + std::to_string(vocab_) + ")");
+  return Status::success();
+}
+
+Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
+  TRELLIS_RETURN_IF_ERROR(checkBatch(tokenIds, targetIds));
+  int64_t count = batch_ * seq_;
+  std::vector<int32_t> tokens(tokenIds, tokenIds + count),
+      targets(targetIds, targetIds + count);
   int64_t rows = batch_ / static_cast<int64_t>(tokensArgs_.size());
   for (size_t i = 0; i < tokensArgs_.size(); ++i) {
     TRELLIS_RETURN_IF_ERROR(scatterInput(tokensArgs_[i], tokens, i * rows));
@@ -314,15 +398,125 @@ Status Trainer::step() {
     TRELLIS_RETURN_IF_ERROR(executor_->commitUpdates());
     ++optimizerSteps_;
   }
-  // The loss lives on the last stage; the others report 0.
+  // The loss lives on the last stage; it is sent to the others.
   if (!plan.results.empty() && plan.holds(plan.results.front().stages)) {
     StatusOr<float> loss = executor_->loss();
     if (!loss.ok())
       return loss.status();
     lastLoss_ = *loss;
   }
+  TRELLIS_RETURN_IF_ERROR(shareLoss().withContext(stepName));
   ++completedSteps_;
   return Status::success();
+}
+
+Status Trainer::shareLoss() {
+  const Plan &plan = executor_->plan();
+  if (!communicator_ || plan.results.empty() ||
+      plan.results.front().stages.empty() || !plan.pipelineAxis)
+    return Status::success();
+  // The maximum over the mesh, the ranks without the loss giving -inf:
+  // every rank gets the holders' value exactly.
+  float loss = plan.holds(plan.results.front().stages)
+                   ? lastLoss_
+                   : -std::numeric_limits<float>::infinity();
+  AxisList everything;
+  for (size_t axis = 0; axis < communicator_->mesh().numAxes(); ++axis)
+    everything.push_back(axis);
+  TRELLIS_RETURN_IF_ERROR(communicator_->allReduce(everything, &loss, 1,
+                                                   DType::F32, ReduceKind::Max));
+  lastLoss_ = loss;
+  return Status::success();
+}
+
+int64_t Trainer::namedArgument(const std::string &name) const {
+  const Plan &plan = executor_->plan();
+  for (size_t i = 0; i < plan.arguments.size(); ++i) {
+    const Argument &argument = plan.arguments[i];
+    std::string prefix;
+    switch (argument.role) {
+    case ArgumentRole::Param:
+      break;
+    case ArgumentRole::AdamM:
+    case ArgumentRole::AdamV:
+    case ArgumentRole::Master:
+      prefix = statePrefix(argument.role);
+      break;
+    default:
+      continue;
+    }
+    if (prefix + argument.name == name)
+      return i;
+  }
+  return -1;
+}
+
+std::vector<std::string> Trainer::tensorNames() const {
+  const Plan &plan = executor_->plan();
+  std::vector<std::string> names;
+  for (const Argument &argument : plan.arguments)
+    if (argument.role == ArgumentRole::Param)
+      names.push_back(argument.name);
+    else if (argument.role == ArgumentRole::AdamM ||
+             argument.role == ArgumentRole::AdamV ||
+             argument.role == ArgumentRole::Master)
+      names.push_back(statePrefix(argument.role) + argument.name);
+  return names;
+}
+
+namespace {
+Status unknownTensor(const std::string &name) {
+  return Status::error("no tensor named \"" + name +
+                       "\": expected a parameter's name, or adam_m., adam_v. "
+                       "or master. and a parameter's name");
+}
+} // namespace
+
+StatusOr<std::vector<int64_t>>
+Trainer::tensorShape(const std::string &name) const {
+  int64_t argument = namedArgument(name);
+  if (argument < 0)
+    return unknownTensor(name);
+  const Argument &desc = executor_->plan().arguments[argument];
+  return desc.fileShape.empty() ? layoutOf(argument).globalShape
+                                : desc.fileShape;
+}
+
+Status Trainer::readTensor(const std::string &name,
+                           std::vector<float> &values) const {
+  int64_t argument = namedArgument(name);
+  if (argument < 0)
+    return unknownTensor(name);
+  SafetensorsEntry entry;
+  TRELLIS_RETURN_IF_ERROR(gatherArgument(argument, entry));
+  values = std::move(entry.values);
+  return Status::success();
+}
+
+Status Trainer::writeTensor(const std::string &name, const float *values,
+                            int64_t count) {
+  int64_t argument = namedArgument(name);
+  if (argument < 0)
+    return unknownTensor(name);
+  const Plan &plan = executor_->plan();
+  const Argument &desc = plan.arguments[argument];
+  SafetensorsEntry entry;
+  entry.shape = desc.fileShape.empty() ? layoutOf(argument).globalShape
+                                       : desc.fileShape;
+  int64_t expected = 1;
+  for (int64_t size : entry.shape)
+    expected *= size;
+  if (count != expected)
+    return Status::error("tensor \"" + name + "\" has " +
+                         std::to_string(expected) + " elements, found " +
+                         std::to_string(count) + " values");
+  entry.values.assign(values, values + count);
+  TRELLIS_RETURN_IF_ERROR(
+      checkStoredTensor(entry, layoutOf(argument), desc.fileShape, name,
+                        "values"));
+  if (!plan.holds(desc.stages))
+    return Status::success();
+  return writeBox(argument, entry.values);
 }
 
 std::string Trainer::fingerprint() const {
@@ -345,53 +539,6 @@ std::string Trainer::fingerprint() const {
   return text;
 }
 
-namespace {
-
-/// optimizer.safetensors' name of a parameter's fp32 master weight (mixed
-/// precision; model.safetensors then holds the compute-dtype copy).
-const std::string kMasterPrefix = "master.";
-
-/// optimizer.safetensors' name prefix of an optimizer state's tensors.
-const char *statePrefix(ArgumentRole role) {
-  switch (role) {
-  case ArgumentRole::AdamM:
-    return "adam_m.";
-  case ArgumentRole::AdamV:
-    return "adam_v.";
-  default:
-    return kMasterPrefix.c_str();
-  }
-}
-
-/// Checks a whole tensor from a checkpoint or weights file: its shape (the
-/// whole tensor's, or `fileShape` when given: the same elements stored
-/// under another shape), and that every value is finite (a NaN or an
-/// infinity would train on silently as NaN).
-Status checkStoredTensor(const SafetensorsEntry &entry,
-                        const ShardLayout &layout,
-                        const std::vector<int64_t> &fileShape,
-                        const std::string &name, const std::string &file) {
-  const std::vector<int64_t> &stored =
-      fileShape.empty() ? layout.globalShape : fileShape;
-  if (entry.shape != stored) {
-    std::string found, expected;
-    for (int64_t s : entry.shape)
-      found += (found.empty() ? "" : "x") + std::to_string(s);
-    for (int64_t s : stored)
-      expected += (expected.empty() ? "" : "x") + std::to_string(s);
-    return Status::error(file + ": tensor \"" + name + "\" has shape [" +
-                         found + "], the model expects [" + expected + "]");
-  }
-  for (size_t i = 0; i < entry.values.size(); ++i)
-    if (!std::isfinite(entry.values[i]))
-      return Status::error(file + ": tensor \"" + name + "\" holds " +
-                           (std::isnan(entry.values[i]) ? "NaN" : "infinity") +
-                           " at element " + std::to_string(i) +
-                           ": refusing weights that are not finite");
-  return Status::success();
-}
-
-} // namespace
 
 void DynamicLossScale::record(bool finite) {
   if (!finite) {
@@ -670,6 +817,9 @@ Status Trainer::load(const std::string &path) {
              ? ", its manifest from step " + std::to_string(manifest->step)
              : std::string()));
   const Plan &plan = executor_->plan();
+  // Everything is checked before anything is written: a checkpoint that is
+  // refused leaves the state as it was.
+  std::vector<std::pair<size_t, const std::vector<float> *>> writes;
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     SafetensorsFile *file = nullptr;
@@ -704,7 +854,7 @@ Status Trainer::load(const std::string &path) {
     TRELLIS_RETURN_IF_ERROR(checkStoredTensor(it->second, layoutOf(i),
                                              argument.fileShape, name, fileName)
                                 .withContext("checkpoint"));
-    TRELLIS_RETURN_IF_ERROR(writeBox(i, it->second.values));
+    writes.emplace_back(i, &it->second.values);
   }
   if (model->metadata["trellis_model"] != fingerprint())
     return Status::error("checkpoint '" + dir +
@@ -717,9 +867,9 @@ Status Trainer::load(const std::string &path) {
   if (step.empty() || *end != '\0' || steps < 0)
     return Status::error("checkpoint '" + dir + "': malformed trellis_step \"" +
                          step + "\"");
-  completedSteps_ = steps;
   // Older checkpoints made an update every step.
-  optimizerSteps_ = steps;
+  int64_t optimizerSteps = steps;
+  DynamicLossScale restoredScale = lossScale_;
   auto counter = [&](const char *key, int64_t &value) -> Status {
     auto it = optimizer->metadata.find(key);
     if (it == optimizer->metadata.end())
@@ -732,12 +882,12 @@ Status Trainer::load(const std::string &path) {
     value = parsed;
     return Status::success();
   };
-  TRELLIS_RETURN_IF_ERROR(counter("trellis_optimizer_steps", optimizerSteps_));
+  TRELLIS_RETURN_IF_ERROR(counter("trellis_optimizer_steps", optimizerSteps));
   if (lossScale()) {
     TRELLIS_RETURN_IF_ERROR(
-        counter("trellis_clean_steps", lossScale_.cleanSteps));
+        counter("trellis_clean_steps", restoredScale.cleanSteps));
     TRELLIS_RETURN_IF_ERROR(
-        counter("trellis_skipped_steps", lossScale_.skippedSteps));
+        counter("trellis_skipped_steps", restoredScale.skippedSteps));
     auto it = optimizer->metadata.find("trellis_loss_scale");
     if (it != optimizer->metadata.end()) {
       char *last = nullptr;
@@ -746,9 +896,14 @@ Status Trainer::load(const std::string &path) {
         return Status::error("checkpoint '" + dir +
                              "': malformed trellis_loss_scale \"" +
                              it->second + "\"");
-      lossScale_.scale = scale;
+      restoredScale.scale = scale;
     }
   }
+  for (const auto &[argument, values] : writes)
+    TRELLIS_RETURN_IF_ERROR(writeBox(argument, *values));
+  completedSteps_ = steps;
+  optimizerSteps_ = optimizerSteps;
+  lossScale_ = restoredScale;
   return Status::success();
 }
 
@@ -757,6 +912,8 @@ Status Trainer::loadWeights(const std::string &path) {
   if (!file.ok())
     return file.status();
   const Plan &plan = executor_->plan();
+  // Checked whole before anything is written, as load.
+  std::vector<std::pair<size_t, const std::vector<float> *>> writes;
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     bool weights = argument.role == ArgumentRole::Param ||
@@ -773,8 +930,10 @@ Status Trainer::loadWeights(const std::string &path) {
     TRELLIS_RETURN_IF_ERROR(checkStoredTensor(it->second, layoutOf(i),
                                              argument.fileShape, argument.name,
                                              path));
-    TRELLIS_RETURN_IF_ERROR(writeBox(i, it->second.values));
+    writes.emplace_back(i, &it->second.values);
   }
+  for (const auto &[argument, values] : writes)
+    TRELLIS_RETURN_IF_ERROR(writeBox(argument, *values));
   return Status::success();
 }
 

@@ -4,59 +4,21 @@
 
 #include "mlir/IR/MLIRContext.h"
 #include "trellis/Compiler/Compile.h"
+#include "trellis/Compiler/DiagnosticText.h"
 #include "llvm/Support/WithColor.h"
 
 using namespace mlir;
 
 namespace trellis::driver {
 
-/// Prints a location as compilers do: `file:line:col` for source
-/// positions, the name of a named location (`transformer.h.0`), MLIR's own
-/// form otherwise.
-static void printLocation(Location location, llvm::raw_ostream &os) {
-  if (auto file = llvm::dyn_cast<FileLineColLoc>(location)) {
-    os << file.getFilename().getValue() << ":" << file.getLine() << ":"
-       << file.getColumn();
-    return;
-  }
-  if (auto name = llvm::dyn_cast<NameLoc>(location)) {
-    os << name.getName().getValue();
-    return;
-  }
-  os << location;
-}
-
 void loadDriverDialects(MLIRContext &context) {
   loadCompilerDialects(context);
-  // Print every diagnostic, remarks included (--explain), as
-  // `location: severity: message` (see printLocation), without dumping the op a
-  // pass failed on.
+  // Print every diagnostic, remarks included (--explain), as `location:
+  // severity: message` (printDiagnostic), without dumping the op a pass
+  // failed on.
   context.printOpOnDiagnostic(false);
   context.getDiagEngine().registerHandler([](Diagnostic &diagnostic) {
-    auto print = [](Diagnostic &d) {
-      if (!llvm::isa<UnknownLoc>(d.getLocation())) {
-        printLocation(d.getLocation(), llvm::errs());
-        llvm::errs() << ": ";
-      }
-      switch (d.getSeverity()) {
-      case DiagnosticSeverity::Error:
-        llvm::errs() << "error: ";
-        break;
-      case DiagnosticSeverity::Warning:
-        llvm::errs() << "warning: ";
-        break;
-      case DiagnosticSeverity::Remark:
-        llvm::errs() << "remark: ";
-        break;
-      case DiagnosticSeverity::Note:
-        llvm::errs() << "note: ";
-        break;
-      }
-      llvm::errs() << d << "\n";
-    };
-    print(diagnostic);
-    for (Diagnostic &note : diagnostic.getNotes())
-      print(note);
+    printDiagnostic(diagnostic, llvm::errs());
     return success();
   });
 }

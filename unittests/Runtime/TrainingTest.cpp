@@ -11,6 +11,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "trellis/Autodiff/Passes.h"
 #include "trellis/Frontend/ModelImporter.h"
+#include "trellis/Runtime/TokenSource.h"
 #include "trellis/Runtime/Trainer.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
 #include "llvm/Support/raw_ostream.h"
@@ -139,6 +140,78 @@ TEST_P(TrainingTest, RejectsACheckpointOfAnotherModel) {
   EXPECT_NE(rejected.status().message().find("is not a directory"),
             std::string::npos)
       << rejected.status().message();
+}
+
+// A trainer fed by its caller (the C API's sessions) takes the steps of one
+// fed by the data source, bit for bit; refused batches, tensors and
+// checkpoints change nothing.
+TEST_P(TrainingTest, CallerBatchesEqualTheDataSource) {
+  trellis::runtime::TrainOptions options;
+  options.planPath = compilePlan(GetParam(), 1e-3);
+  auto fed = makeTrainer(options);
+  options.callerBatches = true;
+  auto called = makeTrainer(options);
+  ASSERT_TRUE(fed && called);
+  trellis::runtime::Status noData = called->step();
+  ASSERT_FALSE(noData.ok());
+  EXPECT_EQ(noData.message(), "this trainer has no data source: its caller "
+                              "passes each step's tokens and targets");
+
+  int64_t count = called->batchSize() * called->seqLength();
+  std::vector<int32_t> tokens(count), targets(count);
+  auto source = trellis::runtime::makeSyntheticTokens(0, called->vocabSize(),
+                                                      /*repeat=*/false);
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(source->fill(step, called->batchSize(), called->seqLength(),
+                             tokens.data(), targets.data())
+                    .ok());
+    std::vector<int32_t> wrong = targets;
+    wrong[1] = -1;
+    trellis::runtime::Status refused = called->step(tokens.data(), wrong.data());
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.message().find("targets[0, 1] is -1: expected a token "
+                                     "id in [0, "),
+              std::string::npos)
+        << refused.message();
+    ASSERT_TRUE(fed->step().ok());
+    ASSERT_TRUE(called->step(tokens.data(), targets.data()).ok());
+    EXPECT_EQ(fed->lastLoss(), called->lastLoss()) << "step " << step + 1;
+  }
+
+  // Every named tensor reads the same from both, and a write reads back.
+  std::vector<std::string> names = called->tensorNames();
+  ASSERT_FALSE(names.empty());
+  for (const std::string &name : names) {
+    std::vector<float> a, b;
+    ASSERT_TRUE(fed->readTensor(name, a).ok()) << name;
+    ASSERT_TRUE(called->readTensor(name, b).ok()) << name;
+    EXPECT_EQ(a, b) << name;
+  }
+  const std::string &first = names.front();
+  std::vector<float> values;
+  ASSERT_TRUE(called->readTensor(first, values).ok());
+  for (float &value : values)
+    value += 1.0f;
+  ASSERT_TRUE(called->writeTensor(first, values.data(), values.size()).ok());
+  std::vector<float> back;
+  ASSERT_TRUE(called->readTensor(first, back).ok());
+  EXPECT_EQ(back, values);
+  EXPECT_FALSE(called->writeTensor(first, values.data(), 3).ok());
+
+  // A checkpoint of another model is refused whole: the state is unchanged.
+  std::string other = std::string(GetParam()) == "gpt2-tiny.json"
+                          ? "llama-tiny.json"
+                          : "gpt2-tiny.json";
+  trellis::runtime::TrainOptions otherOptions;
+  otherOptions.planPath = compilePlan(other, 1e-3);
+  auto stranger = makeTrainer(otherOptions);
+  ASSERT_TRUE(stranger);
+  std::string dir = ::testing::TempDir() + "stranger-" + GetParam();
+  ASSERT_TRUE(stranger->save(dir).ok());
+  EXPECT_FALSE(called->load(dir).ok());
+  ASSERT_TRUE(called->readTensor(first, back).ok());
+  EXPECT_EQ(back, values);
+  EXPECT_EQ(called->completedSteps(), 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, TrainingTest,

@@ -13,6 +13,7 @@
 #include "trellis/Compiler/MessageSink.h"
 #include "trellis/Frontend/ModelImporter.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <optional>
 
@@ -31,22 +32,22 @@ struct LoadedModel {
 enum class ModelFormat { Config, Mlir };
 
 /// Reads `text` as `format`: a config is imported at `shape`; MLIR is parsed
-/// (its diagnostics on the context, located in `sourceName`) and verified.
-/// Config errors go to `sink` as "<sourceName>: <message>".
-std::optional<LoadedModel> loadModelText(mlir::MLIRContext &context,
-                                         llvm::StringRef text,
-                                         ModelFormat format,
-                                         llvm::StringRef sourceName,
-                                         const BatchShape &shape,
-                                         MessageSink sink);
+/// and verified, its errors printed to `parseOutput` located in `sourceName`
+/// with the line and a caret. Config errors go to `sink` as "<sourceName>:
+/// <message>".
+std::optional<LoadedModel>
+loadModelText(mlir::MLIRContext &context, llvm::StringRef text,
+              ModelFormat format, llvm::StringRef sourceName,
+              const BatchShape &shape, MessageSink sink,
+              llvm::raw_ostream &parseOutput = llvm::errs());
 
 /// Reads the file `path` ("-": standard input): MLIR when it ends in
 /// `.mlir`, else a config. A path that is not a regular file, or cannot be
 /// read, is an error naming it.
-std::optional<LoadedModel> loadModelFile(mlir::MLIRContext &context,
-                                         llvm::StringRef path,
-                                         const BatchShape &shape,
-                                         MessageSink sink);
+std::optional<LoadedModel>
+loadModelFile(mlir::MLIRContext &context, llvm::StringRef path,
+              const BatchShape &shape, MessageSink sink,
+              llvm::raw_ostream &parseOutput = llvm::errs());
 
 } // namespace trellis
 

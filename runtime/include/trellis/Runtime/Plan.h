@@ -208,6 +208,10 @@ StatusOr<Plan> parsePlan(std::string_view text);
 /// the field (written by hand) passes.
 Status verifyPlanChecksum(const std::string &text);
 
+/// Verifies the checksum of plan text and parses it (the plan's
+/// contentCrc32 is that of the whole text).
+StatusOr<Plan> loadPlanText(const std::string &text);
+
 /// Reads a plan file, verifies its checksum, parses it.
 StatusOr<Plan> loadPlanFile(const std::string &path);
 

@@ -24,6 +24,9 @@ struct TrainOptions {
   uint64_t seed = 0;
   /// "synthetic", "repeat" (one batch again and again), or a token file.
   std::string data = "synthetic";
+  /// The caller passes each step's batch (Trainer::step(tokens, targets):
+  /// the C API's sessions); `data` is then unused.
+  bool callerBatches = false;
   /// Element type of a token file: uint16 or uint32.
   std::string dataDtype = "uint16";
   /// Directory to write a checkpoint into after the last step ("" = none);

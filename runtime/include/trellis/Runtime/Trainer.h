@@ -11,6 +11,7 @@
 
 #include "trellis/Runtime/Checkpoint.h"
 #include "trellis/Runtime/Executor.h"
+#include "trellis/Runtime/Plan.h"
 #include "trellis/Runtime/Safetensors.h"
 #include "trellis/Runtime/ShardLayout.h"
 #include "trellis/Runtime/Status.h"
@@ -50,14 +51,47 @@ public:
   /// Builds a trainer for `options` (reads the plan, opens the data,
   /// initializes or loads the state).
   static StatusOr<std::unique_ptr<Trainer>> create(const TrainOptions &options);
+  /// The same for a plan already read (options.planPath is unused).
+  static StatusOr<std::unique_ptr<Trainer>> create(const TrainOptions &options,
+                                                   Plan plan);
 
-  /// Runs one training step; the loss is then `lastLoss()`.
+  /// Runs one training step on the next batch of the data source; the loss
+  /// is then `lastLoss()`.
   Status step();
+  /// Runs one training step on the global batch `tokens` and `targets`
+  /// (batchSize() x seqLength() token ids each, row-major, every id below
+  /// vocabSize()): each rank takes its piece. Every rank must call it with
+  /// the same batch.
+  Status step(const int32_t *tokens, const int32_t *targets);
+  /// Checks a global batch for step(tokens, targets): every id in [0,
+  /// vocabSize()). Talks to no other rank.
+  Status checkBatch(const int32_t *tokens, const int32_t *targets) const;
+
+  /// The global batch's shape and the vocabulary.
+  int64_t batchSize() const { return batch_; }
+  int64_t seqLength() const { return seq_; }
+  int64_t vocabSize() const { return vocab_; }
+
+  /// The names of the tensors readTensor and writeTensor take, in plan
+  /// order: parameters by their own names; AdamW's moments as
+  /// "adam_m.NAME" and "adam_v.NAME", mixed precision's fp32 master weights
+  /// as "master.NAME" (the names of a checkpoint's files).
+  std::vector<std::string> tensorNames() const;
+  /// The whole (unsplit) shape of a named tensor.
+  StatusOr<std::vector<int64_t>> tensorShape(const std::string &name) const;
+  /// The whole tensor `name`, as fp32 values (gathered if split: every rank
+  /// must call it).
+  Status readTensor(const std::string &name, std::vector<float> &values) const;
+  /// Sets the whole tensor `name` from `count` fp32 values (each rank keeps
+  /// its piece; every rank must call it with the same values). Refuses a
+  /// wrong count and values that are not finite.
+  Status writeTensor(const std::string &name, const float *values,
+                     int64_t count);
 
   int64_t completedSteps() const { return completedSteps_; }
   /// This process's rank (0 without a communicator).
   int64_t rank() const;
-  /// The loss of the last step (0 before the first).
+  /// The loss of the last step on every rank (0 before the first).
   float lastLoss() const { return lastLoss_; }
   /// Why the last step's update was skipped for a value that is not finite
   /// (--on-nonfinite skip), or "" when it was applied.
@@ -86,10 +120,12 @@ public:
   StatusOr<std::vector<RankMemory>> gatherMemory() const;
 
   /// Restores a checkpoint written by `save` for the same model, in any
-  /// layout: each rank takes its piece.
+  /// layout: each rank takes its piece. A refused checkpoint changes
+  /// nothing.
   Status load(const std::string &dir);
   /// Takes parameters from a Hugging Face safetensors file (extra tensors
   /// ignored, a "transformer." prefix optional; every parameter required).
+  /// Refused weights change nothing.
   Status loadWeights(const std::string &path);
 
 private:
@@ -110,6 +146,11 @@ private:
   /// order, or "" when all are.
   StatusOr<std::string> firstNonFinite(bool checkUpdates,
                                        bool checkLoss) const;
+  /// The argument a tensorNames() name refers to, or -1.
+  int64_t namedArgument(const std::string &name) const;
+  /// Sends the loss from the last stage's ranks to every rank (a plan
+  /// whose loss lives on some stages only).
+  Status shareLoss();
   /// Where this rank's piece of argument `argument` sits in the whole.
   ShardLayout layoutOf(size_t argument) const;
   /// The whole tensor of an argument (gathered from every rank if split).
@@ -129,7 +170,7 @@ private:
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<TokenSource> data_;
   int64_t completedSteps_ = 0;
-  int64_t batch_ = 0, seq_ = 0;
+  int64_t batch_ = 0, seq_ = 0, vocab_ = 0;
   /// The tokens and targets inputs of each micro-batch, in order (one of
   /// each without micro-batches).
   std::vector<int64_t> tokensArgs_, targetsArgs_;

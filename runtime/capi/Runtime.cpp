@@ -1,0 +1,436 @@
+//===- Runtime.cpp - Plans and training sessions of the C API -------------===//
+
+#include "trellis-c/Runtime.h"
+
+#include "trellis/CAPI/Handles.h"
+#include "trellis/Runtime/Plan.h"
+#include "trellis/Runtime/Trainer.h"
+
+#include <climits>
+#include <cstring>
+
+using namespace trellis;
+using namespace trellis::capi;
+using runtime::Status;
+using runtime::StatusOr;
+
+namespace {
+
+/// A session: the trainer of one rank, and why it failed (the ranks may
+/// be out of step after a failed collective: nothing runs again).
+struct Session {
+  std::unique_ptr<runtime::Trainer> trainer;
+  std::string failure;
+};
+
+HandleTable<runtime::Plan> plans("TrellisPlan");
+HandleTable<runtime::TrainOptions> sessionOptions("TrellisSessionOptions");
+HandleTable<Session> sessions("TrellisSession");
+
+TrellisStatus toStatus(const Status &status) {
+  return status.ok() ? nullptr : errorStatus(status.message());
+}
+
+/// The live session of `handle` that has not failed.
+TrellisStatus usableSession(TrellisSession handle, Session *&session) {
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  if (!session->failure.empty())
+    return errorStatus("this session failed (" + session->failure +
+                       "); its ranks may be out of step: destroy it and "
+                       "create new sessions on every rank");
+  return nullptr;
+}
+
+/// Runs a call that may involve the other ranks: a failure fails the
+/// session.
+TrellisStatus collective(Session &session, const Status &status) {
+  if (status.ok())
+    return nullptr;
+  session.failure = status.message();
+  return errorStatus(status.message());
+}
+
+/// An int option's value (out of int's range: the nearest end, which the
+/// options' checks then refuse).
+int clampToInt(int64_t value) {
+  return value > INT32_MAX ? INT32_MAX
+                           : value < INT32_MIN ? INT32_MIN : int(value);
+}
+
+const OptionKeys<runtime::TrainOptions> &sessionOptionKeys() {
+  using O = runtime::TrainOptions;
+  using V = OptionValue;
+  static const OptionKeys<O> keys = {
+      {"rank", {OptionType::Int, [](O &o, const V &v) { o.rank = v.integer; }}},
+      {"nproc",
+       {OptionType::Int, [](O &o, const V &v) { o.nproc = v.integer; }}},
+      {"threads", {OptionType::Int,
+                   [](O &o, const V &v) { o.threads = clampToInt(v.integer); }}},
+      {"seed", {OptionType::Int,
+                [](O &o, const V &v) {
+                  o.seed = static_cast<uint64_t>(v.integer);
+                }}},
+      {"max-memory",
+       {OptionType::Int,
+        [](O &o, const V &v) {
+          o.maxMemoryBytes = v.integer > (INT64_MAX >> 20)
+                                 ? INT64_MAX
+                                 : v.integer * (int64_t(1) << 20);
+        }}},
+      {"master-port",
+       {OptionType::Int,
+        [](O &o, const V &v) { o.masterPort = clampToInt(v.integer); }}},
+      {"timeout", {OptionType::Double,
+                   [](O &o, const V &v) { o.timeoutSeconds = v.number; }}},
+      {"rendezvous", {OptionType::String,
+                      [](O &o, const V &v) { o.rendezvousDir = v.text; }}},
+      {"master-addr", {OptionType::String,
+                       [](O &o, const V &v) { o.masterAddr = v.text; }}},
+      {"host",
+       {OptionType::String, [](O &o, const V &v) { o.hostname = v.text; }}},
+      {"device",
+       {OptionType::String, [](O &o, const V &v) { o.device = v.text; }}},
+      {"on-nonfinite", {OptionType::String,
+                        [](O &o, const V &v) { o.onNonfinite = v.text; }}},
+      {"weights", {OptionType::String,
+                   [](O &o, const V &v) { o.weightsPath = v.text; }}},
+      {"load",
+       {OptionType::String, [](O &o, const V &v) { o.loadDir = v.text; }}},
+      {"job-token-file", {OptionType::String,
+                          [](O &o, const V &v) { o.jobTokenFile = v.text; }}},
+  };
+  return keys;
+}
+
+TrellisStatus setOption(TrellisSessionOptions handle, const char *key,
+                        OptionType type, const OptionValue &value) {
+  TRELLIS_CAPI_REQUIRE(key);
+  runtime::TrainOptions *options = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessionOptions.lookup(handle.id, options));
+  return setKeyedOption(sessionOptionKeys(), "session option", *options, key,
+                        type, value);
+}
+
+} // namespace
+
+extern "C" {
+
+TrellisStatus trellisPlanCreateFromFile(const char *path, TrellisPlan *plan) {
+  TRELLIS_CAPI_REQUIRE(path);
+  TRELLIS_CAPI_REQUIRE(plan);
+  return guarded(__func__, [&]() -> TrellisStatus {
+    StatusOr<runtime::Plan> loaded = runtime::loadPlanFile(path);
+    if (!loaded.ok())
+      return toStatus(loaded.status());
+    plan->id = plans.insert(
+        std::make_unique<runtime::Plan>(std::move(*loaded)));
+    return nullptr;
+  });
+}
+
+TrellisStatus trellisPlanCreateFromText(const char *text, size_t length,
+                                        TrellisPlan *plan) {
+  TRELLIS_CAPI_REQUIRE(text);
+  TRELLIS_CAPI_REQUIRE(plan);
+  return guarded(__func__, [&]() -> TrellisStatus {
+    StatusOr<runtime::Plan> loaded =
+        runtime::loadPlanText(std::string(text, length));
+    if (!loaded.ok())
+      return toStatus(loaded.status().withContext("plan"));
+    plan->id = plans.insert(
+        std::make_unique<runtime::Plan>(std::move(*loaded)));
+    return nullptr;
+  });
+}
+
+void trellisPlanDestroy(TrellisPlan plan) { plans.erase(plan.id); }
+
+TrellisStatus trellisPlanGetNumRanks(TrellisPlan handle, int64_t *ranks) {
+  TRELLIS_CAPI_REQUIRE(ranks);
+  runtime::Plan *plan = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(plans.lookup(handle.id, plan));
+  *ranks = runtime::planMesh(*plan).size();
+  return nullptr;
+}
+
+TrellisStatus trellisPlanGetMesh(TrellisPlan handle,
+                                 TrellisStringCallback callback,
+                                 void *userData) {
+  TRELLIS_CAPI_REQUIRE(callback);
+  runtime::Plan *plan = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(plans.lookup(handle.id, plan));
+  sendString(runtime::planMesh(*plan).toString(), callback, userData);
+  return nullptr;
+}
+
+TrellisStatus trellisSessionOptionsCreate(TrellisSessionOptions *options) {
+  TRELLIS_CAPI_REQUIRE(options);
+  auto created = std::make_unique<runtime::TrainOptions>();
+  created->callerBatches = true;
+  created->steps = 0;
+  // Unset: the session decides from the plan's mesh.
+  created->nproc = 0;
+  options->id = sessionOptions.insert(std::move(created));
+  return nullptr;
+}
+
+void trellisSessionOptionsDestroy(TrellisSessionOptions options) {
+  sessionOptions.erase(options.id);
+}
+
+TrellisStatus trellisSessionOptionsSetInt(TrellisSessionOptions options,
+                                          const char *key, int64_t value) {
+  OptionValue v;
+  v.integer = value;
+  return setOption(options, key, OptionType::Int, v);
+}
+
+TrellisStatus trellisSessionOptionsSetDouble(TrellisSessionOptions options,
+                                             const char *key, double value) {
+  OptionValue v;
+  v.number = value;
+  return setOption(options, key, OptionType::Double, v);
+}
+
+TrellisStatus trellisSessionOptionsSetString(TrellisSessionOptions options,
+                                             const char *key,
+                                             const char *value) {
+  TRELLIS_CAPI_REQUIRE(value);
+  OptionValue v;
+  v.text = value;
+  return setOption(options, key, OptionType::String, v);
+}
+
+TrellisStatus trellisSessionCreate(TrellisPlan planHandle,
+                                   TrellisSessionOptions optionsHandle,
+                                   TrellisSession *session) {
+  TRELLIS_CAPI_REQUIRE(session);
+  runtime::Plan *plan = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(plans.lookup(planHandle.id, plan));
+  runtime::TrainOptions *given = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessionOptions.lookup(optionsHandle.id, given));
+  return guarded(__func__, [&]() -> TrellisStatus {
+    runtime::TrainOptions options = *given;
+    int64_t ranks = runtime::planMesh(*plan).size();
+    if (options.nproc == 0)
+      options.nproc = ranks;
+    if (ranks == 1 && options.rank <= 0) {
+      // One rank: no communicator.
+      options.rank = -1;
+      options.nproc = 1;
+    } else if (options.rank < 0 || options.rank >= ranks) {
+      return errorStatus(
+          "session option 'rank': the plan's mesh " +
+          runtime::planMesh(*plan).toString() + " has " +
+          std::to_string(ranks) + " ranks: expected a rank in [0, " +
+          std::to_string(ranks) + ")" +
+          (options.rank < 0 ? std::string(", found none")
+                            : ", found " + std::to_string(options.rank)));
+    } else if (options.rendezvousDir.empty() && options.masterPort == 0) {
+      return errorStatus(
+          "a plan of " + std::to_string(ranks) +
+          " ranks needs a rendezvous: expected session option 'rendezvous' "
+          "(a directory every rank shares) or 'master-addr' and "
+          "'master-port' (a TCP store)");
+    }
+    if (options.rank >= 0)
+      options.nnodes = 1;
+    Status valid = runtime::validateTrainOptions(options);
+    if (!valid.ok())
+      return errorStatus("session options: " + valid.message());
+    StatusOr<std::unique_ptr<runtime::Trainer>> trainer =
+        runtime::Trainer::create(options, *plan);
+    if (!trainer.ok())
+      return toStatus(trainer.status());
+    auto created = std::make_unique<Session>();
+    created->trainer = std::move(*trainer);
+    session->id = sessions.insert(std::move(created));
+    return nullptr;
+  });
+}
+
+void trellisSessionDestroy(TrellisSession session) {
+  sessions.erase(session.id);
+}
+
+TrellisStatus trellisSessionGetBatchShape(TrellisSession handle,
+                                          int64_t *batch, int64_t *seq,
+                                          int64_t *vocab) {
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  if (batch)
+    *batch = session->trainer->batchSize();
+  if (seq)
+    *seq = session->trainer->seqLength();
+  if (vocab)
+    *vocab = session->trainer->vocabSize();
+  return nullptr;
+}
+
+TrellisStatus trellisSessionGetRank(TrellisSession handle, int64_t *rank) {
+  TRELLIS_CAPI_REQUIRE(rank);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  *rank = session->trainer->rank();
+  return nullptr;
+}
+
+TrellisStatus trellisSessionGetCompletedSteps(TrellisSession handle,
+                                              int64_t *steps) {
+  TRELLIS_CAPI_REQUIRE(steps);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  *steps = session->trainer->completedSteps();
+  return nullptr;
+}
+
+TrellisStatus trellisSessionStep(TrellisSession handle, const int32_t *tokens,
+                                 const int32_t *targets, int64_t count,
+                                 float *loss) {
+  TRELLIS_CAPI_REQUIRE(tokens);
+  TRELLIS_CAPI_REQUIRE(targets);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(usableSession(handle, session));
+  runtime::Trainer &trainer = *session->trainer;
+  int64_t expected = trainer.batchSize() * trainer.seqLength();
+  if (count != expected)
+    return errorStatus("trellisSessionStep: expected the global batch of " +
+                       std::to_string(trainer.batchSize()) + " x " +
+                       std::to_string(trainer.seqLength()) + " = " +
+                       std::to_string(expected) +
+                       " token ids in tokens and in targets, found " +
+                       std::to_string(count));
+  // Checked before the ranks talk: a bad batch leaves the session usable.
+  if (Status valid = trainer.checkBatch(tokens, targets); !valid.ok())
+    return toStatus(valid);
+  return guarded(__func__, [&]() -> TrellisStatus {
+    TRELLIS_CAPI_RETURN_IF_ERROR(
+        collective(*session, trainer.step(tokens, targets)));
+    if (loss)
+      *loss = trainer.lastLoss();
+    return nullptr;
+  });
+}
+
+TrellisStatus trellisSessionGetLoss(TrellisSession handle, float *loss) {
+  TRELLIS_CAPI_REQUIRE(loss);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  *loss = session->trainer->lastLoss();
+  return nullptr;
+}
+
+TrellisStatus trellisSessionGetNumTensors(TrellisSession handle,
+                                          int64_t *count) {
+  TRELLIS_CAPI_REQUIRE(count);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  *count = static_cast<int64_t>(session->trainer->tensorNames().size());
+  return nullptr;
+}
+
+TrellisStatus trellisSessionGetTensorName(TrellisSession handle, int64_t index,
+                                          TrellisStringCallback callback,
+                                          void *userData) {
+  TRELLIS_CAPI_REQUIRE(callback);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  std::vector<std::string> names = session->trainer->tensorNames();
+  if (index < 0 || index >= static_cast<int64_t>(names.size()))
+    return errorStatus("trellisSessionGetTensorName: expected an index in "
+                       "[0, " +
+                       std::to_string(names.size()) + "), found " +
+                       std::to_string(index));
+  sendString(names[index], callback, userData);
+  return nullptr;
+}
+
+TrellisStatus trellisSessionGetTensorShape(TrellisSession handle,
+                                           const char *name, int64_t *sizes,
+                                           int64_t capacity, int64_t *rank) {
+  TRELLIS_CAPI_REQUIRE(name);
+  TRELLIS_CAPI_REQUIRE(rank);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  StatusOr<std::vector<int64_t>> shape = session->trainer->tensorShape(name);
+  if (!shape.ok())
+    return toStatus(shape.status());
+  *rank = static_cast<int64_t>(shape->size());
+  if (capacity < *rank || (!sizes && *rank > 0))
+    return errorStatus("trellisSessionGetTensorShape: tensor \"" +
+                       std::string(name) + "\" has rank " +
+                       std::to_string(*rank) + ", found room for " +
+                       std::to_string(sizes ? capacity : 0) + " sizes");
+  std::copy(shape->begin(), shape->end(), sizes);
+  return nullptr;
+}
+
+TrellisStatus trellisSessionReadTensor(TrellisSession handle, const char *name,
+                                       float *values, int64_t count) {
+  TRELLIS_CAPI_REQUIRE(name);
+  TRELLIS_CAPI_REQUIRE(values);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(usableSession(handle, session));
+  runtime::Trainer &trainer = *session->trainer;
+  StatusOr<std::vector<int64_t>> shape = trainer.tensorShape(name);
+  if (!shape.ok())
+    return toStatus(shape.status());
+  int64_t size = 1;
+  for (int64_t extent : *shape)
+    size *= extent;
+  if (count != size)
+    return errorStatus("tensor \"" + std::string(name) + "\" has " +
+                       std::to_string(size) + " elements, found room for " +
+                       std::to_string(count));
+  return guarded(__func__, [&]() -> TrellisStatus {
+    std::vector<float> whole;
+    TRELLIS_CAPI_RETURN_IF_ERROR(
+        collective(*session, trainer.readTensor(name, whole)));
+    std::memcpy(values, whole.data(), whole.size() * sizeof(float));
+    return nullptr;
+  });
+}
+
+TrellisStatus trellisSessionWriteTensor(TrellisSession handle,
+                                        const char *name, const float *values,
+                                        int64_t count) {
+  TRELLIS_CAPI_REQUIRE(name);
+  TRELLIS_CAPI_REQUIRE(values);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(usableSession(handle, session));
+  // Writing talks to no other rank: a refused write leaves it usable.
+  return guarded(__func__, [&]() -> TrellisStatus {
+    return toStatus(session->trainer->writeTensor(name, values, count));
+  });
+}
+
+TrellisStatus trellisSessionSave(TrellisSession handle, const char *dir) {
+  TRELLIS_CAPI_REQUIRE(dir);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(usableSession(handle, session));
+  return guarded(__func__, [&]() -> TrellisStatus {
+    return collective(*session, session->trainer->save(dir));
+  });
+}
+
+TrellisStatus trellisSessionLoad(TrellisSession handle, const char *dir) {
+  TRELLIS_CAPI_REQUIRE(dir);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(usableSession(handle, session));
+  // A refused checkpoint changes nothing: the session stays usable.
+  return guarded(__func__, [&]() -> TrellisStatus {
+    return toStatus(session->trainer->load(dir));
+  });
+}
+
+TrellisStatus trellisSessionLoadWeights(TrellisSession handle,
+                                        const char *path) {
+  TRELLIS_CAPI_REQUIRE(path);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(usableSession(handle, session));
+  return guarded(__func__, [&]() -> TrellisStatus {
+    return toStatus(session->trainer->loadWeights(path));
+  });
+}
+
+} // extern "C"

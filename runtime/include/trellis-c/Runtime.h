@@ -1,0 +1,169 @@
+/*===- trellis-c/Runtime.h - Plans and training sessions -----------------===*\
+|*                                                                            *|
+|* The runtime half of the C API (it links no MLIR): load a training plan,    *|
+|* open a session for one rank of its mesh, step it on batches from host      *|
+|* memory, read and write parameters and optimizer states by name, save and   *|
+|* load checkpoints. See docs/CApi.md and Support.h for the conventions.      *|
+|*                                                                            *|
+|* A plan of N ranks runs as N sessions, one per process (rank 0..N-1), that  *|
+|* find each other through a rendezvous directory or a TCP store. Calls that  *|
+|* move data between ranks (step, tensor reads and writes, save, load) must   *|
+|* be made by every rank of the session's mesh, in the same order and with    *|
+|* the same arguments. A call that fails after the ranks started talking      *|
+|* leaves the session failed: every later call on it says why, and the job    *|
+|* must make new sessions.                                                    *|
+|*                                                                            *|
+\*===----------------------------------------------------------------------===*/
+
+#ifndef TRELLIS_C_RUNTIME_H
+#define TRELLIS_C_RUNTIME_H
+
+#include "trellis-c/Support.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*===----------------------------------------------------------------------===*
+ * Plans
+ *===----------------------------------------------------------------------===*/
+
+/** A training plan, as `trellis compile` writes it. */
+typedef struct {
+  uint64_t id;
+} TrellisPlan;
+
+/** Reads and verifies a plan file (its checksum, its structure). */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisPlanCreateFromFile(const char *path,
+                                                              TrellisPlan *plan);
+/** The same from plan text in memory (`length` bytes at `text`). */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisPlanCreateFromText(const char *text,
+                                                              size_t length,
+                                                              TrellisPlan *plan);
+TRELLIS_CAPI_EXPORTED void trellisPlanDestroy(TrellisPlan plan);
+
+/** The number of ranks of the plan's mesh (the sessions it runs as). */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisPlanGetNumRanks(TrellisPlan plan,
+                                                           int64_t *ranks);
+/** The plan's mesh as text, major to minor: "pp=2,dp=2,tp=1". */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisPlanGetMesh(
+    TrellisPlan plan, TrellisStringCallback callback, void *userData);
+
+/*===----------------------------------------------------------------------===*
+ * Session options
+ *===----------------------------------------------------------------------===*/
+
+/** How a session runs; keys are `trellis run`'s flags without the dashes:
+ *  - int: "rank" (this session's rank; required when the mesh has more than
+ *    one), "nproc" (ranks on this node, for the memory budget; default: the
+ *    mesh), "threads" (kernel threads, default 1), "seed" (initialization,
+ *    default 0), "max-memory" (MiB, 0: what is available), "master-port"
+ *    (the TCP store's port; 0: the rendezvous directory);
+ *  - double: "timeout" (seconds for connecting and every collective,
+ *    default 60);
+ *  - string: "rendezvous" (a directory every rank shares), "master-addr",
+ *    "host" (the address this rank listens on), "device" ("cpu"),
+ *    "on-nonfinite" ("stop", "skip", "continue"), "weights" (a Hugging Face
+ *    .safetensors file to start from), "load" (a checkpoint to resume),
+ *    "job-token-file".
+ * A key of another name or type is refused by the setter. */
+typedef struct {
+  uint64_t id;
+} TrellisSessionOptions;
+
+TRELLIS_CAPI_EXPORTED TrellisStatus
+trellisSessionOptionsCreate(TrellisSessionOptions *options);
+TRELLIS_CAPI_EXPORTED void
+trellisSessionOptionsDestroy(TrellisSessionOptions options);
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionOptionsSetInt(
+    TrellisSessionOptions options, const char *key, int64_t value);
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionOptionsSetDouble(
+    TrellisSessionOptions options, const char *key, double value);
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionOptionsSetString(
+    TrellisSessionOptions options, const char *key, const char *value);
+
+/*===----------------------------------------------------------------------===*
+ * Sessions
+ *===----------------------------------------------------------------------===*/
+
+/** One rank of a running plan: its parameters, optimizer states and step. */
+typedef struct {
+  uint64_t id;
+} TrellisSession;
+
+/** Opens rank `options.rank` of `plan`: checks the options, allocates and
+ * initializes the state (or takes "weights"/"load"), and connects to the
+ * other ranks (every rank must create its session). The plan and options
+ * may be destroyed afterwards. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionCreate(
+    TrellisPlan plan, TrellisSessionOptions options, TrellisSession *session);
+TRELLIS_CAPI_EXPORTED void trellisSessionDestroy(TrellisSession session);
+
+/** The global batch one step takes: `batch` rows of `seq` tokens, ids below
+ * `vocab`. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetBatchShape(
+    TrellisSession session, int64_t *batch, int64_t *seq, int64_t *vocab);
+/** This session's rank (0 for a plan of one). */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetRank(TrellisSession session,
+                                                          int64_t *rank);
+/** Steps completed (those of a loaded checkpoint included). */
+TRELLIS_CAPI_EXPORTED TrellisStatus
+trellisSessionGetCompletedSteps(TrellisSession session, int64_t *steps);
+
+/** One training step on the global batch: `count` (= batch * seq) token ids
+ * in `tokens` and as many in `targets`, row-major; every rank passes the
+ * same batch and takes its piece. The step's loss (the same on every rank)
+ * goes to `loss` when it is not NULL. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionStep(TrellisSession session,
+                                                       const int32_t *tokens,
+                                                       const int32_t *targets,
+                                                       int64_t count,
+                                                       float *loss);
+/** The last step's loss (0 before the first). */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetLoss(TrellisSession session,
+                                                          float *loss);
+
+/** The named tensors: parameters by their names, then optimizer states as
+ * "adam_m.NAME", "adam_v.NAME" and fp32 master weights as "master.NAME"
+ * (the names of a checkpoint's tensors), in plan order. */
+TRELLIS_CAPI_EXPORTED TrellisStatus
+trellisSessionGetNumTensors(TrellisSession session, int64_t *count);
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetTensorName(
+    TrellisSession session, int64_t index, TrellisStringCallback callback,
+    void *userData);
+/** The whole (unsplit) shape of a tensor: its rank goes to `rank`, its
+ * sizes to `sizes[0..rank)` when `capacity` >= rank (else the call fails,
+ * saying the rank). */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetTensorShape(
+    TrellisSession session, const char *name, int64_t *sizes, int64_t capacity,
+    int64_t *rank);
+/** Copies the whole tensor `name` as fp32 into `values` (`count` elements:
+ * its size). Every rank must call it. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionReadTensor(
+    TrellisSession session, const char *name, float *values, int64_t count);
+/** Sets the whole tensor `name` from `count` fp32 values (each rank keeps
+ * its piece; a bf16 or fp16 tensor is rounded). Every rank must call it with
+ * the same values. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionWriteTensor(
+    TrellisSession session, const char *name, const float *values,
+    int64_t count);
+
+/** Writes the checkpoint directory `dir` (model.safetensors with Hugging
+ * Face names, optimizer.safetensors, a manifest), committed as a whole. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionSave(TrellisSession session,
+                                                       const char *dir);
+/** Restores a checkpoint `trellisSessionSave` (or `trellis run --save`)
+ * wrote for the same model, in any layout. A refused checkpoint changes
+ * nothing. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionLoad(TrellisSession session,
+                                                       const char *dir);
+/** Takes the parameters from a Hugging Face .safetensors file (refused
+ * weights change nothing). */
+TRELLIS_CAPI_EXPORTED TrellisStatus
+trellisSessionLoadWeights(TrellisSession session, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRELLIS_C_RUNTIME_H */
