@@ -1,0 +1,386 @@
+"""Trellis from Python: compile a model into a training plan, run it.
+
+    import numpy as np, trellis
+    plan = trellis.compile("examples/configs/gpt2-tiny.json", mesh="dp=2",
+                           batch=8, seq=64)
+    tokens = np.random.default_rng(0).integers(0, 256, (8, 65), np.int32)
+    losses = trellis.launch(plan, nproc=2,
+                            batches=[(tokens[:, :-1], tokens[:, 1:])])
+
+A model is a Hugging Face config (a path or a dict), MLIR text of graph ops,
+a Graph built op by op, or an nn.Module through trellis.torch.from_module.
+Options are those of `trellis compile`, by the same names (dashes as
+underscores: adam_eps, weight_decay). Every failure raises trellis.Error
+with the compiler's or runtime's message.
+"""
+
+import json
+import os
+from contextlib import contextmanager
+from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
+
+import numpy as np
+
+from . import _trellis
+from ._attributes import Attr, dictionary_text
+from ._trellis import Error
+
+__all__ = ["Attr", "Error", "Graph", "Model", "Plan", "Session", "Value",
+           "compile", "launch", "__version__"]
+
+__version__: str = _trellis.version()
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Model:
+    """A forward pass and its loss, ready to compile (again and again: each
+    compile leaves it as it was)."""
+
+    def __init__(self, handle: "_trellis.Model"):
+        self._handle = handle
+
+    @staticmethod
+    def from_file(path: PathLike) -> "Model":
+        """A config.json (GPT-2 or Llama) or a .mlir file of graph ops."""
+        return Model(_trellis.Model.from_file(os.fspath(path)))
+
+    @staticmethod
+    def from_config(config: Union[Mapping[str, Any], str],
+                    name: str = "<config>") -> "Model":
+        """A Hugging Face config as a dict (or its JSON text)."""
+        text = config if isinstance(config, str) else json.dumps(dict(config))
+        return Model(_trellis.Model.from_text(text, "config", name))
+
+    @staticmethod
+    def from_mlir(text: str, name: str = "<mlir>") -> "Model":
+        """MLIR text of graph ops with a func.func @forward."""
+        return Model(_trellis.Model.from_text(text, "mlir", name))
+
+    def mlir(self, batch: int = 1, seq: int = 1) -> str:
+        """The model as MLIR (a config imported at batch x seq)."""
+        return self._handle.print(batch, seq)
+
+
+class Value:
+    """A value of a Graph: its number, shape and dtype."""
+
+    def __init__(self, graph: "Graph", index: int):
+        self.graph = graph
+        self.index = index
+        shape, dtype = graph._graph.value_type(index)
+        self.shape: Tuple[int, ...] = tuple(shape)
+        self.dtype: str = dtype
+
+    def __repr__(self) -> str:
+        return f"Value(%{self.index}: {self.dtype}{list(self.shape)})"
+
+
+class Graph:
+    """A forward pass built op by op; each op's result types are inferred
+    and checked as it is added, so an error names the op that cannot work.
+
+        g = trellis.Graph()
+        table = g.parameter("embed.weight", (64, 32))
+        tokens = g.input("tokens", (4, 16))
+        with g.part("embedding"):
+            x = g.op("embedding", table, tokens)
+    """
+
+    def __init__(self) -> None:
+        self._graph = _trellis.Graph()
+        self._part: Tuple[str, int] = ("none", 0)
+
+    def parameter(self, name: str, shape: Sequence[int], dtype: str = "f32",
+                  init: str = "normal:0.02") -> Value:
+        """A parameter named `name` (its checkpoint name), initialized by
+        "zeros", "ones" or "normal:STD"."""
+        return Value(self, self._graph.parameter(name, list(shape), dtype, init))
+
+    def input(self, name: str, shape: Sequence[int], dtype: str = "i32") -> Value:
+        """An input: "tokens" and "targets" ([batch, seq] i32) are what
+        sessions feed."""
+        return Value(self, self._graph.input(name, list(shape), dtype))
+
+    def set_part(self, kind: str, layer: int = 0) -> None:
+        """The model part ("embedding", "layer", "head" or "none") of the
+        ops added from now on (pipelines split by parts)."""
+        self._graph.set_part(kind, layer)
+        self._part = (kind, layer)
+
+    @contextmanager
+    def part(self, kind: str, layer: int = 0) -> Iterator[None]:
+        """set_part for the ops of a `with` block."""
+        previous = self._part
+        self.set_part(kind, layer)
+        try:
+            yield
+        finally:
+            self.set_part(*previous)
+
+    def location(self, name: str, file: Optional[str] = None,
+                 line: int = 0) -> None:
+        """Where the ops added from now on come from, for messages."""
+        self._graph.set_location(name, file, line)
+
+    def op(self, name: str, *operands: Value,
+           attributes: Union[None, str, Mapping[str, Any]] = None,
+           **named: Any) -> Any:
+        """Adds graph op `name` ("matmul" or "graph.matmul") on `operands`;
+        attributes as keywords (True: a unit attribute) or a dictionary.
+        Returns its result (a tuple of them for several)."""
+        if attributes is not None and named:
+            raise TypeError("give attributes as keywords or as a dictionary, "
+                            "not both")
+        for operand in operands:
+            if not isinstance(operand, Value) or operand.graph is not self:
+                raise TypeError(f"{name}: operand {operand!r} is not a value of "
+                                "this graph")
+        full = name if "." in name else "graph." + name
+        results = self._graph.op(full, [v.index for v in operands],
+                                 dictionary_text(attributes if attributes
+                                                 is not None else named))
+        values = tuple(Value(self, r) for r in results)
+        return values[0] if len(values) == 1 else values
+
+    def finish(self, loss: Value) -> Model:
+        """Ends the graph with `loss` (a scalar f32) as @forward's result."""
+        return Model(self._graph.finish(loss.index))
+
+
+# `trellis compile`'s options by their flags, as keyword arguments.
+_OPTION_NAMES = {
+    "adam_eps": "adam-eps", "weight_decay": "weight-decay",
+    "decay_1d": "decay-1d", "bucket_mib": "bucket-mib",
+    "pp_layers": "pp-layers", "cp_kind": "cp-kind",
+    "grad_reduce_dtype": "grad-reduce-dtype",
+}
+
+
+def _set_options(options: Any, values: Mapping[str, Any]) -> None:
+    for name, value in values.items():
+        if value is None:
+            continue
+        key = _OPTION_NAMES.get(name, name.replace("_", "-"))
+        if isinstance(value, bool):
+            options.set_bool(key, value)
+        elif isinstance(value, int):
+            try:
+                options.set_int(key, value)
+            except Error as error:
+                if "takes a number" not in str(error):
+                    raise
+                options.set_double(key, float(value))
+        elif isinstance(value, float):
+            options.set_double(key, value)
+        elif isinstance(value, str):
+            options.set_string(key, value)
+        else:
+            raise TypeError(f"option {name}={value!r}: expected a bool, int, "
+                            "float or str")
+
+
+class Plan:
+    """A compiled training plan: its text, report and diagnostics."""
+
+    def __init__(self, text: str, report: Optional[str] = None,
+                 diagnostics: str = ""):
+        self.text = text
+        self._report = report
+        self.diagnostics = diagnostics
+        self._handle = _trellis.Plan.from_text(text)
+
+    @staticmethod
+    def load(path: PathLike) -> "Plan":
+        """A plan file (`trellis compile -o`)."""
+        with open(os.fspath(path), encoding="utf-8") as file:
+            return Plan(file.read())
+
+    def save(self, path: PathLike) -> None:
+        with open(os.fspath(path), "w", encoding="utf-8") as file:
+            file.write(self.text)
+
+    @property
+    def num_ranks(self) -> int:
+        """The ranks of the plan's mesh (the sessions it runs as)."""
+        return self._handle.num_ranks()
+
+    @property
+    def mesh(self) -> str:
+        return self._handle.mesh()
+
+    def report(self) -> Dict[str, Any]:
+        """Per rank: model states, memory plan, communication per step
+        (docs/Report.md); needs compile(..., report=True)."""
+        if self._report is None:
+            raise Error("this plan was compiled without a report: pass "
+                        "report=True to trellis.compile")
+        return json.loads(self._report)
+
+
+ModelLike = Union[Model, Graph, PathLike, Mapping[str, Any]]
+
+
+def _as_model(model: Any) -> Model:
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, Graph):
+        raise TypeError("a Graph compiles once finished: pass "
+                        "graph.finish(loss)")
+    if isinstance(model, (str, os.PathLike)):
+        return Model.from_file(model)
+    if isinstance(model, Mapping):
+        return Model.from_config(model)
+    raise TypeError(f"expected a trellis.Model, a path or a config dict, found "
+                    f"{type(model).__name__}")
+
+
+def compile(model: ModelLike, *, mesh: Optional[str] = None,
+            report: bool = False, **options: Any) -> Plan:
+    """Compiles `model` into a training plan with `trellis compile`'s
+    options: batch, seq, microbatches, mesh ("dp=2,tp=2") or dp/tp/pp/cp,
+    schedule, chunks, pp_layers, zero, sp, cp_kind, optimizer, lr, beta1,
+    beta2, adam_eps, weight_decay, decay_1d, precision, grad_reduce_dtype,
+    recompute, fuse, bucket_mib, explain."""
+    handle = _as_model(model)._handle
+    compile_options = _trellis.CompileOptions()
+    _set_options(compile_options, dict(options, mesh=mesh, report=report))
+    compilation = _trellis.compile(handle, compile_options)
+    return Plan(compilation.text(),
+                compilation.report() if report else None,
+                compilation.diagnostics())
+
+
+class Session:
+    """One rank of a running plan. With a plan of several ranks, every rank
+    makes its session (rank=..., and the same rendezvous directory or TCP
+    store) and makes the same calls in the same order; trellis.launch does
+    that from one process."""
+
+    _PREFIXES = ("adam_m.", "adam_v.", "master.")
+
+    def __init__(self, plan: Union[Plan, PathLike], rank: Optional[int] = None,
+                 *, rendezvous: Optional[PathLike] = None,
+                 master_addr: Optional[str] = None,
+                 master_port: Optional[int] = None, threads: int = 1,
+                 seed: int = 0, timeout: float = 60.0,
+                 nproc: Optional[int] = None, device: str = "cpu",
+                 max_memory: Optional[int] = None,
+                 on_nonfinite: str = "stop",
+                 weights: Optional[PathLike] = None,
+                 load: Optional[PathLike] = None):
+        if not isinstance(plan, Plan):
+            plan = Plan.load(plan)
+        self.plan = plan
+        options = _trellis.SessionOptions()
+        values: Dict[str, Any] = {
+            "rank": rank, "threads": threads, "seed": seed,
+            "timeout": float(timeout), "nproc": nproc, "device": device,
+            "max-memory": max_memory, "on-nonfinite": on_nonfinite,
+            "master-addr": master_addr, "master-port": master_port,
+        }
+        for key, path in (("rendezvous", rendezvous), ("weights", weights),
+                          ("load", load)):
+            if path is not None:
+                values[key] = os.fspath(path)
+        for key, value in values.items():
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value,
+                                                         (int, float, str)):
+                raise TypeError(f"session option {key}={value!r}: expected an "
+                                "int, float or str")
+            if isinstance(value, str):
+                options.set_string(key, value)
+            elif isinstance(value, float):
+                options.set_double(key, value)
+            else:
+                options.set_int(key, value)
+        self._session: Optional[_trellis.Session] = _trellis.Session(
+            plan._handle, options)
+        self.batch_size, self.seq_length, self.vocab_size = (
+            self._session.batch_shape())
+        self.rank: int = self._session.rank()
+
+    def _live(self) -> "_trellis.Session":
+        if self._session is None:
+            raise Error("this session was closed")
+        return self._session
+
+    def _ids(self, name: str, ids: Any) -> np.ndarray:
+        array = np.asarray(ids)
+        if array.dtype.kind not in "iu":
+            raise Error(f"{name}: expected integer token ids, found dtype "
+                        f"{array.dtype}")
+        if array.shape != (self.batch_size, self.seq_length):
+            raise Error(f"{name}: expected the global batch of shape "
+                        f"({self.batch_size}, {self.seq_length}), found "
+                        f"{array.shape}")
+        return np.ascontiguousarray(array, dtype=np.int32)
+
+    def step(self, tokens: Any, targets: Any) -> float:
+        """One training step on the global batch (arrays of shape
+        (batch, seq)); every rank passes the same batch. Returns the loss."""
+        return self._live().step(self._ids("tokens", tokens),
+                                 self._ids("targets", targets))
+
+    @property
+    def loss(self) -> float:
+        """The last step's loss."""
+        return self._live().loss()
+
+    @property
+    def completed_steps(self) -> int:
+        return self._live().completed_steps()
+
+    def tensor_names(self) -> List[str]:
+        """Parameters, then optimizer states ("adam_m.NAME", "adam_v.NAME")
+        and fp32 masters ("master.NAME")."""
+        return self._live().tensor_names()
+
+    def parameter_names(self) -> List[str]:
+        return [name for name in self.tensor_names()
+                if not name.startswith(self._PREFIXES)]
+
+    def tensor_shape(self, name: str) -> Tuple[int, ...]:
+        return tuple(self._live().tensor_shape(name))
+
+    def read(self, name: str) -> np.ndarray:
+        """The whole tensor as a new float32 array (every rank must call
+        it)."""
+        return self._live().read(name)
+
+    def write(self, name: str, values: Any) -> None:
+        """Sets the whole tensor (each rank keeps its piece; every rank
+        passes the same values)."""
+        self._live().write(name, np.ascontiguousarray(values, dtype=np.float32))
+
+    def state_dict(self) -> Dict[str, np.ndarray]:
+        """Every parameter by name (every rank must call it)."""
+        return {name: self.read(name) for name in self.parameter_names()}
+
+    def save(self, dir: PathLike) -> None:
+        """A checkpoint directory (model.safetensors with Hugging Face names,
+        optimizer.safetensors, a manifest); every rank must call it."""
+        self._live().save(os.fspath(dir))
+
+    def load(self, dir: PathLike) -> None:
+        """Resumes from a checkpoint; a refused one changes nothing."""
+        self._live().load(os.fspath(dir))
+
+    def load_weights(self, path: PathLike) -> None:
+        """Parameters from a Hugging Face .safetensors file."""
+        self._live().load_weights(os.fspath(path))
+
+    def close(self) -> None:
+        self._session = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+from ._launch import launch  # noqa: E402  (uses Session)

@@ -1,0 +1,1 @@
+"""PyTorch frontend (in progress)."""
