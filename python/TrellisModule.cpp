@@ -131,6 +131,9 @@ public:
                                    init.c_str(), &value));
     return value;
   }
+  void setFileShape(int64_t value, const std::vector<int64_t> &shape) {
+    check(trellisGraphSetFileShape(handle_, value, shape.data(), shape.size()));
+  }
   int64_t input(const std::string &name, const std::vector<int64_t> &shape,
                 const std::string &dtype) {
     int64_t value;
@@ -403,14 +406,19 @@ public:
     for (size_t i = 0; same && i < shape.size(); ++i)
       same = static_cast<int64_t>(values.shape(i)) == shape[i];
     if (!same) {
-      std::string expected, found;
-      for (int64_t size : shape)
-        expected += (expected.empty() ? "" : ", ") + std::to_string(size);
+      // As Python prints tuples: (64,), (4, 8).
+      auto tuple = [](const std::vector<int64_t> &sizes) {
+        std::string text;
+        for (int64_t size : sizes)
+          text += (text.empty() ? "" : ", ") + std::to_string(size);
+        return "(" + text + (sizes.size() == 1 ? ",)" : ")");
+      };
+      std::vector<int64_t> found;
       for (size_t i = 0; i < values.ndim(); ++i)
-        found += (found.empty() ? "" : ", ") + std::to_string(values.shape(i));
-      throw nb::value_error(("write: tensor \"" + name + "\" has shape (" +
-                             expected + "), found an array of shape (" +
-                             found + ")")
+        found.push_back(static_cast<int64_t>(values.shape(i)));
+      throw nb::value_error(("write: tensor \"" + name + "\" has shape " +
+                             tuple(shape) + ", found an array of shape " +
+                             tuple(found))
                                 .c_str());
     }
     check(trellisSessionWriteTensor(handle_, name.c_str(), values.data(),
@@ -455,6 +463,8 @@ NB_MODULE(_trellis, m) {
       .def(nb::init<>())
       .def("parameter", &Graph::parameter, nb::arg("name"), nb::arg("shape"),
            nb::arg("dtype"), nb::arg("init"))
+      .def("set_file_shape", &Graph::setFileShape, nb::arg("value"),
+           nb::arg("shape"))
       .def("input", &Graph::input, nb::arg("name"), nb::arg("shape"),
            nb::arg("dtype"))
       .def("set_part", &Graph::setPart, nb::arg("kind"), nb::arg("layer") = 0)

@@ -88,6 +88,12 @@ TRELLIS_CAPI_EXPORTED void trellisGraphDestroy(TrellisGraph graph);
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisGraphAddParameter(
     TrellisGraph graph, const char *name, const int64_t *sizes, int64_t rank,
     TrellisDType dtype, const char *init, int64_t *value);
+/** The shape checkpoints and weight files store parameter `value` under:
+ * the same elements in row-major order (a fused [in, 3, out] weight that
+ * Hugging Face stores as [in, 3 * out]). */
+TRELLIS_CAPI_EXPORTED TrellisStatus
+trellisGraphSetFileShape(TrellisGraph graph, int64_t value,
+                         const int64_t *sizes, int64_t rank);
 /** An input: "tokens" and "targets" ([batch, seq] i32) are what sessions
  * feed. */
 TRELLIS_CAPI_EXPORTED TrellisStatus
@@ -106,7 +112,8 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisGraphSetLocation(TrellisGraph graph,
                                                             const char *file,
                                                             int64_t line);
 
-/** Adds the graph op `opName` ("graph.matmul", docs/GraphOps) on `operands`
+/** Adds the graph op `opName` ("graph.matmul": the ops of
+ * include/trellis/Dialect/Graph/IR/GraphOps.td) on `operands`
  * (value numbers) with `attributes`, an MLIR attribute dictionary such as
  * "{transpose_rhs = true}" (NULL or "" for none). Its results' numbers go
  * to `results[0..*numResults)`, `capacity` being room for them. */

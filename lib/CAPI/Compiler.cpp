@@ -508,6 +508,42 @@ TrellisStatus trellisGraphAddParameter(TrellisGraph handle, const char *name,
   return addArgument(*graph, "param", name, type, init, value);
 }
 
+TrellisStatus trellisGraphSetFileShape(TrellisGraph handle, int64_t value,
+                                       const int64_t *sizes, int64_t rank) {
+  Graph *graph = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(graphs.lookup(handle.id, graph));
+  if (value < 0 || value >= static_cast<int64_t>(graph->values.size()) ||
+      !llvm::isa<BlockArgument>(graph->values[value]))
+    return errorStatus("trellisGraphSetFileShape: value " +
+                       std::to_string(value) + " is not a parameter");
+  unsigned index = llvm::cast<BlockArgument>(graph->values[value]).getArgNumber();
+  DictionaryAttr attrs = graph->argAttrs[index];
+  auto role = attrs.getAs<StringAttr>(graph::GraphDialect::kRoleAttrName);
+  if (!role || role.getValue() != "param")
+    return errorStatus("trellisGraphSetFileShape: value " +
+                       std::to_string(value) + " is an input, expected a "
+                       "parameter");
+  if (rank < 1 || !sizes)
+    return errorStatus("trellisGraphSetFileShape: expected a rank >= 1 and "
+                       "its sizes, found rank " +
+                       std::to_string(rank));
+  auto type = llvm::cast<RankedTensorType>(graph->argTypes[index]);
+  int64_t elements = 1;
+  for (int64_t i = 0; i < rank; ++i)
+    elements *= sizes[i];
+  if (elements != type.getNumElements())
+    return errorStatus("trellisGraphSetFileShape: the parameter has " +
+                       std::to_string(type.getNumElements()) +
+                       " elements, the file shape " +
+                       std::to_string(elements));
+  NamedAttrList list(attrs);
+  Builder builder(graph->context.get());
+  list.set(graph::GraphDialect::kFileShapeAttrName,
+           builder.getDenseI64ArrayAttr(llvm::ArrayRef<int64_t>(sizes, rank)));
+  graph->argAttrs[index] = list.getDictionary(graph->context.get());
+  return nullptr;
+}
+
 TrellisStatus trellisGraphAddInput(TrellisGraph handle, const char *name,
                                    const int64_t *sizes, int64_t rank,
                                    TrellisDType dtype, int64_t *value) {

@@ -93,10 +93,15 @@ class Graph:
         self._part: Tuple[str, int] = ("none", 0)
 
     def parameter(self, name: str, shape: Sequence[int], dtype: str = "f32",
-                  init: str = "normal:0.02") -> Value:
+                  init: str = "normal:0.02",
+                  file_shape: Optional[Sequence[int]] = None) -> Value:
         """A parameter named `name` (its checkpoint name), initialized by
-        "zeros", "ones" or "normal:STD"."""
-        return Value(self, self._graph.parameter(name, list(shape), dtype, init))
+        "zeros", "ones" or "normal:STD"; `file_shape` is the shape weight
+        files store its elements under when it differs."""
+        index = self._graph.parameter(name, list(shape), dtype, init)
+        if file_shape is not None:
+            self._graph.set_file_shape(index, list(file_shape))
+        return Value(self, index)
 
     def input(self, name: str, shape: Sequence[int], dtype: str = "i32") -> Value:
         """An input: "tokens" and "targets" ([batch, seq] i32) are what
@@ -268,7 +273,7 @@ class Session:
                  nproc: Optional[int] = None, device: str = "cpu",
                  max_memory: Optional[int] = None,
                  on_nonfinite: str = "stop",
-                 weights: Optional[PathLike] = None,
+                 weights: Union[None, PathLike, Mapping[str, Any]] = None,
                  load: Optional[PathLike] = None):
         if not isinstance(plan, Plan):
             plan = Plan.load(plan)
@@ -280,6 +285,11 @@ class Session:
             "max-memory": max_memory, "on-nonfinite": on_nonfinite,
             "master-addr": master_addr, "master-port": master_port,
         }
+        # Weights as arrays by name (trellis.torch's model.weights) are
+        # written once the session exists.
+        named_weights = weights if isinstance(weights, Mapping) else None
+        if named_weights is not None:
+            weights = None
         for key, path in (("rendezvous", rendezvous), ("weights", weights),
                           ("load", load)):
             if path is not None:
@@ -302,6 +312,8 @@ class Session:
         self.batch_size, self.seq_length, self.vocab_size = (
             self._session.batch_shape())
         self.rank: int = self._session.rank()
+        if named_weights is not None:
+            self.write_weights(named_weights)
 
     def _live(self) -> "_trellis.Session":
         if self._session is None:
@@ -355,6 +367,22 @@ class Session:
         """Sets the whole tensor (each rank keeps its piece; every rank
         passes the same values)."""
         self._live().write(name, np.ascontiguousarray(values, dtype=np.float32))
+
+    def write_weights(self, weights: Mapping[str, Any]) -> None:
+        """Sets parameters from arrays by name (their fp32 master weights
+        too, under mixed precision); every parameter must be given."""
+        names = set(self.tensor_names())
+        missing = [n for n in self.parameter_names() if n not in weights]
+        if missing:
+            raise Error(f"weights: missing parameter {missing[0]!r} (and "
+                        f"{len(missing) - 1} more)" if len(missing) > 1 else
+                        f"weights: missing parameter {missing[0]!r}")
+        for name, values in weights.items():
+            if name not in names:
+                raise Error(f"weights: {name!r} is not a parameter of the plan")
+            self.write(name, values)
+            if "master." + name in names:
+                self.write("master." + name, values)
 
     def state_dict(self) -> Dict[str, np.ndarray]:
         """Every parameter by name (every rank must call it)."""

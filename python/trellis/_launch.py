@@ -24,6 +24,9 @@ from ._trellis import Error
 # `if __name__ == "__main__":` guard.
 _WORKER_VARIABLE = "TRELLIS_LAUNCH_RANK"
 
+# After a rank fails, how long the others have to report theirs.
+_PEER_GRACE_SECONDS = 2.0
+
 
 def _train_on(session: Any, batches: Sequence[Tuple[Any, Any]]) -> List[float]:
     return [session.step(tokens, targets) for tokens, targets in batches]
@@ -48,17 +51,25 @@ def _run_rank(directory: str, rank: int) -> None:
         with trellis.Session(plan, rank if rendezvous else None,
                              rendezvous=rendezvous, **job["options"]) as session:
             fn = job["fn"]
-            value = (fn(session, *job["args"]) if fn else
-                     _train_on(session, job["batches"]))
-        outcome: Tuple[str, Any] = ("ok", value)
+            try:
+                value = (fn(session, *job["args"]) if fn else
+                         _train_on(session, job["batches"]))
+                outcome: Tuple[str, Any, float] = ("ok", value, time.time())
+            except BaseException as error:
+                # Timed before the session closes: closing fails the peers.
+                outcome = _failure(error)
     except BaseException as error:  # every failure goes back to the caller
-        message = str(error) if type(error).__name__ == "Error" else (
-            f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
-        outcome = ("error", message)
+        outcome = _failure(error)
     partial = result_path + ".partial"
     with open(partial, "wb") as file:
         pickle.dump(outcome, file)
     os.replace(partial, result_path)
+
+
+def _failure(error: BaseException) -> Tuple[str, str, float]:
+    message = str(error) if type(error).__name__ == "Error" else (
+        f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
+    return ("error", message, time.time())
 
 
 class _Namespace:
@@ -136,23 +147,39 @@ def launch(plan: Any, nproc: Optional[int] = None,
                 env=dict(environment)))
         values: List[Any] = [None] * ranks
         pending = set(range(ranks))
-        while pending:
+        # (when, rank, message): a rank's failure fails its peers' collectives
+        # soon after, so the earliest is the cause.
+        failures: List[Tuple[float, int, str]] = []
+        deadline = None
+        while pending and (deadline is None or time.time() < deadline):
             for rank in sorted(pending):
                 code = processes[rank].poll()
                 if code is None:
                     continue
+                pending.discard(rank)
                 result_path = os.path.join(directory, f"result-{rank}.pickle")
                 if not os.path.exists(result_path):
                     how = (f"was killed by signal {-code}" if code < 0 else
                            f"exited with code {code}")
-                    raise Error(f"rank {rank} {how} before returning a result")
+                    failures.append((time.time(), rank,
+                                     f"{how} before returning a result"))
+                    continue
                 with open(result_path, "rb") as file:
-                    status, value = pickle.load(file)
-                if status != "ok":
-                    raise Error(f"rank {rank}: {value}")
-                values[rank] = value
-                pending.discard(rank)
+                    status, value, when = pickle.load(file)
+                if status == "ok":
+                    values[rank] = value
+                else:
+                    failures.append((when, rank, value))
+            if failures and deadline is None:
+                deadline = time.time() + _PEER_GRACE_SECONDS
             time.sleep(0.02)
+        if failures:
+            when, rank, message = min(failures)
+            others = sorted(r for _, r, _ in failures if r != rank)
+            also = (f" (then rank{'s' if len(others) > 1 else ''} "
+                    f"{', '.join(map(str, others))} failed too)"
+                    if others else "")
+            raise Error(f"rank {rank}: {message}{also}")
         return values
     finally:
         for process in processes:

@@ -1,0 +1,172 @@
+"""The Python API over the C API: compiling, plans, sessions, tensors,
+checkpoints, the graph builder, and every refusal as trellis.Error."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import trellis
+from conftest import batches
+
+
+def test_version_and_stubs() -> None:
+    assert trellis.__version__ == "0.1.0"
+    package = os.path.dirname(trellis.__file__)
+    assert os.path.exists(os.path.join(package, "_trellis.pyi"))
+    assert os.path.exists(os.path.join(package, "py.typed"))
+
+
+def test_compile_report_and_plan_files(gpt2_tiny: str, tmp_path) -> None:
+    plan = trellis.compile(gpt2_tiny, batch=4, seq=16, report=True)
+    assert plan.num_ranks == 1
+    report = plan.report()
+    assert report["model_parameters"] == 124672
+    assert report["per_rank"]
+    path = tmp_path / "gpt2.plan"
+    plan.save(path)
+    assert trellis.Plan.load(path).text == plan.text
+    # The same model from a dict, and from its MLIR.
+    with open(gpt2_tiny) as file:
+        config = json.load(file)
+
+    def content(text: str) -> dict:
+        plan = json.loads(text)
+        del plan["checksum"], plan["metadata"]["source"]
+        return plan
+
+    assert content(trellis.compile(config, batch=4, seq=16).text) == content(
+        plan.text)
+    mlir = trellis.Model.from_file(gpt2_tiny).mlir(batch=4, seq=16)
+    assert "func.func @forward" in mlir
+    as_mlir = trellis.compile(trellis.Model.from_mlir(mlir), seq=16)
+    assert trellis.Plan(as_mlir.text).num_ranks == 1
+
+
+def test_session_tensors_and_checkpoints(gpt2_tiny: str, tmp_path) -> None:
+    plan = trellis.compile(gpt2_tiny, batch=4, seq=16, lr=3e-3)
+    data = batches(256, 4, 16, 4)
+    with trellis.Session(plan) as session:
+        assert (session.batch_size, session.seq_length,
+                session.vocab_size) == (4, 16, 256)
+        names = session.tensor_names()
+        assert names[0] == "transformer.wte.weight"
+        assert "adam_m.transformer.ln_f.bias" in names
+        assert session.tensor_shape("transformer.h.0.attn.c_attn.weight") == (
+            64, 192)
+        table = session.read("transformer.wte.weight")
+        assert table.dtype == np.float32 and table.shape == (256, 64)
+        session.write("transformer.wte.weight", table * 0.5)
+        np.testing.assert_array_equal(session.read("transformer.wte.weight"),
+                                      table * 0.5)
+        losses = [session.step(*b) for b in data[:2]]
+        assert session.loss == losses[-1]
+        assert session.completed_steps == 2
+        assert session.read("adam_m.transformer.ln_f.bias").any()
+        session.save(tmp_path / "checkpoint")
+        weights = session.state_dict()
+        assert set(weights) == set(session.parameter_names())
+        later = [session.step(*b) for b in data[2:]]
+    with trellis.Session(plan, load=tmp_path / "checkpoint") as resumed:
+        assert resumed.completed_steps == 2
+        assert [resumed.step(*b) for b in data[2:]] == later
+    # Weights as arrays by name: the state after two steps, the same next
+    # loss as a checkpoint's parameters with fresh moments.
+    with trellis.Session(plan, weights=weights) as fresh, trellis.Session(
+            plan, weights=tmp_path / "checkpoint" / "model.safetensors") as hf:
+        assert fresh.step(*data[2]) == hf.step(*data[2])
+
+
+def test_graph_builder_equals_mlir_text(examples: str) -> None:
+    g = trellis.Graph()
+    embed = g.parameter("embed.weight", (64, 32))
+    ups = [g.parameter(f"layers.{i}.up.weight", (32, 128)) for i in range(2)]
+    downs = [g.parameter(f"layers.{i}.down.weight", (128, 32))
+             for i in range(2)]
+    norm = g.parameter("norm.weight", (32,), init="ones")
+    tokens = g.input("tokens", (4, 16))
+    targets = g.input("targets", (4, 16))
+    with g.part("embedding"):
+        x = g.op("embedding", embed, tokens)
+    assert x.shape == (4, 16, 32) and x.dtype == "f32"
+    for i in range(2):
+        with g.part("layer", i):
+            g.location(f"layers.{i}", "tiny_lm.py", 10 + i)
+            h = g.op("gelu", g.op("matmul", x, ups[i]))
+            x = g.op("add", x, g.op("matmul", h, downs[i]))
+    with g.part("head"):
+        logits = g.op("matmul", g.op("rms_norm", x, norm, epsilon=1e-5), embed,
+                      transpose_rhs=True)
+        loss = g.op("cross_entropy", logits, targets)
+    built = g.finish(loss)
+    parsed = trellis.Model.from_file(os.path.join(examples, "tiny_lm.mlir"))
+    data = batches(64, 4, 16, 3)
+    losses = []
+    for model in (built, parsed):
+        for mesh in (None, "pp=2"):
+            plan = trellis.compile(model, mesh=mesh)
+            if mesh:
+                losses.append(trellis.launch(plan, batches=data)[0])
+            else:
+                with trellis.Session(plan) as session:
+                    losses.append([session.step(*b) for b in data])
+    for other in losses[1:]:
+        np.testing.assert_allclose(other, losses[0], rtol=1e-6)
+
+
+def test_errors(gpt2_tiny: str, tmp_path) -> None:
+    with pytest.raises(trellis.Error, match="it does not exist"):
+        trellis.compile("/nonexistent/model.json")
+    with pytest.raises(trellis.Error, match="field \"n_layer\""):
+        trellis.compile({"model_type": "gpt2", "n_layer": 0})
+    with pytest.raises(trellis.Error, match="unknown compile option 'dpp'"):
+        trellis.compile(gpt2_tiny, dpp=2)
+    with pytest.raises(trellis.Error, match="takes a string, found an integer"):
+        trellis.compile(gpt2_tiny, mesh=2)
+    with pytest.raises(trellis.Error, match="is not divisible by tp=3"):
+        trellis.compile(gpt2_tiny, mesh="tp=3", batch=4, seq=16)
+    with pytest.raises(trellis.Error, match="compiled without a report"):
+        trellis.compile(gpt2_tiny, batch=4, seq=16).report()
+    with pytest.raises(TypeError, match="graph.finish"):
+        trellis.compile(trellis.Graph())
+
+    g = trellis.Graph()
+    w = g.parameter("w", (4, 8))
+    with pytest.raises(trellis.Error, match="contracting sizes differ"):
+        g.op("matmul", w, w)
+    with pytest.raises(trellis.Error, match="unknown graph op 'graph.conv2d'"):
+        g.op("conv2d", w)
+    with pytest.raises(TypeError, match="not a value of this graph"):
+        g.op("add", w, trellis.Graph().parameter("x", (4, 8)))
+    with pytest.raises(trellis.Error, match="expected the loss to be a scalar"):
+        g.finish(w)
+
+    plan = trellis.compile(gpt2_tiny, batch=4, seq=16)
+    session = trellis.Session(plan)
+    tokens = np.zeros((4, 16), np.int32)
+    with pytest.raises(trellis.Error, match=r"expected the global batch of "
+                       r"shape \(4, 16\), found \(4, 15\)"):
+        session.step(tokens[:, :15], tokens[:, :15])
+    with pytest.raises(trellis.Error, match="expected integer token ids"):
+        session.step(tokens.astype(np.float32), tokens)
+    bad = tokens.copy()
+    bad[0, 3] = 256
+    with pytest.raises(trellis.Error, match=r"tokens\[0, 3\] is 256"):
+        session.step(bad, tokens)
+    with pytest.raises(trellis.Error, match="no tensor named \"wte\""):
+        session.read("wte")
+    with pytest.raises(ValueError, match="has shape \\(64,\\), found an array "
+                       "of shape \\(3,\\)"):
+        session.write("transformer.ln_f.bias", np.zeros(3))
+    with pytest.raises(trellis.Error, match="holds NaN"):
+        session.write("transformer.ln_f.bias", np.full(64, np.nan))
+    with pytest.raises(trellis.Error, match="missing parameter"):
+        session.write_weights({})
+    with pytest.raises(trellis.Error, match="session option 'threads'"):
+        trellis.Session(plan, threads="2")
+    with pytest.raises(trellis.Error, match="--threads in \\[1, 4096\\]"):
+        trellis.Session(plan, threads=0)
+    session.close()
+    with pytest.raises(trellis.Error, match="this session was closed"):
+        session.step(tokens, tokens)

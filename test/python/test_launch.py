@@ -1,0 +1,52 @@
+"""trellis.launch: the ranks of dp, tp and pp plans as processes, equal to
+the one-rank run; failing and dying ranks named."""
+
+import numpy as np
+import pytest
+
+import trellis
+from conftest import batches
+
+MESHES = [("dp=2", 1), ("tp=2", 1), ("pp=2", 2), ("dp=2,tp=2", 1)]
+
+
+def test_meshes_equal_one_rank(gpt2_tiny: str) -> None:
+    data = batches(256, 4, 16, 3)
+    reference = trellis.launch(trellis.compile(gpt2_tiny, batch=4, seq=16),
+                               batches=data)[0]
+    for mesh, microbatches in MESHES:
+        plan = trellis.compile(gpt2_tiny, batch=4, seq=16, mesh=mesh,
+                               microbatches=microbatches)
+        per_rank = trellis.launch(plan, batches=data)
+        assert len(per_rank) == plan.num_ranks
+        for losses in per_rank:  # every rank reports the loss
+            np.testing.assert_allclose(losses, reference, rtol=1e-5,
+                                       err_msg=mesh)
+
+
+def rank_and_norm(session: trellis.Session, scale: float) -> tuple:
+    """A rank's own function: its rank and a gathered tensor's norm."""
+    table = session.read("transformer.wte.weight")
+    return session.rank, float(np.linalg.norm(table)) * scale
+
+
+def failing(session: trellis.Session) -> None:
+    if session.rank == 1:
+        raise ValueError("rank one refuses")
+    session.read("transformer.wte.weight")
+
+
+def test_functions_and_failures(gpt2_tiny: str) -> None:
+    plan = trellis.compile(gpt2_tiny, batch=4, seq=16, mesh="tp=2")
+    results = trellis.launch(plan, fn=rank_and_norm, args=(2.0,))
+    assert [rank for rank, _ in results] == [0, 1]
+    assert results[0][1] == results[1][1]
+    with pytest.raises(trellis.Error, match="rank 1: ValueError: rank one "
+                       "refuses"):
+        trellis.launch(plan, fn=failing, timeout=5)
+    with pytest.raises(trellis.Error, match="expected nproc=2, found 4"):
+        trellis.launch(plan, nproc=4, fn=failing)
+    with pytest.raises(trellis.Error, match="expected fn .* or batches"):
+        trellis.launch(plan)
+    with pytest.raises(trellis.Error, match="cannot send the job"):
+        trellis.launch(plan, fn=lambda session: None)
