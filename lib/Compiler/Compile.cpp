@@ -9,6 +9,7 @@
 #include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Autodiff/Passes.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Graph/Transforms/Passes.h"
 #include "trellis/Pipeline/Passes.h"
 #include "trellis/Pipeline/PipelineSplit.h"
@@ -376,6 +377,17 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
   model.metadata["precision"] = options.precision;
   mlir::ModuleOp module = model.module.get();
   mlir::MLIRContext &context = *module.getContext();
+  // The vocabulary the runtime checks token ids against: a model not made
+  // from a config (MLIR, built, converted) has it in its loss's logits,
+  // before any split.
+  if (!model.metadata.get("vocab_size"))
+    module.walk([&](graph::CrossEntropyOp loss) {
+      model.metadata["vocab_size"] =
+          llvm::cast<mlir::RankedTensorType>(loss.getLogits().getType())
+              .getShape()
+              .back();
+      return mlir::WalkResult::interrupt();
+    });
   CompiledModel compiled;
   compiled.modelParameters = countModelParameters(module);
   compiled.meshAxes = degrees->axes;

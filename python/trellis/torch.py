@@ -108,10 +108,12 @@ def _source_line(node: Any) -> Tuple[Optional[str], int]:
 
 
 def _describe(node: Any) -> str:
+    """`aten.op (node, in module.path, at file:line)`."""
     file, line = _source_line(node)
-    where = f" at {file}:{line}" if file else ""
     module = _module_path(node)
-    return f"{node.target} ({node.name}{', in ' + module if module else ''}{where})"
+    parts = [node.name] + ([f"in {module}"] if module else []) + (
+        [f"at {file}:{line}"] if file else [])
+    return f"{node.target} ({', '.join(parts)})"
 
 
 def _module_path(node: Any) -> str:
@@ -1083,20 +1085,47 @@ def _canonical_names(module: "torch.nn.Module") -> Dict[str, str]:
     return names
 
 
+def _check_no_buffer_writes(exported: Any) -> None:
+    """Refuses a forward that writes a buffer (running statistics, counters):
+    state that changes outside the trained parameters has no place."""
+    signature = exported.graph_signature
+    mutated = sorted(signature.buffers_to_mutate.values())
+    for node in exported.graph_module.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None or \
+                not schema.is_mutable:
+            continue
+        for argument, value in zip(schema.arguments, node.args):
+            written = argument.alias_info is not None and \
+                argument.alias_info.is_write
+            if written and isinstance(value, torch.fx.Node) and \
+                    value.name in signature.inputs_to_buffers:
+                buffer = signature.inputs_to_buffers[value.name]
+                mutated.append(f"{buffer[2:]} by {_describe(node)}")
+    if mutated:
+        raise Error(f"the module writes its buffers in forward ({'; '.join(mutated)}): "
+                    "Trellis cannot place state that changes outside the "
+                    "trained parameters")
+
+
 def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
-                loss: Optional[Callable[[Any, Any], Any]] = None) -> TorchModel:
+                loss: Optional[Callable[[Any, Any], Any]] = None, *,
+                dynamic_shapes: Any = None) -> TorchModel:
     """Converts `module` (called as module(tokens); its output, or its
     `.logits`, the logits [batch, seq, vocab]) and its loss into a Trellis
     model at the shapes of `example_inputs` = (tokens, targets), integer
     tensors [batch, seq]. `loss(output, targets)` defaults to the mean
     cross-entropy of the logits against the targets. The module should be
-    in eval mode (dropout off: Trellis steps are deterministic)."""
+    in eval mode (dropout off: Trellis steps are deterministic). Plans have
+    static shapes: `dynamic_shapes` (torch.export's) is refused, naming the
+    dimension."""
     if not isinstance(module, torch.nn.Module):
         raise Error(f"from_module: expected a torch.nn.Module, found "
                     f"{type(module).__name__}")
     if not isinstance(example_inputs, (tuple, list)) or len(example_inputs) != 2:
         raise Error("from_module: expected example_inputs = (tokens, targets)")
-    tokens, targets = (torch.as_tensor(t) for t in example_inputs)
+    # Copies: one tensor passed twice would be one input to torch.export.
+    tokens, targets = (torch.as_tensor(t).clone() for t in example_inputs)
     if tokens.dim() != 2 or tokens.shape != targets.shape:
         raise Error(f"from_module: expected tokens and targets of one shape "
                     f"[batch, seq], found {tuple(tokens.shape)} and "
@@ -1107,16 +1136,12 @@ def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
                         "parameters only")
     wrapper = _WithLoss(module, loss or _default_loss)
     try:
-        exported = torch.export.export(wrapper, (tokens, targets))
+        exported = torch.export.export(wrapper, (tokens, targets),
+                                       dynamic_shapes=dynamic_shapes)
     except Exception as error:  # torch's own message says what failed
         raise Error(f"from_module: torch.export failed: "
                     f"{type(error).__name__}: {error}") from None
-    if exported.graph_signature.buffers_to_mutate:
-        mutated = ", ".join(sorted(
-            exported.graph_signature.buffers_to_mutate.values()))
-        raise Error(f"the module writes its buffers ({mutated}) in forward: "
-                    "Trellis cannot place state that changes outside "
-                    "training's parameters")
+    _check_no_buffer_writes(exported)
     converter = _Converter(exported, module, _canonical_names(module))
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 50000))
