@@ -12,6 +12,7 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools lld-22
   libgloo-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libzstd-dev zlib1g-dev
   libgtest-dev libbenchmark-dev libcli11-dev cmake ninja-build python3
+  python3-venv python3-dev
 )
 missing=()
 for package in "${packages[@]}"; do

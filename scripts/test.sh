@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Sets up and builds Trellis, then runs every test: the lit suite (MLIR and
-# CLI tests) and the GoogleTest suites through ctest.
+# Sets up and builds Trellis, then runs every test: the lit suite (MLIR,
+# CLI and C API tests), the GoogleTest suites through ctest, the Python
+# tests (pytest) and `pip install .` with the README's Python example.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${TRELLIS_BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh"
+
+# The Python package in the build tree, with the tests' environment (made
+# once outside the clone, scripts/python-env.sh).
+python=$("$root/scripts/python-env.sh")
+cmake -S "$root" -B "$build" -DTRELLIS_PYTHON=ON \
+  -DPython_EXECUTABLE="$python" >/dev/null
+ninja -C "$build" -j "${TRELLIS_JOBS:-$(nproc)}" all
 
 echo "== lit =="
 /usr/lib/llvm-22/bin/lit -sv "$build/test"
@@ -23,8 +31,24 @@ if [[ ! -f $runtime_build/build.ninja ]]; then
     -DCMAKE_DISABLE_FIND_PACKAGE_LLVM=ON >/dev/null
 fi
 ninja -C "$runtime_build" -j "$(nproc)" all
-if ldd "$runtime_build/bin/trellis-run" | grep -E 'lib(MLIR|LLVM)'; then
-  echo "trellis-run links MLIR or LLVM" >&2
-  exit 1
-fi
+for binary in bin/trellis-run lib/libTrellisRuntimeC.so; do
+  if ldd "$runtime_build/$binary" | grep -E 'lib(MLIR|LLVM)'; then
+    echo "$binary links MLIR or LLVM" >&2
+    exit 1
+  fi
+done
 ctest --test-dir "$runtime_build" --output-on-failure -j "$(nproc)"
+
+echo "== python (pytest) =="
+PYTHONPATH="$build/python" "$python" -m pytest -q -p no:cacheprovider \
+  "$root/test/python"
+
+# The package as users install it, then the README's Python example, run
+# as written from outside the source tree.
+echo "== pip install . =="
+"$python" -m pip install -q "$root"
+example=$(mktemp -d)
+trap 'rm -rf "$example"' EXIT
+sed -n '/^```python$/,/^```$/p' "$root/README.md" | sed '1d;$d' \
+  > "$example/readme_example.py"
+(cd "$example" && "$python" readme_example.py)

@@ -574,6 +574,16 @@ static int runErrors(const char *config, const char *dir) {
                                     "zeros", &other));
   CHECK_OK(trellisGraphAddInput(graph, "tokens", ids, 2, TRELLIS_DTYPE_I32,
                                 &tokens));
+  const int64_t flat[] = {32}, half[] = {16};
+  CHECK_OK(trellisGraphSetFileShape(graph, weight, flat, 1));
+  expectError("file shape of an input",
+              trellisGraphSetFileShape(graph, tokens, flat, 1));
+  expectError("file shape of no parameter",
+              trellisGraphSetFileShape(graph, 99, flat, 1));
+  expectError("file shape without sizes",
+              trellisGraphSetFileShape(graph, weight, flat, 0));
+  expectError("file shape of other elements",
+              trellisGraphSetFileShape(graph, weight, half, 1));
   int64_t pair[2] = {weight, weight}, mixed[2] = {weight, other},
           wrong[2] = {weight, 99};
   expectError("unknown op",
