@@ -400,6 +400,17 @@ public:
     return nb::ndarray<nb::numpy, float>(values, dims.size(), dims.data(),
                                          owner);
   }
+  /// The tensor's own memory as a NumPy array (no copy), which keeps the
+  /// session alive.
+  nb::ndarray<nb::numpy, float> view(const std::string &name) {
+    float *data = nullptr;
+    int64_t count = 0;
+    check(trellisSessionGetTensorView(handle_, name.c_str(), &data, &count));
+    std::vector<int64_t> shape = tensorShape(name);
+    std::vector<size_t> dims(shape.begin(), shape.end());
+    return nb::ndarray<nb::numpy, float>(data, dims.size(), dims.data(),
+                                         nb::find(this));
+  }
   void write(const std::string &name, ValueArray values) {
     std::vector<int64_t> shape = tensorShape(name);
     bool same = values.ndim() == shape.size();
@@ -514,6 +525,7 @@ NB_MODULE(_trellis, m) {
       .def("tensor_names", &Session::tensorNames)
       .def("tensor_shape", &Session::tensorShape, nb::arg("name"))
       .def("read", &Session::read, nb::arg("name"))
+      .def("view", &Session::view, nb::arg("name"))
       .def("write", &Session::write, nb::arg("name"), nb::arg("values"))
       .def("save", &Session::save, nb::arg("dir"))
       .def("load", &Session::load, nb::arg("dir"))

@@ -363,6 +363,13 @@ class Session:
         it)."""
         return self._live().read(name)
 
+    def view(self, name: str) -> np.ndarray:
+        """The tensor's own memory, no copy, where this rank holds it whole
+        as float32 in host memory (one rank, or a replicated tensor): each
+        step updates it in place; writing into it changes this rank's copy
+        only. Raises trellis.Error saying why otherwise (read copies)."""
+        return self._live().view(name)
+
     def write(self, name: str, values: Any) -> None:
         """Sets the whole tensor (each rank keeps its piece; every rank
         passes the same values)."""

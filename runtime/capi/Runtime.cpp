@@ -391,6 +391,26 @@ TrellisStatus trellisSessionReadTensor(TrellisSession handle, const char *name,
   });
 }
 
+TrellisStatus trellisSessionGetTensorView(TrellisSession handle,
+                                          const char *name, float **data,
+                                          int64_t *count) {
+  TRELLIS_CAPI_REQUIRE(name);
+  TRELLIS_CAPI_REQUIRE(data);
+  TRELLIS_CAPI_REQUIRE(count);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(usableSession(handle, session));
+  StatusOr<float *> view = session->trainer->tensorView(name);
+  if (!view.ok())
+    return toStatus(view.status());
+  StatusOr<std::vector<int64_t>> shape = session->trainer->tensorShape(name);
+  int64_t elements = 1;
+  for (int64_t size : *shape)
+    elements *= size;
+  *data = *view;
+  *count = elements;
+  return nullptr;
+}
+
 TrellisStatus trellisSessionWriteTensor(TrellisSession handle,
                                         const char *name, const float *values,
                                         int64_t count) {

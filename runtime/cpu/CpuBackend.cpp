@@ -132,6 +132,7 @@ class CpuDevice : public Device {
 public:
   explicit CpuDevice(const DeviceOptions &options) : options_(options) {}
   std::string name() const override { return "cpu"; }
+  bool hostAddressable() const override { return true; }
 
   MemoryBudget memoryBudget() const override {
     return hostMemoryBudget(options_);

@@ -493,6 +493,37 @@ Status Trainer::readTensor(const std::string &name,
   return Status::success();
 }
 
+StatusOr<float *> Trainer::tensorView(const std::string &name) {
+  int64_t argument = namedArgument(name);
+  if (argument < 0)
+    return unknownTensor(name);
+  const Plan &plan = executor_->plan();
+  const Argument &desc = plan.arguments[argument];
+  std::string cannot = "tensor \"" + name + "\" has no view: ";
+  if (!executor_->device().hostAddressable())
+    return Status::error(cannot + "the " + executor_->device().name() +
+                         " device's memory is not host memory (read copies "
+                         "it)");
+  if (plan.buffers[desc.buffer].dtype != DType::F32)
+    return Status::error(cannot + "it is held in " +
+                         dtypeName(plan.buffers[desc.buffer].dtype) +
+                         ", a view is fp32");
+  for (const std::vector<size_t> &axes : desc.sharding)
+    if (!axes.empty())
+      return Status::error(cannot + "it is split over the ranks (read "
+                           "gathers it)");
+  if (!plan.holds(desc.stages))
+    return Status::error(cannot + "this rank's pipeline stage does not hold "
+                         "it");
+  ShardLayout layout = layoutOf(argument);
+  int64_t whole = 1;
+  for (int64_t size : layout.globalShape)
+    whole *= size;
+  if (executor_->argument(argument).size() != whole)
+    return Status::error(cannot + "its buffer is padded");
+  return executor_->argument(argument).f32();
+}
+
 Status Trainer::writeTensor(const std::string &name, const float *values,
                             int64_t count) {
   int64_t argument = namedArgument(name);

@@ -358,8 +358,22 @@ static int runSession(const char *config, const char *dir) {
   CHECK_TRUE(memcmp(table, back, sizeof(float) * elements) == 0,
              "a written tensor reads back different");
 
+  /* The view: the tensor's own memory, updated in place by each step. */
+  float *view = NULL;
+  int64_t viewCount = 0;
+  CHECK_OK(trellisSessionGetTensorView(session, "transformer.wte.weight",
+                                       &view, &viewCount));
+  CHECK_TRUE(viewCount == elements &&
+                 memcmp(view, back, sizeof(float) * elements) == 0,
+             "the view differs from the tensor");
   float losses[4], resumed[2], loss = 0;
   train(session, 2, losses);
+  CHECK_OK(trellisSessionReadTensor(session, "transformer.wte.weight", back,
+                                    elements));
+  CHECK_TRUE(memcmp(view, back, sizeof(float) * elements) == 0 &&
+                 memcmp(view, table, sizeof(float) * elements) != 0,
+             "the view does not follow the steps");
+  printf("view follows the steps\n");
   CHECK_OK(trellisSessionGetLoss(session, &loss));
   CHECK_TRUE(loss == losses[1], "GetLoss differs from the step's loss");
   float moment[64];
@@ -726,6 +740,36 @@ static int runErrors(const char *config, const char *dir) {
   CHECK_OK(trellisSessionStep(session, batchTokens, batchTargets, count, &loss));
   trellisSessionDestroy(session);
   expectError("destroyed session", trellisSessionGetLoss(session, &loss));
+
+  /* A split tensor has no view. */
+  CHECK_OK(trellisCompileOptionsSetString(options, "mesh", "tp=2"));
+  TrellisCompilation tp;
+  CHECK_OK(trellisCompile(model, options, &tp));
+  TrellisPlan tpPlan;
+  CHECK_OK(trellisCompilationGetPlan(tp, &tpPlan));
+  char tpRendezvous[4096];
+  snprintf(tpRendezvous, sizeof(tpRendezvous), "%s/tp-view", dir);
+  makeFreshDirectory(tpRendezvous);
+  pid_t tpPeer = fork();
+  CHECK_TRUE(tpPeer >= 0, "fork");
+  if (tpPeer == 0) {
+    TrellisSession mine = openSession(tpPlan, 1, tpRendezvous);
+    trellisSessionDestroy(mine);
+    _exit(0);
+  }
+  TrellisSession split = openSession(tpPlan, 0, tpRendezvous);
+  float *splitView;
+  int64_t splitCount;
+  expectError("view of a split tensor",
+              trellisSessionGetTensorView(split, "transformer.wte.weight",
+                                          &splitView, &splitCount));
+  CHECK_OK(trellisSessionGetTensorView(split, "transformer.ln_f.bias",
+                                       &splitView, &splitCount));
+  CHECK_TRUE(splitCount == 64, "a replicated tensor's view");
+  trellisSessionDestroy(split);
+  waitpid(tpPeer, NULL, 0);
+  trellisPlanDestroy(tpPlan);
+  trellisCompilationDestroy(tp);
 
   /* A rank of a 2-rank plan: its options, then its peer's death. */
   CHECK_OK(trellisCompileOptionsSetString(options, "mesh", "dp=2"));

@@ -60,7 +60,12 @@ def test_session_tensors_and_checkpoints(gpt2_tiny: str, tmp_path) -> None:
         session.write("transformer.wte.weight", table * 0.5)
         np.testing.assert_array_equal(session.read("transformer.wte.weight"),
                                       table * 0.5)
+        view = session.view("transformer.wte.weight")  # no copy
         losses = [session.step(*b) for b in data[:2]]
+        np.testing.assert_array_equal(view, session.read(
+            "transformer.wte.weight"))
+        assert not np.array_equal(view, table * 0.5)  # updated in place
+        assert np.shares_memory(view, session.view("transformer.wte.weight"))
         assert session.loss == losses[-1]
         assert session.completed_steps == 2
         assert session.read("adam_m.transformer.ln_f.bias").any()

@@ -27,6 +27,9 @@ def test_meshes_equal_one_rank(gpt2_tiny: str) -> None:
 def rank_and_norm(session: trellis.Session, scale: float) -> tuple:
     """A rank's own function: its rank and a gathered tensor's norm."""
     table = session.read("transformer.wte.weight")
+    with pytest.raises(trellis.Error, match="split over the ranks"):
+        session.view("transformer.wte.weight")
+    assert session.view("transformer.ln_f.bias").shape == (64,)
     return session.rank, float(np.linalg.norm(table)) * scale
 
 

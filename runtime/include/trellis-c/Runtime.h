@@ -141,6 +141,14 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetTensorShape(
  * its size). Every rank must call it. */
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionReadTensor(
     TrellisSession session, const char *name, float *values, int64_t count);
+/** The memory of tensor `name` itself (`*count` fp32 values at `*data`),
+ * when this rank holds it whole, as fp32, in host memory: valid until the
+ * session is destroyed, updated in place by each step; writes through it
+ * change this rank's copy only (between steps). Otherwise the call fails
+ * saying why (split over ranks, held in bf16, device memory): read it. */
+TRELLIS_CAPI_EXPORTED TrellisStatus
+trellisSessionGetTensorView(TrellisSession session, const char *name,
+                            float **data, int64_t *count);
 /** Sets the whole tensor `name` from `count` fp32 values (each rank keeps
  * its piece; a bf16 or fp16 tensor is rounded). Every rank must call it with
  * the same values. */

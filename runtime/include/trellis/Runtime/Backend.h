@@ -96,6 +96,10 @@ public:
   /// The backend's name ("cpu").
   virtual std::string name() const = 0;
 
+  /// Whether tensors' memory is host memory a caller may read and write
+  /// directly between runs (a session's views of its parameters).
+  virtual bool hostAddressable() const { return false; }
+
   /// `bytes` of zeroed memory (at least one byte is allocated), or an
   /// error naming the size when the device has no room.
   virtual StatusOr<std::unique_ptr<DeviceAllocation>>

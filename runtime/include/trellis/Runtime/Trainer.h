@@ -82,6 +82,11 @@ public:
   /// The whole tensor `name`, as fp32 values (gathered if split: every rank
   /// must call it).
   Status readTensor(const std::string &name, std::vector<float> &values) const;
+  /// The memory of tensor `name` itself, when this rank holds it whole, as
+  /// fp32, in host memory: valid while the trainer lives, updated in place
+  /// by each step; writes through it change this rank's copy only. Fails
+  /// saying which condition does not hold.
+  StatusOr<float *> tensorView(const std::string &name);
   /// Sets the whole tensor `name` from `count` fp32 values (each rank keeps
   /// its piece; every rank must call it with the same values). Refuses a
   /// wrong count and values that are not finite.
