@@ -39,6 +39,22 @@ def failing(session: trellis.Session) -> None:
     session.read("transformer.wte.weight")
 
 
+def outlived(session: trellis.Session) -> list:
+    """Rank 1 leaves; rank 0's next step fails, and so does every call
+    after it, saying why."""
+    if session.rank == 1:
+        session.close()
+        return []
+    tokens = np.zeros((session.batch_size, session.seq_length), np.int32)
+    messages = []
+    for _ in range(2):
+        try:
+            session.step(tokens, tokens)
+        except trellis.Error as error:
+            messages.append(str(error))
+    return messages
+
+
 def test_functions_and_failures(gpt2_tiny: str) -> None:
     plan = trellis.compile(gpt2_tiny, batch=4, seq=16, mesh="tp=2")
     results = trellis.launch(plan, fn=rank_and_norm, args=(2.0,))
@@ -47,6 +63,10 @@ def test_functions_and_failures(gpt2_tiny: str) -> None:
     with pytest.raises(trellis.Error, match="rank 1: ValueError: rank one "
                        "refuses"):
         trellis.launch(plan, fn=failing, timeout=5)
+    first, then = trellis.launch(plan, fn=outlived, timeout=5)[0]
+    assert "step 1" in first
+    assert then.startswith("this session failed (step 1")
+    assert then.endswith("destroy it and create new sessions on every rank")
     with pytest.raises(trellis.Error, match="expected nproc=2, found 4"):
         trellis.launch(plan, nproc=4, fn=failing)
     with pytest.raises(trellis.Error, match="expected fn .* or batches"):
