@@ -5,8 +5,11 @@
 # out), the buffers and the peak resident memory, and the kernel profile's
 # matmul time. With PYTORCH_PYTHON set to a Python that has torch and
 # transformers (a venv), PyTorch eager runs the same step in the same run,
-# pinned to the same cores (benchmarks/pytorch_step.py).
-# Usage: [PYTORCH_PYTHON=venv/bin/python] benchmarks/mixed_precision.sh [steps]
+# pinned to the same cores (benchmarks/pytorch_step.py); with
+# TORCH_COMPILE=1 also torch.compile (its first three steps left out: give
+# at least 5 steps). MODELS picks the configurations (CONFIG:BATCH:SEQ).
+# Usage: [PYTORCH_PYTHON=venv/bin/python] [TORCH_COMPILE=1]
+#        [MODELS="gpt2-124m:4:256"] benchmarks/mixed_precision.sh [steps]
 # (default 4)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,7 +18,7 @@ steps=${1:-4}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-for entry in gpt2-mini:8:128 gpt2-124m:4:256; do
+for entry in ${MODELS:-gpt2-mini:8:128 gpt2-124m:4:256}; do
   IFS=: read -r config batch seq <<< "$entry"
   for precision in fp32 bf16; do
     plan=$work/$config.$precision.plan
@@ -35,6 +38,12 @@ for entry in gpt2-mini:8:128 gpt2-124m:4:256; do
         taskset -c "$cores" "$PYTORCH_PYTHON" "$root/benchmarks/pytorch_step.py" \
           "$root/examples/configs/$config.json" "$batch" "$seq" "$steps" \
           "$threads" "$precision" | sed -e "s/^/$config /"
+        if [[ -n ${TORCH_COMPILE:-} ]]; then
+          taskset -c "$cores" "$PYTORCH_PYTHON" \
+            "$root/benchmarks/pytorch_step.py" \
+            "$root/examples/configs/$config.json" "$batch" "$seq" "$steps" \
+            "$threads" "$precision" compile | sed -e "s/^/$config /"
+        fi
       fi
     done
   done
