@@ -21,7 +21,7 @@ translation is an error naming it and its source line.
 """
 
 import math
-import os
+import operator
 import re
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -1066,8 +1066,6 @@ _PATTERNS: Dict[Any, Tuple[Callable[..., Any], ...]] = {
 }
 
 # Python's operator.getitem picks a piece of split.
-import operator  # noqa: E402
-
 _HANDLERS[operator.getitem] = _getitem
 
 #: The ATen ops (and Python calls) trellis.torch translates.
