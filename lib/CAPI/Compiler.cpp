@@ -618,7 +618,8 @@ TrellisStatus trellisGraphAddOp(TrellisGraph handle, const char *opName,
     std::string op = opName;
     std::optional<RegisteredOperationName> info =
         RegisteredOperationName::lookup(op, context);
-    if (!info || info->getDialectNamespace() != "graph")
+    if (!info || info->getDialectNamespace() != "graph" ||
+        !info->hasInterface<InferTypeOpInterface>())
       return errorStatus("unknown graph op '" + op +
                          "': expected an op of the graph dialect, such as "
                          "graph.matmul");
@@ -663,9 +664,8 @@ TrellisStatus trellisGraphAddOp(TrellisGraph handle, const char *opName,
             *info, properties, dictionary,
             [&] { return emitError(location); })))
       return capture.failureIn(op);
+    // Every graph op infers its result types (Graph_Op's traits).
     auto *inference = info->getInterface<InferTypeOpInterface>();
-    if (!inference)
-      return errorStatus(op + " does not infer its result types");
     SmallVector<Type> types;
     if (failed(inference->inferReturnTypes(context, location, inputs,
                                            dictionary, properties,

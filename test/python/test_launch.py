@@ -55,6 +55,31 @@ def outlived(session: trellis.Session) -> list:
     return messages
 
 
+def stage_view(session: trellis.Session) -> str:
+    """The head's parameters live on the last pipeline stage only."""
+    try:
+        session.view("transformer.ln_f.bias")
+        return "view"
+    except trellis.Error as error:
+        return str(error)
+
+
+def test_views_where_memory_allows(gpt2_tiny: str) -> None:
+    plan = trellis.compile(gpt2_tiny, batch=4, seq=16, mesh="pp=2",
+                           microbatches=2)
+    first, last = trellis.launch(plan, fn=stage_view)
+    assert first.startswith('tensor "transformer.ln_f.bias" has no view: ')
+    assert first.endswith("this rank's pipeline stage does not hold it")
+    assert last == "view"
+    bf16 = trellis.compile(gpt2_tiny, batch=4, seq=16, precision="bf16")
+    with trellis.Session(bf16) as session:
+        held = "it is held in bf16, a view is fp32"
+        with pytest.raises(trellis.Error, match=held):
+            session.view("transformer.wte.weight")
+        master = session.view("master.transformer.wte.weight")
+        assert master.dtype == np.float32 and master.shape == (256, 64)
+
+
 def test_functions_and_failures(gpt2_tiny: str) -> None:
     plan = trellis.compile(gpt2_tiny, batch=4, seq=16, mesh="tp=2")
     results = trellis.launch(plan, fn=rank_and_norm, args=(2.0,))
