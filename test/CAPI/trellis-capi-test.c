@@ -750,13 +750,22 @@ static int runErrors(const char *config, const char *dir) {
   char tpRendezvous[4096];
   snprintf(tpRendezvous, sizeof(tpRendezvous), "%s/tp-view", dir);
   makeFreshDirectory(tpRendezvous);
+  int tpDone[2];
+  CHECK_TRUE(pipe(tpDone) == 0, "pipe");
   pid_t tpPeer = fork();
   CHECK_TRUE(tpPeer >= 0, "fork");
   if (tpPeer == 0) {
+    /* Rank 1 stays until rank 0 is done: leaving closes the connections
+     * rank 0 may still be making. */
+    close(tpDone[1]);
     TrellisSession mine = openSession(tpPlan, 1, tpRendezvous);
+    char byte;
+    ssize_t got = read(tpDone[0], &byte, 1);
+    (void)got;
     trellisSessionDestroy(mine);
     _exit(0);
   }
+  close(tpDone[0]);
   TrellisSession split = openSession(tpPlan, 0, tpRendezvous);
   float *splitView;
   int64_t splitCount;
@@ -766,6 +775,7 @@ static int runErrors(const char *config, const char *dir) {
   CHECK_OK(trellisSessionGetTensorView(split, "transformer.ln_f.bias",
                                        &splitView, &splitCount));
   CHECK_TRUE(splitCount == 64, "a replicated tensor's view");
+  close(tpDone[1]);
   trellisSessionDestroy(split);
   waitpid(tpPeer, NULL, 0);
   trellisPlanDestroy(tpPlan);
@@ -791,16 +801,25 @@ static int runErrors(const char *config, const char *dir) {
   makeFreshDirectory(rendezvous);
   CHECK_OK(trellisSessionOptionsSetString(rankOptions, "rendezvous", rendezvous));
   CHECK_OK(trellisSessionOptionsSetDouble(rankOptions, "timeout", 5));
+  int joined[2];
+  CHECK_TRUE(pipe(joined) == 0, "pipe");
   pid_t peer = fork();
   CHECK_TRUE(peer >= 0, "fork");
   if (peer == 0) {
-    /* Rank 1 joins, then dies before the first step. */
+    /* Rank 1 joins, waits until rank 0 has joined too, then dies before
+     * the first step. */
+    close(joined[1]);
     CHECK_OK(trellisSessionOptionsSetInt(rankOptions, "rank", 1));
     TrellisSession mine;
     CHECK_OK(trellisSessionCreate(dpPlan, rankOptions, &mine));
+    char byte;
+    ssize_t got = read(joined[0], &byte, 1);
+    (void)got;
     _exit(0);
   }
+  close(joined[0]);
   CHECK_OK(trellisSessionCreate(dpPlan, rankOptions, &session));
+  close(joined[1]);
   int status = 0;
   waitpid(peer, &status, 0);
   expectError("peer died",
