@@ -93,8 +93,9 @@ typedef struct {
 
 /** Opens rank `options.rank` of `plan`: checks the options, allocates and
  * initializes the state (or takes "weights"/"load"), and connects to the
- * other ranks (every rank must create its session). The plan and options
- * may be destroyed afterwards. */
+ * other ranks (every rank must create its session, and none may destroy it
+ * before all have been created: connecting takes them all). The plan and
+ * options may be destroyed afterwards. */
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionCreate(
     TrellisPlan plan, TrellisSessionOptions options, TrellisSession *session);
 TRELLIS_CAPI_EXPORTED void trellisSessionDestroy(TrellisSession session);
