@@ -102,6 +102,19 @@ void BM_OpenBlasSgemm(benchmark::State &state, GemmShape s) {
   setFlops(state, s);
 }
 
+/// oneDNN's BLAS-style sgemm (row-major), the f32 kernels' library where
+/// OpenBLAS does not know the CPU.
+void BM_OneDnnSgemm(benchmark::State &state, GemmShape s) {
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f), c(s.m * s.n);
+  for (auto _ : state) {
+    dnnl_sgemm(s.transposeLhs ? 'T' : 'N', s.transposeRhs ? 'T' : 'N', s.m,
+               s.n, s.k, 1.0f, a.data(), s.transposeLhs ? s.m : s.k, b.data(),
+               s.transposeRhs ? s.k : s.n, 0.0f, c.data(), s.n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  setFlops(state, s);
+}
+
 void BM_OneDnnF32(benchmark::State &state, GemmShape s) {
   using dnnl::memory;
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -137,6 +150,9 @@ int registerAll() {
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("openblas/") + s.name).c_str(),
                                  BM_OpenBlasSgemm, s)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        (std::string("onednn-sgemm/") + s.name).c_str(), BM_OneDnnSgemm, s)
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("onednn-f32/") + s.name).c_str(),
                                  BM_OneDnnF32, s)

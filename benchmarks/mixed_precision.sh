@@ -7,16 +7,23 @@
 # transformers (a venv), PyTorch eager runs the same step in the same run,
 # pinned to the same cores (benchmarks/pytorch_step.py); with
 # TORCH_COMPILE=1 also torch.compile (its first three steps left out: give
-# at least 5 steps). MODELS picks the configurations (CONFIG:BATCH:SEQ).
+# at least 5 steps). With JAX_PYTHON set to a Python that has jax and
+# optax, JAX jit runs the same step too (benchmarks/jax_step.py). Each
+# that is not set is skipped with a line saying so. MODELS picks the
+# configurations (CONFIG:BATCH:SEQ).
 # Usage: [PYTORCH_PYTHON=venv/bin/python] [TORCH_COMPILE=1]
-#        [MODELS="gpt2-124m:4:256"] benchmarks/mixed_precision.sh [steps]
-# (default 4)
+#        [JAX_PYTHON=jaxvenv/bin/python] [MODELS="gpt2-124m:4:256"]
+#        benchmarks/mixed_precision.sh [steps]   (default 4)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 trellis=${TRELLIS:-$root/build/bin/trellis}
 steps=${1:-4}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+[[ -n ${PYTORCH_PYTHON:-} ]] ||
+  echo "PyTorch skipped: set PYTORCH_PYTHON to a Python with torch and transformers"
+[[ -n ${JAX_PYTHON:-} ]] ||
+  echo "JAX skipped: set JAX_PYTHON to a Python with jax and optax"
 
 for entry in ${MODELS:-gpt2-mini:8:128 gpt2-124m:4:256}; do
   IFS=: read -r config batch seq <<< "$entry"
@@ -44,6 +51,11 @@ for entry in ${MODELS:-gpt2-mini:8:128 gpt2-124m:4:256}; do
             "$root/examples/configs/$config.json" "$batch" "$seq" "$steps" \
             "$threads" "$precision" compile | sed -e "s/^/$config /"
         fi
+      fi
+      if [[ -n ${JAX_PYTHON:-} ]]; then
+        taskset -c "$cores" "$JAX_PYTHON" "$root/benchmarks/jax_step.py" \
+          "$root/examples/configs/$config.json" "$batch" "$seq" "$steps" \
+          "$threads" "$precision" | sed -e "s/^/$config /"
       fi
     done
   done

@@ -1,6 +1,7 @@
 """PyTorch eager's training step on a Trellis model config, for side-by-side
 figures: Hugging Face transformers' GPT2LMHeadModel built from the same
-config.json, torch AdamW, random tokens, fp32 or bf16 autocast
+config.json with dropout off (Trellis steps have none: the same
+computation), torch AdamW, random tokens, fp32 or bf16 autocast
 (torch.autocast("cpu", dtype=torch.bfloat16)). Prints the mean step time
 (the first step left out). Needs torch and transformers (a venv: never a
 test dependency).
@@ -25,7 +26,9 @@ compiled = len(sys.argv) > 7 and sys.argv[7] == "compile"
 batch, seq, steps, threads = int(batch), int(seq), int(steps), int(threads)
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-config = transformers.GPT2Config(**json.load(open(config_path)))
+config = transformers.GPT2Config(**json.load(open(config_path)),
+                                 resid_pdrop=0.0, embd_pdrop=0.0,
+                                 attn_pdrop=0.0)
 model = transformers.GPT2LMHeadModel(config)
 model.train()
 forward = torch.compile(model) if compiled else model

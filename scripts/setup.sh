@@ -13,6 +13,9 @@ packages=(
   libgloo-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libzstd-dev zlib1g-dev
   libgtest-dev libbenchmark-dev libcli11-dev cmake ninja-build python3
   python3-venv python3-dev
+  # oneDNN's CMake package looks for OpenCL (Debian builds it with its
+  # OpenCL engine) and does not depend on the headers itself.
+  ocl-icd-opencl-dev opencl-headers
 )
 missing=()
 for package in "${packages[@]}"; do

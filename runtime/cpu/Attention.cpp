@@ -38,19 +38,17 @@ Status runAttention(const KernelArgs &args) {
   AttentionTensors t{args.in(0).f32(), args.in(1).f32(), args.in(2).f32(),
                      static_cast<float>(args.instruction.real("scale")),
                      args.instruction.flag("causal", true)};
-  if (args.instruction.op == "attention") {
-    blockedAttention(s, runs, t, args.out(0).f32(), nullptr);
-    return Status::success();
-  }
+  if (args.instruction.op == "attention")
+    return blockedAttention(s, runs, t, args.out(0).f32(), nullptr);
   // The backward reads the forward's result and log-sum-exp: recomputed
   // here (the plan keeps neither).
   std::vector<float> result(args.in(0).size()),
       logSumExp(s.batch * s.queryHeads * s.querySeq);
-  blockedAttention(s, runs, t, result.data(), logSumExp.data());
-  blockedAttentionGrad(s, runs, t, result.data(), logSumExp.data(),
-                       args.in(3).f32(), args.out(0).f32(), args.out(1).f32(),
-                       args.out(2).f32());
-  return Status::success();
+  TRELLIS_RETURN_IF_ERROR(
+      blockedAttention(s, runs, t, result.data(), logSumExp.data()));
+  return blockedAttentionGrad(s, runs, t, result.data(), logSumExp.data(),
+                              args.in(3).f32(), args.out(0).f32(),
+                              args.out(1).f32(), args.out(2).f32());
 }
 
 std::vector<int64_t> sequencePositions(int64_t first, int64_t count,

@@ -2,9 +2,11 @@
 
 #include "BlockedAttention.h"
 
-#include <cblas.h>
+#include "Gemm.h"
+#include "SoftmaxRows.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -28,14 +30,27 @@ Visibility visibility(const PositionRun &queries, const PositionRun &keys,
   return Visibility::Diagonal;
 }
 
+/// Set by any thread whose matrix product failed; the kernel reports it
+/// once its threads are done.
+using GemmFailure = std::atomic<bool>;
+
+void check(bool ok, GemmFailure &failure) {
+  if (!ok)
+    failure.store(true, std::memory_order_relaxed);
+}
+
+Status statusOf(const GemmFailure &failure, const char *op) {
+  return failure.load() ? gemmFailure(op) : Status::success();
+}
+
 /// scores[i, j] = scale * q_i . k_j for the rows of `queries` and `keys`.
 void tileScores(const BlockShape &s, const float *q, const float *k,
                 float scale, const PositionRun &queries,
-                const PositionRun &keys, float *scores) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-              static_cast<int>(queries.count), static_cast<int>(keys.count),
-              static_cast<int>(s.dim), scale, q, s.queryStride(), k,
-              s.kvStride(), 0.0f, scores, static_cast<int>(keys.count));
+                const PositionRun &keys, float *scores,
+                GemmFailure &failure) {
+  check(gemm(false, true, queries.count, keys.count, s.dim, scale, q,
+             s.queryStride(), k, s.kvStride(), 0.0f, scores, keys.count),
+        failure);
 }
 
 /// How many of the tile's keys query row i sees: a prefix, since
@@ -54,7 +69,7 @@ void forwardTile(const BlockShape &s, const AttentionRuns &runs,
                  const AttentionTensors &t, int64_t b, int64_t h,
                  const PositionRun &queries, float *out, float *logSumExp,
                  std::vector<float> &scores, std::vector<float> &maxima,
-                 std::vector<double> &sums) {
+                 std::vector<double> &sums, GemmFailure &failure) {
   maxima.assign(queries.count, kMinusInfinity);
   sums.assign(queries.count, 0.0);
   float *outRows = out + s.queryOffset(b, h, queries.begin);
@@ -68,31 +83,28 @@ void forwardTile(const BlockShape &s, const AttentionRuns &runs,
     scores.resize(queries.count * keys.count);
     tileScores(s, t.query + s.queryOffset(b, h, queries.begin),
                t.key + s.kvOffset(b, h, keys.begin), t.scale, queries, keys,
-               scores.data());
+               scores.data(), failure);
     for (int64_t i = 0; i < queries.count; ++i) {
       float *row = scores.data() + i * keys.count;
       int64_t visible = visibleKeys(queries, keys, seen, i);
       std::fill(row + visible, row + keys.count, 0.0f);
       if (visible == 0)
         continue;
-      float max = std::max(maxima[i], *std::max_element(row, row + visible));
+      float max = std::max(maxima[i], rowMax(row, visible));
       float rescale =
           maxima[i] == kMinusInfinity ? 0.0f : std::exp(maxima[i] - max);
-      double sum = 0;
-      for (int64_t j = 0; j < visible; ++j)
-        sum += (row[j] = std::exp(row[j] - max));
+      double sum = expShifted(row, row, visible, max);
       sums[i] = sums[i] * rescale + sum;
       maxima[i] = max;
       float *outRow = outRows + i * s.queryStride();
       for (int64_t d = 0; d < s.dim; ++d)
         outRow[d] *= rescale;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-                static_cast<int>(queries.count), static_cast<int>(s.dim),
-                static_cast<int>(keys.count), 1.0f, scores.data(),
-                static_cast<int>(keys.count),
-                t.value + s.kvOffset(b, h, keys.begin), s.kvStride(), 1.0f,
-                outRows, s.queryStride());
+    check(gemm(false, false, queries.count, s.dim, keys.count, 1.0f,
+               scores.data(), keys.count,
+               t.value + s.kvOffset(b, h, keys.begin), s.kvStride(), 1.0f,
+               outRows, s.queryStride()),
+          failure);
   }
   for (int64_t i = 0; i < queries.count; ++i) {
     float *outRow = outRows + i * s.queryStride();
@@ -120,10 +132,11 @@ std::vector<PositionRun> tiled(const std::vector<PositionRun> &runs,
   return tiles;
 }
 
-void blockedAttention(const BlockShape &s, const AttentionRuns &runs,
-                      const AttentionTensors &t, float *out,
-                      float *logSumExp) {
+Status blockedAttention(const BlockShape &s, const AttentionRuns &runs,
+                        const AttentionTensors &t, float *out,
+                        float *logSumExp) {
   int64_t queryTiles = runs.queries.size();
+  GemmFailure failure{false};
 #pragma omp parallel
   {
     std::vector<float> scores, maxima;
@@ -133,14 +146,16 @@ void blockedAttention(const BlockShape &s, const AttentionRuns &runs,
       for (int64_t h = 0; h < s.queryHeads; ++h)
         for (int64_t tile = 0; tile < queryTiles; ++tile)
           forwardTile(s, runs, t, b, h, runs.queries[tile], out, logSumExp,
-                      scores, maxima, sums);
+                      scores, maxima, sums, failure);
   }
+  return statusOf(failure, "attention");
 }
 
-void blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
-                          const AttentionTensors &t, const float *result,
-                          const float *logSumExp, const float *resultGrad,
-                          float *dq, float *dk, float *dv) {
+Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
+                            const AttentionTensors &t, const float *result,
+                            const float *logSumExp, const float *resultGrad,
+                            float *dq, float *dk, float *dv) {
+  GemmFailure failure{false};
   int64_t queryElements = s.batch * s.querySeq * s.queryHeads * s.dim;
   int64_t keyElements = s.batch * s.keySeq * s.kvHeads * s.dim;
   std::fill(dq, dq + queryElements, 0.0f);
@@ -160,10 +175,7 @@ void blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
           for (int64_t i = 0; i < s.querySeq; ++i) {
             const float *o = result + s.queryOffset(b, h, i),
                         *g = resultGrad + s.queryOffset(b, h, i);
-            double dot = 0;
-            for (int64_t d = 0; d < s.dim; ++d)
-              dot += double(o[d]) * g[d];
-            rowDots[i] = static_cast<float>(dot);
+            rowDots[i] = static_cast<float>(rowDot(o, g, s.dim));
           }
           const float *rowSums = logSumExp + s.rowOffset(b, h);
           for (const PositionRun &queries : runs.queries)
@@ -171,15 +183,13 @@ void blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
               Visibility seen = visibility(queries, keys, t.causal);
               if (seen == Visibility::None)
                 continue;
-              int qn = static_cast<int>(queries.count),
-                  kn = static_cast<int>(keys.count),
-                  dim = static_cast<int>(s.dim);
+              int64_t qn = queries.count, kn = keys.count, dim = s.dim;
               int64_t qo = s.queryOffset(b, h, queries.begin),
                       ko = s.kvOffset(b, h, keys.begin);
               p.resize(queries.count * keys.count);
               dp.resize(queries.count * keys.count);
               tileScores(s, t.query + qo, t.key + ko, t.scale, queries, keys,
-                         p.data());
+                         p.data(), failure);
               // P = exp(scores - lse): the tile's probabilities.
               for (int64_t i = 0; i < queries.count; ++i) {
                 float lse = rowSums[queries.begin + i];
@@ -187,18 +197,19 @@ void blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
                 int64_t visible = lse == kMinusInfinity
                                       ? 0
                                       : visibleKeys(queries, keys, seen, i);
-                for (int64_t j = 0; j < visible; ++j)
-                  row[j] = std::exp(row[j] - lse);
+                expShifted(row, row, visible, lse);
                 std::fill(row + visible, row + keys.count, 0.0f);
               }
               // dV += P^T dO
-              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, dim,
-                          qn, 1.0f, p.data(), kn, resultGrad + qo,
-                          s.queryStride(), 1.0f, dv + ko, s.kvStride());
+              check(gemm(true, false, kn, dim, qn, 1.0f, p.data(), kn,
+                         resultGrad + qo, s.queryStride(), 1.0f, dv + ko,
+                         s.kvStride()),
+                    failure);
               // dP = dO V^T;  dS = P * (dP - rowsum(dO * O))
-              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, dim,
-                          1.0f, resultGrad + qo, s.queryStride(), t.value + ko,
-                          s.kvStride(), 0.0f, dp.data(), kn);
+              check(gemm(false, true, qn, kn, dim, 1.0f, resultGrad + qo,
+                         s.queryStride(), t.value + ko, s.kvStride(), 0.0f,
+                         dp.data(), kn),
+                    failure);
               for (int64_t i = 0; i < queries.count; ++i) {
                 float dot = rowDots[queries.begin + i];
                 float *pRow = p.data() + i * keys.count,
@@ -207,15 +218,18 @@ void blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
                   dRow[j] = pRow[j] * (dRow[j] - dot);
               }
               // dQ += scale dS K;  dK += scale dS^T Q
-              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, dim,
-                          kn, t.scale, dp.data(), kn, t.key + ko,
-                          s.kvStride(), 1.0f, dq + qo, s.queryStride());
-              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, dim, qn,
-                          t.scale, dp.data(), kn, t.query + qo,
-                          s.queryStride(), 1.0f, dk + ko, s.kvStride());
+              check(gemm(false, false, qn, dim, kn, t.scale, dp.data(), kn,
+                         t.key + ko, s.kvStride(), 1.0f, dq + qo,
+                         s.queryStride()),
+                    failure);
+              check(gemm(true, false, kn, dim, qn, t.scale, dp.data(), kn,
+                         t.query + qo, s.queryStride(), 1.0f, dk + ko,
+                         s.kvStride()),
+                    failure);
             }
         }
   }
+  return statusOf(failure, "attention_grad");
 }
 
 } // namespace trellis::runtime::cpu

@@ -59,18 +59,18 @@ struct AttentionTensors {
 /// out = softmax(scale q k^T [+ causal mask]) v, rows without a visible
 /// key zero; logSumExp (may be null) the rows' log-sum-exp, -inf for
 /// those.
-void blockedAttention(const BlockShape &s, const AttentionRuns &runs,
-                      const AttentionTensors &t, float *out,
-                      float *logSumExp);
+Status blockedAttention(const BlockShape &s, const AttentionRuns &runs,
+                        const AttentionTensors &t, float *out,
+                        float *logSumExp);
 
 /// The gradients for query, key and value of the attention whose result
 /// and log-sum-exp are `result` and `logSumExp` (of every key the queries
 /// see; `runs` may cover a part of them: ring attention's block), given
 /// the result's gradient. Overwrites dq, dk and dv.
-void blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
-                          const AttentionTensors &t, const float *result,
-                          const float *logSumExp, const float *resultGrad,
-                          float *dq, float *dk, float *dv);
+Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
+                            const AttentionTensors &t, const float *result,
+                            const float *logSumExp, const float *resultGrad,
+                            float *dq, float *dk, float *dv);
 
 } // namespace trellis::runtime::cpu
 

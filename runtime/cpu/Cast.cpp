@@ -12,6 +12,7 @@
 
 #include "trellis/Common/HalfFloat.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -20,22 +21,60 @@ namespace trellis::runtime::cpu {
 
 namespace {
 
+/// The conversion loops, cloned for AVX-512 (picked at load time where the
+/// CPU has it; the default build targets SSE2) and called per chunk.
+#define TRELLIS_VECTOR_CLONES                                                  \
+  __attribute__((target_clones("avx512f", "default")))
+
+TRELLIS_VECTOR_CLONES void widen(DType dtype, const uint16_t *bits,
+                                 float *target, int64_t n) {
+  if (dtype == DType::BF16)
+    for (int64_t i = 0; i < n; ++i)
+      target[i] = bfloat16ToFloat(bits[i]);
+  else
+    for (int64_t i = 0; i < n; ++i)
+      target[i] = halfToFloat(bits[i]);
+}
+
+TRELLIS_VECTOR_CLONES void narrow(DType dtype, const float *source,
+                                  uint16_t *bits, int64_t n) {
+  if (dtype == DType::BF16)
+    for (int64_t i = 0; i < n; ++i)
+      bits[i] = floatToBfloat16(source[i]);
+  else
+    for (int64_t i = 0; i < n; ++i)
+      bits[i] = floatToHalf(source[i]);
+}
+
+#undef TRELLIS_VECTOR_CLONES
+
+/// Elements per chunk of the threaded conversions.
+constexpr int64_t kConversionChunk = 1 << 14;
+
+/// fn(first, count) over [0, n) in chunks, split over the threads from
+/// kParallelElements elements.
+template <typename Fn> void forChunks(int64_t n, Fn fn) {
+  int64_t chunks = (n + kConversionChunk - 1) / kConversionChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t first = c * kConversionChunk;
+    fn(first, std::min(kConversionChunk, n - first));
+  }
+}
+
 void toFloat(const Tensor &source, float *target) {
   int64_t n = source.size();
   const uint16_t *bits = static_cast<const uint16_t *>(source.raw());
-  switch (source.desc().dtype) {
+  DType dtype = source.desc().dtype;
+  switch (dtype) {
   case DType::F32:
     std::memcpy(target, source.raw(), n * sizeof(float));
     return;
   case DType::BF16:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      target[i] = bfloat16ToFloat(bits[i]);
-    return;
   case DType::F16:
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      target[i] = halfToFloat(bits[i]);
+    forChunks(n, [&](int64_t first, int64_t count) {
+      widen(dtype, bits + first, target + first, count);
+    });
     return;
   case DType::I32:
     return;
@@ -45,19 +84,16 @@ void toFloat(const Tensor &source, float *target) {
 void fromFloat(const float *source, Tensor &target) {
   int64_t n = target.size();
   uint16_t *bits = static_cast<uint16_t *>(target.raw());
-  switch (target.desc().dtype) {
+  DType dtype = target.desc().dtype;
+  switch (dtype) {
   case DType::F32:
     std::memcpy(target.raw(), source, n * sizeof(float));
     return;
   case DType::BF16:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      bits[i] = floatToBfloat16(source[i]);
-    return;
   case DType::F16:
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      bits[i] = floatToHalf(source[i]);
+    forChunks(n, [&](int64_t first, int64_t count) {
+      narrow(dtype, source + first, bits + first, count);
+    });
     return;
   case DType::I32:
     return;
@@ -132,22 +168,25 @@ bool hasNarrowOperands(const KernelArgs &args) {
 
 Status runInFloat(const KernelArgs &args, Kernel kernel) {
   // A buffer table of this instruction alone: its operands, the 16-bit
-  // ones replaced by fp32 copies (results start from their current values:
-  // some kernels accumulate into them).
+  // ones replaced by fp32 copies. Results are widened too only for
+  // `accumulate`, the one kernel that reads its result (total += value);
+  // every other kernel overwrites its results whole.
   const Instruction &original = args.instruction;
   Instruction local;
   local.op = original.op;
   local.attrs = original.attrs;
   std::vector<Tensor> buffers;
   size_t copies = 0;
-  auto bind = [&](int64_t id) -> int64_t {
+  bool readsResults = original.op == "accumulate";
+  auto bind = [&](int64_t id, bool read) -> int64_t {
     const Tensor &tensor = args.buffers[id];
     if (!isNarrow(tensor)) {
       buffers.push_back(tensor);
     } else {
       float *copy =
           scratch().get(copies++, std::max<int64_t>(tensor.size(), 1));
-      toFloat(tensor, copy);
+      if (read)
+        toFloat(tensor, copy);
       BufferDesc desc = tensor.desc();
       desc.dtype = DType::F32;
       buffers.emplace_back(desc, copy);
@@ -155,9 +194,9 @@ Status runInFloat(const KernelArgs &args, Kernel kernel) {
     return static_cast<int64_t>(buffers.size()) - 1;
   };
   for (int64_t id : original.inputs)
-    local.inputs.push_back(bind(id));
+    local.inputs.push_back(bind(id, true));
   for (int64_t id : original.outputs)
-    local.outputs.push_back(bind(id));
+    local.outputs.push_back(bind(id, readsResults));
   TRELLIS_RETURN_IF_ERROR(
       kernel(KernelArgs{local, buffers, args.axes, args.comm}));
   for (size_t i = 0; i < original.outputs.size(); ++i) {

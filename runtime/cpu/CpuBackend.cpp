@@ -15,7 +15,6 @@
 
 #include "../gloo/Gloo.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <condition_variable>
@@ -216,15 +215,14 @@ class CpuBackend : public Backend {
 public:
   std::string name() const override { return "cpu"; }
   std::string description() const override {
-    return "the host's cores: OpenBLAS and Trellis kernels, Gloo over TCP";
+    return "the host's cores: oneDNN and Trellis kernels, Gloo over TCP";
   }
   StatusOr<std::unique_ptr<Device>>
   createDevice(const DeviceOptions &options) const override {
     if (options.threads < 1)
       return Status::error("expected --threads >= 1, found " +
                            std::to_string(options.threads));
-    openblas_set_num_threads(options.threads);
-    omp_set_num_threads(options.threads); // oneDNN's threads
+    omp_set_num_threads(options.threads); // oneDNN's and the kernels'
 
     return std::unique_ptr<Device>(std::make_unique<CpuDevice>(options));
   }

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CrossEntropyRows.h"
+#include "SoftmaxRows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,15 +26,6 @@ namespace {
 /// Elements per block of the online pass: small enough to stay in L1
 /// between its two sweeps (maximum, then exponentials).
 constexpr int64_t kBlock = 1024;
-
-__attribute__((target_clones("avx512f", "default"))) float
-blockMax(const float *x, int64_t n) {
-  float max = x[0];
-#pragma omp simd reduction(max : max)
-  for (int64_t i = 0; i < n; ++i)
-    max = x[i] > max ? x[i] : max;
-  return max;
-}
 
 __attribute__((target_clones("avx512f", "default"))) double
 blockSumExp(const float *x, int64_t n, float shift) {
@@ -51,7 +43,7 @@ RowStats rowStats(const float *x, int64_t n) {
   RowStats stats{x[0], 0.0};
   for (int64_t start = 0; start < n; start += kBlock) {
     int64_t count = std::min(kBlock, n - start);
-    float max = std::max(stats.max, blockMax(x + start, count));
+    float max = std::max(stats.max, rowMax(x + start, count));
     stats.sum = stats.sum * std::exp(double(stats.max) - double(max)) +
                 blockSumExp(x + start, count, max);
     stats.max = max;

@@ -11,13 +11,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Gemm.h"
 #include "Kernels.h"
+#include "SoftmaxRows.h"
 
 #include "trellis/Common/SequenceChunks.h"
 
-#include <cblas.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -67,13 +68,13 @@ struct CausalMask {
 
 /// probabilities = softmax(scale * q k^T + causal mask), row by row
 /// ([seq, keySeq]).
-void attentionProbabilities(const AttentionShape &s, const float *q,
+/// False when the scores' product failed.
+bool attentionProbabilities(const AttentionShape &s, const float *q,
                             const float *k, float scale,
                             const CausalMask &mask, float *probabilities) {
-  int seq = static_cast<int>(s.seq), keys = static_cast<int>(s.keySeq);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, keys,
-              static_cast<int>(s.dim), scale, q, s.queryStride(), k,
-              s.kvStride(), 0.0f, probabilities, keys);
+  if (!gemm(false, true, s.seq, s.keySeq, s.dim, scale, q, s.queryStride(), k,
+            s.kvStride(), 0.0f, probabilities, s.keySeq))
+    return false;
   for (int64_t i = 0; i < s.seq; ++i) {
     float *row = probabilities + i * s.keySeq;
     if (mask.isPrefix()) {
@@ -94,6 +95,7 @@ void attentionProbabilities(const AttentionShape &s, const float *q,
     for (int64_t j = 0; j < s.keySeq; ++j)
       row[j] *= inverse;
   }
+  return true;
 }
 
 } // namespace
@@ -109,8 +111,17 @@ Status runDenseAttention(const KernelArgs &args) {
                   args.instruction.integer("chunks"));
   const float *q = args.in(0).f32(), *k = args.in(1).f32(),
               *v = args.in(2).f32();
-  int seq = static_cast<int>(s.seq), dim = static_cast<int>(s.dim);
-  int keys = static_cast<int>(s.keySeq);
+  int64_t seq = s.seq, dim = s.dim, keys = s.keySeq;
+  // Set by any thread whose matrix product failed.
+  std::atomic<bool> failed{false};
+  auto check = [&](bool ok) {
+    if (!ok)
+      failed.store(true, std::memory_order_relaxed);
+  };
+  auto status = [&] {
+    return failed.load() ? gemmFailure(args.instruction.op)
+                         : Status::success();
+  };
 
   // Heads over the device's OpenMP threads (BLAS runs single-threaded
   // inside); each thread has its own scratch.
@@ -122,16 +133,15 @@ Status runDenseAttention(const KernelArgs &args) {
 #pragma omp for collapse(2) schedule(static)
       for (int64_t b = 0; b < s.batch; ++b)
         for (int64_t h = 0; h < s.queryHeads; ++h) {
-          attentionProbabilities(s, q + s.queryOffset(b, h),
-                                 k + s.kvOffset(b, h), scale, mask,
-                                 probabilities.data());
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, dim,
-                      keys, 1.0f, probabilities.data(), keys,
-                      v + s.kvOffset(b, h), s.kvStride(), 0.0f,
-                      out + s.queryOffset(b, h), s.queryStride());
+          check(attentionProbabilities(s, q + s.queryOffset(b, h),
+                                       k + s.kvOffset(b, h), scale, mask,
+                                       probabilities.data()));
+          check(gemm(false, false, seq, dim, keys, 1.0f, probabilities.data(),
+                     keys, v + s.kvOffset(b, h), s.kvStride(), 0.0f,
+                     out + s.queryOffset(b, h), s.queryStride()));
         }
     }
-    return Status::success();
+    return status();
   }
 
   const float *dOut = args.in(3).f32();
@@ -153,34 +163,28 @@ Status runDenseAttention(const KernelArgs &args) {
         for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
       int64_t qo = s.queryOffset(b, h), ko = s.kvOffset(b, h);
       float *p = probabilities.data(), *ds = dScores.data();
-      attentionProbabilities(s, q + qo, k + ko, scale, mask, p);
+      check(attentionProbabilities(s, q + qo, k + ko, scale, mask, p));
       // dV += P^T dO
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, dim, seq,
-                  1.0f, p, keys, dOut + qo, s.queryStride(), 1.0f, dv + ko,
-                  s.kvStride());
+      check(gemm(true, false, keys, dim, seq, 1.0f, p, keys, dOut + qo,
+                 s.queryStride(), 1.0f, dv + ko, s.kvStride()));
       // dP = dO V^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, keys, dim,
-                  1.0f, dOut + qo, s.queryStride(), v + ko, s.kvStride(), 0.0f,
-                  ds, keys);
+      check(gemm(false, true, seq, keys, dim, 1.0f, dOut + qo,
+                 s.queryStride(), v + ko, s.kvStride(), 0.0f, ds, keys));
       // dS = P * (dP - rowsum(dP * P))
       for (int64_t i = 0; i < s.seq; ++i) {
         float *pRow = p + i * s.keySeq, *dRow = ds + i * s.keySeq;
-        double dot = 0;
+        float dot = static_cast<float>(rowDot(pRow, dRow, s.keySeq));
         for (int64_t j = 0; j < s.keySeq; ++j)
-          dot += double(pRow[j]) * dRow[j];
-        for (int64_t j = 0; j < s.keySeq; ++j)
-          dRow[j] = pRow[j] * (dRow[j] - static_cast<float>(dot));
+          dRow[j] = pRow[j] * (dRow[j] - dot);
       }
       // dQ = scale dS K;  dK += scale dS^T Q
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, dim, keys,
-                  scale, ds, keys, k + ko, s.kvStride(), 0.0f, dq + qo,
-                  s.queryStride());
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, dim, seq,
-                  scale, ds, keys, q + qo, s.queryStride(), 1.0f, dk + ko,
-                  s.kvStride());
+      check(gemm(false, false, seq, dim, keys, scale, ds, keys, k + ko,
+                 s.kvStride(), 0.0f, dq + qo, s.queryStride()));
+      check(gemm(true, false, keys, dim, seq, scale, ds, keys, q + qo,
+                 s.queryStride(), 1.0f, dk + ko, s.kvStride()));
         }
   }
-  return Status::success();
+  return status();
 }
 
 } // namespace trellis::runtime::cpu

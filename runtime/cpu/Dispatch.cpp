@@ -70,6 +70,10 @@ Kernel selectKernel(const KernelArgs &args, bool &narrowNative) {
     narrowNative = true;
     return runMatmulBf16;
   }
+  if (kernel == runElementwise && isNarrowElementwise(args)) {
+    narrowNative = true;
+    return runNarrowElementwise;
+  }
   return kernel;
 }
 

@@ -16,6 +16,7 @@
 #include "trellis/Common/HalfFloat.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace trellis::runtime::cpu {
 
@@ -36,26 +37,55 @@ ElementType elementOf(DType dtype) {
   }
 }
 
-float load(const Tensor &tensor, int64_t i) {
-  switch (tensor.desc().dtype) {
+/// The vector loops are cloned for AVX-512 (picked at load time where the
+/// CPU has it; the default build targets SSE2), each called once per run
+/// or block.
+#define TRELLIS_VECTOR_CLONES                                                  \
+  __attribute__((target_clones("avx512f", "default")))
+
+/// slot[0, n) = `tensor`'s elements offset, offset + stride, ..., widened
+/// to fp32: one loop per dtype, so each vectorizes.
+TRELLIS_VECTOR_CLONES void loadRun(const Tensor &tensor, int64_t offset,
+                                   int64_t stride, int64_t n, float *slot) {
+  const uint16_t *bits = static_cast<const uint16_t *>(tensor.raw()) + offset;
+  const float *values = tensor.f32() + offset;
+  DType dtype = tensor.desc().dtype;
+  if (stride == 0) {
+    float value = dtype == DType::BF16  ? bfloat16ToFloat(bits[0])
+                  : dtype == DType::F16 ? halfToFloat(bits[0])
+                                        : values[0];
+    std::fill(slot, slot + n, value);
+    return;
+  }
+  switch (dtype) {
   case DType::BF16:
-    return bfloat16ToFloat(static_cast<const uint16_t *>(tensor.raw())[i]);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      slot[i] = bfloat16ToFloat(bits[i * stride]);
+    return;
   case DType::F16:
-    return halfToFloat(static_cast<const uint16_t *>(tensor.raw())[i]);
+    for (int64_t i = 0; i < n; ++i)
+      slot[i] = halfToFloat(bits[i * stride]);
+    return;
   default:
-    return tensor.f32()[i];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      slot[i] = values[i * stride];
   }
 }
 
 /// Rounds fp32 values to `type` (and back): what storing them as `type`
 /// and loading them again gives.
-void round(ElementType type, float *values, int64_t n) {
-  if (type == ElementType::BF16)
+TRELLIS_VECTOR_CLONES void round(ElementType type, float *values,
+                                 int64_t n) {
+  if (type == ElementType::BF16) {
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       values[i] = bfloat16ToFloat(floatToBfloat16(values[i]));
-  else if (type == ElementType::F16)
+  } else if (type == ElementType::F16) {
     for (int64_t i = 0; i < n; ++i)
       values[i] = halfToFloat(floatToHalf(values[i]));
+  }
 }
 
 /// An input's element offsets for result elements: strides along the
@@ -76,34 +106,95 @@ InputView viewOf(const Tensor &tensor, const std::vector<int64_t> &shape) {
   return view;
 }
 
-/// slot[0, n) = the input at result elements first ... first + n - 1.
+/// slot[0, n) = the input at result elements first ... first + n - 1: in
+/// runs along the result's innermost dimension, each run's offset from its
+/// row's index over the outer dimensions.
 void loadBlock(const InputView &view, const std::vector<int64_t> &shape,
                int64_t first, int64_t n, float *slot) {
-  if (view.whole) {
-    for (int64_t i = 0; i < n; ++i)
-      slot[i] = load(*view.tensor, first + i);
+  if (view.whole || shape.empty()) {
+    loadRun(*view.tensor, view.whole ? first : 0, view.whole ? 1 : 0, n, slot);
     return;
   }
-  // The odometer of result dimensions at `first`.
   size_t rank = shape.size();
-  std::vector<int64_t> index(rank, 0);
-  int64_t rest = first, offset = 0;
-  for (size_t d = rank; d-- > 0;) {
-    index[d] = rest % shape[d];
-    rest /= shape[d];
-    offset += index[d] * view.strides[d];
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    slot[i] = load(*view.tensor, offset);
-    for (size_t d = rank; d-- > 0;) {
-      ++index[d];
-      offset += view.strides[d];
-      if (index[d] < shape[d])
-        break;
-      offset -= view.strides[d] * shape[d];
-      index[d] = 0;
+  int64_t inner = shape[rank - 1], innerStride = view.strides[rank - 1];
+  for (int64_t i = 0; i < n;) {
+    int64_t row = (first + i) / inner, column = (first + i) % inner;
+    int64_t count = std::min(inner - column, n - i);
+    int64_t offset = column * innerStride;
+    for (size_t d = rank - 1; d-- > 0;) {
+      offset += (row % shape[d]) * view.strides[d];
+      row /= shape[d];
     }
+    loadRun(*view.tensor, offset, innerStride, count, slot + i);
+    i += count;
   }
+}
+
+/// result[first, first + n) = values, narrowed to the result's dtype.
+TRELLIS_VECTOR_CLONES void storeBlock(const float *values, int64_t first,
+                                      int64_t n, Tensor &result) {
+  uint16_t *bits = static_cast<uint16_t *>(result.raw()) + first;
+  switch (result.desc().dtype) {
+  case DType::BF16:
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      bits[i] = floatToBfloat16(values[i]);
+    return;
+  case DType::F16:
+    for (int64_t i = 0; i < n; ++i)
+      bits[i] = floatToHalf(values[i]);
+    return;
+  default:
+    std::copy(values, values + n, result.f32() + first);
+  }
+}
+
+enum class BinaryOp { Add, Sub, Mul, Div, Maximum };
+
+BinaryOp binaryOpOf(const std::string &op) {
+  if (op == "add")
+    return BinaryOp::Add;
+  if (op == "sub")
+    return BinaryOp::Sub;
+  if (op == "mul")
+    return BinaryOp::Mul;
+  if (op == "div")
+    return BinaryOp::Div;
+  return BinaryOp::Maximum;
+}
+
+/// out = a op b; `out` is another slot than a and b.
+TRELLIS_VECTOR_CLONES void binaryLoop(BinaryOp op, const float *__restrict a,
+                                      const float *__restrict b,
+                                      float *__restrict out, int64_t n) {
+  switch (op) {
+  case BinaryOp::Add:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = a[i] + b[i];
+    return;
+  case BinaryOp::Sub:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = a[i] - b[i];
+    return;
+  case BinaryOp::Mul:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = a[i] * b[i];
+    return;
+  case BinaryOp::Div:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = a[i] / b[i];
+    return;
+  case BinaryOp::Maximum:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = a[i] >= b[i] ? a[i] : b[i];
+    return;
+  }
+}
+
+TRELLIS_VECTOR_CLONES void scaleLoop(const float *__restrict a, float factor,
+                                     float *__restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = a[i] * factor;
 }
 
 void compute(const FusedInstruction &instruction,
@@ -111,32 +202,13 @@ void compute(const FusedInstruction &instruction,
   const float *a = slots[instruction.operands[0]];
   using Kind = FusedInstruction::Kind;
   switch (instruction.kind) {
-  case Kind::Binary: {
-    const float *b = slots[instruction.operands[1]];
-    const std::string &op = instruction.op;
-    if (op == "add")
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = a[i] + b[i];
-    else if (op == "sub")
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = a[i] - b[i];
-    else if (op == "mul")
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = a[i] * b[i];
-    else if (op == "div")
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = a[i] / b[i];
-    else
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = a[i] >= b[i] ? a[i] : b[i];
+  case Kind::Binary:
+    binaryLoop(binaryOpOf(instruction.op), a, slots[instruction.operands[1]],
+               out, n);
     return;
-  }
-  case Kind::Scale: {
-    float factor = static_cast<float>(instruction.factor);
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = a[i] * factor;
+  case Kind::Scale:
+    scaleLoop(a, static_cast<float>(instruction.factor), out, n);
     return;
-  }
   case Kind::Unary:
     runUnaryFunction(instruction.op, a, nullptr, out, n);
     return;
@@ -150,26 +222,19 @@ void compute(const FusedInstruction &instruction,
   }
 }
 
-} // namespace
-
-Status runFusedElementwise(const KernelArgs &args) {
-  const Instruction &instruction = args.instruction;
-  std::vector<ElementType> types;
-  for (size_t i = 0; i < instruction.inputs.size(); ++i)
-    types.push_back(elementOf(args.in(i).desc().dtype));
-  FusedProgram program;
-  if (Diagnostic diagnostic =
-          parseFusedProgram(instruction.texts("program"), types, program))
-    return Status::error("fused_elementwise: " + *diagnostic);
-  Tensor &result = args.out(0);
+/// Evaluates `program` over `inputs` (broadcast to the result's shape)
+/// into `result`.
+void evaluateFusedProgram(const FusedProgram &program,
+                          const std::vector<const Tensor *> &inputs,
+                          Tensor &result) {
   const std::vector<int64_t> &shape = result.shape();
   std::vector<InputView> views;
-  for (size_t i = 0; i < instruction.inputs.size(); ++i)
-    views.push_back(viewOf(args.in(i), shape));
+  for (const Tensor *input : inputs)
+    views.push_back(viewOf(*input, shape));
   int64_t total = result.size();
   int64_t blocks = (total + kBlock - 1) / kBlock;
   size_t slotCount = program.slotTypes.size();
-#pragma omp parallel
+#pragma omp parallel if (blocks > 1)
   {
     std::vector<float> storage(slotCount * kBlock);
     std::vector<float *> slots(slotCount);
@@ -185,24 +250,69 @@ Status runFusedElementwise(const KernelArgs &args) {
         compute(program.instructions[k], slots, slots[slot], n);
         round(program.slotTypes[slot], slots[slot], n);
       }
-      const float *last = slots[slotCount - 1];
-      switch (result.desc().dtype) {
-      case DType::BF16:
-        for (int64_t i = 0; i < n; ++i)
-          static_cast<uint16_t *>(result.raw())[first + i] =
-              floatToBfloat16(last[i]);
-        break;
-      case DType::F16:
-        for (int64_t i = 0; i < n; ++i)
-          static_cast<uint16_t *>(result.raw())[first + i] =
-              floatToHalf(last[i]);
-        break;
-      default:
-        std::copy(last, last + n, result.f32() + first);
-      }
+      storeBlock(slots[slotCount - 1], first, n, result);
     }
   }
+}
+
+/// The one-instruction program of an elementwise op, or "" for ops the
+/// programs do not have (equal_mask, accumulate, fill).
+std::string programOf(const Instruction &instruction) {
+  const std::string &op = instruction.op;
+  for (const char *binary : {"add", "sub", "mul", "div", "maximum"})
+    if (op == binary)
+      return op + " %0 %1";
+  if (op == "scale") {
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%.17g", instruction.real("factor"));
+    return "scale %0 " + std::string(factor);
+  }
+  if (op == "unary_grad")
+    return "unary_grad " + instruction.text("function") + " %0 %1";
+  if (isUnaryFunction(op))
+    return op + " %0";
+  return "";
+}
+
+#undef TRELLIS_VECTOR_CLONES
+
+/// Parses `lines` over the instruction's inputs and evaluates them into its
+/// result.
+Status runProgram(const KernelArgs &args,
+                  const std::vector<std::string> &lines) {
+  const Instruction &instruction = args.instruction;
+  std::vector<ElementType> types;
+  std::vector<const Tensor *> inputs;
+  for (size_t i = 0; i < instruction.inputs.size(); ++i) {
+    types.push_back(elementOf(args.in(i).desc().dtype));
+    inputs.push_back(&args.in(i));
+  }
+  FusedProgram program;
+  if (Diagnostic diagnostic = parseFusedProgram(lines, types, program))
+    return Status::error(instruction.op + ": " + *diagnostic);
+  evaluateFusedProgram(program, inputs, args.out(0));
   return Status::success();
+}
+
+} // namespace
+
+bool isNarrowElementwise(const KernelArgs &args) {
+  const Instruction &instruction = args.instruction;
+  DType dtype = args.out(0).desc().dtype;
+  if (dtype != DType::BF16 && dtype != DType::F16)
+    return false;
+  for (size_t i = 0; i < instruction.inputs.size(); ++i)
+    if (args.in(i).desc().dtype != dtype)
+      return false;
+  return !programOf(instruction).empty();
+}
+
+Status runNarrowElementwise(const KernelArgs &args) {
+  return runProgram(args, {programOf(args.instruction)});
+}
+
+Status runFusedElementwise(const KernelArgs &args) {
+  return runProgram(args, args.instruction.texts("program"));
 }
 
 } // namespace trellis::runtime::cpu

@@ -72,6 +72,14 @@ void runUnaryFunction(const std::string &function, const float *x,
 
 /// `fused_elementwise`: one pass over its program (16-bit operands itself).
 Status runFusedElementwise(const KernelArgs &args);
+/// Whether an elementwise instruction (a binary op, scale, a unary
+/// function, unary_grad) has operands and result of one 16-bit dtype:
+/// runNarrowElementwise runs those as a one-instruction fused program,
+/// widening and rounding per block in cache instead of through whole fp32
+/// copies (the same values: each op computes in fp32 and rounds its
+/// result either way).
+bool isNarrowElementwise(const KernelArgs &args);
+Status runNarrowElementwise(const KernelArgs &args);
 
 /// The kernel of plan op `op`, or null if the CPU has none.
 Kernel findKernel(const std::string &op);

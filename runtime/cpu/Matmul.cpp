@@ -1,8 +1,7 @@
-//===- Matmul.cpp - Batched matrix products through OpenBLAS --------------===//
+//===- Matmul.cpp - Batched f32 matrix products ---------------------------===//
 
+#include "Gemm.h"
 #include "Kernels.h"
-
-#include <cblas.h>
 
 namespace trellis::runtime::cpu {
 
@@ -20,10 +19,8 @@ Status runMatmul(const KernelArgs &args) {
   for (size_t d = 0; d + 2 < rank; ++d)
     batch *= ls[d];
   bool sharedRhs = rs.size() == 2;
-  CBLAS_TRANSPOSE ta = transposeLhs ? CblasTrans : CblasNoTrans;
-  CBLAS_TRANSPOSE tb = transposeRhs ? CblasTrans : CblasNoTrans;
-  int lda = static_cast<int>(transposeLhs ? m : k);
-  int ldb = static_cast<int>(transposeRhs ? k : n);
+  int64_t lda = transposeLhs ? m : k;
+  int64_t ldb = transposeRhs ? k : n;
   if (m == 0 || n == 0 || batch == 0)
     return Status::success();
   if (k == 0) {
@@ -33,16 +30,16 @@ Status runMatmul(const KernelArgs &args) {
   // A shared right-hand side with row-major lhs rows: one product over
   // every batch row at once.
   if (sharedRhs && !transposeLhs) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(batch * m),
-                static_cast<int>(n), static_cast<int>(k), 1.0f, lhs.f32(), lda,
-                rhs.f32(), ldb, 0.0f, out.f32(), static_cast<int>(n));
+    if (!gemm(false, transposeRhs, batch * m, n, k, 1.0f, lhs.f32(), lda,
+              rhs.f32(), ldb, 0.0f, out.f32(), n))
+      return gemmFailure("matmul");
     return Status::success();
   }
   for (int64_t b = 0; b < batch; ++b)
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, lhs.f32() + b * m * k, lda,
-                rhs.f32() + (sharedRhs ? 0 : b * k * n), ldb, 0.0f,
-                out.f32() + b * m * n, static_cast<int>(n));
+    if (!gemm(transposeLhs, transposeRhs, m, n, k, 1.0f, lhs.f32() + b * m * k,
+              lda, rhs.f32() + (sharedRhs ? 0 : b * k * n), ldb, 0.0f,
+              out.f32() + b * m * n, n))
+      return gemmFailure("matmul");
   return Status::success();
 }
 

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "SoftmaxRows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,10 +17,7 @@ namespace trellis::runtime::cpu {
 void softmaxRow(const float *x, float *y, int64_t n) {
   if (n == 0)
     return;
-  float max = *std::max_element(x, x + n);
-  double sum = 0;
-  for (int64_t c = 0; c < n; ++c)
-    sum += (y[c] = std::exp(x[c] - max));
+  double sum = expShifted(x, y, n, rowMax(x, n));
   float inverse = static_cast<float>(1.0 / sum);
   for (int64_t c = 0; c < n; ++c)
     y[c] *= inverse;
@@ -42,11 +40,9 @@ void softmaxGrad(const Tensor &result, const Tensor &grad, Tensor &out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *y = result.f32() + r * cols, *dy = grad.f32() + r * cols;
     float *dx = out.f32() + r * cols;
-    double dot = 0;
+    float dot = static_cast<float>(rowDot(y, dy, cols));
     for (int64_t c = 0; c < cols; ++c)
-      dot += double(y[c]) * dy[c];
-    for (int64_t c = 0; c < cols; ++c)
-      dx[c] = y[c] * (dy[c] - static_cast<float>(dot));
+      dx[c] = y[c] * (dy[c] - dot);
   }
 }
 
@@ -90,18 +86,65 @@ private:
   std::vector<double> partials_;
 };
 
+/// The per-row loops below are cloned for AVX-512 (picked at load time
+/// where the CPU has it; the default build targets SSE2). Their sums are
+/// vector reductions in double (`omp simd`): partial sums per lane, added
+/// in a fixed order, so a row's result depends on that row alone.
+#define TRELLIS_VECTOR_CLONES                                                  \
+  __attribute__((target_clones("avx512f", "default")))
+
 /// Mean and reciprocal standard deviation of one row.
-void rowMoments(const float *x, int64_t n, double epsilon, double &mean,
-                double &rstd) {
+__attribute__((always_inline)) inline void
+rowMoments(const float *x, int64_t n, double epsilon, double &mean,
+           double &rstd) {
   double sum = 0, sumSquares = 0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i)
     sum += x[i];
   mean = sum / n;
+  double m = mean;
+#pragma omp simd reduction(+ : sumSquares)
   for (int64_t i = 0; i < n; ++i) {
-    double centered = x[i] - mean;
+    double centered = x[i] - m;
     sumSquares += centered * centered;
   }
   rstd = 1.0 / std::sqrt(sumSquares / n + epsilon);
+}
+
+TRELLIS_VECTOR_CLONES void layerNormRow(const float *x, const float *w,
+                                        const float *b, float *y, int64_t n,
+                                        double epsilon) {
+  double mean, rstd;
+  rowMoments(x, n, epsilon, mean, rstd);
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = static_cast<float>((x[i] - mean) * rstd) * w[i] + b[i];
+}
+
+/// dx of one row; adds the row's terms to the weight and bias gradients'
+/// partials dw and db.
+TRELLIS_VECTOR_CLONES void
+layerNormGradRow(const float *x, const float *w, const float *dy, float *dx,
+                 double *__restrict dw, double *__restrict db, int64_t n,
+                 double epsilon) {
+  double mean, rstd;
+  rowMoments(x, n, epsilon, mean, rstd);
+  double meanG = 0, meanGX = 0;
+#pragma omp simd reduction(+ : meanG, meanGX)
+  for (int64_t i = 0; i < n; ++i) {
+    double xhat = (x[i] - mean) * rstd;
+    double g = double(dy[i]) * w[i];
+    meanG += g;
+    meanGX += g * xhat;
+    dw[i] += double(dy[i]) * xhat;
+    db[i] += dy[i];
+  }
+  meanG /= n;
+  meanGX /= n;
+  for (int64_t i = 0; i < n; ++i) {
+    double xhat = (x[i] - mean) * rstd;
+    double g = double(dy[i]) * w[i];
+    dx[i] = static_cast<float>(rstd * (g - meanG - xhat * meanGX));
+  }
 }
 
 void layerNorm(const KernelArgs &args, double epsilon) {
@@ -109,14 +152,9 @@ void layerNorm(const KernelArgs &args, double epsilon) {
   const float *w = args.in(1).f32(), *b = args.in(2).f32();
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *x = in.f32() + r * n;
-    float *y = args.out(0).f32() + r * n;
-    double mean, rstd;
-    rowMoments(x, n, epsilon, mean, rstd);
-    for (int64_t i = 0; i < n; ++i)
-      y[i] = static_cast<float>((x[i] - mean) * rstd) * w[i] + b[i];
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    layerNormRow(in.f32() + r * n, w, b, args.out(0).f32() + r * n, n,
+                 epsilon);
 }
 
 void layerNormGrad(const KernelArgs &args, double epsilon) {
@@ -126,52 +164,59 @@ void layerNormGrad(const KernelArgs &args, double epsilon) {
   RowChunks chunks(rows, n, 2);
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < chunks.count(); ++chunk)
-    for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r) {
-    const float *x = in.f32() + r * n, *dy = args.in(2).f32() + r * n;
-    float *dx = args.out(0).f32() + r * n;
-    double *dw = chunks.partial(r, 0), *db = chunks.partial(r, 1);
-    double mean, rstd;
-    rowMoments(x, n, epsilon, mean, rstd);
-    double meanG = 0, meanGX = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      double xhat = (x[i] - mean) * rstd;
-      double g = double(dy[i]) * w[i];
-      meanG += g;
-      meanGX += g * xhat;
-      dw[i] += double(dy[i]) * xhat;
-      db[i] += dy[i];
-    }
-    meanG /= n;
-    meanGX /= n;
-    for (int64_t i = 0; i < n; ++i) {
-      double xhat = (x[i] - mean) * rstd;
-      double g = double(dy[i]) * w[i];
-      dx[i] = static_cast<float>(rstd * (g - meanG - xhat * meanGX));
-    }
-  }
+    for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r)
+      layerNormGradRow(in.f32() + r * n, w, args.in(2).f32() + r * n,
+                       args.out(0).f32() + r * n, chunks.partial(r, 0),
+                       chunks.partial(r, 1), n, epsilon);
   chunks.sum(0, args.out(1).f32());
   chunks.sum(1, args.out(2).f32());
 }
 
-double rowInverseRms(const float *x, int64_t n, double epsilon) {
+__attribute__((always_inline)) inline double
+rowInverseRms(const float *x, int64_t n, double epsilon) {
   double sumSquares = 0;
+#pragma omp simd reduction(+ : sumSquares)
   for (int64_t i = 0; i < n; ++i)
     sumSquares += double(x[i]) * x[i];
   return 1.0 / std::sqrt(sumSquares / n + epsilon);
 }
+
+TRELLIS_VECTOR_CLONES void rmsNormRow(const float *x, const float *w,
+                                      float *y, int64_t n, double epsilon) {
+  double inverse = rowInverseRms(x, n, epsilon);
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = static_cast<float>(x[i] * inverse) * w[i];
+}
+
+/// dx of one row; adds the row's terms to the weight gradient's partial.
+TRELLIS_VECTOR_CLONES void rmsNormGradRow(const float *x, const float *w,
+                                          const float *dy, float *dx,
+                                          double *__restrict dw, int64_t n,
+                                          double epsilon) {
+  double inverse = rowInverseRms(x, n, epsilon);
+  double dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t i = 0; i < n; ++i) {
+    double g = double(dy[i]) * w[i];
+    dot += g * x[i];
+    dw[i] += double(dy[i]) * x[i] * inverse;
+  }
+  double correction = inverse * inverse * dot / n;
+  for (int64_t i = 0; i < n; ++i) {
+    double g = double(dy[i]) * w[i];
+    dx[i] = static_cast<float>(inverse * (g - x[i] * correction));
+  }
+}
+
+#undef TRELLIS_VECTOR_CLONES
 
 void rmsNorm(const KernelArgs &args, double epsilon) {
   const Tensor &in = args.in(0);
   const float *w = args.in(1).f32();
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *x = in.f32() + r * n;
-    float *y = args.out(0).f32() + r * n;
-    double inverse = rowInverseRms(x, n, epsilon);
-    for (int64_t i = 0; i < n; ++i)
-      y[i] = static_cast<float>(x[i] * inverse) * w[i];
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    rmsNormRow(in.f32() + r * n, w, args.out(0).f32() + r * n, n, epsilon);
 }
 
 void rmsNormGrad(const KernelArgs &args, double epsilon) {
@@ -181,23 +226,10 @@ void rmsNormGrad(const KernelArgs &args, double epsilon) {
   RowChunks chunks(rows, n, 1);
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < chunks.count(); ++chunk)
-    for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r) {
-    const float *x = in.f32() + r * n, *dy = args.in(2).f32() + r * n;
-    float *dx = args.out(0).f32() + r * n;
-    double *dw = chunks.partial(r, 0);
-    double inverse = rowInverseRms(x, n, epsilon);
-    double dot = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      double g = double(dy[i]) * w[i];
-      dot += g * x[i];
-      dw[i] += double(dy[i]) * x[i] * inverse;
-    }
-    double correction = inverse * inverse * dot / n;
-    for (int64_t i = 0; i < n; ++i) {
-      double g = double(dy[i]) * w[i];
-      dx[i] = static_cast<float>(inverse * (g - x[i] * correction));
-    }
-  }
+    for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r)
+      rmsNormGradRow(in.f32() + r * n, w, args.in(2).f32() + r * n,
+                     args.out(0).f32() + r * n, chunks.partial(r, 0), n,
+                     epsilon);
   chunks.sum(0, args.out(1).f32());
 }
 

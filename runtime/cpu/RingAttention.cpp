@@ -88,12 +88,10 @@ Status runRingAttention(const KernelArgs &args) {
                      static_cast<float>(args.instruction.real("scale")),
                      args.instruction.flag("causal", true)};
   if (args.instruction.op == "attention_block")
-    blockedAttention(s, *runs, t, args.out(0).f32(), args.out(1).f32());
-  else
-    blockedAttentionGrad(s, *runs, t, args.in(3).f32(), args.in(4).f32(),
-                         args.in(5).f32(), args.out(0).f32(),
-                         args.out(1).f32(), args.out(2).f32());
-  return Status::success();
+    return blockedAttention(s, *runs, t, args.out(0).f32(), args.out(1).f32());
+  return blockedAttentionGrad(s, *runs, t, args.in(3).f32(), args.in(4).f32(),
+                              args.in(5).f32(), args.out(0).f32(),
+                              args.out(1).f32(), args.out(2).f32());
 }
 
 } // namespace trellis::runtime::cpu

@@ -8,7 +8,7 @@
 // UnaryKernelTest states the accuracy against the C library (3e-5
 // relative to max(|value|, 0.01), as the scalar formulas in fp32); log
 // stays scalar (oneDNN's errs by 1.4e-4 near 1). Primitives are built
-// once per function, direction and length, and kept.
+// once per thread, function, direction and length, and kept.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,7 +17,6 @@
 #include <dnnl.hpp>
 
 #include <map>
-#include <mutex>
 #include <optional>
 #include <tuple>
 
@@ -64,13 +63,19 @@ dnnl::stream &stream() {
   return instance;
 }
 
-struct Primitives {
-  std::mutex mutex;
-  std::map<std::tuple<std::string, bool, int64_t>, dnnl::primitive> built;
+/// A built primitive with memory objects bound to it, rebound to each
+/// call's arrays.
+struct Built {
+  dnnl::primitive primitive;
+  memory source, upstream, result;
 };
 
-Primitives &primitives() {
-  static Primitives instance;
+/// One cache per thread: fused kernels run eltwise from several threads at
+/// once, block by block, and a lookup must cost far less than a block.
+using Cache = std::map<std::tuple<std::string, bool, int64_t>, Built>;
+
+Cache &cache() {
+  thread_local Cache instance;
   return instance;
 }
 
@@ -97,27 +102,27 @@ bool runUnaryOneDnn(const std::string &function, const float *x,
   if (!form || n == 0)
     return form.has_value();
   bool gradient = dy != nullptr;
-  dnnl::primitive primitive;
-  {
-    Primitives &cache = primitives();
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    auto key = std::make_tuple(function, gradient, n);
-    auto it = cache.built.find(key);
-    if (it == cache.built.end())
-      it = cache.built.emplace(key, build(*form, gradient, n)).first;
-    primitive = it->second;
+  auto key = std::make_tuple(function, gradient, n);
+  Cache &built = cache();
+  auto it = built.find(key);
+  if (it == built.end()) {
+    memory::desc desc({n}, memory::data_type::f32, memory::format_tag::a);
+    Built entry{build(*form, gradient, n), memory(desc, engine(), nullptr),
+                memory(desc, engine(), nullptr),
+                memory(desc, engine(), nullptr)};
+    it = built.emplace(key, std::move(entry)).first;
   }
-  memory::desc desc({n}, memory::data_type::f32, memory::format_tag::a);
-  memory source(desc, engine(), const_cast<float *>(x));
-  memory result(desc, engine(), y);
+  Built &entry = it->second;
+  entry.source.set_data_handle(const_cast<float *>(x));
+  entry.result.set_data_handle(y);
   if (!gradient) {
-    primitive.execute(stream(),
-                      {{DNNL_ARG_SRC, source}, {DNNL_ARG_DST, result}});
+    entry.primitive.execute(stream(), {{DNNL_ARG_SRC, entry.source},
+                                       {DNNL_ARG_DST, entry.result}});
   } else {
-    memory upstream(desc, engine(), const_cast<float *>(dy));
-    primitive.execute(stream(), {{DNNL_ARG_SRC, source},
-                                 {DNNL_ARG_DIFF_DST, upstream},
-                                 {DNNL_ARG_DIFF_SRC, result}});
+    entry.upstream.set_data_handle(const_cast<float *>(dy));
+    entry.primitive.execute(stream(), {{DNNL_ARG_SRC, entry.source},
+                                       {DNNL_ARG_DIFF_DST, entry.upstream},
+                                       {DNNL_ARG_DIFF_SRC, entry.result}});
   }
   stream().wait();
   return true;

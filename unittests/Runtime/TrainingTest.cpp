@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -49,7 +51,10 @@ std::string compilePlan(const std::string &config, double learningRate) {
   metadata.fields["vocab_size"] = parsed->vocabSize;
   auto plan = trellis::emitPlan(step, std::move(metadata));
   EXPECT_TRUE(mlir::succeeded(plan));
-  std::string path = ::testing::TempDir() + config + ".plan";
+  // One file per process: ctest runs the tests as processes side by side,
+  // several of which compile the same config.
+  std::string path = ::testing::TempDir() + std::to_string(::getpid()) + "-" +
+                     config + ".plan";
   std::string text;
   llvm::raw_string_ostream os(text);
   os << *plan;
