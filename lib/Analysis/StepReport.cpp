@@ -402,8 +402,29 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
   }
   if (!withMemoryPlan)
     return report;
+  // A reshape's result shares its operand's bytes when both are
+  // temporaries (Executor::planArena): the two are one buffer living from
+  // the operand's definition to the last use of either.
+  DenseMap<Key, Key> rootOf;
+  for (const RankItem &item : items) {
+    auto reshape = llvm::dyn_cast_or_null<graph::ReshapeOp>(item.op);
+    if (!reshape)
+      continue;
+    Key from = keyOf(reshape->getOperand(0), item.microBatch);
+    Key to = keyOf(reshape->getResult(0), item.microBatch);
+    if (!lifetime.count(from) || !lifetime.count(to))
+      continue;
+    auto found = rootOf.find(from);
+    Key root = found == rootOf.end() ? from : found->second;
+    rootOf[to] = root;
+    auto &span = lifetime[root];
+    span.first = std::min(span.first, lifetime[to].first);
+    span.second = std::max(span.second, lifetime[to].second);
+  }
   std::vector<ArenaBuffer> buffers;
   for (const Key &key : order) {
+    if (rootOf.count(key))
+      continue;
     const auto &[first, last] = lifetime[key];
     buffers.push_back({bytesOf(key.first.getType()), first, last});
   }

@@ -150,6 +150,10 @@ Status runCast(const KernelArgs &args) {
     fromFloat(in.f32(), out);
     return Status::success();
   }
+  if (out.desc().dtype == DType::F32) {
+    toFloat(in, out.f32());
+    return Status::success();
+  }
   float *wide = scratch().get(0, in.size());
   toFloat(in, wide);
   fromFloat(wide, out);

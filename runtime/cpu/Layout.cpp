@@ -151,8 +151,12 @@ void parallelCopy(void *target, const void *source, int64_t bytes) {
 
 Status runLayout(const KernelArgs &args) {
   const std::string &op = args.instruction.op;
-  if (op == "reshape")
-    parallelCopy(args.out(0).raw(), args.in(0).raw(), args.in(0).bytes());
+  if (op == "reshape") {
+    // A reshape's result usually shares its operand's bytes (the executor's
+    // arena plan): then there is nothing to move.
+    if (args.out(0).raw() != args.in(0).raw())
+      parallelCopy(args.out(0).raw(), args.in(0).raw(), args.in(0).bytes());
+  }
   else if (op == "transpose")
     transpose(args.in(0), args.out(0), args.instruction.ints("permutation"));
   else if (op == "slice")

@@ -176,10 +176,31 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
     for (int64_t input : plan_.program[i].inputs)
       last[input] = std::max(last[input], end);
   }
+  // A reshape's result shares its operand's bytes (the same elements in the
+  // same order) when both are temporaries written once: the two are one
+  // arena buffer, from the operand's write to the last read of either, and
+  // the reshape moves nothing. StepReport.cpp places them alike.
+  std::vector<int64_t> writes(count, 0), root(count);
+  for (const Instruction &instruction : plan_.program)
+    for (int64_t output : instruction.outputs)
+      ++writes[output];
+  for (size_t b = 0; b < count; ++b)
+    root[b] = static_cast<int64_t>(b);
+  for (const Instruction &instruction : plan_.program) {
+    if (instruction.op != "reshape")
+      continue;
+    int64_t from = instruction.inputs[0], to = instruction.outputs[0];
+    if (persistent[from] || persistent[to] || writes[from] != 1 ||
+        writes[to] != 1 || first[from] < 0)
+      continue;
+    root[to] = root[from];
+    first[root[to]] = std::min(first[root[to]], first[to]);
+    last[root[to]] = std::max(last[root[to]], last[to]);
+  }
   std::vector<int64_t> temporaries;
   std::vector<ArenaBuffer> spans;
   for (size_t b = 0; b < count; ++b)
-    if (!persistent[b] && first[b] >= 0) {
+    if (!persistent[b] && first[b] >= 0 && root[b] == static_cast<int64_t>(b)) {
       temporaries.push_back(b);
       spans.push_back({bufferBytes(plan_.buffers[b]), first[b], last[b]});
     }
@@ -187,6 +208,9 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
   int64_t arena = placeArena(spans, placed);
   for (size_t t = 0; t < temporaries.size(); ++t)
     offsets[temporaries[t]] = placed[t];
+  for (size_t b = 0; b < count; ++b)
+    if (root[b] != static_cast<int64_t>(b))
+      offsets[b] = offsets[root[b]];
   return arena;
 }
 

@@ -704,6 +704,63 @@ TEST(PlanTest, ColumnSumsAddTheirRowsInOrder) {
   }
 }
 
+/// A reshape's result shares its operand's bytes when both are
+/// temporaries: a chain x -> scale -> reshape -> reshape -> sum needs one
+/// 128-byte arena buffer (each instruction's result apart from its
+/// operands would take two), and the sum still sees every element. A
+/// reshape of an argument keeps bytes of its own: the argument outlives
+/// the step.
+TEST(PlanTest, ReshapesShareTheirOperandsBytes) {
+  const std::string plan = R"({
+  "format": "trellis-plan", "version": 4, "metadata": {"vocab_size": 4},
+  "mesh": [{"name": "dp", "size": 1}],
+  "buffers": [{"shape": [4, 8], "dtype": "f32"}, {"shape": [4, 8], "dtype": "f32"},
+              {"shape": [32], "dtype": "f32"}, {"shape": [8, 4], "dtype": "f32"},
+              {"shape": [], "dtype": "f32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "x", "init": "normal:1.0"}],
+  "results": [{"buffer": 4, "role": "loss"}],
+  "stages": [{"stage": 0, "programs": [{"name": "step", "program": [
+    {"op": "scale", "inputs": [0], "outputs": [1], "attrs": {"factor": 2.0}},
+    {"op": "reshape", "inputs": [1], "outputs": [2], "attrs": {"shape": [32]}},
+    {"op": "reshape", "inputs": [2], "outputs": [3], "attrs": {"shape": [8, 4]}},
+    {"op": "reduce_sum", "inputs": [3], "outputs": [4], "attrs": {"dims": [0, 1]}}
+  ]}], "schedule": ["step"]}]
+})";
+  StatusOr<Plan> parsed = parsePlan(plan);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  std::unique_ptr<Executor> executor = cpuExecutor(std::move(*parsed));
+  ASSERT_TRUE(executor);
+  EXPECT_EQ(executor->arenaBytes(), 128);
+  std::vector<float> x(32);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.25f * static_cast<float>(i) - 3.0f;
+  ASSERT_TRUE(executor->writeArgumentValues(0, x.data()).ok());
+  ASSERT_TRUE(executor->run().ok());
+  float loss = 0;
+  ASSERT_TRUE(executor->readResultValues(0, &loss).ok());
+  double expected = 0;
+  for (float value : x)
+    expected += 2.0 * value;
+  EXPECT_EQ(loss, static_cast<float>(expected));
+
+  // The reshape of the argument: its result and that result's reshape
+  // share one buffer of their own, none of the argument's bytes.
+  std::string fromArgument = replace(
+      replace(plan, R"({"op": "scale", "inputs": [0], "outputs": [1], "attrs": {"factor": 2.0}},)",
+              ""),
+      R"({"op": "reshape", "inputs": [1], "outputs": [2],)",
+      R"({"op": "reshape", "inputs": [0], "outputs": [2],)");
+  parsed = parsePlan(fromArgument);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  executor = cpuExecutor(std::move(*parsed));
+  ASSERT_TRUE(executor);
+  EXPECT_EQ(executor->arenaBytes(), 128);
+  ASSERT_TRUE(executor->writeArgumentValues(0, x.data()).ok());
+  ASSERT_TRUE(executor->run().ok());
+  ASSERT_TRUE(executor->readResultValues(0, &loss).ok());
+  EXPECT_EQ(loss, static_cast<float>(expected / 2));
+}
+
 } // namespace
 
 TEST(PlanTest, RunsEveryMicroBatchAndAccumulatesTheirValues) {
