@@ -26,9 +26,9 @@ compiled = len(sys.argv) > 7 and sys.argv[7] == "compile"
 batch, seq, steps, threads = int(batch), int(seq), int(steps), int(threads)
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-config = transformers.GPT2Config(**json.load(open(config_path)),
-                                 resid_pdrop=0.0, embd_pdrop=0.0,
-                                 attn_pdrop=0.0)
+fields = json.load(open(config_path))
+fields.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+config = transformers.GPT2Config(**fields)
 model = transformers.GPT2LMHeadModel(config)
 model.train()
 forward = torch.compile(model) if compiled else model

@@ -35,15 +35,29 @@ Status runEmbedding(const KernelArgs &args) {
   Tensor &out = args.out(0);
   int64_t rows = out.shape()[0], width = out.shape()[1];
   int64_t offset = args.instruction.integer("vocab_offset") + *position * rows;
-  std::fill(out.f32(), out.f32() + out.size(), 0.0f);
-  for (int64_t t = 0; t < ids.size(); ++t) {
-    int64_t row = static_cast<int64_t>(ids.i32()[t]) - offset;
-    if (row < 0 || row >= rows)
-      continue;
-    float *dst = out.f32() + row * width;
-    const float *src = grad.f32() + t * width;
-    for (int64_t i = 0; i < width; ++i)
-      dst[i] += src[i];
+  // The table's rows zeroed, then each thread adds every token's row to its
+  // own block of columns, tokens in order: an element's sum has one order
+  // whatever the threads.
+  float *table = out.f32();
+  int64_t total = out.size();
+#pragma omp parallel for schedule(static) if (total >= kParallelElements)
+  for (int64_t row = 0; row < rows; ++row)
+    std::fill(table + row * width, table + (row + 1) * width, 0.0f);
+  constexpr int64_t kColumnBlock = 64;
+  int64_t blocks = (width + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (ids.size() * width >= kParallelElements)
+  for (int64_t block = 0; block < blocks; ++block) {
+    int64_t first = block * kColumnBlock,
+            last = std::min(width, first + kColumnBlock);
+    for (int64_t t = 0; t < ids.size(); ++t) {
+      int64_t row = static_cast<int64_t>(ids.i32()[t]) - offset;
+      if (row < 0 || row >= rows)
+        continue;
+      float *dst = table + row * width;
+      const float *src = grad.f32() + t * width;
+      for (int64_t i = first; i < last; ++i)
+        dst[i] += src[i];
+    }
   }
   return Status::success();
 }

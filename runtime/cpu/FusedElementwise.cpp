@@ -7,6 +7,8 @@
 // functions through the same oneDNN eltwise the unfused ops use) and
 // rounds it to its dtype, and the last slot is stored. Every element gets
 // exactly the value the unfused ops would give it, whatever the blocks.
+// A single elementwise op of 16-bit operands runs here too, as a program
+// of one instruction (runNarrowElementwise).
 //
 //===----------------------------------------------------------------------===//
 
