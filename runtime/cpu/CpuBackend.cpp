@@ -204,6 +204,24 @@ public:
     return communication_ ? communication_->drain() : Status::success();
   }
 
+  /// In place, in chunks split over the threads (a GPT-2 124M step tests
+  /// 124M parameters and 248M moments).
+  StatusOr<bool> allFinite(const Tensor &tensor) override {
+    constexpr int64_t kChunk = int64_t(1) << 16;
+    int64_t count = tensor.size(), chunks = (count + kChunk - 1) / kChunk;
+    int64_t width = dtypeBytes(tensor.desc().dtype);
+    const char *data = static_cast<const char *>(tensor.raw());
+    bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t first = c * kChunk;
+      finite = allFiniteValues(tensor.desc().dtype, data + first * width,
+                               std::min(kChunk, count - first)) &&
+               finite;
+    }
+    return finite;
+  }
+
 private:
   DeviceOptions options_;
   /// Started by the first communication: a plan without any needs no

@@ -1,6 +1,7 @@
 //===- Backends.cpp - The backends this runtime was built with ------------===//
 //
-// The one list of backends: a new backend adds its line here.
+// The one list of backends: a new backend adds its line here. Also the
+// Device interface's default methods.
 //
 //===----------------------------------------------------------------------===//
 
@@ -9,6 +10,12 @@
 #include "../cpu/CpuBackend.h"
 
 namespace trellis::runtime {
+
+StatusOr<bool> Device::allFinite(const Tensor &tensor) {
+  std::vector<char> host(tensor.bytes());
+  TRELLIS_RETURN_IF_ERROR(copyToHost(tensor, host.data()));
+  return allFiniteValues(tensor.desc().dtype, host.data(), tensor.size());
+}
 
 const std::vector<const Backend *> &registeredBackends() {
   static const std::vector<const Backend *> backends = {&cpu::backend()};

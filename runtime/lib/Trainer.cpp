@@ -606,7 +606,6 @@ StatusOr<std::string> Trainer::firstNonFinite(bool checkUpdates,
     lossValue = *loss;
     verdict[0] = std::isfinite(lossValue) ? 1.0f : 0.0f;
   }
-  std::vector<float> values;
   for (size_t r = 0; checkUpdates && r < plan.results.size(); ++r) {
     const Result &result = plan.results[r];
     if (!result.updates || !plan.holds(result.stages))
@@ -614,10 +613,10 @@ StatusOr<std::string> Trainer::firstNonFinite(bool checkUpdates,
     ArgumentRole role = plan.arguments[*result.updates].role;
     if (role != ArgumentRole::Param && role != ArgumentRole::Master)
       continue;
-    values.resize(executor_->result(r).size());
-    TRELLIS_RETURN_IF_ERROR(executor_->readResultValues(r, values.data()));
-    if (!std::all_of(values.begin(), values.end(),
-                     [](float value) { return std::isfinite(value); })) {
+    StatusOr<bool> finite = executor_->device().allFinite(executor_->result(r));
+    if (!finite.ok())
+      return finite.status();
+    if (!*finite) {
       verdict[1] = static_cast<float>(r);
       break;
     }
@@ -641,18 +640,16 @@ StatusOr<bool> Trainer::updatesAreFinite() const {
   // (the minimum of 1 = finite, 0 = not over the whole mesh).
   const Plan &plan = executor_->plan();
   float finite = 1.0f;
-  std::vector<float> values;
   for (size_t r = 0; r < plan.results.size() && finite == 1.0f; ++r) {
     const Result &result = plan.results[r];
     if (!result.updates || !plan.holds(result.stages))
       continue;
-    values.resize(executor_->result(r).size());
-    TRELLIS_RETURN_IF_ERROR(executor_->readResultValues(r, values.data()));
-    for (float value : values)
-      if (!std::isfinite(value)) {
-        finite = 0.0f;
-        break;
-      }
+    StatusOr<bool> allFinite =
+        executor_->device().allFinite(executor_->result(r));
+    if (!allFinite.ok())
+      return allFinite.status();
+    if (!*allFinite)
+      finite = 0.0f;
   }
   TRELLIS_RETURN_IF_ERROR(minimumOverMesh(&finite, 1));
   return finite == 1.0f;

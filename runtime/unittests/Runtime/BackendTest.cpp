@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 using namespace trellis;
@@ -233,6 +234,49 @@ TEST(BackendTest, LayoutOpsMoveBf16Elements) {
     for (size_t e = 0; e < expected.size(); ++e)
       EXPECT_EQ(trellis::bfloat16ToFloat(found[e]), expected[e])
           << c.op << " element " << e;
+  }
+}
+
+/// allFinite tests exponent bits in place: every float dtype, a NaN or an
+/// infinity anywhere (past the first of the CPU's 65536-element chunks
+/// too) is found, large finite values and subnormals are finite.
+TEST(BackendTest, AllFiniteFindsInfinitiesAndNaNs) {
+  StatusOr<std::unique_ptr<Device>> device =
+      (*findBackend("cpu"))->createDevice({2, 0});
+  ASSERT_TRUE(device.ok());
+  const int64_t count = 200000;
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtypeName(dtype));
+    StatusOr<std::unique_ptr<DeviceAllocation>> memory =
+        (*device)->allocate(count * dtypeBytes(dtype));
+    ASSERT_TRUE(memory.ok());
+    Tensor tensor(BufferDesc{{count}, dtype}, (*memory)->data());
+    auto set = [&](int64_t i, float value) {
+      if (dtype == DType::F32)
+        tensor.f32()[i] = value;
+      else if (dtype == DType::BF16)
+        static_cast<uint16_t *>(tensor.raw())[i] = floatToBfloat16(value);
+      else
+        static_cast<uint16_t *>(tensor.raw())[i] = floatToHalf(value);
+    };
+    for (int64_t i = 0; i < count; ++i)
+      set(i, (i % 2 ? -1.0f : 1.0f) * (i % 7 ? 1e-6f * i : 6.0e4f));
+    set(5, 1e-40f); // subnormal in f32, zero or subnormal in 16 bits
+    StatusOr<bool> finite = (*device)->allFinite(tensor);
+    ASSERT_TRUE(finite.ok());
+    EXPECT_TRUE(*finite);
+    for (float bad : {std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()})
+      for (int64_t at : {int64_t(0), int64_t(70000), count - 1}) {
+        set(at, bad);
+        finite = (*device)->allFinite(tensor);
+        ASSERT_TRUE(finite.ok());
+        EXPECT_FALSE(*finite) << bad << " at " << at;
+        EXPECT_FALSE(allFiniteValues(dtype, tensor.raw(), count));
+        set(at, 1.0f);
+      }
+    EXPECT_TRUE(allFiniteValues(dtype, tensor.raw(), count));
   }
 }
 

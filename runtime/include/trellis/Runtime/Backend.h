@@ -64,7 +64,7 @@ struct KernelArgs {
 
 /// Options of a rank's device.
 struct DeviceOptions {
-  /// Threads for the device's kernels (CPU: BLAS and kernel threads).
+  /// Threads for the device's kernels (CPU: oneDNN's and the kernels' own).
   int threads = 1;
   /// This rank's index among the ranks of its node (a GPU's ordinal).
   int64_t localRank = 0;
@@ -141,6 +141,12 @@ public:
   virtual Status waitCommunication(int64_t event) = 0;
   /// Waits for both streams; returns the first failure; forgets events.
   virtual Status synchronize() = 0;
+
+  /// Whether every value of float tensor `tensor` is finite (no infinity,
+  /// no NaN), after the work launched before: the trainer asks it of every
+  /// update each step. By default through a host copy; a backend may test
+  /// in place.
+  virtual StatusOr<bool> allFinite(const Tensor &tensor);
 };
 
 class Backend {

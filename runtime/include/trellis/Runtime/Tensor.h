@@ -35,6 +35,11 @@ private:
   void *data_ = nullptr;
 };
 
+/// Whether `count` float values of `dtype` (f32, bf16 or f16) at host
+/// memory `data` are all finite: tested on their exponent bits, so no
+/// floating-point comparison can be optimized away.
+bool allFiniteValues(DType dtype, const void *data, int64_t count);
+
 } // namespace trellis::runtime
 
 #endif // TRELLIS_RUNTIME_TENSOR_H
