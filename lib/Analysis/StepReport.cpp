@@ -3,6 +3,7 @@
 #include "trellis/Analysis/StepReport.h"
 
 #include "trellis/Common/MemoryPlan.h"
+#include "trellis/Common/OpContract.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -402,16 +403,21 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
   }
   if (!withMemoryPlan)
     return report;
-  // A reshape's result shares its operand's bytes when both are
-  // temporaries (Executor::planArena): the two are one buffer living from
-  // the operand's definition to the last use of either.
+  // The result of an op that shares its operand's bytes (a reshape: its
+  // plan op contract says so) takes them when both are temporaries
+  // (Executor::planArena): the two are one buffer living from the
+  // operand's definition to the last use of either.
   DenseMap<Key, Key> rootOf;
   for (const RankItem &item : items) {
-    auto reshape = llvm::dyn_cast_or_null<graph::ReshapeOp>(item.op);
-    if (!reshape)
+    if (!item.op || item.op->getNumOperands() != 1 ||
+        item.op->getNumResults() != 1)
       continue;
-    Key from = keyOf(reshape->getOperand(0), item.microBatch);
-    Key to = keyOf(reshape->getResult(0), item.microBatch);
+    const OpContract *contract =
+        findOpContract(item.op->getName().stripDialect().str());
+    if (!contract || !contract->sharesOperandBytes)
+      continue;
+    Key from = keyOf(item.op->getOperand(0), item.microBatch);
+    Key to = keyOf(item.op->getResult(0), item.microBatch);
     if (!lifetime.count(from) || !lifetime.count(to))
       continue;
     auto found = rootOf.find(from);

@@ -257,13 +257,18 @@ void evaluateFusedProgram(const FusedProgram &program,
   }
 }
 
-/// The one-instruction program of an elementwise op, or "" for ops the
-/// programs do not have (equal_mask, accumulate, fill).
+/// Whether elementwise op `op` has a one-instruction program (equal_mask,
+/// accumulate and fill have none).
+bool hasProgram(const std::string &op) {
+  return isFusedBinary(op) || op == "scale" || op == "unary_grad" ||
+         isUnaryFunction(op);
+}
+
+/// The one-instruction program of an elementwise op that has one.
 std::string programOf(const Instruction &instruction) {
   const std::string &op = instruction.op;
-  for (const char *binary : {"add", "sub", "mul", "div", "maximum"})
-    if (op == binary)
-      return op + " %0 %1";
+  if (isFusedBinary(op))
+    return op + " %0 %1";
   if (op == "scale") {
     char factor[32];
     std::snprintf(factor, sizeof factor, "%.17g", instruction.real("factor"));
@@ -271,9 +276,7 @@ std::string programOf(const Instruction &instruction) {
   }
   if (op == "unary_grad")
     return "unary_grad " + instruction.text("function") + " %0 %1";
-  if (isUnaryFunction(op))
-    return op + " %0";
-  return "";
+  return op + " %0";
 }
 
 #undef TRELLIS_VECTOR_CLONES
@@ -306,7 +309,7 @@ bool isNarrowElementwise(const KernelArgs &args) {
   for (size_t i = 0; i < instruction.inputs.size(); ++i)
     if (args.in(i).desc().dtype != dtype)
       return false;
-  return !programOf(instruction).empty();
+  return hasProgram(instruction.op);
 }
 
 Status runNarrowElementwise(const KernelArgs &args) {

@@ -176,10 +176,10 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
     for (int64_t input : plan_.program[i].inputs)
       last[input] = std::max(last[input], end);
   }
-  // A reshape's result shares its operand's bytes (the same elements in the
-  // same order) when both are temporaries written once: the two are one
-  // arena buffer, from the operand's write to the last read of either, and
-  // the reshape moves nothing. StepReport.cpp places them alike.
+  // The result of an op that shares its operand's bytes (a reshape: the
+  // op contract says so) takes them when both are temporaries written
+  // once: the two are one arena buffer, from the operand's write to the
+  // last read of either. StepReport.cpp places them alike.
   std::vector<int64_t> writes(count, 0), root(count);
   for (const Instruction &instruction : plan_.program)
     for (int64_t output : instruction.outputs)
@@ -187,7 +187,8 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
   for (size_t b = 0; b < count; ++b)
     root[b] = static_cast<int64_t>(b);
   for (const Instruction &instruction : plan_.program) {
-    if (instruction.op != "reshape")
+    const OpContract *contract = findOpContract(instruction.op);
+    if (!contract || !contract->sharesOperandBytes)
       continue;
     int64_t from = instruction.inputs[0], to = instruction.outputs[0];
     if (persistent[from] || persistent[to] || writes[from] != 1 ||

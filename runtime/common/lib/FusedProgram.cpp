@@ -7,14 +7,14 @@
 
 namespace trellis {
 
-namespace {
-
-bool isBinary(const std::string &op) {
+bool isFusedBinary(const std::string &op) {
   for (const char *name : {"add", "sub", "mul", "div", "maximum"})
     if (op == name)
       return true;
   return false;
 }
+
+namespace {
 
 bool parseType(const std::string &text, ElementType &type) {
   for (ElementType candidate :
@@ -67,7 +67,7 @@ Diagnostic parseFusedProgram(const std::vector<std::string> &program,
     };
     size_t slots = 0;
     size_t first = 1;
-    if (isBinary(instruction.op)) {
+    if (isFusedBinary(instruction.op)) {
       instruction.kind = FusedInstruction::Kind::Binary;
       slots = 2;
     } else if (instruction.op == "scale") {

@@ -650,6 +650,7 @@ void TableBuilder::build() {
         out.push_back(op.input(0));
         return std::nullopt;
       });
+  table["reshape"].sharesOperandBytes = true;
   table["cross_entropy"].reducesOverAxes = true;
   table["cross_entropy_grad"].reducesOverAxes = true;
 

@@ -149,6 +149,10 @@ struct OpContract {
   /// collectives are in flight. Other ops with `axes` only read the
   /// rank's place from them.
   bool reducesOverAxes = false;
+  /// Whether the one result is the one operand's bytes unchanged (reshape:
+  /// the same elements in the same row-major order): the memory plan may
+  /// place it in the operand's bytes, and the kernel then moves nothing.
+  bool sharesOperandBytes = false;
   /// Appends the result types; or returns what was expected and found.
   /// Runs after operand count and attributes were checked.
   std::function<Diagnostic(const OpInstance &, std::vector<TensorType> &)>
