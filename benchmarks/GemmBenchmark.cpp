@@ -1,11 +1,14 @@
 //===- GemmBenchmark.cpp - Matmul kernels versus the raw libraries --------===//
 //
 // For the matrix products of a GPT-2 124M training step at batch 4, seq 256
-// (1024 tokens): the CPU backend's matmul kernel in f32 (OpenBLAS) and in
-// bf16 (oneDNN), against a bare cblas_sgemm call and a bare oneDNN f32
-// matmul on the same shapes. The kernel-versus-library gap is the kernel's
-// overhead (dispatch, layout handling); OpenBLAS versus oneDNN f32 decides
-// which library the f32 kernel uses.
+// (1024 tokens): the CPU backend's matmul kernel in f32 (oneDNN's sgemm)
+// and in bf16 (oneDNN's matmul, AMX where the CPU has it), against a bare
+// OpenBLAS cblas_sgemm, a bare dnnl_sgemm and a bare oneDNN f32 matmul on
+// the same shapes. The kernel-versus-library gap is the kernel's overhead
+// (dispatch, layout handling). TRELLIS_THREADS (default 1) sets the threads
+// of all of them (the device's OpenMP pool, which oneDNN and OpenMP
+// OpenBLAS share): run it under `taskset` with 1 and then 2 to see what a
+// second core gives the products themselves.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +18,7 @@
 #include <cblas.h>
 #include <dnnl.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -39,6 +43,13 @@ const GemmShape kShapes[] = {
     {"lm_head", 1024, 768, 50257, false, true},
 };
 
+/// TRELLIS_THREADS, or 1.
+int benchmarkThreads() {
+  const char *value = std::getenv("TRELLIS_THREADS");
+  int threads = value ? std::atoi(value) : 1;
+  return threads > 0 ? threads : 1;
+}
+
 void setFlops(benchmark::State &state, const GemmShape &s) {
   state.counters["GFLOP/s"] = benchmark::Counter(
       2.0 * s.m * s.k * s.n, benchmark::Counter::kIsIterationInvariantRate,
@@ -49,7 +60,7 @@ void setFlops(benchmark::State &state, const GemmShape &s) {
 /// One matmul instruction through the CPU backend, operands of `dtype`.
 void BM_TrellisMatmul(benchmark::State &state, GemmShape s, DType dtype) {
   StatusOr<std::unique_ptr<Device>> device =
-      (*findBackend("cpu"))->createDevice({});
+      (*findBackend("cpu"))->createDevice({benchmarkThreads()});
   if (!device.ok()) {
     state.SkipWithError(device.status().message().c_str());
     return;
@@ -140,6 +151,9 @@ void BM_OneDnnF32(benchmark::State &state, GemmShape s) {
 }
 
 int registerAll() {
+  // Every benchmark's pool: the device sets the OpenMP threads.
+  if (!(*findBackend("cpu"))->createDevice({benchmarkThreads()}).ok())
+    return 1;
   for (const GemmShape &s : kShapes) {
     benchmark::RegisterBenchmark((std::string("trellis-f32/") + s.name).c_str(),
                                  BM_TrellisMatmul, s, DType::F32)

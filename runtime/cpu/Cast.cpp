@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FloatRows.h"
 #include "Kernels.h"
 
 #include "trellis/Common/HalfFloat.h"
@@ -19,15 +20,13 @@
 
 namespace trellis::runtime::cpu {
 
-namespace {
-
 /// The conversion loops, cloned for AVX-512 (picked at load time where the
 /// CPU has it; the default build targets SSE2) and called per chunk.
 #define TRELLIS_VECTOR_CLONES                                                  \
   __attribute__((target_clones("avx512f", "default")))
 
-TRELLIS_VECTOR_CLONES void widen(DType dtype, const uint16_t *bits,
-                                 float *target, int64_t n) {
+TRELLIS_VECTOR_CLONES void widenValues(DType dtype, const uint16_t *bits,
+                                       float *target, int64_t n) {
   if (dtype == DType::BF16)
     for (int64_t i = 0; i < n; ++i)
       target[i] = bfloat16ToFloat(bits[i]);
@@ -36,8 +35,8 @@ TRELLIS_VECTOR_CLONES void widen(DType dtype, const uint16_t *bits,
       target[i] = halfToFloat(bits[i]);
 }
 
-TRELLIS_VECTOR_CLONES void narrow(DType dtype, const float *source,
-                                  uint16_t *bits, int64_t n) {
+TRELLIS_VECTOR_CLONES void narrowValues(DType dtype, const float *source,
+                                        uint16_t *bits, int64_t n) {
   if (dtype == DType::BF16)
     for (int64_t i = 0; i < n; ++i)
       bits[i] = floatToBfloat16(source[i]);
@@ -47,6 +46,8 @@ TRELLIS_VECTOR_CLONES void narrow(DType dtype, const float *source,
 }
 
 #undef TRELLIS_VECTOR_CLONES
+
+namespace {
 
 /// Elements per chunk of the threaded conversions.
 constexpr int64_t kConversionChunk = 1 << 14;
@@ -73,7 +74,7 @@ void toFloat(const Tensor &source, float *target) {
   case DType::BF16:
   case DType::F16:
     forChunks(n, [&](int64_t first, int64_t count) {
-      widen(dtype, bits + first, target + first, count);
+      widenValues(dtype, bits + first, target + first, count);
     });
     return;
   case DType::I32:
@@ -92,7 +93,7 @@ void fromFloat(const float *source, Tensor &target) {
   case DType::BF16:
   case DType::F16:
     forChunks(n, [&](int64_t first, int64_t count) {
-      narrow(dtype, source + first, bits + first, count);
+      narrowValues(dtype, source + first, bits + first, count);
     });
     return;
   case DType::I32:
@@ -133,8 +134,7 @@ Scratch &scratch() {
 }
 
 bool isNarrow(const Tensor &tensor) {
-  return tensor.desc().dtype == DType::BF16 ||
-         tensor.desc().dtype == DType::F16;
+  return isNarrowDType(tensor.desc().dtype);
 }
 
 } // namespace

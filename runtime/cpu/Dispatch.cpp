@@ -62,10 +62,15 @@ namespace trellis::runtime::cpu {
 Kernel selectKernel(const KernelArgs &args, bool &narrowNative) {
   const std::string &op = args.instruction.op;
   Kernel kernel = findKernel(op);
-  // Casts and fused programs convert 16-bit values themselves; layout ops
-  // move elements of any width.
-  narrowNative =
-      kernel == runCast || kernel == runLayout || kernel == runFusedElementwise;
+  // Casts, fused programs, reductions and norms convert 16-bit values
+  // themselves; layout ops move elements of any width.
+  narrowNative = kernel == runCast || kernel == runLayout ||
+                 kernel == runFusedElementwise || kernel == runReduction ||
+                 kernel == runNormalization;
+  // An embedding lookup copies rows of its table's dtype.
+  if (op == "embedding" &&
+      args.in(0).desc().dtype == args.out(0).desc().dtype)
+    narrowNative = true;
   if (op == "matmul" && args.in(0).desc().dtype == DType::BF16) {
     narrowNative = true;
     return runMatmulBf16;

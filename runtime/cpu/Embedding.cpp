@@ -19,14 +19,18 @@ Status runEmbedding(const KernelArgs &args) {
     // A vocabulary shard holds the rows at this rank's position.
     int64_t offset =
         args.instruction.integer("vocab_offset") + *position * rows;
-    float *out = args.out(0).f32();
+    // Rows move as bytes (the result has the table's dtype; zero bits are
+    // 0.0 in every float dtype).
+    int64_t rowBytes = width * dtypeBytes(table.desc().dtype);
+    char *out = static_cast<char *>(args.out(0).raw());
+    const char *source = static_cast<const char *>(table.raw());
+#pragma omp parallel for schedule(static) if (ids.size() * width >= kParallelElements)
     for (int64_t t = 0; t < ids.size(); ++t) {
       int64_t row = static_cast<int64_t>(ids.i32()[t]) - offset;
       if (row >= 0 && row < rows)
-        std::memcpy(out + t * width, table.f32() + row * width,
-                    width * sizeof(float));
+        std::memcpy(out + t * rowBytes, source + row * rowBytes, rowBytes);
       else
-        std::fill(out + t * width, out + (t + 1) * width, 0.0f);
+        std::memset(out + t * rowBytes, 0, rowBytes);
     }
     return Status::success();
   }

@@ -1,50 +1,16 @@
 //===- Layout.cpp - Reshape, transpose, slice, pad, concat, broadcast -----===//
 
 #include "Kernels.h"
+#include "Strided.h"
 
 #include <type_traits>
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 
 namespace trellis::runtime::cpu {
 
 namespace {
-
-/// Calls `visit(outputOffset, inputOffset)` for every output element, where
-/// the input offset advances by `inputStrides` (one per output dimension)
-/// from `inputBase`.
-template <typename Visit>
-void forEachStrided(const std::vector<int64_t> &shape,
-                    const std::vector<int64_t> &inputStrides, int64_t inputBase,
-                    Visit visit) {
-  size_t rank = shape.size();
-  int64_t total = 1;
-  for (int64_t size : shape)
-    total *= size;
-  if (total == 0)
-    return;
-  if (rank == 0) {
-    visit(0, inputBase);
-    return;
-  }
-  std::vector<int64_t> index(rank, 0);
-  int64_t inner = shape[rank - 1], innerStride = inputStrides[rank - 1];
-  int64_t offset = inputBase;
-  for (int64_t base = 0; base < total; base += inner) {
-    for (int64_t j = 0; j < inner; ++j)
-      visit(base + j, offset + j * innerStride);
-    for (size_t d = rank - 1; d-- > 0;) {
-      ++index[d];
-      offset += inputStrides[d];
-      if (index[d] < shape[d])
-        break;
-      offset -= inputStrides[d] * shape[d];
-      index[d] = 0;
-    }
-  }
-}
 
 /// Moves elements between `in` and `out` along a strided walk of `shape`
 /// (forEachStrided): with `gather`, out[dense] = in[strided]; else
@@ -167,85 +133,6 @@ Status runLayout(const KernelArgs &args) {
     concat(args, args.instruction.integer("dim"));
   else
     broadcastTo(args.in(0), args.out(0));
-  return Status::success();
-}
-
-namespace {
-
-/// sums[c] += x[r * stride + c] for rows r in order, c < count: a column
-/// block of a bias gradient. Cloned for AVX-512 (picked at load time where
-/// the CPU has it).
-__attribute__((target_clones("avx512f", "default"))) void
-addRows(const float *x, int64_t stride, int64_t rows, int64_t count,
-        double *__restrict sums) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *row = x + r * stride;
-    for (int64_t c = 0; c < count; ++c)
-      sums[c] += row[c];
-  }
-}
-
-} // namespace
-
-Status runReduction(const KernelArgs &args) {
-  const Tensor &in = args.in(0);
-  Tensor &out = args.out(0);
-  const std::vector<int64_t> &dims = args.instruction.ints("dims");
-  const std::vector<int64_t> &shape = in.shape();
-  // Output offset of each input element: reduced dimensions contribute 0.
-  std::vector<int64_t> keptShape(shape);
-  for (int64_t d : dims)
-    keptShape[d] = 1;
-  std::vector<int64_t> keptStrides = stridesOf(keptShape);
-  for (int64_t d : dims)
-    keptStrides[d] = 0;
-  bool isMax = args.instruction.op == "reduce_max";
-  float *y = out.f32();
-  const float *x = in.f32();
-  if (isMax) {
-    std::fill(y, y + out.size(), -std::numeric_limits<float>::infinity());
-    // Walk the input in order; the "input strides" here map to the output.
-    forEachStrided(shape, keptStrides, 0,
-                   [&](int64_t i, int64_t o) { y[o] = std::max(y[o], x[i]); });
-    return Status::success();
-  }
-  // Sums accumulate in double: they are long (a bias gradient sums every
-  // token) and their rounding should not depend on how they are split.
-  std::vector<double> sums(out.size(), 0.0);
-  // Leading dimensions reduced, trailing ones kept (a bias gradient): a
-  // [rows, columns] view whose columns the threads share; each column
-  // still adds its rows in order, as the walk below does.
-  size_t leading = 0;
-  while (leading < dims.size() &&
-         dims[leading] == static_cast<int64_t>(leading))
-    ++leading;
-  int64_t columns = 1;
-  for (size_t d = leading; d < shape.size(); ++d)
-    columns *= shape[d];
-  int64_t rows = columns > 0 ? in.size() / columns : 0;
-  if (leading == dims.size() && leading < shape.size() && columns > 1 &&
-      in.size() >= kParallelElements) {
-    constexpr int64_t kColumnBlock = 64;
-    int64_t blocks = (columns + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-    for (int64_t block = 0; block < blocks; ++block) {
-      int64_t first = block * kColumnBlock;
-      addRows(x + first, columns, rows,
-              std::min(columns - first, kColumnBlock), sums.data() + first);
-    }
-  } else {
-    forEachStrided(shape, keptStrides, 0,
-                   [&](int64_t i, int64_t o) { sums[o] += x[i]; });
-  }
-  double scale = 1.0;
-  if (args.instruction.op == "reduce_mean") {
-    int64_t count = 1;
-    for (int64_t d : dims)
-      count *= shape[d];
-    scale = count ? 1.0 / count : 0.0;
-  }
-  for (int64_t i = 0; i < out.size(); ++i)
-    y[i] = static_cast<float>(sums[i] * scale);
   return Status::success();
 }
 

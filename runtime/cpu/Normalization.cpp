@@ -3,9 +3,11 @@
 // Row statistics accumulate in double for accuracy; every op works on rows
 // of the last dimension, the rows split over the device's OpenMP threads
 // (weight gradients through fixed row chunks: thread-count independent).
+// 16-bit operands are widened a row at a time (FloatRows.h).
 //
 //===----------------------------------------------------------------------===//
 
+#include "FloatRows.h"
 #include "Kernels.h"
 #include "SoftmaxRows.h"
 
@@ -28,21 +30,32 @@ namespace {
 void softmax(const Tensor &in, Tensor &out) {
   int64_t cols = in.shape().empty() ? 1 : in.shape().back();
   int64_t rows = cols ? in.size() / cols : 0;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    softmaxRow(in.f32() + r * cols, out.f32() + r * cols, cols);
+#pragma omp parallel
+  {
+    FloatRows x(in, cols), y(out, cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      softmaxRow(x.read(r), y.write(r), cols);
+      y.store(r);
+    }
+  }
 }
 
 void softmaxGrad(const Tensor &result, const Tensor &grad, Tensor &out) {
   int64_t cols = result.shape().empty() ? 1 : result.shape().back();
   int64_t rows = cols ? result.size() / cols : 0;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *y = result.f32() + r * cols, *dy = grad.f32() + r * cols;
-    float *dx = out.f32() + r * cols;
-    float dot = static_cast<float>(rowDot(y, dy, cols));
-    for (int64_t c = 0; c < cols; ++c)
-      dx[c] = y[c] * (dy[c] - dot);
+#pragma omp parallel
+  {
+    FloatRows results(result, cols), grads(grad, cols), dxs(out, cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *y = results.read(r), *dy = grads.read(r);
+      float *dx = dxs.write(r);
+      float dot = static_cast<float>(rowDot(y, dy, cols));
+      for (int64_t c = 0; c < cols; ++c)
+        dx[c] = y[c] * (dy[c] - dot);
+      dxs.store(r);
+    }
   }
 }
 
@@ -71,13 +84,15 @@ public:
   }
 
   /// out = the chunks' partials of sum `which`, added in chunk order.
-  void sum(int which, float *out) const {
+  void sum(int which, Tensor &out) const {
+    std::vector<float> totals(features_);
     for (int64_t i = 0; i < features_; ++i) {
       double total = 0;
       for (int64_t c = 0; c < count(); ++c)
         total += partials_[(c * sums_ + which) * features_ + i];
-      out[i] = static_cast<float>(total);
+      totals[i] = static_cast<float>(total);
     }
+    storeValues(totals.data(), out);
   }
 
 private:
@@ -149,27 +164,38 @@ layerNormGradRow(const float *x, const float *w, const float *dy, float *dx,
 
 void layerNorm(const KernelArgs &args, double epsilon) {
   const Tensor &in = args.in(0);
-  const float *w = args.in(1).f32(), *b = args.in(2).f32();
+  FloatValues w(args.in(1)), b(args.in(2));
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    layerNormRow(in.f32() + r * n, w, b, args.out(0).f32() + r * n, n,
-                 epsilon);
+#pragma omp parallel
+  {
+    FloatRows x(in, n), y(args.out(0), n);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      layerNormRow(x.read(r), w.data(), b.data(), y.write(r), n, epsilon);
+      y.store(r);
+    }
+  }
 }
 
 void layerNormGrad(const KernelArgs &args, double epsilon) {
   const Tensor &in = args.in(0);
-  const float *w = args.in(1).f32();
+  FloatValues w(args.in(1));
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
   RowChunks chunks(rows, n, 2);
-#pragma omp parallel for schedule(static)
-  for (int64_t chunk = 0; chunk < chunks.count(); ++chunk)
-    for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r)
-      layerNormGradRow(in.f32() + r * n, w, args.in(2).f32() + r * n,
-                       args.out(0).f32() + r * n, chunks.partial(r, 0),
-                       chunks.partial(r, 1), n, epsilon);
-  chunks.sum(0, args.out(1).f32());
-  chunks.sum(1, args.out(2).f32());
+#pragma omp parallel
+  {
+    FloatRows x(in, n), dy(args.in(2), n), dx(args.out(0), n);
+#pragma omp for schedule(static)
+    for (int64_t chunk = 0; chunk < chunks.count(); ++chunk)
+      for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r) {
+        layerNormGradRow(x.read(r), w.data(), dy.read(r), dx.write(r),
+                         chunks.partial(r, 0), chunks.partial(r, 1), n,
+                         epsilon);
+        dx.store(r);
+      }
+  }
+  chunks.sum(0, args.out(1));
+  chunks.sum(1, args.out(2));
 }
 
 __attribute__((always_inline)) inline double
@@ -212,25 +238,36 @@ TRELLIS_VECTOR_CLONES void rmsNormGradRow(const float *x, const float *w,
 
 void rmsNorm(const KernelArgs &args, double epsilon) {
   const Tensor &in = args.in(0);
-  const float *w = args.in(1).f32();
+  FloatValues w(args.in(1));
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    rmsNormRow(in.f32() + r * n, w, args.out(0).f32() + r * n, n, epsilon);
+#pragma omp parallel
+  {
+    FloatRows x(in, n), y(args.out(0), n);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      rmsNormRow(x.read(r), w.data(), y.write(r), n, epsilon);
+      y.store(r);
+    }
+  }
 }
 
 void rmsNormGrad(const KernelArgs &args, double epsilon) {
   const Tensor &in = args.in(0);
-  const float *w = args.in(1).f32();
+  FloatValues w(args.in(1));
   int64_t n = in.shape().back(), rows = n ? in.size() / n : 0;
   RowChunks chunks(rows, n, 1);
-#pragma omp parallel for schedule(static)
-  for (int64_t chunk = 0; chunk < chunks.count(); ++chunk)
-    for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r)
-      rmsNormGradRow(in.f32() + r * n, w, args.in(2).f32() + r * n,
-                     args.out(0).f32() + r * n, chunks.partial(r, 0), n,
-                     epsilon);
-  chunks.sum(0, args.out(1).f32());
+#pragma omp parallel
+  {
+    FloatRows x(in, n), dy(args.in(2), n), dx(args.out(0), n);
+#pragma omp for schedule(static)
+    for (int64_t chunk = 0; chunk < chunks.count(); ++chunk)
+      for (int64_t r = chunks.first(chunk); r < chunks.end(chunk); ++r) {
+        rmsNormGradRow(x.read(r), w.data(), dy.read(r), dx.write(r),
+                       chunks.partial(r, 0), n, epsilon);
+        dx.store(r);
+      }
+  }
+  chunks.sum(0, args.out(1));
 }
 
 } // namespace

@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "trellis/Runtime/Backend.h"
+#include "KernelTesting.h"
 
 #include "trellis/Common/SequenceChunks.h"
 
@@ -20,71 +20,32 @@
 
 using namespace trellis;
 using namespace trellis::runtime;
+using namespace trellis::runtime::testing;
 
 namespace {
 
-AttrValue real(double value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Real;
-  attr.real = value;
-  return attr;
-}
-
-AttrValue integer(int64_t value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Int;
-  attr.integer = value;
-  return attr;
-}
-
-AttrValue flag(bool value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Bool;
-  attr.flag = value;
-  return attr;
-}
-
-/// Host-filled tensors on the CPU device and kernel launches on them.
-class Kernels {
+/// f32 tensors on a one-thread CPU device, filled in [-1, 1).
+class Kernels : public DeviceTensors {
 public:
-  Kernels() : device_(std::move(*(*findBackend("cpu"))->createDevice({}))) {}
+  Kernels() : DeviceTensors(1) {}
 
   /// A new f32 tensor of `shape`, filled from a fixed pseudo-random
   /// sequence when `seed` > 0 (zeros otherwise); returns its index.
   int64_t add(const std::vector<int64_t> &shape, int seed = 0) {
-    BufferDesc desc{shape, DType::F32};
-    memory_.push_back(std::move(*device_->allocate(desc.numElements() * 4)));
-    tensors_.emplace_back(desc, memory_.back()->data());
+    int64_t id = DeviceTensors::add(shape, DType::F32);
     if (seed > 0) {
-      std::vector<float> values(desc.numElements());
+      std::vector<float> values(floats(id).size());
       uint32_t state = seed * 2654435761u;
       for (float &value : values) {
         state = state * 1664525u + 1013904223u;
         value = static_cast<float>(state >> 8) / float(1 << 24) * 2 - 1;
       }
-      EXPECT_TRUE(device_->copyFromHost(values.data(), tensors_.back()).ok());
+      set(id, values);
     }
-    return tensors_.size() - 1;
+    return id;
   }
 
-  void run(const std::string &op, std::vector<int64_t> inputs,
-           std::vector<int64_t> outputs,
-           std::map<std::string, AttrValue> attrs) {
-    Instruction instruction;
-    instruction.op = op;
-    instruction.inputs = std::move(inputs);
-    instruction.outputs = std::move(outputs);
-    instruction.attrs = std::move(attrs);
-    AxisList axes;
-    Status status = device_->launch(KernelArgs{instruction, tensors_, axes});
-    ASSERT_TRUE(status.ok()) << op << ": " << status.message();
-  }
-
-  std::vector<float> read(int64_t index) {
-    std::vector<float> values(tensors_[index].size());
-    EXPECT_TRUE(device_->copyToHost(tensors_[index], values.data()).ok());
-    return values;
-  }
+  std::vector<float> read(int64_t index) { return floats(index); }
 
   void expectNear(int64_t expected, int64_t found, const char *what) {
     std::vector<float> a = read(expected), b = read(found);
@@ -93,11 +54,6 @@ public:
       ASSERT_NEAR(b[i], a[i], 1e-5f * std::max(1.0f, std::abs(a[i])))
           << what << " element " << i;
   }
-
-private:
-  std::unique_ptr<Device> device_;
-  std::vector<std::unique_ptr<DeviceAllocation>> memory_;
-  std::vector<Tensor> tensors_;
 };
 
 TEST(RingAttentionTest, ZigzagOrderHoldsEarlyAndLateChunks) {

@@ -1,0 +1,170 @@
+//===- KernelTesting.h - Kernel launches on host-filled tensors -*- C++ -*-===//
+//
+// What the kernel tests share: attribute values, and tensors on a CPU
+// device filled from a seed, with single-instruction launches on them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_RUNTIME_UNITTESTS_KERNELTESTING_H
+#define TRELLIS_RUNTIME_UNITTESTS_KERNELTESTING_H
+
+#include "trellis/Runtime/Backend.h"
+
+#include "trellis/Common/HalfFloat.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trellis::runtime::testing {
+
+inline AttrValue real(double value) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::Real;
+  attr.real = value;
+  return attr;
+}
+
+inline AttrValue integer(int64_t value) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::Int;
+  attr.integer = value;
+  return attr;
+}
+
+inline AttrValue integers(std::vector<int64_t> values) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::Ints;
+  attr.ints = std::move(values);
+  return attr;
+}
+
+inline AttrValue flag(bool value) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::Bool;
+  attr.flag = value;
+  return attr;
+}
+
+inline AttrValue text(const std::string &value) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::String;
+  attr.text = value;
+  return attr;
+}
+
+inline AttrValue texts(std::vector<std::string> values) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::Strings;
+  attr.texts = std::move(values);
+  return attr;
+}
+
+/// Tensors on a CPU device of `threads` threads.
+class DeviceTensors {
+public:
+  explicit DeviceTensors(int threads = 2)
+      : device_(std::move(*(*findBackend("cpu"))->createDevice({threads}))) {}
+
+  /// A new tensor of `shape` and `dtype`, filled with values in [-2, 2)
+  /// from `seed` (rounded to f16 precision, so that every float dtype holds
+  /// them exactly) or zeros for seed 0; returns its index.
+  int64_t add(const std::vector<int64_t> &shape, DType dtype, int seed = 0) {
+    BufferDesc desc{shape, dtype};
+    memory_.push_back(std::move(
+        *device_->allocate(desc.numElements() * dtypeBytes(dtype))));
+    tensors_.emplace_back(desc, memory_.back()->data());
+    std::vector<float> values(desc.numElements(), 0.0f);
+    uint32_t state = seed * 2654435761u + 1;
+    if (seed != 0)
+      for (float &value : values) {
+        state = state * 1664525u + 1013904223u;
+        value = halfToFloat(floatToHalf(
+            static_cast<float>(state >> 8) / float(1 << 24) * 4 - 2));
+      }
+    set(tensors_.size() - 1, values);
+    return tensors_.size() - 1;
+  }
+
+  /// An i32 tensor of `values`.
+  int64_t addIds(const std::vector<int32_t> &values) {
+    BufferDesc desc{{static_cast<int64_t>(values.size())}, DType::I32};
+    memory_.push_back(
+        std::move(*device_->allocate(values.size() * sizeof(int32_t))));
+    tensors_.emplace_back(desc, memory_.back()->data());
+    EXPECT_TRUE(device_->copyFromHost(values.data(), tensors_.back()).ok());
+    return tensors_.size() - 1;
+  }
+
+  /// Tensor `id` = `values`, rounded to its dtype.
+  void set(int64_t id, const std::vector<float> &values) {
+    Tensor &tensor = tensors_[id];
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); ++i)
+      bits[i] = tensor.desc().dtype == DType::F16 ? floatToHalf(values[i])
+                                                  : floatToBfloat16(values[i]);
+    bool wide = tensor.desc().dtype == DType::F32;
+    EXPECT_TRUE(device_
+                    ->copyFromHost(wide ? static_cast<const void *>(
+                                              values.data())
+                                        : bits.data(),
+                                   tensor)
+                    .ok());
+  }
+
+  void run(const std::string &op, std::vector<int64_t> inputs,
+           std::vector<int64_t> outputs, AttrMap attrs = {}) {
+    Instruction instruction;
+    instruction.op = op;
+    instruction.inputs = std::move(inputs);
+    instruction.outputs = std::move(outputs);
+    instruction.attrs = std::move(attrs);
+    AxisList axes;
+    Status status = device_->launch(KernelArgs{instruction, tensors_, axes});
+    ASSERT_TRUE(status.ok()) << op << ": " << status.message();
+  }
+  void run(const std::string &op, std::vector<int64_t> inputs, int64_t output,
+           AttrMap attrs = {}) {
+    run(op, std::move(inputs), std::vector<int64_t>{output}, std::move(attrs));
+  }
+
+  /// A copy of `id` in `dtype` (a `cast`).
+  int64_t cast(int64_t id, DType dtype) {
+    int64_t copy = add(tensors_[id].shape(), dtype);
+    run("cast", {id}, copy);
+    return copy;
+  }
+
+  std::vector<char> bytes(int64_t id) {
+    std::vector<char> data(tensors_[id].bytes());
+    EXPECT_TRUE(device_->copyToHost(tensors_[id], data.data()).ok());
+    return data;
+  }
+
+  /// Tensor `id`'s values as fp32.
+  std::vector<float> floats(int64_t id) {
+    int64_t wide =
+        tensors_[id].desc().dtype == DType::F32 ? id : cast(id, DType::F32);
+    std::vector<char> data = bytes(wide);
+    std::vector<float> values(data.size() / sizeof(float));
+    std::memcpy(values.data(), data.data(), data.size());
+    return values;
+  }
+
+  void expectSameBits(int64_t expected, int64_t found) {
+    EXPECT_EQ(bytes(expected), bytes(found));
+  }
+
+private:
+  std::unique_ptr<Device> device_;
+  std::vector<std::unique_ptr<DeviceAllocation>> memory_;
+  std::vector<Tensor> tensors_;
+};
+
+} // namespace trellis::runtime::testing
+
+#endif // TRELLIS_RUNTIME_UNITTESTS_KERNELTESTING_H
