@@ -29,7 +29,7 @@ cores() { seq -s, 0 $(($1 - 1)); }
 # GFLOP/s of the probe product on $2 threads.
 probe() {
   TRELLIS_THREADS=$2 taskset -c "$(cores "$2")" "$gemm" \
-    --benchmark_filter="^trellis-$1/mlp_up\$" --benchmark_min_time=0.3 |
+    --benchmark_filter="^trellis-$1/mlp_up\$" --benchmark_min_time=0.3 2>/dev/null |
     grep -o 'GFLOP/s=[0-9.]*[k]*' | sed -e 's/GFLOP\/s=//' |
     awk '/k$/ {sub("k", ""); print $1 * 1000; next} {print}'
 }
@@ -77,14 +77,18 @@ for entry in ${MODELS:-gpt2-mini:8:128}; do
       echo "$machine $ours $theirs" >> "$work/rounds"
     done
     quiet=$(awk -v f="$floor" '$1 >= f' "$work/rounds")
-    printf '%s %s scaling, median of %d rounds: Trellis %sx, eager %sx, matmul %sx' \
-      "$config" "$precision" "$rounds" \
-      "$(awk '{print $2}' "$work/rounds" | median)" \
-      "$(awk '$3 != "-" {print $3}' "$work/rounds" | median)" \
-      "$(awk '{print $1}' "$work/rounds" | median)"
-    printf ' | of the %d rounds where the matmul gained >= %sx: Trellis %sx, eager %sx\n' \
+    # "Trellis 1.70x, eager 1.60x" (eager left out where it did not run).
+    figures() {
+      local ours theirs
+      ours=$(awk 'NF {print $2}' <<< "$1" | median)
+      theirs=$(awk 'NF && $3 != "-" {print $3}' <<< "$1" | median)
+      printf 'Trellis %sx' "$ours"
+      [[ $theirs == - ]] || printf ', eager %sx' "$theirs"
+    }
+    printf '%s %s scaling, median of %d rounds: %s, matmul %sx | of the %d rounds where the matmul gained >= %sx: %s\n' \
+      "$config" "$precision" "$rounds" "$(figures "$(cat "$work/rounds")")" \
+      "$(awk '{print $1}' "$work/rounds" | median)" \
       "$(grep -c . <<< "$quiet" || true)" "$floor" \
-      "$(awk 'NF {print $2}' <<< "$quiet" | median)" \
-      "$(awk 'NF && $3 != "-" {print $3}' <<< "$quiet" | median)"
+      "$([[ -n $quiet ]] && figures "$quiet" || echo none)"
   done
 done
