@@ -97,6 +97,10 @@ private:
   LogicalResult apply(Operation &op, PrecisionPolicy policy) {
     if (policy == PrecisionPolicy::Operands)
       return success();
+    // Float32 ops widen low-precision operands themselves: no casts, their
+    // results follow their operands.
+    if (policy == PrecisionPolicy::Float32)
+      return reinferResults(op);
     SmallVector<unsigned> floats;
     bool anyLow = false, anyParam = false;
     for (OpOperand &operand : op.getOpOperands()) {
@@ -107,17 +111,14 @@ private:
       anyLow |= element == low_;
       anyParam |= params_.contains(operand.get());
     }
-    Type target;
-    if (policy == PrecisionPolicy::Float32)
-      target = Float32Type::get(&getContext());
-    else if (anyLow || anyParam)
-      target = low_;
-    // Else an fp32 region (the loss and what follows it): no casts.
-    for (unsigned index : target ? floats : SmallVector<unsigned>()) {
-      Value operand = op.getOperand(index);
-      if (elementOf(operand) != target)
-        op.setOperand(index, castFor(operand, target, &op));
-    }
+    // Without either, an fp32 region (the loss and what follows it): no
+    // casts.
+    if (anyLow || anyParam)
+      for (unsigned index : floats) {
+        Value operand = op.getOperand(index);
+        if (elementOf(operand) != low_)
+          op.setOperand(index, castFor(operand, low_, &op));
+      }
     // Operands made earlier may have changed type too.
     return reinferResults(op);
   }

@@ -4,14 +4,17 @@
 // sum of exponentials, vectorized), the probabilities never stored; the
 // gradient is written in one more vectorized pass. Rows are split over
 // the device's OpenMP threads; the loss adds the rows' terms in row order,
-// so the result does not depend on the thread count. With the classes
-// split over mesh axes (vocabulary parallelism), each rank's row maxima
+// so the result does not depend on the thread count. bf16 or f16 logits
+// are widened a row at a time and the gradient rounded from an fp32 row
+// (FloatRows.h): the values of an fp32 copy cast back, without the copies.
+// With the classes split over mesh axes (vocabulary parallelism), each rank's row maxima
 // and sums combine across the group: the maximum first, then the sums
 // rescaled to it.
 //
 //===----------------------------------------------------------------------===//
 
 #include "CrossEntropyRows.h"
+#include "FloatRows.h"
 #include "Kernels.h"
 
 #include <cmath>
@@ -48,17 +51,20 @@ Status runCrossEntropy(const KernelArgs &args) {
   std::vector<float> maxima(rows, -std::numeric_limits<float>::infinity()),
       picked(rows, 0.0f);
   std::vector<double> sums(rows, 0.0);
-  const float *x = logits.f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *row = x + r * classes;
-    if (classes > 0) {
+#pragma omp parallel if (rows > 1)
+  {
+    FloatRows x(logits, classes);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      if (classes == 0)
+        continue;
+      const float *row = x.read(r);
       RowStats stats = rowStats(row, classes);
       maxima[r] = stats.max;
       sums[r] = stats.sum;
+      if (ids[r] >= offset && ids[r] < offset + classes)
+        picked[r] = row[ids[r] - offset];
     }
-    if (ids[r] >= offset && ids[r] < offset + classes)
-      picked[r] = row[ids[r] - offset];
   }
   if (split) {
     // The group's maximum, each rank's sum rescaled to it; the sums travel
@@ -92,15 +98,20 @@ Status runCrossEntropy(const KernelArgs &args) {
     return Status::success();
   }
   double factor = upstream * scale;
-  float *dx = args.out(0).f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    float *row = dx + r * classes;
-    if (classes > 0)
-      softmaxRowScaled(x + r * classes, classes,
-                       maxima[r] + std::log(sums[r]), factor, row);
-    if (ids[r] >= offset && ids[r] < offset + classes)
-      row[ids[r] - offset] -= static_cast<float>(factor);
+#pragma omp parallel if (rows > 1)
+  {
+    FloatRows x(logits, classes), dx(args.out(0), classes);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      if (classes == 0)
+        continue;
+      float *row = dx.write(r);
+      softmaxRowScaled(x.read(r), classes, maxima[r] + std::log(sums[r]),
+                       factor, row);
+      if (ids[r] >= offset && ids[r] < offset + classes)
+        row[ids[r] - offset] -= static_cast<float>(factor);
+      dx.store(r);
+    }
   }
   return Status::success();
 }

@@ -62,16 +62,19 @@ namespace trellis::runtime::cpu {
 Kernel selectKernel(const KernelArgs &args, bool &narrowNative) {
   const std::string &op = args.instruction.op;
   Kernel kernel = findKernel(op);
-  // Casts, fused programs, reductions and norms convert 16-bit values
-  // themselves; layout ops move elements of any width.
+  // Casts, fused programs, reductions, norms and cross-entropy convert
+  // 16-bit values themselves; layout ops move elements of any width.
   narrowNative = kernel == runCast || kernel == runLayout ||
                  kernel == runFusedElementwise || kernel == runReduction ||
-                 kernel == runNormalization;
+                 kernel == runNormalization || kernel == runCrossEntropy;
   // An embedding lookup copies rows of its table's dtype.
   if (op == "embedding" &&
       args.in(0).desc().dtype == args.out(0).desc().dtype)
     narrowNative = true;
-  if (op == "matmul" && args.in(0).desc().dtype == DType::BF16) {
+  // Without oneDNN's bf16 matmul, a bf16 product is an fp32 one on exact
+  // copies (products of bf16 values are exact in fp32), rounded once.
+  if (op == "matmul" && args.in(0).desc().dtype == DType::BF16 &&
+      oneDnnHasBf16Matmul()) {
     narrowNative = true;
     return runMatmulBf16;
   }

@@ -1,18 +1,68 @@
 //===- Gemm.cpp - f32 matrix products through oneDNN's sgemm --------------===//
+//
+// oneDNN's sgemm, left to thread a product itself, may split the sum over k
+// between threads for some shapes (on an AVX2 EPYC, a 64 x 64 product over
+// k = 512: 1 and 2 threads differ in the last bits). So a product is cut
+// into parts that the shape alone fixes, each a single-threaded sgemm over
+// the whole of k, the parts split over the OpenMP threads: every thread
+// count computes the same parts with the same calls and gives the same
+// bits.
+//
+// The parts are bands of at least kMinBand rows (or columns) of the
+// result: sgemm calls of fewer rows ran at half speed on the AVX2 EPYC
+// (1024 x 1024 over k = 256 in 256-row bands: 36 against 72-80 GFLOP/s a
+// core, 128-row bands of GPT-2 124M's MLP 47 against 68-75), while bands
+// of 512 run as fast as the whole product on GPT-2 mini's and 124M's
+// shapes, on 1 core and on 2 (benchmarks/GemmBenchmark.cpp: trellis-f32
+// against onednn-sgemm).
+//
+//===----------------------------------------------------------------------===//
 
 #include "Gemm.h"
 
 #include <dnnl.h>
+#include <omp.h>
+
+#include <algorithm>
 
 namespace trellis::runtime::cpu {
+
+namespace {
+
+constexpr int64_t kMinBand = 512;
+
+} // namespace
 
 bool gemm(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k,
           float alpha, const float *a, int64_t lda, const float *b,
           int64_t ldb, float beta, float *c, int64_t ldc) {
   if (m == 0 || n == 0)
     return true;
-  return dnnl_sgemm(transposeA ? 'T' : 'N', transposeB ? 'T' : 'N', m, n, k,
-                    alpha, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
+  // Bands of rows where there are two or more of them (or the result is
+  // taller than wide), else bands of columns (weight gradients: a few
+  // hundred features by thousands).
+  bool byRows = m >= n || m >= 2 * kMinBand;
+  int64_t extent = byRows ? m : n;
+  int64_t bands = std::max<int64_t>(1, extent / kMinBand);
+  int64_t band = (extent + bands - 1) / bands;
+  bool ok = true;
+  // Inside a parallel region (attention's loops over heads) the bands run
+  // in order on the calling thread. Else the region is entered even for a
+  // single band: inside an active region oneDNN never threads a call.
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (!omp_in_parallel())
+  for (int64_t index = 0; index < bands; ++index) {
+    int64_t first = index * band, count = std::min(band, extent - first);
+    char opA = transposeA ? 'T' : 'N', opB = transposeB ? 'T' : 'N';
+    dnnl_status_t status =
+        byRows ? dnnl_sgemm(opA, opB, count, n, k, alpha,
+                            a + (transposeA ? first : first * lda), lda, b,
+                            ldb, beta, c + first * ldc, ldc)
+               : dnnl_sgemm(opA, opB, m, count, k, alpha, a, lda,
+                            b + (transposeB ? first * ldb : first), ldb, beta,
+                            c + first, ldc);
+    ok = status == dnnl_success && ok;
+  }
+  return ok;
 }
 
 Status gemmFailure(const std::string &op) {

@@ -8,9 +8,11 @@
 // Rapids Xeon ran its sgemm at 15-22 GFLOP/s a core, against 110-130 for
 // either library's AVX-512 kernels); on the GPT-2 124M products it is as
 // fast as OpenBLAS's AVX-512 kernels or faster (benchmarks/GemmBenchmark).
-// Called outside a parallel region, it splits over the device's OpenMP
-// threads; inside one (the attention kernels' loops over heads), it runs
-// on the calling thread.
+// A product is cut into bands of the result fixed by its shape, each a
+// single-threaded sgemm over the whole sum (Gemm.cpp): called outside a
+// parallel region, the bands split over the device's OpenMP threads;
+// inside one (the attention kernels' loops over heads), they run on the
+// calling thread. The result does not depend on the thread count.
 //
 //===----------------------------------------------------------------------===//
 

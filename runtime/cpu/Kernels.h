@@ -20,6 +20,8 @@ Status runReduction(const KernelArgs &args);
 Status runMatmul(const KernelArgs &args);
 /// Matmul of bf16 operands (oneDNN, AMX where the CPU has it).
 Status runMatmulBf16(const KernelArgs &args);
+/// Whether oneDNN builds bf16 matmuls on this CPU (probed once).
+bool oneDnnHasBf16Matmul();
 Status runNormalization(const KernelArgs &args);
 Status runEmbedding(const KernelArgs &args);
 Status runRope(const KernelArgs &args);

@@ -4,7 +4,10 @@
 // BF16) tiles by itself and accumulates in fp32 before rounding the result
 // to bf16. Transposed operands are strided views, a shared 2-D right-hand
 // side a weights tensor broadcast over the batch. Primitives are built once
-// per shape and kept.
+// per shape and kept. oneDNN 2.6 (Debian bookworm's) has bf16 matmul only
+// on CPUs with AVX-512 (AVX-512 BF16 or AMX for speed): elsewhere, e.g. on
+// an AVX2-only AMD EPYC, it builds no primitive, and selectKernel sends bf16
+// products to the fp32 sgemm through copies (oneDnnHasBf16Matmul).
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,6 +72,18 @@ Primitive build(const MatmulShape &s) {
 }
 
 } // namespace
+
+bool oneDnnHasBf16Matmul() {
+  static const bool available = [] {
+    try {
+      build(MatmulShape{1, 16, 16, 16, false, false, true});
+      return true;
+    } catch (const dnnl::error &) {
+      return false;
+    }
+  }();
+  return available;
+}
 
 Status runMatmulBf16(const KernelArgs &args) {
   const Tensor &lhs = args.in(0), &rhs = args.in(1);

@@ -6,7 +6,8 @@
 // Tests that the forward computes in bf16 from f32 parameters: each
 // parameter is cast once per model part before its first use there (the
 // tied table twice: embedding and head), every Low op then runs in bf16,
-// cross-entropy (Float32) gets its logits cast up, and the loss stays f32.
+// cross-entropy (Float32) reads the bf16 logits uncast, and the loss stays
+// f32.
 // CHECK-LABEL: func.func @forward
 // CHECK: %[[T0:.*]] = graph.cast %arg0 to "bf16" {graph.part = #graph.part<embedding>} : tensor<16x8xf32>
 // CHECK: %[[E:.*]] = graph.embedding %[[T0]], %arg3 {graph.part = #graph.part<embedding>} : tensor<16x8xbf16>, tensor<2x4xi32>
@@ -17,8 +18,8 @@
 // CHECK: %[[A:.*]] = graph.gelu_tanh %[[H]] {graph.part = #graph.part<layer 0>} : tensor<2x4x8xbf16>
 // CHECK: %[[T1:.*]] = graph.cast %arg0 to "bf16" {graph.part = #graph.part<head>} : tensor<16x8xf32>
 // CHECK: %[[L:.*]] = graph.matmul %[[A]], %[[T1]] transposed {graph.part = #graph.part<head>} : tensor<2x4x8xbf16>, tensor<16x8xbf16>
-// CHECK: %[[L32:.*]] = graph.cast %[[L]] to "f32" {graph.part = #graph.part<head>} : tensor<2x4x16xbf16>
-// CHECK: %[[LOSS:.*]] = graph.cross_entropy %[[L32]], %arg4 {{.*}}: tensor<2x4x16xf32>, tensor<2x4xi32>
+// CHECK-NOT: graph.cast
+// CHECK: %[[LOSS:.*]] = graph.cross_entropy %[[L]], %arg4 {{.*}}: tensor<2x4x16xbf16>, tensor<2x4xi32>
 // The loss arithmetic stays in fp32: no cast after cross-entropy.
 // CHECK-NOT: graph.cast
 // CHECK: %[[HALF:.*]] = graph.scale %[[LOSS]] by 5.000000e-01 {graph.part = #graph.part<head>} : tensor<f32>
@@ -28,7 +29,8 @@
 // F16: graph.cast %arg0 to "f16"
 // F16: graph.matmul {{.*}} : tensor<2x4x8xf16>, tensor<8x8xf16>
 
-// Through the autodiff phase: the backward runs in bf16 and every
+// Through the autodiff phase: the backward runs in bf16 (the logits'
+// gradient comes out of cross-entropy in bf16, uncast) and every
 // parameter gradient, being the gradient of a cast, is cast back to f32;
 // the tied table's two parts' gradients are summed in f32. The parameters
 // become bf16 arguments that the micro-batch reads directly; AdamW
@@ -41,6 +43,8 @@
 // STEP-SAME: tensor<16x8xf32> {graph.updates = 12 : i64}
 // STEP-NOT: graph.cast %arg
 // STEP: graph.embedding %arg0, %arg3 {{.*}}: tensor<16x8xbf16>, tensor<2x4xi32>
+// STEP: graph.cross_entropy_grad {{.*}} : tensor<2x4x16xbf16>, tensor<2x4xi32>
+// STEP-NOT: graph.cast {{.*}} to "bf16" {graph.part = #graph.part<head>, graph.phase = "backward"}
 // STEP: graph.matmul {{.*}}graph.phase = "backward"} : tensor<2x4x16xbf16>, tensor<16x8xbf16>
 // STEP: %[[DW:.*]] = graph.matmul %{{.*}} transposed, %{{.*}}graph.phase = "weight"} : tensor<8x16xbf16>, tensor<8x8xbf16>
 // STEP: graph.cast %[[DW]] to "f32" {{.*}} : tensor<16x8xbf16>

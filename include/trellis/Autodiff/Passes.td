@@ -27,8 +27,9 @@ def MixedPrecisionPass : Pass<"trellis-mixed-precision", "::mlir::ModuleOp"> {
       operand that meets a low-precision one is cast down before the op.
       Ops whose float operands are all f32 values that are not parameters
       (the loss after cross-entropy) stay in fp32.
-    - `Float32` ops (cross-entropy) get their low-precision operands cast
-      up; the loss is f32.
+    - `Float32` ops (cross-entropy) take low-precision operands as they
+      are and compute in fp32 inside: no cast, so no fp32 copy of the
+      logits lives until the backward; the loss is f32.
     - `Operands` ops (casts) are left alone.
     The parameters stay f32 here: the gradient of a cast is a cast back, so
     every parameter gradient, the accumulation over micro-batches and the

@@ -2,18 +2,21 @@
 //
 // gemm (oneDNN's sgemm) against a double-precision reference, for every
 // transpose and for strided operands (leading dimensions longer than the
-// rows, as the attention kernels pass one head of [seq, heads, dim]); the
-// same product run twice is bit-identical; a product oneDNN refuses is
-// reported, with the kernels' error text.
+// rows, as the attention kernels pass one head of [seq, heads, dim]), in
+// one band of the result and in several, of rows or of columns; the same product run
+// twice is bit-identical, and so are 1 and 2 threads; a product oneDNN
+// refuses is reported, with the kernels' error text.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Gemm.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 using namespace trellis::runtime;
@@ -86,7 +89,41 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{true, true, 17, 40, 9, 0},
                       Case{false, true, 128, 128, 32, 224},
                       Case{true, false, 128, 32, 128, 224},
-                      Case{false, false, 300, 200, 100, 0}));
+                      Case{false, false, 300, 200, 100, 0},
+                      // Bands of columns, then of rows.
+                      Case{true, false, 300, 1100, 70, 0},
+                      Case{false, true, 1100, 300, 40, 16}));
+
+/// op(a) op(b) on `threads` threads.
+std::vector<float> product(int threads, bool transposeA, int64_t m, int64_t n,
+                           int64_t k) {
+  std::mt19937 generator(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> a(m * k), b(k * n), c(m * n);
+  for (float &x : a)
+    x = uniform(generator);
+  for (float &x : b)
+    x = uniform(generator);
+  int previous = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  EXPECT_TRUE(gemm(transposeA, false, m, n, k, 1.0f, a.data(),
+                   transposeA ? m : k, b.data(), n, 0.0f, c.data(), n));
+  omp_set_num_threads(previous);
+  return c;
+}
+
+// Weight gradients' shape (a transposed left-hand side, a long sum): left
+// to thread the product itself, oneDNN split the sum over the threads here
+// (an AVX2 EPYC: 1 and 2 threads differed in the last bits).
+TEST(GemmThreads, OneAndTwoThreadsGiveTheSameBits) {
+  for (auto [transposeA, m, n, k] :
+       {std::tuple{true, int64_t(64), int64_t(64), int64_t(512)},
+        std::tuple{false, int64_t(512), int64_t(64), int64_t(256)},
+        std::tuple{true, int64_t(300), int64_t(1100), int64_t(700)},
+        std::tuple{false, int64_t(1100), int64_t(300), int64_t(200)}})
+    EXPECT_EQ(product(1, transposeA, m, n, k), product(2, transposeA, m, n, k))
+        << m << " x " << n << " over " << k;
+}
 
 TEST(GemmRefusal, IsReported) {
   std::vector<float> a(64), b(64), c(64);

@@ -7,7 +7,8 @@
 // split into tiles fixed by the shape: 1 and 2 threads give the same bits,
 // and they match a double-precision reference, also where the chunks grow
 // to bound the partial sums (wide rows) and for ragged tiles. An embedding
-// lookup copies rows of its table's dtype as they are.
+// lookup copies rows of its table's dtype as they are; cross-entropy reads
+// 16-bit logits and writes their gradient as a cast of the fp32 one would.
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,6 +89,37 @@ TEST(RowKernelsTest, Bf16OperandsGiveTheFloatCopiesResults) {
 TEST(RowKernelsTest, F16OperandsGiveTheFloatCopiesResults) {
   for (const RowCase &c : rowCases())
     expectSameAsFloatCopies(c, DType::F16);
+}
+
+/// Cross-entropy and its gradient read 16-bit logits themselves: the loss
+/// equals the loss of fp32 copies bit for bit, the gradient the fp32
+/// gradient cast back. Rows of 1500 classes take the online pass over two
+/// blocks (a ragged one last).
+void expectCrossEntropyAsFloatCopies(DType dtype) {
+  DeviceTensors b;
+  int64_t rows = 300, classes = 1500;
+  std::vector<int32_t> ids(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    ids[r] = static_cast<int32_t>((r * 577) % classes);
+  int64_t targets = b.addIds(ids);
+  int64_t narrow = b.add({rows, classes}, dtype, 1);
+  int64_t wide = b.cast(narrow, DType::F32);
+  int64_t upstream = b.add({}, DType::F32, 2);
+  AttrMap attrs{{"normalizer", integer(0)}};
+  int64_t narrowLoss = b.add({}, DType::F32), wideLoss = b.add({}, DType::F32);
+  b.run("cross_entropy", {narrow, targets}, narrowLoss, attrs);
+  b.run("cross_entropy", {wide, targets}, wideLoss, attrs);
+  b.expectSameBits(wideLoss, narrowLoss);
+  int64_t narrowGrad = b.add({rows, classes}, dtype);
+  int64_t wideGrad = b.add({rows, classes}, DType::F32);
+  b.run("cross_entropy_grad", {narrow, targets, upstream}, narrowGrad, attrs);
+  b.run("cross_entropy_grad", {wide, targets, upstream}, wideGrad, attrs);
+  b.expectSameBits(b.cast(wideGrad, dtype), narrowGrad);
+}
+
+TEST(RowKernelsTest, CrossEntropyReadsSixteenBitLogits) {
+  expectCrossEntropyAsFloatCopies(DType::BF16);
+  expectCrossEntropyAsFloatCopies(DType::F16);
 }
 
 TEST(RowKernelsTest, EmbeddingCopiesRowsOfItsTablesDtype) {

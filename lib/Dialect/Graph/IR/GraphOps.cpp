@@ -120,7 +120,7 @@ PrecisionPolicy CastOp::getPrecisionPolicy() {
   return PrecisionPolicy::Operands;
 }
 
-// The loss and its gradient in fp32 (the logits are cast up).
+// The loss and its gradient in fp32, from logits of any float dtype.
 PrecisionPolicy CrossEntropyOp::getPrecisionPolicy() {
   return PrecisionPolicy::Float32;
 }

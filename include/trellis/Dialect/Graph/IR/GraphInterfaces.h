@@ -76,8 +76,12 @@ enum class PrecisionPolicy {
   /// they are parameters or meet a low-precision operand. The op's kernels
   /// still accumulate in fp32 (matmul sums, norm and softmax statistics).
   Low,
-  /// fp32: its low-precision operands are cast up (the loss, cross-entropy,
-  /// the optimizer).
+  /// fp32 inside, whatever its operands' dtype: the op reads bf16 or f16
+  /// operands as they are and computes in fp32 (cross-entropy: the loss is
+  /// f32; the logits' gradient, computed in fp32, rounds once to the
+  /// logits' dtype, the values an fp32 copy cast back would have). No
+  /// casts are inserted, so no fp32 copy of a low-precision operand lives
+  /// between forward and backward.
   Float32,
   /// The dtype its operands have (casts themselves).
   Operands,
