@@ -8,13 +8,15 @@
 // count computes the same parts with the same calls and gives the same
 // bits.
 //
-// The parts are bands of at least kMinBand rows (or columns) of the
-// result: sgemm calls of fewer rows ran at half speed on the AVX2 EPYC
-// (1024 x 1024 over k = 256 in 256-row bands: 36 against 72-80 GFLOP/s a
-// core, 128-row bands of GPT-2 124M's MLP 47 against 68-75), while bands
-// of 512 run as fast as the whole product on GPT-2 mini's and 124M's
-// shapes, on 1 core and on 2 (benchmarks/GemmBenchmark.cpp: trellis-f32
-// against onednn-sgemm).
+// The parts are bands of rows (or columns) of the result, one per 512 of
+// them, but two wherever 256 or more: without, GPT-2 mini's q/k/v and
+// projection weight gradients (256 x 768 and 256 x 256) ran on one core.
+// sgemm calls of 512-row bands run as fast as the whole product on GPT-2
+// mini's and 124M's shapes, on 1 core and on 2; so did 128- and 256-row
+// bands on an AVX-512 EPYC (within 7%), but not on an AVX2 EPYC (1024 x
+// 1024 over k = 256 in 256-row bands: 36 against 72-80 GFLOP/s a core),
+// so narrower bands are used only where they split an otherwise single
+// call (benchmarks/GemmBenchmark.cpp: trellis-f32 against onednn-sgemm).
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,7 +31,15 @@ namespace trellis::runtime::cpu {
 
 namespace {
 
-constexpr int64_t kMinBand = 512;
+constexpr int64_t kSmallBand = 128;
+constexpr int64_t kBand = 512;
+
+/// How many parts an extent of the result is cut into: at least two where
+/// each gets kSmallBand, else one per kBand.
+int64_t bandCount(int64_t extent) {
+  return std::max<int64_t>(
+      {1, std::min<int64_t>(2, extent / kSmallBand), extent / kBand});
+}
 
 } // namespace
 
@@ -41,9 +51,9 @@ bool gemm(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k,
   // Bands of rows where there are two or more of them (or the result is
   // taller than wide), else bands of columns (weight gradients: a few
   // hundred features by thousands).
-  bool byRows = m >= n || m >= 2 * kMinBand;
+  bool byRows = m >= n || m >= 2 * kBand;
   int64_t extent = byRows ? m : n;
-  int64_t bands = std::max<int64_t>(1, extent / kMinBand);
+  int64_t bands = bandCount(extent);
   int64_t band = (extent + bands - 1) / bands;
   bool ok = true;
   // Inside a parallel region (attention's loops over heads) the bands run

@@ -13,28 +13,71 @@ namespace trellis::runtime::cpu {
 namespace {
 
 /// Moves elements between `in` and `out` along a strided walk of `shape`
-/// (forEachStrided): with `gather`, out[dense] = in[strided]; else
+/// (forEachStridedRows): with `gather`, out[dense] = in[strided]; else
 /// out[strided] = in[dense]. Elements are moved as unsigned integers of
 /// their width, without being read as numbers, so every dtype goes alike.
+/// Rows of the walk split over the threads (each element is written once).
 void moveStrided(const Tensor &in, Tensor &out,
                  const std::vector<int64_t> &shape,
                  const std::vector<int64_t> &strides, int64_t base,
                  bool gather) {
+  int64_t rows = stridedRows(shape);
+  int64_t inner = shape.empty() ? 1 : std::max<int64_t>(1, shape.back());
+  // Pieces of about kParallelElements / 4 elements, whole rows each.
+  int64_t pieceRows = std::max<int64_t>(1, kParallelElements / 4 / inner);
+  int64_t pieces = (rows + pieceRows - 1) / pieceRows;
   auto move = [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
     const T *x = static_cast<const T *>(in.raw());
     T *y = static_cast<T *>(out.raw());
-    if (gather)
-      forEachStrided(shape, strides, base,
-                     [&](int64_t dense, int64_t strided) { y[dense] = x[strided]; });
-    else
-      forEachStrided(shape, strides, base,
-                     [&](int64_t dense, int64_t strided) { y[strided] = x[dense]; });
+#pragma omp parallel for schedule(static) if (rows * inner >= kParallelElements)
+    for (int64_t piece = 0; piece < pieces; ++piece) {
+      int64_t first = piece * pieceRows,
+              last = std::min(rows, first + pieceRows);
+      if (gather)
+        forEachStridedRows(shape, strides, base, first, last,
+                           [&](int64_t dense, int64_t strided) {
+                             y[dense] = x[strided];
+                           });
+      else
+        forEachStridedRows(shape, strides, base, first, last,
+                           [&](int64_t dense, int64_t strided) {
+                             y[strided] = x[dense];
+                           });
+    }
   };
   if (dtypeBytes(in.desc().dtype) == 2)
     move(static_cast<uint16_t *>(nullptr));
   else
     move(static_cast<uint32_t *>(nullptr));
+}
+
+/// Calls `fn(first, count)` for the 64 KiB chunks of `bytes` bytes, over
+/// the threads where there are 16 chunks or more (a large copy is bound by
+/// memory bandwidth, which one core does not saturate).
+template <typename Fn> void forEachChunk(int64_t bytes, Fn fn) {
+  constexpr int64_t kChunkBytes = int64_t(1) << 16;
+  int64_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
+#pragma omp parallel for schedule(static) if (chunks >= 16)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t first = c * kChunkBytes;
+    fn(first, std::min(kChunkBytes, bytes - first));
+  }
+}
+
+void parallelCopy(void *target, const void *source, int64_t bytes) {
+  char *to = static_cast<char *>(target);
+  const char *from = static_cast<const char *>(source);
+  forEachChunk(bytes, [&](int64_t first, int64_t count) {
+    std::memcpy(to + first, from + first, count);
+  });
+}
+
+void parallelZero(void *target, int64_t bytes) {
+  char *to = static_cast<char *>(target);
+  forEachChunk(bytes, [&](int64_t first, int64_t count) {
+    std::memset(to + first, 0, count);
+  });
 }
 
 void transpose(const Tensor &in, Tensor &out,
@@ -56,7 +99,7 @@ void slice(const Tensor &in, Tensor &out, const std::vector<int64_t> &offsets) {
 
 void pad(const Tensor &in, Tensor &out, const std::vector<int64_t> &low) {
   // Zero bits are 0.0 in every float dtype.
-  std::memset(out.raw(), 0, out.bytes());
+  parallelZero(out.raw(), out.bytes());
   // Write the input into the box of the output that starts at `low`: the
   // output offsets of that box advance with the output's strides.
   std::vector<int64_t> outStrides = stridesOf(out.shape());
@@ -82,8 +125,12 @@ void concat(const KernelArgs &args, int64_t dim) {
     const Tensor &in = args.in(i);
     const char *x = static_cast<const char *>(in.raw());
     int64_t row = in.shape()[dim] * inner * width;
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(y + o * outRow + offset, x + o * row, row);
+    if (outer == 1)
+      parallelCopy(y + offset, x, row);
+    else
+#pragma omp parallel for schedule(static) if (outer * row >= 4 * kParallelElements)
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(y + o * outRow + offset, x + o * row, row);
     offset += row;
   }
 }
@@ -96,21 +143,6 @@ void broadcastTo(const Tensor &in, Tensor &out) {
   for (size_t d = 0; d < in.shape().size(); ++d)
     strides[lead + d] = in.shape()[d] == 1 ? 0 : own[d];
   moveStrided(in, out, out.shape(), strides, 0, /*gather=*/true);
-}
-
-/// memcpy in chunks over the threads (a large copy is bound by memory
-/// bandwidth, which one core does not saturate).
-void parallelCopy(void *target, const void *source, int64_t bytes) {
-  constexpr int64_t kChunkBytes = int64_t(1) << 16;
-  int64_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
-  char *to = static_cast<char *>(target);
-  const char *from = static_cast<const char *>(source);
-#pragma omp parallel for schedule(static) if (bytes >= 16 * kChunkBytes)
-  for (int64_t c = 0; c < chunks; ++c) {
-    int64_t first = c * kChunkBytes;
-    std::memcpy(to + first, from + first,
-                std::min(kChunkBytes, bytes - first));
-  }
 }
 
 } // namespace

@@ -213,9 +213,13 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
       return fail(started.status().message());
     server = std::move(*started);
   }
-  // The ranks' OpenMP threads (oneDNN) sleep while the serial kernels run
-  // instead of spinning on the same cores, unless the user chose a policy.
-  setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
+  // Ranks sharing this node's cores: their idle OpenMP threads sleep
+  // instead of spinning on cores another rank needs, unless the user chose
+  // a policy. A single rank keeps libgomp's default (spin briefly, then
+  // sleep): waking a sleeping thread costs each short kernel more than its
+  // second thread gains (runtime/cpu/README.md).
+  if (options.nproc > 1)
+    setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
   // Ranks die with this process (bindRankToLauncher).
   setenv(kLauncherPidVariable, std::to_string(getpid()).c_str(), 1);
   std::map<pid_t, int64_t> children;

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 namespace trellis::driver {
@@ -32,10 +31,6 @@ int execRunCommand(int argc, char **argv) {
   std::vector<char *> args{const_cast<char *>("trellis-run")};
   args.insert(args.end(), argv + 2, argv + argc);
   args.push_back(nullptr);
-  // The runtime's OpenMP threads (oneDNN) sleep while the serial kernels
-  // run instead of spinning on the same cores, unless the user chose a
-  // policy (libgomp reads it when the process starts).
-  setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
   execv(tool.c_str(), args.data());
   int error = errno;
   llvm::WithColor::error(llvm::errs(), "trellis")

@@ -90,7 +90,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{false, true, 128, 128, 32, 224},
                       Case{true, false, 128, 32, 128, 224},
                       Case{false, false, 300, 200, 100, 0},
-                      // Bands of columns, then of rows.
+                      // Bands of columns, then of rows: two narrow
+                      // ones, then one per 512.
+                      Case{true, false, 256, 300, 50, 0},
+                      Case{false, false, 270, 100, 30, 8},
                       Case{true, false, 300, 1100, 70, 0},
                       Case{false, true, 1100, 300, 40, 16}));
 
@@ -119,6 +122,7 @@ TEST(GemmThreads, OneAndTwoThreadsGiveTheSameBits) {
   for (auto [transposeA, m, n, k] :
        {std::tuple{true, int64_t(64), int64_t(64), int64_t(512)},
         std::tuple{false, int64_t(512), int64_t(64), int64_t(256)},
+        std::tuple{true, int64_t(256), int64_t(256), int64_t(1024)},
         std::tuple{true, int64_t(300), int64_t(1100), int64_t(700)},
         std::tuple{false, int64_t(1100), int64_t(300), int64_t(200)}})
     EXPECT_EQ(product(1, transposeA, m, n, k), product(2, transposeA, m, n, k))
