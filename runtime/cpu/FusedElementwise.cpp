@@ -83,7 +83,7 @@ TRELLIS_VECTOR_CLONES void round(ElementType type, float *values,
   if (type == ElementType::BF16) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
-      values[i] = bfloat16ToFloat(floatToBfloat16(values[i]));
+      values[i] = roundToBfloat16(values[i]);
   } else if (type == ElementType::F16) {
     for (int64_t i = 0; i < n; ++i)
       values[i] = halfToFloat(floatToHalf(values[i]));
@@ -132,7 +132,8 @@ void loadBlock(const InputView &view, const std::vector<int64_t> &shape,
   }
 }
 
-/// result[first, first + n) = values, narrowed to the result's dtype.
+/// result[first, first + n) = values, rounded to the result's dtype
+/// already (`round`), in that dtype.
 TRELLIS_VECTOR_CLONES void storeBlock(const float *values, int64_t first,
                                       int64_t n, Tensor &result) {
   uint16_t *bits = static_cast<uint16_t *>(result.raw()) + first;
@@ -140,7 +141,7 @@ TRELLIS_VECTOR_CLONES void storeBlock(const float *values, int64_t first,
   case DType::BF16:
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
-      bits[i] = floatToBfloat16(values[i]);
+      bits[i] = exactBfloat16(values[i]);
     return;
   case DType::F16:
     for (int64_t i = 0; i < n; ++i)
@@ -165,63 +166,81 @@ BinaryOp binaryOpOf(const std::string &op) {
   return BinaryOp::Maximum;
 }
 
-/// out = a op b; `out` is another slot than a and b.
+/// out[i] = value(i) for i < n, rounded to bf16 where `bf16`: one pass,
+/// each value rounded before it is stored.
+template <typename Value>
+inline void storeValues(bool bf16, float *__restrict out, int64_t n,
+                        Value value) {
+  if (bf16)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = roundToBfloat16(value(i));
+  else
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = value(i);
+}
+
+/// out = a op b (rounded to bf16 where `bf16`); `out` is another slot than
+/// a and b.
 TRELLIS_VECTOR_CLONES void binaryLoop(BinaryOp op, const float *__restrict a,
                                       const float *__restrict b,
-                                      float *__restrict out, int64_t n) {
+                                      float *__restrict out, int64_t n,
+                                      bool bf16) {
   switch (op) {
   case BinaryOp::Add:
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = a[i] + b[i];
+    storeValues(bf16, out, n, [&](int64_t i) { return a[i] + b[i]; });
     return;
   case BinaryOp::Sub:
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = a[i] - b[i];
+    storeValues(bf16, out, n, [&](int64_t i) { return a[i] - b[i]; });
     return;
   case BinaryOp::Mul:
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = a[i] * b[i];
+    storeValues(bf16, out, n, [&](int64_t i) { return a[i] * b[i]; });
     return;
   case BinaryOp::Div:
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = a[i] / b[i];
+    storeValues(bf16, out, n, [&](int64_t i) { return a[i] / b[i]; });
     return;
   case BinaryOp::Maximum:
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = a[i] >= b[i] ? a[i] : b[i];
+    storeValues(bf16, out, n,
+                [&](int64_t i) { return a[i] >= b[i] ? a[i] : b[i]; });
     return;
   }
 }
 
 TRELLIS_VECTOR_CLONES void scaleLoop(const float *__restrict a, float factor,
-                                     float *__restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = a[i] * factor;
+                                     float *__restrict out, int64_t n,
+                                     bool bf16) {
+  storeValues(bf16, out, n, [&](int64_t i) { return a[i] * factor; });
 }
 
-void compute(const FusedInstruction &instruction,
+/// out = the instruction's values, rounded to `type`.
+void compute(const FusedInstruction &instruction, ElementType type,
              const std::vector<float *> &slots, float *out, int64_t n) {
   const float *a = slots[instruction.operands[0]];
+  bool bf16 = type == ElementType::BF16;
   using Kind = FusedInstruction::Kind;
   switch (instruction.kind) {
   case Kind::Binary:
     binaryLoop(binaryOpOf(instruction.op), a, slots[instruction.operands[1]],
-               out, n);
+               out, n, bf16);
+    if (!bf16)
+      round(type, out, n);
     return;
   case Kind::Scale:
-    scaleLoop(a, static_cast<float>(instruction.factor), out, n);
+    scaleLoop(a, static_cast<float>(instruction.factor), out, n, bf16);
+    if (!bf16)
+      round(type, out, n);
     return;
   case Kind::Unary:
     runUnaryFunction(instruction.op, a, nullptr, out, n);
-    return;
+    break;
   case Kind::UnaryGrad:
     runUnaryFunction(instruction.function, a, slots[instruction.operands[1]],
                      out, n);
-    return;
+    break;
   case Kind::Cast:
     std::copy(a, a + n, out);
-    return;
+    break;
   }
+  round(type, out, n);
 }
 
 /// Evaluates `program` over `inputs` (broadcast to the result's shape)
@@ -249,8 +268,8 @@ void evaluateFusedProgram(const FusedProgram &program,
         loadBlock(views[i], shape, first, n, slots[i]);
       for (size_t k = 0; k < program.instructions.size(); ++k) {
         size_t slot = views.size() + k;
-        compute(program.instructions[k], slots, slots[slot], n);
-        round(program.slotTypes[slot], slots[slot], n);
+        compute(program.instructions[k], program.slotTypes[slot], slots,
+                slots[slot], n);
       }
       storeBlock(slots[slotCount - 1], first, n, result);
     }
@@ -295,6 +314,12 @@ Status runProgram(const KernelArgs &args,
   FusedProgram program;
   if (Diagnostic diagnostic = parseFusedProgram(lines, types, program))
     return Status::error(instruction.op + ": " + *diagnostic);
+  // storeBlock takes the last slot's values as the result's.
+  if (program.resultType() != elementOf(args.out(0).desc().dtype))
+    return Status::error(
+        instruction.op + ": the program computes " +
+        elementTypeName(program.resultType()) + " values but its result is " +
+        dtypeName(args.out(0).desc().dtype));
   evaluateFusedProgram(program, inputs, args.out(0));
   return Status::success();
 }

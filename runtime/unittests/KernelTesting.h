@@ -116,15 +116,23 @@ public:
                     .ok());
   }
 
-  void run(const std::string &op, std::vector<int64_t> inputs,
-           std::vector<int64_t> outputs, AttrMap attrs = {}) {
+  /// Launches one instruction; its status.
+  Status launch(const std::string &op, std::vector<int64_t> inputs,
+                std::vector<int64_t> outputs, AttrMap attrs = {}) {
     Instruction instruction;
     instruction.op = op;
     instruction.inputs = std::move(inputs);
     instruction.outputs = std::move(outputs);
     instruction.attrs = std::move(attrs);
     AxisList axes;
-    Status status = device_->launch(KernelArgs{instruction, tensors_, axes});
+    return device_->launch(KernelArgs{instruction, tensors_, axes});
+  }
+
+  /// Launches one instruction that must succeed.
+  void run(const std::string &op, std::vector<int64_t> inputs,
+           std::vector<int64_t> outputs, AttrMap attrs = {}) {
+    Status status =
+        launch(op, std::move(inputs), std::move(outputs), std::move(attrs));
     ASSERT_TRUE(status.ok()) << op << ": " << status.message();
   }
   void run(const std::string &op, std::vector<int64_t> inputs, int64_t output,

@@ -21,6 +21,27 @@ TEST(HalfFloatTest, EveryBfloat16RoundTrips) {
   }
 }
 
+// roundToBfloat16 and exactBfloat16 (32-bit arithmetic) give the bits of
+// the 16-bit conversion, for every sign and exponent (NaNs and infinities
+// included) with mantissas at, just below and just above each halfway
+// point, and for the lowest 2^20 patterns (subnormals).
+TEST(HalfFloatTest, RoundingInThirtyTwoBitsIsTheConversion) {
+  auto expectSame = [](uint32_t bits) {
+    float value = bitsToFloat(bits);
+    float rounded = roundToBfloat16(value);
+    ASSERT_EQ(floatBits(rounded),
+              floatBits(bfloat16ToFloat(floatToBfloat16(value))))
+        << std::hex << bits;
+    ASSERT_EQ(exactBfloat16(rounded), floatToBfloat16(value)) << std::hex
+                                                               << bits;
+  };
+  for (uint32_t top = 0; top < 0x10000u; ++top)
+    for (uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+      expectSame(top << 16 | low);
+  for (uint32_t bits = 0; bits < (1u << 20); ++bits)
+    expectSame(bits);
+}
+
 TEST(HalfFloatTest, EveryHalfRoundTrips) {
   for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
     float wide = halfToFloat(static_cast<uint16_t>(bits));

@@ -95,4 +95,17 @@ TEST(FusedElementwiseTest, Bf16ChainRoundsLikeItsMembers) {
   b.expectSameBits(activated, fused);
 }
 
+// A program whose last value is not of the result's dtype is refused (its
+// values would be stored as the wrong encoding).
+TEST(FusedElementwiseTest, RefusesAResultOfAnotherDtype) {
+  DeviceTensors b;
+  int64_t x = b.add(kRows, DType::BF16, 13), y = b.add(kRows, DType::BF16, 14);
+  int64_t wide = b.add(kRows, DType::F32, 0);
+  Status status = b.launch("fused_elementwise", {x, y}, {wide},
+                           {{"program", texts({"add %0 %1"})}});
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.message(), "fused_elementwise: the program computes bf16 "
+                              "values but its result is f32");
+}
+
 } // namespace

@@ -41,6 +41,21 @@ inline float bfloat16ToFloat(uint16_t bits) {
   return bitsToFloat(static_cast<uint32_t>(bits) << 16);
 }
 
+/// bfloat16ToFloat(floatToBfloat16(value)) in 32-bit arithmetic only (it
+/// vectorizes without packing to 16 bits and back).
+inline float roundToBfloat16(float value) {
+  uint32_t bits = floatBits(value);
+  uint32_t quiet = (bits | 0x00400000u) & 0xffff0000u;
+  uint32_t nearest = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  return bitsToFloat((bits & 0x7fffffffu) > 0x7f800000u ? quiet : nearest);
+}
+
+/// The bf16 bits of a value that bf16 holds exactly (a roundToBfloat16
+/// result): its upper half.
+inline uint16_t exactBfloat16(float value) {
+  return static_cast<uint16_t>(floatBits(value) >> 16);
+}
+
 /// IEEE binary16: 5 exponent bits (bias 15), 10 mantissa bits.
 uint16_t floatToHalf(float value);
 float halfToFloat(uint16_t bits);
