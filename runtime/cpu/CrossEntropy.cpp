@@ -7,9 +7,9 @@
 // so the result does not depend on the thread count. bf16 or f16 logits
 // are widened a row at a time and the gradient rounded from an fp32 row
 // (FloatRows.h): the values of an fp32 copy cast back, without the copies.
-// With the classes split over mesh axes (vocabulary parallelism), each rank's row maxima
-// and sums combine across the group: the maximum first, then the sums
-// rescaled to it.
+// With the classes split over mesh axes (vocabulary parallelism), each
+// rank's row maxima and sums combine across the group: the maximum first,
+// then the sums rescaled to it.
 //
 //===----------------------------------------------------------------------===//
 

@@ -3,9 +3,9 @@
 // gemm (oneDNN's sgemm) against a double-precision reference, for every
 // transpose and for strided operands (leading dimensions longer than the
 // rows, as the attention kernels pass one head of [seq, heads, dim]), in
-// one band of the result and in several, of rows or of columns; the same product run
-// twice is bit-identical, and so are 1 and 2 threads; a product oneDNN
-// refuses is reported, with the kernels' error text.
+// one band of the result and in several, of rows or of columns; the same
+// product run twice is bit-identical, and so are 1 and 2 threads; a
+// product oneDNN refuses is reported, with the kernels' error text.
 //
 //===----------------------------------------------------------------------===//
 

@@ -80,48 +80,63 @@ std::vector<LayoutCase> layoutCases() {
   std::vector<LayoutCase> cases;
   // A permutation of a 3-d tensor: 122880 elements, rows of 40.
   Index tShape{48, 40, 64};
-  cases.push_back({"transpose", {tShape}, {64, 48, 40},
+  cases.push_back({"transpose",
+                   {tShape},
+                   {64, 48, 40},
                    {{"permutation", integers({2, 0, 1})}},
                    [tShape](const Index &o) {
                      return std::pair{0, ravel({o[1], o[2], o[0]}, tShape)};
                    }});
   // The middle third of a fused q/k/v weight (rows of 255: ragged pieces).
   Index sShape{257, 3, 255};
-  cases.push_back({"slice", {sShape}, {257, 1, 255},
-                   {{"offsets", integers({0, 1, 0})},
-                    {"sizes", integers({257, 1, 255})}},
-                   [sShape](const Index &o) {
-                     return std::pair{0, ravel({o[0], 1, o[2]}, sShape)};
-                   }});
+  cases.push_back(
+      {"slice",
+       {sShape},
+       {257, 1, 255},
+       {{"offsets", integers({0, 1, 0})}, {"sizes", integers({257, 1, 255})}},
+       [sShape](const Index &o) {
+         return std::pair{0, ravel({o[0], 1, o[2]}, sShape)};
+       }});
   // Its gradient put back in place, zeros around it.
   Index pShape{257, 1, 255};
-  cases.push_back({"pad", {pShape}, {257, 3, 255},
-                   {{"low", integers({0, 1, 0})},
-                    {"high", integers({0, 1, 0})}},
-                   [pShape](const Index &o) {
-                     if (o[1] != 1)
-                       return std::pair{-1, int64_t(0)};
-                     return std::pair{0, ravel({o[0], 0, o[2]}, pShape)};
-                   }});
+  cases.push_back(
+      {"pad",
+       {pShape},
+       {257, 3, 255},
+       {{"low", integers({0, 1, 0})}, {"high", integers({0, 1, 0})}},
+       [pShape](const Index &o) {
+         if (o[1] != 1)
+           return std::pair{-1, int64_t(0)};
+         return std::pair{0, ravel({o[0], 0, o[2]}, pShape)};
+       }});
   // Along an inner dimension (rows of each input per outer index), and
   // along the first (each input one block).
   Index left{300, 70}, right{300, 130};
-  cases.push_back({"concat", {left, right}, {300, 200},
-                   {{"dim", integer(1)}}, [=](const Index &o) {
+  cases.push_back({"concat",
+                   {left, right},
+                   {300, 200},
+                   {{"dim", integer(1)}},
+                   [=](const Index &o) {
                      return o[1] < 70
                                 ? std::pair{0, ravel(o, left)}
                                 : std::pair{1, ravel({o[0], o[1] - 70}, right)};
                    }});
   Index top{700, 96}, bottom{500, 96};
-  cases.push_back({"concat", {top, bottom}, {1200, 96},
-                   {{"dim", integer(0)}}, [=](const Index &o) {
-                     return o[0] < 700
-                                ? std::pair{0, ravel(o, top)}
-                                : std::pair{1, ravel({o[0] - 700, o[1]}, bottom)};
-                   }});
+  cases.push_back(
+      {"concat",
+       {top, bottom},
+       {1200, 96},
+       {{"dim", integer(0)}},
+       [=](const Index &o) {
+         return o[0] < 700 ? std::pair{0, ravel(o, top)}
+                           : std::pair{1, ravel({o[0] - 700, o[1]}, bottom)};
+       }});
   Index bShape{1, 1, 384};
-  cases.push_back({"broadcast_to", {bShape}, {8, 33, 384},
-                   {{"shape", integers({8, 33, 384})}}, [](const Index &o) {
+  cases.push_back({"broadcast_to",
+                   {bShape},
+                   {8, 33, 384},
+                   {{"shape", integers({8, 33, 384})}},
+                   [](const Index &o) {
                      return std::pair{0, o[2]};
                    }});
   return cases;
