@@ -215,20 +215,19 @@ TRELLIS_VECTOR_CLONES void scaleLoop(const float *__restrict a, float factor,
 void compute(const FusedInstruction &instruction, ElementType type,
              const std::vector<float *> &slots, float *out, int64_t n) {
   const float *a = slots[instruction.operands[0]];
-  bool bf16 = type == ElementType::BF16;
+  // Binary and scale loops round to bf16 as they store; the rest after.
+  bool bf16 = type == ElementType::BF16, rounded = false;
   using Kind = FusedInstruction::Kind;
   switch (instruction.kind) {
   case Kind::Binary:
     binaryLoop(binaryOpOf(instruction.op), a, slots[instruction.operands[1]],
                out, n, bf16);
-    if (!bf16)
-      round(type, out, n);
-    return;
+    rounded = bf16;
+    break;
   case Kind::Scale:
     scaleLoop(a, static_cast<float>(instruction.factor), out, n, bf16);
-    if (!bf16)
-      round(type, out, n);
-    return;
+    rounded = bf16;
+    break;
   case Kind::Unary:
     runUnaryFunction(instruction.op, a, nullptr, out, n);
     break;
@@ -240,7 +239,8 @@ void compute(const FusedInstruction &instruction, ElementType type,
     std::copy(a, a + n, out);
     break;
   }
-  round(type, out, n);
+  if (!rounded)
+    round(type, out, n);
 }
 
 /// Evaluates `program` over `inputs` (broadcast to the result's shape)

@@ -48,8 +48,8 @@ bool gemm(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k,
           int64_t ldb, float beta, float *c, int64_t ldc) {
   if (m == 0 || n == 0)
     return true;
-  // Bands of rows where there are two or more of them (or the result is
-  // taller than wide), else bands of columns (weight gradients: a few
+  // Bands of rows where the result is taller than wide or has two
+  // kBand-row bands, else bands of columns (weight gradients: a few
   // hundred features by thousands).
   bool byRows = m >= n || m >= 2 * kBand;
   int64_t extent = byRows ? m : n;
