@@ -123,11 +123,13 @@ StepReport computeStepReport(func::FuncOp step) {
   return computeRankReport(step, arguments, items);
 }
 
-StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
-                             ArrayRef<RankItem> items, int64_t microBatches,
-                             bool withMemoryPlan) {
-  StepReport report;
-  // Model states: the arguments this rank holds.
+namespace {
+
+/// Model states: the parameters and optimizer states among the arguments
+/// this rank holds, and every argument's bytes (inputs once per
+/// micro-batch).
+void addModelStates(StepReport &report, func::FuncOp step,
+                    ArrayRef<int64_t> arguments, int64_t microBatches) {
   for (int64_t i : arguments) {
     auto role = step.getArgAttrOfType<StringAttr>(
         i, graph::GraphDialect::kRoleAttrName);
@@ -144,15 +146,24 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     report.persistentBytes +=
         role && role.getValue() == "input" ? bytes * microBatches : bytes;
   }
-  // Gradients: what each update's micro-batches hand to the step.
+}
+
+/// Gradients: what each update's micro-batches hand to the step.
+void addGradients(StepReport &report, ArrayRef<RankItem> items) {
   llvm::DenseSet<Value> visited, gradients;
   for (const RankItem &item : items)
-    if (item.op && llvm::isa<graph::AdamWOp, graph::SgdOp>(item.op))
-      collectGradientValues(item.op->getOperand(1), visited, gradients);
+    if (const OpContract *contract =
+            item.op ? graph::contractOf(item.op) : nullptr;
+        contract && contract->isUpdate())
+      collectGradientValues(
+          item.op->getOperand(contract->effects.gradientOperand), visited,
+          gradients);
   for (Value gradient : gradients)
     report.gradientBytes += bytesOf(gradient.getType());
+}
 
-  // Activations each part keeps: its forward's values a backward op reads.
+/// Activations each part keeps: its forward's values a backward op reads.
+void addSavedActivations(StepReport &report, ArrayRef<RankItem> items) {
   llvm::DenseSet<Value> counted;
   for (const RankItem &item : items) {
     if (!item.op || item.microBatch > 0)
@@ -172,6 +183,17 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
         report.savedActivationBytes[part.str()] += bytesOf(result.getType());
     }
   }
+}
+
+} // namespace
+
+StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
+                             ArrayRef<RankItem> items, int64_t microBatches,
+                             bool withMemoryPlan) {
+  StepReport report;
+  addModelStates(report, step, arguments, microBatches);
+  addGradients(report, items);
+  addSavedActivations(report, items);
 
   // The memory plan, as the runtime builds it: a value (of one micro-batch,
   // or of the step) lives from the item that makes (or receives) it to the
@@ -351,10 +373,8 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
         continue;
       int64_t at = position[maker];
       unsigned output = llvm::cast<OpResult>(value).getResultNumber();
-      int64_t replaced = llvm::isa<graph::AdamWOp>(maker)
-                             ? (output == 0 ? 0 : output == 1 ? 2 : 3)
-                         : llvm::isa<graph::SgdOp>(maker) ? 0
-                                                          : -1;
+      const OpContract *contract = graph::contractOf(maker);
+      int64_t replaced = contract ? contract->replacedOperand(output) : -1;
       bool safe = true;
       auto argumentReaders = readers.find(keyOf(argument, -1));
       ArrayRef<int64_t> reads;
@@ -414,7 +434,7 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
       continue;
     const OpContract *contract =
         findOpContract(item.op->getName().stripDialect().str());
-    if (!contract || !contract->sharesOperandBytes)
+    if (!contract || !contract->effects.sharesOperandBytes)
       continue;
     Key from = keyOf(item.op->getOperand(0), item.microBatch);
     Key to = keyOf(item.op->getResult(0), item.microBatch);

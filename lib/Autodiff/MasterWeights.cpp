@@ -76,7 +76,7 @@ private:
           parameter.casts.push_back(cast);
           continue;
         }
-        bool isUpdate = llvm::isa<AdamWOp, SgdOp>(user) &&
+        bool isUpdate = graph::isUpdate(user) &&
                         use.getOperandNumber() == 0 && !parameter.update;
         eligible &= isUpdate;
         parameter.update = user;

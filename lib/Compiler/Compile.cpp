@@ -187,9 +187,10 @@ std::optional<PipelineRequest> planPipeline(mlir::func::FuncOp forward,
 
 /// The training options of the autodiff phase, or nullopt after reporting
 /// the first option that cannot work.
-std::optional<TrainingOptions>
-trainingOptions(const CompileOptions &options, const ParallelDegrees &degrees,
-                bool pipelined, MessageSink sink) {
+std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
+                                               const ParallelDegrees &degrees,
+                                               bool pipelined,
+                                               MessageSink sink) {
   auto fail = [&](const llvm::Twine &message) {
     sink(MessageKind::Error, message);
     return std::nullopt;
@@ -297,10 +298,10 @@ std::string planText(const llvm::json::Value &plan) {
   stream.flush();
   std::string result;
   llvm::raw_string_ostream out(result);
-  out << llvm::format("{\"checksum\":\"crc32:%08x\",",
-                      llvm::crc32(llvm::ArrayRef<uint8_t>(
-                          reinterpret_cast<const uint8_t *>(text.data()),
-                          text.size())))
+  out << llvm::format(
+             "{\"checksum\":\"crc32:%08x\",",
+             llvm::crc32(llvm::ArrayRef<uint8_t>(
+                 reinterpret_cast<const uint8_t *>(text.data()), text.size())))
       << llvm::StringRef(text).drop_front() << "\n";
   out.flush();
   return result;
@@ -358,49 +359,47 @@ mlir::LogicalResult checkCompileOptions(const CompileOptions &options,
   return mlir::success();
 }
 
-mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
-                                            const CompileOptions &options,
-                                            MessageSink sink,
-                                            mlir::TimingScope &timing) {
-  auto fail = [&](const llvm::Twine &message) {
-    sink(MessageKind::Error, message);
-    return mlir::failure();
-  };
-  if (mlir::failed(checkCompileOptions(options, sink)))
-    return mlir::failure();
-  std::optional<ParallelDegrees> degrees =
-      resolveParallelDegrees(options, sink);
+namespace {
+
+/// Facts of the model the plan's metadata carries: the batch and
+/// micro-batches compiled for, the compute dtype (checkpoints store the
+/// model's weights in it), and the vocabulary the runtime checks token ids
+/// against (a model not made from a config, whether MLIR, built or
+/// converted, has it in its loss's logits, before any split).
+void recordModelFacts(LoadedModel &model, const CompileOptions &options) {
   if (model.metadata.get("batch"))
     model.metadata["batch"] = options.batch;
   model.metadata["micro_batches"] = options.microBatches;
-  // The compute dtype: checkpoints store the model's weights in it.
   model.metadata["precision"] = options.precision;
-  mlir::ModuleOp module = model.module.get();
-  mlir::MLIRContext &context = *module.getContext();
-  // The vocabulary the runtime checks token ids against: a model not made
-  // from a config (MLIR, built, converted) has it in its loss's logits,
-  // before any split.
   if (!model.metadata.get("vocab_size"))
-    module.walk([&](graph::CrossEntropyOp loss) {
+    model.module->walk([&](graph::CrossEntropyOp loss) {
       model.metadata["vocab_size"] =
           llvm::cast<mlir::RankedTensorType>(loss.getLogits().getType())
               .getShape()
               .back();
       return mlir::WalkResult::interrupt();
     });
-  CompiledModel compiled;
-  compiled.modelParameters = countModelParameters(module);
-  compiled.meshAxes = degrees->axes;
-  bool wantsGradients = options.optimizer == "none";
-  llvm::StringRef stepName = wantsGradients ? "gradients" : "train_step";
+}
 
+/// The pipeline the options ask for (none without --pp > 1), its facts
+/// recorded in the metadata; fails on options that contradict the model or
+/// each other.
+mlir::FailureOr<std::optional<PipelineRequest>>
+requestPipeline(LoadedModel &model, llvm::StringRef stepName,
+                const CompileOptions &options, const ParallelDegrees &degrees,
+                MessageSink sink) {
+  auto fail = [&](const llvm::Twine &message) {
+    sink(MessageKind::Error, message);
+    return mlir::failure();
+  };
+  mlir::ModuleOp module = model.module.get();
   if (module.lookupSymbol<mlir::func::FuncOp>(stepName) &&
-      (options.microBatches != 1 || degrees->pipeline != 1))
-    return fail(llvm::Twine(options.microBatches != 1 ? "--microbatches"
-                                                      : "--pp") +
-                ": expected a @forward to differentiate, found an existing @" +
-                stepName);
-  if (degrees->pipeline == 1) {
+      (options.microBatches != 1 || degrees.pipeline != 1))
+    return fail(
+        llvm::Twine(options.microBatches != 1 ? "--microbatches" : "--pp") +
+        ": expected a @forward to differentiate, found an existing @" +
+        stepName);
+  if (degrees.pipeline == 1) {
     for (auto [given, flag] :
          {std::pair<bool, const char *>{options.schedule.has_value(),
                                         "--schedule"},
@@ -409,64 +408,64 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
       if (given)
         return fail(llvm::Twine(flag) + " orders or splits pipeline stages: "
                                         "expected --pp > 1");
+    return std::optional<PipelineRequest>();
   }
-  std::optional<PipelineRequest> pipeline;
-  if (degrees->pipeline != 1) {
-    if (degrees->pipeline < 1)
-      return fail("--pp: expected a positive number of stages, found " +
-                  std::to_string(degrees->pipeline));
-    auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
-    if (!forward)
-      return fail("--pp: expected a function @forward");
-    pipeline = planPipeline(forward, degrees->pipeline, options, sink);
-    if (!pipeline)
-      return mlir::failure();
-    llvm::json::Array layers;
-    for (int64_t count : pipeline->layers)
-      layers.push_back(count);
-    model.metadata["pipeline"] = llvm::json::Object{
-        {"schedule", options.schedule.value_or("1f1b")},
-        {"stages", degrees->pipeline},
-        {"chunks", options.chunks.value_or(1)},
-        {"stage_layers", std::move(layers)},
-    };
-  }
-  // One pass manager, built from the phases' builders: autodiff (unless
-  // the input is a step already), sharding, and the pipeline phase for a
-  // step of micro-batches (pipelined or not: it runs as one program per
-  // stage of action programs, each written once, and a schedule).
-  mlir::PassManager pm(&context);
-  // The IR is verified once, after the last pass (between passes it costs
-  // a walk of the whole step each time); trellis-opt verifies after each.
-  pm.enableVerifier(false);
-  mlir::TimingScope passTiming = timing.nest("passes");
-  pm.enableTiming(passTiming);
+  if (degrees.pipeline < 1)
+    return fail("--pp: expected a positive number of stages, found " +
+                std::to_string(degrees.pipeline));
+  auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!forward)
+    return fail("--pp: expected a function @forward");
+  std::optional<PipelineRequest> pipeline =
+      planPipeline(forward, degrees.pipeline, options, sink);
+  if (!pipeline)
+    return mlir::failure();
+  llvm::json::Array layers;
+  for (int64_t count : pipeline->layers)
+    layers.push_back(count);
+  model.metadata["pipeline"] = llvm::json::Object{
+      {"schedule", options.schedule.value_or("1f1b")},
+      {"stages", degrees.pipeline},
+      {"chunks", options.chunks.value_or(1)},
+      {"stage_layers", std::move(layers)},
+  };
+  return pipeline;
+}
+
+/// One pass manager's passes, from the phases' builders: autodiff (unless
+/// the input is a step already), sharding, and the pipeline phase for a
+/// step of micro-batches (pipelined or not: it runs as one program per
+/// stage of action programs, each written once, and a schedule), then
+/// fusion.
+mlir::LogicalResult buildCompilePasses(
+    mlir::PassManager &pm, mlir::ModuleOp module, llvm::StringRef stepName,
+    const CompileOptions &options, const ParallelDegrees &degrees,
+    const std::optional<PipelineRequest> &pipeline, MessageSink sink) {
   if (!module.lookupSymbol<mlir::func::FuncOp>(stepName)) {
     std::optional<TrainingOptions> training =
-        trainingOptions(options, *degrees, pipeline.has_value(), sink);
+        trainingOptions(options, degrees, pipeline.has_value(), sink);
     if (!training)
       return mlir::failure();
     buildTrainingPipeline(pm, *training);
   }
-  if (mlir::failed(checkShardingOptions(options, *degrees, sink)))
+  if (mlir::failed(checkShardingOptions(options, degrees, sink)))
     return mlir::failure();
-  if (degrees->dataParallel != 1 || degrees->tensorParallel != 1 ||
-      degrees->contextParallel != 1) {
+  if (degrees.dataParallel != 1 || degrees.tensorParallel != 1 ||
+      degrees.contextParallel != 1) {
     ShardingOptions sharding;
     sharding.zeroStage = options.zero;
     sharding.sequenceParallel = options.sequenceParallel;
-    sharding.contextParallel = degrees->contextParallel;
+    sharding.contextParallel = degrees.contextParallel;
     sharding.contextKind = options.contextKind;
     sharding.function = stepName.str();
-    sharding.dataParallel = degrees->dataParallel;
-    sharding.tensorParallel = degrees->tensorParallel;
+    sharding.dataParallel = degrees.dataParallel;
+    sharding.tensorParallel = degrees.tensorParallel;
     sharding.bucketBytes = static_cast<int64_t>(options.bucketMiB * (1 << 20));
     sharding.bucketsPerPart = pipeline.has_value();
     sharding.explain = options.explain;
     buildShardingPipeline(pm, sharding);
   }
-  bool staged = pipeline || options.microBatches > 1;
-  if (staged) {
+  if (pipeline || options.microBatches > 1) {
     PipelinePhaseOptions phase;
     phase.function = stepName.str();
     if (pipeline) {
@@ -474,22 +473,77 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
       phase.chunks = pipeline->shape.chunks;
       phase.schedule = pipeline->kind;
       phase.layers = pipeline->layers;
-      if (degrees->tensorParallel > 1)
+      if (degrees.tensorParallel > 1)
         phase.pieceAxis = "tp";
-      for (const auto &[name, size] : degrees->axes)
+      for (const auto &[name, size] : degrees.axes)
         phase.meshOrder.push_back(name);
     }
     buildPipelinePhase(pm, phase);
   }
   if (options.fuse)
     pm.addPass(graph::createFuseElementwisePass());
-  if (mlir::failed(pm.run(module)))
+  return mlir::success();
+}
+
+/// The plan of the compiled step (one program, or one per stage).
+mlir::FailureOr<std::string> emitPlanText(LoadedModel &model,
+                                          llvm::StringRef stepName, bool staged,
+                                          const CompileOptions &options) {
+  mlir::ModuleOp module = model.module.get();
+  PlanMetadata metadata{std::move(model.metadata)};
+  metadata.fields["optimizer"] = llvm::json::Object{
+      {"kind", options.optimizer},  {"learning_rate", options.learningRate},
+      {"beta1", options.beta1},     {"beta2", options.beta2},
+      {"epsilon", options.epsilon}, {"weight_decay", options.weightDecay},
+  };
+  mlir::FailureOr<llvm::json::Value> plan =
+      staged ? emitStagedPlan(module, stepName, std::move(metadata))
+             : emitPlan(module.lookupSymbol<mlir::func::FuncOp>(stepName),
+                        std::move(metadata));
+  if (mlir::failed(plan))
+    return mlir::failure();
+  return planText(*plan);
+}
+
+} // namespace
+
+mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
+                                            const CompileOptions &options,
+                                            MessageSink sink,
+                                            mlir::TimingScope &timing) {
+  if (mlir::failed(checkCompileOptions(options, sink)))
+    return mlir::failure();
+  std::optional<ParallelDegrees> degrees =
+      resolveParallelDegrees(options, sink);
+  recordModelFacts(model, options);
+  mlir::ModuleOp module = model.module.get();
+  CompiledModel compiled;
+  compiled.modelParameters = countModelParameters(module);
+  compiled.meshAxes = degrees->axes;
+  llvm::StringRef stepName =
+      options.optimizer == "none" ? "gradients" : "train_step";
+  mlir::FailureOr<std::optional<PipelineRequest>> pipeline =
+      requestPipeline(model, stepName, options, *degrees, sink);
+  if (mlir::failed(pipeline))
+    return mlir::failure();
+
+  mlir::PassManager pm(module.getContext());
+  // The IR is verified once, after the last pass (between passes it costs
+  // a walk of the whole step each time); trellis-opt verifies after each.
+  pm.enableVerifier(false);
+  mlir::TimingScope passTiming = timing.nest("passes");
+  pm.enableTiming(passTiming);
+  if (mlir::failed(buildCompilePasses(pm, module, stepName, options, *degrees,
+                                      *pipeline, sink)) ||
+      mlir::failed(pm.run(module)))
     return mlir::failure();
   passTiming.stop();
   mlir::TimingScope verifyTiming = timing.nest("verify");
   if (mlir::failed(mlir::verify(module)))
     return mlir::failure();
   verifyTiming.stop();
+
+  bool staged = pipeline->has_value() || options.microBatches > 1;
   llvm::SmallVector<mlir::func::FuncOp> stages;
   if (staged) {
     mlir::FailureOr<llvm::SmallVector<mlir::func::FuncOp>> found =
@@ -498,18 +552,19 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
       return mlir::failure();
     stages = std::move(*found);
   }
-  auto step = module.lookupSymbol<mlir::func::FuncOp>(stepName);
   // The reports walk every rank's schedule: only when asked for, or for
   // the price of ZeRO-2/3 with a pipeline.
-  bool warnsOfZero = pipeline && options.zero >= 2 && degrees->dataParallel > 1;
+  bool warnsOfZero =
+      pipeline->has_value() && options.zero >= 2 && degrees->dataParallel > 1;
   if (options.report || warnsOfZero) {
     std::vector<RankReport> reports =
         staged ? reportStages(stages, options.microBatches, options.report)
-               : reportStep(step);
+               : reportStep(module.lookupSymbol<mlir::func::FuncOp>(stepName));
     if (warnsOfZero)
-      if (std::string warning = pipelinedZeroWarning(
-              options.zero, options.microBatches, degrees->dataParallel,
-              reports);
+      if (std::string warning =
+              // The data-parallel axis: the presets name it dp.
+              pipelinedZeroWarning(options.zero, options.microBatches,
+                                   degrees->dataParallel, "dp", reports);
           !warning.empty())
         sink(MessageKind::Warning, warning);
     if (options.report)
@@ -521,22 +576,12 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
     os.flush();
     return compiled;
   }
-  PlanMetadata metadata{std::move(model.metadata)};
-  metadata.fields["optimizer"] = llvm::json::Object{
-      {"kind", options.optimizer},
-      {"learning_rate", options.learningRate},
-      {"beta1", options.beta1},
-      {"beta2", options.beta2},
-      {"epsilon", options.epsilon},
-      {"weight_decay", options.weightDecay},
-  };
   mlir::TimingScope emitTiming = timing.nest("emit plan");
-  mlir::FailureOr<llvm::json::Value> plan =
-      staged ? emitStagedPlan(module, stepName, std::move(metadata))
-             : emitPlan(step, std::move(metadata));
-  if (mlir::failed(plan))
+  mlir::FailureOr<std::string> text =
+      emitPlanText(model, stepName, staged, options);
+  if (mlir::failed(text))
     return mlir::failure();
-  compiled.text = planText(*plan);
+  compiled.text = std::move(*text);
   return compiled;
 }
 

@@ -97,7 +97,7 @@ reportJson(int64_t modelParameters,
 }
 
 std::string pipelinedZeroWarning(int64_t zeroStage, int64_t microBatches,
-                                 int64_t dataParallel,
+                                 int64_t dataParallel, llvm::StringRef dataAxis,
                                  const std::vector<RankReport> &reports) {
   if (zeroStage < 2 || dataParallel <= 1)
     return "";
@@ -105,11 +105,15 @@ std::string pipelinedZeroWarning(int64_t zeroStage, int64_t microBatches,
   double share = double(dataParallel - 1) / dataParallel;
   for (const RankReport &entry : reports) {
     const StepReport &report = entry.report;
-    for (const auto &[key, traffic] : report.communication)
-      if ((key.rfind("reduce_scatter", 0) == 0 ||
-           key.rfind("all_gather", 0) == 0) &&
-          key.find("dp") != std::string::npos)
+    for (const auto &[key, traffic] : report.communication) {
+      // Keys are "<collective> over <axis> <axis>...".
+      auto [kind, axes] = llvm::StringRef(key).split(" over ");
+      llvm::SmallVector<llvm::StringRef> names;
+      axes.split(names, ' ', -1, /*KeepEmpty=*/false);
+      if ((kind == "reduce_scatter" || kind == "all_gather") &&
+          llvm::is_contained(names, dataAxis))
         actual += traffic.wireBytes;
+    }
     // ZeRO-1 reduce-scatters the whole gradients and gathers the whole
     // parameters once per step.
     double gradients = double(report.gradientBytes) * dataParallel;

@@ -1,10 +1,19 @@
 //===- SchedulePipeline.cpp - Each stage's programs in schedule order -----===//
+//
+// schedulePipeline (PipelineSplit.h) orders each rank's programs by the
+// step's schedule and pairs each send with the receive that completes it;
+// the pass writes that order on the stage functions.
+//
+//===----------------------------------------------------------------------===//
 
 #include "trellis/Pipeline/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "trellis/Common/PipelineSchedule.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "trellis/Pipeline/PipelineSplit.h"
+
+#include <set>
 
 namespace trellis {
 #define GEN_PASS_DEF_SCHEDULEPIPELINEPASS
@@ -13,6 +22,139 @@ namespace trellis {
 
 using namespace mlir;
 using namespace trellis;
+
+namespace {
+
+/// Orders each rank's programs by `schedule`'s streams.
+LogicalResult buildSchedules(Operation *anchor, PipelineProgram &program_,
+                             const PipelineStreams &schedule) {
+  int64_t ranks_ = program_.ranks();
+  program_.schedule.assign(ranks_, {});
+  for (int64_t rank = 0; rank < ranks_; ++rank) {
+    std::vector<ScheduledAction> &entries = program_.schedule[rank];
+    std::set<std::pair<int64_t, int64_t>> scheduled; // (program, micro-batch)
+    auto add = [&](int64_t program, int64_t microBatch) {
+      if (program >= 0 && scheduled.insert({program, microBatch}).second)
+        entries.push_back({program, microBatch});
+    };
+    for (const PipelineAction &action : schedule[rank]) {
+      using Kind = PipelineAction::Kind;
+      switch (action.kind) {
+      case Kind::RecvActivation:
+        add(program_.findProgram(rank, ActionKind::Forward, action.chunk, true),
+            action.microBatch);
+        break;
+      case Kind::RecvGradient:
+        add(program_.findProgram(rank, ActionKind::Backward, action.chunk,
+                                 true),
+            action.microBatch);
+        break;
+      case Kind::Forward:
+      case Kind::Backward:
+      case Kind::WeightGradient: {
+        ActionKind kind = action.kind == Kind::Forward    ? ActionKind::Forward
+                          : action.kind == Kind::Backward ? ActionKind::Backward
+                                                          : ActionKind::Weight;
+        add(program_.findProgram(rank, kind, action.chunk, true),
+            action.microBatch);
+        add(program_.findProgram(rank, kind, action.chunk, false),
+            action.microBatch);
+        break;
+      }
+      case Kind::SendActivation:
+      case Kind::SendGradient:
+        break; // Sent at the end of the action that made the values.
+      }
+    }
+    add(program_.findProgram(rank, ActionKind::Step, 0, false), -1);
+    // Every program of a micro-batch must run for each of them.
+    std::vector<int64_t> runs(program_.programs[rank].size(), 0);
+    for (const ScheduledAction &entry : entries)
+      ++runs[entry.program];
+    for (auto [index, program] : llvm::enumerate(program_.programs[rank])) {
+      int64_t expected =
+          program.kind == ActionKind::Step ? 1 : program_.microBatches;
+      if (runs[index] == expected)
+        continue;
+      auto op = llvm::find_if(program.items, [](const StageItem &item) {
+        return item.kind == StageItem::Kind::Op;
+      });
+      InFlightDiagnostic diag = op != program.items.end()
+                                    ? op->op->emitOpError()
+                                    : anchor->emitError();
+      return diag << "belongs to the " << program.name()
+                  << " program of pipeline rank " << rank << ", which the "
+                  << scheduleKindName(program_.kind) << " schedule runs "
+                  << runs[index] << " times: expected " << expected;
+    }
+  }
+  return success();
+}
+
+/// Sets StageTransfer::completedBy.
+void findCompletions(PipelineProgram &program_) {
+  int64_t ranks_ = program_.ranks();
+  // A rank runs its schedule in order and stops at the first action that
+  // reads a received value until it has arrived. So when rank q sends
+  // anything, for the same micro-batch, in an action after the one that
+  // read the value, q has received it; when the original sender gets that
+  // later transfer, its own send has completed.
+  int64_t m = program_.microBatches;
+  // position[rank][program][micro-batch]: index in the rank's schedule.
+  std::vector<std::vector<std::vector<int64_t>>> position(ranks_);
+  for (int64_t rank = 0; rank < ranks_; ++rank) {
+    position[rank].assign(program_.programs[rank].size(),
+                          std::vector<int64_t>(m, -1));
+    for (auto [index, entry] : llvm::enumerate(program_.schedule[rank]))
+      if (entry.microBatch >= 0)
+        position[rank][entry.program][entry.microBatch] = index;
+  }
+  auto alwaysBefore = [&](int64_t rank, int64_t a, int64_t b) {
+    for (int64_t mb = 0; mb < m; ++mb)
+      if (!(position[rank][a][mb] < position[rank][b][mb]))
+        return false;
+    return true;
+  };
+  std::map<std::pair<int64_t, int64_t>, SmallVector<int64_t>> byRanks;
+  for (auto [index, transfer] : llvm::enumerate(program_.transfers))
+    if (transfer.perMicroBatch)
+      byRanks[{transfer.from, transfer.to}].push_back(index);
+  for (auto [index, transfer] : llvm::enumerate(program_.transfers)) {
+    if (!transfer.perMicroBatch)
+      continue;
+    for (int64_t back : byRanks[{transfer.to, transfer.from}]) {
+      const StageTransfer &other = program_.transfers[back];
+      if (!alwaysBefore(transfer.to, transfer.readProgram, other.sendProgram) ||
+          !alwaysBefore(transfer.from, transfer.sendProgram, other.recvProgram))
+        continue;
+      if (transfer.completedBy < 0 ||
+          position[transfer.from][other.recvProgram][0] <
+              position[transfer.from]
+                      [program_.transfers[transfer.completedBy].recvProgram][0])
+        transfer.completedBy = back;
+    }
+  }
+}
+
+} // namespace
+
+LogicalResult trellis::schedulePipeline(Operation *anchor,
+                                        PipelineProgram &program) {
+  PipelineShape shape{program.ranks(), program.microBatches, program.chunks};
+  std::string error;
+  std::optional<PipelineStreams> streams =
+      buildSchedule(program.kind, shape, &error);
+  if (!streams)
+    return anchor->emitError() << "pipeline schedule: " << error;
+  if (!simulateSchedule(*streams, shape, PipelineCosts(), &error))
+    return anchor->emitError() << "pipeline schedule: " << error;
+  if (failed(buildSchedules(anchor, program, *streams)))
+    return failure();
+  for (StageTransfer &transfer : program.transfers)
+    transfer.completedBy = -1;
+  findCompletions(program);
+  return success();
+}
 
 namespace {
 
@@ -27,8 +169,7 @@ struct SchedulePipelinePass
     FailureOr<PipelineProgram> program =
         succeeded(stages) ? readStagePrograms(module, functionName)
                           : FailureOr<PipelineProgram>(failure());
-    if (failed(program) ||
-        failed(schedulePipeline(stages->front(), *program)))
+    if (failed(program) || failed(schedulePipeline(stages->front(), *program)))
       return signalPassFailure();
     Builder builder(&getContext());
     // The channel each send completes with, by its own channel.

@@ -254,7 +254,7 @@ private:
   void constrainGradients(func::FuncOp function) {
     SmallVector<Operation *> updates;
     function.walk([&](Operation *op) {
-      if (llvm::isa<graph::AdamWOp, graph::SgdOp>(op))
+      if (graph::isUpdate(op))
         updates.push_back(op);
     });
     for (Operation *update : updates) {
@@ -371,7 +371,7 @@ private:
           groups;
       for (OpOperand &use : param.getUses()) {
         Operation *user = use.getOwner();
-        if (llvm::isa<graph::AdamWOp, graph::SgdOp>(user))
+        if (graph::isUpdate(user))
           continue;
         groups[{user->getAttr(graph::GraphDialect::kPhaseAttrName),
                 graph::getModelPart(user)}]

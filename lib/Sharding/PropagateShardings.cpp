@@ -119,13 +119,22 @@ private:
 
   MeshAttr mesh_;
   DenseMap<Value, ValueSharding> shardings_;
+  /// Each op's rule, computed once: propagation visits ops many times and
+  /// changes none of their types or attributes.
+  DenseMap<Operation *, graph::ShardingRule> rules_;
+  const graph::ShardingRule &ruleOf(graph::ShardingRuleOpInterface op) {
+    auto [it, inserted] = rules_.try_emplace(op.getOperation());
+    if (inserted)
+      it->second = op.getShardingRule();
+    return it->second;
+  }
   /// Values whose sharding the user fixed (argument annotations).
   DenseSet<Value> fixed_;
 };
 
 bool PropagateShardingsPass::propagateThrough(
     graph::ShardingRuleOpInterface op) {
-  graph::ShardingRule rule = op.getShardingRule();
+  const graph::ShardingRule &rule = ruleOf(op);
   SmallVector<Value> tensors(op->getOperands());
   tensors.append(op->getResults().begin(), op->getResults().end());
   SmallVector<const ValueSharding *> known = tensorShardings(op);
@@ -304,7 +313,7 @@ void PropagateShardingsPass::runOnOperation() {
   // Record: partial axes of results, shardings on ops and arguments.
   Builder builder(context);
   for (graph::ShardingRuleOpInterface op : ops) {
-    graph::ShardingRule rule = op.getShardingRule();
+    const graph::ShardingRule &rule = ruleOf(op);
     SmallVector<const ValueSharding *> known = tensorShardings(op);
     SmallVector<Value> tensors(op->getOperands());
     tensors.append(op->getResults().begin(), op->getResults().end());

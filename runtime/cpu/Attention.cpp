@@ -85,4 +85,9 @@ Status runPositions(const KernelArgs &args) {
   return Status::success();
 }
 
+void registerAttentionKernels(KernelTable &table) {
+  table.add({"attention", "attention_grad"}, runAttention);
+  table.add({"positions"}, runPositions);
+}
+
 } // namespace trellis::runtime::cpu

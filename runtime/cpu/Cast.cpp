@@ -181,7 +181,8 @@ Status runInFloat(const KernelArgs &args, Kernel kernel) {
   local.attrs = original.attrs;
   std::vector<Tensor> buffers;
   size_t copies = 0;
-  bool readsResults = original.op == "accumulate";
+  const OpContract *contract = findOpContract(original.op);
+  bool readsResults = contract && contract->effects.accumulates;
   auto bind = [&](int64_t id, bool read) -> int64_t {
     const Tensor &tensor = args.buffers[id];
     if (!isNarrow(tensor)) {
@@ -209,6 +210,10 @@ Status runInFloat(const KernelArgs &args, Kernel kernel) {
       fromFloat(buffers[local.outputs[i]].f32(), target);
   }
   return Status::success();
+}
+
+void registerCastKernels(KernelTable &table) {
+  table.add({"cast"}, runCast);
 }
 
 } // namespace trellis::runtime::cpu

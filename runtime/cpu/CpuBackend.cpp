@@ -9,14 +9,15 @@
 
 #include "CpuBackend.h"
 
-#include "Collectives.h"
 #include "HostMemory.h"
 #include "Kernels.h"
 
 #include "../gloo/Gloo.h"
+#include "trellis/Runtime/CollectiveLowering.h"
 
 #include <omp.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,35 @@ public:
 private:
   void *data_;
   int64_t bytes_;
+};
+
+/// The moves of host memory the collective lowering packs with.
+class HostCollectiveMemory : public CollectiveMemory {
+public:
+  StatusOr<std::unique_ptr<DeviceAllocation>> scratch(int64_t bytes) override {
+    // Contents undefined: not zeroed, unlike the plan's buffers.
+    int64_t rounded = std::max<int64_t>(64, (bytes + 63) / 64 * 64);
+    void *data = std::aligned_alloc(64, rounded);
+    if (!data)
+      return Status::error("cpu: cannot allocate " + std::to_string(bytes) +
+                           " bytes of host memory for a collective");
+    return std::unique_ptr<DeviceAllocation>(
+        std::make_unique<HostAllocation>(data, bytes));
+  }
+  Status copyRows(void *target, int64_t targetStride, const void *source,
+                  int64_t sourceStride, int64_t rowBytes,
+                  int64_t rows) override {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char *>(target) + r * targetStride,
+                  static_cast<const char *>(source) + r * sourceStride,
+                  rowBytes);
+    return Status::success();
+  }
+  Status reduce(DType dtype, ReduceKind kind, void *target, const void *a,
+                const void *b, int64_t count) override {
+    reduceElements(dtype, kind, target, a, b, count);
+    return Status::success();
+  }
 };
 
 /// Runs work in submission order on one thread; an event is the index of
@@ -172,15 +202,35 @@ public:
   bool hasKernel(const std::string &op) const override {
     return findKernel(op) != nullptr;
   }
-  Status launch(const KernelArgs &args) override {
+  StatusOr<std::unique_ptr<PreparedLaunch>>
+  prepare(const KernelArgs &args) override {
+    auto launch = std::make_unique<CpuLaunch>();
     bool narrowNative = false;
-    Kernel kernel = selectKernel(args, narrowNative);
-    if (!kernel)
+    launch->kernel = selectKernel(args, narrowNative);
+    if (!launch->kernel)
       return Status::error("cpu: no kernel for '" + args.instruction.op + "'");
     // Most kernels compute in fp32: 16-bit operands go through fp32 copies.
-    if (!narrowNative && hasNarrowOperands(args))
-      return runInFloat(args, kernel);
-    return kernel(args);
+    launch->throughFloatCopies = !narrowNative && hasNarrowOperands(args);
+    if (launch->kernel == runFusedElementwise ||
+        launch->kernel == runNarrowElementwise) {
+      StatusOr<FusedProgram> program = parseProgramOf(args);
+      if (!program.ok())
+        return program.status();
+      launch->program = std::move(*program);
+    }
+    return std::unique_ptr<PreparedLaunch>(std::move(launch));
+  }
+
+  Status launch(const KernelArgs &args) override {
+    if (const auto *launch = static_cast<const CpuLaunch *>(args.prepared))
+      return launch->throughFloatCopies ? runInFloat(args, launch->kernel)
+                                        : launch->kernel(args);
+    StatusOr<std::unique_ptr<PreparedLaunch>> prepared = prepare(args);
+    if (!prepared.ok())
+      return prepared.status();
+    KernelArgs once = args;
+    once.prepared = prepared->get();
+    return launch(once);
   }
 
   Status launchUpdates(const std::vector<KernelArgs> &updates) override {
@@ -188,7 +238,7 @@ public:
   }
 
   Status runCollective(const KernelArgs &args) override {
-    return cpu::runCollective(args);
+    return runtime::runCollective(args, collectiveMemory_);
   }
 
   int64_t enqueueCommunication(std::function<Status()> work) override {
@@ -204,26 +254,33 @@ public:
     return communication_ ? communication_->drain() : Status::success();
   }
 
-  /// In place, in chunks split over the threads (a GPT-2 124M step tests
-  /// 124M parameters and 248M moments).
-  StatusOr<bool> allFinite(const Tensor &tensor) override {
+  /// In place, each tensor in chunks split over the threads (a GPT-2 124M
+  /// step tests 124M parameters and 248M moments).
+  StatusOr<int64_t>
+  firstNonFinite(const std::vector<const Tensor *> &tensors) override {
     constexpr int64_t kChunk = int64_t(1) << 16;
-    int64_t count = tensor.size(), chunks = (count + kChunk - 1) / kChunk;
-    int64_t width = dtypeBytes(tensor.desc().dtype);
-    const char *data = static_cast<const char *>(tensor.raw());
-    bool finite = true;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const Tensor &tensor = *tensors[t];
+      int64_t count = tensor.size(), chunks = (count + kChunk - 1) / kChunk;
+      int64_t width = dtypeBytes(tensor.desc().dtype);
+      const char *data = static_cast<const char *>(tensor.raw());
+      bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-      int64_t first = c * kChunk;
-      finite = allFiniteValues(tensor.desc().dtype, data + first * width,
-                               std::min(kChunk, count - first)) &&
-               finite;
+      for (int64_t c = 0; c < chunks; ++c) {
+        int64_t first = c * kChunk;
+        finite = allFiniteValues(tensor.desc().dtype, data + first * width,
+                                 std::min(kChunk, count - first)) &&
+                 finite;
+      }
+      if (!finite)
+        return static_cast<int64_t>(t);
     }
-    return finite;
+    return int64_t(-1);
   }
 
 private:
   DeviceOptions options_;
+  HostCollectiveMemory collectiveMemory_;
   /// Started by the first communication: a plan without any needs no
   /// thread.
   std::unique_ptr<CommunicationStream> communication_;

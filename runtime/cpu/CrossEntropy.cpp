@@ -116,4 +116,8 @@ Status runCrossEntropy(const KernelArgs &args) {
   return Status::success();
 }
 
+void registerCrossEntropyKernels(KernelTable &table) {
+  table.add({"cross_entropy", "cross_entropy_grad"}, runCrossEntropy);
+}
+
 } // namespace trellis::runtime::cpu

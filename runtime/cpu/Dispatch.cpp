@@ -2,7 +2,6 @@
 
 #include "Kernels.h"
 
-#include <unordered_map>
 
 namespace trellis::runtime::cpu {
 
@@ -21,38 +20,36 @@ int64_t shardCount(const KernelArgs &args) {
                                          : args.comm->groupSize(args.axes);
 }
 
-Kernel findKernel(const std::string &op) {
-  static const std::unordered_map<std::string, Kernel> kernels = [] {
-    std::unordered_map<std::string, Kernel> table;
-    auto add = [&](std::initializer_list<const char *> ops, Kernel kernel) {
-      for (const char *name : ops)
-        table.emplace(name, kernel);
-    };
-    add({"matmul"}, runMatmul);
-    add({"attention", "attention_grad"}, runAttention);
-    add({"attention_block", "attention_merge", "attention_block_grad"},
-        runRingAttention);
-    add({"positions"}, runPositions);
-    add({"fused_elementwise"}, runFusedElementwise);
-    add({"reshape", "transpose", "slice", "pad", "concat", "broadcast_to"},
-        runLayout);
-    add({"reduce_sum", "reduce_mean", "reduce_max"}, runReduction);
-    add({"softmax", "softmax_grad", "layer_norm", "layer_norm_grad",
-         "rms_norm", "rms_norm_grad"},
-        runNormalization);
-    add({"embedding", "embedding_grad"}, runEmbedding);
-    add({"rope"}, runRope);
-    add({"cross_entropy", "cross_entropy_grad"}, runCrossEntropy);
-    add({"adamw", "sgd"}, runOptimizer);
-    add({"cast"}, runCast);
-    add({"add", "sub", "mul", "div", "maximum", "equal_mask", "neg", "exp",
-         "log", "tanh", "sqrt", "rsqrt", "sigmoid", "silu", "gelu",
-         "gelu_tanh", "relu", "scale", "unary_grad", "accumulate", "fill"},
-        runElementwise);
-    return table;
+KernelTable::KernelTable() : kernels_(opContracts().size(), nullptr) {}
+
+void KernelTable::add(std::initializer_list<const char *> ops, Kernel kernel) {
+  for (const char *name : ops) {
+    if (const OpContract *contract = findOpContract(name))
+      kernels_[contract->id] = kernel;
+    else
+      unknown_.push_back(name);
+  }
+}
+
+const KernelTable &cpuKernels() {
+  static const KernelTable table = [] {
+    KernelTable kernels;
+    for (void (*registerKernels)(KernelTable &) :
+         {registerAttentionKernels, registerCastKernels,
+          registerCrossEntropyKernels, registerElementwiseKernels,
+          registerEmbeddingKernels, registerFusedElementwiseKernels,
+          registerLayoutKernels, registerMatmulKernels,
+          registerNormalizationKernels, registerOptimizerKernels,
+          registerReductionKernels, registerRingAttentionKernels})
+      registerKernels(kernels);
+    return kernels;
   }();
-  auto it = kernels.find(op);
-  return it == kernels.end() ? nullptr : it->second;
+  return table;
+}
+
+Kernel findKernel(const std::string &op) {
+  const OpContract *contract = findOpContract(op);
+  return contract ? cpuKernels().find(contract->id) : nullptr;
 }
 
 } // namespace trellis::runtime::cpu

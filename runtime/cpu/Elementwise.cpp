@@ -276,4 +276,12 @@ Status runElementwise(const KernelArgs &args) {
   return Status::success();
 }
 
+void registerElementwiseKernels(KernelTable &table) {
+  table.add({"add", "sub", "mul", "div", "maximum", "equal_mask", "neg",
+             "exp", "log", "tanh", "sqrt", "rsqrt", "sigmoid", "silu", "gelu",
+             "gelu_tanh", "relu", "scale", "unary_grad", "accumulate",
+             "fill"},
+            runElementwise);
+}
+
 } // namespace trellis::runtime::cpu

@@ -103,4 +103,9 @@ Status runRope(const KernelArgs &args) {
   return Status::success();
 }
 
+void registerEmbeddingKernels(KernelTable &table) {
+  table.add({"embedding", "embedding_grad"}, runEmbedding);
+  table.add({"rope"}, runRope);
+}
+
 } // namespace trellis::runtime::cpu

@@ -300,17 +300,35 @@ std::string programOf(const Instruction &instruction) {
 
 #undef TRELLIS_VECTOR_CLONES
 
-/// Parses `lines` over the instruction's inputs and evaluates them into its
-/// result.
-Status runProgram(const KernelArgs &args,
-                  const std::vector<std::string> &lines) {
-  const Instruction &instruction = args.instruction;
-  std::vector<ElementType> types;
+/// Evaluates the instruction's program (prepared once, or parsed now)
+/// into its result.
+Status runProgram(const KernelArgs &args) {
   std::vector<const Tensor *> inputs;
-  for (size_t i = 0; i < instruction.inputs.size(); ++i) {
-    types.push_back(elementOf(args.in(i).desc().dtype));
+  for (size_t i = 0; i < args.instruction.inputs.size(); ++i)
     inputs.push_back(&args.in(i));
+  const auto *launch = static_cast<const CpuLaunch *>(args.prepared);
+  if (launch && launch->program) {
+    evaluateFusedProgram(*launch->program, inputs, args.out(0));
+    return Status::success();
   }
+  StatusOr<FusedProgram> program = parseProgramOf(args);
+  if (!program.ok())
+    return program.status();
+  evaluateFusedProgram(*program, inputs, args.out(0));
+  return Status::success();
+}
+
+} // namespace
+
+StatusOr<FusedProgram> parseProgramOf(const KernelArgs &args) {
+  const Instruction &instruction = args.instruction;
+  std::vector<std::string> lines = instruction.op == "fused_elementwise"
+                                       ? instruction.texts("program")
+                                       : std::vector<std::string>{
+                                             programOf(instruction)};
+  std::vector<ElementType> types;
+  for (size_t i = 0; i < instruction.inputs.size(); ++i)
+    types.push_back(elementOf(args.in(i).desc().dtype));
   FusedProgram program;
   if (Diagnostic diagnostic = parseFusedProgram(lines, types, program))
     return Status::error(instruction.op + ": " + *diagnostic);
@@ -320,11 +338,8 @@ Status runProgram(const KernelArgs &args,
         instruction.op + ": the program computes " +
         elementTypeName(program.resultType()) + " values but its result is " +
         dtypeName(args.out(0).desc().dtype));
-  evaluateFusedProgram(program, inputs, args.out(0));
-  return Status::success();
+  return program;
 }
-
-} // namespace
 
 bool isNarrowElementwise(const KernelArgs &args) {
   const Instruction &instruction = args.instruction;
@@ -337,12 +352,12 @@ bool isNarrowElementwise(const KernelArgs &args) {
   return hasProgram(instruction.op);
 }
 
-Status runNarrowElementwise(const KernelArgs &args) {
-  return runProgram(args, {programOf(args.instruction)});
-}
+Status runNarrowElementwise(const KernelArgs &args) { return runProgram(args); }
 
-Status runFusedElementwise(const KernelArgs &args) {
-  return runProgram(args, args.instruction.texts("program"));
+Status runFusedElementwise(const KernelArgs &args) { return runProgram(args); }
+
+void registerFusedElementwiseKernels(KernelTable &table) {
+  table.add({"fused_elementwise"}, runFusedElementwise);
 }
 
 } // namespace trellis::runtime::cpu

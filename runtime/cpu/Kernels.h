@@ -1,6 +1,7 @@
 //===- Kernels.h - CPU kernels of plan instructions -------------*- C++ -*-===//
 //
-// One function per op family. Each kernel reads its inputs and writes its
+// One function per op family, registered by op id in its file
+// (KernelTable). Each kernel reads its inputs and writes its
 // outputs through the buffer table; shapes and attributes were validated
 // when the plan loaded (OpShapes.cpp), so kernels only fail on data
 // (e.g. a target id outside the vocabulary).
@@ -10,7 +11,10 @@
 #ifndef TRELLIS_RUNTIME_CPU_KERNELS_H
 #define TRELLIS_RUNTIME_CPU_KERNELS_H
 
+#include "trellis/Common/FusedProgram.h"
 #include "trellis/Runtime/Backend.h"
+
+#include <optional>
 
 namespace trellis::runtime::cpu {
 
@@ -83,8 +87,60 @@ Status runFusedElementwise(const KernelArgs &args);
 bool isNarrowElementwise(const KernelArgs &args);
 Status runNarrowElementwise(const KernelArgs &args);
 
+/// The CPU's kernels, indexed by the op table's ids. Each kernel file
+/// registers the ops it runs in its register*Kernels function; a new op of
+/// an existing family is registered in its kernel's file alone.
+class KernelTable {
+public:
+  KernelTable();
+  /// Registers `kernel` for the ops named; a name that is no row of the op
+  /// table is kept for unknownNames().
+  void add(std::initializer_list<const char *> ops, Kernel kernel);
+  /// The kernel of the op with `id`, or null.
+  Kernel find(OpId id) const {
+    return id < kernels_.size() ? kernels_[id] : nullptr;
+  }
+  /// Names registered that the op table does not have (a test keeps this
+  /// empty).
+  const std::vector<std::string> &unknownNames() const { return unknown_; }
+
+private:
+  std::vector<Kernel> kernels_;
+  std::vector<std::string> unknown_;
+};
+
+// Each kernel file's registrations.
+void registerAttentionKernels(KernelTable &table);
+void registerCastKernels(KernelTable &table);
+void registerCrossEntropyKernels(KernelTable &table);
+void registerElementwiseKernels(KernelTable &table);
+void registerEmbeddingKernels(KernelTable &table);
+void registerFusedElementwiseKernels(KernelTable &table);
+void registerLayoutKernels(KernelTable &table);
+void registerMatmulKernels(KernelTable &table);
+void registerNormalizationKernels(KernelTable &table);
+void registerOptimizerKernels(KernelTable &table);
+void registerReductionKernels(KernelTable &table);
+void registerRingAttentionKernels(KernelTable &table);
+
+/// Every kernel file's registrations, made once.
+const KernelTable &cpuKernels();
+
 /// The kernel of plan op `op`, or null if the CPU has none.
 Kernel findKernel(const std::string &op);
+
+/// What the CPU decides once per instruction (Device::prepare).
+struct CpuLaunch : PreparedLaunch {
+  Kernel kernel = nullptr;
+  /// Its 16-bit operands go through fp32 copies (runInFloat).
+  bool throughFloatCopies = false;
+  /// The parsed program of a fused or narrow elementwise instruction.
+  std::optional<FusedProgram> program;
+};
+
+/// The program a fused or narrow elementwise instruction evaluates, parsed
+/// over its operands' dtypes and checked against its result's.
+StatusOr<FusedProgram> parseProgramOf(const KernelArgs &args);
 
 /// The kernel for one instruction: its op's, or a 16-bit variant where one
 /// exists; `narrowNative` says whether it takes 16-bit operands itself

@@ -168,4 +168,9 @@ Status runLayout(const KernelArgs &args) {
   return Status::success();
 }
 
+void registerLayoutKernels(KernelTable &table) {
+  table.add({"reshape", "transpose", "slice", "pad", "concat", "broadcast_to"},
+            runLayout);
+}
+
 } // namespace trellis::runtime::cpu

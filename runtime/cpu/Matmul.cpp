@@ -43,4 +43,8 @@ Status runMatmul(const KernelArgs &args) {
   return Status::success();
 }
 
+void registerMatmulKernels(KernelTable &table) {
+  table.add({"matmul"}, runMatmul);
+}
+
 } // namespace trellis::runtime::cpu

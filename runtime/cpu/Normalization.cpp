@@ -290,4 +290,10 @@ Status runNormalization(const KernelArgs &args) {
   return Status::success();
 }
 
+void registerNormalizationKernels(KernelTable &table) {
+  table.add({"softmax", "softmax_grad", "layer_norm", "layer_norm_grad",
+             "rms_norm", "rms_norm_grad"},
+            runNormalization);
+}
+
 } // namespace trellis::runtime::cpu

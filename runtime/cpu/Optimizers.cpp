@@ -121,4 +121,8 @@ Status runOptimizers(const std::vector<KernelArgs> &updates) {
 
 Status runOptimizer(const KernelArgs &args) { return runOptimizers({args}); }
 
+void registerOptimizerKernels(KernelTable &table) {
+  table.add({"adamw", "sgd"}, runOptimizer);
+}
+
 } // namespace trellis::runtime::cpu

@@ -160,4 +160,8 @@ Status runReduction(const KernelArgs &args) {
   return Status::success();
 }
 
+void registerReductionKernels(KernelTable &table) {
+  table.add({"reduce_sum", "reduce_mean", "reduce_max"}, runReduction);
+}
+
 } // namespace trellis::runtime::cpu

@@ -94,4 +94,9 @@ Status runRingAttention(const KernelArgs &args) {
                               args.out(1).f32(), args.out(2).f32());
 }
 
+void registerRingAttentionKernels(KernelTable &table) {
+  table.add({"attention_block", "attention_merge", "attention_block_grad"},
+            runRingAttention);
+}
+
 } // namespace trellis::runtime::cpu

@@ -1,15 +1,15 @@
 //===- GlooCommunicator.cpp - Collectives over Gloo -----------------------===//
 //
 // One gloo::rendezvous::Context per group this rank belongs to, created
-// through a FileStore with a per-group key prefix. Every Gloo call goes
+// through the job's rendezvous store (Rendezvous.h, as a Gloo store) with a
+// per-group key prefix. Every Gloo call goes
 // through TRELLIS_GLOO_CALL, which turns an exception into a Status carrying
 // file, line, the call, and the group.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Gloo.h"
-#include "JobAgreement.h"
-#include "TcpStore.h"
+#include "GlooStore.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -18,7 +18,6 @@
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
@@ -120,17 +119,11 @@ public:
       return Status::error(std::string("gloo: cannot create a TCP device on ") +
                            options.hostname + ": " + error.what());
     }
-    std::unique_ptr<gloo::rendezvous::Store> ownedStore;
-    if (options.storePort > 0)
-      ownedStore = std::make_unique<TcpStoreClient>(
-          options.storeHost, options.storePort, options.jobToken, timeout_);
-    else
-      ownedStore =
-          std::make_unique<gloo::rendezvous::FileStore>(options.storeDir);
-    gloo::rendezvous::Store &store = *ownedStore;
+    std::unique_ptr<RendezvousStore> rendezvous = openRendezvousStore(options);
     if (!options.agreement.empty())
-      TRELLIS_RETURN_IF_ERROR(agreeOnJob(store, rank_, mesh_.size(),
+      TRELLIS_RETURN_IF_ERROR(agreeOnJob(*rendezvous, rank_, mesh_.size(),
                                          options.agreement, timeout_));
+    GlooStore store(*rendezvous, timeout_);
     std::vector<AxisList> all = groups;
     AxisList everything;
     for (size_t axis = 0; axis < mesh_.numAxes(); ++axis)

@@ -11,10 +11,17 @@
 
 namespace trellis::runtime {
 
-StatusOr<bool> Device::allFinite(const Tensor &tensor) {
-  std::vector<char> host(tensor.bytes());
-  TRELLIS_RETURN_IF_ERROR(copyToHost(tensor, host.data()));
-  return allFiniteValues(tensor.desc().dtype, host.data(), tensor.size());
+StatusOr<int64_t>
+Device::firstNonFinite(const std::vector<const Tensor *> &tensors) {
+  std::vector<char> host;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    host.resize(tensors[t]->bytes());
+    TRELLIS_RETURN_IF_ERROR(copyToHost(*tensors[t], host.data()));
+    if (!allFiniteValues(tensors[t]->desc().dtype, host.data(),
+                         tensors[t]->size()))
+      return static_cast<int64_t>(t);
+  }
+  return int64_t(-1);
 }
 
 const std::vector<const Backend *> &registeredBackends() {

@@ -30,7 +30,7 @@ void Executor::planWaitPoints() {
   std::vector<bool> communicates(count, false);
   for (size_t i = 0; i < count; ++i) {
     const OpContract *contract = findOpContract(plan_.program[i].op);
-    communicates[i] = contract && contract->reducesOverAxes &&
+    communicates[i] = contract && contract->effects.reducesOverAxes &&
                       !plan_.instructionAxes[i].empty();
   }
   // Collectives of the communication stream: waited for at their first
@@ -98,13 +98,11 @@ void Executor::planInPlaceUpdates() {
   for (const Argument &argument : plan_.arguments)
     if (argument.role == ArgumentRole::LossScale)
       return; // a skipped step keeps the old values
-  // Which operand an update's result replaces element by element.
+  // Which operand an update's result replaces element by element (the op
+  // table's effects).
   auto replacedOperand = [](const std::string &op, size_t output) -> int64_t {
-    if (op == "adamw")
-      return output == 0 ? 0 : output == 1 ? 2 : 3;
-    if (op == "sgd")
-      return 0;
-    return -1;
+    const OpContract *contract = findOpContract(op);
+    return contract ? contract->replacedOperand(output) : -1;
   };
   std::vector<int64_t> writes(plan_.buffers.size(), 0), writer(plan_.buffers.size(), -1);
   for (size_t i = 0; i < count; ++i)
@@ -160,9 +158,11 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
     persistent[result.buffer] = true;
   // Accumulators take a value from every micro-batch of the step: those
   // this stage accumulates into (another stage may only receive the total).
-  for (const Instruction &instruction : plan_.program)
-    if (instruction.op == "accumulate")
+  for (const Instruction &instruction : plan_.program) {
+    const OpContract *contract = findOpContract(instruction.op);
+    if (contract && contract->effects.accumulates)
       persistent[instruction.outputs[0]] = true;
+  }
   // Lifetimes in instruction indices, inclusive: an instruction's outputs
   // never share bytes with its inputs.
   std::vector<int64_t> first(count, -1), last(count, -1);
@@ -188,7 +188,7 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
     root[b] = static_cast<int64_t>(b);
   for (const Instruction &instruction : plan_.program) {
     const OpContract *contract = findOpContract(instruction.op);
-    if (!contract || !contract->sharesOperandBytes)
+    if (!contract || !contract->effects.sharesOperandBytes)
       continue;
     int64_t from = instruction.inputs[0], to = instruction.outputs[0];
     if (persistent[from] || persistent[to] || writes[from] != 1 ||
@@ -222,7 +222,25 @@ Executor::create(Plan plan, Device &device, Communicator *communicator,
       new Executor(std::move(plan), device, communicator));
   executor->updatesInPlace_ = updatesInPlace;
   TRELLIS_RETURN_IF_ERROR(executor->allocate());
+  TRELLIS_RETURN_IF_ERROR(executor->prepareLaunches());
   return executor;
+}
+
+Status Executor::prepareLaunches() {
+  prepared_.resize(plan_.program.size());
+  for (size_t i = 0; i < plan_.program.size(); ++i) {
+    const Instruction &instruction = plan_.program[i];
+    if (isCollective(instruction.op))
+      continue;
+    StatusOr<std::unique_ptr<PreparedLaunch>> prepared = device_.prepare(
+        KernelArgs{instruction, buffers_, plan_.instructionAxes[i],
+                   communicator_});
+    if (!prepared.ok())
+      return prepared.status().withContext("instruction " + std::to_string(i) +
+                                           " (" + instruction.op + ")");
+    prepared_[i] = std::move(*prepared);
+  }
+  return Status::success();
 }
 
 Executor::Executor(Plan plan, Device &device, Communicator *communicator)
@@ -339,8 +357,8 @@ std::vector<TraceSlice> Executor::trace() const {
 
 size_t Executor::updateRunEnd(size_t first) const {
   auto isUpdate = [&](size_t i) {
-    const std::string &op = plan_.program[i].op;
-    return op == "adamw" || op == "sgd";
+    const OpContract *contract = findOpContract(plan_.program[i].op);
+    return contract && contract->isUpdate();
   };
   if (!isUpdate(first))
     return first;
@@ -511,7 +529,7 @@ Status Executor::run() {
     }
     double start = monotonicMicros();
     KernelArgs args{instruction, buffers_, plan_.instructionAxes[i],
-                    communicator_};
+                    communicator_, prepared_[i].get()};
     Status status = isCollective(instruction.op) ? device_.runCollective(args)
                                                  : device_.launch(args);
     record(instruction.op, start, monotonicMicros(), Lane::Compute);

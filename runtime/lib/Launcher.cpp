@@ -2,10 +2,11 @@
 
 #include "trellis/Runtime/Launcher.h"
 
+#include "trellis/Runtime/Rendezvous.h"
+
 #include "trellis/Common/FileKind.h"
 #include "trellis/Runtime/Trainer.h"
 
-#include "../gloo/TcpStore.h"
 
 #include <fcntl.h>
 #include <signal.h>

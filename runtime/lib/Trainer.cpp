@@ -9,8 +9,6 @@
 #include "trellis/Runtime/ShardLayout.h"
 #include "trellis/Runtime/TokenSource.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -51,54 +49,6 @@ static std::vector<int64_t> microBatchInputs(const Plan &plan,
   }
   return arguments;
 }
-
-namespace {
-
-/// optimizer.safetensors' name of a parameter's fp32 master weight (mixed
-/// precision; model.safetensors then holds the compute-dtype copy).
-const std::string kMasterPrefix = "master.";
-
-/// optimizer.safetensors' name prefix of an optimizer state's tensors.
-const char *statePrefix(ArgumentRole role) {
-  switch (role) {
-  case ArgumentRole::AdamM:
-    return "adam_m.";
-  case ArgumentRole::AdamV:
-    return "adam_v.";
-  default:
-    return kMasterPrefix.c_str();
-  }
-}
-
-/// Checks a whole tensor from a checkpoint or weights file: its shape (the
-/// whole tensor's, or `fileShape` when given: the same elements stored
-/// under another shape), and that every value is finite (a NaN or an
-/// infinity would train on silently as NaN).
-Status checkStoredTensor(const SafetensorsEntry &entry,
-                        const ShardLayout &layout,
-                        const std::vector<int64_t> &fileShape,
-                        const std::string &name, const std::string &file) {
-  const std::vector<int64_t> &stored =
-      fileShape.empty() ? layout.globalShape : fileShape;
-  if (entry.shape != stored) {
-    std::string found, expected;
-    for (int64_t s : entry.shape)
-      found += (found.empty() ? "" : "x") + std::to_string(s);
-    for (int64_t s : stored)
-      expected += (expected.empty() ? "" : "x") + std::to_string(s);
-    return Status::error(file + ": tensor \"" + name + "\" has shape [" +
-                         found + "], the model expects [" + expected + "]");
-  }
-  for (size_t i = 0; i < entry.values.size(); ++i)
-    if (!std::isfinite(entry.values[i]))
-      return Status::error(file + ": tensor \"" + name + "\" holds " +
-                           (std::isnan(entry.values[i]) ? "NaN" : "infinity") +
-                           " at element " + std::to_string(i) +
-                           ": refusing weights that are not finite");
-  return Status::success();
-}
-
-} // namespace
 
 Trainer::Trainer(std::unique_ptr<Device> device,
                  std::unique_ptr<Communicator> communicator,
@@ -429,123 +379,6 @@ Status Trainer::shareLoss() {
   return Status::success();
 }
 
-int64_t Trainer::namedArgument(const std::string &name) const {
-  const Plan &plan = executor_->plan();
-  for (size_t i = 0; i < plan.arguments.size(); ++i) {
-    const Argument &argument = plan.arguments[i];
-    std::string prefix;
-    switch (argument.role) {
-    case ArgumentRole::Param:
-      break;
-    case ArgumentRole::AdamM:
-    case ArgumentRole::AdamV:
-    case ArgumentRole::Master:
-      prefix = statePrefix(argument.role);
-      break;
-    default:
-      continue;
-    }
-    if (prefix + argument.name == name)
-      return i;
-  }
-  return -1;
-}
-
-std::vector<std::string> Trainer::tensorNames() const {
-  const Plan &plan = executor_->plan();
-  std::vector<std::string> names;
-  for (const Argument &argument : plan.arguments)
-    if (argument.role == ArgumentRole::Param)
-      names.push_back(argument.name);
-    else if (argument.role == ArgumentRole::AdamM ||
-             argument.role == ArgumentRole::AdamV ||
-             argument.role == ArgumentRole::Master)
-      names.push_back(statePrefix(argument.role) + argument.name);
-  return names;
-}
-
-namespace {
-Status unknownTensor(const std::string &name) {
-  return Status::error("no tensor named \"" + name +
-                       "\": expected a parameter's name, or adam_m., adam_v. "
-                       "or master. and a parameter's name");
-}
-} // namespace
-
-StatusOr<std::vector<int64_t>>
-Trainer::tensorShape(const std::string &name) const {
-  int64_t argument = namedArgument(name);
-  if (argument < 0)
-    return unknownTensor(name);
-  const Argument &desc = executor_->plan().arguments[argument];
-  return desc.fileShape.empty() ? layoutOf(argument).globalShape
-                                : desc.fileShape;
-}
-
-Status Trainer::readTensor(const std::string &name,
-                           std::vector<float> &values) const {
-  int64_t argument = namedArgument(name);
-  if (argument < 0)
-    return unknownTensor(name);
-  SafetensorsEntry entry;
-  TRELLIS_RETURN_IF_ERROR(gatherArgument(argument, entry));
-  values = std::move(entry.values);
-  return Status::success();
-}
-
-StatusOr<float *> Trainer::tensorView(const std::string &name) {
-  int64_t argument = namedArgument(name);
-  if (argument < 0)
-    return unknownTensor(name);
-  const Plan &plan = executor_->plan();
-  const Argument &desc = plan.arguments[argument];
-  std::string cannot = "tensor \"" + name + "\" has no view: ";
-  if (!executor_->device().hostAddressable())
-    return Status::error(cannot + "the " + executor_->device().name() +
-                         " device's memory is not host memory (read copies "
-                         "it)");
-  if (plan.buffers[desc.buffer].dtype != DType::F32)
-    return Status::error(cannot + "it is held in " +
-                         dtypeName(plan.buffers[desc.buffer].dtype) +
-                         ", a view is fp32");
-  for (const std::vector<size_t> &axes : desc.sharding)
-    if (!axes.empty())
-      return Status::error(cannot + "it is split over the ranks (read "
-                           "gathers it)");
-  if (!plan.holds(desc.stages))
-    return Status::error(cannot + "this rank's pipeline stage does not hold "
-                         "it");
-  // Unsplit: the buffer is the whole tensor (padding only comes with
-  // splits).
-  return executor_->argument(argument).f32();
-}
-
-Status Trainer::writeTensor(const std::string &name, const float *values,
-                            int64_t count) {
-  int64_t argument = namedArgument(name);
-  if (argument < 0)
-    return unknownTensor(name);
-  const Plan &plan = executor_->plan();
-  const Argument &desc = plan.arguments[argument];
-  SafetensorsEntry entry;
-  entry.shape = desc.fileShape.empty() ? layoutOf(argument).globalShape
-                                       : desc.fileShape;
-  int64_t expected = 1;
-  for (int64_t size : entry.shape)
-    expected *= size;
-  if (count != expected)
-    return Status::error("tensor \"" + name + "\" has " +
-                         std::to_string(expected) + " elements, found " +
-                         std::to_string(count) + " values");
-  entry.values.assign(values, values + count);
-  TRELLIS_RETURN_IF_ERROR(
-      checkStoredTensor(entry, layoutOf(argument), desc.fileShape, name,
-                        "values"));
-  if (!plan.holds(desc.stages))
-    return Status::success();
-  return writeBox(argument, entry.values);
-}
-
 std::string Trainer::fingerprint() const {
   uint64_t hash = 0;
   const Plan &plan = executor_->plan();
@@ -565,7 +398,6 @@ std::string Trainer::fingerprint() const {
                 static_cast<unsigned long long>(hash));
   return text;
 }
-
 
 void DynamicLossScale::record(bool finite) {
   if (!finite) {
@@ -606,6 +438,9 @@ StatusOr<std::string> Trainer::firstNonFinite(bool checkUpdates,
     lossValue = *loss;
     verdict[0] = std::isfinite(lossValue) ? 1.0f : 0.0f;
   }
+  // The updated weights, tested together (one verdict a step).
+  std::vector<const Tensor *> updated;
+  std::vector<size_t> updatedResults;
   for (size_t r = 0; checkUpdates && r < plan.results.size(); ++r) {
     const Result &result = plan.results[r];
     if (!result.updates || !plan.holds(result.stages))
@@ -613,13 +448,15 @@ StatusOr<std::string> Trainer::firstNonFinite(bool checkUpdates,
     ArgumentRole role = plan.arguments[*result.updates].role;
     if (role != ArgumentRole::Param && role != ArgumentRole::Master)
       continue;
-    StatusOr<bool> finite = executor_->device().allFinite(executor_->result(r));
-    if (!finite.ok())
-      return finite.status();
-    if (!*finite) {
-      verdict[1] = static_cast<float>(r);
-      break;
-    }
+    updated.push_back(&executor_->result(r));
+    updatedResults.push_back(r);
+  }
+  if (!updated.empty()) {
+    StatusOr<int64_t> first = executor_->device().firstNonFinite(updated);
+    if (!first.ok())
+      return first.status();
+    if (*first >= 0)
+      verdict[1] = static_cast<float>(updatedResults[*first]);
   }
   TRELLIS_RETURN_IF_ERROR(minimumOverMesh(verdict, 2));
   if (verdict[0] == 0.0f)
@@ -639,326 +476,16 @@ StatusOr<bool> Trainer::updatesAreFinite() const {
   // This rank's updated parameters and moments; then every rank's verdict
   // (the minimum of 1 = finite, 0 = not over the whole mesh).
   const Plan &plan = executor_->plan();
-  float finite = 1.0f;
-  for (size_t r = 0; r < plan.results.size() && finite == 1.0f; ++r) {
-    const Result &result = plan.results[r];
-    if (!result.updates || !plan.holds(result.stages))
-      continue;
-    StatusOr<bool> allFinite =
-        executor_->device().allFinite(executor_->result(r));
-    if (!allFinite.ok())
-      return allFinite.status();
-    if (!*allFinite)
-      finite = 0.0f;
-  }
+  std::vector<const Tensor *> updated;
+  for (size_t r = 0; r < plan.results.size(); ++r)
+    if (plan.results[r].updates && plan.holds(plan.results[r].stages))
+      updated.push_back(&executor_->result(r));
+  StatusOr<int64_t> first = executor_->device().firstNonFinite(updated);
+  if (!first.ok())
+    return first.status();
+  float finite = *first < 0 ? 1.0f : 0.0f;
   TRELLIS_RETURN_IF_ERROR(minimumOverMesh(&finite, 1));
   return finite == 1.0f;
-}
-
-Status Trainer::writeBox(size_t argument, const std::vector<float> &values) {
-  std::vector<float> local(executor_->argument(argument).size());
-  layoutOf(argument).forEach(
-      [&](int64_t l, int64_t g) { local[l] = values[g]; });
-  return executor_->writeArgumentValues(argument, local.data());
-}
-
-ShardLayout Trainer::layoutOf(size_t argument) const {
-  const Plan &plan = executor_->plan();
-  return ShardLayout::of(plan.buffers[plan.arguments[argument].buffer].shape,
-                         plan.arguments[argument].sharding, planMesh(plan),
-                         rank(), plan.arguments[argument].globalShape);
-}
-
-Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
-  const Plan &plan = executor_->plan();
-  const Argument &desc = plan.arguments[argument];
-  ShardLayout layout = layoutOf(argument);
-  entry.shape = desc.fileShape.empty() ? layout.globalShape : desc.fileShape;
-  bool split = false;
-  for (const std::vector<size_t> &axes : desc.sharding)
-    split |= !axes.empty();
-  bool everywhere = desc.stages.empty() || !plan.pipelineAxis;
-  if ((!split && everywhere) || !communicator_) {
-    entry.values.resize(executor_->argument(argument).size());
-    return executor_->readArgumentValues(argument, entry.values.data());
-  }
-  // Every rank's shard (zeros from ranks of stages that do not hold it),
-  // then each holder's placed at its box.
-  Mesh mesh = planMesh(plan);
-  AxisList everything;
-  for (size_t axis = 0; axis < mesh.numAxes(); ++axis)
-    everything.push_back(axis);
-  int64_t shardSize = plan.buffers[desc.buffer].numElements();
-  std::vector<float> mine(shardSize, 0.0f);
-  if (plan.holds(desc.stages))
-    TRELLIS_RETURN_IF_ERROR(executor_->readArgumentValues(argument, mine.data()));
-  std::vector<float> shards(shardSize * mesh.size());
-  TRELLIS_RETURN_IF_ERROR(communicator_->allGather(
-      everything, mine.data(), shards.data(), shardSize, DType::F32));
-  int64_t total = 1;
-  for (int64_t size : layout.globalShape)
-    total *= size;
-  entry.values.assign(total, 0.0f);
-  for (int64_t r = 0; r < mesh.size(); ++r) {
-    int64_t stage = stageOfRank(plan, r);
-    if (!desc.stages.empty() &&
-        std::find(desc.stages.begin(), desc.stages.end(), stage) ==
-            desc.stages.end())
-      continue;
-    ShardLayout::of(plan.buffers[desc.buffer].shape, desc.sharding, mesh, r,
-                    desc.globalShape)
-        .forEach([&](int64_t l, int64_t g) {
-          entry.values[g] = shards[r * shardSize + l];
-        });
-  }
-  return Status::success();
-}
-
-StatusOr<std::vector<RankMemory>> Trainer::gatherMemory() const {
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  constexpr int64_t kFigures = 3;
-  std::vector<float> mine = {
-      static_cast<float>(executor_->allocatedBytes() / 1048576.0),
-      static_cast<float>(executor_->arenaBytes() / 1048576.0),
-      static_cast<float>(usage.ru_maxrss / 1024.0)};
-  std::vector<float> all = mine;
-  if (communicator_) {
-    const Mesh &mesh = communicator_->mesh();
-    AxisList everything;
-    for (size_t axis = 0; axis < mesh.numAxes(); ++axis)
-      everything.push_back(axis);
-    all.resize(kFigures * mesh.size());
-    TRELLIS_RETURN_IF_ERROR(communicator_->allGather(
-        everything, mine.data(), all.data(), kFigures, DType::F32));
-  }
-  std::vector<RankMemory> figures;
-  for (size_t r = 0; r + kFigures <= all.size(); r += kFigures)
-    figures.push_back({all[r], all[r + 1], all[r + 2]});
-  return figures;
-}
-
-Status Trainer::save(const std::string &dir,
-                     const CheckpointFault &fault) const {
-  // Every rank takes part in gathering split tensors; rank 0 writes.
-  // With mixed precision, model.safetensors holds the weights in the
-  // compute dtype (what Hugging Face loads) and optimizer.safetensors the
-  // fp32 master weights next to the moments (what resuming restores).
-  SafetensorsFile model, optimizer;
-  const Plan &plan = executor_->plan();
-  std::string precision = plan.metadataText("precision", "fp32");
-  std::string computeDtype = precision == "bf16"   ? "BF16"
-                             : precision == "fp16" ? "F16"
-                                                   : "F32";
-  for (size_t i = 0; i < plan.arguments.size(); ++i) {
-    const Argument &argument = plan.arguments[i];
-    if (argument.role == ArgumentRole::Input ||
-        argument.role == ArgumentRole::Step ||
-        argument.role == ArgumentRole::LossScale)
-      continue;
-    SafetensorsEntry entry;
-    TRELLIS_RETURN_IF_ERROR(gatherArgument(i, entry));
-    if (argument.role != ArgumentRole::Param) {
-      optimizer.tensors[statePrefix(argument.role) + argument.name] =
-          std::move(entry);
-      continue;
-    }
-    // An f32 parameter of a mixed-precision step (no master argument: it
-    // is cast in the forward) is its own master weight.
-    if (computeDtype != "F32" &&
-        plan.buffers[argument.buffer].dtype == DType::F32)
-      optimizer.tensors[kMasterPrefix + argument.name] = entry;
-    entry.dtype = computeDtype;
-    model.tensors[argument.name] = std::move(entry);
-  }
-  if (rank() != 0)
-    return Status::success();
-  StatusOr<std::string> partial = beginCheckpoint(dir);
-  if (!partial.ok())
-    return partial.status();
-  std::string step = std::to_string(completedSteps_);
-  model.metadata = {{"format", "pt"},
-                    {"trellis_step", step},
-                    {"trellis_model", fingerprint()}};
-  optimizer.metadata = {{"trellis_step", step},
-                        {"trellis_model", fingerprint()},
-                        {"trellis_optimizer_steps",
-                         std::to_string(optimizerSteps_)}};
-  if (lossScale()) {
-    char scale[32];
-    std::snprintf(scale, sizeof(scale), "%.17g", lossScale_.scale);
-    optimizer.metadata["trellis_loss_scale"] = scale;
-    optimizer.metadata["trellis_clean_steps"] =
-        std::to_string(lossScale_.cleanSteps);
-    optimizer.metadata["trellis_skipped_steps"] =
-        std::to_string(lossScale_.skippedSteps);
-  }
-  TRELLIS_RETURN_IF_ERROR(
-      writeSafetensors(*partial + "/model.safetensors", model));
-  TRELLIS_RETURN_IF_ERROR(
-      writeSafetensors(*partial + "/optimizer.safetensors", optimizer));
-  return commitCheckpoint(*partial, dir, completedSteps_, fingerprint(),
-                          {"model.safetensors", "optimizer.safetensors"},
-                          fault);
-}
-
-Status Trainer::load(const std::string &path) {
-  StatusOr<std::string> resolved = resolveCheckpoint(path);
-  if (!resolved.ok())
-    return resolved.status();
-  const std::string &dir = *resolved;
-  StatusOr<CheckpointManifest> manifest = verifyCheckpoint(dir);
-  if (!manifest.ok()) {
-    // Say which saves the files come from, where they say so.
-    std::string steps;
-    for (const char *name : {"model.safetensors", "optimizer.safetensors"}) {
-      StatusOr<SafetensorsFile> file = readSafetensors(dir + "/" + name);
-      if (file.ok() && file->metadata.count("trellis_step"))
-        steps += std::string(steps.empty() ? "" : ", ") + name +
-                 " is from step " + file->metadata["trellis_step"];
-    }
-    return steps.empty() ? manifest.status()
-                         : Status::error(manifest.status().message() + " (" +
-                                         steps + ")");
-  }
-  StatusOr<SafetensorsFile> model = readSafetensors(dir + "/model.safetensors");
-  if (!model.ok())
-    return model.status().withContext("checkpoint");
-  StatusOr<SafetensorsFile> optimizer =
-      readSafetensors(dir + "/optimizer.safetensors");
-  if (!optimizer.ok())
-    return optimizer.status().withContext("checkpoint");
-  // Both files of one save (a manifest-less checkpoint has only their
-  // steps to go by).
-  const std::string &modelStep = model->metadata["trellis_step"],
-                    &optimizerStep = optimizer->metadata["trellis_step"];
-  if (modelStep != optimizerStep ||
-      (manifest->step >= 0 && modelStep != std::to_string(manifest->step)))
-    return Status::error(
-        "checkpoint '" + dir + "' mixes saves: model.safetensors is from step " +
-        modelStep + ", optimizer.safetensors from step " + optimizerStep +
-        (manifest->step >= 0
-             ? ", its manifest from step " + std::to_string(manifest->step)
-             : std::string()));
-  const Plan &plan = executor_->plan();
-  // Everything is checked before anything is written: a checkpoint that is
-  // refused leaves the state as it was.
-  std::vector<std::pair<size_t, const std::vector<float> *>> writes;
-  for (size_t i = 0; i < plan.arguments.size(); ++i) {
-    const Argument &argument = plan.arguments[i];
-    SafetensorsFile *file = nullptr;
-    std::string name = argument.name, fileName;
-    bool f32Param = argument.role == ArgumentRole::Param &&
-                    plan.buffers[argument.buffer].dtype == DType::F32;
-    bool hasMaster = optimizer->tensors.count(kMasterPrefix + argument.name);
-    if ((f32Param || argument.role == ArgumentRole::Master) && hasMaster) {
-      // A mixed-precision checkpoint: the fp32 master weight, exactly.
-      file = &*optimizer;
-      fileName = dir + "/optimizer.safetensors";
-      name = kMasterPrefix + argument.name;
-    } else if (argument.role == ArgumentRole::Param ||
-               argument.role == ArgumentRole::Master) {
-      // The weights themselves (an fp32 checkpoint's are exact masters).
-      file = &*model;
-      fileName = dir + "/model.safetensors";
-    } else if (argument.role == ArgumentRole::AdamM ||
-               argument.role == ArgumentRole::AdamV) {
-      file = &*optimizer;
-      fileName = dir + "/optimizer.safetensors";
-      name = statePrefix(argument.role) + argument.name;
-    } else {
-      continue;
-    }
-    if (!plan.holds(argument.stages))
-      continue;
-    auto it = file->tensors.find(name);
-    if (it == file->tensors.end())
-      return Status::error("checkpoint: " + fileName + " has no tensor \"" +
-                           name + "\": it was written for another model");
-    TRELLIS_RETURN_IF_ERROR(checkStoredTensor(it->second, layoutOf(i),
-                                             argument.fileShape, name, fileName)
-                                .withContext("checkpoint"));
-    writes.emplace_back(i, &it->second.values);
-  }
-  if (model->metadata["trellis_model"] != fingerprint())
-    return Status::error("checkpoint '" + dir +
-                         "' was written for another model (fingerprint " +
-                         model->metadata["trellis_model"] + ", this plan " +
-                         fingerprint() + ")");
-  const std::string &step = model->metadata["trellis_step"];
-  char *end = nullptr;
-  long long steps = std::strtoll(step.c_str(), &end, 10);
-  if (step.empty() || *end != '\0' || steps < 0)
-    return Status::error("checkpoint '" + dir + "': malformed trellis_step \"" +
-                         step + "\"");
-  // Older checkpoints made an update every step.
-  int64_t optimizerSteps = steps;
-  DynamicLossScale restoredScale = lossScale_;
-  auto counter = [&](const char *key, int64_t &value) -> Status {
-    auto it = optimizer->metadata.find(key);
-    if (it == optimizer->metadata.end())
-      return Status::success();
-    char *last = nullptr;
-    long long parsed = std::strtoll(it->second.c_str(), &last, 10);
-    if (it->second.empty() || *last != '\0' || parsed < 0)
-      return Status::error("checkpoint '" + dir + "': malformed " + key +
-                           " \"" + it->second + "\"");
-    value = parsed;
-    return Status::success();
-  };
-  TRELLIS_RETURN_IF_ERROR(counter("trellis_optimizer_steps", optimizerSteps));
-  if (lossScale()) {
-    TRELLIS_RETURN_IF_ERROR(
-        counter("trellis_clean_steps", restoredScale.cleanSteps));
-    TRELLIS_RETURN_IF_ERROR(
-        counter("trellis_skipped_steps", restoredScale.skippedSteps));
-    auto it = optimizer->metadata.find("trellis_loss_scale");
-    if (it != optimizer->metadata.end()) {
-      char *last = nullptr;
-      double scale = std::strtod(it->second.c_str(), &last);
-      if (it->second.empty() || *last != '\0' || !(scale >= 1))
-        return Status::error("checkpoint '" + dir +
-                             "': malformed trellis_loss_scale \"" +
-                             it->second + "\"");
-      restoredScale.scale = scale;
-    }
-  }
-  for (const auto &[argument, values] : writes)
-    TRELLIS_RETURN_IF_ERROR(writeBox(argument, *values));
-  completedSteps_ = steps;
-  optimizerSteps_ = optimizerSteps;
-  lossScale_ = restoredScale;
-  return Status::success();
-}
-
-Status Trainer::loadWeights(const std::string &path) {
-  StatusOr<SafetensorsFile> file = readSafetensors(path);
-  if (!file.ok())
-    return file.status();
-  const Plan &plan = executor_->plan();
-  // Checked whole before anything is written, as load.
-  std::vector<std::pair<size_t, const std::vector<float> *>> writes;
-  for (size_t i = 0; i < plan.arguments.size(); ++i) {
-    const Argument &argument = plan.arguments[i];
-    bool weights = argument.role == ArgumentRole::Param ||
-                   argument.role == ArgumentRole::Master;
-    if (!weights || !plan.holds(argument.stages))
-      continue;
-    auto it = file->tensors.find(argument.name);
-    const std::string prefix = "transformer.";
-    if (it == file->tensors.end() && argument.name.rfind(prefix, 0) == 0)
-      it = file->tensors.find(argument.name.substr(prefix.size()));
-    if (it == file->tensors.end())
-      return Status::error(path + ": missing parameter \"" + argument.name +
-                           "\"");
-    TRELLIS_RETURN_IF_ERROR(checkStoredTensor(it->second, layoutOf(i),
-                                             argument.fileShape, argument.name,
-                                             path));
-    writes.emplace_back(i, &it->second.values);
-  }
-  for (const auto &[argument, values] : writes)
-    TRELLIS_RETURN_IF_ERROR(writeBox(argument, *values));
-  return Status::success();
 }
 
 } // namespace trellis::runtime

@@ -1,7 +1,8 @@
 //===- KernelTesting.h - Kernel launches on host-filled tensors -*- C++ -*-===//
 //
-// What the kernel tests share: attribute values, and tensors on a CPU
-// device filled from a seed, with single-instruction launches on them.
+// What the kernel tests share: attribute values, tests run once per
+// registered backend, and tensors on a backend's device filled from a seed,
+// with single-instruction launches on them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -64,15 +65,38 @@ inline AttrValue texts(std::vector<std::string> values) {
   return attr;
 }
 
-/// Tensors on a CPU device of `threads` threads.
+/// The names of every registered backend.
+inline std::vector<std::string> backendNames() {
+  std::vector<std::string> names;
+  for (const Backend *backend : registeredBackends())
+    names.push_back(backend->name());
+  return names;
+}
+
+/// A kernel test run once per registered backend: GetParam() names it.
+class EveryBackend : public ::testing::TestWithParam<std::string> {};
+
+/// Instantiates `suite` (derived from EveryBackend) on every registered
+/// backend, each test named after it ("Backends/Suite.Test/cpu").
+#define TRELLIS_ON_EVERY_BACKEND(suite)                                        \
+  INSTANTIATE_TEST_SUITE_P(                                                    \
+      Backends, suite,                                                         \
+      ::testing::ValuesIn(::trellis::runtime::testing::backendNames()),        \
+      [](const ::testing::TestParamInfo<std::string> &info) {                  \
+        return info.param;                                                     \
+      })
+
+/// Tensors on a device of backend `backend` with `threads` threads.
 class DeviceTensors {
 public:
-  explicit DeviceTensors(int threads = 2)
-      : device_(std::move(*(*findBackend("cpu"))->createDevice({threads}))) {}
+  explicit DeviceTensors(int threads = 2, const std::string &backend = "cpu")
+      : device_(
+            std::move(*(*findBackend(backend))->createDevice({threads}))) {}
 
   /// A new tensor of `shape` and `dtype`, filled with values in [-2, 2)
-  /// from `seed` (rounded to f16 precision, so that every float dtype holds
-  /// them exactly) or zeros for seed 0; returns its index.
+  /// from `seed` (rounded to f16 precision: f32 and f16 hold them exactly,
+  /// a bf16 tensor rounds them once more) or zeros for seed 0; returns its
+  /// index.
   int64_t add(const std::vector<int64_t> &shape, DType dtype, int seed = 0) {
     BufferDesc desc{shape, dtype};
     memory_.push_back(std::move(

@@ -1,12 +1,12 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=none micro-batches=2" | FileCheck %s
 // RUN: not trellis-opt %s -trellis-autodiff="micro-batches=0" 2>&1 | FileCheck %s --check-prefix=ZERO
 
-// Tests gradient accumulation: with 2 micro-batches the step is written
-// once over one micro-batch (the input holds one, the function declares
-// graph.micro_batches = 2), its forward and backward marked with their
-// phase and seeded with 1/2; the loss and the weight gradient reach the
-// step through graph.microbatch_sum, and the loss is their mean. No op is
-// repeated per micro-batch.
+// Tests that gradients accumulate over micro-batches: with 2 micro-batches the
+// step is written once over one micro-batch (the input holds one, the function
+// declares graph.micro_batches = 2), its forward and backward marked with their
+// phase and seeded with 1/2; the loss and the weight gradient reach the step
+// through graph.microbatch_sum, and the loss is their mean. No op is repeated
+// per micro-batch.
 
 // CHECK-LABEL: func.func @gradients
 // CHECK-SAME: (%[[W:.*]]: tensor<4x3xf32> {{{.*}}graph.role = "param"}, %[[X:.*]]: tensor<2x4xf32> {graph.param = "x", graph.role = "input"})

@@ -1,15 +1,15 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=none micro-batches=2 pipelined=true" | FileCheck %s
 
-// Tests the marks the pipeline split reads: every op of the micro-batch
-// (written once) carries its phase, and every backward op the part of the
-// forward op it differentiates (the seed of the backward: the loss's part);
-// the ops of the step carry no phase. The backward ops that only make
-// their part's parameter gradients are phase "weight" (a zero-bubble
+// Tests that reverse mode writes the marks the pipeline split reads: every op
+// of the micro-batch (written once) carries its phase, and every backward op
+// the part of the forward op it differentiates (the seed of the backward: the
+// loss's part); the ops of the step carry no phase. The backward ops that only
+// make their part's parameter gradients are phase "weight" (a zero-bubble
 // schedule runs them late); the gradient the embedding waits for stays
-// "backward". A parameter two parts use (here `w`, like a tied embedding)
-// is summed over the micro-batches per part (graph.microbatch_sum, marked
-// with the part: the head's, then the embedding's), and the two totals are
-// added once in the step.
+// "backward". A parameter two parts use (here `w`, like a tied embedding) is
+// summed over the micro-batches per part (graph.microbatch_sum, marked with the
+// part: the head's, then the embedding's), and the two totals are added once in
+// the step.
 
 // CHECK-LABEL: func.func @gradients
 // CHECK-SAME: attributes {graph.micro_batches = 2 : i64}

@@ -1,10 +1,9 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=none recompute=full" | FileCheck %s
 
-// Tests full recomputation: before the backward of each part (a run of
-// ops of one graph.part), its forward is computed again from the
-// part's inputs, and the gradient rules use the copies; the first
-// forward's inner values (the matmul's result) feed nothing in the
-// backward.
+// Tests that full recomputation works part by part: before the backward of each
+// part (a run of ops of one graph.part), its forward is computed again from the
+// part's inputs, and the gradient rules use the copies; the first forward's
+// inner values (the matmul's result) feed nothing in the backward.
 
 // CHECK-LABEL: func.func @gradients
 // CHECK-SAME: (%[[W:.*]]: tensor<4x3xf32> {{.*}}, %[[X:.*]]: tensor<2x4xf32> {{.*}})

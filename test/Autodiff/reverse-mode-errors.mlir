@@ -1,8 +1,8 @@
 // RUN: trellis-opt %s -split-input-file -trellis-reverse-mode -verify-diagnostics
 // RUN: not trellis-opt %s -split-input-file -trellis-mixed-precision="forward=absent" 2>&1 | FileCheck %s --check-prefix=MIXED
 
-// Tests what reverse mode refuses to differentiate, and the errors of the
-// passes around it.
+// Tests that reverse mode refuses what it cannot differentiate, and the errors
+// of the passes around it: a declaration has no body.
 // MIXED: error: expected a function @absent to compute in mixed precision, found none
 
 // expected-error @+1 {{expected a body to differentiate}}
@@ -10,6 +10,7 @@ func.func private @forward(tensor<4xf32> {graph.role = "param", graph.param = "w
 
 // -----
 
+// Tests that a parameter is an f32 tensor.
 // expected-error @+1 {{parameter argument 0 must be an f32 tensor, found 'tensor<4xbf16>'}}
 func.func @forward(%w: tensor<4xbf16> {graph.role = "param", graph.param = "w", graph.init = "ones"}) -> tensor<f32> {
   %c = graph.cast %w to "f32" : tensor<4xbf16>
@@ -19,6 +20,7 @@ func.func @forward(%w: tensor<4xbf16> {graph.role = "param", graph.param = "w", 
 
 // -----
 
+// Tests that an op without a gradient rule is named.
 trellis.mesh @mesh = <["dp"=2]>
 func.func @forward(%w: tensor<4xf32> {graph.role = "param", graph.param = "w", graph.init = "ones"}) -> tensor<f32> {
   // expected-error @+1 {{'trellis.all_reduce' op has no gradient rule (GradientOpInterface)}}

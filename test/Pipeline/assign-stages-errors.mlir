@@ -1,5 +1,6 @@
 // RUN: trellis-opt %s -split-input-file -trellis-assign-stages="stages=2 layers=1,1" -verify-diagnostics
 // RUN: not trellis-opt %s -split-input-file -trellis-assign-stages="stages=2 schedule=zero-bubble" 2>&1 | FileCheck %s --check-prefix=SCHEDULE
+// Tests that an unknown schedule is refused by the option parser.
 // SCHEDULE: for the --schedule option: Cannot find option named 'zero-bubble'!
 
 // Tests that a function that is not a step of micro-batches is rejected.
@@ -10,8 +11,8 @@ func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// Tests that an op of the micro-batch that declares no part, with no user
-// or operand that has a stage, is rejected.
+// Tests that an op of the micro-batch that declares no part, with no user or
+// operand that has a stage, is rejected.
 func.func @train_step(%x: tensor<4xf32>, %w: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) attributes {graph.micro_batches = 2 : i64} {
   %a = graph.neg %x {graph.part = #graph.part<layer 0>, graph.phase = "forward"} : tensor<4xf32>
   %b = graph.neg %a {graph.part = #graph.part<layer 1>, graph.phase = "forward"} : tensor<4xf32>

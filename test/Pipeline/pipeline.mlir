@@ -1,9 +1,9 @@
 // RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 pipelined=true optimizer=sgd" -trellis-pipeline="stages=2 layers=1,1 schedule=gpipe" | FileCheck %s
 // RUN: trellis-opt %s -trellis-autodiff="micro-batches=2 optimizer=sgd" -trellis-pipeline="stages=1" | FileCheck %s --check-prefix=ONE
 
-// Tests the pipeline phase as one registered pipeline: stage assignment,
-// split, schedule (here GPipe: every forward, then every backward) and
-// verification; with one stage, only the split into action programs and
+// Tests that the pipeline phase runs as one registered pipeline: stage
+// assignment, split, schedule (here GPipe: every forward, then every backward)
+// and verification; with one stage, only the split into action programs and
 // their schedule (each micro-batch's forward then backward).
 // CHECK-LABEL: func.func @train_step.stage0
 // CHECK-SAME: trellis.schedule = ["F0", "F1", "RB0", "B0", "RB1", "B1", "step"]

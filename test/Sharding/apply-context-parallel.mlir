@@ -9,10 +9,10 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="cp=2" -trellis-apply-context-parallel="kind=ring" -trellis-propagate-shardings -trellis-partition -trellis-lower-ring-attention | FileCheck %s --check-prefix=RING-LOWERED
 // RUN: not trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="cp=8" -trellis-apply-context-parallel="kind=ring" 2>&1 | FileCheck %s --check-prefix=RING-SEQ
 
-// Tests the Ulysses preset: the inputs' sequence is split over cp; the
-// 4-D operands of rope and attention are split by heads where they are
-// made (the sequence whole), and the partitioner turns sequence pieces into
-// head pieces with an all_to_all.
+// Tests that the Ulysses preset works: the inputs' sequence is split over cp;
+// the 4-D operands of rope and attention are split by heads where they are made
+// (the sequence whole), and the partitioner turns sequence pieces into head
+// pieces with an all_to_all.
 // CHECK: trellis.mesh @mesh = <["dp"=1, "cp"=2, "tp"=1]>
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: graph.role = "input", trellis.sharding = #trellis.sharding<@mesh, [{}, {"cp"}]>

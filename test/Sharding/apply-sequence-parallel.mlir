@@ -1,11 +1,11 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="tp=2" -trellis-apply-sequence-parallel | FileCheck %s
 // RUN: not trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="dp=2" -trellis-apply-sequence-parallel 2>&1 | FileCheck %s --check-prefix=NO-TP
 
-// Tests the sequence-parallel preset: the stream a norm reads is split
-// along the sequence (dimension 1 of [batch, seq, features]) where it is
-// made, for every user; the norm's result is whole again for its users,
-// once per phase: the forward's matmul, and the weight gradient, which
-// gathers again.
+// Tests that the sequence-parallel preset splits norm regions: the stream a
+// norm reads is split along the sequence (dimension 1 of [batch, seq,
+// features]) where it is made, for every user; the norm's result is whole again
+// for its users, once per phase: the forward's matmul, and the weight gradient,
+// which gathers again.
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[X:.*]] = graph.mul %arg2, %arg2 {graph.part = #graph.part<layer 0>, graph.phase = "forward"}
 // CHECK-NEXT: %[[S:.*]] = trellis.shard %[[X]] <@mesh, [{}, {"tp"}, {}]> {graph.part = #graph.part<layer 0>, graph.phase = "forward"}

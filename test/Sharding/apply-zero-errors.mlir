@@ -5,7 +5,7 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="dp=2" -trellis-apply-zero="stage=3" | FileCheck %s --check-prefix=SGD-THREE
 // RUN: trellis-opt %s -trellis-apply-zero="stage=0" | FileCheck %s --check-prefix=ZERO
 
-// Tests the preset's errors: each says what it expected and found.
+// Tests that the preset's errors each say what was expected and found.
 // NO-DP: error: ZeRO-1 shards over the data-parallel axis "dp": expected a mesh with dp > 1, found the mesh dp=1,tp=2
 // NO-STATE: error: ZeRO-1 shards optimizer states, and the step has none (an optimizer with moments, or mixed precision's fp32 masters): expected AdamW or a mixed-precision step, found none
 // STAGE: error: expected ZeRO stage 0, 1, 2 or 3, found 4

@@ -5,10 +5,11 @@
 // RUN: trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=3" -trellis-sharding-pipeline="dp=1 bucket-bytes=0" | FileCheck %s --check-prefix=PARTITIONED
 // RUN: trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=1" -trellis-sharding-pipeline="dp=1" | FileCheck %s --check-prefix=BUCKETED
 
-// ZeRO-1 splits the optimizer states over dp and fixes the parameters'
-// layout (replicated), so that no split propagates onto them. A dimension
-// dp divides is split (w's rows); g (6 elements, dp=4) is split unevenly:
-// trellis.padded records its whole shape (pieces of 2, the last padded).
+// Tests that ZeRO-1 splits the optimizer states over dp and fixes the
+// parameters' layout (replicated), so that no split propagates onto them. A
+// dimension dp divides is split (w's rows); g (6 elements, dp=4) is split
+// unevenly: trellis.padded records its whole shape (pieces of 2, the last
+// padded).
 // ONE-LABEL: func.func @train_step
 // ONE-SAME: %arg0: tensor<4x6xf32> {{{.*}}graph.role = "param", trellis.sharding = #trellis.sharding<@mesh, [{}, {}]>}
 // ONE-SAME: %arg1: tensor<6xf32> {{{.*}}graph.role = "param", trellis.sharding = #trellis.sharding<@mesh, [{}]>}

@@ -1,8 +1,9 @@
 // RUN: trellis-opt %s -split-input-file -pass-pipeline='builtin.module(func.func(trellis-bucket-all-reduces{per-part=1}))' | FileCheck %s
 
-// Tests buckets of a pipelined step (ops marked with their micro-batch phase): a
-// reduction inside a micro-batch stays alone, and gradients of different
-// model parts (later cut into different stages) never share a bucket.
+// Tests that a pipelined step is bucketed per part (ops marked with their
+// micro-batch phase): a reduction inside a micro-batch stays alone, and
+// gradients of different model parts (later cut into different stages) never
+// share a bucket.
 trellis.mesh @mesh = <["dp"=2]>
 // CHECK-LABEL: func.func @pipelined
 func.func @pipelined(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) attributes {graph.micro_batches = 2 : i64} {
@@ -24,8 +25,8 @@ func.func @pipelined(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor
 
 // -----
 
-// Tests that in a pipelined step a value of no model part (the loss, a
-// tied weight's gradient) is never bucketed with anything.
+// Tests that in a pipelined step a value of no model part (the loss, a tied
+// weight's gradient) is never bucketed with anything.
 trellis.mesh @mesh = <["dp"=2]>
 // CHECK-LABEL: func.func @pipelined_without_part
 // CHECK-NOT: graph.concat

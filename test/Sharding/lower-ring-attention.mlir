@@ -1,10 +1,10 @@
 // RUN: trellis-opt %s -split-input-file -trellis-lower-ring-attention -verify-diagnostics | FileCheck %s
 
-// Grouped-query attention over a sequence split in 4 (cp): 4 ring steps
-// forward (3 hops of the key and value blocks, each sent before the step
-// that precedes its use computes), merged by log-sum-exp; 4 steps back,
-// the key and value gradients riding with their blocks (3 hops) and
-// coming home (a 4th); no gathers or scatters remain.
+// Tests that grouped-query attention over a sequence split in 4 (cp) takes 4
+// ring steps forward (3 hops of the key and value blocks, each sent before the
+// step that precedes its use computes), merged by log-sum-exp; 4 steps back,
+// the key and value gradients riding with their blocks (3 hops) and coming home
+// (a 4th); no gathers or scatters remain.
 trellis.mesh @mesh = <["cp"=4]>
 
 // CHECK-LABEL: func.func @ring
@@ -43,9 +43,9 @@ func.func @ring(%q: tensor<2x4x4x8xf32>, %k: tensor<2x4x2x8xf32>,
 
 // -----
 
-// A backward without its forward in the function recomputes the forward
-// ring first. Attention whose keys are not gathered over its queries' axes
-// is left alone.
+// Tests that a backward without its forward in the function recomputes the
+// forward ring first. Attention whose keys are not gathered over its queries'
+// axes is left alone.
 trellis.mesh @mesh = <["cp"=2, "tp"=2]>
 
 // CHECK-LABEL: func.func @backward_only
@@ -78,7 +78,7 @@ func.func @gathered_elsewhere(%q: tensor<1x4x2x8xf32>, %k: tensor<1x4x2x8xf32>)
 
 // -----
 
-// The ring sends the key gradient home itself: any other use of the
+// Tests that the ring sends the key gradient home itself: any other use of the
 // gathered gradient is an error naming it.
 trellis.mesh @mesh = <["cp"=2]>
 

@@ -1,7 +1,7 @@
 // RUN: trellis-opt %s -split-input-file -pass-pipeline='builtin.module(func.func(trellis-propagate-shardings,trellis-partition))' | FileCheck %s
 
-// Tests that a contracted split leaves a partial product, which an
-// all_reduce completes before the replicated result leaves the function.
+// Tests that a contracted split leaves a partial product, which an all_reduce
+// completes before the replicated result leaves the function.
 trellis.mesh @mesh = <["x"=2, "y"=4]>
 // CHECK-LABEL: func.func @partial_to_replicated
 // CHECK-SAME: %[[A:.*]]: tensor<8x4xf32> {{.*}}, %[[B:.*]]: tensor<4x16xf32>
@@ -18,8 +18,8 @@ func.func @partial_to_replicated(
 
 // -----
 
-// Tests that a partial value whose user wants it split along the same axis
-// gets a reduce_scatter.
+// Tests that a partial value whose user wants it split along the same axis gets
+// a reduce_scatter.
 trellis.mesh @mesh = <["x"=2]>
 // CHECK-LABEL: func.func @partial_to_split
 func.func @partial_to_split(
@@ -80,7 +80,7 @@ func.func @replicated_to_split(
 
 // -----
 
-// Tests a split over two axes gathered back minor axis first, and the
+// Tests that a split over two axes is gathered back minor axis first, and the
 // attributes that encode global sizes (reshape shape, loss normalizer)
 // rewritten for the local program.
 trellis.mesh @mesh = <["x"=2, "y"=2]>
@@ -123,10 +123,10 @@ func.func @partials_through_linear_ops(
 
 // -----
 
-// Tests that the collectives made for an op of a micro-batch run in the
-// op's phase (they carry its mark) and that, in a step of micro-batches
-// (graph.micro_batches), every value keeps its layout (trellis.layout) for
-// the pipeline split.
+// Tests that the collectives made for an op of a micro-batch run in the op's
+// phase (they carry its mark) and that, in a step of micro-batches
+// (graph.micro_batches), every value keeps its layout (trellis.layout) for the
+// pipeline split.
 trellis.mesh @mesh = <["x"=2]>
 // CHECK-LABEL: func.func @keeps_pipeline_marks
 func.func @keeps_pipeline_marks(

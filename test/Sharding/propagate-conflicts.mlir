@@ -1,7 +1,7 @@
 // RUN: trellis-opt %s -split-input-file -verify-diagnostics -pass-pipeline='builtin.module(func.func(trellis-propagate-shardings))' | FileCheck %s
 
-// Tests that annotations which disagree on one factor are named in a
-// warning: the first operand's split wins, the other is resharded.
+// Tests that annotations which disagree on one factor are named in a warning:
+// the first operand's split wins, the other is resharded.
 trellis.mesh @mesh = <["dp"=2, "tp"=2]>
 // CHECK-LABEL: func.func @contracting_conflict
 func.func @contracting_conflict(
@@ -15,8 +15,8 @@ func.func @contracting_conflict(
 
 // -----
 
-// Tests the warning when a factor cannot take the axes an annotation asks
-// for because another factor holds them.
+// Tests that a warning is given when a factor cannot take the axes an
+// annotation asks for because another factor holds them.
 trellis.mesh @mesh = <["tp"=2]>
 // CHECK-LABEL: func.func @axes_taken
 func.func @axes_taken(
@@ -30,8 +30,8 @@ func.func @axes_taken(
 
 // -----
 
-// Tests that annotations that agree (Megatron's column-parallel weight and
-// its bias) raise no warning.
+// Tests that annotations that agree (Megatron's column-parallel weight and its
+// bias) raise no warning.
 trellis.mesh @mesh = <["tp"=2]>
 // CHECK-LABEL: func.func @agreeing
 func.func @agreeing(

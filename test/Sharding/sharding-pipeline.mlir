@@ -1,8 +1,8 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-sharding-pipeline="dp=2" | FileCheck %s
 
-// Tests the sharding phase as one registered pipeline: the data-parallel
-// preset splits the input's batch, propagation and partitioning make the
-// loss and the weight gradient partial, and the bucketing reduces both in
+// Tests that the sharding phase runs as one registered pipeline: the data-
+// parallel preset splits the input's batch, propagation and partitioning make
+// the loss and the weight gradient partial, and the bucketing reduces both in
 // one all_reduce before the update.
 // CHECK: trellis.mesh @mesh = <["dp"=2, "tp"=1]>
 // CHECK-LABEL: func.func @train_step

@@ -11,7 +11,6 @@
 
 #include "llvm/Support/CommandLine.h"
 
-
 namespace trellis::driver {
 
 /// `trellis groups`: prints the process groups of a mesh.
@@ -25,6 +24,10 @@ int runImportCommand();
 /// `trellis compile`: a model to a training plan.
 extern llvm::cl::SubCommand compileCommand;
 int runCompileCommand();
+
+/// `trellis ops`: prints the plan op table.
+extern llvm::cl::SubCommand opsCommand;
+int runOpsCommand();
 
 /// `trellis schedule`: simulates a pipeline schedule.
 extern llvm::cl::SubCommand scheduleCommand;

@@ -41,8 +41,11 @@ int main(int argc, char **argv) {
     return runCompileCommand();
   if (scheduleCommand)
     return runScheduleCommand();
+  if (opsCommand)
+    return runOpsCommand();
   llvm::WithColor::error(llvm::errs(), "trellis")
-      << "expected a subcommand (groups, import, compile, run, schedule); see "
+      << "expected a subcommand (groups, import, compile, run, schedule, ops); "
+         "see "
          "'trellis --help'\n";
   return 1;
 }

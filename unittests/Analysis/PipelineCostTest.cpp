@@ -9,6 +9,13 @@
 
 using namespace trellis;
 
+namespace trellis {
+/// How gtest prints a model family in test names' parameters.
+void PrintTo(TransformerConfig::Family family, std::ostream *os) {
+  *os << (family == TransformerConfig::Family::Gpt2 ? "gpt2" : "llama");
+}
+} // namespace trellis
+
 namespace {
 
 TransformerConfig tinyConfig(TransformerConfig::Family family, bool tied) {
@@ -96,7 +103,14 @@ INSTANTIATE_TEST_SUITE_P(
     Models, PipelineCostTest,
     ::testing::Combine(::testing::Values(TransformerConfig::Family::Gpt2,
                                          TransformerConfig::Family::Llama),
-                       ::testing::Bool()));
+                       ::testing::Bool()),
+    [](const auto &info) {
+      return std::string(std::get<0>(info.param) ==
+                                 TransformerConfig::Family::Gpt2
+                             ? "Gpt2"
+                             : "Llama") +
+             (std::get<1>(info.param) ? "Tied" : "Untied");
+    });
 
 TEST(PipelineSplitTest, UniformLayersSplitEvenlyBetweenHeavyEnds) {
   mlir::MLIRContext context;

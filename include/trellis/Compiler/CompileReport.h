@@ -45,11 +45,13 @@ reportJson(int64_t modelParameters,
            const std::vector<RankReport> &reports);
 
 /// ZeRO-2 and ZeRO-3 with a pipeline communicate per micro-batch: a warning
-/// with the data-parallel traffic per step against what ZeRO-1 would move
+/// with the data-parallel traffic per step (the reduce-scatters and
+/// all-gathers over mesh axis `dataAxis`) against what ZeRO-1 would move
 /// (its gradients reduce-scattered and its parameters gathered once per
 /// step); "" when neither applies.
 std::string pipelinedZeroWarning(int64_t zeroStage, int64_t microBatches,
                                  int64_t dataParallel,
+                                 llvm::StringRef dataAxis,
                                  const std::vector<RankReport> &reports);
 
 } // namespace trellis

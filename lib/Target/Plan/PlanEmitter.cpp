@@ -301,7 +301,7 @@ llvm::json::Value planObject(int64_t microBatches, PlanMetadata metadata,
                              llvm::json::Array results,
                              llvm::json::Array stages) {
   llvm::json::Object plan{
-      {"format", "trellis-plan"},
+      {"format", kPlanFormatName},
       {"version", kPlanFormatVersion},
       {"micro_batches", microBatches},
   };

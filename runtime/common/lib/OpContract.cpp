@@ -2,9 +2,10 @@
 
 #include "trellis/Common/OpContract.h"
 
-#include "OpRules.h"
+#include "OpTable.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace trellis {
 
@@ -20,6 +21,32 @@ const char *elementTypeName(ElementType type) {
     return "i32";
   }
   return "?";
+}
+
+int64_t elementTypeBytes(ElementType type) {
+  return type == ElementType::BF16 || type == ElementType::F16 ? 2 : 4;
+}
+
+int64_t elementCount(const std::vector<int64_t> &shape) {
+  int64_t count = 1;
+  for (int64_t size : shape)
+    count *= size;
+  return count;
+}
+
+int64_t tensorBytes(const TensorType &type) {
+  return elementCount(type.shape) * elementTypeBytes(type.element);
+}
+
+OpCost elementwiseCost(const OpInstance &instance, double flopsPerElement) {
+  OpCost cost;
+  for (size_t i = 0; i < instance.numInputs(); ++i)
+    cost.bytesRead += tensorBytes(instance.input(i));
+  for (size_t i = 0; i < instance.numResults(); ++i) {
+    cost.bytesWritten += tensorBytes(instance.result(i));
+    cost.flops += flopsPerElement * elementCount(instance.resultShape(i));
+  }
+  return cost;
 }
 
 std::string formatShape(const std::vector<int64_t> &shape) {
@@ -140,14 +167,22 @@ bool acceptsElementType(OperandKind kind, ElementType type) {
   return false;
 }
 
-const std::map<std::string, OpContract> &opContracts() {
-  static const std::map<std::string, OpContract> table = buildOpContracts();
+const std::vector<OpContract> &opContracts() {
+  static const std::vector<OpContract> table = buildOpContracts();
   return table;
 }
 
+const OpContract &opContract(OpId id) { return opContracts()[id]; }
+
 const OpContract *findOpContract(const std::string &name) {
-  auto it = opContracts().find(name);
-  return it == opContracts().end() ? nullptr : &it->second;
+  static const std::unordered_map<std::string, OpId> ids = [] {
+    std::unordered_map<std::string, OpId> byName;
+    for (const OpContract &contract : opContracts())
+      byName.emplace(contract.name, contract.id);
+    return byName;
+  }();
+  auto it = ids.find(name);
+  return it == ids.end() ? nullptr : &opContracts()[it->second];
 }
 
 Diagnostic inferResults(const OpContract &contract, const OpInstance &instance,

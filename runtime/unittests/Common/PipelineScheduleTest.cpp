@@ -8,6 +8,13 @@
 
 using namespace trellis;
 
+namespace trellis {
+/// How gtest prints a schedule kind in test names' parameters.
+void PrintTo(ScheduleKind kind, std::ostream *os) {
+  *os << scheduleKindName(kind);
+}
+} // namespace trellis
+
 namespace {
 
 PipelineSimulation simulate(ScheduleKind kind, PipelineShape shape,
@@ -43,7 +50,16 @@ INSTANTIATE_TEST_SUITE_P(
     GPipeAnd1F1B, UniformBubbleTest,
     ::testing::Combine(::testing::Values(ScheduleKind::GPipe,
                                          ScheduleKind::OneFOneB),
-                       ::testing::Values(2, 4), ::testing::Values(1, 4, 8)));
+                       ::testing::Values(2, 4), ::testing::Values(1, 4, 8)),
+    [](const auto &info) {
+      // (No structured binding: its commas would split the macro's
+      // arguments.)
+      return std::string(std::get<0>(info.param) == ScheduleKind::GPipe
+                             ? "GPipe"
+                             : "OneFOneB") +
+             "_p" + std::to_string(std::get<1>(info.param)) + "_m" +
+             std::to_string(std::get<2>(info.param));
+    });
 
 // Interleaving v chunks per rank divides the bubble by v:
 // (p - 1) / (v m + p - 1).

@@ -12,10 +12,14 @@
 #include "Gemm.h"
 
 #include <gtest/gtest.h>
+
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -28,6 +32,17 @@ struct Case {
   bool transposeA, transposeB;
   int64_t m, n, k, padding;
 };
+
+/// "NT 1100x300x40 pad 16": the operands' transposes, m x n x k, padding.
+std::string describe(const Case &c) {
+  std::string text = std::string(c.transposeA ? "T" : "N") +
+                     (c.transposeB ? "T" : "N") + " " + std::to_string(c.m) +
+                     "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+  return c.padding ? text + " pad " + std::to_string(c.padding) : text;
+}
+
+/// How gtest prints a case (test names and failures).
+void PrintTo(const Case &c, std::ostream *os) { *os << describe(c); }
 
 /// op(x)[r][c] of a stored row-major matrix with leading dimension ld.
 float at(const std::vector<float> &x, bool transpose, int64_t ld, int64_t r,
@@ -95,7 +110,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{true, false, 256, 300, 50, 0},
                       Case{false, false, 270, 100, 30, 8},
                       Case{true, false, 300, 1100, 70, 0},
-                      Case{false, true, 1100, 300, 40, 16}));
+                      Case{false, true, 1100, 300, 40, 16}),
+    [](const ::testing::TestParamInfo<Case> &info) {
+      std::string name = describe(info.param);
+      std::replace(name.begin(), name.end(), ' ', '_');
+      return name;
+    });
 
 /// op(a) op(b) on `threads` threads.
 std::vector<float> product(int threads, bool transposeA, int64_t m, int64_t n,

@@ -20,13 +20,14 @@ TEST(BackendTest, EveryComputePlanOpHasAKernelOnEveryBackend) {
     StatusOr<std::unique_ptr<Device>> device = backend->createDevice({});
     ASSERT_TRUE(device.ok()) << device.status().message();
     int compute = 0;
-    for (const auto &[name, contract] : opContracts()) {
+    for (const OpContract &contract : opContracts()) {
       // Collectives and transfers run through the communicator.
       if (contract.collective)
         continue;
       ++compute;
-      EXPECT_TRUE((*device)->hasKernel(name))
-          << backend->name() << " has no kernel for plan op '" << name << "'";
+      EXPECT_TRUE((*device)->hasKernel(contract.name))
+          << backend->name() << " has no kernel for plan op '"
+          << contract.name << "'";
     }
     EXPECT_GT(compute, 40);
     EXPECT_FALSE((*device)->hasKernel("conv2d"));
@@ -237,10 +238,10 @@ TEST(BackendTest, LayoutOpsMoveBf16Elements) {
   }
 }
 
-/// allFinite tests exponent bits in place: every float dtype, a NaN or an
-/// infinity anywhere (past the first of the CPU's 65536-element chunks
-/// too) is found, large finite values and subnormals are finite.
-TEST(BackendTest, AllFiniteFindsInfinitiesAndNaNs) {
+/// firstNonFinite tests exponent bits in place: every float dtype, a NaN
+/// or an infinity anywhere (past the first of the CPU's 65536-element
+/// chunks too) is found, large finite values and subnormals are finite.
+TEST(BackendTest, FirstNonFiniteFindsInfinitiesAndNaNs) {
   StatusOr<std::unique_ptr<Device>> device =
       (*findBackend("cpu"))->createDevice({2, 0});
   ASSERT_TRUE(device.ok());
@@ -262,22 +263,54 @@ TEST(BackendTest, AllFiniteFindsInfinitiesAndNaNs) {
     for (int64_t i = 0; i < count; ++i)
       set(i, (i % 2 ? -1.0f : 1.0f) * (i % 7 ? 1e-6f * i : 6.0e4f));
     set(5, 1e-40f); // subnormal in f32, zero or subnormal in 16 bits
-    StatusOr<bool> finite = (*device)->allFinite(tensor);
-    ASSERT_TRUE(finite.ok());
-    EXPECT_TRUE(*finite);
+    StatusOr<int64_t> first = (*device)->firstNonFinite({&tensor});
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(*first, -1);
     for (float bad : {std::numeric_limits<float>::infinity(),
                       -std::numeric_limits<float>::infinity(),
                       std::numeric_limits<float>::quiet_NaN()})
       for (int64_t at : {int64_t(0), int64_t(70000), count - 1}) {
         set(at, bad);
-        finite = (*device)->allFinite(tensor);
-        ASSERT_TRUE(finite.ok());
-        EXPECT_FALSE(*finite) << bad << " at " << at;
+        first = (*device)->firstNonFinite({&tensor});
+        ASSERT_TRUE(first.ok());
+        EXPECT_EQ(*first, 0) << bad << " at " << at;
         EXPECT_FALSE(allFiniteValues(dtype, tensor.raw(), count));
         set(at, 1.0f);
       }
     EXPECT_TRUE(allFiniteValues(dtype, tensor.raw(), count));
   }
+}
+
+/// Of several tensors, the first non-finite one is named, whatever
+/// follows it; none such gives -1.
+TEST(BackendTest, FirstNonFiniteNamesTheFirstOfSeveral) {
+  StatusOr<std::unique_ptr<Device>> device =
+      (*findBackend("cpu"))->createDevice({});
+  ASSERT_TRUE(device.ok());
+  std::vector<std::unique_ptr<DeviceAllocation>> memory;
+  std::vector<Tensor> tensors;
+  for (int t = 0; t < 4; ++t) {
+    StatusOr<std::unique_ptr<DeviceAllocation>> allocation =
+        (*device)->allocate(8 * sizeof(float));
+    ASSERT_TRUE(allocation.ok());
+    memory.push_back(std::move(*allocation));
+    tensors.emplace_back(BufferDesc{{8}, DType::F32}, memory.back()->data());
+    for (int i = 0; i < 8; ++i)
+      tensors.back().f32()[i] = 1.0f;
+  }
+  std::vector<const Tensor *> all = {&tensors[0], &tensors[1], &tensors[2],
+                                     &tensors[3]};
+  StatusOr<int64_t> first = (*device)->firstNonFinite(all);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, -1);
+  tensors[3].f32()[7] = std::numeric_limits<float>::quiet_NaN();
+  tensors[1].f32()[2] = std::numeric_limits<float>::infinity();
+  first = (*device)->firstNonFinite(all);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, 1);
+  first = (*device)->firstNonFinite({});
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, -1);
 }
 
 } // namespace

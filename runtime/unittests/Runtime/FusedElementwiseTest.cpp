@@ -27,8 +27,11 @@ void runFused(DeviceTensors &b, std::vector<int64_t> inputs, int64_t output,
 
 const std::vector<int64_t> kRows{3, 1000, 8}; // 24000 elements, 6 blocks
 
-TEST(FusedElementwiseTest, BiasGelu) {
-  DeviceTensors b;
+class FusedElementwiseTest : public EveryBackend {};
+TRELLIS_ON_EVERY_BACKEND(FusedElementwiseTest);
+
+TEST_P(FusedElementwiseTest, BiasGelu) {
+  DeviceTensors b(2, GetParam());
   int64_t x = b.add(kRows, DType::F32, 1), bias = b.add({8}, DType::F32, 2);
   int64_t sum = b.add(kRows, DType::F32, 0), gelu = b.add(kRows, DType::F32, 0),
           fused = b.add(kRows, DType::F32, 0);
@@ -38,8 +41,8 @@ TEST(FusedElementwiseTest, BiasGelu) {
   b.expectSameBits(gelu, fused);
 }
 
-TEST(FusedElementwiseTest, GeluBackwardScaleResidual) {
-  DeviceTensors b;
+TEST_P(FusedElementwiseTest, GeluBackwardScaleResidual) {
+  DeviceTensors b(2, GetParam());
   int64_t x = b.add(kRows, DType::F32, 3), dy = b.add(kRows, DType::F32, 4),
           r = b.add(kRows, DType::F32, 5);
   int64_t grad = b.add(kRows, DType::F32, 0),
@@ -53,8 +56,8 @@ TEST(FusedElementwiseTest, GeluBackwardScaleResidual) {
   b.expectSameBits(sum, fused);
 }
 
-TEST(FusedElementwiseTest, SwiGluAndBroadcastsFromBothSides) {
-  DeviceTensors b;
+TEST_P(FusedElementwiseTest, SwiGluAndBroadcastsFromBothSides) {
+  DeviceTensors b(2, GetParam());
   int64_t gate = b.add(kRows, DType::F32, 6), up = b.add(kRows, DType::F32, 7);
   int64_t silu = b.add(kRows, DType::F32, 0), product = b.add(kRows, DType::F32, 0),
           fused = b.add(kRows, DType::F32, 0);
@@ -75,8 +78,8 @@ TEST(FusedElementwiseTest, SwiGluAndBroadcastsFromBothSides) {
   b.expectSameBits(top, fusedTop);
 }
 
-TEST(FusedElementwiseTest, Bf16ChainRoundsLikeItsMembers) {
-  DeviceTensors b;
+TEST_P(FusedElementwiseTest, Bf16ChainRoundsLikeItsMembers) {
+  DeviceTensors b(2, GetParam());
   int64_t x = b.add(kRows, DType::BF16, 10), y = b.add(kRows, DType::BF16, 11),
           bias = b.add({8}, DType::F32, 12);
   int64_t sum = b.add(kRows, DType::BF16, 0), wide = b.add(kRows, DType::F32, 0),
@@ -97,8 +100,8 @@ TEST(FusedElementwiseTest, Bf16ChainRoundsLikeItsMembers) {
 
 // A program whose last value is not of the result's dtype is refused (its
 // values would be stored as the wrong encoding).
-TEST(FusedElementwiseTest, RefusesAResultOfAnotherDtype) {
-  DeviceTensors b;
+TEST_P(FusedElementwiseTest, RefusesAResultOfAnotherDtype) {
+  DeviceTensors b(2, GetParam());
   int64_t x = b.add(kRows, DType::BF16, 13), y = b.add(kRows, DType::BF16, 14);
   int64_t wide = b.add(kRows, DType::F32, 0);
   Status status = b.launch("fused_elementwise", {x, y}, {wide},

@@ -1,13 +1,12 @@
 //===- JobAgreementTest.cpp - Ranks agree on the job at rendezvous --------===//
 //
-// Over Gloo's file store in a temporary directory, with each rank on its
+// Over the directory store in a temporary directory, with each rank on its
 // own thread.
 //
 //===----------------------------------------------------------------------===//
 
-#include "../../gloo/JobAgreement.h"
+#include "trellis/Runtime/Rendezvous.h"
 
-#include <gloo/rendezvous/file_store.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -28,13 +27,15 @@ std::string freshDirectory() {
 
 TEST(JobAgreementTest, EqualFieldsAgreeAndTheFirstDifferenceIsNamed) {
   std::string dir = freshDirectory();
-  gloo::rendezvous::FileStore store0(dir), store1(dir), store2(dir);
+  std::unique_ptr<RendezvousStore> store0 = openDirectoryStore(dir),
+                                   store1 = openDirectoryStore(dir),
+                                   store2 = openDirectoryStore(dir);
   JobFields fields = {{"plan", "crc32 1"}, {"seed", "0"}};
   JobFields other = {{"plan", "crc32 1"}, {"seed", "7"}};
   std::vector<Status> results(3, Status::success());
-  std::thread one([&] { results[1] = agreeOnJob(store1, 1, 3, fields, 5000ms); });
-  std::thread two([&] { results[2] = agreeOnJob(store2, 2, 3, other, 5000ms); });
-  results[0] = agreeOnJob(store0, 0, 3, fields, 5000ms);
+  std::thread one([&] { results[1] = agreeOnJob(*store1, 1, 3, fields, 5000ms); });
+  std::thread two([&] { results[2] = agreeOnJob(*store2, 2, 3, other, 5000ms); });
+  results[0] = agreeOnJob(*store0, 0, 3, fields, 5000ms);
   one.join();
   two.join();
   // Every rank hears rank 0's one verdict.
@@ -50,8 +51,8 @@ TEST(JobAgreementTest, EqualFieldsAgreeAndTheFirstDifferenceIsNamed) {
 
 TEST(JobAgreementTest, ARankThatNeverArrivesIsNamed) {
   std::string dir = freshDirectory();
-  gloo::rendezvous::FileStore store(dir);
-  Status status = agreeOnJob(store, 0, 2, {{"plan", "crc32 1"}}, 300ms);
+  std::unique_ptr<RendezvousStore> store = openDirectoryStore(dir);
+  Status status = agreeOnJob(*store, 0, 2, {{"plan", "crc32 1"}}, 300ms);
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.message().rfind("rendezvous: waiting for rank 1: ", 0), 0u)
       << status.message();

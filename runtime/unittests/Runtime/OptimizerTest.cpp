@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "KernelTesting.h"
+
 #include "trellis/Runtime/Backend.h"
 #include "trellis/Runtime/Executor.h"
 #include "trellis/Runtime/Plan.h"
@@ -105,8 +107,10 @@ std::string updatePlan(bool apart) {
          program + "]}], \"schedule\": [\"step\"]}]}";
 }
 
-/// Every update result of one step of the plan, at `threads` threads.
-std::vector<std::vector<float>> runUpdates(bool apart, int threads) {
+/// Every update result of one step of the plan, at `threads` threads, on
+/// a device of `backend`.
+std::vector<std::vector<float>> runUpdates(bool apart, int threads,
+                                           const std::string &backend) {
   StatusOr<Plan> plan = parsePlan(updatePlan(apart));
   EXPECT_TRUE(plan.ok()) << plan.status().message();
   if (!plan.ok())
@@ -114,7 +118,7 @@ std::vector<std::vector<float>> runUpdates(bool apart, int threads) {
   DeviceOptions options;
   options.threads = threads;
   std::unique_ptr<Device> device =
-      std::move(*(*findBackend("cpu"))->createDevice(options));
+      std::move(*(*findBackend(backend))->createDevice(options));
   StatusOr<std::unique_ptr<Executor>> executor =
       Executor::create(std::move(*plan), *device);
   EXPECT_TRUE(executor.ok()) << executor.status().message();
@@ -143,11 +147,14 @@ std::vector<std::vector<float>> runUpdates(bool apart, int threads) {
   return out;
 }
 
-TEST(OptimizerTest, AMultiTensorPassEqualsTheUpdatesOneByOne) {
+class OptimizerTest : public testing::EveryBackend {};
+TRELLIS_ON_EVERY_BACKEND(OptimizerTest);
+
+TEST_P(OptimizerTest, AMultiTensorPassEqualsTheUpdatesOneByOne) {
   for (int threads : {1, 2}) {
     SCOPED_TRACE(threads);
-    std::vector<std::vector<float>> together = runUpdates(false, threads);
-    std::vector<std::vector<float>> apart = runUpdates(true, threads);
+    std::vector<std::vector<float>> together = runUpdates(false, threads, GetParam());
+    std::vector<std::vector<float>> apart = runUpdates(true, threads, GetParam());
     ASSERT_EQ(together.size(), kSizes.size() + 1);
     ASSERT_EQ(together.size(), apart.size());
     for (size_t r = 0; r < together.size(); ++r)

@@ -27,7 +27,7 @@ namespace {
 /// f32 tensors on a one-thread CPU device, filled in [-1, 1).
 class Kernels : public DeviceTensors {
 public:
-  Kernels() : DeviceTensors(1) {}
+  explicit Kernels(const std::string &backend) : DeviceTensors(1, backend) {}
 
   /// A new f32 tensor of `shape`, filled from a fixed pseudo-random
   /// sequence when `seed` > 0 (zeros otherwise); returns its index.
@@ -56,7 +56,10 @@ public:
   }
 };
 
-TEST(RingAttentionTest, ZigzagOrderHoldsEarlyAndLateChunks) {
+class RingAttentionTest : public EveryBackend {};
+TRELLIS_ON_EVERY_BACKEND(RingAttentionTest);
+
+TEST_P(RingAttentionTest, ZigzagOrderHoldsEarlyAndLateChunks) {
   // 2 ranks, 4 chunks of 3: rank 0 holds chunks 0 and 3, rank 1 chunks 1
   // and 2.
   std::vector<int64_t> positions;
@@ -70,9 +73,9 @@ TEST(RingAttentionTest, ZigzagOrderHoldsEarlyAndLateChunks) {
 // The block kernels over a sequence stored in zigzag order of 4 chunks,
 // grouped-query heads: the causal mask meets empty, full and diagonal
 // pairs of position runs.
-TEST(RingAttentionTest, BlockEqualsAttentionOverAZigzagSequence) {
+TEST_P(RingAttentionTest, BlockEqualsAttentionOverAZigzagSequence) {
   for (int64_t chunks : {0, 4}) {
-    Kernels k;
+    Kernels k(GetParam());
     const std::vector<int64_t> qShape{2, 12, 4, 8}, kvShape{2, 12, 2, 8};
     int64_t q = k.add(qShape, 1), key = k.add(kvShape, 2),
             value = k.add(kvShape, 3), dOut = k.add(qShape, 4);
@@ -101,8 +104,8 @@ TEST(RingAttentionTest, BlockEqualsAttentionOverAZigzagSequence) {
 
 // Without a mask, two key blocks merged by log-sum-exp are attention over
 // both; so are their gradients summed.
-TEST(RingAttentionTest, MergedBlocksEqualAttentionOverBoth) {
-  Kernels k;
+TEST_P(RingAttentionTest, MergedBlocksEqualAttentionOverBoth) {
+  Kernels k(GetParam());
   const std::vector<int64_t> qShape{1, 6, 2, 4}, kvShape{1, 6, 2, 4},
       wholeShape{1, 12, 2, 4};
   int64_t q = k.add(qShape, 5), k1 = k.add(kvShape, 6), v1 = k.add(kvShape, 7),
@@ -169,9 +172,9 @@ struct Reference {
   }
 };
 
-TEST(RingAttentionTest, LongSequencesRunInTilesLikeADoubleReference) {
+TEST_P(RingAttentionTest, LongSequencesRunInTilesLikeADoubleReference) {
   for (int64_t chunks : {0, 6}) {
-    Kernels k;
+    Kernels k(GetParam());
     const int64_t seq = 3 * 128 + 18; // 3 full tiles and a short one
     const std::vector<int64_t> qShape{1, seq, 4, 8}, kvShape{1, seq, 2, 8};
     int64_t q = k.add(qShape, 11), key = k.add(kvShape, 12),

@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "../../gloo/TcpStore.h"
+#include "trellis/Runtime/Rendezvous.h"
 
 #include <gtest/gtest.h>
 
@@ -16,10 +16,8 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <functional>
 #include <random>
 #include <thread>
-#include <stdexcept>
 
 namespace trellis::runtime {
 namespace {
@@ -91,32 +89,37 @@ int connectAuthenticated(int port) {
 TEST(TcpStoreTest, AClientWithTheSecretWritesAndReads) {
   auto [server, port] = startServer();
   ASSERT_TRUE(server);
-  TcpStoreClient writer("127.0.0.1", port, kToken, 5000ms);
-  TcpStoreClient reader("localhost", port, kToken, 5000ms);
-  writer.set("key", {'a', 'b', 'c'});
-  EXPECT_EQ(reader.get("key"), (std::vector<char>{'a', 'b', 'c'}));
+  std::unique_ptr<RendezvousStore> writer =
+      connectTcpStore("127.0.0.1", port, kToken, 5000ms);
+  std::unique_ptr<RendezvousStore> reader =
+      connectTcpStore("localhost", port, kToken, 5000ms);
+  ASSERT_TRUE(writer->set("key", {'a', 'b', 'c'}).ok());
+  StatusOr<std::vector<char>> value = reader->get("key", 5000ms);
+  ASSERT_TRUE(value.ok()) << value.status().message();
+  EXPECT_EQ(*value, (std::vector<char>{'a', 'b', 'c'}));
 }
 
 TEST(TcpStoreTest, ListensOnIPv6) {
   auto [server, port] = startServer("::1");
   ASSERT_TRUE(server);
-  TcpStoreClient client("::1", port, kToken, 5000ms);
-  client.set("six", {'6'});
-  EXPECT_EQ(client.get("six"), std::vector<char>{'6'});
+  std::unique_ptr<RendezvousStore> client =
+      connectTcpStore("::1", port, kToken, 5000ms);
+  ASSERT_TRUE(client->set("six", {'6'}).ok());
+  StatusOr<std::vector<char>> value = client->get("six", 5000ms);
+  ASSERT_TRUE(value.ok()) << value.status().message();
+  EXPECT_EQ(*value, std::vector<char>{'6'});
 }
 
 TEST(TcpStoreTest, RefusesAWrongSecretNamingTheFix) {
   auto [server, port] = startServer();
   ASSERT_TRUE(server);
-  TcpStoreClient stranger("127.0.0.1", port, "not-the-job-secret", 5000ms);
-  try {
-    stranger.set("key", {'x'});
-    FAIL() << "a client with a wrong secret wrote a key";
-  } catch (const std::runtime_error &error) {
-    EXPECT_NE(std::string(error.what()).find("refused this rank's job token"),
-              std::string::npos)
-        << error.what();
-  }
+  std::unique_ptr<RendezvousStore> stranger =
+      connectTcpStore("127.0.0.1", port, "not-the-job-secret", 5000ms);
+  Status status = stranger->set("key", {'x'});
+  ASSERT_FALSE(status.ok()) << "a client with a wrong secret wrote a key";
+  EXPECT_NE(status.message().find("refused this rank's job token"),
+            std::string::npos)
+      << status.message();
 }
 
 TEST(TcpStoreTest, ARequestBeforeTheHandshakeIsRefusedAndStoresNothing) {
@@ -134,8 +137,9 @@ TEST(TcpStoreTest, ARequestBeforeTheHandshakeIsRefusedAndStoresNothing) {
   EXPECT_EQ(readReply(fd), 0) << "the connection stays open";
   ::close(fd);
   // The key was never written: a reader with the secret times out.
-  TcpStoreClient client("127.0.0.1", port, kToken, 300ms);
-  EXPECT_THROW(client.get("key"), std::runtime_error);
+  std::unique_ptr<RendezvousStore> client =
+      connectTcpStore("127.0.0.1", port, kToken, 300ms);
+  EXPECT_FALSE(client->get("key", 300ms).ok());
 }
 
 TEST(TcpStoreTest, AValueOverTheCapClosesTheConnectionUnread) {
@@ -151,8 +155,9 @@ TEST(TcpStoreTest, AValueOverTheCapClosesTheConnectionUnread) {
   sendBytes(fd, &valueLength, 8);
   EXPECT_EQ(readReply(fd), 0);
   ::close(fd);
-  TcpStoreClient client("127.0.0.1", port, kToken, 300ms);
-  EXPECT_THROW(client.get("big"), std::runtime_error);
+  std::unique_ptr<RendezvousStore> client =
+      connectTcpStore("127.0.0.1", port, kToken, 300ms);
+  EXPECT_FALSE(client->get("big", 300ms).ok());
 }
 
 TEST(TcpStoreTest, AnOversizedKeyClosesTheConnection) {
@@ -188,28 +193,24 @@ TEST(TcpStoreTest, ATakenPortIsAnErrorNamingIt) {
 TEST(TcpStoreTest, TimeoutsNameWhatWasAwaited) {
   auto [server, port] = startServer();
   ASSERT_TRUE(server);
-  TcpStoreClient client("127.0.0.1", port, kToken, 200ms);
-  try {
-    client.get("never-set");
-    FAIL() << "read a key nobody wrote";
-  } catch (const std::runtime_error &error) {
-    EXPECT_STREQ(error.what(), "store: timed out waiting for never-set");
-  }
+  std::unique_ptr<RendezvousStore> client =
+      connectTcpStore("127.0.0.1", port, kToken, 200ms);
+  StatusOr<std::vector<char>> value = client->get("never-set", 200ms);
+  ASSERT_FALSE(value.ok()) << "read a key nobody wrote";
+  EXPECT_EQ(value.status().message(), "store: timed out waiting for never-set");
   // Nobody listens on a port just freed.
   int freed = port;
   server.reset();
-  TcpStoreClient stranded("127.0.0.1", freed, kToken, 200ms);
-  try {
-    stranded.set("key", {'x'});
-    FAIL() << "wrote to a store that is gone";
-  } catch (const std::runtime_error &error) {
-    EXPECT_EQ(std::string(error.what())
-                  .rfind("store: cannot reach 127.0.0.1:" +
-                             std::to_string(freed) + " within the timeout: ",
-                         0),
-              0u)
-        << error.what();
-  }
+  std::unique_ptr<RendezvousStore> stranded =
+      connectTcpStore("127.0.0.1", freed, kToken, 200ms);
+  Status status = stranded->set("key", {'x'});
+  ASSERT_FALSE(status.ok()) << "wrote to a store that is gone";
+  EXPECT_EQ(status.message().rfind("store: cannot reach 127.0.0.1:" +
+                                       std::to_string(freed) +
+                                       " within the timeout: ",
+                                   0),
+            0u)
+      << status.message();
 }
 
 /// A server that accepts the handshake, then answers every request with
@@ -273,48 +274,48 @@ private:
   std::thread thread_;
 };
 
-std::string failureOf(const std::function<void()> &request) {
-  try {
-    request();
-  } catch (const std::runtime_error &error) {
-    return error.what();
-  }
-  return "(no error)";
+std::string failureOf(const Status &status) {
+  return status.ok() ? "(no error)" : status.message();
 }
 
 TEST(TcpStoreTest, NamesEveryBrokenReply) {
   {
     FakeStore full('F');
-    TcpStoreClient client("127.0.0.1", full.port(), kToken, 2000ms);
-    EXPECT_EQ(failureOf([&] { client.set("key", {'x'}); }),
+    std::unique_ptr<RendezvousStore> client =
+        connectTcpStore("127.0.0.1", full.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf(client->set("key", {'x'})),
               "store: 127.0.0.1:" + std::to_string(full.port()) +
                   " is full: it holds at most 1024 MiB");
   }
   {
     FakeStore garbled('?');
-    TcpStoreClient client("127.0.0.1", garbled.port(), kToken, 2000ms);
-    EXPECT_EQ(failureOf([&] { client.set("key", {'x'}); }),
+    std::unique_ptr<RendezvousStore> client =
+        connectTcpStore("127.0.0.1", garbled.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf(client->set("key", {'x'})),
               "store: unexpected reply writing key");
   }
   {
     FakeStore closing(0);
-    TcpStoreClient client("127.0.0.1", closing.port(), kToken, 2000ms);
-    EXPECT_EQ(failureOf([&] { client.set("key", {'x'}); }),
+    std::unique_ptr<RendezvousStore> client =
+        connectTcpStore("127.0.0.1", closing.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf(client->set("key", {'x'})),
               "store: lost the connection to 127.0.0.1:" +
                   std::to_string(closing.port()) + " writing key");
   }
   {
     FakeStore closing(0);
-    TcpStoreClient client("127.0.0.1", closing.port(), kToken, 2000ms);
-    EXPECT_EQ(failureOf([&] { client.get("key"); }),
+    std::unique_ptr<RendezvousStore> client =
+        connectTcpStore("127.0.0.1", closing.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf(client->get("key", 2000ms).status()),
               "store: lost the connection to 127.0.0.1:" +
                   std::to_string(closing.port()) + " reading key");
   }
   {
     // A value announced, then the connection lost.
     FakeStore truncated('V');
-    TcpStoreClient client("127.0.0.1", truncated.port(), kToken, 2000ms);
-    EXPECT_EQ(failureOf([&] { client.get("key"); }),
+    std::unique_ptr<RendezvousStore> client =
+        connectTcpStore("127.0.0.1", truncated.port(), kToken, 2000ms);
+    EXPECT_EQ(failureOf(client->get("key", 2000ms).status()),
               "store: lost the connection reading key");
   }
 }

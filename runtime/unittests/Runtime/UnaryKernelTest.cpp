@@ -12,6 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "KernelTesting.h"
+
 #include "trellis/Runtime/Backend.h"
 
 #include <gtest/gtest.h>
@@ -109,9 +111,12 @@ void runOp(Device &device, const std::string &op, const std::string &function,
   ASSERT_TRUE(device.copyToHost(tensors[2], y.data()).ok());
 }
 
-TEST(UnaryKernelTest, FunctionsMatchTheCLibraryAtEveryLength) {
+class UnaryKernelTest : public runtime::testing::EveryBackend {};
+TRELLIS_ON_EVERY_BACKEND(UnaryKernelTest);
+
+TEST_P(UnaryKernelTest, FunctionsMatchTheCLibraryAtEveryLength) {
   std::unique_ptr<Device> device =
-      std::move(*(*findBackend("cpu"))->createDevice({}));
+      std::move(*(*findBackend(GetParam()))->createDevice({}));
   for (const Function &f : functions()) {
     int64_t n = 100003;
     std::vector<float> x(n), dy(n);

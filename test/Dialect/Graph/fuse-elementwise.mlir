@@ -1,7 +1,7 @@
 // RUN: trellis-opt %s -trellis-fuse-elementwise -split-input-file | FileCheck %s
 
-// A bias add feeding GELU: one op over the matmul's output and the bias
-// (broadcast), the sum never stored.
+// Tests that a bias add feeding GELU becomes one op over the matmul's output
+// and the bias (broadcast), the sum never stored.
 // CHECK-LABEL: func.func @bias_gelu
 // CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<8xf32>)
 // CHECK-NEXT: %[[Y:.*]] = graph.fused_elementwise %[[X]], %[[B]] ["add %0 %1", "gelu_tanh %2"] : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
@@ -14,8 +14,9 @@ func.func @bias_gelu(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> 
 
 // -----
 
-// A tree: GELU's backward times a scale, plus a residual gradient; inputs
-// numbered in order of first use, slots after them in member order.
+// Tests that a tree (GELU's backward times a scale, plus a residual gradient)
+// becomes one op: inputs numbered in order of first use, slots after them in
+// member order.
 // CHECK-LABEL: func.func @tree
 // CHECK-NEXT: graph.fused_elementwise %arg0, %arg1, %arg2 ["unary_grad gelu_tanh %0 %1", "scale %3 0.5", "add %4 %2"]
 // CHECK-NEXT: return
@@ -28,8 +29,9 @@ func.func @tree(%x: tensor<4x8xf32>, %dy: tensor<4x8xf32>, %r: tensor<4x8xf32>) 
 
 // -----
 
-// A value read twice (the forward's pre-activation, which the backward
-// reads again) stays a tensor: it ends the tree. A lone op is left alone.
+// Tests that a value read twice (the forward's pre-activation, which the
+// backward reads again) stays a tensor: it ends the tree. A lone op is left
+// alone.
 // CHECK-LABEL: func.func @shared
 // CHECK-NEXT: %[[S:.*]] = graph.add
 // CHECK-NEXT: %[[G:.*]] = graph.gelu_tanh %[[S]]
@@ -45,9 +47,9 @@ func.func @shared(%x: tensor<4x8xf32>, %b: tensor<4x8xf32>, %dy: tensor<4x8xf32>
 
 // -----
 
-// Casts join (each slot keeps its member's dtype: the program rounds as
-// the members would); a member of another shape (the broadcast operand's
-// own computation) or another program stays out.
+// Tests that casts join (each slot keeps its member's dtype: the program rounds
+// as the members would), and that a member of another shape (the broadcast
+// operand's own computation) or another program stays out.
 // CHECK-LABEL: func.func @casts_and_boundaries
 // CHECK-NEXT: %[[SB:.*]] = graph.scale %arg1 by 2.000000e+00 : tensor<8xf32>
 // CHECK-NEXT: %[[F:.*]] = graph.fused_elementwise %arg0, %[[SB]] ["cast f32 %0", "add %2 %1", "cast bf16 %3"] {graph.phase = "forward"} : (tensor<4x8xbf16>, tensor<8xf32>) -> tensor<4x8xbf16>

@@ -428,7 +428,7 @@ func.func @result_sharding_mesh(%arg0: tensor<8xf32>) -> tensor<8xf32> {
 
 // -----
 
-// Tests the pipeline attributes of a step function.
+// Tests that a step function's pipeline attributes are checked.
 // expected-error @+1 {{'func.func' op expected 'trellis.pipeline_stages' to be an integer >= 1, found 0 : i64}}
 func.func @no_stages() attributes {trellis.pipeline_stages = 0 : i64} {
   return
@@ -436,6 +436,7 @@ func.func @no_stages() attributes {trellis.pipeline_stages = 0 : i64} {
 
 // -----
 
+// Tests that a stage of no layers is refused.
 // expected-error @+1 {{'func.func' op expected 'trellis.stage_layers' to be an array of layer counts >= 1, found array<i64: 2, 0>}}
 func.func @empty_stage() attributes {trellis.stage_layers = array<i64: 2, 0>} {
   return
@@ -443,6 +444,7 @@ func.func @empty_stage() attributes {trellis.stage_layers = array<i64: 2, 0>} {
 
 // -----
 
+// Tests that an unknown schedule is refused, naming the known ones.
 // expected-error @+1 {{'func.func' op expected 'trellis.pipeline_schedule' to name a schedule (gpipe, 1f1b, interleaved or zb-h1), found "round-robin"}}
 func.func @unknown_schedule() attributes {trellis.pipeline_schedule = "round-robin"} {
   return
@@ -450,6 +452,7 @@ func.func @unknown_schedule() attributes {trellis.pipeline_schedule = "round-rob
 
 // -----
 
+// Tests that a negative stage is refused.
 // expected-error @+1 {{'func.func' op expected 'trellis.pipeline_stage' to be an integer >= 0, found -1 : i64}}
 func.func @negative_stage() attributes {trellis.pipeline_stage = -1 : i64} {
   return
@@ -457,6 +460,7 @@ func.func @negative_stage() attributes {trellis.pipeline_stage = -1 : i64} {
 
 // -----
 
+// Tests that a program is named by a string.
 // expected-error @+1 {{'func.func' op expected 'trellis.program' to be a name, found 3 : i64}}
 func.func @program_number() attributes {trellis.program = 3 : i64} {
   return
@@ -464,6 +468,7 @@ func.func @program_number() attributes {trellis.program = 3 : i64} {
 
 // -----
 
+// Tests that a schedule lists action names.
 // expected-error @+1 {{'func.func' op expected 'trellis.schedule' to be an array of action names, found [1]}}
 func.func @schedule_numbers() attributes {trellis.schedule = [1]} {
   return
@@ -471,7 +476,7 @@ func.func @schedule_numbers() attributes {trellis.schedule = [1]} {
 
 // -----
 
-// Tests the argument and result attributes of stage programs.
+// Tests that the argument and result attributes of stage programs are checked.
 // expected-error @+1 {{'func.func' op 'trellis.held' is a unit attribute of arguments}}
 func.func @held_value(%arg0: tensor<8xf32> {trellis.held = 1 : i64}) {
   return
@@ -479,6 +484,7 @@ func.func @held_value(%arg0: tensor<8xf32> {trellis.held = 1 : i64}) {
 
 // -----
 
+// Tests that sequence chunks need a sequence dimension.
 // expected-error @+1 {{'func.func' op expected 'trellis.sequence_chunks' to be an integer >= 2 on an argument of rank >= 2 (dimension 1 the sequence), found 2 : i64 on 'tensor<8xi32>'}}
 func.func @chunks_of_a_vector(%arg0: tensor<8xi32> {trellis.sequence_chunks = 2 : i64}) {
   return
@@ -486,6 +492,7 @@ func.func @chunks_of_a_vector(%arg0: tensor<8xi32> {trellis.sequence_chunks = 2 
 
 // -----
 
+// Tests that a result index is not negative.
 // expected-error @+1 {{'func.func' op expected 'trellis.result' to be an integer >= 0, found -2 : i64}}
 func.func @negative_result(%arg0: tensor<8xf32>) -> (tensor<8xf32> {trellis.result = -2 : i64}) {
   return %arg0 : tensor<8xf32>

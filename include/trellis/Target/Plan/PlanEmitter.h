@@ -11,21 +11,19 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "trellis/Common/PlanFormat.h"
 #include "llvm/Support/JSON.h"
 
 namespace trellis {
-
-/// The plan format version the emitter writes and the runtime reads.
-constexpr int64_t kPlanFormatVersion = 4;
 
 /// Free-form facts copied into the plan's "metadata" object.
 struct PlanMetadata {
   llvm::json::Object fields;
 };
 
-/// Emits the plan of `step` (format version 4) as one step program: a step
-/// of one micro-batch without a pipeline (graph.microbatch_sum, if any, is
-/// the identity). Fails (with a diagnostic on the offending op) when the
+/// Emits the plan of `step` (format kPlanFormatVersion) as one step
+/// program: a step of one micro-batch without a pipeline
+/// (graph.microbatch_sum, if any, is the identity). Fails (with a diagnostic on the offending op) when the
 /// function holds an op the plan cannot express.
 mlir::FailureOr<llvm::json::Value> emitPlan(mlir::func::FuncOp step,
                                             PlanMetadata metadata);

@@ -4,7 +4,9 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Graph/IR/GraphEnums.h"
+#include "trellis/Dialect/Graph/IR/GraphInterfaces.h"
 
 using namespace mlir;
 
@@ -125,6 +127,74 @@ LogicalResult inferFromContract(StringRef planName, MLIRContext *context,
     types.push_back(RankedTensorType::get(
         result.shape, fromElementType(context, result.element)));
   return success();
+}
+
+const OpContract *contractOf(Operation *op) {
+  if (!llvm::isa_and_nonnull<GraphDialect>(op->getDialect()))
+    return nullptr;
+  return findOpContract(planOpName(op->getName().stripDialect()).str());
+}
+
+bool isUpdate(Operation *op) {
+  const OpContract *contract = contractOf(op);
+  return contract && contract->isUpdate();
+}
+
+namespace {
+
+/// A verified graph op's value type as the table holds it.
+TensorType tableType(Type type) {
+  auto tensor = llvm::cast<RankedTensorType>(type);
+  return {std::vector<int64_t>(tensor.getShape().begin(),
+                               tensor.getShape().end()),
+          toElementType(tensor.getElementType()).value_or(ElementType::F32)};
+}
+
+/// A verified graph op as its row's rules see it.
+struct TableInstance {
+  const OpContract *contract = nullptr;
+  std::vector<TensorType> inputs, results;
+  AttrMap attrs;
+
+  explicit TableInstance(Operation *op) : contract(contractOf(op)) {
+    for (Type type : op->getOperandTypes())
+      inputs.push_back(tableType(type));
+    for (Type type : op->getResultTypes())
+      results.push_back(tableType(type));
+    if (!contract)
+      return;
+    for (const AttrSpec &spec : contract->attrs)
+      if (Attribute attr = op->getAttr(spec.name))
+        if (std::optional<AttrValue> value = toContractAttr(attr))
+          attrs[spec.name] = std::move(*value);
+  }
+
+  OpInstance instance() const { return OpInstance(inputs, attrs, results); }
+};
+
+} // namespace
+
+ShardingRule shardingRuleFromContract(Operation *op) {
+  TableInstance table(op);
+  if (!table.contract || !table.contract->factors)
+    return ShardingRule();
+  ShardingRule rule = table.contract->factors(table.instance());
+  // Partial values are reduced before an op marked graph.reduce_first.
+  if (op->hasAttr(GraphDialect::kReduceFirstAttrName))
+    rule.linear = false;
+  return rule;
+}
+
+OpCost costFromContract(Operation *op) {
+  TableInstance table(op);
+  if (!table.contract)
+    return elementwiseCost(table.instance(), 1);
+  return table.contract->cost(table.instance());
+}
+
+PrecisionPolicy precisionFromContract(Operation *op) {
+  const OpContract *contract = contractOf(op);
+  return contract ? contract->precision : PrecisionPolicy::Low;
 }
 
 } // namespace trellis::graph

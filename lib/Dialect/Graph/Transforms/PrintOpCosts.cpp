@@ -26,9 +26,7 @@ struct PrintOpCostsPass
             "cost: {0} flops, {1} bytes read, {2} bytes written",
             static_cast<int64_t>(cost.flops), cost.bytesRead,
             cost.bytesWritten);
-        total.flops += cost.flops;
-        total.bytesRead += cost.bytesRead;
-        total.bytesWritten += cost.bytesWritten;
+        total += cost;
       });
       function->emitRemark() << llvm::formatv(
           "total cost: {0} flops, {1} bytes read, {2} bytes written",

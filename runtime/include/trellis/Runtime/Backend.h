@@ -49,14 +49,25 @@ public:
   virtual int64_t bytes() const = 0;
 };
 
+/// What a device decided for one instruction once, before its first
+/// launch (Device::prepare): its kernel, and the work that depends only on
+/// the instruction and its buffers' types (a fused program parsed, a GEMM
+/// algorithm chosen, a kernel compiled). Opaque to the executor.
+class PreparedLaunch {
+public:
+  virtual ~PreparedLaunch() = default;
+};
+
 /// What one instruction's kernel sees: the instruction, the stage's
-/// buffer table, its resolved mesh axes, and the communicator for ops that
-/// are split over mesh axes (a vocabulary-parallel loss).
+/// buffer table, its resolved mesh axes, the communicator for ops that
+/// are split over mesh axes (a vocabulary-parallel loss), and what the
+/// device prepared for it (null if nothing).
 struct KernelArgs {
   const Instruction &instruction;
   std::vector<Tensor> &buffers;
   const AxisList &axes;
   Communicator *comm = nullptr;
+  const PreparedLaunch *prepared = nullptr;
 
   const Tensor &in(size_t i) const { return buffers[instruction.inputs[i]]; }
   Tensor &out(size_t i) const { return buffers[instruction.outputs[i]]; }
@@ -115,6 +126,16 @@ public:
 
   /// Whether `op` has a kernel on this device.
   virtual bool hasKernel(const std::string &op) const = 0;
+  /// Prepares `args`' compute instruction once, when the plan is loaded:
+  /// what every launch of it then reuses (KernelArgs::prepared), or a
+  /// failure naming what this device cannot run. Launches of instructions
+  /// without a prepared launch still work (tests, fp32 copies). By default
+  /// nothing is kept.
+  virtual StatusOr<std::unique_ptr<PreparedLaunch>>
+  prepare(const KernelArgs &args) {
+    (void)args;
+    return std::unique_ptr<PreparedLaunch>();
+  }
   /// Runs a compute instruction on the compute stream. Precondition: the
   /// plan loader validated it.
   virtual Status launch(const KernelArgs &args) = 0;
@@ -142,11 +163,14 @@ public:
   /// Waits for both streams; returns the first failure; forgets events.
   virtual Status synchronize() = 0;
 
-  /// Whether every value of float tensor `tensor` is finite (no infinity,
-  /// no NaN), after the work launched before: the trainer asks it of every
-  /// update each step. By default through a host copy; a backend may test
-  /// in place.
-  virtual StatusOr<bool> allFinite(const Tensor &tensor);
+  /// The index of the first of the float `tensors` holding a value that is
+  /// not finite (an infinity or a NaN), or -1 when all are finite, after
+  /// the work launched before. The trainer asks it once a step, of every
+  /// update together: one verdict, one synchronization (a GPU computes the
+  /// flags on the device and copies one number back). By default through
+  /// host copies; a backend may test in place.
+  virtual StatusOr<int64_t>
+  firstNonFinite(const std::vector<const Tensor *> &tensors);
 };
 
 class Backend {

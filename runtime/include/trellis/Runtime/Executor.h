@@ -125,6 +125,8 @@ private:
   Executor(Plan plan, Device &device, Communicator *communicator);
   /// Places every buffer in the arena or its own allocation.
   Status allocate();
+  /// The device's prepared launch of every compute instruction, once.
+  Status prepareLaunches();
   /// Refuses, before anything is allocated, a stage whose arena and
   /// `persistentBytes` of its own allocations, with the margin below,
   /// exceed the device's memory budget; names both figures.
@@ -158,6 +160,8 @@ private:
   Device &device_;
   Communicator *communicator_ = nullptr;
   std::vector<Tensor> buffers_;
+  /// Per instruction: what the device prepared for it, or null.
+  std::vector<std::unique_ptr<PreparedLaunch>> prepared_;
   std::vector<std::unique_ptr<DeviceAllocation>> persistent_;
   std::unique_ptr<DeviceAllocation> arena_;
   int64_t persistentBytes_ = 0;

@@ -23,9 +23,6 @@
 
 namespace trellis::runtime {
 
-/// The plan format version this runtime reads.
-constexpr int64_t kPlanVersion = 4;
-
 /// Element types of plan buffers (the op contract's). Every op's accepted
 /// dtypes are checked when a plan loads.
 using DType = ElementType;

@@ -10,10 +10,12 @@
 #define TRELLIS_DIALECT_GRAPH_IR_GRAPHCONTRACT_H
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/Operation.h"
 #include "trellis/Common/OpContract.h"
 
 #include <optional>
+#include <type_traits>
 
 namespace trellis::graph {
 
@@ -41,6 +43,31 @@ mlir::LogicalResult inferFromContract(llvm::StringRef planName,
                                       mlir::DictionaryAttr inherent,
                                       mlir::DictionaryAttr attributes,
                                       llvm::SmallVectorImpl<mlir::Type> &types);
+
+/// The row of the plan op table a graph op is, or null for other ops.
+const trellis::OpContract *contractOf(mlir::Operation *op);
+
+/// Whether `op` is an optimizer update (its row replaces operands).
+bool isUpdate(mlir::Operation *op);
+
+/// The inherent attributes of an op being built or parsed, as a
+/// dictionary (those not set yet are absent).
+template <typename OpT, typename AdaptorT>
+mlir::DictionaryAttr inherentAttributes(mlir::MLIRContext *context,
+                                        AdaptorT &adaptor) {
+  if constexpr (std::is_same_v<typename OpT::Properties,
+                               mlir::EmptyProperties>)
+    return mlir::DictionaryAttr::get(context, {});
+  else
+    return llvm::dyn_cast_or_null<mlir::DictionaryAttr>(
+        OpT::getPropertiesAsAttr(context, adaptor.getProperties()));
+}
+
+/// The trait of graph ops whose result types come from their row
+/// (Graph_InferTypeFromContract in GraphOps.td defines inferReturnTypes).
+template <typename ConcreteType>
+class InferTypeFromContract
+    : public mlir::OpTrait::TraitBase<ConcreteType, InferTypeFromContract> {};
 
 } // namespace trellis::graph
 

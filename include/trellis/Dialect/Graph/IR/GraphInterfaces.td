@@ -18,10 +18,14 @@ def Graph_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
     factor must be split alike. A factor is *parallel* (split it and every
     tensor that has it is split), *reduction* (present in operands only:
     splitting it leaves the results partial) or *whole* (must not be split).
+    The rule is the op's row of the plan op table
+    (trellis/Common/OpContract.h).
   }];
   let methods = [
     InterfaceMethod<"Returns the sharding rule of this op.",
-      "::trellis::graph::ShardingRule", "getShardingRule">,
+      "::trellis::graph::ShardingRule", "getShardingRule", (ins), [{}], [{
+        return ::trellis::graph::shardingRuleFromContract($_op);
+      }]>,
     InterfaceMethod<[{
         Called by the partitioner on the per-rank copy of an op, whose
         operands and results have local types; `globalOperandTypes` are the
@@ -62,12 +66,12 @@ def Graph_CostOpInterface : OpInterface<"CostOpInterface"> {
   let cppNamespace = "::trellis::graph";
   let description = [{
     What executing the op costs: floating-point operations and bytes read
-    and written, from its static shapes.
+    and written, from its static shapes (the op table's cost rule).
   }];
   let methods = [
     InterfaceMethod<"Returns the cost of one execution.",
       "::trellis::graph::OpCost", "getCost", (ins), [{}], [{
-        return ::trellis::graph::defaultCost($_op, /*flopsPerElement=*/1);
+        return ::trellis::graph::costFromContract($_op);
       }]>
   ];
 }
@@ -76,14 +80,14 @@ def Graph_PrecisionOpInterface : OpInterface<"PrecisionOpInterface"> {
   let cppNamespace = "::trellis::graph";
   let description = [{
     Which precision the op computes in under mixed precision: the policy the
-    `-trellis-mixed-precision` pass inserts casts from. Most ops compute in
-    the low precision; ops override it to stay in fp32.
+    `-trellis-mixed-precision` pass inserts casts from (the op table's
+    policy). Most ops compute in the low precision; some stay in fp32.
   }];
   let methods = [
     InterfaceMethod<"Returns the op's precision policy.",
       "::trellis::graph::PrecisionPolicy", "getPrecisionPolicy", (ins), [{}],
       [{
-        return ::trellis::graph::PrecisionPolicy::Low;
+        return ::trellis::graph::precisionFromContract($_op);
       }]>
   ];
 }

@@ -29,40 +29,68 @@ def Graph_ScalarTensor : 0DTensorOf<[F32]>,
 // A rank-0 f32 result: inferred by the op, not by the format.
 def Graph_ScalarResult : 0DTensorOf<[F32]>;
 
-// Every graph op: pure, infers its result types, and has a sharding rule and
-// a gradient. Ops with a cost other than "one flop per result element"
-// override getCost.
+// Result types from the op's row of the plan op table
+// (trellis/Common/OpContract.h), which is also its verifier: a malformed op
+// fails to infer with the row's diagnostic, the same text the runtime gives
+// for a malformed plan instruction.
+def Graph_InferTypeFromContractTrait : NativeOpTrait<"InferTypeFromContract",
+    [], [{
+    static ::llvm::LogicalResult
+    inferReturnTypes(::mlir::MLIRContext *context,
+                     std::optional<::mlir::Location> location,
+                     Adaptor adaptor,
+                     ::llvm::SmallVectorImpl<::mlir::Type> &inferredReturnTypes);
+  }], [{
+    ::llvm::LogicalResult
+    $cppClass::inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> location,
+        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
+        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
+        ::llvm::SmallVectorImpl<::mlir::Type> &inferredReturnTypes) {
+      $cppClass::Adaptor adaptor(operands, attributes, properties, regions);
+      return $cppClass::inferReturnTypes(context, location, adaptor,
+                                         inferredReturnTypes);
+    }
+    ::llvm::LogicalResult
+    $cppClass::inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> location, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &inferredReturnTypes) {
+      return ::trellis::graph::inferFromContract(
+          ::trellis::graph::planOpName(
+              getOperationName().split('.').second),
+          context, location, adaptor.getOperands(),
+          ::trellis::graph::inherentAttributes<$cppClass>(context, adaptor),
+          adaptor.getAttributes(), inferredReturnTypes);
+    }
+  }]> {
+  let cppNamespace = "::trellis::graph";
+}
+def Graph_InferTypeFromContract : TraitList<[
+  DeclareOpInterfaceMethods<InferTypeOpInterface>,
+  Graph_InferTypeFromContractTrait
+]>;
+
+// Every graph op: pure, and a plan op whose row in the op table gives its
+// result types, sharding rule, cost and precision policy (the interfaces'
+// default methods read the row). Its gradient is code (GraphGradients.cpp).
 // `shardingMethods` lists the optional ShardingRuleOpInterface methods the
 // op overrides (["localizeAttributes"] for ops whose attributes encode
 // global sizes).
 class Graph_Op<string mnemonic, list<Trait> traits = [],
-               list<string> shardingMethods = [],
-               list<string> precisionMethods = []>
+               list<string> shardingMethods = []>
     : Op<Graph_Dialect, mnemonic, !listconcat(traits, [Pure,
-        InferTypeOpAdaptor,
+        Graph_InferTypeFromContract,
         DeclareOpInterfaceMethods<Graph_ShardingRuleOpInterface,
                                   shardingMethods>,
         DeclareOpInterfaceMethods<Graph_GradientOpInterface>,
-        DeclareOpInterfaceMethods<Graph_PrecisionOpInterface,
-                                  precisionMethods>])>;
-
-class Graph_CostlyOp<string mnemonic, list<Trait> traits = [],
-                     list<string> shardingMethods = [],
-                     list<string> precisionMethods = []>
-    : Graph_Op<mnemonic, !listconcat(traits, [
-        DeclareOpInterfaceMethods<Graph_CostOpInterface, ["getCost"]>]),
-        shardingMethods, precisionMethods>;
-
-class Graph_DefaultCostOp<string mnemonic, list<Trait> traits = [],
-                          list<string> precisionMethods = []>
-    : Graph_Op<mnemonic, !listconcat(traits, [Graph_CostOpInterface]), [],
-               precisionMethods>;
+        Graph_CostOpInterface,
+        Graph_PrecisionOpInterface])>;
 
 //===----------------------------------------------------------------------===//
 // Constants
 //===----------------------------------------------------------------------===//
 
-def Graph_FillOp : Graph_CostlyOp<"fill", [], ["localizeAttributes"]> {
+def Graph_FillOp : Graph_Op<"fill", [], ["localizeAttributes"]> {
   let summary = "A tensor with every element equal to `value`";
   let arguments = (ins DenseI64ArrayAttr:$shape, F64Attr:$value);
   let results = (outs Graph_FloatTensor:$result);
@@ -73,7 +101,7 @@ def Graph_FillOp : Graph_CostlyOp<"fill", [], ["localizeAttributes"]> {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-class Graph_BinaryOp<string mnemonic> : Graph_DefaultCostOp<mnemonic> {
+class Graph_BinaryOp<string mnemonic> : Graph_Op<mnemonic> {
   let summary = "Elementwise `" # mnemonic # "` with NumPy broadcasting";
   let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs);
   let results = (outs Graph_FloatTensor:$result);
@@ -89,14 +117,14 @@ def Graph_EqualMaskOp : Graph_BinaryOp<"equal_mask"> {
   let summary = "1.0 where the broadcast operands are equal, else 0.0";
 }
 
-def Graph_ScaleOp : Graph_DefaultCostOp<"scale"> {
+def Graph_ScaleOp : Graph_Op<"scale"> {
   let summary = "Multiplies every element by a constant";
   let arguments = (ins Graph_FloatTensor:$input, F64Attr:$factor);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
 }
 
-def Graph_CastOp : Graph_DefaultCostOp<"cast", [], ["getPrecisionPolicy"]> {
+def Graph_CastOp : Graph_Op<"cast"> {
   let summary = "Converts a float tensor to another float element type";
   let description = [{
     ```mlir
@@ -110,7 +138,7 @@ def Graph_CastOp : Graph_DefaultCostOp<"cast", [], ["getPrecisionPolicy"]> {
   let assemblyFormat = "$input `to` $to attr-dict `:` type($input)";
 }
 
-def Graph_MicrobatchSumOp : Graph_DefaultCostOp<"microbatch_sum"> {
+def Graph_MicrobatchSumOp : Graph_Op<"microbatch_sum"> {
   let summary = "The sum of a micro-batch's value over the step's micro-batches";
   let description = [{
     ```mlir
@@ -132,7 +160,7 @@ def Graph_MicrobatchSumOp : Graph_DefaultCostOp<"microbatch_sum"> {
 }
 
 class Graph_UnaryOp<string mnemonic, string function>
-    : Graph_DefaultCostOp<mnemonic> {
+    : Graph_Op<mnemonic> {
   let summary = "Elementwise `" # mnemonic # "`";
   let arguments = (ins Graph_FloatTensor:$input);
   let results = (outs Graph_FloatTensor:$result);
@@ -158,7 +186,7 @@ def Graph_GeluTanhOp : Graph_UnaryOp<"gelu_tanh", "GeluTanh"> {
 }
 def Graph_ReluOp : Graph_UnaryOp<"relu", "Relu">;
 
-def Graph_UnaryGradOp : Graph_DefaultCostOp<"unary_grad", [
+def Graph_UnaryGradOp : Graph_Op<"unary_grad", [
     AllTypesMatch<["input", "result_grad"]>]> {
   let summary = "Gradient of a unary op: f'(input) * result_grad";
   let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$result_grad,
@@ -169,7 +197,7 @@ def Graph_UnaryGradOp : Graph_DefaultCostOp<"unary_grad", [
   }];
 }
 
-def Graph_FusedElementwiseOp : Graph_CostlyOp<"fused_elementwise"> {
+def Graph_FusedElementwiseOp : Graph_Op<"fused_elementwise"> {
   let summary = "A chain or tree of elementwise ops evaluated in one pass";
   let description = [{
     ```mlir
@@ -196,7 +224,7 @@ def Graph_FusedElementwiseOp : Graph_CostlyOp<"fused_elementwise"> {
 // Reductions and broadcasting
 //===----------------------------------------------------------------------===//
 
-class Graph_ReduceOp<string mnemonic> : Graph_DefaultCostOp<mnemonic> {
+class Graph_ReduceOp<string mnemonic> : Graph_Op<mnemonic> {
   let summary = "Reduces (`" # mnemonic # "`) over `dims`";
   let description = [{
     `dims` are distinct and sorted; with `keep_dims` they stay with size 1,
@@ -214,7 +242,7 @@ def Graph_ReduceSumOp : Graph_ReduceOp<"reduce_sum">;
 def Graph_ReduceMeanOp : Graph_ReduceOp<"reduce_mean">;
 def Graph_ReduceMaxOp : Graph_ReduceOp<"reduce_max">;
 
-def Graph_BroadcastToOp : Graph_CostlyOp<"broadcast_to", [], ["localizeAttributes"]> {
+def Graph_BroadcastToOp : Graph_Op<"broadcast_to", [], ["localizeAttributes"]> {
   let summary = "Broadcasts to `shape` with NumPy rules";
   let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Graph_FloatTensor:$result);
@@ -225,14 +253,14 @@ def Graph_BroadcastToOp : Graph_CostlyOp<"broadcast_to", [], ["localizeAttribute
 // Layout
 //===----------------------------------------------------------------------===//
 
-def Graph_ReshapeOp : Graph_CostlyOp<"reshape", [], ["localizeAttributes"]> {
+def Graph_ReshapeOp : Graph_Op<"reshape", [], ["localizeAttributes"]> {
   let summary = "Same elements in row-major order, another shape";
   let arguments = (ins AnyStaticShapeTensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs AnyStaticShapeTensor:$result);
   let assemblyFormat = "$input `to` $shape attr-dict `:` type($input)";
 }
 
-def Graph_TransposeOp : Graph_CostlyOp<"transpose"> {
+def Graph_TransposeOp : Graph_Op<"transpose"> {
   let summary = "Permutes dimensions: result dim i is input dim perm[i]";
   let arguments = (ins Graph_FloatTensor:$input,
                        DenseI64ArrayAttr:$permutation);
@@ -240,7 +268,7 @@ def Graph_TransposeOp : Graph_CostlyOp<"transpose"> {
   let assemblyFormat = "$input `perm` $permutation attr-dict `:` type($input)";
 }
 
-def Graph_SliceOp : Graph_CostlyOp<"slice", [], ["localizeAttributes"]> {
+def Graph_SliceOp : Graph_Op<"slice", [], ["localizeAttributes"]> {
   let summary = "The box [offsets, offsets + sizes) of the input";
   let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$offsets,
                        DenseI64ArrayAttr:$sizes);
@@ -250,7 +278,7 @@ def Graph_SliceOp : Graph_CostlyOp<"slice", [], ["localizeAttributes"]> {
   }];
 }
 
-def Graph_PadOp : Graph_CostlyOp<"pad"> {
+def Graph_PadOp : Graph_Op<"pad"> {
   let summary = "Surrounds the input with zeros: `low` before, `high` after";
   let arguments = (ins Graph_FloatTensor:$input, DenseI64ArrayAttr:$low,
                        DenseI64ArrayAttr:$high);
@@ -258,7 +286,7 @@ def Graph_PadOp : Graph_CostlyOp<"pad"> {
   let assemblyFormat = "$input `low` $low `high` $high attr-dict `:` type($input)";
 }
 
-def Graph_ConcatOp : Graph_CostlyOp<"concat"> {
+def Graph_ConcatOp : Graph_Op<"concat"> {
   let summary = "Concatenates along `dim`";
   let arguments = (ins Variadic<Graph_FloatTensor>:$inputs, I64Attr:$dim);
   let results = (outs Graph_FloatTensor:$result);
@@ -269,7 +297,7 @@ def Graph_ConcatOp : Graph_CostlyOp<"concat"> {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def Graph_MatmulOp : Graph_CostlyOp<"matmul"> {
+def Graph_MatmulOp : Graph_Op<"matmul"> {
   let summary = "Batched matrix product";
   let description = [{
     `lhs` is [batch..., M, K] ([batch..., K, M] with `transpose_lhs`), `rhs`
@@ -290,14 +318,14 @@ def Graph_MatmulOp : Graph_CostlyOp<"matmul"> {
 // Neural-network layers
 //===----------------------------------------------------------------------===//
 
-def Graph_SoftmaxOp : Graph_CostlyOp<"softmax"> {
+def Graph_SoftmaxOp : Graph_Op<"softmax"> {
   let summary = "Softmax over the last dimension";
   let arguments = (ins Graph_FloatTensor:$input);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Graph_SoftmaxGradOp : Graph_CostlyOp<"softmax_grad", [
+def Graph_SoftmaxGradOp : Graph_Op<"softmax_grad", [
     AllTypesMatch<["result_value", "result_grad"]>]> {
   let summary = "Input gradient of softmax from its result and result gradient";
   let arguments = (ins Graph_FloatTensor:$result_value,
@@ -306,7 +334,7 @@ def Graph_SoftmaxGradOp : Graph_CostlyOp<"softmax_grad", [
   let assemblyFormat = "$result_value `,` $result_grad attr-dict `:` type($result_value)";
 }
 
-def Graph_LayerNormOp : Graph_CostlyOp<"layer_norm", [
+def Graph_LayerNormOp : Graph_Op<"layer_norm", [
     AllTypesMatch<["weight", "bias"]>]> {
   let summary = "Layer normalization over the last dimension";
   let description = [{
@@ -321,7 +349,7 @@ def Graph_LayerNormOp : Graph_CostlyOp<"layer_norm", [
   }];
 }
 
-def Graph_LayerNormGradOp : Graph_CostlyOp<"layer_norm_grad", [
+def Graph_LayerNormGradOp : Graph_Op<"layer_norm_grad", [
     AllTypesMatch<["input", "result_grad"]>]> {
   let summary = "Gradients of layer_norm for its input, weight and bias";
   let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$weight,
@@ -334,7 +362,7 @@ def Graph_LayerNormGradOp : Graph_CostlyOp<"layer_norm_grad", [
   }];
 }
 
-def Graph_RmsNormOp : Graph_CostlyOp<"rms_norm"> {
+def Graph_RmsNormOp : Graph_Op<"rms_norm"> {
   let summary = "RMS normalization over the last dimension";
   let description = [{ x / sqrt(mean(x^2) + epsilon) * weight. }];
   let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$weight,
@@ -345,7 +373,7 @@ def Graph_RmsNormOp : Graph_CostlyOp<"rms_norm"> {
   }];
 }
 
-def Graph_RmsNormGradOp : Graph_CostlyOp<"rms_norm_grad", [
+def Graph_RmsNormGradOp : Graph_Op<"rms_norm_grad", [
     AllTypesMatch<["input", "result_grad"]>]> {
   let summary = "Gradients of rms_norm for its input and weight";
   let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$weight,
@@ -357,7 +385,7 @@ def Graph_RmsNormGradOp : Graph_CostlyOp<"rms_norm_grad", [
   }];
 }
 
-def Graph_EmbeddingOp : Graph_CostlyOp<"embedding", [], ["localizeAttributes"]> {
+def Graph_EmbeddingOp : Graph_Op<"embedding", [], ["localizeAttributes"]> {
   let summary = "Rows of `table` [V, E] selected by `ids`";
   let description = [{
     The result has shape ids.shape + [E]. Row `id - offset` is taken when it
@@ -373,7 +401,7 @@ def Graph_EmbeddingOp : Graph_CostlyOp<"embedding", [], ["localizeAttributes"]> 
   let assemblyFormat = "$table `,` $ids attr-dict `:` type($table) `,` type($ids)";
 }
 
-def Graph_EmbeddingGradOp : Graph_CostlyOp<"embedding_grad", [], ["localizeAttributes"]> {
+def Graph_EmbeddingGradOp : Graph_Op<"embedding_grad", [], ["localizeAttributes"]> {
   let summary = "Gradient of embedding for its table: rows scatter-added";
   let arguments = (ins Graph_IndexTensor:$ids, Graph_FloatTensor:$result_grad,
                        I64Attr:$num_embeddings,
@@ -385,7 +413,7 @@ def Graph_EmbeddingGradOp : Graph_CostlyOp<"embedding_grad", [], ["localizeAttri
   }];
 }
 
-def Graph_RopeOp : Graph_CostlyOp<"rope", [], ["localizeAttributes"]> {
+def Graph_RopeOp : Graph_Op<"rope", [], ["localizeAttributes"]> {
   let summary = "Rotary position embedding on [batch, seq, heads, dim]";
   let description = [{
     Rotates the pair (i, i + dim/2) of every head vector at position s by the
@@ -408,7 +436,7 @@ def Graph_RopeOp : Graph_CostlyOp<"rope", [], ["localizeAttributes"]> {
   let assemblyFormat = "$input `frequencies` $frequencies attr-dict `:` type($input)";
 }
 
-def Graph_AttentionOp : Graph_CostlyOp<"attention", [
+def Graph_AttentionOp : Graph_Op<"attention", [
     AllTypesMatch<["key", "value"]>], ["localizeAttributes"]> {
   let summary = "Scaled dot-product attention, multi-head or grouped-query";
   let description = [{
@@ -433,7 +461,7 @@ def Graph_AttentionOp : Graph_CostlyOp<"attention", [
   }];
 }
 
-def Graph_AttentionGradOp : Graph_CostlyOp<"attention_grad", [
+def Graph_AttentionGradOp : Graph_Op<"attention_grad", [
     AllTypesMatch<["key", "value"]>, AllTypesMatch<["query", "result_grad"]>],
     ["localizeAttributes"]> {
   let summary = "Gradients of attention for query, key and value";
@@ -454,7 +482,7 @@ def Graph_AttentionGradOp : Graph_CostlyOp<"attention_grad", [
   }];
 }
 
-def Graph_AttentionBlockOp : Graph_CostlyOp<"attention_block", [
+def Graph_AttentionBlockOp : Graph_Op<"attention_block", [
     AllTypesMatch<["key", "value"]>]> {
   let summary = "Ring attention: the queries' block against one key block";
   let description = [{
@@ -479,7 +507,7 @@ def Graph_AttentionBlockOp : Graph_CostlyOp<"attention_block", [
   }];
 }
 
-def Graph_AttentionMergeOp : Graph_CostlyOp<"attention_merge", [
+def Graph_AttentionMergeOp : Graph_Op<"attention_merge", [
     AllTypesMatch<["result", "other"]>,
     AllTypesMatch<["log_sum_exp", "other_log_sum_exp"]>]> {
   let summary = "Combines two attention blocks by their log-sum-exp";
@@ -498,7 +526,7 @@ def Graph_AttentionMergeOp : Graph_CostlyOp<"attention_merge", [
   }];
 }
 
-def Graph_AttentionBlockGradOp : Graph_CostlyOp<"attention_block_grad", [
+def Graph_AttentionBlockGradOp : Graph_Op<"attention_block_grad", [
     AllTypesMatch<["key", "value"]>,
     AllTypesMatch<["query", "result", "result_grad"]>]> {
   let summary = "Ring attention's backward step for one key block";
@@ -525,7 +553,7 @@ def Graph_AttentionBlockGradOp : Graph_CostlyOp<"attention_block_grad", [
   }];
 }
 
-def Graph_PositionsOp : Graph_CostlyOp<"positions", [], ["localizeAttributes"]> {
+def Graph_PositionsOp : Graph_Op<"positions", [], ["localizeAttributes"]> {
   let summary = "The positions 0 ... length - 1 of a sequence, as ids";
   let description = [{
     Learned position embeddings read their table at these ids. With
@@ -540,8 +568,8 @@ def Graph_PositionsOp : Graph_CostlyOp<"positions", [], ["localizeAttributes"]> 
   let assemblyFormat = "$length attr-dict";
 }
 
-def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy", [],
-    ["localizeAttributes"], ["getPrecisionPolicy"]> {
+def Graph_CrossEntropyOp : Graph_Op<"cross_entropy", [],
+    ["localizeAttributes"]> {
   let summary = "Mean cross-entropy of logits [..., V] against target ids";
   let description = [{
     Returns sum over target positions of logsumexp(logits) - logits[target],
@@ -560,8 +588,8 @@ def Graph_CrossEntropyOp : Graph_CostlyOp<"cross_entropy", [],
   let assemblyFormat = "$logits `,` $targets attr-dict `:` type($logits) `,` type($targets)";
 }
 
-def Graph_CrossEntropyGradOp : Graph_CostlyOp<"cross_entropy_grad", [],
-    ["localizeAttributes"], ["getPrecisionPolicy"]> {
+def Graph_CrossEntropyGradOp : Graph_Op<"cross_entropy_grad", [],
+    ["localizeAttributes"]> {
   let summary = "Gradient of cross_entropy for its logits";
   let arguments = (ins Graph_FloatTensor:$logits, Graph_IndexTensor:$targets,
                        Graph_ScalarTensor:$loss_grad,
@@ -577,7 +605,7 @@ def Graph_CrossEntropyGradOp : Graph_CostlyOp<"cross_entropy_grad", [],
 // Optimizers
 //===----------------------------------------------------------------------===//
 
-def Graph_AdamWOp : Graph_CostlyOp<"adamw", [
+def Graph_AdamWOp : Graph_Op<"adamw", [
     AllTypesMatch<["param", "grad", "first_moment", "second_moment"]>]> {
   let summary = "One AdamW step (decoupled weight decay)";
   let description = [{
@@ -600,7 +628,7 @@ def Graph_AdamWOp : Graph_CostlyOp<"adamw", [
   }];
 }
 
-def Graph_SgdOp : Graph_CostlyOp<"sgd", [AllTypesMatch<["param", "grad"]>]> {
+def Graph_SgdOp : Graph_Op<"sgd", [AllTypesMatch<["param", "grad"]>]> {
   let summary = "One SGD step with weight decay: p = p - lr (g + wd p)";
   let arguments = (ins Graph_F32Tensor:$param, Graph_F32Tensor:$grad,
                        F64Attr:$learning_rate, F64Attr:$weight_decay);

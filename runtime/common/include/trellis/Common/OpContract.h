@@ -1,11 +1,14 @@
 //===- OpContract.h - What every plan op means, declared once ---*- C++ -*-===//
 //
-// One table of plan ops shared by the compiler and the runtime: each op's
-// name, operand names, attributes (kind, required or default), and shape
-// rule, which computes the result types from operand types and attributes
-// or says what was expected and what was found. The graph dialect's type
-// inference, the plan loader's validation and the backends' kernel tables
-// all read it; a new op is declared here.
+// One table of plan ops shared by the compiler and the runtime, one row per
+// op: its id, name, operand names and element types, attributes (kind,
+// required or default), shape rule (result types from operand types and
+// attributes, or what was expected and what was found), factor sharding
+// rule, cost (FLOPs and bytes), precision policy and effects. The graph
+// dialect's type inference, sharding rules, costs and precision policies,
+// the plan loader's validation, the executor's and the report's memory
+// reasoning and the backends' kernel registries all read it; a new op is a
+// new row (lib/ops/*.cpp).
 //
 // Plain C++17 without exceptions, so MLIR code may link it.
 //
@@ -13,6 +16,8 @@
 
 #ifndef TRELLIS_COMMON_OPCONTRACT_H
 #define TRELLIS_COMMON_OPCONTRACT_H
+
+#include "trellis/Common/ShardingRule.h"
 
 #include <cstdint>
 #include <functional>
@@ -28,6 +33,9 @@ enum class ElementType { F32, BF16, F16, I32 };
 
 /// "f32", "bf16", "f16", "i32".
 const char *elementTypeName(ElementType type);
+
+/// Bytes per element: 4, 2, 2, 4.
+int64_t elementTypeBytes(ElementType type);
 
 struct TensorType {
   std::vector<int64_t> shape;
@@ -72,18 +80,29 @@ struct AttrSpec {
   bool required = true;
 };
 
-/// One op instance as a shape rule sees it.
+/// One op instance as a row's rules see it: operand types and attributes
+/// (shape rules), and the result types too (sharding rules and costs).
 class OpInstance {
 public:
   OpInstance(const std::vector<TensorType> &inputs, const AttrMap &attrs,
              int64_t groupSize = 1, size_t numAxes = 0)
       : inputs_(inputs), attrs_(attrs), groupSize_(groupSize),
         numAxes_(numAxes) {}
+  /// An instance whose result types are known.
+  OpInstance(const std::vector<TensorType> &inputs, const AttrMap &attrs,
+             const std::vector<TensorType> &results)
+      : inputs_(inputs), attrs_(attrs), results_(&results) {}
 
   size_t numInputs() const { return inputs_.size(); }
   const TensorType &input(size_t i) const { return inputs_[i]; }
   const std::vector<int64_t> &shape(size_t i) const {
     return inputs_[i].shape;
+  }
+  /// Result types: set for sharding rules and costs, not for shape rules.
+  size_t numResults() const { return results_ ? results_->size() : 0; }
+  const TensorType &result(size_t i) const { return (*results_)[i]; }
+  const std::vector<int64_t> &resultShape(size_t i) const {
+    return (*results_)[i].shape;
   }
   /// Collectives: the ranks in the group along the op's mesh axes, and
   /// how many axes it names.
@@ -108,8 +127,9 @@ public:
 private:
   const std::vector<TensorType> &inputs_;
   const AttrMap &attrs_;
-  int64_t groupSize_;
-  size_t numAxes_;
+  const std::vector<TensorType> *results_ = nullptr;
+  int64_t groupSize_ = 1;
+  size_t numAxes_ = 0;
 };
 
 /// A failed rule's message, or nullopt.
@@ -133,7 +153,67 @@ struct OperandSpec {
   OperandKind kind = OperandKind::Float;
 };
 
+/// The precision an op computes in under mixed precision: the policy the
+/// compiler's `-trellis-mixed-precision` pass inserts casts from.
+enum class PrecisionPolicy {
+  /// The compute dtype (bf16 or f16): its f32 operands are cast down when
+  /// they are parameters or meet a low-precision operand. The op's kernels
+  /// still accumulate in fp32 (matmul sums, norm and softmax statistics).
+  Low,
+  /// fp32 inside, whatever its operands' dtype: the op reads bf16 or f16
+  /// operands as they are and computes in fp32 (cross-entropy: the loss is
+  /// f32; the logits' gradient, computed in fp32, rounds once to the
+  /// logits' dtype, the values an fp32 copy cast back would have). No
+  /// casts are inserted, so no fp32 copy of a low-precision operand lives
+  /// between forward and backward.
+  Float32,
+  /// The dtype its operands have (casts themselves).
+  Operands,
+};
+
+/// What one execution of an op costs: floating-point operations (a
+/// multiply-add is 2) and bytes read and written. Estimates for balancing,
+/// reports and the planner, not measurements.
+struct OpCost {
+  double flops = 0;
+  int64_t bytesRead = 0;
+  int64_t bytesWritten = 0;
+
+  OpCost &operator+=(const OpCost &other) {
+    flops += other.flops;
+    bytesRead += other.bytesRead;
+    bytesWritten += other.bytesWritten;
+    return *this;
+  }
+};
+
+/// What an op does besides computing its results from its operands.
+struct OpEffects {
+  /// An optimizer update: for each result, the operand whose new value it
+  /// is, element by element and of its shape (so it may be computed in
+  /// that operand's bytes), or -1. Empty for other ops.
+  std::vector<int64_t> replaces;
+  /// An update's gradient operand, or -1.
+  int64_t gradientOperand = -1;
+  /// Adds a micro-batch's value into its step total, which it reads (the
+  /// runtime sets `first` on each total's first accumulation of a step).
+  bool accumulates = false;
+  /// The one result is the one operand's bytes unchanged (reshape: the same
+  /// elements in the same row-major order): the memory plan may place it
+  /// in the operand's bytes, and the kernel then moves nothing.
+  bool sharesOperandBytes = false;
+  /// A compute op whose kernel itself combines values over its mesh `axes`
+  /// (cross-entropy over split classes): it must not run while collectives
+  /// are in flight. Other ops with `axes` only read the rank's place there.
+  bool reducesOverAxes = false;
+};
+
+/// A plan op's index in the table, dense from 0 in the table's order:
+/// backends index their kernels by it. Not stored in plans (they name ops).
+using OpId = uint32_t;
+
 struct OpContract {
+  OpId id = 0;
   std::string name;
   /// Operands, named for messages. With `variadic`, one or more operands,
   /// all like the first.
@@ -143,27 +223,35 @@ struct OpContract {
   size_t results = 1;
   std::vector<AttrSpec> attrs;
   /// Whether the op communicates over mesh axes (collectives, transfers).
+  /// Such ops have no sharding rule: the partitioner makes them.
   bool collective = false;
-  /// Whether a compute op's kernel itself combines values over its mesh
-  /// `axes` (cross-entropy over split classes): it must not run while
-  /// collectives are in flight. Other ops with `axes` only read the
-  /// rank's place from them.
-  bool reducesOverAxes = false;
-  /// Whether the one result is the one operand's bytes unchanged (reshape:
-  /// the same elements in the same row-major order): the memory plan may
-  /// place it in the operand's bytes, and the kernel then moves nothing.
-  bool sharesOperandBytes = false;
+  PrecisionPolicy precision = PrecisionPolicy::Low;
+  OpEffects effects;
   /// Appends the result types; or returns what was expected and found.
   /// Runs after operand count and attributes were checked.
   std::function<Diagnostic(const OpInstance &, std::vector<TensorType> &)>
       rule;
+  /// The factor sharding rule of an instance with its result types (null
+  /// for collectives).
+  std::function<ShardingRule(const OpInstance &)> factors;
+  /// The cost of one execution of an instance with its result types.
+  std::function<OpCost(const OpInstance &)> cost;
+
+  bool isUpdate() const { return !effects.replaces.empty(); }
+  /// The operand an update's result `result` replaces, or -1.
+  int64_t replacedOperand(size_t result) const {
+    return result < effects.replaces.size() ? effects.replaces[result] : -1;
+  }
 };
 
 /// The contract of plan op `name`, or null.
 const OpContract *findOpContract(const std::string &name);
 
-/// Every plan op, by name.
-const std::map<std::string, OpContract> &opContracts();
+/// Every plan op, in id order.
+const std::vector<OpContract> &opContracts();
+
+/// The contract of the op with `id` (< opContracts().size()).
+const OpContract &opContract(OpId id);
 
 /// Whether an operand of `kind` takes `type`.
 bool acceptsElementType(OperandKind kind, ElementType type);
@@ -172,6 +260,16 @@ bool acceptsElementType(OperandKind kind, ElementType type);
 /// attributes, the shape rule) and sets `results`.
 Diagnostic inferResults(const OpContract &contract, const OpInstance &instance,
                         std::vector<TensorType> &results);
+
+/// Bytes of a tensor of `type`.
+int64_t tensorBytes(const TensorType &type);
+
+/// Elements of a tensor of `shape`.
+int64_t elementCount(const std::vector<int64_t> &shape);
+
+/// `flopsPerElement` per result element; every operand read once, every
+/// result written once. The default cost of a row.
+OpCost elementwiseCost(const OpInstance &instance, double flopsPerElement);
 
 /// NumPy broadcast of two shapes; nullopt if they do not broadcast.
 std::optional<std::vector<int64_t>>

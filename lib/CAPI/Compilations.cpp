@@ -1,0 +1,313 @@
+//===- Compilations.cpp - Compile options and compilations in the C API ---===//
+//
+// Options set by key (the CLI's names), a model compiled with them into a
+// plan or MLIR, its report and diagnostics.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CompilerInternals.h"
+
+#include "mlir/AsmParser/AsmParser.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "trellis/Common/FileKind.h"
+#include "trellis/Dialect/Graph/IR/GraphAttrs.h"
+#include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+using namespace mlir;
+using namespace trellis;
+using namespace trellis::capi;
+
+namespace {
+
+const OptionKeys<CompileOptions> &compileOptionKeys() {
+  using O = CompileOptions;
+  using V = OptionValue;
+  static const OptionKeys<O> keys = {
+      {"batch",
+       {OptionType::Int, [](O &o, const V &v) { o.batch = v.integer; }}},
+      {"seq", {OptionType::Int, [](O &o, const V &v) { o.seq = v.integer; }}},
+      {"microbatches",
+       {OptionType::Int, [](O &o, const V &v) { o.microBatches = v.integer; }}},
+      {"dp",
+       {OptionType::Int, [](O &o, const V &v) { o.dataParallel = v.integer; }}},
+      {"tp",
+       {OptionType::Int,
+        [](O &o, const V &v) { o.tensorParallel = v.integer; }}},
+      {"pp",
+       {OptionType::Int, [](O &o, const V &v) { o.pipeline = v.integer; }}},
+      {"cp",
+       {OptionType::Int,
+        [](O &o, const V &v) { o.contextParallel = v.integer; }}},
+      {"chunks",
+       {OptionType::Int, [](O &o, const V &v) { o.chunks = v.integer; }}},
+      {"zero", {OptionType::Int, [](O &o, const V &v) { o.zero = v.integer; }}},
+      {"lr",
+       {OptionType::Double,
+        [](O &o, const V &v) { o.learningRate = v.number; }}},
+      {"beta1",
+       {OptionType::Double, [](O &o, const V &v) { o.beta1 = v.number; }}},
+      {"beta2",
+       {OptionType::Double, [](O &o, const V &v) { o.beta2 = v.number; }}},
+      {"adam-eps",
+       {OptionType::Double, [](O &o, const V &v) { o.epsilon = v.number; }}},
+      {"weight-decay",
+       {OptionType::Double,
+        [](O &o, const V &v) { o.weightDecay = v.number; }}},
+      {"bucket-mib",
+       {OptionType::Double, [](O &o, const V &v) { o.bucketMiB = v.number; }}},
+      {"mesh", {OptionType::String, [](O &o, const V &v) { o.mesh = v.text; }}},
+      {"schedule",
+       {OptionType::String, [](O &o, const V &v) { o.schedule = v.text; }}},
+      {"pp-layers",
+       {OptionType::String, [](O &o, const V &v) { o.stageLayers = v.text; }}},
+      {"cp-kind",
+       {OptionType::String, [](O &o, const V &v) { o.contextKind = v.text; }}},
+      {"optimizer",
+       {OptionType::String, [](O &o, const V &v) { o.optimizer = v.text; }}},
+      {"precision",
+       {OptionType::String, [](O &o, const V &v) { o.precision = v.text; }}},
+      {"grad-reduce-dtype",
+       {OptionType::String,
+        [](O &o, const V &v) { o.gradReduceDtype = v.text; }}},
+      {"recompute",
+       {OptionType::String, [](O &o, const V &v) { o.recompute = v.text; }}},
+      {"emit",
+       {OptionType::String,
+        [](O &o, const V &v) { o.emitMlir = v.text == "mlir"; }}},
+      {"sp",
+       {OptionType::Bool,
+        [](O &o, const V &v) { o.sequenceParallel = v.flag; }}},
+      {"decay-1d",
+       {OptionType::Bool,
+        [](O &o, const V &v) { o.decayOneDimensional = v.flag; }}},
+      {"fuse", {OptionType::Bool, [](O &o, const V &v) { o.fuse = v.flag; }}},
+      {"explain",
+       {OptionType::Bool, [](O &o, const V &v) { o.explain = v.flag; }}},
+      {"report",
+       {OptionType::Bool, [](O &o, const V &v) { o.report = v.flag; }}},
+  };
+  return keys;
+}
+
+/// Compile options and which keys were given.
+struct CompileOptionSet {
+  CompileOptions options;
+  bool batchGiven = false;
+};
+
+HandleTable<CompileOptionSet> compileOptions("TrellisCompileOptions");
+
+TrellisStatus setCompileOption(TrellisCompileOptions handle, const char *key,
+                               OptionType type, const OptionValue &value) {
+  TRELLIS_CAPI_REQUIRE(key);
+  CompileOptionSet *set = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(compileOptions.lookup(handle.id, set));
+  if (std::string(key) == "emit" && type == OptionType::String &&
+      value.text != "plan" && value.text != "mlir")
+    return errorStatus("compile option 'emit': expected plan or mlir, found '" +
+                       value.text + "'");
+  TRELLIS_CAPI_RETURN_IF_ERROR(setKeyedOption(
+      compileOptionKeys(), "compile option", set->options, key, type, value));
+  set->batchGiven |= std::string(key) == "batch";
+  return nullptr;
+}
+
+struct Compilation {
+  std::string text;
+  bool isPlan = true;
+  std::optional<std::string> report;
+  std::string diagnostics;
+};
+
+HandleTable<Compilation> compilations("TrellisCompilation");
+
+/// The rows of the first i32 input of @forward (the tokens), or 0.
+int64_t forwardBatch(ModuleOp module) {
+  auto forward = module.lookupSymbol<func::FuncOp>("forward");
+  if (!forward)
+    return 0;
+  for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
+    auto role = forward.getArgAttrOfType<StringAttr>(
+        i, graph::GraphDialect::kRoleAttrName);
+    auto type = llvm::dyn_cast<RankedTensorType>(forward.getArgumentTypes()[i]);
+    if (role && role.getValue() == "input" && type && type.getRank() == 2 &&
+        type.getElementType().isInteger(32))
+      return type.getDimSize(0);
+  }
+  return 0;
+}
+
+} // namespace
+
+extern "C" {
+
+//===----------------------------------------------------------------------===//
+// Compiling
+//===----------------------------------------------------------------------===//
+
+TrellisStatus trellisCompileOptionsCreate(TrellisCompileOptions *options) {
+  TRELLIS_CAPI_REQUIRE(options);
+  options->id = compileOptions.insert(std::make_unique<CompileOptionSet>());
+  return nullptr;
+}
+
+void trellisCompileOptionsDestroy(TrellisCompileOptions options) {
+  compileOptions.erase(options.id);
+}
+
+TrellisStatus trellisCompileOptionsSetInt(TrellisCompileOptions options,
+                                          const char *key, int64_t value) {
+  OptionValue v;
+  v.integer = value;
+  return setCompileOption(options, key, OptionType::Int, v);
+}
+
+TrellisStatus trellisCompileOptionsSetDouble(TrellisCompileOptions options,
+                                             const char *key, double value) {
+  OptionValue v;
+  v.number = value;
+  return setCompileOption(options, key, OptionType::Double, v);
+}
+
+TrellisStatus trellisCompileOptionsSetString(TrellisCompileOptions options,
+                                             const char *key,
+                                             const char *value) {
+  TRELLIS_CAPI_REQUIRE(value);
+  OptionValue v;
+  v.text = value;
+  return setCompileOption(options, key, OptionType::String, v);
+}
+
+TrellisStatus trellisCompileOptionsSetBool(TrellisCompileOptions options,
+                                           const char *key, int value) {
+  OptionValue v;
+  v.flag = value != 0;
+  return setCompileOption(options, key, OptionType::Bool, v);
+}
+
+TrellisStatus trellisCompile(TrellisModel modelHandle,
+                             TrellisCompileOptions optionsHandle,
+                             TrellisCompilation *compilation) {
+  TRELLIS_CAPI_REQUIRE(compilation);
+  Model *model = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(models.lookup(modelHandle.id, model));
+  CompileOptionSet *set = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(compileOptions.lookup(optionsHandle.id, set));
+  return guarded(__func__, [&]() -> TrellisStatus {
+    CompileOptions options = set->options;
+    if (!model->configText && !set->batchGiven)
+      if (int64_t rows = forwardBatch(*model->module))
+        options.batch = rows * options.microBatches;
+    DiagnosticCapture capture(*model->context);
+    auto sink = [&](MessageKind kind, const llvm::Twine &text) {
+      capture.message(kind, text);
+    };
+    if (failed(checkCompileOptions(options, sink)))
+      return capture.failure("invalid compile options");
+    std::optional<LoadedModel> loaded = instantiate(
+        *model, {options.batch / options.microBatches, options.seq}, capture);
+    if (!loaded)
+      return capture.failure("cannot import the model");
+    TimingScope noTiming;
+    FailureOr<CompiledModel> compiled =
+        compileModel(std::move(*loaded), options, sink, noTiming);
+    if (failed(compiled))
+      return capture.failure("compilation failed");
+    auto result = std::make_unique<Compilation>();
+    result->text = std::move(compiled->text);
+    result->isPlan = !options.emitMlir;
+    if (options.report) {
+      std::string json;
+      llvm::raw_string_ostream os(json);
+      os << llvm::formatv("{0:2}",
+                          reportJson(compiled->modelParameters,
+                                     compiled->meshAxes, compiled->reports));
+      os.flush();
+      result->report = std::move(json);
+    }
+    result->diagnostics = std::move(capture.others);
+    compilation->id = compilations.insert(std::move(result));
+    return nullptr;
+  });
+}
+
+void trellisCompilationDestroy(TrellisCompilation compilation) {
+  compilations.erase(compilation.id);
+}
+
+TrellisStatus trellisCompilationGetText(TrellisCompilation handle,
+                                        TrellisStringCallback callback,
+                                        void *userData) {
+  TRELLIS_CAPI_REQUIRE(callback);
+  Compilation *compilation = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(compilations.lookup(handle.id, compilation));
+  sendString(compilation->text, callback, userData);
+  return nullptr;
+}
+
+TrellisStatus trellisCompilationWrite(TrellisCompilation handle,
+                                      const char *path) {
+  TRELLIS_CAPI_REQUIRE(path);
+  Compilation *compilation = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(compilations.lookup(handle.id, compilation));
+  std::error_code error;
+  llvm::raw_fd_ostream os(path, error);
+  if (error)
+    return errorStatus(std::string("cannot write '") + path +
+                       "': " + error.message());
+  os << compilation->text;
+  os.close();
+  if (os.has_error())
+    return errorStatus(std::string("cannot write '") + path +
+                       "': " + os.error().message());
+  return nullptr;
+}
+
+TrellisStatus trellisCompilationGetReport(TrellisCompilation handle,
+                                          TrellisStringCallback callback,
+                                          void *userData) {
+  TRELLIS_CAPI_REQUIRE(callback);
+  Compilation *compilation = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(compilations.lookup(handle.id, compilation));
+  if (!compilation->report)
+    return errorStatus("this plan was compiled without a report: set the "
+                       "compile option 'report'");
+  sendString(*compilation->report, callback, userData);
+  return nullptr;
+}
+
+TrellisStatus trellisCompilationGetDiagnostics(TrellisCompilation handle,
+                                               TrellisStringCallback callback,
+                                               void *userData) {
+  TRELLIS_CAPI_REQUIRE(callback);
+  Compilation *compilation = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(compilations.lookup(handle.id, compilation));
+  sendString(compilation->diagnostics, callback, userData);
+  return nullptr;
+}
+
+TrellisStatus trellisCompilationGetPlan(TrellisCompilation handle,
+                                        TrellisPlan *plan) {
+  TRELLIS_CAPI_REQUIRE(plan);
+  Compilation *compilation = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(compilations.lookup(handle.id, compilation));
+  if (!compilation->isPlan)
+    return errorStatus("this compilation emitted MLIR (compile option "
+                       "'emit' 'mlir'), not a plan");
+  return trellisPlanCreateFromText(compilation->text.data(),
+                                   compilation->text.size(), plan);
+}
+
+} // extern "C"

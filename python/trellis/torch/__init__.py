@@ -1,0 +1,158 @@
+"""trellis.torch: a PyTorch nn.Module as a Trellis model.
+
+    model = trellis.torch.from_module(GPT2LMHeadModel(config), (tokens, targets))
+    plan = trellis.compile(model, mesh="dp=2")
+    losses = trellis.launch(plan, nproc=2, batches=[(tokens, targets)],
+                            weights=model.weights)
+
+The module goes through torch.export; its ATen graph becomes graph ops. The
+module's parameter names are kept (presets and checkpoints match them), its
+weights travel with the model (`weights`), and its layers (the ModuleList
+holding most parameters) become the model parts pipelines split by.
+
+What depends on no parameter and no input (position ids, causal masks,
+rotary tables, the buffers they read) is computed once here, in PyTorch, and
+must then be one of what graph ops express: a scalar, position ids, a causal
+mask (into attention), a rotary table (into rope). Attention written out
+(matmul, scale, mask, softmax, matmul; grouped-query heads repeated) becomes
+graph.attention, Hugging Face's rotate-half rotary embedding graph.rope, and
+RMSNorm's decomposition graph.rms_norm. The first ATen op without a
+translation is an error naming it and its source line.
+"""
+
+import sys
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+from .. import Error, Model
+
+try:
+    import torch
+    import torch.nn.functional
+except ImportError as _error:  # pragma: no cover - depends on the machine
+    raise ImportError("trellis.torch needs PyTorch (pip install torch)") from _error
+
+__all__ = ["TorchModel", "from_module", "SUPPORTED_OPS"]
+
+from ._converter import _Converter, _describe, _Tensor  # first: see its end
+from ._aten import SUPPORTED_OPS
+
+
+class TorchModel(Model):
+    """A model converted from an nn.Module, with the module's weights."""
+
+    def __init__(self, handle: Any, weights: Dict[str, np.ndarray]):
+        super().__init__(handle)
+        #: The module's parameters by the names the plan uses.
+        self.weights = weights
+
+
+def _default_loss(output: Any, targets: "torch.Tensor") -> "torch.Tensor":
+    logits = output.logits if hasattr(output, "logits") else output
+    if isinstance(logits, (tuple, list)):
+        logits = logits[0]
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1),
+                                             targets.flatten())
+
+
+class _WithLoss(torch.nn.Module):
+    """The module and its loss: forward(tokens, targets) -> scalar."""
+
+    def __init__(self, module: "torch.nn.Module",
+                 loss: Callable[[Any, "torch.Tensor"], "torch.Tensor"]):
+        super().__init__()
+        self.m = module
+        self.loss = loss
+
+    def forward(self, tokens: "torch.Tensor",
+                targets: "torch.Tensor") -> "torch.Tensor":
+        output = self.m(tokens)
+        return self.loss(output, targets)
+
+
+def _canonical_names(module: "torch.nn.Module") -> Dict[str, str]:
+    """Every parameter's name (under the wrapper's "m.") to the first name
+    of its tensor: tied weights take one name, the one Hugging Face saves."""
+    first: Dict[int, str] = {}
+    names: Dict[str, str] = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        canonical = first.setdefault(id(parameter), name)
+        names["m." + name] = canonical
+    return names
+
+
+def _check_no_buffer_writes(exported: Any) -> None:
+    """Refuses a forward that writes a buffer (running statistics, counters):
+    state that changes outside the trained parameters has no place."""
+    signature = exported.graph_signature
+    mutated = sorted(signature.buffers_to_mutate.values())
+    for node in exported.graph_module.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None or \
+                not schema.is_mutable:
+            continue
+        for argument, value in zip(schema.arguments, node.args):
+            written = argument.alias_info is not None and \
+                argument.alias_info.is_write
+            if written and isinstance(value, torch.fx.Node) and \
+                    value.name in signature.inputs_to_buffers:
+                buffer = signature.inputs_to_buffers[value.name]
+                mutated.append(f"{buffer[2:]} by {_describe(node)}")
+    if mutated:
+        raise Error(f"the module writes its buffers in forward ({'; '.join(mutated)}): "
+                    "Trellis cannot place state that changes outside the "
+                    "trained parameters")
+
+
+def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
+                loss: Optional[Callable[[Any, Any], Any]] = None, *,
+                dynamic_shapes: Any = None) -> TorchModel:
+    """Converts `module` (called as module(tokens); its output, or its
+    `.logits`, the logits [batch, seq, vocab]) and its loss into a Trellis
+    model at the shapes of `example_inputs` = (tokens, targets), integer
+    tensors [batch, seq]. `loss(output, targets)` defaults to the mean
+    cross-entropy of the logits against the targets. The module should be
+    in eval mode (dropout off: Trellis steps are deterministic). Plans have
+    static shapes: `dynamic_shapes` (torch.export's) is refused, naming the
+    dimension."""
+    if not isinstance(module, torch.nn.Module):
+        raise Error(f"from_module: expected a torch.nn.Module, found "
+                    f"{type(module).__name__}")
+    if not isinstance(example_inputs, (tuple, list)) or len(example_inputs) != 2:
+        raise Error("from_module: expected example_inputs = (tokens, targets)")
+    # Copies: one tensor passed twice would be one input to torch.export.
+    tokens, targets = (torch.as_tensor(t).clone() for t in example_inputs)
+    if tokens.dim() != 2 or tokens.shape != targets.shape:
+        raise Error(f"from_module: expected tokens and targets of one shape "
+                    f"[batch, seq], found {tuple(tokens.shape)} and "
+                    f"{tuple(targets.shape)}")
+    for name, buffer in module.named_buffers():
+        if buffer.dtype.is_floating_point and buffer.requires_grad:
+            raise Error(f"buffer {name} requires grad: Trellis trains "
+                        "parameters only")
+    wrapper = _WithLoss(module, loss or _default_loss)
+    try:
+        exported = torch.export.export(wrapper, (tokens, targets),
+                                       dynamic_shapes=dynamic_shapes)
+    except Exception as error:  # torch's own message says what failed
+        raise Error(f"from_module: torch.export failed: "
+                    f"{type(error).__name__}: {error}") from None
+    _check_no_buffer_writes(exported)
+    converter = _Converter(exported, module, _canonical_names(module))
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 50000))
+    try:
+        output = [n for n in exported.graph_module.graph.nodes
+                  if n.op == "output"][0]
+        result = output.args[0]
+        if isinstance(result, (tuple, list)):
+            result = result[0]
+        loss_value = converter.convert(result)
+    finally:
+        sys.setrecursionlimit(limit)
+    if not isinstance(loss_value, _Tensor) or loss_value.shape != ():
+        raise Error("from_module: the loss is not a scalar computed from the "
+                    "inputs")
+    model = converter.graph.finish(converter.materialize(loss_value))
+    return TorchModel(model._handle, converter.weights)

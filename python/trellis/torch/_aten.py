@@ -1,0 +1,401 @@
+"""trellis.torch's ATen table: one handler per ATen op (and Python call)
+the converter translates, each writing graph ops for one node."""
+
+import math
+import operator
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .. import Attr, Error
+from ._converter import (_Constant, _Converter, _is_causal_mask,
+                         _normalize_dim, _Tensor)
+
+aten = torch.ops.aten
+
+
+def _scalar(value: Any) -> Optional[float]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, _Constant):
+        tensor = value.tensor
+        if isinstance(tensor, torch.Tensor) and tensor.numel() == 1:
+            return float(tensor.reshape(-1)[0])
+        if isinstance(tensor, (int, float)):
+            return float(tensor)
+    return None
+
+
+def _reshape(c: _Converter, value: Any, shape: Sequence[int]) -> _Tensor:
+    source = c.materialize(value)
+    sizes = list(shape)
+    total = int(np.prod(source.shape))
+    if -1 in sizes:
+        known = int(np.prod([s for s in sizes if s != -1]))
+        sizes[sizes.index(-1)] = total // known if known else 0
+    if tuple(sizes) == tuple(source.shape):
+        return _Tensor(source)
+    return _Tensor(c.emit("reshape", source, shape=sizes))
+
+
+# -- handlers: (converter, node, *args) -> converted value -------------------
+
+def _identity(c: _Converter, node: Any, value: Any, *rest: Any, **kw: Any) -> Any:
+    return value
+
+
+def _to(c: _Converter, node: Any, value: Any, *rest: Any, **kw: Any) -> Any:
+    dtype = kw.get("dtype")
+    for item in rest:
+        if isinstance(item, torch.dtype):
+            dtype = item
+    if dtype is not None and dtype != torch.float32:
+        raise Error(f"a cast to {dtype}: the converted model computes in "
+                    "float32 (compile with precision= for mixed precision)")
+    return value
+
+
+def _dropout(c: _Converter, node: Any, value: Any, p: float = 0.5,
+             train: Optional[bool] = None) -> Any:
+    if train and p > 0:
+        raise Error(f"dropout with p={p} in training mode: call module.eval() "
+                    "before converting (Trellis steps are deterministic)")
+    return value
+
+
+def _binary(kind: str) -> Callable[..., Any]:
+    def handler(c: _Converter, node: Any, lhs: Any, rhs: Any,
+                alpha: Any = None) -> Any:
+        if alpha is not None and alpha != 1:
+            raise Error(f"{kind} with alpha={alpha}")
+        scalar_rhs = _scalar(rhs)
+        scalar_lhs = _scalar(lhs)
+        if kind == "mul" and scalar_rhs is not None and isinstance(lhs, _Tensor):
+            return _Tensor(c.emit("scale", c.materialize(lhs),
+                                      factor=scalar_rhs))
+        if kind == "mul" and scalar_lhs is not None and isinstance(rhs, _Tensor):
+            return _Tensor(c.emit("scale", c.materialize(rhs),
+                                      factor=scalar_lhs))
+        shape = tuple(node.meta["val"].shape)
+        left = c.scalar_operand(lhs, shape)
+        right = c.scalar_operand(rhs, shape)
+        return _Tensor(c.op(kind, left, right))
+    return handler
+
+
+def _rsub(c: _Converter, node: Any, lhs: Any, rhs: Any, alpha: Any = None) -> Any:
+    return _binary("sub")(c, node, rhs, lhs, alpha)
+
+
+def _unary(kind: str) -> Callable[..., Any]:
+    def handler(c: _Converter, node: Any, value: Any) -> Any:
+        return _Tensor(c.op(kind, value))
+    return handler
+
+
+def _gelu(c: _Converter, node: Any, value: Any, approximate: str = "none") -> Any:
+    return _Tensor(c.op("gelu_tanh" if approximate == "tanh" else "gelu", value))
+
+
+def _pow(c: _Converter, node: Any, value: Any, exponent: Any) -> Any:
+    if exponent == 2:
+        x = c.materialize(value)
+        return _Tensor(c.emit("mul", x, x))
+    if exponent == 3:
+        x = c.materialize(value)
+        return _Tensor(c.emit("mul", c.emit("mul", x, x), x))
+    if exponent == 0.5:
+        return _Tensor(c.op("sqrt", value))
+    if exponent == -0.5:
+        return _Tensor(c.op("rsqrt", value))
+    raise Error(f"pow with exponent {exponent}: expected 2, 3, 0.5 or -0.5")
+
+
+def _reduce(kind: str) -> Callable[..., Any]:
+    def handler(c: _Converter, node: Any, value: Any, dims: Any = None,
+                keepdim: bool = False, dtype: Any = None) -> Any:
+        rank = len(value.shape)
+        if dims is None:
+            dims = list(range(rank))
+        if isinstance(dims, int):
+            dims = [dims]
+        dims = sorted(_normalize_dim(d, rank) for d in dims)
+        return _Tensor(c.op(kind, value, dims=dims, keep_dims=bool(keepdim)))
+    return handler
+
+
+def _softmax(c: _Converter, node: Any, value: Any, dim: int,
+             half_to_float: Any = None) -> Any:
+    if _normalize_dim(dim, len(value.shape)) != len(value.shape) - 1:
+        raise Error(f"softmax over dimension {dim}: expected the last")
+    return _Tensor(c.op("softmax", value))
+
+
+def _view(c: _Converter, node: Any, value: Any, shape: Sequence[int]) -> Any:
+    return _reshape(c, value, shape)
+
+
+def _flatten(c: _Converter, node: Any, value: Any, start: int = 0,
+             end: int = -1) -> Any:
+    return _reshape(c, value, tuple(node.meta["val"].shape))
+
+
+def _unsqueeze(c: _Converter, node: Any, value: Any, dim: int) -> Any:
+    return _reshape(c, value, tuple(node.meta["val"].shape))
+
+
+def _squeeze(c: _Converter, node: Any, value: Any, *dims: Any) -> Any:
+    return _reshape(c, value, tuple(node.meta["val"].shape))
+
+
+def _transpose(c: _Converter, node: Any, value: Any, a: int, b: int) -> Any:
+    rank = len(value.shape)
+    a, b = _normalize_dim(a, rank), _normalize_dim(b, rank)
+    perm = list(value.perm)
+    perm[a], perm[b] = perm[b], perm[a]
+    return _Tensor(value.value, tuple(perm))
+
+
+def _permute(c: _Converter, node: Any, value: Any, dims: Sequence[int]) -> Any:
+    rank = len(value.shape)
+    return _Tensor(value.value,
+                   tuple(value.perm[_normalize_dim(d, rank)] for d in dims))
+
+
+def _t(c: _Converter, node: Any, value: Any) -> Any:
+    return _transpose(c, node, value, 0, 1)
+
+
+def _expand(c: _Converter, node: Any, value: Any, sizes: Sequence[int],
+            implicit: bool = False) -> Any:
+    shape = list(node.meta["val"].shape)
+    if tuple(shape) == tuple(value.shape):
+        return value
+    return _Tensor(c.op("broadcast_to", value, shape=shape))
+
+
+def _slice(c: _Converter, node: Any, value: Any, dim: int = 0,
+           start: Optional[int] = None, end: Optional[int] = None,
+           step: int = 1) -> Any:
+    shape = value.shape
+    dim = _normalize_dim(dim, len(shape))
+    begin, stop, stride = slice(start, end, step).indices(shape[dim])
+    if stride != 1:
+        raise Error(f"a slice with step {step}: expected step 1")
+    if begin == 0 and stop == shape[dim]:
+        return value
+    offsets = [0] * len(shape)
+    sizes = list(shape)
+    offsets[dim], sizes[dim] = begin, stop - begin
+    return _Tensor(c.op("slice", value, offsets=offsets, sizes=sizes))
+
+
+def _split(c: _Converter, node: Any, value: Any, size: Any, dim: int = 0) -> Any:
+    dim = _normalize_dim(dim, len(value.shape))
+    total = value.shape[dim]
+    sizes = ([size] * ((total + size - 1) // size) if isinstance(size, int)
+             else list(size))
+    pieces, begin = [], 0
+    for length in sizes:
+        length = min(length, total - begin)
+        pieces.append(_slice(c, node, value, dim, begin, begin + length))
+        begin += length
+    return pieces
+
+
+def _getitem(c: _Converter, node: Any, values: Any, index: int) -> Any:
+    return values[index]
+
+
+def _cat(c: _Converter, node: Any, values: Sequence[Any], dim: int = 0) -> Any:
+    rank = len(node.meta["val"].shape)
+    kept = [v for v in values
+            if not (isinstance(v, _Constant) and v.tensor.numel() == 0)]
+    if len(kept) == 1:
+        return kept[0]
+    return _Tensor(c.op("concat", *kept, dim=_normalize_dim(dim, rank)))
+
+
+def _embedding(c: _Converter, node: Any, table: Any, ids: Any, *rest: Any) -> Any:
+    if isinstance(ids, _Constant):
+        positions = ids.tensor
+        length = positions.shape[-1]
+        expected = torch.arange(length, dtype=positions.dtype)
+        if not bool((positions.reshape(-1, length) == expected).all()):
+            raise Error("an embedding read at constant ids that are not the "
+                        "positions 0 .. n-1")
+        rows = c.emit("embedding", c.materialize(table),
+                          c.emit("positions", length=length))
+        return _reshape(c, _Tensor(rows), tuple(node.meta["val"].shape))
+    return _Tensor(c.op("embedding", table, ids))
+
+
+def _matmul_flags(c: _Converter, value: _Tensor) -> Tuple[Any, bool]:
+    """A matmul operand and whether it is transposed (its last two
+    dimensions swapped, free)."""
+    perm = value.perm
+    rank = len(perm)
+    if rank >= 2:
+        swapped = list(range(rank))
+        swapped[-1], swapped[-2] = swapped[-2], swapped[-1]
+        if tuple(perm) == tuple(swapped):
+            return value.value, True
+    return c.materialize(value), False
+
+
+def _matmul(c: _Converter, node: Any, lhs: Any, rhs: Any) -> Any:
+    left, transpose_lhs = _matmul_flags(c, lhs)
+    right, transpose_rhs = _matmul_flags(c, rhs)
+    return _Tensor(c.emit("matmul", left, right,
+                              transpose_lhs=transpose_lhs,
+                              transpose_rhs=transpose_rhs))
+
+
+def _linear(c: _Converter, node: Any, value: Any, weight: Any,
+            bias: Any = None) -> Any:
+    out = c.emit("matmul", c.materialize(value), c.materialize(weight),
+                     transpose_rhs=True)
+    if bias is not None:
+        out = c.emit("add", out, c.materialize(bias))
+    return _Tensor(out)
+
+
+def _addmm(c: _Converter, node: Any, bias: Any, lhs: Any, rhs: Any,
+           beta: Any = 1, alpha: Any = 1) -> Any:
+    if beta != 1 or alpha != 1:
+        raise Error(f"addmm with beta={beta}, alpha={alpha}")
+    left, transpose_lhs = _matmul_flags(c, lhs)
+    right, transpose_rhs = _matmul_flags(c, rhs)
+    out = c.emit("matmul", left, right, transpose_lhs=transpose_lhs,
+                     transpose_rhs=transpose_rhs)
+    return _Tensor(c.emit("add", out, c.materialize(bias)))
+
+
+def _layer_norm(c: _Converter, node: Any, value: Any, shape: Sequence[int],
+                weight: Any = None, bias: Any = None, eps: float = 1e-5,
+                cudnn: Any = None) -> Any:
+    if len(shape) != 1:
+        raise Error(f"layer_norm over {list(shape)}: expected the last "
+                    "dimension only")
+    if weight is None or bias is None:
+        raise Error("layer_norm without a weight or a bias: expected both "
+                    "(elementwise_affine=True, bias=True)")
+    return _Tensor(c.op("layer_norm", value, weight, bias, epsilon=float(eps)))
+
+
+def _cross_entropy(c: _Converter, node: Any, logits: Any, targets: Any,
+                   weight: Any = None, reduction: int = 1,
+                   ignore_index: int = -100, label_smoothing: float = 0.0) -> Any:
+    if weight is not None or reduction != 1 or label_smoothing:
+        raise Error("cross_entropy with class weights, a reduction other "
+                    "than the mean, or label smoothing")
+    return _Tensor(c.op("cross_entropy", logits, targets))
+
+
+def _sdpa(c: _Converter, node: Any, query: Any, key: Any, value: Any,
+          attn_mask: Any = None, dropout_p: float = 0.0,
+          is_causal: bool = False, scale: Optional[float] = None,
+          enable_gqa: bool = False) -> Any:
+    if dropout_p:
+        raise Error(f"attention dropout {dropout_p}: call module.eval()")
+    causal = bool(is_causal)
+    if attn_mask is not None:
+        if not (isinstance(attn_mask, _Constant) and _is_causal_mask(
+                attn_mask.tensor, query.shape[-2], key.shape[-2])):
+            raise Error("scaled_dot_product_attention with a mask that is not "
+                        "the causal mask")
+        causal = True
+    head_dim = query.shape[-1]
+    return _attention(c, node, query, key, value,
+                      scale if scale is not None else 1 / math.sqrt(head_dim),
+                      causal)
+
+
+def _attention(c: _Converter, node: Any, query: Any, key: Any, value: Any,
+               scale: float, causal: bool) -> _Tensor:
+    """graph.attention on logical [batch, heads, seq, dim] operands; the
+    result is logical [batch, heads, seq, dim] too."""
+    to_bshd = (0, 2, 1, 3)
+
+    def operand(v: Any) -> Any:
+        return c.materialize(_permute(c, node, v, to_bshd))
+
+    out = c.emit("attention", operand(query), operand(key), operand(value),
+                 scale=float(scale), causal=Attr("true" if causal else "false"))
+    return _Tensor(out, to_bshd)
+
+
+# -- patterns -------------------------------------------------------------
+
+
+def _assert_metadata(c: _Converter, node: Any, *args: Any, **kwargs: Any) -> Any:
+    return None
+
+
+_HANDLERS: Dict[Any, Callable[..., Any]] = {
+    aten.embedding.default: _embedding,
+    aten.linear.default: _linear,
+    aten.addmm.default: _addmm,
+    aten.matmul.default: _matmul,
+    aten.mm.default: _matmul,
+    aten.bmm.default: _matmul,
+    aten.layer_norm.default: _layer_norm,
+    aten.softmax.int: _softmax,
+    aten._softmax.default: _softmax,
+    aten.scaled_dot_product_attention.default: _sdpa,
+    aten.gelu.default: _gelu,
+    aten.silu.default: _unary("silu"),
+    aten.relu.default: _unary("relu"),
+    aten.sigmoid.default: _unary("sigmoid"),
+    aten.tanh.default: _unary("tanh"),
+    aten.exp.default: _unary("exp"),
+    aten.log.default: _unary("log"),
+    aten.sqrt.default: _unary("sqrt"),
+    aten.rsqrt.default: _unary("rsqrt"),
+    aten.neg.default: _unary("neg"),
+    aten.add.Tensor: _binary("add"),
+    aten.sub.Tensor: _binary("sub"),
+    aten.rsub.Scalar: _rsub,
+    aten.mul.Tensor: _binary("mul"),
+    aten.div.Tensor: _binary("div"),
+    aten.maximum.default: _binary("maximum"),
+    aten.pow.Tensor_Scalar: _pow,
+    aten.mean.dim: _reduce("reduce_mean"),
+    aten.sum.dim_IntList: _reduce("reduce_sum"),
+    aten.amax.default: _reduce("reduce_max"),
+    aten.view.default: _view,
+    aten.reshape.default: _view,
+    aten._unsafe_view.default: _view,
+    aten.flatten.using_ints: _flatten,
+    aten.unsqueeze.default: _unsqueeze,
+    aten.squeeze.dim: _squeeze,
+    aten.squeeze.dims: _squeeze,
+    aten.transpose.int: _transpose,
+    aten.permute.default: _permute,
+    aten.t.default: _t,
+    aten.expand.default: _expand,
+    aten.slice.Tensor: _slice,
+    aten.split.Tensor: _split,
+    aten.split_with_sizes.default: _split,
+    aten.cat.default: _cat,
+    aten.cross_entropy_loss.default: _cross_entropy,
+    aten.to.dtype: _to,
+    aten.to.dtype_layout: _to,
+    aten.to.device: _to,
+    aten.type_as.default: _identity,
+    aten.dropout.default: _dropout,
+    aten.alias.default: _identity,
+    aten.contiguous.default: _identity,
+    aten.clone.default: _identity,
+    aten.detach.default: _identity,
+    aten._assert_tensor_metadata.default: _assert_metadata,
+}
+
+# Python's operator.getitem picks a piece of split.
+_HANDLERS[operator.getitem] = _getitem
+
+#: The ATen ops (and Python calls) trellis.torch translates.
+SUPPORTED_OPS: List[str] = sorted(str(op) for op in _HANDLERS)

@@ -1,0 +1,318 @@
+"""trellis.torch's patterns: subgraphs that become one graph op (attention
+written out, rotate-half rope, RMSNorm's decomposition, flattened linear
+layers and losses, fused q/k/v splits), tried before a node's operands are
+converted."""
+
+import math
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from .. import Error
+from ._aten import _attention, _matmul_flags, _permute, _scalar
+from ._converter import (_Constant, _Converter, _is_causal_mask,
+                         _normalize_dim, _Tensor)
+
+aten = torch.ops.aten
+
+
+def _match_flat_cross_entropy(c: _Converter, node: Any) -> Optional[_Tensor]:
+    """The loss of flattened rows is the loss of the rows in place: keeps
+    the [batch, seq] layout that shards."""
+    logits_node, targets_node = node.args[0], node.args[1]
+    if len(node.args) > 2 or node.kwargs or not (
+            _is_flatten(logits_node) and _is_flatten(targets_node)):
+        return None
+    logits = c.convert(logits_node.args[0])
+    targets = c.convert(targets_node.args[0])
+    if not isinstance(logits, _Tensor) or len(logits.shape) != \
+            len(targets.shape) + 1:
+        return None
+    return _Tensor(c.op("cross_entropy", logits, targets))
+
+
+def _fused_split(c: _Converter, node: Any) -> Optional[Tuple[Any, ...]]:
+    """split(view(addmm(b, view(x, [-1, K]), W), [..., N]), N / p, -1): a
+    fused projection (GPT-2's QKV) whose p outputs are used apart; returns
+    (x, W, b, p, N / p). Its weight is then held as [K, p, N / p] and its
+    bias as [p, N / p], as the importer holds them, so that a preset splits
+    each piece by heads."""
+    if _producer(node, aten.split.Tensor) is None or len(node.args) < 2:
+        return None
+    value, size = node.args[0], node.args[1]
+    if not isinstance(size, int) or not isinstance(value, torch.fx.Node):
+        return None
+    shape = tuple(value.meta["val"].shape)
+    dim = node.args[2] if len(node.args) > 2 else 0
+    if _normalize_dim(dim, len(shape)) != len(shape) - 1 or \
+            shape[-1] % size or shape[-1] // size < 2:
+        return None
+    view = _producer(value, aten.view.default, aten.reshape.default)
+    addmm = _producer(view.args[0], aten.addmm.default) if view else None
+    if not addmm or len(addmm.args) > 3 or addmm.kwargs:
+        return None
+    inner = _producer(addmm.args[1], aten.view.default, aten.reshape.default)
+    bias, weight = addmm.args[0], addmm.args[2]
+    parameters = c.signature.inputs_to_parameters
+    if not inner or not all(
+            isinstance(p, torch.fx.Node) and p.name in parameters and
+            len(p.users) == 1 for p in (bias, weight)):
+        return None
+    source = inner.args[0]
+    if tuple(source.meta["val"].shape)[:-1] != shape[:-1] or \
+            tuple(weight.meta["val"].shape) != (source.meta["val"].shape[-1],
+                                                shape[-1]):
+        return None
+    return source, weight, bias, shape[-1] // size, size
+
+
+def _match_fused_split(c: _Converter, node: Any) -> Optional[List[_Tensor]]:
+    fused = _fused_split(c, node)
+    if fused is None:
+        return None
+    source, weight_node, bias_node, pieces, size = fused
+    x = c.materialize(c.convert(source))
+    weight = c.convert(weight_node).value
+    bias = c.convert(bias_node).value
+    rows = weight.shape[0]
+    outputs = []
+    for piece in range(pieces):
+        w = c.emit("reshape", c.emit("slice", weight, offsets=[0, piece, 0],
+                                     sizes=[rows, 1, size]),
+                   shape=[rows, size])
+        b = c.emit("reshape", c.emit("slice", bias, offsets=[piece, 0],
+                                     sizes=[1, size]), shape=[size])
+        outputs.append(_Tensor(c.emit("add", c.emit("matmul", x, w), b)))
+    return outputs
+
+
+def _match_flat_linear(c: _Converter, node: Any) -> Optional[_Tensor]:
+    """view(addmm(b, view(x, [-1, K]), w), [..., N]): GPT-2's Conv1D, a
+    matmul on x [..., K] in place (the batch dimensions stay, to shard)."""
+    addmm = _producer(node.args[0], aten.addmm.default)
+    if not addmm or len(addmm.args) > 3 or addmm.kwargs:
+        return None
+    inner = _producer(addmm.args[1], aten.view.default, aten.reshape.default)
+    if not inner:
+        return None
+    source = inner.args[0]
+    source_shape = tuple(source.meta["val"].shape)
+    result_shape = tuple(node.meta["val"].shape)
+    if source_shape[:-1] != result_shape[:-1] or len(source_shape) < 3:
+        return None
+    x = c.convert(source)
+    weight = c.convert(addmm.args[2])
+    bias = c.convert(addmm.args[0])
+    if not all(isinstance(v, _Tensor) for v in (x, weight, bias)):
+        return None
+    right, transpose_rhs = _matmul_flags(c, weight)
+    out = c.emit("matmul", c.materialize(x), right, transpose_rhs=transpose_rhs)
+    return _Tensor(c.emit("add", out, c.materialize(bias)))
+
+
+def _is_flatten(node: Any) -> bool:
+    return (isinstance(node, torch.fx.Node) and node.op == "call_function" and
+            node.target in (aten.flatten.using_ints, aten.view.default,
+                            aten.reshape.default) and
+            len(node.meta["val"].shape) <= 2 and
+            isinstance(node.args[0], torch.fx.Node) and
+            len(node.args[0].meta["val"].shape) >
+            len(node.meta["val"].shape))
+
+
+def _producer(node: Any, *targets: Any) -> Optional[Any]:
+    """`node` when it is a call of one of `targets`."""
+    if isinstance(node, torch.fx.Node) and node.op == "call_function" and \
+            node.target in targets:
+        return node
+    return None
+
+
+_PASS_THROUGH = (aten.to.dtype, aten.to.dtype_layout, aten.to.device,
+                 aten.dropout.default, aten.alias.default,
+                 aten.contiguous.default, aten.clone.default,
+                 aten.type_as.default)
+
+
+def _through(node: Any) -> Any:
+    """Skips casts to float32, eval-mode dropout and aliases."""
+    while _producer(node, *_PASS_THROUGH):
+        node = node.args[0]
+    return node
+
+
+def _unrepeated(node: Any) -> Any:
+    """Hugging Face's repeat_kv (unsqueeze, expand, reshape) undone: the
+    key/value heads graph.attention reads directly."""
+    reshape = _producer(node, aten.reshape.default, aten.view.default)
+    if not reshape:
+        return node
+    expand = _producer(reshape.args[0], aten.expand.default)
+    if not expand:
+        return node
+    unsqueeze = _producer(expand.args[0], aten.unsqueeze.default)
+    if not unsqueeze or unsqueeze.args[1] != 2:
+        return node
+    return unsqueeze.args[0]
+
+
+def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
+    """matmul(softmax(matmul(q, k^T) * scale [+ mask]), v)."""
+    softmax = _producer(_through(node.args[0]), aten.softmax.int,
+                        aten._softmax.default)
+    if not softmax:
+        return None
+    scores = softmax.args[0]
+    mask = None
+    add = _producer(scores, aten.add.Tensor)
+    if add is not None:
+        scores, mask = add.args
+    scale = 1.0
+    scaled = _producer(scores, aten.mul.Tensor, aten.div.Tensor)
+    if scaled is not None and _scalar(c.arg(scaled.args[1])) is not None:
+        factor = _scalar(c.arg(scaled.args[1]))
+        scale = factor if scaled.target == aten.mul.Tensor else 1 / factor
+        scores = scaled.args[0]
+    product = _producer(scores, aten.matmul.default)
+    if not product:
+        return None
+    query_node, key_t_node = product.args
+    key_transpose = _producer(key_t_node, aten.transpose.int)
+    if key_transpose is None:
+        return None
+    key_node = key_transpose.args[0]
+    query = c.convert(query_node)
+    key = c.convert(_unrepeated(key_node))
+    value = c.convert(_unrepeated(node.args[1]))
+    if any(not isinstance(v, _Tensor) or len(v.shape) != 4
+           for v in (query, key, value)):
+        return None
+    causal = False
+    if mask is not None:
+        mask_value = c.convert(mask) if isinstance(mask, torch.fx.Node) else mask
+        if not (isinstance(mask_value, _Constant) and _is_causal_mask(
+                mask_value.tensor, query.shape[2], key.shape[2])):
+            raise Error("attention adds a mask that is not the causal mask: "
+                        "graph.attention masks causally or not at all")
+        causal = True
+    return _attention(c, node, query, key, value, scale, causal)
+
+
+def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
+    """x * cos + cat(-x[..., d/2:], x[..., :d/2]) * sin: Hugging Face's
+    rotate-half rotary embedding on x [batch, heads, seq, dim]."""
+    left = _producer(node.args[0], aten.mul.Tensor)
+    right = _producer(node.args[1], aten.mul.Tensor)
+    if not left or not right:
+        return None
+    x_node, cos_node = left.args
+    rotated, sin_node = right.args
+    cat = _producer(rotated, aten.cat.default)
+    if not cat or len(cat.args[0]) != 2:
+        return None
+    negated = _producer(cat.args[0][0], aten.neg.default)
+    low = _producer(cat.args[0][1], aten.slice.Tensor)
+    high = _producer(negated.args[0], aten.slice.Tensor) if negated else None
+    if not low or not high or low.args[0] is not x_node or \
+            high.args[0] is not x_node:
+        return None
+    dim = x_node.meta["val"].shape[-1]
+    if tuple(low.args[1:4]) not in ((3, 0, dim // 2), (-1, 0, dim // 2)) or \
+            tuple(high.args[1:3]) not in ((3, dim // 2), (-1, dim // 2)):
+        return None
+    if cos_node not in c.constants or sin_node not in c.constants:
+        return None
+    x = c.convert(x_node)
+    if not isinstance(x, _Tensor) or len(x.shape) != 4:
+        return None
+    cos = c.convert(cos_node).tensor
+    sin = c.convert(sin_node).tensor
+    batch, heads, seq, dim = x.shape
+    half = dim // 2
+    # The frequencies from the table: angle(position 1) = frequency; then
+    # the whole table must be cos/sin(position * frequency).
+    table_cos = cos.reshape(-1, seq, dim)[0].to(torch.float64)
+    table_sin = sin.reshape(-1, seq, dim)[0].to(torch.float64)
+    if seq < 2:
+        raise Error("a rotary embedding over a sequence of 1: cannot tell its "
+                    "frequencies")
+    frequencies = torch.atan2(table_sin[1, :half], table_cos[1, :half])
+    frequencies = torch.where(frequencies < 0, frequencies + 2 * math.pi,
+                              frequencies)
+    inverse = _rotary_frequencies(c, cos_node)
+    if inverse is not None:
+        frequencies = inverse.to(torch.float64)
+    angles = torch.arange(seq, dtype=torch.float64)[:, None] * frequencies
+    expected_cos = torch.cat([angles.cos(), angles.cos()], dim=-1)
+    expected_sin = torch.cat([angles.sin(), angles.sin()], dim=-1)
+    if not (torch.allclose(table_cos, expected_cos, atol=1e-5) and
+            torch.allclose(table_sin, expected_sin, atol=1e-5)):
+        raise Error("a rotary embedding whose cos/sin tables are not "
+                    "cos/sin(position * frequency) (attention scaling or "
+                    "position ids other than 0 .. n-1)")
+    value = c.materialize(_permute(c, node, x, (0, 2, 1, 3)))
+    out = c.emit("rope", value,
+                     frequencies=[float(f) for f in frequencies])
+    return _Tensor(out, (0, 2, 1, 3))
+
+
+def _rotary_frequencies(c: _Converter, node: Any) -> Optional[Any]:
+    """The inv_freq buffer a rotary table was computed from, if any."""
+    seen, stack = set(), [node]
+    while stack:
+        current = stack.pop()
+        if current in seen or not isinstance(current, torch.fx.Node):
+            continue
+        seen.add(current)
+        if current.op == "placeholder" and \
+                current.name in c.signature.inputs_to_buffers:
+            name = c.signature.inputs_to_buffers[current.name]
+            if name.endswith("inv_freq"):
+                return c._buffer(name)
+        stack.extend(current.all_input_nodes)
+    return None
+
+
+def _match_rms_norm(c: _Converter, node: Any) -> Optional[_Tensor]:
+    """weight * (x * rsqrt(mean(x^2, -1, keepdim) + eps))."""
+    weight_node, normed = node.args
+    if not (isinstance(weight_node, torch.fx.Node) and
+            weight_node.name in c.signature.inputs_to_parameters):
+        weight_node, normed = normed, weight_node
+    if not (isinstance(weight_node, torch.fx.Node) and
+            weight_node.name in c.signature.inputs_to_parameters):
+        return None
+    inner = _producer(_through(normed), aten.mul.Tensor)
+    if not inner:
+        return None
+    x_node, rsqrt = inner.args
+    rsqrt = _producer(rsqrt, aten.rsqrt.default)
+    if not rsqrt:
+        return None
+    add = _producer(rsqrt.args[0], aten.add.Tensor)
+    if not add or _scalar(add.args[1]) is None:
+        return None
+    mean = _producer(add.args[0], aten.mean.dim)
+    if not mean or list(mean.args[1]) != [-1] or not mean.args[2]:
+        return None
+    square = _producer(mean.args[0], aten.pow.Tensor_Scalar)
+    if not square or square.args[1] != 2 or \
+            _through(square.args[0]) is not _through(x_node):
+        return None
+    x = c.convert(_through(x_node))
+    weight = c.convert(weight_node)
+    if not isinstance(x, _Tensor) or len(weight.shape) != 1:
+        return None
+    return _Tensor(c.op("rms_norm", x, weight, epsilon=float(add.args[1])))
+
+
+# Patterns tried, in order, before a node's operands are converted.
+_PATTERNS: Dict[Any, Tuple[Callable[..., Any], ...]] = {
+    aten.add.Tensor: (_match_rope,),
+    aten.mul.Tensor: (_match_rms_norm,),
+    aten.matmul.default: (_match_attention,),
+    aten.cross_entropy_loss.default: (_match_flat_cross_entropy,),
+    aten.split.Tensor: (_match_fused_split,),
+    aten.view.default: (_match_flat_linear,),
+    aten.reshape.default: (_match_flat_linear,),
+}

@@ -1,0 +1,225 @@
+//===- AttentionOps.cpp - Rows of attention and ring attention's pieces ---===//
+//
+// Queries [batch, seq, heads, dim], keys and values [batch, seq, kv_heads,
+// dim] (grouped-query attention: kv_heads divides heads). Ring attention's
+// pieces (the queries' block against one block of keys, combined by
+// log-sum-exp) exist only in partitioned programs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../OpTable.h"
+
+#include <numeric>
+
+namespace trellis::optable {
+
+namespace {
+
+/// Queries [batch, seq, heads, dim], keys [batch, seq, kv_heads, dim] and
+/// values shaped like the keys.
+Diagnostic attentionRanks(const OpInstance &op) {
+  TRELLIS_CHECK(expectRank(op, 0, "query [batch, seq, heads, dim]", 4));
+  TRELLIS_CHECK(expectRank(op, 1, "key [batch, seq, kv_heads, dim]", 4));
+  return expectSameShape(op, 2, "value", 1, "key");
+}
+
+Diagnostic expectKvHeadsDividing(const Shape &q, const Shape &k) {
+  if (k[2] == 0 || q[2] % k[2] != 0)
+    return "expected kv heads (" + text(k[2]) + ") to divide query heads (" +
+           text(q[2]) + ")";
+  return std::nullopt;
+}
+
+Diagnostic attentionOperands(const OpInstance &op) {
+  TRELLIS_CHECK(attentionRanks(op));
+  const Shape &q = op.shape(0), &k = op.shape(1);
+  // Queries split over mesh axes (context parallelism) are a piece of the
+  // keys' sequence: one of the group's when it is known (the plan), some
+  // whole fraction of it otherwise (the compiler's local types).
+  bool split = op.has("axes");
+  int64_t pieces = op.numAxes() ? op.groupSize() : 1;
+  bool sequences = split && !op.numAxes() ? q[1] > 0 && k[1] % q[1] == 0
+                                          : q[1] * pieces == k[1];
+  if (q[0] != k[0] || !sequences || q[3] != k[3])
+    return "expected key of shape [" + text(q[0]) + ", " + text(q[1] * pieces) +
+           ", kv_heads, " + text(q[3]) + "] to match query " + formatShape(q) +
+           (pieces > 1 ? " (a piece of " + text(pieces) + ")" : "") +
+           ", found " + formatShape(k);
+  return expectKvHeadsDividing(q, k);
+}
+
+/// Ring attention's blocks: queries [B, S, Hq, D] and keys and values
+/// [B, S, Hkv, D] of one equal block of the sequence.
+Diagnostic attentionBlockOperands(const OpInstance &op) {
+  TRELLIS_CHECK(attentionRanks(op));
+  const Shape &q = op.shape(0), &k = op.shape(1);
+  if (q[0] != k[0] || q[1] != k[1] || q[3] != k[3])
+    return "expected a key block of shape [" + text(q[0]) + ", " + text(q[1]) +
+           ", kv_heads, " + text(q[3]) +
+           "] (the queries' block length), found " + formatShape(k);
+  return expectKvHeadsDividing(q, k);
+}
+
+/// The log-sum-exp of attention rows, [batch, heads, seq] in f32, for the
+/// queries (operand 0).
+TensorType logSumExpType(const OpInstance &op) {
+  const Shape &q = op.shape(0);
+  return f32({q[0], q[2], q[1]});
+}
+
+Diagnostic expectLogSumExp(const OpInstance &op, size_t i,
+                           const std::string &name) {
+  TensorType expected = logSumExpType(op);
+  if (op.shape(i) == expected.shape)
+    return std::nullopt;
+  return "expected " + name + " of shape " + formatShape(expected.shape) +
+         " ([batch, heads, seq] of the result), found " +
+         formatShape(op.shape(i));
+}
+
+/// Batch and heads parallel; the keys' sequence and the head dimension
+/// whole. The queries' sequence may be split (context parallelism: each
+/// piece knows its offset, localizeAttributes), which leaves the key and
+/// value gradients partial. Query heads and kv heads share one factor of
+/// size kv_heads: splitting both into contiguous blocks keeps every query
+/// head with its kv head. Operands and results after (query, key, value)
+/// are shaped like the queries, then like the keys.
+ShardingRule attentionFactors(const OpInstance &op) {
+  ShardingRule rule;
+  const Shape &q = op.shape(0), &k = op.shape(1);
+  int64_t batch = rule.addFactor(q[0], FactorKind::Parallel);
+  int64_t querySeq = rule.addFactor(q[1], FactorKind::Parallel);
+  int64_t keySeq = rule.addFactor(k[1], FactorKind::Whole);
+  int64_t heads = rule.addFactor(std::gcd(q[2], k[2]), FactorKind::Parallel);
+  int64_t dim = rule.addFactor(q[3], FactorKind::Whole);
+  std::vector<int64_t> queryFactors = {batch, querySeq, heads, dim};
+  std::vector<int64_t> keyFactors = {batch, keySeq, heads, dim};
+  rule.operandFactors = {queryFactors, keyFactors, keyFactors};
+  rule.operandFactors.insert(rule.operandFactors.end(), op.numInputs() - 3,
+                             queryFactors);
+  rule.resultFactors = {queryFactors};
+  rule.resultFactors.insert(rule.resultFactors.end(), op.numResults() - 1,
+                            keyFactors);
+  return rule;
+}
+
+/// Ring attention's blocks: batch and heads parallel, blocks whole; the
+/// log-sum-exps [batch, heads, seq] share the factors.
+ShardingRule attentionBlockFactors(const OpInstance &op) {
+  ShardingRule rule;
+  const Shape &q = op.shape(0), &k = op.shape(1);
+  int64_t batch = rule.addFactor(q[0], FactorKind::Parallel);
+  int64_t seq = rule.addFactor(q[1], FactorKind::Whole);
+  int64_t heads = rule.addFactor(std::gcd(q[2], k[2]), FactorKind::Parallel);
+  int64_t dim = rule.addFactor(q[3], FactorKind::Whole);
+  std::vector<int64_t> rows = {batch, seq, heads, dim};
+  std::vector<int64_t> rowSums = {batch, heads, seq};
+  for (size_t i = 0; i < op.numInputs(); ++i)
+    rule.operandFactors.push_back(op.shape(i).size() == 3 ? rowSums : rows);
+  for (size_t i = 0; i < op.numResults(); ++i)
+    rule.resultFactors.push_back(op.resultShape(i).size() == 3 ? rowSums
+                                                               : rows);
+  return rule;
+}
+
+/// Multiply-adds of q k^T and p v over every head (4 B Hq S_q S_k D),
+/// times `products` / 2: 2 for the forward; 5 for a backward, which
+/// recomputes q k^T, then forms dV, dP, dQ and dK.
+CostRule attentionCost(double products) {
+  return [products](const OpInstance &op) {
+    const Shape &q = op.shape(0), &k = op.shape(1);
+    OpCost cost = elementwiseCost(op, 0);
+    cost.flops = products / 2 * 4.0 * q[0] * q[2] * q[1] * k[1] * q[3];
+    return cost;
+  };
+}
+
+} // namespace
+
+void addAttentionOps(TableBuilder &table) {
+  using K = AttrKind;
+  const std::vector<AttrSpec> attrs = {{"scale", K::Real, true},
+                                       {"causal", K::Bool, false},
+                                       kOptionalAxes,
+                                       kChunks};
+  table
+      .add("attention", {{"query"}, {"key"}, {"value"}}, 1, attrs,
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(attentionOperands(op));
+             out.push_back(op.input(0));
+             return std::nullopt;
+           })
+      .factors(attentionFactors)
+      .cost(attentionCost(2));
+  table
+      .add("attention_grad", {{"query"}, {"key"}, {"value"}, {"result_grad"}},
+           3, attrs,
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(attentionOperands(op));
+             TRELLIS_CHECK(expectSameShape(op, 3, "result_grad", 0, "query"));
+             out.push_back(op.input(0));
+             out.push_back(op.input(1));
+             out.push_back(op.input(2));
+             return std::nullopt;
+           })
+      .factors(attentionFactors)
+      .cost(attentionCost(5));
+
+  const std::vector<AttrSpec> blockAttrs = {{"scale", K::Real, true},
+                                            {"causal", K::Bool, false},
+                                            kOptionalAxes,
+                                            {"shift", K::Int, true},
+                                            kChunks};
+  table
+      .add("attention_block", {{"query"}, {"key"}, {"value"}}, 2, blockAttrs,
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(attentionBlockOperands(op));
+             out.push_back(op.input(0));
+             out.push_back(logSumExpType(op));
+             return std::nullopt;
+           })
+      .factors(attentionBlockFactors)
+      .cost(attentionCost(2));
+  table
+      .add("attention_merge",
+           {{"result"},
+            {"log_sum_exp", OperandKind::Float32},
+            {"other"},
+            {"other_log_sum_exp", OperandKind::Float32}},
+           2, {},
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(
+                 expectRank(op, 0, "result [batch, seq, heads, dim]", 4));
+             TRELLIS_CHECK(expectSameShape(op, 2, "other", 0, "result"));
+             TRELLIS_CHECK(expectLogSumExp(op, 1, "log_sum_exp"));
+             TRELLIS_CHECK(expectLogSumExp(op, 3, "other_log_sum_exp"));
+             out.push_back(op.input(0));
+             out.push_back(op.input(1));
+             return std::nullopt;
+           })
+      .factors(attentionBlockFactors)
+      .flopsPerElement(6);
+  table
+      .add("attention_block_grad",
+           {{"query"},
+            {"key"},
+            {"value"},
+            {"result"},
+            {"log_sum_exp", OperandKind::Float32},
+            {"result_grad"}},
+           3, blockAttrs,
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(attentionBlockOperands(op));
+             TRELLIS_CHECK(expectSameShape(op, 3, "result", 0, "query"));
+             TRELLIS_CHECK(expectLogSumExp(op, 4, "log_sum_exp"));
+             TRELLIS_CHECK(expectSameShape(op, 5, "result_grad", 0, "query"));
+             out.push_back(op.input(0));
+             out.push_back(op.input(1));
+             out.push_back(op.input(2));
+             return std::nullopt;
+           })
+      .factors(attentionBlockFactors)
+      .cost(attentionCost(5));
+}
+
+} // namespace trellis::optable

@@ -1,0 +1,97 @@
+//===- OptimizerOps.cpp - Rows of the optimizer updates -------------------===//
+//
+// Updates are elementwise over the parameter (the step is a scalar): each
+// result is the new value of one operand, which the memory plan may update
+// in place, and a piece may be padded with zeros (they stay finite).
+//
+//===----------------------------------------------------------------------===//
+
+#include "../OpTable.h"
+
+#include <cstdio>
+
+namespace trellis::optable {
+
+namespace {
+
+/// Parallel over the parameter's dimensions; scalar operands take none.
+ShardingRule updateFactors(const OpInstance &op) {
+  ShardingRule rule;
+  std::vector<int64_t> factors =
+      rule.addFactors(op.shape(0), FactorKind::Parallel);
+  for (size_t i = 0; i < op.numInputs(); ++i)
+    rule.operandFactors.push_back(op.shape(i).empty() ? std::vector<int64_t>{}
+                                                      : factors);
+  rule.resultFactors.assign(op.numResults(), factors);
+  rule.paddable = true;
+  return rule;
+}
+
+/// `flops` per parameter element.
+CostRule perParameterElement(double flops) {
+  return [flops](const OpInstance &op) {
+    OpCost cost = elementwiseCost(op, 0);
+    cost.flops = flops * elementCount(op.shape(0));
+    return cost;
+  };
+}
+
+} // namespace
+
+void addOptimizerOps(TableBuilder &table) {
+  using K = AttrKind;
+  OpEffects adamw;
+  adamw.replaces = {0, 2, 3}; // param, first_moment, second_moment
+  adamw.gradientOperand = 1;
+  table
+      .add("adamw",
+           {{"param", OperandKind::Float32},
+            {"grad", OperandKind::Float32},
+            {"first_moment", OperandKind::Float32},
+            {"second_moment", OperandKind::Float32},
+            {"step", OperandKind::Float32}},
+           3,
+           {{"learning_rate", K::Real, true},
+            {"beta1", K::Real, true},
+            {"beta2", K::Real, true},
+            {"epsilon", K::Real, true},
+            {"weight_decay", K::Real, true}},
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(expectSameShape(op, 1, "grad", 0, "param"));
+             TRELLIS_CHECK(expectSameShape(op, 2, "first_moment", 0, "param"));
+             TRELLIS_CHECK(expectSameShape(op, 3, "second_moment", 0, "param"));
+             if (!op.shape(4).empty())
+               return "expected a scalar step, found " +
+                      formatShape(op.shape(4));
+             double beta1 = op.real("beta1"), beta2 = op.real("beta2");
+             if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) {
+               char found[64];
+               std::snprintf(found, sizeof(found), "%g and %g", beta1, beta2);
+               return std::string("expected betas in [0, 1), found ") + found;
+             }
+             TRELLIS_CHECK(expectPositive(op, "epsilon"));
+             out.assign(3, op.input(0));
+             return std::nullopt;
+           })
+      .factors(updateFactors)
+      .cost(perParameterElement(12))
+      .effects(adamw);
+
+  OpEffects sgd;
+  sgd.replaces = {0};
+  sgd.gradientOperand = 1;
+  table
+      .add("sgd",
+           {{"param", OperandKind::Float32}, {"grad", OperandKind::Float32}}, 1,
+           {{"learning_rate", K::Real, true}, {"weight_decay", K::Real, true}},
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(expectSameShape(op, 1, "grad", 0, "param"));
+             out.push_back(op.input(0));
+             return std::nullopt;
+           })
+      .factors(updateFactors)
+      .cost(perParameterElement(3))
+      .effects(sgd);
+}
+
+} // namespace trellis::optable

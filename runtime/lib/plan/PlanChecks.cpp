@@ -1,0 +1,133 @@
+//===- PlanChecks.cpp - Scopes, transfers and dataflow of a plan ----------===//
+
+#include "PlanReader.h"
+
+#include "trellis/Runtime/OpShapes.h"
+
+#include <algorithm>
+#include <set>
+
+namespace trellis::runtime::planreader {
+
+Status PlanReader::checkActionProgram(const ActionProgramDesc &program,
+                                      const std::string &where) {
+  for (size_t i = 0; i < program.body.program.size(); ++i) {
+    const Instruction &instruction = program.body.program[i];
+    std::string at = where + " instruction " + std::to_string(i) + " (" +
+                     instruction.op + ")";
+    if (!program.perMicroBatch()) {
+      for (const std::vector<int64_t> *ids :
+           {&instruction.inputs, &instruction.outputs})
+        for (int64_t id : *ids)
+          if (perMicroBatch_[id])
+            return Status::error(at + ": buffer " + std::to_string(id) +
+                                 " holds one micro-batch's value, but the "
+                                 "step program runs once per step");
+      if (accumulates(instruction))
+        return Status::error(at + ": accumulate adds a micro-batch's value "
+                                  "to the step's: expected it in a program "
+                                  "of the micro-batch");
+      continue;
+    }
+    if (!accumulates(instruction)) {
+      for (int64_t id : instruction.outputs)
+        if (!perMicroBatch_[id])
+          return Status::error(at + ": writes buffer " + std::to_string(id) +
+                               ", a value of the step, in a program that "
+                               "runs once per micro-batch");
+      continue;
+    }
+    if (!perMicroBatch_[instruction.inputs[0]] ||
+        perMicroBatch_[instruction.outputs[0]])
+      return Status::error(at +
+                           ": expected a micro-batch's buffer in and a "
+                           "step's buffer out, found buffers " +
+                           std::to_string(instruction.inputs[0]) + " and " +
+                           std::to_string(instruction.outputs[0]));
+  }
+  return Status::success();
+}
+
+/// A send's `complete_with` names a later receive from the same peer (in
+/// the program the stage runs, after expansion).
+Status PlanReader::checkCompletions(int64_t index) {
+  const StageProgram &stage = plan_.stages[index];
+  for (size_t i = 0; i < stage.program.size(); ++i) {
+    const Instruction &send = stage.program[i];
+    if (send.op != "send" || !send.attrs.count("complete_with"))
+      continue;
+    bool found = false;
+    for (size_t j = i + 1; j < stage.program.size() && !found; ++j)
+      found = stage.program[j].op == "recv" &&
+              stage.program[j].integer("channel") ==
+                  send.integer("complete_with") &&
+              stage.program[j].integer("peer") == send.integer("peer") &&
+              stage.instructionAxes[j] == stage.instructionAxes[i];
+    if (!found)
+      return Status::error("stage " + std::to_string(index) + " instruction " +
+                           std::to_string(i) +
+                           " (send): complete_with names channel " +
+                           std::to_string(send.integer("complete_with")) +
+                           ", but no later recv from the same peer uses it");
+  }
+  return Status::success();
+}
+
+/// In each stage, every buffer is defined once (as an argument the stage
+/// holds or an instruction output) before any instruction reads it.
+Status PlanReader::checkDataflow(int64_t stage) {
+  plan_.stage = stage;
+  std::string prefix =
+      plan_.stages.size() > 1 ? "stage " + std::to_string(stage) + ": " : "";
+  std::vector<bool> defined(plan_.buffers.size(), false);
+  for (const Argument &argument : plan_.arguments) {
+    if (!plan_.holds(argument.stages))
+      continue;
+    if (defined[argument.buffer])
+      return Status::error("buffer " + std::to_string(argument.buffer) +
+                           " is bound to two arguments");
+    defined[argument.buffer] = true;
+  }
+  const StageProgram &expanded = plan_.stages[stage];
+  const std::vector<Instruction> &program = expanded.program;
+  size_t action = 0;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Instruction &instruction = program[i];
+    // Name the action and its program's instruction.
+    while (action + 1 < expanded.actions.size() &&
+           static_cast<int64_t>(i) >=
+               expanded.actions[action].first + expanded.actions[action].count)
+      ++action;
+    auto where = [&] {
+      // A lone step program has no action spans.
+      ActionSpan span{"step", 0, static_cast<int64_t>(program.size())};
+      if (!expanded.actions.empty())
+        span = expanded.actions[action];
+      return prefix + "action " + span.name + " instruction " +
+             std::to_string(i - span.first) + " (" + instruction.op + ")";
+    };
+    for (int64_t input : instruction.inputs)
+      if (!defined[input])
+        return Status::error(where() + " reads buffer " +
+                             std::to_string(input) + " before it is written");
+    for (int64_t output : instruction.outputs) {
+      // Accumulators take every micro-batch's value.
+      if (accumulates(instruction))
+        continue;
+      if (defined[output])
+        return Status::error(where() + " writes buffer " +
+                             std::to_string(output) +
+                             ", which is already defined");
+      defined[output] = true;
+    }
+    if (accumulates(instruction))
+      defined[instruction.outputs[0]] = true;
+  }
+  for (const Result &result : plan_.results)
+    if (plan_.holds(result.stages) && !defined[result.buffer])
+      return Status::error(prefix + "result buffer " +
+                           std::to_string(result.buffer) + " is never written");
+  return Status::success();
+}
+
+} // namespace trellis::runtime::planreader

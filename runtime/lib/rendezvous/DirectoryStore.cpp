@@ -1,0 +1,103 @@
+//===- DirectoryStore.cpp - A rendezvous store in a shared directory ------===//
+//
+// A key is a file named by the key, its bytes other than letters, digits,
+// '-', '_' and '.' (but a leading one) written %XX. A value is written whole
+// under a temporary name, then renamed: a reader never sees part of it. Reads
+// poll for the file.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Runtime/Rendezvous.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <thread>
+
+namespace trellis::runtime {
+
+namespace {
+
+class DirectoryStore : public RendezvousStore {
+public:
+  explicit DirectoryStore(std::string dir) : dir_(std::move(dir)) {}
+
+  Status set(const std::string &key, const std::vector<char> &value) override {
+    std::string path = pathOf(key);
+    std::string temporary = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(std::random_device()()) + "-" +
+                            fileNameOf(key);
+    {
+      std::ofstream out(temporary, std::ios::binary);
+      out.write(value.data(), static_cast<std::streamsize>(value.size()));
+      if (!out.flush())
+        return Status::error("store: cannot write " + temporary + ": " +
+                             std::strerror(errno));
+    }
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+      std::string error = std::strerror(errno);
+      std::remove(temporary.c_str());
+      return Status::error("store: cannot write " + path + ": " + error);
+    }
+    return Status::success();
+  }
+
+  StatusOr<std::vector<char>> get(const std::string &key,
+                                  std::chrono::milliseconds timeout) override {
+    std::string path = pathOf(key);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      std::ifstream in(path, std::ios::binary);
+      if (in)
+        return std::vector<char>(std::istreambuf_iterator<char>(in),
+                                 std::istreambuf_iterator<char>());
+      if (std::chrono::steady_clock::now() >= deadline)
+        return Status::error("store: timed out waiting for " + key + " in " +
+                             dir_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+private:
+  static std::string fileNameOf(const std::string &key) {
+    std::string name;
+    for (unsigned char c : key) {
+      if (std::isalnum(c) || c == '-' || c == '_' ||
+          (c == '.' && !name.empty())) {
+        name += static_cast<char>(c);
+      } else {
+        char escaped[4];
+        std::snprintf(escaped, sizeof(escaped), "%%%02X", c);
+        name += escaped;
+      }
+    }
+    return name;
+  }
+  std::string pathOf(const std::string &key) const {
+    return dir_ + "/" + fileNameOf(key);
+  }
+
+  std::string dir_;
+};
+
+} // namespace
+
+std::unique_ptr<RendezvousStore> openDirectoryStore(const std::string &dir) {
+  return std::make_unique<DirectoryStore>(dir);
+}
+
+std::unique_ptr<RendezvousStore>
+openRendezvousStore(const RendezvousOptions &options) {
+  if (options.storePort > 0)
+    return connectTcpStore(options.storeHost, options.storePort,
+                           options.jobToken, options.timeout);
+  return openDirectoryStore(options.storeDir);
+}
+
+} // namespace trellis::runtime

@@ -1,0 +1,392 @@
+//===- TcpStore.cpp - A key-value store over TCP for rendezvous -----------===//
+//
+// How ranks on several nodes meet without a shared filesystem: the
+// launcher of node 0 serves it (Rendezvous.h).
+//
+// Protocol: a connection first presents the job's secret, then makes one
+// request at a time:
+//   'H' u32 tokenLength token                     -> 'K' | 'R' (refused)
+//   'S' u32 keyLength key u64 valueLength value   -> 'K' | 'F' (full)
+//   'G' u32 keyLength key u64 timeoutMs           -> 'V' u64 length value
+//                                                 |  'T' (timed out)
+// The server closes a connection that breaks the protocol, exceeds a cap
+// (kMaxKeyBytes, kMaxValueBytes, kMaxStoredBytes, kMaxConnections) or does
+// not present the secret within kHandshakeTimeout.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Runtime/Rendezvous.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace trellis::runtime {
+
+namespace {
+
+bool readAll(int fd, void *data, size_t size) {
+  char *p = static_cast<char *>(data);
+  while (size) {
+    ssize_t n = ::read(fd, p, size);
+    if (n <= 0)
+      return false;
+    p += n;
+    size -= n;
+  }
+  return true;
+}
+
+bool writeAll(int fd, const void *data, size_t size) {
+  const char *p = static_cast<const char *>(data);
+  while (size) {
+    ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
+    if (n <= 0)
+      return false;
+    p += n;
+    size -= n;
+  }
+  return true;
+}
+
+constexpr uint32_t kMaxTokenBytes = 256;
+constexpr uint32_t kMaxKeyBytes = 4096;
+/// Gloo's largest value is a rank's address list: about 150 bytes per
+/// peer.
+constexpr uint64_t kMaxValueBytes = uint64_t(16) << 20;
+constexpr uint64_t kMaxStoredBytes = uint64_t(1) << 30;
+constexpr int kMaxConnections = 4096;
+constexpr int kHandshakeTimeoutSeconds = 10;
+
+/// A length-prefixed string of at most `limit` bytes.
+bool readString(int fd, std::string &text, uint32_t limit) {
+  uint32_t length;
+  if (!readAll(fd, &length, 4) || length > limit)
+    return false;
+  text.resize(length);
+  return readAll(fd, text.data(), length);
+}
+
+/// Equal strings, in a time that depends on their lengths only.
+bool sameSecret(const std::string &a, const std::string &b) {
+  unsigned char difference = a.size() != b.size();
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    difference |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return difference == 0;
+}
+
+void setReceiveTimeout(int fd, int seconds) {
+  timeval limit{seconds, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+}
+
+} // namespace
+
+struct TcpStoreServer::State {
+  int listener = -1;
+  std::string token;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<std::string, std::vector<char>> values;
+  uint64_t storedBytes = 0;
+  std::atomic<int> connections{0};
+  bool stopping = false;
+  std::thread acceptor;
+
+  /// Whether the peer presented the job's secret.
+  bool authenticate(int fd) {
+    setReceiveTimeout(fd, kHandshakeTimeoutSeconds);
+    char op;
+    std::string presented;
+    bool accepted = readAll(fd, &op, 1) && op == 'H' &&
+                    readString(fd, presented, kMaxTokenBytes) &&
+                    sameSecret(presented, token);
+    if (!accepted) {
+      (void)writeAll(fd, "R", 1);
+      return false;
+    }
+    setReceiveTimeout(fd, 0);
+    return writeAll(fd, "K", 1);
+  }
+
+  void serve(int fd) {
+    char op;
+    while (readAll(fd, &op, 1)) {
+      std::string key;
+      if (!readString(fd, key, kMaxKeyBytes))
+        break;
+      if (op == 'S') {
+        uint64_t length;
+        if (!readAll(fd, &length, 8) || length > kMaxValueBytes)
+          break;
+        std::vector<char> value(length);
+        if (!readAll(fd, value.data(), length))
+          break;
+        bool full;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          auto existing = values.find(key);
+          uint64_t replaced =
+              existing == values.end() ? 0 : existing->second.size();
+          full = storedBytes - replaced + length > kMaxStoredBytes;
+          if (!full) {
+            storedBytes = storedBytes - replaced + length;
+            values[key] = std::move(value);
+          }
+        }
+        changed.notify_all();
+        if (!writeAll(fd, full ? "F" : "K", 1) || full)
+          break;
+      } else if (op == 'G') {
+        uint64_t timeoutMs;
+        if (!readAll(fd, &timeoutMs, 8))
+          break;
+        std::unique_lock<std::mutex> lock(mutex);
+        bool found =
+            changed.wait_for(lock, std::chrono::milliseconds(timeoutMs),
+                             [&] { return stopping || values.count(key); });
+        if (!found || stopping) {
+          lock.unlock();
+          if (!writeAll(fd, "T", 1))
+            break;
+          continue;
+        }
+        std::vector<char> value = values[key];
+        lock.unlock();
+        uint64_t length = value.size();
+        if (!writeAll(fd, "V", 1) || !writeAll(fd, &length, 8) ||
+            !writeAll(fd, value.data(), length))
+          break;
+      } else {
+        break;
+      }
+    }
+  }
+};
+
+StatusOr<std::unique_ptr<TcpStoreServer>>
+TcpStoreServer::start(const std::string &host, int port,
+                      const std::string &token) {
+  if (token.empty() || token.size() > kMaxTokenBytes)
+    return Status::error("store: expected a job token of 1 to " +
+                         std::to_string(kMaxTokenBytes) + " bytes, found " +
+                         std::to_string(token.size()));
+  auto state = std::make_shared<State>();
+  state->token = token;
+  // An IPv4 or IPv6 literal or a host name: the first address of it that
+  // can be bound.
+  addrinfo hints{}, *addresses = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (int error = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(),
+                                &hints, &addresses);
+      error != 0)
+    return Status::error("store: cannot resolve --master-addr '" + host +
+                         "' (expected an IPv4 address, an IPv6 address or a "
+                         "host name): " +
+                         ::gai_strerror(error));
+  std::string error = "no address";
+  for (addrinfo *address = addresses; address; address = address->ai_next) {
+    int fd = ::socket(address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, address->ai_addr, address->ai_addrlen) == 0 &&
+        ::listen(fd, 256) == 0) {
+      state->listener = fd;
+      break;
+    }
+    error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(addresses);
+  if (state->listener < 0)
+    return Status::error("store: cannot listen on " + host + ":" +
+                         std::to_string(port) + ": " + error);
+  state->acceptor = std::thread([state] {
+    while (true) {
+      int fd = ::accept4(state->listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0)
+        return; // the listener was closed
+      if (state->connections.fetch_add(1) >= kMaxConnections) {
+        state->connections.fetch_sub(1);
+        ::close(fd);
+        continue;
+      }
+      std::thread([state, fd] {
+        if (state->authenticate(fd))
+          state->serve(fd);
+        ::close(fd);
+        state->connections.fetch_sub(1);
+      }).detach();
+    }
+  });
+  auto server = std::unique_ptr<TcpStoreServer>(new TcpStoreServer());
+  server->state_ = std::move(state);
+  return server;
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stopping = true;
+  }
+  state_->changed.notify_all();
+  ::shutdown(state_->listener, SHUT_RDWR);
+  ::close(state_->listener);
+  if (state_->acceptor.joinable())
+    state_->acceptor.join();
+}
+
+namespace {
+
+/// The client side: one connection, made at the first request.
+class TcpStoreClient : public RendezvousStore {
+public:
+  TcpStoreClient(std::string host, int port, std::string token,
+                 std::chrono::milliseconds connectTimeout)
+      : host_(std::move(host)), port_(port), token_(std::move(token)),
+        connectTimeout_(connectTimeout) {}
+  ~TcpStoreClient() override {
+    if (socket_ >= 0)
+      ::close(socket_);
+  }
+
+  Status set(const std::string &key, const std::vector<char> &data) override;
+  StatusOr<std::vector<char>> get(const std::string &key,
+                                  std::chrono::milliseconds timeout) override;
+
+private:
+  Status connectOnce();
+  /// The handshake; fails if the server refuses the token.
+  Status presentToken();
+  std::string address() const { return host_ + ":" + std::to_string(port_); }
+
+  int socket_ = -1;
+  std::string host_;
+  int port_;
+  std::string token_;
+  std::chrono::milliseconds connectTimeout_;
+};
+
+Status TcpStoreClient::connectOnce() {
+  if (socket_ >= 0)
+    return Status::success();
+  // The server may start after this rank: retry until the timeout.
+  auto deadline = std::chrono::steady_clock::now() + connectTimeout_;
+  std::string error;
+  while (std::chrono::steady_clock::now() < deadline) {
+    addrinfo hints{}, *results = nullptr;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (int failed = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(),
+                                   &hints, &results);
+        failed != 0) {
+      error = "cannot resolve " + host_ + ": " + ::gai_strerror(failed);
+    } else {
+      for (addrinfo *address = results; address && socket_ < 0;
+           address = address->ai_next) {
+        int fd = ::socket(address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 &&
+            ::connect(fd, address->ai_addr, address->ai_addrlen) == 0) {
+          int yes = 1;
+          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+          socket_ = fd;
+          break;
+        }
+        error = std::strerror(errno);
+        if (fd >= 0)
+          ::close(fd);
+      }
+      ::freeaddrinfo(results);
+      if (socket_ >= 0)
+        return presentToken();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Status::error("store: cannot reach " + address() +
+                       " within the timeout: " + error);
+}
+
+Status TcpStoreClient::presentToken() {
+  uint32_t length = token_.size();
+  char reply = 0;
+  if (!writeAll(socket_, "H", 1) || !writeAll(socket_, &length, 4) ||
+      !writeAll(socket_, token_.data(), length) ||
+      !readAll(socket_, &reply, 1) || reply != 'K') {
+    ::close(socket_);
+    socket_ = -1;
+    return Status::error(
+        "store: " + address() +
+        " refused this rank's job token (every node must be given node 0's "
+        "secret: the same --job-token-file, or TRELLIS_JOB_TOKEN)");
+  }
+  return Status::success();
+}
+
+Status TcpStoreClient::set(const std::string &key,
+                           const std::vector<char> &data) {
+  TRELLIS_RETURN_IF_ERROR(connectOnce());
+  uint32_t keyLength = key.size();
+  uint64_t length = data.size();
+  char reply;
+  if (!writeAll(socket_, "S", 1) || !writeAll(socket_, &keyLength, 4) ||
+      !writeAll(socket_, key.data(), keyLength) ||
+      !writeAll(socket_, &length, 8) ||
+      !writeAll(socket_, data.data(), length) || !readAll(socket_, &reply, 1))
+    return Status::error("store: lost the connection to " + address() +
+                         " writing " + key);
+  if (reply == 'F')
+    return Status::error("store: " + address() + " is full: it holds at most " +
+                         std::to_string(kMaxStoredBytes >> 20) + " MiB");
+  if (reply != 'K')
+    return Status::error("store: unexpected reply writing " + key);
+  return Status::success();
+}
+
+StatusOr<std::vector<char>>
+TcpStoreClient::get(const std::string &key,
+                    std::chrono::milliseconds timeout) {
+  TRELLIS_RETURN_IF_ERROR(connectOnce());
+  uint32_t keyLength = key.size();
+  uint64_t timeoutMs = timeout.count();
+  char reply;
+  if (!writeAll(socket_, "G", 1) || !writeAll(socket_, &keyLength, 4) ||
+      !writeAll(socket_, key.data(), keyLength) ||
+      !writeAll(socket_, &timeoutMs, 8) || !readAll(socket_, &reply, 1))
+    return Status::error("store: lost the connection to " + address() +
+                         " reading " + key);
+  if (reply == 'T')
+    return Status::error("store: timed out waiting for " + key);
+  uint64_t length;
+  std::vector<char> value;
+  if (!readAll(socket_, &length, 8) ||
+      (value.resize(length), !readAll(socket_, value.data(), length)))
+    return Status::error("store: lost the connection reading " + key);
+  return value;
+}
+
+} // namespace
+
+std::unique_ptr<RendezvousStore>
+connectTcpStore(std::string host, int port, std::string token,
+                std::chrono::milliseconds connectTimeout) {
+  return std::make_unique<TcpStoreClient>(std::move(host), port,
+                                          std::move(token), connectTimeout);
+}
+
+} // namespace trellis::runtime
