@@ -44,6 +44,13 @@ inline AttrValue integers(std::vector<int64_t> values) {
   return attr;
 }
 
+inline AttrValue reals(std::vector<double> values) {
+  AttrValue attr;
+  attr.kind = AttrValue::Kind::Reals;
+  attr.reals = std::move(values);
+  return attr;
+}
+
 inline AttrValue flag(bool value) {
   AttrValue attr;
   attr.kind = AttrValue::Kind::Bool;

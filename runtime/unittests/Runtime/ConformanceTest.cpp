@@ -12,6 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "KernelTesting.h"
+
 #include "trellis/Runtime/Backend.h"
 
 #include "trellis/Common/HalfFloat.h"
@@ -32,52 +34,11 @@
 namespace trellis::runtime {
 namespace {
 
+using namespace trellis::runtime::testing;
+
 //===----------------------------------------------------------------------===//
 // Sample instances
 //===----------------------------------------------------------------------===//
-
-AttrValue real(double value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Real;
-  attr.real = value;
-  return attr;
-}
-AttrValue integer(int64_t value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Int;
-  attr.integer = value;
-  return attr;
-}
-AttrValue integers(std::vector<int64_t> values) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Ints;
-  attr.ints = std::move(values);
-  return attr;
-}
-AttrValue reals(std::vector<double> values) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Reals;
-  attr.reals = std::move(values);
-  return attr;
-}
-AttrValue flag(bool value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Bool;
-  attr.flag = value;
-  return attr;
-}
-AttrValue text(const std::string &value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::String;
-  attr.text = value;
-  return attr;
-}
-AttrValue texts(std::vector<std::string> values) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Strings;
-  attr.texts = std::move(values);
-  return attr;
-}
 
 /// One operand of a sample: its shape and how its values are drawn.
 struct Operand {
