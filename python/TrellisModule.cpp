@@ -280,6 +280,21 @@ private:
   TrellisCompilation handle_;
 };
 
+/// The compile options as (key, type, help), type one of "int", "float",
+/// "str", "bool".
+std::vector<std::tuple<std::string, std::string, std::string>>
+compileOptionList() {
+  static constexpr const char *kTypes[] = {"int", "float", "str", "bool"};
+  std::vector<std::tuple<std::string, std::string, std::string>> rows;
+  for (size_t i = 0; i < trellisCompileOptionCount(); ++i) {
+    const char *key = nullptr, *help = nullptr;
+    TrellisOptionType type = TRELLIS_OPTION_INT;
+    check(trellisCompileOptionDescribe(i, &key, &type, &help));
+    rows.emplace_back(key, kTypes[type], help);
+  }
+  return rows;
+}
+
 Compilation *compile(const Model &model, const CompileOptions &options) {
   TrellisCompilation compilation;
   TrellisStatus status;
@@ -507,6 +522,8 @@ NB_MODULE(_trellis, m) {
       .def("plan", &Compilation::plan);
 
   m.def("compile", &compile, nb::arg("model"), nb::arg("options"));
+  m.def("compile_options", &compileOptionList,
+        "The compile options as (key, type, help).");
 
   nb::class_<SessionOptions>(m, "SessionOptions")
       .def(nb::init<>())

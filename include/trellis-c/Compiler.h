@@ -140,18 +140,28 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisGraphFinish(TrellisGraph graph,
  *===----------------------------------------------------------------------===*/
 
 /** The options of `trellis compile`, keyed by its flags without the dashes
- * (and with the same defaults):
- *  - int: "batch", "seq", "microbatches", "dp", "tp", "pp", "cp", "chunks",
- *    "zero";
- *  - double: "lr", "beta1", "beta2", "adam-eps", "weight-decay",
- *    "bucket-mib";
- *  - string: "mesh" ("dp=2,tp=2", instead of the degrees), "schedule",
- *    "pp-layers", "cp-kind", "optimizer", "precision", "grad-reduce-dtype",
- *    "recompute", "emit" ("plan" or "mlir");
- *  - bool: "sp", "decay-1d", "fuse", "explain", "report" (compute the
- *    per-rank report).
- * For a model of fixed shapes (MLIR, built), "batch" defaults to its
- * tokens' rows times "microbatches". */
+ * (and with the same defaults), each of one type: trellisCompileOptionCount
+ * and trellisCompileOptionDescribe list them with their help ("mesh",
+ * "batch", "zero", "lr", ...; `trellis compile --help` shows the same). An
+ * unknown key or a value of another type is an error naming what was
+ * expected. For a model of fixed shapes (MLIR, built), "batch" defaults to
+ * its tokens' rows times "microbatches". */
+typedef enum {
+  TRELLIS_OPTION_INT = 0,
+  TRELLIS_OPTION_DOUBLE = 1,
+  TRELLIS_OPTION_STRING = 2,
+  TRELLIS_OPTION_BOOL = 3,
+} TrellisOptionType;
+
+/** The number of compile options. */
+TRELLIS_CAPI_EXPORTED size_t trellisCompileOptionCount(void);
+
+/** Compile option `index` (< trellisCompileOptionCount()): its key, type
+ * and help, strings that live as long as the library. */
+TRELLIS_CAPI_EXPORTED TrellisStatus
+trellisCompileOptionDescribe(size_t index, const char **key,
+                             TrellisOptionType *type, const char **help);
+
 typedef struct {
   uint64_t id;
 } TrellisCompileOptions;

@@ -14,6 +14,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "trellis/Common/FileKind.h"
+#include "trellis/Compiler/CompileOptionTable.h"
 #include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -31,76 +32,6 @@ using namespace trellis::capi;
 
 namespace {
 
-const OptionKeys<CompileOptions> &compileOptionKeys() {
-  using O = CompileOptions;
-  using V = OptionValue;
-  static const OptionKeys<O> keys = {
-      {"batch",
-       {OptionType::Int, [](O &o, const V &v) { o.batch = v.integer; }}},
-      {"seq", {OptionType::Int, [](O &o, const V &v) { o.seq = v.integer; }}},
-      {"microbatches",
-       {OptionType::Int, [](O &o, const V &v) { o.microBatches = v.integer; }}},
-      {"dp",
-       {OptionType::Int, [](O &o, const V &v) { o.dataParallel = v.integer; }}},
-      {"tp",
-       {OptionType::Int,
-        [](O &o, const V &v) { o.tensorParallel = v.integer; }}},
-      {"pp",
-       {OptionType::Int, [](O &o, const V &v) { o.pipeline = v.integer; }}},
-      {"cp",
-       {OptionType::Int,
-        [](O &o, const V &v) { o.contextParallel = v.integer; }}},
-      {"chunks",
-       {OptionType::Int, [](O &o, const V &v) { o.chunks = v.integer; }}},
-      {"zero", {OptionType::Int, [](O &o, const V &v) { o.zero = v.integer; }}},
-      {"lr",
-       {OptionType::Double,
-        [](O &o, const V &v) { o.learningRate = v.number; }}},
-      {"beta1",
-       {OptionType::Double, [](O &o, const V &v) { o.beta1 = v.number; }}},
-      {"beta2",
-       {OptionType::Double, [](O &o, const V &v) { o.beta2 = v.number; }}},
-      {"adam-eps",
-       {OptionType::Double, [](O &o, const V &v) { o.epsilon = v.number; }}},
-      {"weight-decay",
-       {OptionType::Double,
-        [](O &o, const V &v) { o.weightDecay = v.number; }}},
-      {"bucket-mib",
-       {OptionType::Double, [](O &o, const V &v) { o.bucketMiB = v.number; }}},
-      {"mesh", {OptionType::String, [](O &o, const V &v) { o.mesh = v.text; }}},
-      {"schedule",
-       {OptionType::String, [](O &o, const V &v) { o.schedule = v.text; }}},
-      {"pp-layers",
-       {OptionType::String, [](O &o, const V &v) { o.stageLayers = v.text; }}},
-      {"cp-kind",
-       {OptionType::String, [](O &o, const V &v) { o.contextKind = v.text; }}},
-      {"optimizer",
-       {OptionType::String, [](O &o, const V &v) { o.optimizer = v.text; }}},
-      {"precision",
-       {OptionType::String, [](O &o, const V &v) { o.precision = v.text; }}},
-      {"grad-reduce-dtype",
-       {OptionType::String,
-        [](O &o, const V &v) { o.gradReduceDtype = v.text; }}},
-      {"recompute",
-       {OptionType::String, [](O &o, const V &v) { o.recompute = v.text; }}},
-      {"emit",
-       {OptionType::String,
-        [](O &o, const V &v) { o.emitMlir = v.text == "mlir"; }}},
-      {"sp",
-       {OptionType::Bool,
-        [](O &o, const V &v) { o.sequenceParallel = v.flag; }}},
-      {"decay-1d",
-       {OptionType::Bool,
-        [](O &o, const V &v) { o.decayOneDimensional = v.flag; }}},
-      {"fuse", {OptionType::Bool, [](O &o, const V &v) { o.fuse = v.flag; }}},
-      {"explain",
-       {OptionType::Bool, [](O &o, const V &v) { o.explain = v.flag; }}},
-      {"report",
-       {OptionType::Bool, [](O &o, const V &v) { o.report = v.flag; }}},
-  };
-  return keys;
-}
-
 /// Compile options and which keys were given.
 struct CompileOptionSet {
   CompileOptions options;
@@ -114,12 +45,14 @@ TrellisStatus setCompileOption(TrellisCompileOptions handle, const char *key,
   TRELLIS_CAPI_REQUIRE(key);
   CompileOptionSet *set = nullptr;
   TRELLIS_CAPI_RETURN_IF_ERROR(compileOptions.lookup(handle.id, set));
-  if (std::string(key) == "emit" && type == OptionType::String &&
-      value.text != "plan" && value.text != "mlir")
-    return errorStatus("compile option 'emit': expected plan or mlir, found '" +
-                       value.text + "'");
+  const OptionRow<CompileOptions> *row = findOption(compileOptionTable(), key);
+  if (row && row->type == type)
+    if (std::string invalid = checkCompileOptionValue(*row, value);
+        !invalid.empty())
+      return errorStatus("compile option '" + std::string(key) +
+                         "': " + invalid);
   TRELLIS_CAPI_RETURN_IF_ERROR(setKeyedOption(
-      compileOptionKeys(), "compile option", set->options, key, type, value));
+      compileOptionTable(), "compile option", set->options, key, type, value));
   set->batchGiven |= std::string(key) == "batch";
   return nullptr;
 }
@@ -156,6 +89,33 @@ extern "C" {
 //===----------------------------------------------------------------------===//
 // Compiling
 //===----------------------------------------------------------------------===//
+
+static_assert(static_cast<int>(OptionType::Int) == TRELLIS_OPTION_INT &&
+                  static_cast<int>(OptionType::Double) ==
+                      TRELLIS_OPTION_DOUBLE &&
+                  static_cast<int>(OptionType::String) ==
+                      TRELLIS_OPTION_STRING &&
+                  static_cast<int>(OptionType::Bool) == TRELLIS_OPTION_BOOL,
+              "TrellisOptionType numbers OptionType");
+
+size_t trellisCompileOptionCount(void) { return compileOptionTable().size(); }
+
+TrellisStatus trellisCompileOptionDescribe(size_t index, const char **key,
+                                           TrellisOptionType *type,
+                                           const char **help) {
+  TRELLIS_CAPI_REQUIRE(key);
+  TRELLIS_CAPI_REQUIRE(type);
+  TRELLIS_CAPI_REQUIRE(help);
+  const std::vector<OptionRow<CompileOptions>> &rows = compileOptionTable();
+  if (index >= rows.size())
+    return errorStatus("compile option " + std::to_string(index) +
+                       ": expected an index below " +
+                       std::to_string(rows.size()));
+  *key = rows[index].name;
+  *type = static_cast<TrellisOptionType>(rows[index].type);
+  *help = rows[index].help;
+  return nullptr;
+}
 
 TrellisStatus trellisCompileOptionsCreate(TrellisCompileOptions *options) {
   TRELLIS_CAPI_REQUIRE(options);

@@ -15,6 +15,7 @@
 #include "trellis/Pipeline/PipelineSplit.h"
 #include "trellis/Sharding/Passes.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CRC.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -22,86 +23,141 @@
 #include "llvm/Support/SourceMgr.h"
 
 #include <cmath>
+#include <map>
 
 namespace trellis {
 
 namespace {
 
+/// The plan's mesh, with its degrees by role.
 struct ParallelDegrees {
+  /// Ranks the batch splits over (data and expert axes together).
   int64_t dataParallel = 1;
   int64_t tensorParallel = 1;
   int64_t pipeline = 1;
   int64_t contextParallel = 1;
-  /// The plan's mesh, major to minor (with the pp axis).
-  std::vector<std::pair<std::string, int64_t>> axes;
+  /// Every axis, the pipeline's included, major to minor.
+  std::vector<MeshAxis> axes;
+  /// The names of the pipeline and tensor axes ("pp", "tp" when absent).
+  std::string pipelineAxis = "pp", tensorAxis = "tp";
+  /// The names of the batch's axes.
+  std::vector<std::string> dataAxes;
+
+  /// The axes ZeRO shards over: --zero-axes, else the batch's.
+  std::vector<std::string> zeroAxes(const CompileOptions &options) const {
+    if (!options.zeroAxes)
+      return dataAxes;
+    llvm::SmallVector<llvm::StringRef> names;
+    llvm::StringRef(*options.zeroAxes)
+        .split(names, ',', -1, /*KeepEmpty=*/false);
+    std::vector<std::string> axes;
+    for (llvm::StringRef name : names)
+      axes.push_back(name.trim().str());
+    return axes;
+  }
+
+  /// The ranks of the ZeRO axes together.
+  int64_t zeroRanks(const CompileOptions &options) const {
+    int64_t ranks = 1;
+    for (const std::string &name : zeroAxes(options))
+      for (const MeshAxis &axis : axes)
+        if (axis.name == name)
+          ranks *= axis.size;
+    return ranks;
+  }
+
+  /// The step's mesh as text: every axis but the pipeline's.
+  std::string stepMesh() const {
+    std::vector<MeshAxis> step;
+    for (const MeshAxis &axis : axes)
+      if (axis.role != AxisRole::Pipeline)
+        step.push_back(axis);
+    std::optional<Mesh> mesh = Mesh::create(std::move(step), nullptr);
+    return mesh ? mesh->toString() : std::string();
+  }
 };
 
-/// The degrees from `mesh`, or from the degree options when it is absent.
+/// The mesh of `--mesh`, or of the degree options when it is absent (pp,
+/// dp, cp, tp major to minor, cp only when given), with its degrees by role;
+/// nullopt after reporting an axis without a role or two axes of a role
+/// that takes one.
 std::optional<ParallelDegrees>
 resolveParallelDegrees(const CompileOptions &options, MessageSink sink) {
+  std::vector<MeshAxis> axes;
   if (!options.mesh) {
-    ParallelDegrees degrees{options.dataParallel.value_or(1),
-                            options.tensorParallel.value_or(1),
-                            options.pipeline.value_or(1),
-                            options.contextParallel.value_or(1),
-                            {}};
-    degrees.axes = {{"pp", degrees.pipeline}, {"dp", degrees.dataParallel}};
-    if (degrees.contextParallel != 1)
-      degrees.axes.emplace_back("cp", degrees.contextParallel);
-    degrees.axes.emplace_back("tp", degrees.tensorParallel);
-    return degrees;
-  }
-  if (options.dataParallel || options.tensorParallel || options.pipeline ||
-      options.contextParallel) {
-    sink(MessageKind::Error, "--mesh and --dp/--tp/--pp/--cp both given: "
-                             "expected one description of the mesh");
-    return std::nullopt;
-  }
-  std::optional<Mesh> mesh = parseMeshText(*options.mesh, "--mesh", sink);
-  if (!mesh)
-    return std::nullopt;
-  ParallelDegrees degrees;
-  for (const MeshAxis &axis : mesh->axes())
-    degrees.axes.emplace_back(axis.name, axis.size);
-  for (const char *name : {"pp", "dp", "tp"})
-    if (!mesh->axisIndex(name))
-      degrees.axes.emplace_back(name, 1);
-  std::optional<size_t> dataAxis = mesh->axisIndex("dp");
-  std::optional<size_t> tensorAxis = mesh->axisIndex("tp");
-  for (const MeshAxis &axis : mesh->axes()) {
-    if (axis.name == "dp") {
-      degrees.dataParallel = axis.size;
-    } else if (axis.name == "tp") {
-      degrees.tensorParallel = axis.size;
-    } else if (axis.name == "pp") {
-      degrees.pipeline = axis.size;
-    } else if (axis.name == "cp") {
-      degrees.contextParallel = axis.size;
-    } else {
-      sink(MessageKind::Error, "--mesh: unknown axis '" + axis.name +
-                                   "': expected dp (data), cp (context), tp "
-                                   "(tensor) or pp (pipeline)");
+    for (auto [flag, value] :
+         {std::pair<const char *, std::optional<int64_t>>{"--pp",
+                                                          options.pipeline},
+          {"--dp", options.dataParallel},
+          {"--cp", options.contextParallel},
+          {"--tp", options.tensorParallel}})
+      if (value.value_or(1) < 1) {
+        sink(MessageKind::Error,
+             llvm::Twine(flag) +
+                 (flag == llvm::StringRef("--pp")
+                      ? ": expected a positive number of stages, found "
+                      : ": expected a positive degree, found ") +
+                 llvm::Twine(*value));
+        return std::nullopt;
+      }
+    axes = {{"pp", options.pipeline.value_or(1)},
+            {"dp", options.dataParallel.value_or(1)}};
+    if (options.contextParallel.value_or(1) != 1)
+      axes.push_back({"cp", *options.contextParallel});
+    axes.push_back({"tp", options.tensorParallel.value_or(1)});
+    for (MeshAxis &axis : axes)
+      axis.role = impliedAxisRole(axis.name);
+  } else {
+    if (options.dataParallel || options.tensorParallel || options.pipeline ||
+        options.contextParallel) {
+      sink(MessageKind::Error, "--mesh and --dp/--tp/--pp/--cp both given: "
+                               "expected one description of the mesh");
       return std::nullopt;
     }
+    std::optional<Mesh> mesh = parseMeshText(*options.mesh, "--mesh", sink);
+    if (!mesh)
+      return std::nullopt;
+    axes = mesh->axes();
   }
-  // The plan's mesh orders dp, cp, tp major to minor.
-  std::optional<size_t> contextAxis = mesh->axisIndex("cp");
-  if (contextAxis && degrees.contextParallel > 1 &&
-      ((dataAxis && degrees.dataParallel > 1 && *contextAxis < *dataAxis) ||
-       (tensorAxis && degrees.tensorParallel > 1 &&
-        *tensorAxis < *contextAxis))) {
-    sink(MessageKind::Error,
-         "--mesh: expected 'cp' after 'dp' and before 'tp', found '" +
-             *options.mesh + "'");
-    return std::nullopt;
-  }
-  if (dataAxis && tensorAxis && *tensorAxis < *dataAxis &&
-      degrees.dataParallel > 1 && degrees.tensorParallel > 1) {
-    sink(MessageKind::Error,
-         "--mesh: expected 'tp' after 'dp' (tensor-parallel groups are "
-         "adjacent ranks), found '" +
-             *options.mesh + "'");
-    return std::nullopt;
+  ParallelDegrees degrees;
+  degrees.axes = axes;
+  // The one axis of each of these roles, by name.
+  std::map<AxisRole, std::string> single;
+  for (const MeshAxis &axis : axes) {
+    switch (axis.role) {
+    case AxisRole::Unassigned:
+      sink(MessageKind::Error,
+           "--mesh: axis '" + axis.name +
+               "' has no role: expected " + axis.name +
+               ":ROLE=N with ROLE data, tensor, pipeline, context or "
+               "expert (dp, dp_replicate, dp_shard, tp, pp, cp and ep "
+               "imply theirs)");
+      return std::nullopt;
+    case AxisRole::Data:
+    case AxisRole::Expert:
+      degrees.dataParallel *= axis.size;
+      degrees.dataAxes.push_back(axis.name);
+      continue;
+    case AxisRole::Tensor:
+      degrees.tensorParallel = axis.size;
+      degrees.tensorAxis = axis.name;
+      break;
+    case AxisRole::Pipeline:
+      degrees.pipeline = axis.size;
+      degrees.pipelineAxis = axis.name;
+      break;
+    case AxisRole::Context:
+      degrees.contextParallel = axis.size;
+      break;
+    }
+    auto [known, inserted] = single.try_emplace(axis.role, axis.name);
+    if (!inserted) {
+      sink(MessageKind::Error,
+           "--mesh: expected at most one " +
+               std::string(axisRoleName(axis.role)) + " axis, found '" +
+               known->second + "' and '" + axis.name + "'");
+      return std::nullopt;
+    }
   }
   return degrees;
 }
@@ -265,6 +321,26 @@ mlir::LogicalResult checkShardingOptions(const CompileOptions &options,
                 " shards model states over the data-parallel axis: expected "
                 "--dp > 1 or a dp axis in --mesh, found dp=" +
                 std::to_string(degrees.dataParallel));
+  if (options.zeroAxes && options.zero == 0)
+    return fail("--zero-axes names the axes ZeRO shards over: expected "
+                "--zero 1, 2 or 3");
+  if (options.zeroAxes) {
+    int64_t ranks = 1;
+    for (const std::string &name : degrees.zeroAxes(options)) {
+      auto axis = llvm::find_if(degrees.axes, [&](const MeshAxis &axis) {
+        return axis.name == name;
+      });
+      if (axis == degrees.axes.end() || !splitsBatch(axis->role))
+        return fail("--zero-axes: expected axes of the batch (data or "
+                    "expert) among " +
+                    llvm::join(degrees.dataAxes, ", ") + ", found '" + name +
+                    "'");
+      ranks *= axis->size;
+    }
+    if (ranks <= 1)
+      return fail("--zero-axes " + *options.zeroAxes +
+                  ": expected axes of more than one rank together");
+  }
   if (options.zero > 0 && options.zero < 3 && options.optimizer != "adamw" &&
       options.precision == "fp32")
     return fail("--zero " + zero +
@@ -453,13 +529,14 @@ mlir::LogicalResult buildCompilePasses(
   if (degrees.dataParallel != 1 || degrees.tensorParallel != 1 ||
       degrees.contextParallel != 1) {
     ShardingOptions sharding;
+    sharding.mesh = degrees.stepMesh();
     sharding.zeroStage = options.zero;
+    if (options.zeroAxes)
+      sharding.zeroAxes = degrees.zeroAxes(options);
     sharding.sequenceParallel = options.sequenceParallel;
-    sharding.contextParallel = degrees.contextParallel;
+    sharding.contextParallel = degrees.contextParallel > 1;
     sharding.contextKind = options.contextKind;
     sharding.function = stepName.str();
-    sharding.dataParallel = degrees.dataParallel;
-    sharding.tensorParallel = degrees.tensorParallel;
     sharding.bucketBytes = static_cast<int64_t>(options.bucketMiB * (1 << 20));
     sharding.bucketsPerPart = pipeline.has_value();
     sharding.explain = options.explain;
@@ -474,9 +551,10 @@ mlir::LogicalResult buildCompilePasses(
       phase.schedule = pipeline->kind;
       phase.layers = pipeline->layers;
       if (degrees.tensorParallel > 1)
-        phase.pieceAxis = "tp";
-      for (const auto &[name, size] : degrees.axes)
-        phase.meshOrder.push_back(name);
+        phase.pieceAxis = degrees.tensorAxis;
+      phase.axis = degrees.pipelineAxis;
+      for (const MeshAxis &axis : degrees.axes)
+        phase.meshOrder.push_back(axis.name);
     }
     buildPipelinePhase(pm, phase);
   }
@@ -554,17 +632,17 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
   }
   // The reports walk every rank's schedule: only when asked for, or for
   // the price of ZeRO-2/3 with a pipeline.
-  bool warnsOfZero =
-      pipeline->has_value() && options.zero >= 2 && degrees->dataParallel > 1;
+  bool warnsOfZero = pipeline->has_value() && options.zero >= 2 &&
+                     degrees->zeroRanks(options) > 1;
   if (options.report || warnsOfZero) {
     std::vector<RankReport> reports =
         staged ? reportStages(stages, options.microBatches, options.report)
                : reportStep(module.lookupSymbol<mlir::func::FuncOp>(stepName));
     if (warnsOfZero)
       if (std::string warning =
-              // The data-parallel axis: the presets name it dp.
               pipelinedZeroWarning(options.zero, options.microBatches,
-                                   degrees->dataParallel, "dp", reports);
+                                   degrees->zeroRanks(options),
+                                   degrees->zeroAxes(options), reports);
           !warning.empty())
         sink(MessageKind::Warning, warning);
     if (options.report)

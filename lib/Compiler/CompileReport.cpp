@@ -4,6 +4,7 @@
 
 #include "trellis/Common/ActionNames.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace trellis {
@@ -78,13 +79,15 @@ void printReports(const std::vector<RankReport> &reports,
 }
 
 llvm::json::Value
-reportJson(int64_t modelParameters,
-           const std::vector<std::pair<std::string, int64_t>> &mesh,
+reportJson(int64_t modelParameters, const std::vector<MeshAxis> &mesh,
            const std::vector<RankReport> &reports) {
   llvm::json::Array axes;
-  for (const auto &[name, size] : mesh)
-    if (size > 1)
-      axes.push_back(llvm::json::Object{{"name", name}, {"size", size}});
+  for (const MeshAxis &axis : mesh)
+    if (axis.size > 1)
+      axes.push_back(llvm::json::Object{
+          {"name", axis.name},
+          {"size", axis.size},
+          {"role", std::string(axisRoleName(axis.role))}});
   llvm::json::Array perRank;
   for (const RankReport &entry : reports) {
     llvm::json::Object rank = entry.report.toJson();
@@ -97,8 +100,10 @@ reportJson(int64_t modelParameters,
 }
 
 std::string pipelinedZeroWarning(int64_t zeroStage, int64_t microBatches,
-                                 int64_t dataParallel, llvm::StringRef dataAxis,
+                                 int64_t zeroRanks,
+                                 const std::vector<std::string> &zeroAxes,
                                  const std::vector<RankReport> &reports) {
+  int64_t dataParallel = zeroRanks;
   if (zeroStage < 2 || dataParallel <= 1)
     return "";
   double actual = 0, zeroOne = 0;
@@ -111,7 +116,9 @@ std::string pipelinedZeroWarning(int64_t zeroStage, int64_t microBatches,
       llvm::SmallVector<llvm::StringRef> names;
       axes.split(names, ' ', -1, /*KeepEmpty=*/false);
       if ((kind == "reduce_scatter" || kind == "all_gather") &&
-          llvm::is_contained(names, dataAxis))
+          llvm::any_of(names, [&](llvm::StringRef name) {
+            return llvm::is_contained(zeroAxes, name.str());
+          }))
         actual += traffic.wireBytes;
     }
     // ZeRO-1 reduce-scatters the whole gradients and gathers the whole
@@ -125,14 +132,15 @@ std::string pipelinedZeroWarning(int64_t zeroStage, int64_t microBatches,
     return "";
   return llvm::formatv(
       "--zero {0} with a pipeline of {1} "
-      "micro-batches moves {2:F1} MiB per step over dp on a rank of each "
+      "micro-batches moves {2:F1} MiB per step over {6} on a rank of each "
       "stage ({3}), "
       "{4:F2}x ZeRO-1's {5:F1} MiB",
       zeroStage, microBatches, actual / (1 << 20),
       zeroStage == 3 ? "gradients reduce-scattered and parameters gathered "
                        "per micro-batch"
                      : "gradients reduce-scattered per micro-batch",
-      actual / zeroOne, zeroOne / (1 << 20)).str();
+      actual / zeroOne, zeroOne / (1 << 20), llvm::join(zeroAxes, " x "))
+      .str();
 }
 
 } // namespace trellis

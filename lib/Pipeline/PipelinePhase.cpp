@@ -22,6 +22,7 @@ void trellis::buildPipelinePhase(OpPassManager &pm,
   }
   SplitStagesPassOptions split;
   split.functionName = options.function;
+  split.axis = options.axis;
   split.pieceAxis = options.pieceAxis;
   split.meshOrder.assign(options.meshOrder.begin(), options.meshOrder.end());
   pm.addPass(createSplitStagesPass(split));
@@ -57,6 +58,9 @@ struct PipelinePhasePipelineOptions
           clEnumValN(ScheduleKind::ZeroBubble, "zb-h1", "zero-bubble ZB-H1"))};
   ListOption<int64_t> layers{*this, "layers",
                              llvm::cl::desc("Layers per virtual stage")};
+  Option<std::string> axis{*this, "axis",
+                           llvm::cl::desc("The pipeline's mesh axis"),
+                           llvm::cl::init("pp")};
   Option<std::string> pieceAxis{
       *this, "piece-axis",
       llvm::cl::desc("Send values every rank of this axis holds in pieces"),
@@ -78,6 +82,7 @@ void trellis::registerPipelinePhase() {
         phase.chunks = options.chunks;
         phase.schedule = options.schedule;
         phase.layers.assign(options.layers.begin(), options.layers.end());
+        phase.axis = options.axis;
         phase.pieceAxis = options.pieceAxis;
         phase.meshOrder.assign(options.meshOrder.begin(),
                                options.meshOrder.end());

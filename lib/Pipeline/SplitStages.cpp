@@ -83,7 +83,8 @@ struct SplitStagesPass
           stepAxes.assign(found.getMesh().getAxes().begin(),
                           found.getMesh().getAxes().end());
     SmallVector<MeshAxisAttr> axes;
-    MeshAxisAttr pipelineAxis = MeshAxisAttr::get(context, axis, stages);
+    MeshAxisAttr pipelineAxis =
+        MeshAxisAttr::get(context, axis, stages, AxisRole::Pipeline);
     if (meshOrder.empty()) {
       axes.push_back(pipelineAxis);
       axes.append(stepAxes.begin(), stepAxes.end());

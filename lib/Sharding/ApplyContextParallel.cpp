@@ -52,13 +52,20 @@ struct ApplyContextParallelPass
       return signalPassFailure();
     }
     auto mesh = module.lookupSymbol<MeshOp>("mesh");
-    if (mesh)
+    if (mesh) {
       mesh_ = mesh.getMesh();
-    if (sizeOf("cp") <= 1) {
-      function.emitError() << "context parallelism splits the sequence over "
-                              "the \"cp\" axis: expected cp > 1, found "
-                           << (mesh ? "cp=" + std::to_string(sizeOf("cp"))
-                                    : std::string("no mesh"));
+      context_ = mesh_.getAxesWithRole(AxisRole::Context);
+      tensor_ = mesh_.getAxesWithRole(AxisRole::Tensor);
+      batch_ = mesh_.getBatchAxes();
+    }
+    if (sizeOf(context_) <= 1) {
+      // The context axis, or the name the presets give it.
+      std::string name = context_.empty() ? "cp" : context_.front().str();
+      function.emitError()
+          << "context parallelism splits the sequence over the \"" << name
+          << "\" axis: expected " << name << " > 1, found "
+          << (mesh ? name + "=" + std::to_string(sizeOf(context_))
+                   : std::string("no mesh"));
       return signalPassFailure();
     }
     if (kind == "ring") {
@@ -106,7 +113,7 @@ private:
   /// their gradients split along the sequence where attention_grad makes
   /// them; with load balance, the zigzag order.
   LogicalResult annotateRing(ModuleOp module, func::FuncOp function) {
-    int64_t chunks = loadBalance ? 2 * sizeOf("cp") : 0;
+    int64_t chunks = loadBalance ? 2 * sizeOf(context_) : 0;
     if (chunks > 1 && failed(storeZigzag(function, chunks)))
       return failure();
     SmallVector<graph::AttentionOp> attentions;
@@ -172,21 +179,22 @@ private:
     return success();
   }
 
-  int64_t sizeOf(StringRef axis) const {
-    return mesh_ ? mesh_.getAxisSize(axis) : 1;
+  int64_t sizeOf(ArrayRef<StringAttr> axes) const {
+    return mesh_ ? mesh_.getGroupSize(axes) : 1;
   }
 
   /// Constrains `value` ([batch, seq, heads, head_dim], read by `user`) to
-  /// be whole along the sequence (split over cp with
-  /// `sequenceOverContext`), split by heads over tp (then cp, with
-  /// `headsOverContext`: Ulysses) and by batch over dp, where it is made:
-  /// every reader (the forward's and the backward's) gets that layout.
+  /// be whole along the sequence (split over the context axis with
+  /// `sequenceOverContext`), split by heads over the tensor axis (then the
+  /// context axis, with `headsOverContext`: Ulysses) and by batch over the
+  /// batch axes, where it is made: every reader (the forward's and the
+  /// backward's) gets that layout.
   LogicalResult constrain(Operation *user, Value value, bool headsOverContext,
                           bool sequenceOverContext = false) {
     auto type = llvm::cast<RankedTensorType>(value.getType());
     int64_t heads = type.getDimSize(2);
-    int64_t tp = sizeOf("tp"), dp = sizeOf("dp");
-    int64_t cp = headsOverContext ? sizeOf("cp") : 1;
+    int64_t tp = sizeOf(tensor_), dp = sizeOf(batch_);
+    int64_t cp = headsOverContext ? sizeOf(context_) : 1;
     if (heads % (tp * cp) != 0)
       return user->emitOpError()
              << (headsOverContext ? "Ulysses splits the "
@@ -198,17 +206,19 @@ private:
                 "divisible by "
              << tp * cp;
     MLIRContext *context = &getContext();
-    auto axesOf = [&](ArrayRef<StringRef> names) {
+    auto axesOf = [&](ArrayRef<ArrayRef<StringAttr>> lists) {
       SmallVector<StringAttr> axes;
-      for (StringRef name : names)
-        if (sizeOf(name) > 1)
-          axes.push_back(StringAttr::get(context, name));
+      for (ArrayRef<StringAttr> list : lists)
+        for (StringAttr name : list)
+          if (sizeOf(name) > 1)
+            axes.push_back(name);
       return DimShardingAttr::get(context, axes, false);
     };
     SmallVector<DimShardingAttr> dims = {
-        type.getDimSize(0) % dp == 0 ? axesOf({"dp"}) : axesOf({}),
-        sequenceOverContext ? axesOf({"cp"}) : axesOf({}),
-        headsOverContext ? axesOf({"tp", "cp"}) : axesOf({"tp"}), axesOf({})};
+        type.getDimSize(0) % dp == 0 ? axesOf({batch_}) : axesOf({}),
+        sequenceOverContext ? axesOf({context_}) : axesOf({}),
+        headsOverContext ? axesOf({tensor_, context_}) : axesOf({tensor_}),
+        axesOf({})};
     auto layout = ShardingAttr::get(
         context, FlatSymbolRefAttr::get(context, "mesh"), dims);
     OpBuilder builder(context);
@@ -230,6 +240,8 @@ private:
   }
 
   MeshAttr mesh_;
+  /// The axes of @mesh by role, major to minor.
+  SmallVector<StringAttr> context_, tensor_, batch_;
 };
 
 } // namespace

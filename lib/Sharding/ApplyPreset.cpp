@@ -22,8 +22,8 @@ using namespace trellis;
 
 namespace {
 
-/// The Megatron layout: which dimension of a parameter splits over "tp",
-/// by the suffix of its Hugging Face name.
+/// The Megatron layout: which dimension of a parameter splits over the
+/// tensor axis, by the suffix of its Hugging Face name.
 std::optional<int64_t> megatronSplitDim(StringRef name) {
   // Llama (nn.Linear weights are [out, in]).
   for (StringRef columns :
@@ -53,19 +53,70 @@ std::optional<int64_t> megatronSplitDim(StringRef name) {
   return std::nullopt;
 }
 
+/// Names of mesh axes joined for messages: `dp`, `replica x shard`.
+std::string joinAxes(ArrayRef<const MeshAxis *> axes) {
+  std::string text;
+  for (const MeshAxis *axis : axes)
+    text += (text.empty() ? "" : " x ") + axis->name;
+  return text;
+}
+
 struct ApplyPresetPass
     : public trellis::impl::ApplyPresetPassBase<ApplyPresetPass> {
   using ApplyPresetPassBase::ApplyPresetPassBase;
 
+  /// The step's mesh: `mesh`, else the degrees (dp, cp when > 1, tp); null
+  /// after a diagnostic.
+  std::optional<trellis::Mesh> stepMesh(ModuleOp module) {
+    if (meshText.empty()) {
+      int64_t dp = dataParallel, tp = tensorParallel, cp = contextParallel;
+      if (dp < 1 || tp < 1 || cp < 1) {
+        module.emitError() << "expected dp, cp and tp >= 1, found " << dp
+                           << ", " << cp << " and " << tp;
+        return std::nullopt;
+      }
+      std::vector<trellis::MeshAxis> axes = {{"dp", dp}};
+      if (cp > 1)
+        axes.push_back({"cp", cp});
+      axes.push_back({"tp", tp});
+      return trellis::Mesh::create(std::move(axes), nullptr);
+    }
+    if (dataParallel != 1 || tensorParallel != 1 || contextParallel != 1) {
+      module.emitError("expected the mesh or the degrees (dp, tp, cp), "
+                       "found both");
+      return std::nullopt;
+    }
+    trellis::MeshError error;
+    std::optional<trellis::Mesh> mesh = trellis::Mesh::parse(meshText, &error);
+    if (!mesh) {
+      module.emitError() << "mesh '" << meshText << "': " << error.message;
+      return std::nullopt;
+    }
+    for (const trellis::MeshAxis &axis : mesh->axes()) {
+      if (axis.role == AxisRole::Unassigned || axis.role == AxisRole::Pipeline) {
+        module.emitError()
+            << "mesh axis '" << axis.name << "': expected a role of data, "
+            << "tensor, context or expert (the pipeline phase adds the "
+               "pipeline's axis), found "
+            << axisRoleName(axis.role);
+        return std::nullopt;
+      }
+    }
+    for (AxisRole role : {AxisRole::Tensor, AxisRole::Context})
+      if (mesh->axesWithRole(role).size() > 1) {
+        module.emitError() << "mesh '" << meshText << "': expected at most one "
+                           << axisRoleName(role) << " axis";
+        return std::nullopt;
+      }
+    return mesh;
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    int64_t dp = dataParallel, tp = tensorParallel, cp = contextParallel;
-    if (dp < 1 || tp < 1 || cp < 1) {
-      module.emitError() << "expected dp, cp and tp >= 1, found " << dp << ", "
-                         << cp << " and " << tp;
+    std::optional<trellis::Mesh> stepMesh = this->stepMesh(module);
+    if (!stepMesh)
       return signalPassFailure();
-    }
-    if (dp == 1 && tp == 1 && cp == 1)
+    if (stepMesh->size() == 1)
       return;
     auto function = module.lookupSymbol<func::FuncOp>(functionName);
     if (!function) {
@@ -80,22 +131,48 @@ struct ApplyPresetPass
     MLIRContext *context = &getContext();
     OpBuilder builder(context);
     builder.setInsertionPointToStart(module.getBody());
-    SmallVector<MeshAxisAttr> axes = {MeshAxisAttr::get(context, "dp", dp)};
-    if (cp > 1)
-      axes.push_back(MeshAxisAttr::get(context, "cp", cp));
-    axes.push_back(MeshAxisAttr::get(context, "tp", tp));
+    SmallVector<MeshAxisAttr> axes;
+    for (const trellis::MeshAxis &axis : stepMesh->axes())
+      axes.push_back(MeshAxisAttr::get(context, axis.name, axis.size, axis.role));
     MeshAttr mesh = MeshAttr::get(context, axes);
     MeshOp::create(builder, module.getLoc(), "mesh", mesh);
     FlatSymbolRefAttr meshName = FlatSymbolRefAttr::get(context, "mesh");
+
+    // The axes of more than one rank by role: the batch's (data and
+    // expert), the tensor axis, the context axis.
+    SmallVector<const trellis::MeshAxis *> batchAxes, tensorAxes, contextAxes;
+    for (const trellis::MeshAxis &axis : stepMesh->axes()) {
+      if (axis.size == 1)
+        continue;
+      if (splitsBatch(axis.role))
+        batchAxes.push_back(&axis);
+      else if (axis.role == AxisRole::Tensor)
+        tensorAxes.push_back(&axis);
+      else if (axis.role == AxisRole::Context)
+        contextAxes.push_back(&axis);
+    }
+    int64_t dp = 1, tp = tensorAxes.empty() ? 1 : tensorAxes[0]->size,
+            cp = contextAxes.empty() ? 1 : contextAxes[0]->size;
+    for (const trellis::MeshAxis *axis : batchAxes)
+      dp *= axis->size;
+    std::string batchName = batchAxes.empty() ? "dp" : joinAxes(batchAxes);
+    std::string contextName = contextAxes.empty() ? "cp" : joinAxes(contextAxes);
+    auto axisNames = [&](ArrayRef<const trellis::MeshAxis *> list) {
+      SmallVector<StringAttr> names;
+      for (const trellis::MeshAxis *axis : list)
+        names.push_back(builder.getStringAttr(axis->name));
+      return names;
+    };
 
     // The arguments' attributes, rewritten together at the end (setting
     // them one by one copies every argument's each time).
     SmallVector<NamedAttrList> argAttrs;
     for (unsigned i = 0; i < function.getNumArguments(); ++i)
       argAttrs.emplace_back(function.getArgAttrDict(i));
-    // Splits dimension `dim` of argument `i` over `axis`, or fails with the
-    // sizes.
-    auto split = [&](unsigned i, int64_t dim, StringRef axis,
+    // Splits dimension `dim` of argument `i` over `splitAxes`, or fails
+    // with the sizes.
+    auto split = [&](unsigned i, int64_t dim,
+                     ArrayRef<const trellis::MeshAxis *> splitAxes,
                      int64_t pieces) -> LogicalResult {
       // The user's own annotations win over the preset's.
       if (argAttrs[i].get(TrellisDialect::kShardingAttrName))
@@ -107,18 +184,18 @@ struct ApplyPresetPass
         return function.emitError()
                << "dimension " << dim << " of argument " << i << " \""
                << (name ? name.getValue() : "") << "\" (" << type
-               << ") is not divisible by " << axis << "=" << pieces;
+               << ") is not divisible by " << joinAxes(splitAxes) << "="
+               << pieces;
       SmallVector<DimShardingAttr> dims(
           type.getRank(), DimShardingAttr::get(context, {}, false));
-      dims[dim] =
-          DimShardingAttr::get(context, {builder.getStringAttr(axis)}, false);
+      dims[dim] = DimShardingAttr::get(context, axisNames(splitAxes), false);
       argAttrs[i].set(TrellisDialect::kShardingAttrName,
                       ShardingAttr::get(context, meshName, dims));
       return success();
     };
 
-    // Context parallelism: an input's batch over dp (when dp > 1) and its
-    // sequence over cp.
+    // Context parallelism: an input's batch over the batch axes (when they
+    // split it) and its sequence over the context axis.
     auto splitSequence = [&](unsigned i) -> LogicalResult {
       if (argAttrs[i].get(TrellisDialect::kShardingAttrName))
         return success();
@@ -130,16 +207,15 @@ struct ApplyPresetPass
         return function.emitError()
                << "input \"" << (name ? name.getValue() : StringRef("?"))
                << "\" (" << type
-               << "): expected [batch, seq] with the batch divisible by dp="
-               << dp << " and the sequence by cp=" << cp;
+               << "): expected [batch, seq] with the batch divisible by "
+               << batchName << "=" << dp << " and the sequence by "
+               << contextName << "=" << cp;
       }
       SmallVector<DimShardingAttr> dims(
           2, DimShardingAttr::get(context, {}, false));
       if (dp > 1)
-        dims[0] = DimShardingAttr::get(context, {builder.getStringAttr("dp")},
-                                       false);
-      dims[1] =
-          DimShardingAttr::get(context, {builder.getStringAttr("cp")}, false);
+        dims[0] = DimShardingAttr::get(context, axisNames(batchAxes), false);
+      dims[1] = DimShardingAttr::get(context, axisNames(contextAxes), false);
       argAttrs[i].set(TrellisDialect::kShardingAttrName,
                       ShardingAttr::get(context, meshName, dims));
       return success();
@@ -156,7 +232,7 @@ struct ApplyPresetPass
         sawInput = true;
         if (cp > 1 && failed(splitSequence(i)))
           return signalPassFailure();
-        if (dp > 1 && failed(split(i, 0, "dp", dp)))
+        if (dp > 1 && failed(split(i, 0, batchAxes, dp)))
           return signalPassFailure();
         // The data's layout is fixed: every input alike (whole without dp),
         // whatever the layouts propagation gives the activations.
@@ -177,11 +253,12 @@ struct ApplyPresetPass
       if (tp == 1 || !parameterLike || !name)
         continue;
       if (std::optional<int64_t> dim = megatronSplitDim(name.getValue()))
-        if (failed(split(i, *dim, "tp", tp)))
+        if (failed(split(i, *dim, tensorAxes, tp)))
           return signalPassFailure();
     }
     if (dp > 1 && !sawInput) {
-      function.emitError("found no input argument to split over dp");
+      function.emitError() << "found no input argument to split over "
+                           << batchName;
       return signalPassFailure();
     }
     SmallVector<DictionaryAttr> dictionaries;

@@ -42,13 +42,23 @@ struct ApplySequenceParallelPass
       return signalPassFailure();
     }
     auto mesh = module.lookupSymbol<MeshOp>("mesh");
-    int64_t size = mesh ? mesh.getMesh().getAxisSize(axis) : 1;
+    // The axis given, else the mesh's tensor axis (named tp by the
+    // presets).
+    axisName_ = axis;
+    if (axisName_.empty() && mesh)
+      if (SmallVector<StringAttr> tensor =
+              mesh.getMesh().getAxesWithRole(AxisRole::Tensor);
+          tensor.size() == 1)
+        axisName_ = tensor.front().str();
+    if (axisName_.empty())
+      axisName_ = "tp";
+    int64_t size = mesh ? mesh.getMesh().getAxisSize(axisName_) : 1;
     if (size <= 1) {
       function.emitError()
           << "sequence parallelism splits the norm regions over the "
              "tensor-parallel axis \""
-          << axis << "\": expected " << axis << " > 1, found "
-          << (mesh ? "a mesh with " + axis + "=" + std::to_string(size)
+          << axisName_ << "\": expected " << axisName_ << " > 1, found "
+          << (mesh ? "a mesh with " + axisName_ + "=" + std::to_string(size)
                    : std::string("no mesh"));
       return signalPassFailure();
     }
@@ -65,7 +75,7 @@ struct ApplySequenceParallelPass
           type.getRank() >= 3 ? type.getDimSize(type.getRank() - 2) : 0;
       if (type.getRank() >= 3 && sequence % size_ != 0) {
         norm->emitOpError() << "sequence parallelism splits the sequence of "
-                            << type << " over " << axis << "=" << size_
+                            << type << " over " << axisName_ << "=" << size_
                             << ": expected a sequence divisible by " << size_
                             << ", found " << sequence;
         return signalPassFailure();
@@ -84,7 +94,7 @@ private:
                                       DimShardingAttr::get(context, {}, false));
     if (split)
       dims[type.getRank() - 2] = DimShardingAttr::get(
-          context, {StringAttr::get(context, axis)}, false);
+          context, {StringAttr::get(context, axisName_)}, false);
     return ShardingAttr::get(context, meshName_, dims);
   }
 
@@ -145,6 +155,8 @@ private:
   }
 
   FlatSymbolRefAttr meshName_;
+  /// The axis the sequence splits over.
+  std::string axisName_;
   int64_t size_ = 1;
 };
 

@@ -1,7 +1,7 @@
 //===- ApplyZero.cpp - ZeRO stages as annotations -------------------------===//
 //
 // ZeRO (Rajbhandari et al., 2020) written as shardings over the
-// data-parallel axis; propagation and partitioning derive its collectives:
+// data-parallel axes; propagation and partitioning derive its collectives:
 // a partial gradient meeting a split optimizer state is a reduce_scatter,
 // a split updated parameter meeting the replicated parameter of the next
 // step an all_gather, a split parameter meeting a use that needs it whole
@@ -104,7 +104,7 @@ struct ApplyZeroPass : public trellis::impl::ApplyZeroPassBase<ApplyZeroPass> {
     if (!unsplit.empty()) {
       InFlightDiagnostic warning = function.emitWarning();
       warning << unsplit.size() << " tensor(s) stay replicated over \""
-              << axis << "\": every dimension is split already and none "
+              << axesText() << "\": every dimension is split already and none "
               << "divides further by " << dataSize_ << " (";
       for (auto [k, name] : llvm::enumerate(unsplit))
         warning << (k ? ", " : "") << name;
@@ -122,8 +122,9 @@ struct ApplyZeroPass : public trellis::impl::ApplyZeroPassBase<ApplyZeroPass> {
   }
 
 private:
-  /// The mesh of the step: the one its annotations name, else @mesh; it
-  /// must have the data-parallel axis with more than one rank.
+  /// The mesh of the step: the one its annotations name, else @mesh, and
+  /// the axes to shard over (the option's, else the mesh's batch axes);
+  /// together they must have more than one rank.
   LogicalResult findMesh(ModuleOp module, func::FuncOp function) {
     FlatSymbolRefAttr name;
     for (unsigned i = 0; i < function.getNumArguments() && !name; ++i)
@@ -133,13 +134,34 @@ private:
     if (!name)
       name = FlatSymbolRefAttr::get(&getContext(), "mesh");
     auto mesh = module.lookupSymbol<MeshOp>(name.getAttr());
-    int64_t size = mesh ? mesh.getMesh().getAxisSize(axis) : 1;
+    dataAxes_.clear();
+    if (mesh && axes.empty()) {
+      for (StringAttr batchAxis : mesh.getMesh().getBatchAxes())
+        if (mesh.getMesh().getAxisSize(batchAxis.getValue()) > 1)
+          dataAxes_.push_back(batchAxis);
+    }
+    for (const std::string &given : axes) {
+      if (mesh && !mesh.getMesh().getAxisIndex(given)) {
+        function.emitError() << "ZeRO-" << static_cast<int64_t>(stage)
+                             << ": expected axes of the mesh "
+                             << mesh.getMesh().getMesh().toString()
+                             << ", found \"" << given << "\"";
+        return failure();
+      }
+      dataAxes_.push_back(StringAttr::get(&getContext(), given));
+    }
+    int64_t size = mesh ? mesh.getMesh().getGroupSize(dataAxes_) : 1;
     if (!mesh || size <= 1) {
+      // The axes meant: those given or found, else the mesh's batch axes
+      // (of one rank), else the name the presets use.
+      if (dataAxes_.empty() && mesh)
+        dataAxes_ = mesh.getMesh().getBatchAxes();
+      std::string shown = dataAxes_.empty() ? "dp" : axesText();
       function.emitError()
           << "ZeRO-" << static_cast<int64_t>(stage)
-          << " shards over the data-parallel axis \"" << axis
-          << "\": expected a mesh with " << axis << " > 1, found "
-          << (mesh ? "the mesh " + describe(mesh.getMesh())
+          << " shards over the data-parallel axis \"" << shown
+          << "\": expected a mesh with " << shown << " > 1, found "
+          << (mesh ? "the mesh " + mesh.getMesh().getMesh().toString()
                    : std::string("no mesh"));
       return failure();
     }
@@ -148,15 +170,15 @@ private:
     return success();
   }
 
-  static std::string describe(MeshAttr mesh) {
+  /// The data axes as messages name them: `dp`, `replica x shard`.
+  std::string axesText() const {
     std::string text;
-    for (MeshAxisAttr meshAxis : mesh.getAxes())
-      text += (text.empty() ? "" : ",") + meshAxis.getName().str() + "=" +
-              std::to_string(meshAxis.getSize());
+    for (StringAttr dataAxis : dataAxes_)
+      text += (text.empty() ? "" : " x ") + dataAxis.getValue().str();
     return text;
   }
 
-  /// Adds the data-parallel axis to argument `i`'s sharding, on the first
+  /// Adds the data-parallel axes to argument `i`'s sharding, on the first
   /// dimension whose size divides by it: a whole dimension first (dimension
   /// 0 preferred: each rank's piece is contiguous), else one split by
   /// another axis whose piece divides further. False if none does.
@@ -166,10 +188,10 @@ private:
         argAttrs_[i].get(TrellisDialect::kShardingAttrName));
     SmallVector<SmallVector<StringAttr>> dims =
         axesOf(existing, type.getRank());
-    StringAttr dataAxis = StringAttr::get(context_, axis);
-    for (const auto &axes : dims)
-      if (llvm::is_contained(axes, dataAxis))
-        return true; // the user split it over dp already
+    for (const auto &dimAxes : dims)
+      for (StringAttr dataAxis : dataAxes_)
+        if (llvm::is_contained(dimAxes, dataAxis))
+          return true; // the user split it over dp already
     std::optional<int64_t> chosen;
     for (int64_t d = 0; d < type.getRank() && !chosen; ++d)
       if (dims[d].empty() && type.getDimSize(d) % dataSize_ == 0)
@@ -198,10 +220,10 @@ private:
     if (padded)
       argAttrs_[i].set(TrellisDialect::kPaddedAttrName,
                        DenseI64ArrayAttr::get(context_, type.getShape()));
-    dims[*chosen].push_back(dataAxis);
+    dims[*chosen].append(dataAxes_.begin(), dataAxes_.end());
     SmallVector<DimShardingAttr> attrs;
-    for (const auto &axes : dims)
-      attrs.push_back(DimShardingAttr::get(context_, axes, false));
+    for (const auto &dimAxes : dims)
+      attrs.push_back(DimShardingAttr::get(context_, dimAxes, false));
     argAttrs_[i].set(TrellisDialect::kShardingAttrName,
                      ShardingAttr::get(context_, meshName_, attrs));
     return true;
@@ -349,7 +371,6 @@ private:
           point = op;
       return point && point->isBeforeInBlock(firstUse) ? point : firstUse;
     };
-    StringAttr dataAxis = StringAttr::get(context_, axis);
     for (BlockArgument param : function.getArguments()) {
       auto role = function.getArgAttrOfType<StringAttr>(
           param.getArgNumber(), graph::GraphDialect::kRoleAttrName);
@@ -359,11 +380,11 @@ private:
         continue;
       SmallVector<DimShardingAttr> wholeDims;
       for (DimShardingAttr dim : stored.getDims()) {
-        SmallVector<StringAttr> axes;
+        SmallVector<StringAttr> kept;
         for (StringAttr name : dim.getAxes())
-          if (name != dataAxis)
-            axes.push_back(name);
-        wholeDims.push_back(DimShardingAttr::get(context_, axes, false));
+          if (!llvm::is_contained(dataAxes_, name))
+            kept.push_back(name);
+        wholeDims.push_back(DimShardingAttr::get(context_, kept, false));
       }
       auto whole = ShardingAttr::get(context_, meshName_, wholeDims);
       // Uses by (phase, part), in block order.
@@ -410,13 +431,15 @@ private:
   bool usesData(ShardingAttr layout) {
     for (DimShardingAttr dim : layout.getDims())
       for (StringAttr name : dim.getAxes())
-        if (name.getValue() == axis)
+        if (llvm::is_contained(dataAxes_, name))
           return true;
     return false;
   }
 
   MLIRContext *context_ = nullptr;
   FlatSymbolRefAttr meshName_;
+  /// The axes ZeRO shards over, major to minor, and their ranks.
+  SmallVector<StringAttr> dataAxes_;
   int64_t dataSize_ = 1;
   SmallVector<NamedAttrList> argAttrs_;
 };

@@ -5,6 +5,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "trellis/Common/Mesh.h"
 
 using namespace mlir;
 
@@ -12,11 +13,9 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
                                     const ShardingOptions &options) {
   ApplyPresetPassOptions preset;
   preset.functionName = options.function;
-  preset.dataParallel = options.dataParallel;
-  preset.tensorParallel = options.tensorParallel;
-  preset.contextParallel = options.contextParallel;
+  preset.meshText = options.mesh;
   pm.addPass(createApplyPresetPass(preset));
-  if (options.contextParallel > 1) {
+  if (options.contextParallel) {
     ApplyContextParallelPassOptions context;
     context.functionName = options.function;
     context.kind = options.contextKind;
@@ -31,13 +30,14 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
     ApplyZeroPassOptions zero;
     zero.functionName = options.function;
     zero.stage = options.zeroStage;
+    zero.axes.assign(options.zeroAxes.begin(), options.zeroAxes.end());
     pm.addPass(createApplyZeroPass(zero));
   }
   PropagateShardingsPassOptions propagation;
   propagation.explain = options.explain;
   pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass(propagation));
   pm.addNestedPass<func::FuncOp>(createPartitionPass());
-  if (options.contextParallel > 1 && options.contextKind == "ring")
+  if (options.contextParallel && options.contextKind == "ring")
     pm.addNestedPass<func::FuncOp>(createLowerRingAttentionPass());
   BucketAllReducesPassOptions buckets;
   buckets.bucketBytes = options.bucketBytes;
@@ -53,6 +53,11 @@ struct ShardingPipelineOptions
   Option<std::string> function{*this, "function",
                                llvm::cl::desc("The function to shard"),
                                llvm::cl::init("train_step")};
+  Option<std::string> mesh{
+      *this, "mesh",
+      llvm::cl::desc("The step's mesh (dp=2,tp=2, rows:data=2), instead of "
+                     "dp, tp and cp"),
+      llvm::cl::init("")};
   Option<int64_t> dataParallel{*this, "dp",
                                llvm::cl::desc("Data-parallel degree"),
                                llvm::cl::init(1)};
@@ -62,6 +67,9 @@ struct ShardingPipelineOptions
   Option<int64_t> zeroStage{*this, "zero",
                              llvm::cl::desc("ZeRO stage (0-3) over dp"),
                              llvm::cl::init(0)};
+  ListOption<std::string> zeroAxes{
+      *this, "zero-axes",
+      llvm::cl::desc("The axes ZeRO shards over (default: the data axes)")};
   Option<int64_t> contextParallel{
       *this, "cp", llvm::cl::desc("Context-parallel degree"),
       llvm::cl::init(1)};
@@ -94,11 +102,22 @@ void trellis::registerShardingPipeline() {
       [](OpPassManager &pm, const ShardingPipelineOptions &options) {
         ShardingOptions sharding;
         sharding.function = options.function;
-        sharding.dataParallel = options.dataParallel;
-        sharding.tensorParallel = options.tensorParallel;
+        // The degrees, major to minor as the presets order them, unless
+        // the mesh is given.
+        sharding.mesh = options.mesh;
+        if (sharding.mesh.empty()) {
+          sharding.mesh = "dp=" + std::to_string(options.dataParallel);
+          if (options.contextParallel != 1)
+            sharding.mesh += ",cp=" + std::to_string(options.contextParallel);
+          sharding.mesh += ",tp=" + std::to_string(options.tensorParallel);
+        }
         sharding.zeroStage = options.zeroStage;
+        sharding.zeroAxes.assign(options.zeroAxes.begin(),
+                                 options.zeroAxes.end());
         sharding.sequenceParallel = options.sequenceParallel;
-        sharding.contextParallel = options.contextParallel;
+        std::optional<Mesh> mesh = Mesh::parse(sharding.mesh, nullptr);
+        sharding.contextParallel =
+            mesh && mesh->roleSize(AxisRole::Context) > 1;
         sharding.contextKind = options.contextKind;
         sharding.bucketBytes = options.bucketBytes;
         sharding.bucketsPerPart = options.bucketsPerPart;

@@ -27,7 +27,7 @@ from ._attributes import Attr, dictionary_text
 from ._trellis import Error
 
 __all__ = ["Attr", "Error", "Graph", "Model", "Plan", "Session", "Value",
-           "compile", "launch", "__version__"]
+           "compile", "compile_options", "launch", "__version__"]
 
 __version__: str = _trellis.version()
 
@@ -154,29 +154,29 @@ class Graph:
         return Model(self._graph.finish(loss.index))
 
 
-# `trellis compile`'s options by their flags, as keyword arguments.
-_OPTION_NAMES = {
-    "adam_eps": "adam-eps", "weight_decay": "weight-decay",
-    "decay_1d": "decay-1d", "bucket_mib": "bucket-mib",
-    "pp_layers": "pp-layers", "cp_kind": "cp-kind",
-    "grad_reduce_dtype": "grad-reduce-dtype",
-}
+def compile_options() -> Dict[str, Tuple[str, str]]:
+    """`trellis compile`'s options as `trellis.compile` takes them: keyword
+    (the flag, '_' for '-') -> (type: int, float, str or bool; help)."""
+    return {key.replace("-", "_"): (kind, help)
+            for key, kind, help in _trellis.compile_options()}
 
 
 def _set_options(options: Any, values: Mapping[str, Any]) -> None:
+    # A value goes to the setter of its own type (the library names the
+    # option's type when they differ); an int where a float is expected is
+    # that float.
+    kinds = {name: kind for name, (kind, _) in compile_options().items()}
     for name, value in values.items():
         if value is None:
             continue
-        key = _OPTION_NAMES.get(name, name.replace("_", "-"))
+        key = name.replace("_", "-")
         if isinstance(value, bool):
             options.set_bool(key, value)
         elif isinstance(value, int):
-            try:
-                options.set_int(key, value)
-            except Error as error:
-                if "takes a number" not in str(error):
-                    raise
+            if kinds.get(name) == "float":
                 options.set_double(key, float(value))
+            else:
+                options.set_int(key, value)
         elif isinstance(value, float):
             options.set_double(key, value)
         elif isinstance(value, str):
@@ -244,10 +244,10 @@ def _as_model(model: Any) -> Model:
 def compile(model: ModelLike, *, mesh: Optional[str] = None,
             report: bool = False, **options: Any) -> Plan:
     """Compiles `model` into a training plan with `trellis compile`'s
-    options: batch, seq, microbatches, mesh ("dp=2,tp=2") or dp/tp/pp/cp,
-    schedule, chunks, pp_layers, zero, sp, cp_kind, optimizer, lr, beta1,
-    beta2, adam_eps, weight_decay, decay_1d, precision, grad_reduce_dtype,
-    recompute, fuse, bucket_mib, explain."""
+    options as keywords (trellis.compile_options() lists them with their
+    types and help): batch, seq, microbatches, mesh ("dp=2,tp=2",
+    "replica:data=2,model:tensor=2") or dp/tp/pp/cp, zero, zero_axes,
+    schedule, lr, precision, ..."""
     handle = _as_model(model)._handle
     compile_options = _trellis.CompileOptions()
     _set_options(compile_options, dict(options, mesh=mesh, report=report))

@@ -1,6 +1,7 @@
 // RUN: trellis-opt %s -trellis-apply-preset="dp=2 tp=2" | FileCheck %s
 // RUN: trellis-opt %s -trellis-apply-preset="dp=2 cp=2" | FileCheck %s --check-prefix=CP
 // RUN: trellis-opt %s -trellis-apply-preset | FileCheck %s --check-prefix=NONE
+// RUN: trellis-opt %s -trellis-apply-preset="mesh=model:tensor=2,replica:data=2,shard:data=2" | FileCheck %s --check-prefix=ROLES
 
 // Tests that the preset declares the mesh and writes annotations only: the
 // inputs' batch over dp, Llama's q/k/v (and gate/up) weights by their output
@@ -20,6 +21,13 @@
 // the inputs' sequence over it.
 // CP: trellis.mesh @mesh = <["dp"=2, "cp"=2, "tp"=1]>
 // CP: graph.param = "tokens", graph.role = "input", trellis.sharding = #trellis.sharding<@mesh, [{"dp"}, {"cp"}]>
+
+// Tests that the mesh option's axes keep their names, order and roles: the
+// batch splits over both data axes, major to minor, the weights over the
+// tensor axis.
+// ROLES: trellis.mesh @mesh = <["model":tensor=2, "replica":data=2, "shard":data=2]>
+// ROLES: graph.param = "model.layers.0.self_attn.q_proj.weight", graph.role = "param", trellis.sharding = #trellis.sharding<@mesh, [{"model"}, {}]>
+// ROLES: graph.param = "tokens", graph.role = "input", trellis.sharding = #trellis.sharding<@mesh, [{"replica", "shard"}, {}]>
 
 // Tests that a mesh of one device declares nothing.
 // NONE-NOT: trellis.mesh

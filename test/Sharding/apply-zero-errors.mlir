@@ -1,4 +1,5 @@
 // RUN: not trellis-opt %s -trellis-autodiff -trellis-apply-preset="tp=2" -trellis-apply-zero="stage=1" 2>&1 | FileCheck %s --check-prefix=NO-DP
+// RUN: not trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=2" -trellis-apply-zero="stage=1 axes=rows" 2>&1 | FileCheck %s --check-prefix=AXES
 // RUN: not trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="dp=2" -trellis-apply-zero="stage=1" 2>&1 | FileCheck %s --check-prefix=NO-STATE
 // RUN: not trellis-opt %s -trellis-apply-zero="stage=4" 2>&1 | FileCheck %s --check-prefix=STAGE
 // RUN: not trellis-opt %s -trellis-apply-zero="stage=2" 2>&1 | FileCheck %s --check-prefix=NO-STEP
@@ -6,6 +7,7 @@
 // RUN: trellis-opt %s -trellis-apply-zero="stage=0" | FileCheck %s --check-prefix=ZERO
 
 // Tests that the preset's errors each say what was expected and found.
+// AXES: error: ZeRO-1: expected axes of the mesh dp=2,tp=1, found "rows"
 // NO-DP: error: ZeRO-1 shards over the data-parallel axis "dp": expected a mesh with dp > 1, found the mesh dp=1,tp=2
 // NO-STATE: error: ZeRO-1 shards optimizer states, and the step has none (an optimizer with moments, or mixed precision's fp32 masters): expected AdamW or a mixed-precision step, found none
 // STAGE: error: expected ZeRO stage 0, 1, 2 or 3, found 4

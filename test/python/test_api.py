@@ -120,6 +120,24 @@ def test_graph_builder_equals_mlir_text(examples: str) -> None:
         np.testing.assert_allclose(other, losses[0], rtol=1e-6)
 
 
+def test_compile_options_come_from_the_library() -> None:
+    options = trellis.compile_options()
+    assert options["zero_axes"][0] == "str"
+    assert options["microbatches"][0] == "int"
+    assert options["lr"][0] == "float"
+    assert options["sp"][0] == "bool"
+    assert "role" in options["mesh"][1]
+
+
+def test_open_mesh_and_integer_floats(gpt2_tiny: str) -> None:
+    plan = trellis.compile(gpt2_tiny, mesh="replica:data=2,model:tensor=2",
+                           batch=4, seq=16, lr=1, zero=1,
+                           zero_axes="replica")
+    assert plan.num_ranks == 4
+    assert json.loads(plan.text.split("\n", 1)[0])["mesh"] == [
+        {"name": "replica", "size": 2}, {"name": "model", "size": 2}]
+
+
 def test_errors(gpt2_tiny: str, tmp_path) -> None:
     with pytest.raises(trellis.Error, match="it does not exist"):
         trellis.compile("/nonexistent/model.json")

@@ -13,8 +13,13 @@
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "trellis/Compiler/Compile.h"
+#include "trellis/Compiler/CompileOptionTable.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ToolOutputFile.h"
+
+#include <functional>
+#include <map>
+#include <memory>
 
 namespace cl = llvm::cl;
 
@@ -37,130 +42,6 @@ cl::opt<std::string> compileInput(cl::Positional,
 cl::opt<std::string> compileOutput("o", cl::desc("Output file"),
                                    cl::value_desc("file"), cl::init("-"),
                                    cl::cat(outputCategory), cl::sub(compileCommand));
-cl::opt<int64_t> compileBatch("batch", cl::desc("Batch size"), cl::init(8),
-                              cl::cat(modelCategory), cl::sub(compileCommand));
-cl::opt<int64_t> compileSeq("seq", cl::desc("Sequence length"), cl::init(64),
-                            cl::cat(modelCategory), cl::sub(compileCommand));
-cl::opt<int64_t> compileMicroBatches(
-    "microbatches",
-    cl::desc("Split each batch into N micro-batches run one after the other, "
-             "accumulating gradients (one optimizer step per batch)"),
-    cl::init(1), cl::cat(modelCategory), cl::sub(compileCommand));
-cl::opt<std::string> compileRecompute(
-    "recompute",
-    cl::desc("none; selective: the attention core (always: the fused "
-             "attention backward recomputes its probabilities, so this is "
-             "none); full: each layer's forward again before its backward "
-             "instead of keeping its activations"),
-    cl::init("none"), cl::cat(precisionCategory), cl::sub(compileCommand));
-cl::opt<std::string> compileOptimizer(
-    "optimizer", cl::desc("adamw, sgd, or none (the plan returns gradients)"),
-    cl::init("adamw"), cl::cat(optimizerCategory), cl::sub(compileCommand));
-cl::opt<double> compileLearningRate("lr", cl::desc("Learning rate"),
-                                    cl::init(1e-3), cl::cat(optimizerCategory), cl::sub(compileCommand));
-cl::opt<double> compileBeta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
-                             cl::cat(optimizerCategory), cl::sub(compileCommand));
-cl::opt<double> compileBeta2("beta2", cl::desc("AdamW beta2"), cl::init(0.999),
-                             cl::cat(optimizerCategory), cl::sub(compileCommand));
-cl::opt<double> compileEpsilon("adam-eps", cl::desc("AdamW epsilon"),
-                               cl::init(1e-8), cl::cat(optimizerCategory), cl::sub(compileCommand));
-cl::opt<double> compileWeightDecay("weight-decay", cl::desc("Weight decay"),
-                                   cl::init(0.0), cl::cat(optimizerCategory), cl::sub(compileCommand));
-cl::opt<std::string> compilePrecision(
-    "precision",
-    cl::desc("fp32 (default), bf16 or fp16: the forward and backward compute "
-             "in bf16 or fp16 from fp32 master weights (the loss, "
-             "cross-entropy and the optimizer in fp32); fp16 scales the loss "
-             "dynamically"),
-    cl::init("fp32"), cl::cat(precisionCategory), cl::sub(compileCommand));
-cl::opt<std::string> compileGradReduceDtype(
-    "grad-reduce-dtype",
-    cl::desc("fp32 (default): data-parallel gradients are reduced in fp32; "
-             "bf16 (with --precision bf16): in bf16, half the bytes"),
-    cl::init("fp32"), cl::cat(precisionCategory), cl::sub(compileCommand));
-cl::opt<bool> compileDecayOneDimensional(
-    "decay-1d",
-    cl::desc("Apply --weight-decay to 1-D parameters (biases, norm gains) "
-             "too; by default they are not decayed"),
-    cl::cat(optimizerCategory), cl::sub(compileCommand));
-cl::opt<int64_t> compileDataParallel(
-    "dp", cl::desc("Data-parallel degree: split the batch over N ranks"),
-    cl::init(1), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<int64_t> compileTensorParallel(
-    "tp",
-    cl::desc("Tensor-parallel degree: split attention and MLP weights "
-             "(Megatron layout) over N ranks"),
-    cl::init(1), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<int64_t> compilePipeline(
-    "pp",
-    cl::desc("Pipeline stages: split the layers over N ranks (the pp axis, "
-             "major to dp and tp); --microbatches gives the micro-batches"),
-    cl::init(1), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<std::string> compileSchedule(
-    "schedule",
-    cl::desc("Pipeline schedule: gpipe, 1f1b, interleaved or zb-h1"),
-    cl::init("1f1b"), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<int64_t> compileChunks(
-    "chunks", cl::desc("Model chunks per pipeline rank (interleaved schedule)"),
-    cl::init(1), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<std::string> compileStageLayers(
-    "pp-layers",
-    cl::desc("Layers per virtual pipeline stage instead of the balanced "
-             "split"),
-    cl::value_desc("6,7,7,6"), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<int64_t> compileZero(
-    "zero",
-    cl::desc("ZeRO stage over dp: 0 (none), 1 (optimizer states and fp32 "
-             "masters split), 2 (and gradients reduce-scattered per "
-             "micro-batch into split accumulators), 3 (and parameters "
-             "split, gathered before each use)"),
-    cl::init(0), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<int64_t> compileContextParallel(
-    "cp",
-    cl::desc("Context-parallel degree: split the sequence over N ranks (a cp "
-             "axis between dp and tp; --cp-kind says how attention sees the "
-             "whole sequence)"),
-    cl::init(1), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<std::string> compileContextKind(
-    "cp-kind",
-    cl::desc("ulysses: all_to_all from sequence pieces to head pieces around "
-             "rotary embeddings and attention; allgather: keys and values "
-             "gathered, each rank attends from its queries' place; ring: "
-             "key and value blocks passed around the ring, the sequence in "
-             "zigzag order (causal balance)"),
-    cl::init("ulysses"), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<bool> compileFuse(
-    "fuse",
-    cl::desc("Fuse chains of elementwise ops into one pass each "
-             "(-trellis-fuse-elementwise; --fuse=false keeps them apart)"),
-    cl::init(true), cl::cat(precisionCategory), cl::sub(compileCommand));
-cl::opt<bool> compileSequenceParallel(
-    "sp",
-    cl::desc("Megatron sequence parallelism (with --tp): the norm regions "
-             "split along the sequence over tp, each layer's all-reduces "
-             "become a reduce-scatter and an all-gather"),
-    cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<std::string> compileMesh(
-    "mesh",
-    cl::desc("Mesh axes, major to minor, instead of --dp/--tp/--pp: e.g. "
-             "pp=2,dp=2,tp=2 (tp after dp, so a tensor-parallel group is "
-             "adjacent ranks)"),
-    cl::value_desc("dp=2,tp=2"), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<double> compileBucketMiB(
-    "bucket-mib",
-    cl::desc("Size of the fused data-parallel gradient reductions (MiB)"),
-    cl::init(25), cl::cat(parallelCategory), cl::sub(compileCommand));
-cl::opt<bool> compileExplain(
-    "explain",
-    cl::desc("Report, op by op, which factors propagation split, which "
-             "operands get resharded, and which large values stay "
-             "replicated"),
-    cl::cat(outputCategory), cl::sub(compileCommand));
-cl::opt<bool> compileReport(
-    "report",
-    cl::desc("Print per rank: parameters, activation estimate, and "
-             "communication per step by collective kind and mesh axis"),
-    cl::cat(outputCategory), cl::sub(compileCommand));
 cl::opt<std::string> compileReportJson(
     "report-json",
     cl::desc("Write the report as JSON (docs/Report.md): per rank, the "
@@ -172,53 +53,84 @@ cl::opt<bool> compileTiming(
     cl::desc("Print the wall time of loading the model, of each pass, and "
              "of emitting and writing the plan"),
     cl::cat(outputCategory), cl::sub(compileCommand));
-enum class EmitKind { Plan, Mlir };
-cl::opt<EmitKind> compileEmit(
-    "emit", cl::desc("What to write"),
-    cl::values(clEnumValN(EmitKind::Plan, "plan", "the plan file (default)"),
-               clEnumValN(EmitKind::Mlir, "mlir", "the training step as MLIR")),
-    cl::init(EmitKind::Plan), cl::cat(outputCategory), cl::sub(compileCommand));
 
-/// The compiler library's options from the command line: an option not
-/// given stays unset where its absence means something (the mesh, the
-/// pipeline's options).
-CompileOptions compileOptions() {
-  auto given = [](const auto &option) -> std::optional<
-                                          std::decay_t<decltype(option.getValue())>> {
-    if (option.getNumOccurrences() == 0)
-      return std::nullopt;
-    return option.getValue();
-  };
+/// A flag made from a row of the option table, and how to read its value.
+struct TableFlag {
+  const OptionRow<CompileOptions> *row;
+  std::unique_ptr<cl::Option> option;
+  std::function<OptionValue()> value;
+};
+
+void assign(OptionValue &value, int64_t integer) { value.integer = integer; }
+void assign(OptionValue &value, double number) { value.number = number; }
+void assign(OptionValue &value, const std::string &text) { value.text = text; }
+void assign(OptionValue &value, bool flag) { value.flag = flag; }
+
+template <typename T>
+TableFlag makeFlag(const OptionRow<CompileOptions> &row,
+                   cl::OptionCategory &category) {
+  auto option = std::make_unique<cl::opt<T>>(
+      llvm::StringRef(row.name), cl::desc(row.help), cl::cat(category),
+      cl::sub(compileCommand));
+  if (*row.valueName)
+    option->setValueStr(row.valueName);
+  cl::opt<T> *flag = option.get();
+  return {&row, std::move(option), [flag] {
+            OptionValue value;
+            assign(value, flag->getValue());
+            return value;
+          }};
+}
+
+/// The flags of every row of the option table, under their groups'
+/// headings.
+std::vector<TableFlag> makeTableFlags() {
+  std::map<std::string, cl::OptionCategory *> categories = {
+      {modelCategory.getName().str(), &modelCategory},
+      {parallelCategory.getName().str(), &parallelCategory},
+      {optimizerCategory.getName().str(), &optimizerCategory},
+      {precisionCategory.getName().str(), &precisionCategory},
+      {outputCategory.getName().str(), &outputCategory}};
+  std::vector<TableFlag> flags;
+  for (const OptionRow<CompileOptions> &row : compileOptionTable()) {
+    cl::OptionCategory &category = *categories.at(row.group);
+    switch (row.type) {
+    case OptionType::Int:
+      flags.push_back(makeFlag<int64_t>(row, category));
+      break;
+    case OptionType::Double:
+      flags.push_back(makeFlag<double>(row, category));
+      break;
+    case OptionType::String:
+      flags.push_back(makeFlag<std::string>(row, category));
+      break;
+    case OptionType::Bool:
+      flags.push_back(makeFlag<bool>(row, category));
+      break;
+    }
+  }
+  return flags;
+}
+
+std::vector<TableFlag> tableFlags = makeTableFlags();
+
+/// The compiler library's options from the command line: the flags given
+/// set their rows (an option not given keeps CompileOptions' default, or
+/// stays unset where its absence means something), or nullopt after an
+/// error.
+std::optional<CompileOptions> compileOptions() {
   CompileOptions options;
-  options.batch = compileBatch;
-  options.seq = compileSeq;
-  options.microBatches = compileMicroBatches;
-  options.mesh = given(compileMesh);
-  options.dataParallel = given(compileDataParallel);
-  options.tensorParallel = given(compileTensorParallel);
-  options.pipeline = given(compilePipeline);
-  options.contextParallel = given(compileContextParallel);
-  options.schedule = given(compileSchedule);
-  options.chunks = given(compileChunks);
-  options.stageLayers = given(compileStageLayers);
-  options.zero = compileZero;
-  options.sequenceParallel = compileSequenceParallel;
-  options.contextKind = compileContextKind;
-  options.bucketMiB = compileBucketMiB;
-  options.optimizer = compileOptimizer;
-  options.learningRate = compileLearningRate;
-  options.beta1 = compileBeta1;
-  options.beta2 = compileBeta2;
-  options.epsilon = compileEpsilon;
-  options.weightDecay = compileWeightDecay;
-  options.decayOneDimensional = compileDecayOneDimensional;
-  options.precision = compilePrecision;
-  options.gradReduceDtype = compileGradReduceDtype;
-  options.recompute = compileRecompute;
-  options.fuse = compileFuse;
-  options.explain = compileExplain;
-  options.emitMlir = compileEmit == EmitKind::Mlir;
-  options.report = compileReport || !compileReportJson.empty();
+  for (const TableFlag &flag : tableFlags) {
+    if (flag.option->getNumOccurrences() == 0)
+      continue;
+    OptionValue value = flag.value();
+    if (std::string invalid = checkCompileOptionValue(*flag.row, value);
+        !invalid.empty()) {
+      reportError("compile", "--" + std::string(flag.row->name) + ": " + invalid);
+      return std::nullopt;
+    }
+    flag.row->set(options, value);
+  }
   return options;
 }
 
@@ -229,7 +141,12 @@ void printCompileMessage(MessageKind kind, const llvm::Twine &message) {
 
 int runCompileCommand() {
   // Options checked before the model is read.
-  CompileOptions options = compileOptions();
+  std::optional<CompileOptions> given = compileOptions();
+  if (!given)
+    return 1;
+  CompileOptions options = std::move(*given);
+  bool printReport = options.report;
+  options.report |= !compileReportJson.empty();
   if (mlir::failed(checkCompileOptions(options, printCompileMessage)))
     return 1;
   // One step function: the passes have nothing to run in parallel.
@@ -243,7 +160,7 @@ int runCompileCommand() {
   // The forward describes one micro-batch; the step takes them all.
   std::optional<LoadedModel> model =
       loadModel(context, compileInput,
-                {compileBatch / compileMicroBatches, compileSeq}, "compile");
+                {options.batch / options.microBatches, options.seq}, "compile");
   if (!model)
     return 1;
   loadTiming.stop();
@@ -251,7 +168,7 @@ int runCompileCommand() {
       std::move(*model), options, printCompileMessage, rootTiming);
   if (mlir::failed(compiled))
     return 1;
-  if (compileReport)
+  if (printReport)
     printReports(compiled->reports, llvm::errs());
   if (!compileReportJson.empty()) {
     std::string error;

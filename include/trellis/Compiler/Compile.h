@@ -43,6 +43,9 @@ struct CompileOptions {
   std::optional<int64_t> chunks;
   std::optional<std::string> stageLayers;
   int64_t zero = 0;
+  /// The axes ZeRO shards over, comma-separated (unset: every data and
+  /// expert axis).
+  std::optional<std::string> zeroAxes;
   bool sequenceParallel = false;
   std::string contextKind = "ulysses";
   double bucketMiB = 25;
@@ -75,7 +78,7 @@ struct CompiledModel {
   /// The model's parameter count, before any split.
   int64_t modelParameters = 0;
   /// The mesh, major to minor (axes of size 1 included).
-  std::vector<std::pair<std::string, int64_t>> meshAxes;
+  std::vector<MeshAxis> meshAxes;
 };
 
 /// Checks what the options alone can tell (ranges, names, the mesh text,

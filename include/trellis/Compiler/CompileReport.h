@@ -9,6 +9,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "trellis/Analysis/StepReport.h"
+#include "trellis/Common/Mesh.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -37,21 +38,21 @@ std::vector<RankReport> reportStages(llvm::ArrayRef<mlir::func::FuncOp> stages,
 void printReports(const std::vector<RankReport> &reports,
                   llvm::raw_ostream &os);
 
-/// docs/Report.md's JSON: the model's parameter count, the mesh, and each
-/// rank kind's entry.
-llvm::json::Value
-reportJson(int64_t modelParameters,
-           const std::vector<std::pair<std::string, int64_t>> &mesh,
-           const std::vector<RankReport> &reports);
+/// docs/Report.md's JSON: the model's parameter count, the mesh (its axes
+/// of more than one rank, with their roles), and each rank kind's entry.
+llvm::json::Value reportJson(int64_t modelParameters,
+                             const std::vector<MeshAxis> &mesh,
+                             const std::vector<RankReport> &reports);
 
 /// ZeRO-2 and ZeRO-3 with a pipeline communicate per micro-batch: a warning
 /// with the data-parallel traffic per step (the reduce-scatters and
-/// all-gathers over mesh axis `dataAxis`) against what ZeRO-1 would move
-/// (its gradients reduce-scattered and its parameters gathered once per
-/// step); "" when neither applies.
+/// all-gathers over any of the mesh axes `zeroAxes`, `zeroRanks` ranks
+/// together) against what ZeRO-1 would move (its gradients
+/// reduce-scattered and its parameters gathered once per step); "" when
+/// neither applies.
 std::string pipelinedZeroWarning(int64_t zeroStage, int64_t microBatches,
-                                 int64_t dataParallel,
-                                 llvm::StringRef dataAxis,
+                                 int64_t zeroRanks,
+                                 const std::vector<std::string> &zeroAxes,
                                  const std::vector<RankReport> &reports);
 
 } // namespace trellis

@@ -27,7 +27,9 @@ struct PipelinePhaseOptions {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   /// Layers per virtual stage; empty: the balanced split.
   std::vector<int64_t> layers;
-  /// See SplitStagesPass.
+  /// See SplitStagesPass: the pipeline's axis, the axis values cross in
+  /// pieces over, the plan's mesh order.
+  std::string axis = "pp";
   std::string pieceAxis;
   std::vector<std::string> meshOrder;
 };

@@ -24,15 +24,18 @@ constexpr llvm::StringLiteral kResultShardingsAttrName =
 struct ShardingOptions {
   /// The function to shard.
   std::string function = "train_step";
-  int64_t dataParallel = 1;
-  int64_t tensorParallel = 1;
-  /// The ZeRO stage (0: none) over the data-parallel axis.
+  /// The step's mesh (`dp=2,tp=2`; trellis/Common/Mesh.h's text, roles
+  /// included), without the pipeline's axis.
+  std::string mesh;
+  /// The ZeRO stage (0: none), over `zeroAxes` (empty: the mesh's data and
+  /// expert axes).
   int64_t zeroStage = 0;
-  /// Megatron sequence parallelism over the tensor-parallel axis.
+  std::vector<std::string> zeroAxes;
+  /// Megatron sequence parallelism over the tensor axis.
   bool sequenceParallel = false;
-  /// Context parallelism over a "cp" axis of this size, and its kind
+  /// Context parallelism over the mesh's context axis, and its kind
   /// (ulysses, allgather, ring).
-  int64_t contextParallel = 1;
+  bool contextParallel = false;
   std::string contextKind = "ulysses";
   /// Bytes per fused gradient reduction.
   int64_t bucketBytes = 25 << 20;
@@ -42,8 +45,8 @@ struct ShardingOptions {
   bool explain = false;
 };
 
-/// Adds preset, propagation, partitioning and gradient bucketing for a
-/// `dataParallel` x `tensorParallel` mesh on `options.function`.
+/// Adds preset, propagation, partitioning and gradient bucketing for
+/// `options.mesh` on `options.function`.
 void buildShardingPipeline(mlir::OpPassManager &pm,
                            const ShardingOptions &options);
 

@@ -9,35 +9,48 @@ def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
   let summary = "Declares the mesh and annotates a training step for a preset";
   let description = [{
     Writes annotations only; the partitioner derives every collective.
-    Declares `trellis.mesh @mesh = <["dp"=D, "tp"=T]>` and annotates the
-    arguments of the function:
-    - `dp=D`: the batch dimension of the `tokens` and `targets` inputs is
-      split over "dp".
-    - `tp=T` (Megatron layout, by Hugging Face parameter name): attention
-      q/k/v and MLP up/gate weights split by output columns, attention
-      output and MLP down weights by input rows (GPT-2's Conv1D weights are
-      [in, out], Llama's Linear weights [out, in]); the MLP up bias with its
-      columns; embedding tables and the LM head by vocabulary rows (the
-      lookup masks ids outside a rank's rows, the loss combines the split
-      logits without gathering them). Optimizer moments follow their
-      parameter. GPT-2's fused QKV weight, held as [E, 3, E] (bias [3, E]),
-      splits its last dimension: each rank gets its heads of q, k and v.
+    Declares `trellis.mesh @mesh` with the axes of `mesh` (`dp=2,tp=2`, any
+    names and order, roles as trellis/Common/Mesh.h says: `rows:data=2`),
+    or, without it, `<["dp"=D, "cp"=C, "tp"=T]>` from the degree options
+    (cp only when C > 1), and annotates the arguments of the function by
+    the axes' roles:
+    - data and expert axes (the batch's): the batch dimension of the
+      `tokens` and `targets` inputs is split over all of them, major to
+      minor.
+    - context axis: the inputs' sequence is split over it.
+    - tensor axis (Megatron layout, by Hugging Face parameter name):
+      attention q/k/v and MLP up/gate weights split by output columns,
+      attention output and MLP down weights by input rows (GPT-2's Conv1D
+      weights are [in, out], Llama's Linear weights [out, in]); the MLP up
+      bias with its columns; embedding tables and the LM head by vocabulary
+      rows (the lookup masks ids outside a rank's rows, the loss combines
+      the split logits without gathering them). Optimizer moments follow
+      their parameter. GPT-2's fused QKV weight, held as [E, 3, E] (bias
+      [3, E]), splits its last dimension: each rank gets its heads of q, k
+      and v.
 
     Arguments that already carry a `trellis.sharding` (the user's) keep it.
 
-    Preconditions: the function (option `function`, default `train_step`)
-    has inputs named tokens and targets (graph.param) whose batch divides by
-    D, and every split dimension divides by T. Errors name the argument and
-    the sizes.
+    Preconditions: every axis has a role, at most one is tensor and at most
+    one context, none is pipeline (the pipeline phase adds that axis); the
+    function (option `function`, default `train_step`) has inputs named
+    tokens and targets (graph.param) whose batch divides by the batch axes'
+    ranks, and every split dimension divides by its axis. Errors name the
+    argument and the sizes.
   }];
   let options = [
     Option<"functionName", "function", "std::string", "\"train_step\"",
            "Function to annotate">,
-    Option<"dataParallel", "dp", "int64_t", "1", "Data-parallel degree">,
-    Option<"tensorParallel", "tp", "int64_t", "1", "Tensor-parallel degree">,
+    Option<"meshText", "mesh", "std::string", "\"\"",
+           "The step's mesh, major to minor (`dp=2,tp=2`, `rows:data=2`); "
+           "excludes the degree options">,
+    Option<"dataParallel", "dp", "int64_t", "1",
+           "Data-parallel degree (without `mesh`)">,
+    Option<"tensorParallel", "tp", "int64_t", "1",
+           "Tensor-parallel degree (without `mesh`)">,
     Option<"contextParallel", "cp", "int64_t", "1",
-           "Context-parallel degree: the inputs' sequence split over a \"cp\" "
-           "axis (between dp and tp)">
+           "Context-parallel degree (without `mesh`): the inputs' sequence "
+           "split over a \"cp\" axis (between dp and tp)">
   ];
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
@@ -45,9 +58,11 @@ def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
 def ApplyZeroPass : Pass<"trellis-apply-zero", "::mlir::ModuleOp"> {
   let summary = "Annotates a training step for a ZeRO stage";
   let description = [{
-    Writes annotations only, over the data-parallel mesh axis (`axis`,
-    default "dp", which the step's mesh must have with more than one rank);
-    propagation and partitioning derive the collectives:
+    Writes annotations only, over the mesh axes `axes` (default: every
+    axis of the step's mesh the batch splits over, its data and expert
+    axes; `axes=dp_shard` alone shards within each replica, HSDP), whose
+    ranks together must be more than one; propagation and partitioning
+    derive the collectives (below, "dp" is those axes together):
     - stage 1: the optimizer states (arguments of role adam_m, adam_v and
       master) are split over dp. A partial gradient meeting a split state
       is a reduce_scatter; the updated piece meeting the parameter's
@@ -79,8 +94,9 @@ def ApplyZeroPass : Pass<"trellis-apply-zero", "::mlir::ModuleOp"> {
     Option<"functionName", "function", "std::string", "\"train_step\"",
            "The training step">,
     Option<"stage", "stage", "int64_t", "1", "The ZeRO stage (0-3)">,
-    Option<"axis", "axis", "std::string", "\"dp\"",
-           "The data-parallel mesh axis">
+    ListOption<"axes", "axes", "std::string",
+               "The mesh axes to shard over, major to minor (default: the "
+               "mesh's data and expert axes)">
   ];
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
@@ -90,7 +106,8 @@ def ApplySequenceParallelPass
   let summary = "Annotates a training step for Megatron sequence parallelism";
   let description = [{
     Writes constraints only (`trellis.shard`), over the tensor-parallel axis
-    (`axis`, default "tp", which @mesh must have with more than one rank):
+    (`axis`, default: @mesh's axis of role tensor, which must have more than
+    one rank):
     the value each norm (rms_norm, layer_norm) reads, the residual stream,
     is split along its sequence (the dimension before the features) where
     it is made, for every user; each norm's result is whole again for its
@@ -106,8 +123,8 @@ def ApplySequenceParallelPass
   let options = [
     Option<"functionName", "function", "std::string", "\"train_step\"",
            "The training step">,
-    Option<"axis", "axis", "std::string", "\"tp\"",
-           "The tensor-parallel mesh axis">
+    Option<"axis", "axis", "std::string", "\"\"",
+           "The tensor-parallel mesh axis (default: @mesh's tensor axis)">
   ];
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
@@ -116,7 +133,7 @@ def ApplyContextParallelPass
     : Pass<"trellis-apply-context-parallel", "::mlir::ModuleOp"> {
   let summary = "Annotates a training step for context parallelism";
   let description = [{
-    The inputs' sequence is split over the "cp" axis (by
+    The inputs' sequence is split over @mesh's context axis (by
     -trellis-apply-preset="cp=N"), and propagation carries the split through
     every per-token op; rope rotates a piece from its place.
     - `kind=ulysses`: the 4-D [batch, seq, heads, head_dim] operands of

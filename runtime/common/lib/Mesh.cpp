@@ -5,6 +5,7 @@
 #include <cctype>
 #include <limits>
 #include <set>
+#include <utility>
 
 namespace trellis {
 
@@ -62,7 +63,46 @@ private:
 
 bool isDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)); }
 
+/// The roles by name, in the order messages list them.
+constexpr std::pair<std::string_view, AxisRole> kRoleNames[] = {
+    {"data", AxisRole::Data},         {"tensor", AxisRole::Tensor},
+    {"pipeline", AxisRole::Pipeline}, {"context", AxisRole::Context},
+    {"expert", AxisRole::Expert},
+};
+
 } // namespace
+
+std::string_view axisRoleName(AxisRole role) {
+  for (const auto &[name, named] : kRoleNames)
+    if (named == role)
+      return name;
+  return "unassigned";
+}
+
+std::optional<AxisRole> parseAxisRole(std::string_view name) {
+  for (const auto &[roleName, role] : kRoleNames)
+    if (roleName == name)
+      return role;
+  return std::nullopt;
+}
+
+AxisRole impliedAxisRole(std::string_view name) {
+  if (name == "dp" || name == "dp_replicate" || name == "dp_shard")
+    return AxisRole::Data;
+  if (name == "tp")
+    return AxisRole::Tensor;
+  if (name == "pp")
+    return AxisRole::Pipeline;
+  if (name == "cp")
+    return AxisRole::Context;
+  if (name == "ep")
+    return AxisRole::Expert;
+  return AxisRole::Unassigned;
+}
+
+bool splitsBatch(AxisRole role) {
+  return role == AxisRole::Data || role == AxisRole::Expert;
+}
 
 std::optional<Mesh> Mesh::create(std::vector<MeshAxis> axes, MeshError *error) {
   if (axes.empty()) {
@@ -92,6 +132,9 @@ std::optional<Mesh> Mesh::create(std::vector<MeshAxis> axes, MeshError *error) {
     }
     size *= axis.size;
   }
+  for (MeshAxis &axis : axes)
+    if (axis.role == AxisRole::Unassigned)
+      axis.role = impliedAxisRole(axis.name);
   return Mesh(std::move(axes), size);
 }
 
@@ -113,6 +156,26 @@ std::optional<Mesh> Mesh::parse(std::string_view text, MeshError *error) {
       return std::nullopt;
     }
     lexer.skipSpaces();
+    AxisRole role = AxisRole::Unassigned;
+    if (lexer.peek() == ':') {
+      lexer.advance();
+      lexer.skipSpaces();
+      size_t roleColumn = lexer.column();
+      std::string_view roleName = lexer.takeWhile(isIdentifierChar);
+      std::optional<AxisRole> parsed = parseAxisRole(roleName);
+      if (!parsed) {
+        std::string found = roleName.empty()
+                                ? lexer.describeNext()
+                                : "'" + std::string(roleName) + "'";
+        fail(error, roleColumn,
+             "expected a role for mesh axis \"" + name +
+                 "\" (data, tensor, pipeline, context or expert), found " +
+                 found);
+        return std::nullopt;
+      }
+      role = *parsed;
+      lexer.skipSpaces();
+    }
     if (lexer.peek() != '=') {
       fail(error, lexer.column(),
            "expected '=' after mesh axis \"" + name + "\", found " +
@@ -149,7 +212,7 @@ std::optional<Mesh> Mesh::parse(std::string_view text, MeshError *error) {
                std::to_string(size));
       return std::nullopt;
     }
-    axes.push_back({std::move(name), size});
+    axes.push_back({std::move(name), size, role});
     lexer.skipSpaces();
     if (lexer.atEnd())
       break;
@@ -172,6 +235,22 @@ std::optional<size_t> Mesh::axisIndex(std::string_view name) const {
     if (axes_[i].name == name)
       return i;
   return std::nullopt;
+}
+
+std::vector<size_t> Mesh::axesWithRole(AxisRole role) const {
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < axes_.size(); ++i)
+    if (axes_[i].role == role)
+      indices.push_back(i);
+  return indices;
+}
+
+std::vector<size_t> Mesh::batchAxes() const {
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < axes_.size(); ++i)
+    if (splitsBatch(axes_[i].role))
+      indices.push_back(i);
+  return indices;
 }
 
 std::vector<int64_t> Mesh::coordinates(int64_t rank) const {
@@ -254,7 +333,10 @@ std::string Mesh::toString() const {
   for (size_t i = 0; i < axes_.size(); ++i) {
     if (i)
       text += ',';
-    text += axes_[i].name + "=" + std::to_string(axes_[i].size);
+    text += axes_[i].name;
+    if (axes_[i].role != impliedAxisRole(axes_[i].name))
+      text += ":" + std::string(axisRoleName(axes_[i].role));
+    text += "=" + std::to_string(axes_[i].size);
   }
   return text;
 }

@@ -171,4 +171,55 @@ TEST(MeshTest, AnAxisNeedsAName) {
   EXPECT_EQ(error.message, "expected a non-empty mesh axis name");
 }
 
+TEST(MeshTest, WellKnownNamesImplyTheirRoles) {
+  Mesh mesh = parseOrDie("pp=2,dp_replicate=2,dp_shard=2,ep=2,cp=2,tp=2,x=1");
+  std::vector<AxisRole> roles;
+  for (const MeshAxis &axis : mesh.axes())
+    roles.push_back(axis.role);
+  EXPECT_EQ(roles, (std::vector<AxisRole>{AxisRole::Pipeline, AxisRole::Data,
+                                          AxisRole::Data, AxisRole::Expert,
+                                          AxisRole::Context, AxisRole::Tensor,
+                                          AxisRole::Unassigned}));
+}
+
+TEST(MeshTest, AnyNameTakesAStatedRole) {
+  Mesh mesh = parseOrDie("model:tensor=2, replica : data=2,shard:data=4");
+  EXPECT_EQ(mesh.axesWithRole(AxisRole::Data), (std::vector<size_t>{1, 2}));
+  EXPECT_EQ(mesh.roleSize(AxisRole::Data), 8);
+  EXPECT_EQ(mesh.roleSize(AxisRole::Tensor), 2);
+  EXPECT_EQ(mesh.roleSize(AxisRole::Pipeline), 1);
+  EXPECT_EQ(mesh.toString(), "model:tensor=2,replica:data=2,shard:data=4");
+  EXPECT_EQ(parseOrDie(mesh.toString()), mesh);
+}
+
+TEST(MeshTest, TheBatchSplitsOverDataAndExpertAxes) {
+  Mesh mesh = parseOrDie("pp=2,dp=2,ep=2,tp=2");
+  EXPECT_EQ(mesh.batchAxes(), (std::vector<size_t>{1, 2}));
+  EXPECT_EQ(mesh.groupSize(mesh.batchAxes()), 4);
+}
+
+TEST(MeshTest, AStatedRoleOverridesTheName) {
+  Mesh mesh = parseOrDie("tp:data=4");
+  EXPECT_EQ(mesh.axes()[0].role, AxisRole::Data);
+  EXPECT_EQ(mesh.toString(), "tp:data=4");
+}
+
+TEST(MeshTest, RejectsUnknownRoles) {
+  MeshError error = parseError("dp=2,rows:row=2");
+  EXPECT_EQ(error.column, 11u);
+  EXPECT_EQ(error.message, "expected a role for mesh axis \"rows\" (data, "
+                           "tensor, pipeline, context or expert), found 'row'");
+  error = parseError("rows:=2");
+  EXPECT_EQ(error.message, "expected a role for mesh axis \"rows\" (data, "
+                           "tensor, pipeline, context or expert), found '='");
+}
+
+TEST(MeshTest, RoleNamesRoundTrip) {
+  for (AxisRole role : {AxisRole::Data, AxisRole::Tensor, AxisRole::Pipeline,
+                        AxisRole::Context, AxisRole::Expert})
+    EXPECT_EQ(parseAxisRole(axisRoleName(role)), role);
+  EXPECT_EQ(axisRoleName(AxisRole::Unassigned), "unassigned");
+  EXPECT_FALSE(parseAxisRole("unassigned").has_value());
+}
+
 } // namespace

@@ -1,5 +1,11 @@
 // RUN: trellis-opt %s -split-input-file -verify-diagnostics
 
+// Tests that a mesh axis with an unknown role is rejected.
+// expected-error @+1 {{expected a role for mesh axis "rows" (data, tensor, pipeline, context or expert), found 'row'}}
+trellis.mesh @mesh = <["rows":row=2]>
+
+// -----
+
 // Tests that a mesh axis declared twice is rejected.
 // expected-error @+1 {{mesh axis "dp" is declared twice}}
 trellis.mesh @mesh = <["dp"=2, "tp"=2, "dp"=4]>

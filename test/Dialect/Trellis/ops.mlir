@@ -5,6 +5,8 @@
 
 // CHECK: trellis.mesh @mesh = <["dp"=2, "pp"=2, "tp"=4]>
 trellis.mesh @mesh = <["dp"=2, "pp"=2, "tp"=4]>
+// CHECK: trellis.mesh @roles = <["rows":data=2, "tp":data=2, "ep"=2]>
+trellis.mesh @roles = <["rows":data=2, "tp":data=2, "ep":expert=2]>
 // CHECK: trellis.mesh @line = <["x"=1]>
 trellis.mesh @line = <["x"=1]>
 

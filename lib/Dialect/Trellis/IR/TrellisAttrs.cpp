@@ -62,16 +62,74 @@ std::string quoteAxes(ArrayRef<StringAttr> axes) {
 // MeshAttr
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// Parses `"name"=size` or `"name":role=size`.
+FailureOr<MeshAxisAttr> parseMeshAxis(AsmParser &parser) {
+  std::string name;
+  int64_t size = 0;
+  if (parser.parseString(&name))
+    return failure();
+  trellis::AxisRole role = trellis::impliedAxisRole(name);
+  if (succeeded(parser.parseOptionalColon())) {
+    SMLoc roleLoc = parser.getCurrentLocation();
+    StringRef roleName;
+    if (parser.parseKeyword(&roleName))
+      return failure();
+    std::optional<trellis::AxisRole> parsed =
+        trellis::parseAxisRole(std::string_view(roleName));
+    if (!parsed)
+      return parser.emitError(roleLoc)
+             << "expected a role for mesh axis \"" << name
+             << "\" (data, tensor, pipeline, context or expert), found '"
+             << roleName << "'";
+    role = *parsed;
+  }
+  if (parser.parseEqual() || parser.parseInteger(size))
+    return failure();
+  return MeshAxisAttr::get(parser.getContext(), name, size, role);
+}
+
+/// Prints `"name"=size`, the role after a colon where the name does not
+/// imply it.
+void printMeshAxis(AsmPrinter &printer, MeshAxisAttr axis) {
+  printer.printString(axis.getName());
+  if (axis.getRole() != trellis::impliedAxisRole(axis.getName()))
+    printer << ":" << trellis::axisRoleName(axis.getRole());
+  printer << "=" << axis.getSize();
+}
+
+std::vector<trellis::MeshAxis> toMeshAxes(ArrayRef<MeshAxisAttr> axes) {
+  std::vector<trellis::MeshAxis> meshAxes;
+  for (MeshAxisAttr axis : axes)
+    meshAxes.push_back({axis.getName().str(), axis.getSize(), axis.getRole()});
+  return meshAxes;
+}
+
+} // namespace
+
+Attribute MeshAxisAttr::parse(AsmParser &parser, Type) {
+  FailureOr<MeshAxisAttr> axis;
+  if (parser.parseLess() || failed(axis = parseMeshAxis(parser)) ||
+      parser.parseGreater())
+    return {};
+  return *axis;
+}
+
+void MeshAxisAttr::print(AsmPrinter &printer) const {
+  printer << "<";
+  printMeshAxis(printer, *this);
+  printer << ">";
+}
+
 Attribute MeshAttr::parse(AsmParser &parser, Type) {
   SMLoc loc = parser.getCurrentLocation();
   SmallVector<MeshAxisAttr> axes;
   auto parseAxis = [&]() -> ParseResult {
-    std::string name;
-    int64_t size = 0;
-    if (parser.parseString(&name) || parser.parseEqual() ||
-        parser.parseInteger(size))
+    FailureOr<MeshAxisAttr> axis = parseMeshAxis(parser);
+    if (failed(axis))
       return failure();
-    axes.push_back(MeshAxisAttr::get(parser.getContext(), name, size));
+    axes.push_back(*axis);
     return success();
   };
   if (parser.parseLess() ||
@@ -84,28 +142,21 @@ Attribute MeshAttr::parse(AsmParser &parser, Type) {
 void MeshAttr::print(AsmPrinter &printer) const {
   printer << "<[";
   llvm::interleaveComma(getAxes(), printer, [&](MeshAxisAttr axis) {
-    printer.printString(axis.getName());
-    printer << "=" << axis.getSize();
+    printMeshAxis(printer, axis);
   });
   printer << "]>";
 }
 
 LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                ArrayRef<MeshAxisAttr> axes) {
-  std::vector<trellis::MeshAxis> meshAxes;
-  for (MeshAxisAttr axis : axes)
-    meshAxes.push_back({axis.getName().str(), axis.getSize()});
   trellis::MeshError error;
-  if (!trellis::Mesh::create(std::move(meshAxes), &error))
+  if (!trellis::Mesh::create(toMeshAxes(axes), &error))
     return emitError() << error.message;
   return success();
 }
 
 trellis::Mesh MeshAttr::getMesh() const {
-  std::vector<trellis::MeshAxis> meshAxes;
-  for (MeshAxisAttr axis : getAxes())
-    meshAxes.push_back({axis.getName().str(), axis.getSize()});
-  return *trellis::Mesh::create(std::move(meshAxes), nullptr);
+  return *trellis::Mesh::create(toMeshAxes(getAxes()), nullptr);
 }
 
 std::optional<size_t> MeshAttr::getAxisIndex(StringRef name) const {
@@ -118,6 +169,30 @@ std::optional<size_t> MeshAttr::getAxisIndex(StringRef name) const {
 int64_t MeshAttr::getAxisSize(StringRef name) const {
   std::optional<size_t> index = getAxisIndex(name);
   return index ? getAxes()[*index].getSize() : 1;
+}
+
+SmallVector<StringAttr>
+MeshAttr::getAxesWithRole(trellis::AxisRole role) const {
+  SmallVector<StringAttr> names;
+  for (MeshAxisAttr axis : getAxes())
+    if (axis.getRole() == role)
+      names.push_back(StringAttr::get(getContext(), axis.getName()));
+  return names;
+}
+
+SmallVector<StringAttr> MeshAttr::getBatchAxes() const {
+  SmallVector<StringAttr> names;
+  for (MeshAxisAttr axis : getAxes())
+    if (trellis::splitsBatch(axis.getRole()))
+      names.push_back(StringAttr::get(getContext(), axis.getName()));
+  return names;
+}
+
+int64_t MeshAttr::getGroupSize(ArrayRef<StringAttr> axes) const {
+  int64_t ranks = 1;
+  for (StringAttr axis : axes)
+    ranks *= getAxisSize(axis.getValue());
+  return ranks;
 }
 
 int64_t MeshAttr::getNumRanks() const {

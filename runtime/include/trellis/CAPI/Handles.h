@@ -11,6 +11,7 @@
 #define TRELLIS_CAPI_HANDLES_H
 
 #include "trellis-c/Support.h"
+#include "trellis/Common/OptionTable.h"
 
 #include <cstdint>
 #include <exception>
@@ -20,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace trellis::capi {
 
@@ -91,37 +93,9 @@ TrellisStatus guarded(const char *function, Body body) {
 }
 
 /// Options set by key through typed setters (trellisSessionOptionsSetInt
-/// and the like): each key takes one type.
-enum class OptionType { Int, Double, String, Bool };
-
-struct OptionValue {
-  int64_t integer = 0;
-  double number = 0;
-  std::string text;
-  bool flag = false;
-};
-
-template <typename Options> struct OptionKey {
-  OptionType type;
-  void (*set)(Options &, const OptionValue &);
-};
-
+/// and the like): each key takes one type (trellis/Common/OptionTable.h).
 template <typename Options>
-using OptionKeys = std::map<std::string, OptionKey<Options>>;
-
-inline const char *optionTypeName(OptionType type) {
-  switch (type) {
-  case OptionType::Int:
-    return "an integer";
-  case OptionType::Double:
-    return "a number";
-  case OptionType::String:
-    return "a string";
-  case OptionType::Bool:
-    return "a bool";
-  }
-  return "";
-}
+using OptionKeys = std::vector<OptionRow<Options>>;
 
 /// Sets `key` of `options` from `value` of `type`; refuses a key not in
 /// `keys` (listing them) and a value of another type. `what` names the
@@ -130,19 +104,15 @@ template <typename Options>
 TrellisStatus setKeyedOption(const OptionKeys<Options> &keys, const char *what,
                              Options &options, const std::string &key,
                              OptionType type, const OptionValue &value) {
-  auto it = keys.find(key);
-  if (it == keys.end()) {
-    std::string known;
-    for (const auto &entry : keys)
-      known += (known.empty() ? "" : ", ") + entry.first;
+  const OptionRow<Options> *row = findOption(keys, key);
+  if (!row)
     return errorStatus("unknown " + std::string(what) + " '" + key +
-                       "': expected one of " + known);
-  }
-  if (it->second.type != type)
+                       "': expected one of " + listOptionNames(keys));
+  if (row->type != type)
     return errorStatus(std::string(what) + " '" + key + "' takes " +
-                       optionTypeName(it->second.type) + ", found " +
+                       optionTypeName(row->type) + ", found " +
                        optionTypeName(type));
-  it->second.set(options, value);
+  row->set(options, value);
   return nullptr;
 }
 

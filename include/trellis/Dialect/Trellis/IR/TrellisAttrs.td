@@ -14,21 +14,31 @@ class Trellis_Attr<string name, string attrMnemonic, list<Trait> traits = []>
 }
 
 def Trellis_MeshAxisAttr : Trellis_Attr<"MeshAxis", "mesh_axis"> {
-  let summary = "A named mesh axis with a size";
+  let summary = "A named mesh axis with a size and a role";
   let description = [{
-    Printed `"tp"=4`. Inside a `#trellis.mesh` only.
+    Printed `"tp"=4`, or `"rows":data=4` where the name does not imply the
+    role (trellis/Common/Mesh.h: dp, dp_replicate, dp_shard, tp, pp, cp and
+    ep imply theirs). Inside a `#trellis.mesh` only. Passes find axes by
+    role (the batch's, the tensor-parallel one), never by name.
   }];
   let parameters = (ins StringRefParameter<"axis name">:$name,
-                        "int64_t":$size);
-  let assemblyFormat = "`<` $name `=` $size `>`";
+                        "int64_t":$size,
+                        "::trellis::AxisRole":$role);
+  let builders = [
+    AttrBuilder<(ins "::llvm::StringRef":$name, "int64_t":$size), [{
+      return $_get($_ctxt, name, size, ::trellis::impliedAxisRole(name));
+    }]>
+  ];
+  let hasCustomAssemblyFormat = 1;
 }
 
 def Trellis_MeshAttr : Trellis_Attr<"Mesh", "mesh"> {
   let summary = "Named axes with sizes, major to minor";
   let description = [{
     `#trellis.mesh<["dp"=2, "pp"=2, "tp"=4]>` has 16 ranks numbered
-    rank = dp*8 + pp*4 + tp. Verified: at least one axis, names unique and
-    non-empty, sizes >= 1.
+    rank = dp*8 + pp*4 + tp; `#trellis.mesh<["replica":data=2,
+    "shard":data=4]>` names its roles. Verified: at least one axis, names
+    unique and non-empty, sizes >= 1.
   }];
   let parameters = (ins ArrayRefParameter<"MeshAxisAttr", "axes">:$axes);
   let hasCustomAssemblyFormat = 1;
@@ -40,6 +50,14 @@ def Trellis_MeshAttr : Trellis_Attr<"Mesh", "mesh"> {
     std::optional<size_t> getAxisIndex(::llvm::StringRef name) const;
     /// Size of the axis called `name`, 1 if the mesh has none.
     int64_t getAxisSize(::llvm::StringRef name) const;
+    /// The names of the axes with `role`, major to minor.
+    ::llvm::SmallVector<::mlir::StringAttr>
+    getAxesWithRole(::trellis::AxisRole role) const;
+    /// The names of the axes the batch splits over (data and expert
+    /// roles), major to minor.
+    ::llvm::SmallVector<::mlir::StringAttr> getBatchAxes() const;
+    /// The ranks of a group along `axes` (1 for none).
+    int64_t getGroupSize(::llvm::ArrayRef<::mlir::StringAttr> axes) const;
     /// Number of ranks.
     int64_t getNumRanks() const;
   }];
