@@ -423,11 +423,17 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
   }
   if (!withMemoryPlan)
     return report;
-  // The result of an op that shares its operand's bytes (a reshape: its
-  // plan op contract says so) takes them when both are temporaries
-  // (Executor::planArena): the two are one buffer living from the
-  // operand's definition to the last use of either.
-  DenseMap<Key, Key> rootOf;
+  // The arena as the runtime lays it out (layOutArena, Executor::planArena):
+  // temporaries in the order they are made, a result that shares its
+  // operand's bytes (a reshape: its op contract says so) in its operand's.
+  DenseMap<Key, int64_t> idOf;
+  std::vector<BufferSpan> buffers;
+  for (const Key &key : order) {
+    const auto &[first, last] = lifetime[key];
+    idOf[key] = static_cast<int64_t>(buffers.size());
+    buffers.push_back({bytesOf(key.first.getType()), first, last, false});
+  }
+  std::vector<std::pair<int64_t, int64_t>> aliases;
   for (const RankItem &item : items) {
     if (!item.op || item.op->getNumOperands() != 1 ||
         item.op->getNumResults() != 1)
@@ -436,26 +442,12 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
         findOpContract(item.op->getName().stripDialect().str());
     if (!contract || !contract->effects.sharesOperandBytes)
       continue;
-    Key from = keyOf(item.op->getOperand(0), item.microBatch);
-    Key to = keyOf(item.op->getResult(0), item.microBatch);
-    if (!lifetime.count(from) || !lifetime.count(to))
-      continue;
-    auto found = rootOf.find(from);
-    Key root = found == rootOf.end() ? from : found->second;
-    rootOf[to] = root;
-    auto &span = lifetime[root];
-    span.first = std::min(span.first, lifetime[to].first);
-    span.second = std::max(span.second, lifetime[to].second);
+    auto from = idOf.find(keyOf(item.op->getOperand(0), item.microBatch));
+    auto to = idOf.find(keyOf(item.op->getResult(0), item.microBatch));
+    if (from != idOf.end() && to != idOf.end())
+      aliases.emplace_back(from->second, to->second);
   }
-  std::vector<ArenaBuffer> buffers;
-  for (const Key &key : order) {
-    if (rootOf.count(key))
-      continue;
-    const auto &[first, last] = lifetime[key];
-    buffers.push_back({bytesOf(key.first.getType()), first, last});
-  }
-  std::vector<int64_t> offsets;
-  report.arenaBytes = placeArena(buffers, offsets);
+  report.arenaBytes = layOutArena(std::move(buffers), aliases).bytes;
   report.totalPeakBytes = report.persistentBytes + report.arenaBytes;
   return report;
 }

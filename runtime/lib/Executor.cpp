@@ -150,69 +150,49 @@ void Executor::planInPlaceUpdates() {
 
 int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
   size_t count = plan_.buffers.size();
-  offsets.assign(count, -1);
-  std::vector<bool> persistent(count, false);
+  std::vector<BufferSpan> buffers(count);
+  for (size_t b = 0; b < count; ++b)
+    buffers[b].bytes = bufferBytes(plan_.buffers[b]);
   for (const Argument &argument : plan_.arguments)
-    persistent[argument.buffer] = true;
+    buffers[argument.buffer].persistent = true;
   for (const Result &result : plan_.results)
-    persistent[result.buffer] = true;
+    buffers[result.buffer].persistent = true;
   // Accumulators take a value from every micro-batch of the step: those
   // this stage accumulates into (another stage may only receive the total).
   for (const Instruction &instruction : plan_.program) {
     const OpContract *contract = findOpContract(instruction.op);
     if (contract && contract->effects.accumulates)
-      persistent[instruction.outputs[0]] = true;
+      buffers[instruction.outputs[0]].persistent = true;
   }
   // Lifetimes in instruction indices, inclusive: an instruction's outputs
   // never share bytes with its inputs.
-  std::vector<int64_t> first(count, -1), last(count, -1);
   for (size_t i = 0; i < plan_.program.size(); ++i) {
     // A collective in flight touches its buffers until its wait point.
     int64_t end = std::max<int64_t>(i, waitPoint_[i]);
     for (int64_t output : plan_.program[i].outputs) {
-      first[output] = i;
-      last[output] = std::max(last[output], end);
+      buffers[output].first = i;
+      buffers[output].last = std::max(buffers[output].last, end);
     }
     for (int64_t input : plan_.program[i].inputs)
-      last[input] = std::max(last[input], end);
+      buffers[input].last = std::max(buffers[input].last, end);
   }
   // The result of an op that shares its operand's bytes (a reshape: the
-  // op contract says so) takes them when both are temporaries written
-  // once: the two are one arena buffer, from the operand's write to the
-  // last read of either. StepReport.cpp places them alike.
-  std::vector<int64_t> writes(count, 0), root(count);
+  // op contract says so) takes them when both are written once.
+  std::vector<int64_t> writes(count, 0);
   for (const Instruction &instruction : plan_.program)
     for (int64_t output : instruction.outputs)
       ++writes[output];
-  for (size_t b = 0; b < count; ++b)
-    root[b] = static_cast<int64_t>(b);
+  std::vector<std::pair<int64_t, int64_t>> aliases;
   for (const Instruction &instruction : plan_.program) {
     const OpContract *contract = findOpContract(instruction.op);
-    if (!contract || !contract->effects.sharesOperandBytes)
-      continue;
-    int64_t from = instruction.inputs[0], to = instruction.outputs[0];
-    if (persistent[from] || persistent[to] || writes[from] != 1 ||
-        writes[to] != 1 || first[from] < 0)
-      continue;
-    root[to] = root[from];
-    first[root[to]] = std::min(first[root[to]], first[to]);
-    last[root[to]] = std::max(last[root[to]], last[to]);
+    if (contract && contract->effects.sharesOperandBytes &&
+        writes[instruction.inputs[0]] == 1 &&
+        writes[instruction.outputs[0]] == 1)
+      aliases.emplace_back(instruction.inputs[0], instruction.outputs[0]);
   }
-  std::vector<int64_t> temporaries;
-  std::vector<ArenaBuffer> spans;
-  for (size_t b = 0; b < count; ++b)
-    if (!persistent[b] && first[b] >= 0 && root[b] == static_cast<int64_t>(b)) {
-      temporaries.push_back(b);
-      spans.push_back({bufferBytes(plan_.buffers[b]), first[b], last[b]});
-    }
-  std::vector<int64_t> placed;
-  int64_t arena = placeArena(spans, placed);
-  for (size_t t = 0; t < temporaries.size(); ++t)
-    offsets[temporaries[t]] = placed[t];
-  for (size_t b = 0; b < count; ++b)
-    if (root[b] != static_cast<int64_t>(b))
-      offsets[b] = offsets[root[b]];
-  return arena;
+  ArenaLayout layout = layOutArena(std::move(buffers), aliases);
+  offsets = std::move(layout.offsets);
+  return layout.bytes;
 }
 
 StatusOr<std::unique_ptr<Executor>>

@@ -81,4 +81,41 @@ int64_t placeArena(const std::vector<ArenaBuffer> &buffers,
   return arena;
 }
 
+ArenaLayout
+layOutArena(std::vector<BufferSpan> buffers,
+            const std::vector<std::pair<int64_t, int64_t>> &aliases) {
+  size_t count = buffers.size();
+  std::vector<int64_t> root(count);
+  for (size_t b = 0; b < count; ++b)
+    root[b] = static_cast<int64_t>(b);
+  auto temporary = [&](int64_t b) {
+    return !buffers[b].persistent && buffers[b].first >= 0;
+  };
+  for (const auto &[from, to] : aliases) {
+    if (!temporary(from) || !temporary(to) || root[to] != to)
+      continue;
+    int64_t shared = root[from];
+    root[to] = shared;
+    buffers[shared].first = std::min(buffers[shared].first, buffers[to].first);
+    buffers[shared].last = std::max(buffers[shared].last, buffers[to].last);
+  }
+  std::vector<int64_t> placedBuffers;
+  std::vector<ArenaBuffer> spans;
+  for (size_t b = 0; b < count; ++b)
+    if (temporary(b) && root[b] == static_cast<int64_t>(b)) {
+      placedBuffers.push_back(static_cast<int64_t>(b));
+      spans.push_back({buffers[b].bytes, buffers[b].first, buffers[b].last});
+    }
+  ArenaLayout layout;
+  layout.offsets.assign(count, -1);
+  std::vector<int64_t> offsets;
+  layout.bytes = placeArena(spans, offsets);
+  for (size_t i = 0; i < placedBuffers.size(); ++i)
+    layout.offsets[placedBuffers[i]] = offsets[i];
+  for (size_t b = 0; b < count; ++b)
+    if (root[b] != static_cast<int64_t>(b))
+      layout.offsets[b] = layout.offsets[root[b]];
+  return layout;
+}
+
 } // namespace trellis

@@ -48,4 +48,39 @@ TEST(MemoryPlanTest, PlacesOverlappingBuffersApartAndReusesFreedBytes) {
   EXPECT_EQ(alignedArenaBytes(1), kArenaAlignment);
 }
 
+TEST(MemoryPlanTest, AnAliasSharesItsOperandsBytesForBothLifetimes) {
+  // b (a reshape of a) shares a's bytes: one buffer living [0, 4], so c
+  // [3, 5] cannot reuse them; d is persistent and e never made.
+  std::vector<BufferSpan> buffers = {{256, 0, 1, false},
+                                     {256, 1, 4, false},
+                                     {256, 3, 5, false},
+                                     {256, 0, 5, true},
+                                     {256, -1, -1, false}};
+  ArenaLayout layout = layOutArena(buffers, {{0, 1}, {3, 2}});
+  ASSERT_EQ(layout.offsets.size(), 5u);
+  EXPECT_EQ(layout.offsets[1], layout.offsets[0]);
+  EXPECT_NE(layout.offsets[2], layout.offsets[0]);
+  EXPECT_EQ(layout.offsets[3], -1);
+  EXPECT_EQ(layout.offsets[4], -1);
+  EXPECT_EQ(layout.bytes, 512);
+}
+
+TEST(MemoryPlanTest, AliasesChainAndSkipPersistentBuffers) {
+  // c aliases b, which aliases a: one buffer [0, 6]; an alias of a
+  // persistent buffer is none.
+  std::vector<BufferSpan> buffers = {{64, 0, 1, false},
+                                     {64, 1, 2, false},
+                                     {64, 2, 6, false},
+                                     {64, 3, 4, false}};
+  ArenaLayout layout = layOutArena(buffers, {{0, 1}, {1, 2}});
+  EXPECT_EQ(layout.offsets[2], layout.offsets[0]);
+  EXPECT_EQ(layout.offsets[1], layout.offsets[0]);
+  EXPECT_NE(layout.offsets[3], layout.offsets[0]);
+  EXPECT_EQ(layout.bytes, 128);
+  buffers[0].persistent = true;
+  layout = layOutArena(buffers, {{0, 1}});
+  EXPECT_EQ(layout.offsets[0], -1);
+  EXPECT_GE(layout.offsets[1], 0);
+}
+
 } // namespace

@@ -12,6 +12,7 @@
 #define TRELLIS_COMMON_MEMORYPLAN_H
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace trellis {
@@ -64,6 +65,34 @@ struct ArenaBuffer {
 /// buffer's offset.
 int64_t placeArena(const std::vector<ArenaBuffer> &buffers,
                    std::vector<int64_t> &offsets);
+
+/// A buffer of a program as the lifetime analysis sees it: its size, the
+/// positions that make it and last use it (inclusive; first < 0: never
+/// made), and whether it lives outside the arena (arguments, results,
+/// accumulators).
+struct BufferSpan {
+  int64_t bytes = 0;
+  int64_t first = -1, last = -1;
+  bool persistent = false;
+};
+
+/// The arena of a program: its size and each buffer's offset in it (-1 for
+/// persistent buffers and buffers never made).
+struct ArenaLayout {
+  int64_t bytes = 0;
+  std::vector<int64_t> offsets;
+};
+
+/// The one lifetime analysis of the runtime's arena (Executor) and the
+/// compile report's memory plan (StepReport): each alias (from, to), in
+/// order, makes buffer `to` take the bytes of `from` (a result that shares
+/// its operand's bytes, a reshape) when both are temporaries that are
+/// made; the two are then one buffer living from the first making to the
+/// last use of either, and aliases chain. The remaining temporaries are
+/// placed in index order (placeArena).
+ArenaLayout
+layOutArena(std::vector<BufferSpan> buffers,
+            const std::vector<std::pair<int64_t, int64_t>> &aliases);
 
 } // namespace trellis
 
