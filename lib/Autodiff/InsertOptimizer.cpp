@@ -133,10 +133,14 @@ struct InsertOptimizerPass
     }
     SmallVector<DictionaryAttr> resultAttrs = {builder.getDictionaryAttr({})};
     // Weight decay by role: 1-D parameters (biases, norm gains) get none
-    // unless asked for.
+    // unless asked for. The rank is the weight file's (a fused QKV bias
+    // held as [3, E] is GPT-2's [3E] bias), as PyTorch's groups see it.
     auto decayOf = [&](unsigned param) {
-      auto type = llvm::cast<RankedTensorType>(argTypes[param]);
-      bool oneDimensional = type.getRank() <= 1;
+      int64_t rank = llvm::cast<RankedTensorType>(argTypes[param]).getRank();
+      if (auto fileShape = step.getArgAttrOfType<DenseI64ArrayAttr>(
+              param, GraphDialect::kFileShapeAttrName))
+        rank = fileShape.size();
+      bool oneDimensional = rank <= 1;
       return builder.getF64FloatAttr(
           oneDimensional && !decayOneDimensional ? 0.0 : weightDecay.getValue());
     };

@@ -5,6 +5,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
@@ -86,6 +88,40 @@ public:
     return object_.getObject(key);
   }
 
+  /// An optional list of strings (empty when absent or null).
+  llvm::Expected<std::vector<std::string>> strings(llvm::StringRef key) {
+    const llvm::json::Value *value = object_.get(key);
+    std::vector<std::string> list;
+    if (!value || value->kind() == llvm::json::Value::Null)
+      return list;
+    const llvm::json::Array *array = value->getAsArray();
+    for (size_t i = 0; array && i < array->size(); ++i) {
+      std::optional<llvm::StringRef> text = (*array)[i].getAsString();
+      if (!text)
+        break;
+      list.push_back(text->str());
+    }
+    if (!array || list.size() != array->size())
+      return configError(
+          llvm::formatv("field \"{0}\": expected a list of strings, found {1}",
+                        key, describe(*value)));
+    return list;
+  }
+
+  /// Refuses a flag set to what Trellis does not build: `expected` is the
+  /// value it builds, `meaning` what the other value would add.
+  llvm::Error refuseFlag(llvm::StringRef key, bool expected,
+                         llvm::StringRef meaning) {
+    llvm::Expected<bool> flag = booleanOr(key, expected);
+    if (!flag)
+      return flag.takeError();
+    if (*flag == expected)
+      return llvm::Error::success();
+    return configError(llvm::formatv(
+        "field \"{0}\": expected {1} ({2}), found {3}", key,
+        expected ? "true" : "false", meaning, *flag ? "true" : "false"));
+  }
+
   static std::string describe(const llvm::json::Value &value) {
     std::string text;
     llvm::raw_string_ostream os(text);
@@ -116,8 +152,34 @@ private:
     target = *valueOrError;                                                    \
   } while (false)
 
+/// Refuses a config whose `architectures` name a model other than
+/// `model_type`'s (a Qwen2 config relabelled llama would lose its biases).
+llvm::Error checkArchitectures(ConfigReader &reader, llvm::StringRef type,
+                               llvm::ArrayRef<llvm::StringRef> known) {
+  std::vector<std::string> architectures;
+  TRY_ASSIGN(architectures, reader.strings("architectures"));
+  for (const std::string &architecture : architectures)
+    if (!llvm::is_contained(known, architecture))
+      return configError(llvm::formatv(
+          "field \"architectures\": model_type \"{0}\" builds {1}, found "
+          "\"{2}\" (another model's layers read as {0}'s)",
+          type, llvm::join(known, " or "), architecture));
+  return llvm::Error::success();
+}
+
 llvm::Error readGpt2(ConfigReader &reader, TransformerConfig &config) {
   config.family = TransformerConfig::Family::Gpt2;
+  if (llvm::Error error = checkArchitectures(
+          reader, "gpt2", {"GPT2LMHeadModel", "GPT2Model"}))
+    return error;
+  if (llvm::Error error = reader.refuseFlag(
+          "scale_attn_by_inverse_layer_idx", false,
+          "attention scores divided by the layer's index too"))
+    return error;
+  if (llvm::Error error = reader.refuseFlag(
+          "scale_attn_weights", true,
+          "attention scores scaled by 1/sqrt(head dim)"))
+    return error;
   TRY_ASSIGN(config.numLayers, reader.integer("n_layer"));
   TRY_ASSIGN(config.numHeads, reader.integer("n_head"));
   TRY_ASSIGN(config.hiddenSize, reader.integer("n_embd"));
@@ -154,6 +216,13 @@ using RopeScaling = TransformerConfig::RopeScaling;
 llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config) {
   RopeScaling &scaling = config.ropeScaling;
   config.family = TransformerConfig::Family::Llama;
+  if (llvm::Error error = checkArchitectures(
+          reader, "llama", {"LlamaForCausalLM", "LlamaModel"}))
+    return error;
+  for (llvm::StringRef flag : {"attention_bias", "mlp_bias"})
+    if (llvm::Error error = reader.refuseFlag(
+            flag, false, "Llama's projections have no biases"))
+      return error;
   TRY_ASSIGN(config.numLayers, reader.integer("num_hidden_layers"));
   TRY_ASSIGN(config.numHeads, reader.integer("num_attention_heads"));
   TRY_ASSIGN(config.numKvHeads,
@@ -168,6 +237,17 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config) {
              reader.numberOr("initializer_range", 0.02));
   TRY_ASSIGN(config.tieWordEmbeddings,
              reader.booleanOr("tie_word_embeddings", false));
+  // The padding row: PyTorch's nn.Embedding(padding_idx=pad_token_id)
+  // gives it no gradient.
+  int64_t padding = -1;
+  TRY_ASSIGN(padding, reader.integerOr("pad_token_id", -1, 0));
+  if (padding >= config.vocabSize)
+    return configError(llvm::formatv(
+        "field \"pad_token_id\": expected a token id below vocab_size ({0}), "
+        "found {1}",
+        config.vocabSize, padding));
+  if (padding >= 0)
+    config.paddingIdx = padding;
   std::string activation;
   TRY_ASSIGN(activation, reader.stringOr("hidden_act", "silu"));
   if (activation != "silu")
@@ -187,7 +267,40 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config) {
     return configError(llvm::formatv(
         "head dimension {0} is odd: rotary embeddings need an even one",
         config.headDim));
-  if (const llvm::json::Object *ropeScaling = reader.object("rope_scaling")) {
+  // RoPE: transformers 5 writes rope_parameters (rope_type, rope_theta and
+  // the scaling's fields); earlier ones rope_theta and rope_scaling.
+  const llvm::json::Object *ropeScaling = reader.object("rope_scaling");
+  llvm::StringRef ropeField = "rope_scaling";
+  if (const llvm::json::Object *parameters =
+          reader.object("rope_parameters")) {
+    ConfigReader sub(*parameters);
+    // The older fields may repeat what rope_parameters says, never differ.
+    double theta = 0, olderTheta = 0;
+    TRY_ASSIGN(olderTheta, reader.numberOr("rope_theta", 0));
+    TRY_ASSIGN(theta, sub.numberOr("rope_theta", config.ropeTheta));
+    if (ropeScaling || (olderTheta && olderTheta != theta))
+      return configError(llvm::formatv(
+          "field \"rope_parameters\" (rope_theta {0}) and {1} disagree: "
+          "expected one description of the rotary embedding",
+          llvm::format("%g", theta),
+          ropeScaling ? "\"rope_scaling\""
+                      : llvm::formatv("\"rope_theta\" ({0})",
+                                      llvm::format("%g", olderTheta))
+                            .str()));
+    config.ropeTheta = theta;
+    std::string type;
+    TRY_ASSIGN(type, sub.stringOr("rope_type", "default"));
+    if (type != "default" && type != "llama3")
+      return configError(llvm::formatv(
+          "field \"rope_parameters\": expected rope_type \"default\" or "
+          "\"llama3\", found \"{0}\"",
+          type));
+    if (type == "llama3") {
+      ropeScaling = parameters;
+      ropeField = "rope_parameters";
+    }
+  }
+  if (ropeScaling) {
     ConfigReader sub(*ropeScaling);
     std::string type;
     TRY_ASSIGN(type, sub.stringOr("rope_type", ""));
@@ -207,9 +320,9 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config) {
                sub.integerOr("original_max_position_embeddings", 8192));
     if (scaling.highFrequencyFactor <= scaling.lowFrequencyFactor)
       return configError(llvm::formatv(
-          "field \"rope_scaling\": expected high_freq_factor ({0}) > "
+          "field \"{2}\": expected high_freq_factor ({0}) > "
           "low_freq_factor ({1})",
-          scaling.highFrequencyFactor, scaling.lowFrequencyFactor));
+          scaling.highFrequencyFactor, scaling.lowFrequencyFactor, ropeField));
   }
   return llvm::Error::success();
 }
@@ -497,8 +610,12 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
 
   loc_ = NameLoc::get(builder_.getStringAttr("embedding"));
   partMarker_.setPart(PartAttr::getEmbedding(builder_.getContext()));
+  // The padding row (Llama's pad_token_id) gets no gradient.
+  IntegerAttr padding =
+      config_.paddingIdx ? builder_.getI64IntegerAttr(*config_.paddingIdx)
+                         : IntegerAttr();
   Value x = EmbeddingOp::create(builder_, loc_, embedTable, tokens, 0,
-                                /*axes=*/nullptr);
+                                /*axes=*/nullptr, padding);
   if (gpt2) {
     // Learned positions: the table's rows at the position ids (a split or
     // reordered sequence reads its own rows).
@@ -507,7 +624,7 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
     Value ids = PositionsOp::create(builder_, loc_, s, IntegerAttr(),
                                     ArrayAttr());
     Value used = EmbeddingOp::create(builder_, loc_, table, ids, 0,
-                                     /*axes=*/nullptr);
+                                     /*axes=*/nullptr, IntegerAttr());
     x = AddOp::create(builder_, loc_, x, used);
   }
   for (int64_t layer = 0; layer < config_.numLayers; ++layer)

@@ -34,11 +34,13 @@ Status runEmbedding(const KernelArgs &args) {
     }
     return Status::success();
   }
-  // embedding_grad: scatter-add rows of the result gradient.
+  // embedding_grad: scatter-add rows of the result gradient, but for the
+  // padding row (an id of the full table; -1: none).
   const Tensor &ids = args.in(0), &grad = args.in(1);
   Tensor &out = args.out(0);
   int64_t rows = out.shape()[0], width = out.shape()[1];
   int64_t offset = args.instruction.integer("vocab_offset") + *position * rows;
+  int64_t padding = args.instruction.integer("padding_idx", -1);
   // The table's rows zeroed, then each thread adds every token's row to its
   // own block of columns, tokens in order: an element's sum has one order
   // whatever the threads.
@@ -54,8 +56,9 @@ Status runEmbedding(const KernelArgs &args) {
     int64_t first = block * kColumnBlock,
             last = std::min(width, first + kColumnBlock);
     for (int64_t t = 0; t < ids.size(); ++t) {
-      int64_t row = static_cast<int64_t>(ids.i32()[t]) - offset;
-      if (row < 0 || row >= rows)
+      int64_t id = ids.i32()[t];
+      int64_t row = id - offset;
+      if (row < 0 || row >= rows || id == padding)
         continue;
       float *dst = table + row * width;
       const float *src = grad.f32() + t * width;

@@ -4,6 +4,7 @@ frontend) give one loss, PyTorch's, and train alike on every mesh."""
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import transformer_graphs  # noqa: E402
 from conftest import ROOT, batches  # noqa: E402
 
 BATCH, SEQ, STEPS = 4, 16, 3
+EPSILON = 1e-4
 
 
 def config(kind: str) -> dict:
@@ -49,11 +51,15 @@ def three_ways(kind: str, module: "torch.nn.Module", rows: int) -> dict:
     }
 
 
-def torch_losses(module: "torch.nn.Module", data: list) -> list:
-    """PyTorch's own training: the same losses Trellis's AdamW steps give."""
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
-                                  betas=(0.9, 0.999), eps=1e-8,
-                                  weight_decay=0.0)
+def torch_losses(module: "torch.nn.Module", data: list,
+                 optimizer: Any = None) -> list:
+    """PyTorch's own training: the same losses Trellis's AdamW steps give
+    (AdamW without decay unless another optimizer is given). The module
+    stays as it is (evaluation mode: no dropout, as plans have none)."""
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
+                                      betas=(0.9, 0.999), eps=1e-8,
+                                      weight_decay=0.0)
     losses = []
     for tokens, targets in data:
         logits = module(torch.as_tensor(tokens, dtype=torch.long)).logits
@@ -105,6 +111,94 @@ def test_three_ways_train_on_meshes(kind: str) -> None:
                     reference = losses
                 np.testing.assert_allclose(losses, reference, rtol=1e-5,
                                            err_msg=f"{way} {mesh}")
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_default_attention_converts(kind: str) -> None:
+    """transformers' default attention (scaled_dot_product_attention with a
+    boolean causal mask) converts and equals PyTorch."""
+    torch.manual_seed(0)
+    fields = dict(config(kind), bos_token_id=0, eos_token_id=0)
+    if kind == "gpt2":
+        module = transformers.GPT2LMHeadModel(transformers.GPT2Config(**fields))
+    else:
+        module = transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(**fields))
+    module.eval()
+    assert module.config._attn_implementation == "sdpa"
+    model = trellis_torch.from_module(
+        module, (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2)
+    mlir = model.mlir()
+    assert "graph.attention" in mlir and "causal = false" not in mlir
+    data = batches(256, BATCH, SEQ, STEPS, seed=4)
+    plan = trellis.compile(model, batch=BATCH, seq=SEQ)
+    with trellis.Session(plan, weights=model.weights) as session:
+        losses = [session.step(*b) for b in data]
+    np.testing.assert_allclose(losses, torch_losses(module, data), rtol=1e-5)
+
+
+def trained_torch_parameters(module: "torch.nn.Module", data: list,
+                             decay: float) -> dict:
+    """PyTorch's parameters after AdamW steps with the README's decay
+    groups: tensors of 2+ dimensions decayed, biases and gains not."""
+    groups = [
+        {"params": [p for p in module.parameters() if p.dim() >= 2],
+         "weight_decay": decay},
+        {"params": [p for p in module.parameters() if p.dim() < 2],
+         "weight_decay": 0.0},
+    ]
+    torch_losses(module, data, torch.optim.AdamW(
+        groups, lr=1e-3, betas=(0.9, 0.999), eps=EPSILON))
+    return {name: p.detach().numpy() for name, p in module.state_dict().items()}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_trained_parameters_equal_pytorch(kind: str) -> None:
+    """Every parameter after 3 AdamW steps with weight decay equals
+    PyTorch's, not only the losses: GPT-2's fused QKV bias is a 1-D bias
+    (not decayed), and Llama's padding row (pad_token_id 0, in every batch)
+    gets no gradient, from the config importer and from the module alike.
+    AdamW's epsilon is 1e-4: at 1e-8 its division turns the roundoff of a
+    near-zero gradient into a visible step (zero.test says more)."""
+    fields = dict(config(kind), pad_token_id=0)
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        module = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            **fields, attn_implementation="eager"))
+    else:
+        module = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            **fields, attn_implementation="eager"))
+    # Biases and the padding row start away from zero (Hugging Face zeros
+    # them), so that decaying them or moving the row would show.
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0.0, 0.02)
+    data = batches(256, BATCH, SEQ, STEPS, seed=2)
+    for tokens, _ in data:
+        tokens[:, ::5] = 0
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    converted = trellis_torch.from_module(module.eval(), example)
+    weights = converted.weights
+    ways = {"importer": trellis.Model.from_config(fields), "torch": converted}
+    found = {}
+    for way, model in ways.items():
+        plan = trellis.compile(model, batch=BATCH, seq=SEQ, weight_decay=0.1,
+                               adam_eps=EPSILON)
+        with trellis.Session(plan, weights=weights) as session:
+            for tokens, targets in data:
+                session.step(tokens, targets)
+            found[way] = session.state_dict()
+    expected = trained_torch_parameters(module, data, decay=0.1)
+    for way, parameters in found.items():
+        for name, value in parameters.items():
+            np.testing.assert_allclose(value, expected[name], rtol=1e-5,
+                                       atol=1e-6, err_msg=f"{way} {name}")
+    if kind == "llama":
+        start = weights["model.embed_tokens.weight"][0]
+        # The row moved by weight decay alone (an AdamW step moves by lr).
+        np.testing.assert_allclose(
+            found["importer"]["model.embed_tokens.weight"][0],
+            start * (1 - 1e-3 * 0.1) ** STEPS, rtol=1e-6)
 
 
 def test_parameter_names_parts_and_weights() -> None:

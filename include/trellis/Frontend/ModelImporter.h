@@ -17,6 +17,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace trellis {
@@ -37,6 +38,8 @@ struct TransformerConfig {
   double ropeTheta = 10000.0;
   double initializerRange = 0.02;
   bool tieWordEmbeddings = true;
+  /// The embedding row that gets no gradient (Llama's pad_token_id).
+  std::optional<int64_t> paddingIdx;
 
   /// Llama 3's `rope_scaling` (rope_type "llama3"): rescaled frequencies.
   struct RopeScaling {

@@ -220,6 +220,11 @@ def _cat(c: _Converter, node: Any, values: Sequence[Any], dim: int = 0) -> Any:
 
 
 def _embedding(c: _Converter, node: Any, table: Any, ids: Any, *rest: Any) -> Any:
+    # nn.Embedding(padding_idx=...): that row gets no gradient (aten's
+    # padding_idx is -1 for none; a negative one counts from the end).
+    padding = int(rest[0]) if rest else -1
+    if padding < -1:
+        padding += int(node.args[0].meta["val"].shape[0])
     if isinstance(ids, _Constant):
         positions = ids.tensor
         length = positions.shape[-1]
@@ -230,6 +235,8 @@ def _embedding(c: _Converter, node: Any, table: Any, ids: Any, *rest: Any) -> An
         rows = c.emit("embedding", c.materialize(table),
                           c.emit("positions", length=length))
         return _reshape(c, _Tensor(rows), tuple(node.meta["val"].shape))
+    if padding >= 0:
+        return _Tensor(c.op("embedding", table, ids, padding_idx=padding))
     return _Tensor(c.op("embedding", table, ids))
 
 
@@ -303,10 +310,18 @@ def _sdpa(c: _Converter, node: Any, query: Any, key: Any, value: Any,
         raise Error(f"attention dropout {dropout_p}: call module.eval()")
     causal = bool(is_causal)
     if attn_mask is not None:
-        if not (isinstance(attn_mask, _Constant) and _is_causal_mask(
-                attn_mask.tensor, query.shape[-2], key.shape[-2])):
-            raise Error("scaled_dot_product_attention with a mask that is not "
-                        "the causal mask")
+        if not isinstance(attn_mask, _Constant):
+            raise Error("scaled_dot_product_attention with a mask computed "
+                        "from the inputs (a padding mask): graph.attention "
+                        "masks causally or not at all")
+        if not _is_causal_mask(attn_mask.tensor, query.shape[-2],
+                               key.shape[-2]):
+            kind = ("boolean" if attn_mask.tensor.dtype == torch.bool
+                    else "additive")
+            raise Error(f"scaled_dot_product_attention with a {kind} mask "
+                        "that is not the causal mask (a sliding window or "
+                        "another pattern): graph.attention masks causally or "
+                        "not at all")
         causal = True
     head_dim = query.shape[-1]
     return _attention(c, node, query, key, value,

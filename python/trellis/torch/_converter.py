@@ -69,11 +69,16 @@ def _normalize_dim(dim: int, rank: int) -> int:
 
 
 def _is_causal_mask(mask: Any, rows: int, cols: int) -> bool:
-    """0 on and below the diagonal, at most -1e30 above, in every batch."""
+    """In every batch, an additive mask 0 on and below the diagonal and at
+    most -1e30 above, or a boolean one (scaled_dot_product_attention's: True
+    attends) True on and below and False above."""
     if mask.dim() < 2 or mask.shape[-2:] != (rows, cols):
         return False
-    flat = mask.reshape(-1, rows, cols).to(torch.float64)
     allowed = torch.ones(rows, cols, dtype=torch.bool).tril(cols - rows)
+    if mask.dtype == torch.bool:
+        flat = mask.reshape(-1, rows, cols)
+        return bool(flat[:, allowed].all() and not flat[:, ~allowed].any())
+    flat = mask.reshape(-1, rows, cols).to(torch.float64)
     return bool((flat[:, allowed] == 0).all() and
                 (flat[:, ~allowed] <= -1e30).all())
 

@@ -144,6 +144,29 @@ TEST(RowKernelsTest, EmbeddingCopiesRowsOfItsTablesDtype) {
   }
 }
 
+TEST(RowKernelsTest, EmbeddingGradLeavesThePaddingRowAlone) {
+  // A shard of rows [4, 8) of a 12-row table (vocab_offset 4); the padding
+  // row is id 5 of the full table, row 1 of the shard.
+  DeviceTensors b;
+  std::vector<int32_t> ids = {5, 4, 5, 7, 0, 11, 6, 5};
+  int64_t grad = b.add({8, 3}, DType::F32, 3);
+  int64_t out = b.add({4, 3}, DType::F32);
+  b.run("embedding_grad", {b.addIds(ids), grad}, out,
+        AttrMap{{"num_embeddings", integer(4)},
+                {"vocab_offset", integer(4)},
+                {"padding_idx", integer(5)}});
+  std::vector<float> upstream = b.floats(grad), found = b.floats(out);
+  std::vector<float> expected(12, 0.0f);
+  for (size_t t = 0; t < ids.size(); ++t)
+    if (ids[t] >= 4 && ids[t] < 8 && ids[t] != 5)
+      for (int c = 0; c < 3; ++c)
+        expected[(ids[t] - 4) * 3 + c] += upstream[t * 3 + c];
+  EXPECT_EQ(found, expected);
+  EXPECT_EQ(found[3], 0.0f);
+  EXPECT_EQ(found[4], 0.0f);
+  EXPECT_EQ(found[5], 0.0f);
+}
+
 /// reduce_sum over the leading dimensions of [rows, columns] with `threads`
 /// threads, as fp32 values.
 std::vector<float> leadingSum(int threads, int64_t rows, int64_t columns,

@@ -354,9 +354,9 @@ LogicalResult RmsNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
 
 LogicalResult EmbeddingOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                           SmallVectorImpl<Value> &grads) {
-  grads.push_back(EmbeddingGradOp::create(b, getLoc(), getIds(), dy[0],
-                                          shapeOf(getTable())[0],
-                                          getVocabOffset(), getAxesAttr()));
+  grads.push_back(EmbeddingGradOp::create(
+      b, getLoc(), getIds(), dy[0], shapeOf(getTable())[0], getVocabOffset(),
+      getAxesAttr(), getPaddingIdxAttr()));
   grads.push_back(Value());
   return success();
 }

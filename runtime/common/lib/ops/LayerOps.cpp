@@ -12,6 +12,15 @@ namespace trellis::optable {
 
 namespace {
 
+/// An embedding's padding row is a row of the full table: an id >= 0 (the
+/// table may be a vocabulary shard, so its size bounds nothing here).
+Diagnostic expectPaddingRow(const OpInstance &op) {
+  if (op.has("padding_idx") && op.integer("padding_idx") < 0)
+    return "expected padding_idx >= 0, found " +
+           text(op.integer("padding_idx"));
+  return std::nullopt;
+}
+
 Diagnostic matmulRule(const OpInstance &op, Results &out) {
   const Shape &lhs = op.shape(0), &rhs = op.shape(1);
   if (lhs.size() < 2 || rhs.size() < 2)
@@ -204,9 +213,12 @@ void addLayerOps(TableBuilder &table) {
   // the rows it holds and zeros elsewhere. It reads only the selected rows.
   table
       .add("embedding", {{"table"}, {"ids", OperandKind::Index}}, 1,
-           {{"vocab_offset", K::Int, false}, kOptionalAxes},
+           {{"vocab_offset", K::Int, false},
+            kOptionalAxes,
+            {"padding_idx", K::Int, false}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(expectRank(op, 0, "table", 2));
+             TRELLIS_CHECK(expectPaddingRow(op));
              Shape shape = op.shape(1);
              shape.push_back(op.shape(0)[1]);
              out.push_back(like(op, 0, shape));
@@ -238,7 +250,8 @@ void addLayerOps(TableBuilder &table) {
       .add("embedding_grad", {{"ids", OperandKind::Index}, {"result_grad"}}, 1,
            {{"num_embeddings", K::Int, true},
             {"vocab_offset", K::Int, false},
-            kOptionalAxes},
+            kOptionalAxes,
+            {"padding_idx", K::Int, false}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
              const Shape &ids = op.shape(0), &grad = op.shape(1);
              if (grad.size() != ids.size() + 1 ||
@@ -249,6 +262,7 @@ void addLayerOps(TableBuilder &table) {
              if (rows < 1 || rows > (int64_t(1) << 32))
                return "expected num_embeddings in [1, 2^32], found " +
                       text(rows);
+             TRELLIS_CHECK(expectPaddingRow(op));
              out.push_back(like(op, 1, {rows, grad.back()}));
              return std::nullopt;
            })

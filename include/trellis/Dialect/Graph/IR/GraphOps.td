@@ -392,21 +392,30 @@ def Graph_EmbeddingOp : Graph_Op<"embedding", [], ["localizeAttributes"]> {
     lies in [0, V); other ids give a zero vector. A vocabulary shard holds
     rows [offset, offset + V) of the full table, where offset =
     `vocab_offset` + (the rank's position along the mesh `axes`) * V: the
-    partitioner sets `axes` when it splits the vocabulary.
+    partitioner sets `axes` when it splits the vocabulary. `padding_idx`
+    (PyTorch's, a Hugging Face config's pad_token_id) is a row of the full
+    table that the gradient leaves alone: its lookups give the row, and
+    embedding_grad adds nothing for them.
   }];
   let arguments = (ins Graph_FloatTensor:$table, Graph_IndexTensor:$ids,
                        DefaultValuedAttr<I64Attr, "0">:$vocab_offset,
-                       OptionalAttr<StrArrayAttr>:$axes);
+                       OptionalAttr<StrArrayAttr>:$axes,
+                       OptionalAttr<I64Attr>:$padding_idx);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$table `,` $ids attr-dict `:` type($table) `,` type($ids)";
 }
 
 def Graph_EmbeddingGradOp : Graph_Op<"embedding_grad", [], ["localizeAttributes"]> {
   let summary = "Gradient of embedding for its table: rows scatter-added";
+  let description = [{
+    Tokens whose id is `padding_idx` (a row of the full table) add nothing:
+    that row's gradient is zero, as PyTorch's.
+  }];
   let arguments = (ins Graph_IndexTensor:$ids, Graph_FloatTensor:$result_grad,
                        I64Attr:$num_embeddings,
                        DefaultValuedAttr<I64Attr, "0">:$vocab_offset,
-                       OptionalAttr<StrArrayAttr>:$axes);
+                       OptionalAttr<StrArrayAttr>:$axes,
+                       OptionalAttr<I64Attr>:$padding_idx);
   let results = (outs Graph_FloatTensor:$table_grad);
   let assemblyFormat = [{
     $ids `,` $result_grad `rows` $num_embeddings attr-dict `:` type($ids) `,` type($result_grad)
