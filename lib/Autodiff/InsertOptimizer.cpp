@@ -3,6 +3,7 @@
 #include "trellis/Autodiff/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "trellis/Common/LearningRate.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -55,6 +56,26 @@ struct InsertOptimizerPass
     if (!invalid.empty()) {
       module.emitError(invalid);
       return signalPassFailure();
+    }
+    if (!lrSchedule.empty()) {
+      std::optional<LrScheduleKind> kind = parseLrScheduleKind(lrSchedule);
+      if (!kind) {
+        module.emitError() << "--lr-schedule: expected constant, linear, "
+                              "cosine or wsd, found '"
+                           << lrSchedule << "'";
+        return signalPassFailure();
+      }
+      if (optimizer != OptimizerKind::AdamW) {
+        module.emitError("--lr-schedule: a schedule reads AdamW's step "
+                         "count: expected --optimizer adamw, found sgd");
+        return signalPassFailure();
+      }
+      LrSchedule schedule{*kind,       learningRate, minLearningRate,
+                          warmupSteps, decaySteps,   wsdDecaySteps};
+      if (std::string wrong = checkLrSchedule(schedule); !wrong.empty()) {
+        module.emitError(wrong);
+        return signalPassFailure();
+      }
     }
     auto step = module.lookupSymbol<func::FuncOp>("gradients");
     if (!step || step.isExternal()) {
@@ -176,7 +197,19 @@ struct InsertOptimizerPass
             firstMoments[i], secondMoments[i], stepCount,
             builder.getF64FloatAttr(learningRate),
             builder.getF64FloatAttr(beta1), builder.getF64FloatAttr(beta2),
-            builder.getF64FloatAttr(epsilon), decayOf(entry.first));
+            builder.getF64FloatAttr(epsilon), decayOf(entry.first),
+            /*lr_schedule=*/nullptr, /*warmup_steps=*/nullptr,
+            /*decay_steps=*/nullptr, /*wsd_decay_steps=*/nullptr,
+            /*min_lr=*/nullptr);
+        // The schedule's rate at each step, from the step count.
+        if (!lrSchedule.empty()) {
+          update.setLrScheduleAttr(builder.getStringAttr(lrSchedule));
+          update.setWarmupStepsAttr(builder.getI64IntegerAttr(warmupSteps));
+          update.setDecayStepsAttr(builder.getI64IntegerAttr(decaySteps));
+          update.setWsdDecayStepsAttr(
+              builder.getI64IntegerAttr(wsdDecaySteps));
+          update.setMinLrAttr(builder.getF64FloatAttr(minLearningRate));
+        }
         newParams.push_back(update.getNewParam());
         newFirst.push_back(update.getNewFirstMoment());
         newSecond.push_back(update.getNewSecondMoment());

@@ -43,6 +43,11 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     optimizer.epsilon = options.epsilon;
     optimizer.weightDecay = options.weightDecay;
     optimizer.decayOneDimensional = options.decayOneDimensional;
+    optimizer.lrSchedule = options.lrSchedule;
+    optimizer.warmupSteps = options.warmupSteps;
+    optimizer.decaySteps = options.decaySteps;
+    optimizer.wsdDecaySteps = options.wsdDecaySteps;
+    optimizer.minLearningRate = options.minLearningRate;
     pm.addPass(createInsertOptimizerPass(optimizer));
     // The parameters hold the compute copy, cast once per step from their
     // fp32 masters.

@@ -61,8 +61,10 @@ public:
   }
 
   /// A status holding every error, or `fallback` when none was reported.
+  /// A status is an error already: its lines drop the driver's leading
+  /// "error: " (a located one keeps "FILE:L:C: error: ").
   TrellisStatus failure(const std::string &fallback) const {
-    std::string text = errors.empty() ? fallback : errors;
+    std::string text = errors.empty() ? fallback : withoutErrorPrefix(errors);
     while (!text.empty() && text.back() == '\n')
       text.pop_back();
     return errorStatus(text);
@@ -71,7 +73,7 @@ public:
   /// A status of "`context`: " and every error (`context` alone when none
   /// was reported).
   TrellisStatus failureIn(const std::string &context) const {
-    std::string text = errors;
+    std::string text = withoutErrorPrefix(errors);
     while (!text.empty() && text.back() == '\n')
       text.pop_back();
     return errorStatus(text.empty() ? context : context + ": " + text);
@@ -80,6 +82,20 @@ public:
   std::string errors, others;
 
 private:
+  static std::string withoutErrorPrefix(const std::string &text) {
+    std::string out;
+    size_t begin = 0;
+    while (begin < text.size()) {
+      size_t end = text.find('\n', begin);
+      end = end == std::string::npos ? text.size() : end + 1;
+      llvm::StringRef line(text.data() + begin, end - begin);
+      line.consume_front("error: ");
+      out += line.str();
+      begin = end;
+    }
+    return out;
+  }
+
   mlir::MLIRContext &context_;
   mlir::DiagnosticEngine::HandlerID id_;
 };

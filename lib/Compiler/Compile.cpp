@@ -8,6 +8,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Autodiff/Passes.h"
+#include "trellis/Common/LearningRate.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Graph/Transforms/Passes.h"
@@ -265,6 +266,34 @@ std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
   training.epsilon = options.epsilon;
   training.weightDecay = options.weightDecay;
   training.decayOneDimensional = options.decayOneDimensional;
+  if (options.lrSchedule) {
+    std::optional<LrScheduleKind> kind =
+        parseLrScheduleKind(*options.lrSchedule);
+    if (!kind)
+      return fail("unknown --lr-schedule '" + *options.lrSchedule +
+                  "': expected constant, linear, cosine or wsd");
+    if (!training.optimizer || *training.optimizer != OptimizerKind::AdamW)
+      return fail("--lr-schedule: a schedule reads AdamW's step count: "
+                  "expected --optimizer adamw, found " +
+                  options.optimizer);
+    LrSchedule schedule{*kind,
+                        options.learningRate,
+                        options.minLearningRate,
+                        options.warmupSteps,
+                        options.decaySteps,
+                        options.wsdDecaySteps};
+    if (std::string wrong = checkLrSchedule(schedule); !wrong.empty())
+      return fail(wrong);
+    training.lrSchedule = *options.lrSchedule;
+    training.warmupSteps = options.warmupSteps;
+    training.decaySteps = options.decaySteps;
+    training.wsdDecaySteps = options.wsdDecaySteps;
+    training.minLearningRate = options.minLearningRate;
+  } else if (options.warmupSteps || options.decaySteps ||
+             options.wsdDecaySteps || options.minLearningRate) {
+    return fail("--warmup-steps, --decay-steps, --wsd-decay-steps and "
+                "--min-lr shape a schedule: expected --lr-schedule");
+  }
   if (options.precision == "bf16")
     training.precision = LowPrecision::BF16;
   else if (options.precision == "fp16")
@@ -569,11 +598,21 @@ mlir::FailureOr<std::string> emitPlanText(LoadedModel &model,
                                           const CompileOptions &options) {
   mlir::ModuleOp module = model.module.get();
   PlanMetadata metadata{std::move(model.metadata)};
-  metadata.fields["optimizer"] = llvm::json::Object{
+  llvm::json::Object optimizer{
       {"kind", options.optimizer},  {"learning_rate", options.learningRate},
       {"beta1", options.beta1},     {"beta2", options.beta2},
       {"epsilon", options.epsilon}, {"weight_decay", options.weightDecay},
   };
+  // The schedule, for the rate the runtime reports (the optimizer ops
+  // compute it from the step count).
+  if (options.lrSchedule) {
+    optimizer["lr_schedule"] = *options.lrSchedule;
+    optimizer["warmup_steps"] = options.warmupSteps;
+    optimizer["decay_steps"] = options.decaySteps;
+    optimizer["wsd_decay_steps"] = options.wsdDecaySteps;
+    optimizer["min_lr"] = options.minLearningRate;
+  }
+  metadata.fields["optimizer"] = std::move(optimizer);
   mlir::FailureOr<llvm::json::Value> plan =
       staged ? emitStagedPlan(module, stepName, std::move(metadata))
              : emitPlan(module.lookupSymbol<mlir::func::FuncOp>(stepName),

@@ -109,6 +109,26 @@ const std::vector<OptionRow<CompileOptions>> &compileOptionTable() {
       {"weight-decay", OptionType::Double,
        [](O &o, const V &v) { o.weightDecay = v.number; }, kOptimizer,
        "Weight decay (default 0)"},
+      {"lr-schedule", OptionType::String,
+       [](O &o, const V &v) { o.lrSchedule = v.text; }, kOptimizer,
+       "Learning-rate schedule (AdamW), peaking at --lr: constant (after "
+       "the warmup), linear or cosine decay to --min-lr at --decay-steps, or "
+       "wsd (warmup, stable, then a cosine decay over the last "
+       "--wsd-decay-steps); the rate of each step comes from the step count, "
+       "so a resumed run continues it (docs/Training.md has the formulas)"},
+      {"warmup-steps", OptionType::Int,
+       [](O &o, const V &v) { o.warmupSteps = v.integer; }, kOptimizer,
+       "Steps of linear warmup from 0 to --lr (with --lr-schedule)"},
+      {"decay-steps", OptionType::Int,
+       [](O &o, const V &v) { o.decaySteps = v.integer; }, kOptimizer,
+       "The step the decay ends at, warmup included (with --lr-schedule "
+       "linear, cosine or wsd)"},
+      {"wsd-decay-steps", OptionType::Int,
+       [](O &o, const V &v) { o.wsdDecaySteps = v.integer; }, kOptimizer,
+       "The final decay's steps (--lr-schedule wsd)"},
+      {"min-lr", OptionType::Double,
+       [](O &o, const V &v) { o.minLearningRate = v.number; }, kOptimizer,
+       "The rate after the decay (with --lr-schedule; default 0)"},
       {"decay-1d", OptionType::Bool,
        [](O &o, const V &v) { o.decayOneDimensional = v.flag; }, kOptimizer,
        "Apply --weight-decay to 1-D parameters (biases, norm gains) too; by "

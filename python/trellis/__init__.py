@@ -242,16 +242,19 @@ def _as_model(model: Any) -> Model:
 
 
 def compile(model: ModelLike, *, mesh: Optional[str] = None,
-            report: bool = False, **options: Any) -> Plan:
+            report: bool = False, **options: Any) -> Union[Plan, str]:
     """Compiles `model` into a training plan with `trellis compile`'s
     options as keywords (trellis.compile_options() lists them with their
     types and help): batch, seq, microbatches, mesh ("dp=2,tp=2",
     "replica:data=2,model:tensor=2") or dp/tp/pp/cp, zero, zero_axes,
-    schedule, lr, precision, ..."""
+    schedule, lr, precision, ... With emit="mlir", returns the training
+    step as MLIR text instead of a plan."""
     handle = _as_model(model)._handle
     compile_options = _trellis.CompileOptions()
     _set_options(compile_options, dict(options, mesh=mesh, report=report))
     compilation = _trellis.compile(handle, compile_options)
+    if options.get("emit") == "mlir":
+        return compilation.text()
     return Plan(compilation.text(),
                 compilation.report() if report else None,
                 compilation.diagnostics())

@@ -1,6 +1,7 @@
 //===- Optimizers.cpp - AdamW and SGD updates -----------------------------===//
 
 #include "Kernels.h"
+#include "trellis/Common/LearningRate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -69,6 +70,18 @@ StatusOr<Update> prepare(const KernelArgs &args) {
   if (!(step >= 1))
     return Status::error("adamw: expected a step count >= 1, found " +
                          std::to_string(step));
+  // A scheduled rate: the schedule's at this step.
+  if (instruction.attrs.count("lr_schedule")) {
+    LrSchedule schedule;
+    schedule.kind = parseLrScheduleKind(instruction.text("lr_schedule"))
+                        .value_or(LrScheduleKind::Constant);
+    schedule.peak = update.a.lr;
+    schedule.minimum = instruction.real("min_lr");
+    schedule.warmupSteps = instruction.integer("warmup_steps");
+    schedule.decaySteps = instruction.integer("decay_steps");
+    schedule.wsdDecaySteps = instruction.integer("wsd_decay_steps");
+    update.a.lr = learningRateAt(schedule, static_cast<int64_t>(step));
+  }
   update.a.beta1 = beta1;
   update.a.beta2 = beta2;
   update.a.epsilon = instruction.real("epsilon");

@@ -147,6 +147,36 @@ std::string Plan::metadataText(const std::string &key,
   return metadata[key].get<std::string>();
 }
 
+std::optional<LrSchedule> Plan::learningRateSchedule() const {
+  json metadata =
+      json::parse(metadataJson, nullptr, /*allow_exceptions=*/false);
+  if (!metadata.is_object() || !metadata.contains("optimizer"))
+    return std::nullopt;
+  const json &optimizer = metadata["optimizer"];
+  if (!optimizer.is_object() || !optimizer.contains("lr_schedule") ||
+      !optimizer["lr_schedule"].is_string())
+    return std::nullopt;
+  std::optional<LrScheduleKind> kind =
+      parseLrScheduleKind(optimizer["lr_schedule"].get<std::string>());
+  if (!kind)
+    return std::nullopt;
+  auto number = [&](const char *key) {
+    return optimizer.contains(key) && optimizer[key].is_number()
+               ? optimizer[key].get<double>()
+               : 0.0;
+  };
+  LrSchedule schedule;
+  schedule.kind = *kind;
+  schedule.peak = number("learning_rate");
+  schedule.minimum = number("min_lr");
+  schedule.warmupSteps = static_cast<int64_t>(number("warmup_steps"));
+  schedule.decaySteps = static_cast<int64_t>(number("decay_steps"));
+  schedule.wsdDecaySteps = static_cast<int64_t>(number("wsd_decay_steps"));
+  if (!checkLrSchedule(schedule).empty())
+    return std::nullopt;
+  return schedule;
+}
+
 bool Plan::holds(const std::vector<int64_t> &holders) const {
   return holders.empty() ||
          std::find(holders.begin(), holders.end(), stage) != holders.end();

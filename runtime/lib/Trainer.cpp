@@ -59,6 +59,7 @@ Trainer::Trainer(std::unique_ptr<Device> device,
   const Plan &p = executor_->plan();
   tokensArgs_ = microBatchInputs(p, "tokens");
   targetsArgs_ = microBatchInputs(p, "targets");
+  schedule_ = p.learningRateSchedule();
   for (size_t i = 0; i < p.arguments.size(); ++i)
     if (p.arguments[i].role == ArgumentRole::Step)
       stepArg_ = i;
@@ -307,6 +308,9 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
     float step = static_cast<float>(optimizerSteps_ + 1);
     TRELLIS_RETURN_IF_ERROR(executor_->writeArgument(stepArg_, &step));
   }
+  // The rate the updates compute from that step count.
+  if (schedule_)
+    lastLearningRate_ = learningRateAt(*schedule_, optimizerSteps_ + 1);
   if (lossScaleArg_ >= 0 && plan.holds(plan.arguments[lossScaleArg_].stages)) {
     // An injected overflow (testing) scales this rank's loss to infinity.
     float scale = overflowNextStep_ ? std::numeric_limits<float>::infinity()

@@ -175,6 +175,8 @@ int runTrainingCommand(const TrainOptions &options) {
       std::printf("step %lld | loss %.6f | %.0f tokens/s | %.1f ms",
                   static_cast<long long>(step), trainer.lastLoss(),
                   trainer.tokensPerStep() / seconds, seconds * 1e3);
+      if (std::optional<double> rate = trainer.lastLearningRate())
+        std::printf(" | lr %.6g", *rate);
       if (const DynamicLossScale *scale = trainer.lossScale())
         std::printf(" | loss scale %g | skipped %lld", scale->scale,
                     static_cast<long long>(scale->skippedSteps));
@@ -202,7 +204,13 @@ int runTrainingCommand(const TrainOptions &options) {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   double meanMs = timedSteps ? totalSeconds / timedSteps * 1e3 : 0;
-  if (printing)
+  if (printing && trainer.completedSteps() == first)
+    std::printf("summary: no steps | buffers %.1f MiB (arena %.1f MiB) | "
+                "peak memory %.1f MiB\n",
+                trainer.executor().allocatedBytes() / 1048576.0,
+                trainer.executor().arenaBytes() / 1048576.0,
+                usage.ru_maxrss / 1024.0);
+  else if (printing)
     std::printf(
         "summary: steps %lld-%lld | mean step %.2f ms | %.0f tokens/s | "
         "buffers %.1f MiB (arena %.1f MiB) | peak memory %.1f MiB\n",
@@ -212,6 +220,16 @@ int runTrainingCommand(const TrainOptions &options) {
         trainer.executor().allocatedBytes() / 1048576.0,
         trainer.executor().arenaBytes() / 1048576.0,
         usage.ru_maxrss / 1024.0);
+  // A warmup longer than the run: the rate never reached its peak.
+  if (std::optional<LrSchedule> schedule =
+          trainer.executor().plan().learningRateSchedule();
+      printing && schedule && trainer.completedSteps() > first &&
+      trainer.completedSteps() < schedule->warmupSteps)
+    std::printf("note: the run ended in the learning rate's warmup (step "
+                "%lld of %lld): the rate never reached its peak %g\n",
+                static_cast<long long>(trainer.completedSteps()),
+                static_cast<long long>(schedule->warmupSteps),
+                schedule->peak);
   // A pipeline's stages hold different parts: each rank's memory.
   if (trainer.executor().plan().pipelineAxis) {
     StatusOr<std::vector<RankMemory>> memory =

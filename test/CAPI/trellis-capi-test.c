@@ -648,6 +648,17 @@ static int runErrors(const char *config, const char *dir) {
   expectError("wrong option type",
               trellisCompileOptionsSetString(options, "dp", "2"));
   expectError("bad emit", trellisCompileOptionsSetString(options, "emit", "x"));
+  {
+    /* The option table, listed by index. */
+    const char *key = NULL, *help = NULL;
+    TrellisOptionType type = TRELLIS_OPTION_BOOL;
+    CHECK_OK(trellisCompileOptionDescribe(0, &key, &type, &help));
+    printf("first compile option: %s (%s): %s\n", key,
+           type == TRELLIS_OPTION_INT ? "int" : "not int", help);
+    expectError("option index",
+                trellisCompileOptionDescribe(trellisCompileOptionCount(), &key,
+                                             &type, &help));
+  }
   CHECK_OK(trellisCompileOptionsSetDouble(options, "lr", -1));
   TrellisCompilation compilation;
   expectError("bad learning rate", trellisCompile(model, options, &compilation));

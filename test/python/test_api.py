@@ -138,6 +138,17 @@ def test_open_mesh_and_integer_floats(gpt2_tiny: str) -> None:
         {"name": "replica", "size": 2}, {"name": "model", "size": 2}]
 
 
+def test_emit_mlir_returns_the_step(gpt2_tiny: str) -> None:
+    text = trellis.compile(gpt2_tiny, batch=4, seq=16, emit="mlir")
+    assert isinstance(text, str) and "func.func @train_step" in text
+
+
+def test_compile_errors_say_error_once(gpt2_tiny: str) -> None:
+    with pytest.raises(trellis.Error) as raised:
+        trellis.compile(gpt2_tiny, lr=-1.0)
+    assert str(raised.value).startswith("--lr: expected a finite number")
+
+
 def test_errors(gpt2_tiny: str, tmp_path) -> None:
     with pytest.raises(trellis.Error, match="it does not exist"):
         trellis.compile("/nonexistent/model.json")

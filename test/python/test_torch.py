@@ -201,6 +201,48 @@ def test_trained_parameters_equal_pytorch(kind: str) -> None:
             start * (1 - 1e-3 * 0.1) ** STEPS, rtol=1e-6)
 
 
+def cosine_rate(step: int, peak: float, minimum: float, warmup: int,
+                decay: int) -> float:
+    """Warmup then cosine decay, as Megatron and Hugging Face define it
+    (step from 1)."""
+    if step <= warmup:
+        return peak * step / warmup
+    ratio = min(max((step - warmup) / (decay - warmup), 0.0), 1.0)
+    return minimum + (peak - minimum) * 0.5 * (1 + np.cos(np.pi * ratio))
+
+
+def test_lr_schedule_equals_pytorch() -> None:
+    """--lr-schedule cosine: 8 AdamW steps (2 of warmup, decay ending at
+    step 6, then the minimum) equal torch AdamW under a LambdaLR of the same
+    formula, losses and every parameter."""
+    module = hugging_face("llama")
+    data = batches(256, BATCH, SEQ, 8, seed=5)
+    model = trellis_torch.from_module(
+        module, (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2)
+    peak, minimum, warmup, decay = 1e-3, 1e-4, 2, 6
+    plan = trellis.compile(model, batch=BATCH, seq=SEQ, adam_eps=EPSILON,
+                           lr=peak, lr_schedule="cosine", warmup_steps=warmup,
+                           decay_steps=decay, min_lr=minimum)
+    with trellis.Session(plan, weights=model.weights) as session:
+        losses = [session.step(*b) for b in data]
+        found = session.state_dict()
+    optimizer = torch.optim.AdamW(module.parameters(), lr=peak,
+                                  betas=(0.9, 0.999), eps=EPSILON,
+                                  weight_decay=0.0)
+    # LambdaLR's factor k applies to the (k + 1)-th update.
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda k: cosine_rate(k + 1, peak, minimum, warmup, decay) / peak)
+    expected = []
+    for tokens, targets in data:
+        expected += torch_losses(module, [(tokens, targets)], optimizer)
+        schedule.step()
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    for name, value in module.state_dict().items():
+        np.testing.assert_allclose(found[name], value.detach().numpy(),
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_parameter_names_parts_and_weights() -> None:
     module = hugging_face("gpt2")
     model = trellis_torch.from_module(module, (torch.zeros(2, 8, dtype=torch.long),) * 2)

@@ -55,6 +55,11 @@ struct TrainingOptions {
   double weightDecay = 0.0;
   /// Whether 1-D parameters (biases, norm gains) are decayed too.
   bool decayOneDimensional = false;
+  /// A learning-rate schedule (AdamW), peaking at learningRate: its kind
+  /// (trellis/Common/LearningRate.h), or "" for a constant rate.
+  std::string lrSchedule;
+  int64_t warmupSteps = 0, decaySteps = 0, wsdDecaySteps = 0;
+  double minLearningRate = 0;
   /// Mixed precision: the forward and backward compute in this dtype, from
   /// fp32 master weights; none: everything in fp32. f16 with an optimizer
   /// also scales the loss dynamically (a loss_scale argument).

@@ -216,7 +216,19 @@ def InsertOptimizerPass
            "Decoupled weight decay (AdamW) or L2 term (SGD)">,
     Option<"decayOneDimensional", "decay-1d", "bool", "false",
            "Decay 1-D parameters (biases, norm gains) too; by default they "
-           "get no weight decay, as in Megatron and Hugging Face's Trainer">
+           "get no weight decay, as in Megatron and Hugging Face's Trainer">,
+    Option<"lrSchedule", "lr-schedule", "std::string", "\"\"",
+           "A learning-rate schedule for AdamW (constant, linear, cosine, "
+           "wsd; trellis/Common/LearningRate.h), peaking at learning-rate; "
+           "empty: the rate is constant">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", "0",
+           "Schedule: steps of linear warmup">,
+    Option<"decaySteps", "decay-steps", "int64_t", "0",
+           "Schedule: the step the decay ends at">,
+    Option<"wsdDecaySteps", "wsd-decay-steps", "int64_t", "0",
+           "Schedule wsd: the steps of the final decay">,
+    Option<"minLearningRate", "min-lr", "double", "0.0",
+           "Schedule: the rate after the decay">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect"];
 }

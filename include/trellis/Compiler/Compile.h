@@ -54,6 +54,11 @@ struct CompileOptions {
   double learningRate = 1e-3, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8,
          weightDecay = 0;
   bool decayOneDimensional = false;
+  /// A learning-rate schedule (AdamW): constant, linear, cosine or wsd
+  /// (unset: a constant rate, no warmup).
+  std::optional<std::string> lrSchedule;
+  int64_t warmupSteps = 0, decaySteps = 0, wsdDecaySteps = 0;
+  double minLearningRate = 0;
   // Precision, memory and fusion.
   std::string precision = "fp32";
   std::string gradReduceDtype = "fp32";

@@ -117,6 +117,24 @@ func.func @adamw_betas(%p: tensor<4xf32>, %s: tensor<f32>) {
 
 // -----
 
+// Tests that an AdamW schedule is one the formulas define.
+func.func @adamw_schedule(%p: tensor<4xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{expected lr_schedule constant, linear, cosine or wsd, found 'step'}}
+  %0:3 = graph.adamw %p, %p, %p, %p, %s {learning_rate = 1.0e-3, beta1 = 0.9, beta2 = 0.999, epsilon = 1.0e-8, weight_decay = 0.0, lr_schedule = "step"} : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that an AdamW schedule's decay ends after its warmup.
+func.func @adamw_schedule_steps(%p: tensor<4xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{--decay-steps: expected the step the decay ends at, after the 4 warmup steps, found 3}}
+  %0:3 = graph.adamw %p, %p, %p, %p, %s {learning_rate = 1.0e-3, beta1 = 0.9, beta2 = 0.999, epsilon = 1.0e-8, weight_decay = 0.0, lr_schedule = "cosine", warmup_steps = 4, decay_steps = 3} : tensor<4xf32>
+  return
+}
+
+// -----
+
 // Tests that a generic form missing a required attribute is an error, not a crash.
 func.func @missing_attribute(%a: tensor<2x3xf32>) {
   // expected-error @+1 {{'graph.reshape' op requires attribute 'shape'}}

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../OpTable.h"
+#include "trellis/Common/LearningRate.h"
 
 #include <cstdio>
 
@@ -36,6 +37,23 @@ CostRule perParameterElement(double flops) {
   };
 }
 
+/// The schedule of an adamw with `lr_schedule`, or nullopt for an unknown
+/// kind.
+std::optional<LrSchedule> lrScheduleOf(const OpInstance &op) {
+  std::optional<LrScheduleKind> kind =
+      parseLrScheduleKind(op.text("lr_schedule"));
+  if (!kind)
+    return std::nullopt;
+  LrSchedule schedule;
+  schedule.kind = *kind;
+  schedule.peak = op.real("learning_rate");
+  schedule.minimum = op.real("min_lr");
+  schedule.warmupSteps = op.integer("warmup_steps");
+  schedule.decaySteps = op.integer("decay_steps");
+  schedule.wsdDecaySteps = op.integer("wsd_decay_steps");
+  return schedule;
+}
+
 } // namespace
 
 void addOptimizerOps(TableBuilder &table) {
@@ -55,7 +73,14 @@ void addOptimizerOps(TableBuilder &table) {
             {"beta1", K::Real, true},
             {"beta2", K::Real, true},
             {"epsilon", K::Real, true},
-            {"weight_decay", K::Real, true}},
+            {"weight_decay", K::Real, true},
+            // A schedule: the rate of each step from the step count
+            // (trellis/Common/LearningRate.h); learning_rate is its peak.
+            {"lr_schedule", K::String, false},
+            {"warmup_steps", K::Int, false},
+            {"decay_steps", K::Int, false},
+            {"wsd_decay_steps", K::Int, false},
+            {"min_lr", K::Real, false}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(expectSameShape(op, 1, "grad", 0, "param"));
              TRELLIS_CHECK(expectSameShape(op, 2, "first_moment", 0, "param"));
@@ -70,6 +95,16 @@ void addOptimizerOps(TableBuilder &table) {
                return std::string("expected betas in [0, 1), found ") + found;
              }
              TRELLIS_CHECK(expectPositive(op, "epsilon"));
+             if (op.has("lr_schedule")) {
+               std::optional<LrSchedule> schedule = lrScheduleOf(op);
+               if (!schedule)
+                 return "expected lr_schedule constant, linear, cosine or "
+                        "wsd, found '" +
+                        op.text("lr_schedule") + "'";
+               if (std::string invalid = checkLrSchedule(*schedule);
+                   !invalid.empty())
+                 return invalid;
+             }
              out.assign(3, op.input(0));
              return std::nullopt;
            })

@@ -10,6 +10,7 @@
 #ifndef TRELLIS_RUNTIME_PLAN_H
 #define TRELLIS_RUNTIME_PLAN_H
 
+#include "trellis/Common/LearningRate.h"
 #include "trellis/Common/Mesh.h"
 #include "trellis/Common/OpContract.h"
 #include "trellis/Runtime/Status.h"
@@ -173,6 +174,9 @@ struct Plan {
   /// A metadata string (e.g. "precision"), or `fallback`.
   std::string metadataText(const std::string &key,
                            const std::string &fallback) const;
+  /// The learning-rate schedule the metadata's optimizer names
+  /// (`lr_schedule`), or nullopt for a constant rate.
+  std::optional<LrSchedule> learningRateSchedule() const;
 };
 
 /// The name of an input argument: its data stream ("tokens" or "targets")

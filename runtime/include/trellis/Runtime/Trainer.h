@@ -101,6 +101,9 @@ public:
   /// Why the last step's update was skipped for a value that is not finite
   /// (--on-nonfinite skip), or "" when it was applied.
   const std::string &lastSkipReason() const { return lastSkipReason_; }
+  /// The learning rate the last step's update used, for plans with a
+  /// schedule (nullopt otherwise, and before the first step).
+  std::optional<double> lastLearningRate() const { return lastLearningRate_; }
   /// The dynamic loss scale, for plans that scale their loss (fp16).
   const DynamicLossScale *lossScale() const {
     return lossScaleArg_ >= 0 ? &lossScale_ : nullptr;
@@ -180,6 +183,8 @@ private:
   /// each without micro-batches).
   std::vector<int64_t> tokensArgs_, targetsArgs_;
   int64_t stepArg_ = -1;
+  std::optional<LrSchedule> schedule_;
+  std::optional<double> lastLearningRate_;
   int64_t lossScaleArg_ = -1;
   DynamicLossScale lossScale_;
   /// Updates made (steps skipped for an overflow make none).

@@ -621,14 +621,22 @@ def Graph_AdamWOp : Graph_Op<"adamw", [
     With t = step (counted from 1):
     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
     p = p - lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p).
-    Returns the new parameter and moments.
+    Returns the new parameter and moments. With `lr_schedule` (constant,
+    linear, cosine, wsd), lr is the schedule's rate at step t, peaking at
+    `learning_rate` (`warmup_steps`, `decay_steps`, `wsd_decay_steps`,
+    `min_lr`: trellis/Common/LearningRate.h has the formulas).
   }];
   let arguments = (ins Graph_F32Tensor:$param, Graph_F32Tensor:$grad,
                        Graph_F32Tensor:$first_moment,
                        Graph_F32Tensor:$second_moment,
                        Graph_ScalarTensor:$step,
                        F64Attr:$learning_rate, F64Attr:$beta1, F64Attr:$beta2,
-                       F64Attr:$epsilon, F64Attr:$weight_decay);
+                       F64Attr:$epsilon, F64Attr:$weight_decay,
+                       OptionalAttr<StrAttr>:$lr_schedule,
+                       OptionalAttr<I64Attr>:$warmup_steps,
+                       OptionalAttr<I64Attr>:$decay_steps,
+                       OptionalAttr<I64Attr>:$wsd_decay_steps,
+                       OptionalAttr<F64Attr>:$min_lr);
   let results = (outs Graph_F32Tensor:$new_param,
                       Graph_F32Tensor:$new_first_moment,
                       Graph_F32Tensor:$new_second_moment);

@@ -1,0 +1,58 @@
+//===- LearningRate.h - Learning-rate schedules -----------------*- C++ -*-===//
+//
+// The learning rate of step t (counted from 1) under a schedule, as
+// Megatron-LM's OptimizerParamScheduler and Hugging Face's schedules define
+// it. The optimizer kernels compute it from the step count the plan feeds
+// them (no recompilation, and a resumed run continues exactly); the trainer
+// prints the same number. Plain C++, shared by compiler and runtime.
+//
+// With peak rate P, minimum M, W warmup steps and decay ending at step D:
+//   warmup (t <= W):  P * t / W
+//   constant:         P
+//   linear:           P - (P - M) * r,              r = (t - W) / (D - W)
+//   cosine:           M + (P - M) * (1 + cos(pi r)) / 2
+//   wsd:              P until step D - N, then cosine from P to M over the
+//                     last N steps (N = `wsdDecaySteps`: warmup, stable,
+//                     decay), r = (t - (D - N)) / N
+// r is clamped to [0, 1]: after step D the rate stays M.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_COMMON_LEARNINGRATE_H
+#define TRELLIS_COMMON_LEARNINGRATE_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace trellis {
+
+enum class LrScheduleKind { Constant, Linear, Cosine, Wsd };
+
+/// `constant`, `linear`, `cosine`, `wsd`.
+std::string_view lrScheduleName(LrScheduleKind kind);
+std::optional<LrScheduleKind> parseLrScheduleKind(std::string_view name);
+
+struct LrSchedule {
+  LrScheduleKind kind = LrScheduleKind::Constant;
+  double peak = 1e-3;
+  double minimum = 0;
+  int64_t warmupSteps = 0;
+  /// The step at which the decay ends (warmup included), for linear,
+  /// cosine and wsd.
+  int64_t decaySteps = 0;
+  /// wsd: the steps of the decay, the last before decaySteps.
+  int64_t wsdDecaySteps = 0;
+};
+
+/// "" when `schedule` is one the formulas above define, else what was
+/// expected and found (naming the driver's flags: --warmup-steps, ...).
+std::string checkLrSchedule(const LrSchedule &schedule);
+
+/// The rate of step `step` (from 1). Precondition: checkLrSchedule is "".
+double learningRateAt(const LrSchedule &schedule, int64_t step);
+
+} // namespace trellis
+
+#endif // TRELLIS_COMMON_LEARNINGRATE_H

@@ -1,0 +1,90 @@
+//===- LearningRate.cpp - Learning-rate schedules -------------------------===//
+
+#include "trellis/Common/LearningRate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+namespace trellis {
+
+namespace {
+
+constexpr std::pair<std::string_view, LrScheduleKind> kKinds[] = {
+    {"constant", LrScheduleKind::Constant},
+    {"linear", LrScheduleKind::Linear},
+    {"cosine", LrScheduleKind::Cosine},
+    {"wsd", LrScheduleKind::Wsd},
+};
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
+} // namespace
+
+std::string_view lrScheduleName(LrScheduleKind kind) {
+  for (const auto &[name, named] : kKinds)
+    if (named == kind)
+      return name;
+  return "";
+}
+
+std::optional<LrScheduleKind> parseLrScheduleKind(std::string_view name) {
+  for (const auto &[known, kind] : kKinds)
+    if (known == name)
+      return kind;
+  return std::nullopt;
+}
+
+std::string checkLrSchedule(const LrSchedule &s) {
+  if (!std::isfinite(s.peak) || s.peak <= 0)
+    return "--lr: expected a finite rate > 0, found " + number(s.peak);
+  if (!std::isfinite(s.minimum) || s.minimum < 0 || s.minimum > s.peak)
+    return "--min-lr: expected a rate in [0, --lr " + number(s.peak) +
+           "], found " + number(s.minimum);
+  if (s.warmupSteps < 0)
+    return "--warmup-steps: expected a count >= 0, found " +
+           std::to_string(s.warmupSteps);
+  if (s.kind == LrScheduleKind::Constant)
+    return "";
+  if (s.decaySteps <= s.warmupSteps)
+    return "--decay-steps: expected the step the decay ends at, after the " +
+           std::to_string(s.warmupSteps) + " warmup steps, found " +
+           std::to_string(s.decaySteps);
+  if (s.kind == LrScheduleKind::Wsd &&
+      (s.wsdDecaySteps < 1 || s.wsdDecaySteps > s.decaySteps - s.warmupSteps))
+    return "--wsd-decay-steps: expected 1 to " +
+           std::to_string(s.decaySteps - s.warmupSteps) +
+           " (the steps between warmup and --decay-steps), found " +
+           std::to_string(s.wsdDecaySteps);
+  return "";
+}
+
+double learningRateAt(const LrSchedule &s, int64_t step) {
+  if (step <= s.warmupSteps && s.warmupSteps > 0)
+    return s.peak * double(step) / double(s.warmupSteps);
+  auto ratio = [&](int64_t begin, int64_t length) {
+    return std::clamp(double(step - begin) / double(length), 0.0, 1.0);
+  };
+  auto cosine = [&](double r) {
+    return s.minimum + (s.peak - s.minimum) * 0.5 * (1.0 + std::cos(M_PI * r));
+  };
+  switch (s.kind) {
+  case LrScheduleKind::Constant:
+    return s.peak;
+  case LrScheduleKind::Linear:
+    return s.peak - (s.peak - s.minimum) *
+                        ratio(s.warmupSteps, s.decaySteps - s.warmupSteps);
+  case LrScheduleKind::Cosine:
+    return cosine(ratio(s.warmupSteps, s.decaySteps - s.warmupSteps));
+  case LrScheduleKind::Wsd:
+    return cosine(ratio(s.decaySteps - s.wsdDecaySteps, s.wsdDecaySteps));
+  }
+  return s.peak;
+}
+
+} // namespace trellis
