@@ -38,13 +38,13 @@ cl::opt<int64_t> worldSizeOption(
     cl::init(-1), cl::cat(meshCategory), cl::sub(groupsCommand));
 cl::opt<std::string> pipelineAxisOption(
     "pipeline-axis",
-    cl::desc("Axis whose coordinate is the pipeline stage (default: pp if "
-             "the mesh has it)"),
+    cl::desc("Axis whose coordinate is the pipeline stage (default: the "
+             "mesh's pipeline axis, pp or one named name:pipeline=N)"),
     cl::init(""), cl::cat(meshCategory), cl::sub(groupsCommand));
 cl::opt<std::string> dataAxisOption(
     "data-axis",
-    cl::desc("Axis over which the model is replicated (default: dp if the "
-             "mesh has it)"),
+    cl::desc("Axis over which the model is replicated (default: the mesh's "
+             "first data axis, dp or one named name:data=N)"),
     cl::init(""), cl::cat(meshCategory), cl::sub(groupsCommand));
 
 int fail(const llvm::Twine &message) {
@@ -52,13 +52,15 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
-/// Resolves an axis option: the named axis, or `fallback` when the option is
-/// empty and the mesh has it. Fails on an unknown name.
+/// Resolves an axis option: the named axis, or the mesh's first axis of
+/// `role` when the option is empty. Fails on an unknown name.
 bool resolveAxis(const Mesh &mesh, const std::string &option,
-                 const char *optionName, const char *fallback,
+                 const char *optionName, AxisRole role,
                  std::optional<size_t> &axis) {
   if (option.empty()) {
-    axis = mesh.axisIndex(fallback);
+    std::vector<size_t> withRole = mesh.axesWithRole(role);
+    axis = withRole.empty() ? std::nullopt
+                            : std::optional<size_t>(withRole.front());
     return true;
   }
   axis = mesh.axisIndex(option);
@@ -82,9 +84,10 @@ int runGroupsCommand() {
     return fail(llvm::formatv("--rank: expected a rank in [0, {0}), found {1}",
                               mesh->size(), rankOption.getValue()));
   std::optional<size_t> pipelineAxis, dataAxis;
-  if (!resolveAxis(*mesh, pipelineAxisOption, "pipeline-axis", "pp",
-                   pipelineAxis) ||
-      !resolveAxis(*mesh, dataAxisOption, "data-axis", "dp", dataAxis))
+  if (!resolveAxis(*mesh, pipelineAxisOption, "pipeline-axis",
+                   AxisRole::Pipeline, pipelineAxis) ||
+      !resolveAxis(*mesh, dataAxisOption, "data-axis", AxisRole::Data,
+                   dataAxis))
     return 1;
 
   std::vector<size_t> modelCopyAxes;
