@@ -332,6 +332,12 @@ class Session:
             raise Error(f"{name}: expected the global batch of shape "
                         f"({self.batch_size}, {self.seq_length}), found "
                         f"{array.shape}")
+        # The plan takes int32 ids: a wider id would wrap into another.
+        if array.size and (array.min() < 0 or
+                           array.max() > np.iinfo(np.int32).max):
+            bad = array.min() if array.min() < 0 else array.max()
+            raise Error(f"{name}: expected token ids in [0, 2^31), found "
+                        f"{int(bad)}")
         return np.ascontiguousarray(array, dtype=np.int32)
 
     def step(self, tokens: Any, targets: Any) -> float:

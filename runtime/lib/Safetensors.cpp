@@ -7,9 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <tuple>
 
 namespace trellis::runtime {
 
@@ -53,6 +55,9 @@ StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
   uint64_t dataSize = size - 8 - headerSize;
 
   SafetensorsFile file;
+  // Each tensor's byte range, to refuse two that share bytes (as the
+  // reference safetensors does): one write would change both.
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> ranges;
   for (auto &[name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (entry.is_object())
@@ -92,6 +97,8 @@ StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
                   std::to_string(begin) + ", " + std::to_string(end) +
                   ") do not hold " + std::to_string(count) + " " + dtype +
                   " values within " + std::to_string(dataSize) + " data bytes");
+    if (begin < end)
+      ranges.emplace_back(begin, end, name);
     tensor.values.resize(count);
     const char *source = data + begin;
     if (width == 4) {
@@ -105,6 +112,18 @@ StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
       }
     }
     file.tensors[name] = std::move(tensor);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const auto &[begin, end, name] = ranges[i];
+    const auto &[priorBegin, priorEnd, prior] = ranges[i - 1];
+    if (begin < priorEnd)
+      return fail("tensor \"" + name + "\": data_offsets [" +
+                  std::to_string(begin) + ", " + std::to_string(end) +
+                  ") overlap tensor \"" + prior + "\"'s [" +
+                  std::to_string(priorBegin) + ", " +
+                  std::to_string(priorEnd) +
+                  "): expected each tensor in bytes of its own");
   }
   return file;
 }

@@ -149,6 +149,23 @@ def test_compile_errors_say_error_once(gpt2_tiny: str) -> None:
     assert str(raised.value).startswith("--lr: expected a finite number")
 
 
+def test_wide_token_ids_are_refused_not_wrapped(gpt2_tiny: str) -> None:
+    plan = trellis.compile(gpt2_tiny, batch=4, seq=16)
+    with trellis.Session(plan) as session:
+        tokens = np.zeros((4, 16), dtype=np.int64)
+        tokens[1, 3] = 2**32 + 5  # would wrap to 5
+        with pytest.raises(trellis.Error,
+                           match=r"tokens: expected token ids in \[0, 2\^31\), "
+                                 r"found 4294967301"):
+            session.step(tokens, np.zeros((4, 16), dtype=np.int64))
+        tokens[1, 3] = -1
+        with pytest.raises(trellis.Error, match="found -1"):
+            session.step(tokens, np.zeros((4, 16), dtype=np.int64))
+        # The session is still usable.
+        assert np.isfinite(session.step(np.zeros((4, 16), dtype=np.int64),
+                                        np.zeros((4, 16), dtype=np.int64)))
+
+
 def test_errors(gpt2_tiny: str, tmp_path) -> None:
     with pytest.raises(trellis.Error, match="it does not exist"):
         trellis.compile("/nonexistent/model.json")

@@ -155,6 +155,15 @@ TEST(SafetensorsTest, NamesEveryMalformedHeaderEntry) {
       {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})",
        "tensor \"a\": data_offsets [4, 0) do not hold 1 F32 values within 8 "
        "data bytes"},
+      // Two tensors in the same bytes (aliased, or overlapping).
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+       "tensor \"b\": data_offsets [0, 4) overlap tensor \"a\"'s [0, 4): "
+       "expected each tensor in bytes of its own"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]}})",
+       "tensor \"b\": data_offsets [4, 8) overlap tensor \"a\"'s [0, 8): "
+       "expected each tensor in bytes of its own"},
   };
   std::string path = tempPath("entries.safetensors");
   for (const Case &entry : cases) {
