@@ -71,17 +71,11 @@ StatusOr<Update> prepare(const KernelArgs &args) {
     return Status::error("adamw: expected a step count >= 1, found " +
                          std::to_string(step));
   // A scheduled rate: the schedule's at this step.
-  if (instruction.attrs.count("lr_schedule")) {
-    LrSchedule schedule;
-    schedule.kind = parseLrScheduleKind(instruction.text("lr_schedule"))
-                        .value_or(LrScheduleKind::Constant);
-    schedule.peak = update.a.lr;
-    schedule.minimum = instruction.real("min_lr");
-    schedule.warmupSteps = instruction.integer("warmup_steps");
-    schedule.decaySteps = instruction.integer("decay_steps");
-    schedule.wsdDecaySteps = instruction.integer("wsd_decay_steps");
-    update.a.lr = learningRateAt(schedule, static_cast<int64_t>(step));
-  }
+  // (The plan loader checked the schedule against the op table's row.)
+  if (instruction.attrs.count("lr_schedule"))
+    if (std::optional<LrSchedule> schedule =
+            lrScheduleFromAttributes(instruction))
+      update.a.lr = learningRateAt(*schedule, static_cast<int64_t>(step));
   update.a.beta1 = beta1;
   update.a.beta2 = beta2;
   update.a.epsilon = instruction.real("epsilon");

@@ -37,23 +37,6 @@ CostRule perParameterElement(double flops) {
   };
 }
 
-/// The schedule of an adamw with `lr_schedule`, or nullopt for an unknown
-/// kind.
-std::optional<LrSchedule> lrScheduleOf(const OpInstance &op) {
-  std::optional<LrScheduleKind> kind =
-      parseLrScheduleKind(op.text("lr_schedule"));
-  if (!kind)
-    return std::nullopt;
-  LrSchedule schedule;
-  schedule.kind = *kind;
-  schedule.peak = op.real("learning_rate");
-  schedule.minimum = op.real("min_lr");
-  schedule.warmupSteps = op.integer("warmup_steps");
-  schedule.decaySteps = op.integer("decay_steps");
-  schedule.wsdDecaySteps = op.integer("wsd_decay_steps");
-  return schedule;
-}
-
 } // namespace
 
 void addOptimizerOps(TableBuilder &table) {
@@ -96,7 +79,8 @@ void addOptimizerOps(TableBuilder &table) {
              }
              TRELLIS_CHECK(expectPositive(op, "epsilon"));
              if (op.has("lr_schedule")) {
-               std::optional<LrSchedule> schedule = lrScheduleOf(op);
+               std::optional<LrSchedule> schedule =
+                   lrScheduleFromAttributes(op);
                if (!schedule)
                  return "expected lr_schedule constant, linear, cosine or "
                         "wsd, found '" +

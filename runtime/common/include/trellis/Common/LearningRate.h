@@ -53,6 +53,27 @@ std::string checkLrSchedule(const LrSchedule &schedule);
 /// The rate of step `step` (from 1). Precondition: checkLrSchedule is "".
 double learningRateAt(const LrSchedule &schedule, int64_t step);
 
+/// The schedule an optimizer op's attributes describe (`lr_schedule`,
+/// `learning_rate` its peak, `warmup_steps`, `decay_steps`,
+/// `wsd_decay_steps`, `min_lr`), read through `attrs`' text, integer and
+/// real accessors (the op table's OpInstance, the runtime's Instruction);
+/// nullopt when `lr_schedule` names no kind.
+template <typename Attributes>
+std::optional<LrSchedule> lrScheduleFromAttributes(const Attributes &attrs) {
+  std::optional<LrScheduleKind> kind =
+      parseLrScheduleKind(attrs.text("lr_schedule"));
+  if (!kind)
+    return std::nullopt;
+  LrSchedule schedule;
+  schedule.kind = *kind;
+  schedule.peak = attrs.real("learning_rate");
+  schedule.minimum = attrs.real("min_lr");
+  schedule.warmupSteps = attrs.integer("warmup_steps");
+  schedule.decaySteps = attrs.integer("decay_steps");
+  schedule.wsdDecaySteps = attrs.integer("wsd_decay_steps");
+  return schedule;
+}
+
 } // namespace trellis
 
 #endif // TRELLIS_COMMON_LEARNINGRATE_H

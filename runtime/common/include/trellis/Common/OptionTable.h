@@ -68,8 +68,8 @@ template <typename Options> struct OptionRow {
   OptionType type;
   /// Sets the option in `Options` from a value of `type`.
   void (*set)(Options &, const OptionValue &);
-  /// What the help lists it under (`Parallelism`), its help, and the
-  /// placeholder of its value in the help (`dp=2,tp=2`; may be empty).
+  /// What the help lists it under (`Parallelism`), its help, and how the
+  /// help shows its value (`dp=2,tp=2`; empty: the type's name).
   const char *group = "";
   const char *help = "";
   const char *valueName = "";
