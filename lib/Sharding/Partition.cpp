@@ -2,7 +2,7 @@
 
 #include "trellis/Sharding/Passes.h"
 
-#include "ValueSharding.h"
+#include "Resharding.h"
 
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
@@ -50,12 +50,17 @@ public:
 
 private:
   /// Turns `value` (local, sharded as `actual`; of global shape `global`)
-  /// into one sharded as `required`, inserting collectives before the
-  /// builder's point. A dimension one axis splits unevenly is padded with
-  /// zeros before it is scattered or sliced, and cut back to its size
-  /// after it is gathered.
-  Value reshard(Location loc, Value value, ValueSharding actual,
+  /// into one sharded as `required`: the steps of planReshard, as ops
+  /// inserted before the builder's point.
+  Value reshard(Location loc, Value value, const ValueSharding &actual,
                 const ValueSharding &required, ArrayRef<int64_t> global);
+  /// Whether a user or preset laid `value` out: an argument or a
+  /// constraint's result. Such operands decide their op's factors first.
+  bool isFixed(Value value) const {
+    return llvm::isa<BlockArgument>(value) ||
+           llvm::isa_and_present<ShardOp>(value.getDefiningOp()) ||
+           constrained_.contains(value);
+  }
   /// The global shape of a (local) value.
   ArrayRef<int64_t> globalShape(Value value) { return global_[value]; }
   Value allReduce(Location loc, Value value, const AxisNames &axes,
@@ -107,121 +112,54 @@ Value Partitioner::allReduce(Location loc, Value value, const AxisNames &axes,
       ReductionKindAttr::get(builder_.getContext(), kind));
 }
 
-Value Partitioner::reshard(Location loc, Value value, ValueSharding actual,
+Value Partitioner::reshard(Location loc, Value value,
+                           const ValueSharding &actual,
                            const ValueSharding &required,
                            ArrayRef<int64_t> global) {
-  SmallVector<int64_t> shape(
-      llvm::cast<RankedTensorType>(value.getType()).getShape());
-  // Dimension `d` (whole here) padded with zeros up to a multiple of
-  // `pieces`, and cut back to `size`.
-  auto padFor = [&](size_t d, int64_t pieces) {
-    int64_t padded = (shape[d] + pieces - 1) / pieces * pieces;
-    if (padded == shape[d])
-      return;
-    SmallVector<int64_t> low(shape.size(), 0), high(shape.size(), 0);
-    high[d] = padded - shape[d];
-    value = graph::PadOp::create(builder_, loc, value, low, high);
-    shape[d] = padded;
+  using Kind = ReshardStep::Kind;
+  auto shapeOf = [](Value of) {
+    return SmallVector<int64_t>(
+        llvm::cast<RankedTensorType>(of.getType()).getShape());
   };
-  auto cutTo = [&](size_t d, int64_t size) {
-    if (size == shape[d])
-      return;
-    SmallVector<int64_t> offsets(shape.size(), 0), sizes(shape);
-    sizes[d] = size;
-    value = graph::SliceOp::create(builder_, loc, value, offsets, sizes);
-    shape[d] = size;
-  };
-  // Whether dimension `d` is split over `axes` alone without dividing.
-  auto uneven = [&](size_t d, const AxisNames &axes) {
-    return axes.size() == 1 && d < global.size() &&
-           global[d] % axesSize(mesh_, axes) != 0;
-  };
-  auto isPrefix = [](const AxisNames &prefix, const AxisNames &of) {
-    return prefix.size() <= of.size() &&
-           std::equal(prefix.begin(), prefix.end(), of.begin());
-  };
-  // 1. Partial values: a reduce_scatter where the required split appends
-  //    exactly that axis to a dimension, an all_reduce for the rest. A
-  //    partial value its user takes as it is (a linear op) stays partial.
-  if (!actual.partial.empty() && actual.partial != required.partial) {
-    AxisNames reduceAll, scatterAxes;
-    SmallVector<int64_t> scatterDims;
-    for (StringAttr axis : actual.partial) {
-      bool scattered = false;
-      for (size_t d = 0; d < shape.size() && !scattered; ++d) {
-        AxisNames extended = actual.dims[d];
-        extended.push_back(axis);
-        if (extended == required.dims[d] &&
-            (shape[d] % axesSize(mesh_, {axis}) == 0 ||
-             uneven(d, extended))) {
-          scatterAxes.push_back(axis);
-          scatterDims.push_back(d);
-          scattered = true;
-        }
-      }
-      if (!scattered)
-        reduceAll.push_back(axis);
-    }
-    if (!reduceAll.empty())
-      value = allReduce(loc, value, reduceAll, actual.partialKind);
-    for (auto [axis, d] : llvm::zip(scatterAxes, scatterDims)) {
-      padFor(d, axesSize(mesh_, {axis}));
-      shape[d] /= axesSize(mesh_, {axis});
+  MLIRContext *context = builder_.getContext();
+  for (const ReshardStep &step :
+       planReshard(mesh_, shapeOf(value), actual, required, global)) {
+    SmallVector<int64_t> before = shapeOf(value);
+    RankedTensorType type = withShape(value, step.shape);
+    IntegerAttr dim = builder_.getI64IntegerAttr(step.dim);
+    switch (step.kind) {
+    case Kind::AllReduce:
+      value = allReduce(loc, value, step.axes, step.reduction);
+      break;
+    case Kind::ReduceScatter:
       value = ReduceScatterOp::create(
-          builder_, loc, withShape(value, shape), value, meshName_,
-          axesAttr({axis}), builder_.getI64IntegerAttr(d),
-          ReductionKindAttr::get(builder_.getContext(), actual.partialKind));
-      actual.dims[d].push_back(axis);
+          builder_, loc, type, value, meshName_, axesAttr(step.axes), dim,
+          ReductionKindAttr::get(context, step.reduction));
+      break;
+    case Kind::AllGather:
+      value = AllGatherOp::create(builder_, loc, type, value, meshName_,
+                                  axesAttr(step.axes), dim);
+      break;
+    case Kind::AllToAll:
+      value = AllToAllOp::create(builder_, loc, type, value, meshName_,
+                                 axesAttr(step.axes), dim,
+                                 builder_.getI64IntegerAttr(step.concatDim));
+      break;
+    case Kind::SliceShard:
+      value = SliceShardOp::create(builder_, loc, type, value, meshName_,
+                                   axesAttr(step.axes), dim);
+      break;
+    case Kind::Pad: {
+      SmallVector<int64_t> low(before.size(), 0), high(before.size(), 0);
+      high[step.dim] = step.shape[step.dim] - before[step.dim];
+      value = graph::PadOp::create(builder_, loc, value, low, high);
+      break;
     }
-    actual.partial.clear();
-  }
-  // 2. Undo splits the requirement does not start with, minor axis first:
-  //    move it to the dimension that wants it next (all_to_all), else
-  //    gather it.
-  for (size_t d = 0; d < shape.size(); ++d) {
-    while (!isPrefix(actual.dims[d], required.dims[d])) {
-      StringAttr axis = actual.dims[d].back();
-      int64_t pieces = axesSize(mesh_, {axis});
-      std::optional<size_t> target;
-      bool padded = uneven(d, actual.dims[d]);
-      for (size_t e = 0; e < shape.size() && !target && !padded; ++e) {
-        if (e == d)
-          continue;
-        AxisNames extended = actual.dims[e];
-        extended.push_back(axis);
-        if (isPrefix(extended, required.dims[e]) && shape[e] % pieces == 0)
-          target = e;
-      }
-      if (target) {
-        shape[*target] /= pieces;
-        shape[d] *= pieces;
-        value = AllToAllOp::create(builder_, loc, withShape(value, shape),
-                                   value, meshName_, axesAttr({axis}),
-                                   builder_.getI64IntegerAttr(*target),
-                                   builder_.getI64IntegerAttr(d));
-        actual.dims[*target].push_back(axis);
-      } else {
-        shape[d] *= pieces;
-        value = AllGatherOp::create(builder_, loc, withShape(value, shape),
-                                    value, meshName_, axesAttr({axis}),
-                                    builder_.getI64IntegerAttr(d));
-        if (padded)
-          cutTo(d, global[d]);
-      }
-      actual.dims[d].pop_back();
+    case Kind::Slice: {
+      SmallVector<int64_t> offsets(before.size(), 0);
+      value = graph::SliceOp::create(builder_, loc, value, offsets, step.shape);
+      break;
     }
-  }
-  // 3. Add the splits still missing: each rank keeps its piece.
-  for (size_t d = 0; d < shape.size(); ++d) {
-    for (size_t k = actual.dims[d].size(); k < required.dims[d].size(); ++k) {
-      StringAttr axis = required.dims[d][k];
-      if (shape[d] % axesSize(mesh_, {axis}) != 0)
-        padFor(d, axesSize(mesh_, {axis}));
-      shape[d] /= axesSize(mesh_, {axis});
-      value = SliceShardOp::create(builder_, loc, withShape(value, shape),
-                                   value, meshName_, axesAttr({axis}),
-                                   builder_.getI64IntegerAttr(d));
-      actual.dims[d].push_back(axis);
     }
   }
   return value;
@@ -243,68 +181,19 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   // as propagation decided; each operand is brought to its projection.
   // Copies: pointers into actual_ would not survive its growth.
   SmallVector<ValueSharding> operandShardings;
-  for (Value operand : op->getOperands())
+  SmallVector<bool> fixed;
+  for (Value operand : op->getOperands()) {
     operandShardings.push_back(actual_.lookup(operand));
-  SmallVector<const ValueSharding *> known;
-  for (const ValueSharding &sharding : operandShardings)
-    known.push_back(&sharding);
-  for (const ValueSharding &sharding : resultShardings)
-    known.push_back(&sharding);
-  // Results first: the decision already made wins over operand layouts.
-  SmallVector<const ValueSharding *> resultsFirst(
-      known.begin() + op->getNumOperands(), known.end());
-  graph::ShardingRule resultsOnly = rule;
-  resultsOnly.operandFactors.clear();
-  SmallVector<AxisNames> factorAxes =
-      resolveFactors(resultsOnly, resultsFirst, mesh_);
-  // Operands fixed by the user or a preset (arguments, constraints) decide
-  // first, as in propagation; the others fill what is left.
-  SmallVector<const ValueSharding *> fixedOperands(known.size(), nullptr);
-  for (auto [i, operand] : llvm::enumerate(op->getOperands()))
-    if (llvm::isa<BlockArgument>(operand) ||
-        llvm::isa_and_present<ShardOp>(operand.getDefiningOp()) ||
-        constrained_.contains(operand))
-      fixedOperands[i] = known[i];
-  SmallVector<AxisNames> fromFixed = resolveFactors(rule, fixedOperands, mesh_);
-  SmallVector<AxisNames> fromOperands = resolveFactors(rule, known, mesh_);
-  // Factors the results have were decided with them; operands decide only
-  // the factors no result has (contractions, reductions): the longest
-  // leading run of their axes no other factor holds.
-  for (auto [factor, axes] : llvm::enumerate(factorAxes))
-    if (axes.empty() &&
-        llvm::none_of(rule.resultFactors, [&](const auto &dims) {
-          return llvm::is_contained(dims, static_cast<int64_t>(factor));
-        })) {
-      const AxisNames &wanted = fromFixed[factor].empty()
-                                    ? fromOperands[factor]
-                                    : fromFixed[factor];
-      for (StringAttr axis : wanted) {
-        bool taken = llvm::any_of(factorAxes, [&](const AxisNames &other) {
-          return llvm::is_contained(other, axis);
-        });
-        if (taken)
-          break;
-        axes.push_back(axis);
-      }
-    }
-
-  // A linear op whose result stays partial takes its operands partial too.
-  AxisNames keptPartial;
-  if (!resultShardings.empty())
-    for (StringAttr axis : inheritedPartial(
-             rule, ArrayRef<const ValueSharding *>(known).take_front(
-                       op->getNumOperands())))
-      if (llvm::is_contained(resultShardings[0].partial, axis))
-        keptPartial.push_back(axis);
+    fixed.push_back(isFixed(operand));
+  }
+  OpLayout layout =
+      decideOpLayout(rule, operandShardings, fixed, resultShardings, mesh_);
 
   builder_.setInsertionPoint(op);
   actionCopier_.setSource(op);
   SmallVector<Value> operands;
   for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
-    ValueSharding required = projectFactors(rule.operandFactors[i], factorAxes);
-    if (rule.linearOperand < 0 ||
-        static_cast<int64_t>(i) == rule.linearOperand)
-      required.partial = keptPartial;
+    const ValueSharding &required = layout.operands[i];
     if (operandShardings[i] == required) {
       operands.push_back(operand);
       continue;
@@ -328,12 +217,7 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
   // What the op produces is what its rule implies from the factors; a user
   // may have asked for more (a split of a dimension the op needs whole):
   // such results are resharded after the op.
-  SmallVector<ValueSharding> produced;
-  for (size_t i = 0; i < op->getNumResults(); ++i) {
-    ValueSharding sharding = projectFactors(rule.resultFactors[i], factorAxes);
-    setResultPartial(rule, factorAxes, keptPartial, i, sharding);
-    produced.push_back(sharding);
-  }
+  const SmallVector<ValueSharding> &produced = layout.results;
   SmallVector<Type> resultTypes;
   for (auto [result, sharding] : llvm::zip(op->getResults(), produced)) {
     auto type = llvm::cast<RankedTensorType>(result.getType());
@@ -355,9 +239,8 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
     return builder_.getArrayAttr(dims);
   };
   SmallVector<ArrayAttr> tensorAxes;
-  for (auto [i, operand] : llvm::enumerate(operands))
-    tensorAxes.push_back(
-        axesOf(projectFactors(rule.operandFactors[i], factorAxes)));
+  for (const ValueSharding &split : layout.operandSplits)
+    tensorAxes.push_back(axesOf(split));
   for (const ValueSharding &sharding : produced)
     tensorAxes.push_back(axesOf(sharding));
   if (failed(
@@ -374,11 +257,7 @@ LogicalResult Partitioner::partitionOp(const GlobalView &global) {
     // A value the op made whole over an axis (its operands were gathered)
     // cannot become a partial sum there: it stays whole, and users that
     // wanted it partial take it as it is.
-    ValueSharding achieved = wanted;
-    achieved.partial.clear();
-    for (StringAttr axis : wanted.partial)
-      if (llvm::is_contained(made.partial, axis))
-        achieved.partial.push_back(axis);
+    ValueSharding achieved = achievedSharding(made, wanted);
     if (!(made == achieved))
       value = reshard(op->getLoc(), value, made, achieved, global);
     actual_[value] = achieved;
