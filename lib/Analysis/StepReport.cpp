@@ -35,18 +35,10 @@ std::string formatBytes(int64_t bytes) {
 
 /// Bytes one rank sends for `op` under ring algorithms (StepReport.h).
 int64_t wireBytes(Operation *op) {
-  int64_t n = groupSizeOf(op);
-  if (n <= 1)
-    return 0;
-  int64_t in = bytesOf(op->getOperand(0).getType());
-  int64_t out = op->getNumResults() ? bytesOf(op->getResult(0).getType()) : 0;
-  if (llvm::isa<AllReduceOp>(op))
-    return 2 * (n - 1) * in / n;
-  if (llvm::isa<ReduceScatterOp, AllToAllOp>(op))
-    return (n - 1) * in / n;
-  if (llvm::isa<AllGatherOp>(op))
-    return (n - 1) * out / n;
-  return in; // broadcast, collective_permute
+  return ringWireBytes(op->getName().stripDialect(), groupSizeOf(op),
+                       bytesOf(op->getOperand(0).getType()),
+                       op->getNumResults() ? bytesOf(op->getResult(0).getType())
+                                           : 0);
 }
 
 /// Whether `role` names an optimizer state (moments, fp32 masters).
@@ -102,7 +94,22 @@ void collectGradientValues(Value value, llvm::DenseSet<Value> &visited,
 
 } // namespace
 
-std::map<std::string, int64_t> StepReport::wireBytesByKind() const {
+int64_t ringWireBytes(StringRef kind, int64_t groupSize, int64_t inBytes,
+                      int64_t outBytes) {
+  int64_t n = groupSize;
+  if (n <= 1)
+    return 0;
+  if (kind == "all_reduce")
+    return 2 * (n - 1) * inBytes / n;
+  if (kind == "reduce_scatter" || kind == "all_to_all")
+    return (n - 1) * inBytes / n;
+  if (kind == "all_gather")
+    return (n - 1) * outBytes / n;
+  return inBytes; // broadcast, collective_permute
+}
+
+std::map<std::string, int64_t>
+wireBytesByKind(const TrafficByCollective &communication) {
   std::map<std::string, int64_t> kinds;
   for (const char *kind : {"all_reduce", "reduce_scatter", "all_gather",
                            "all_to_all", "send", "recv"})
@@ -110,6 +117,19 @@ std::map<std::string, int64_t> StepReport::wireBytesByKind() const {
   for (const auto &[key, traffic] : communication)
     kinds[key.substr(0, key.find(' '))] += traffic.wireBytes;
   return kinds;
+}
+
+llvm::json::Object trafficJson(const TrafficByCollective &communication) {
+  llvm::json::Object calls;
+  for (const auto &[key, traffic] : communication)
+    calls[key] = llvm::json::Object{{"calls", traffic.count},
+                                    {"bytes", traffic.bytes},
+                                    {"wire_bytes", traffic.wireBytes}};
+  return calls;
+}
+
+std::map<std::string, int64_t> StepReport::wireBytesByKind() const {
+  return trellis::wireBytesByKind(communication);
 }
 
 StepReport computeStepReport(func::FuncOp step) {
@@ -259,6 +279,8 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
       continue;
     }
     Operation &op = *item.op;
+    if (graph::contractOf(&op))
+      report.flops += graph::costFromContract(&op).flops;
     for (Value operand : op.getOperands())
       use(operand, item.microBatch, at);
     for (Value result : op.getResults())
@@ -469,6 +491,7 @@ void StepReport::print(llvm::raw_ostream &os) const {
                       "other temporaries)\n",
                       formatBytes(totalPeakBytes), formatBytes(persistentBytes),
                       formatBytes(arenaBytes));
+  os << llvm::formatv("compute per step: {0:F3} GFLOP per rank\n", flops / 1e9);
   if (!savedActivationBytes.empty()) {
     os << "activations kept for the backward (one micro-batch):";
     for (const auto &[part, bytes] : savedActivationBytes)
@@ -496,16 +519,17 @@ llvm::json::Object StepReport::toJson() const {
     saved[part] = bytes;
   return llvm::json::Object{
       {"parameters", parameterCount},
+      {"flops", flops},
       {"stage_parameters", stageParameterCount},
-      {"bytes",
-       llvm::json::Object{{"params", parameterBytes},
-                          {"grads", gradientBytes},
-                          {"optimizer", optimizerStateBytes},
-                          {"model_states", modelStateBytes()},
-                          {"persistent", persistentBytes},
-                          {"activations_peak", arenaBytes},
-                          {"total_peak", totalPeakBytes}}},
+      {"bytes", llvm::json::Object{{"params", parameterBytes},
+                                   {"grads", gradientBytes},
+                                   {"optimizer", optimizerStateBytes},
+                                   {"model_states", modelStateBytes()},
+                                   {"persistent", persistentBytes},
+                                   {"activations_peak", arenaBytes},
+                                   {"total_peak", totalPeakBytes}}},
       {"comm_bytes", std::move(comm)},
+      {"communication", trafficJson(communication)},
       {"activations_per_part", std::move(saved)},
   };
 }

@@ -187,7 +187,7 @@ TrellisStatus trellisCompile(TrellisModel modelHandle,
       return capture.failure("compilation failed");
     auto result = std::make_unique<Compilation>();
     result->text = std::move(compiled->text);
-    result->isPlan = !options.emitMlir;
+    result->isPlan = !options.emitMlir && !options.emitEstimate;
     if (options.report) {
       std::string json;
       llvm::raw_string_ostream os(json);

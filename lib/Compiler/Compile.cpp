@@ -9,12 +9,14 @@
 #include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Autodiff/Passes.h"
 #include "trellis/Common/LearningRate.h"
+#include "trellis/Compiler/CompileReport.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Graph/Transforms/Passes.h"
 #include "trellis/Pipeline/Passes.h"
 #include "trellis/Pipeline/PipelineSplit.h"
 #include "trellis/Sharding/Passes.h"
+#include "trellis/Sharding/ShardingCost.h"
 #include "trellis/Target/Plan/PlanEmitter.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CRC.h"
@@ -569,8 +571,12 @@ mlir::LogicalResult buildCompilePasses(
     sharding.bucketBytes = static_cast<int64_t>(options.bucketMiB * (1 << 20));
     sharding.bucketsPerPart = pipeline.has_value();
     sharding.explain = options.explain;
+    sharding.partition = !options.emitEstimate;
     buildShardingPipeline(pm, sharding);
   }
+  // The estimate prices the propagated step: nothing after propagation.
+  if (options.emitEstimate)
+    return mlir::success();
   if (pipeline || options.microBatches > 1) {
     PipelinePhaseOptions phase;
     phase.function = stepName.str();
@@ -644,6 +650,22 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
   if (mlir::failed(pipeline))
     return mlir::failure();
 
+  // What the cost query cannot price yet.
+  if (options.emitEstimate && pipeline->has_value()) {
+    sink(MessageKind::Error,
+         "--emit estimate: pipeline stages are not priced yet: expected --pp "
+         "1, found " +
+             llvm::Twine(degrees->pipeline));
+    return mlir::failure();
+  }
+  if (options.emitEstimate && degrees->contextParallel > 1 &&
+      options.contextKind == "ring") {
+    sink(MessageKind::Error,
+         "--emit estimate: ring attention is not priced yet: expected "
+         "--cp-kind ulysses or allgather, found ring");
+    return mlir::failure();
+  }
+
   mlir::PassManager pm(module.getContext());
   // The IR is verified once, after the last pass (between passes it costs
   // a walk of the whole step each time); trellis-opt verifies after each.
@@ -659,6 +681,18 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
   if (mlir::failed(mlir::verify(module)))
     return mlir::failure();
   verifyTiming.stop();
+
+  if (options.emitEstimate) {
+    mlir::FailureOr<ShardedStepCost> cost =
+        estimateShardedStep(module.lookupSymbol<mlir::func::FuncOp>(stepName));
+    if (mlir::failed(cost))
+      return mlir::failure();
+    compiled.text =
+        llvm::formatv("{0:2}\n", estimateJson(compiled.modelParameters,
+                                              compiled.meshAxes, *cost))
+            .str();
+    return compiled;
+  }
 
   bool staged = pipeline->has_value() || options.microBatches > 1;
   llvm::SmallVector<mlir::func::FuncOp> stages;

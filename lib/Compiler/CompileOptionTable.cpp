@@ -155,10 +155,15 @@ const std::vector<OptionRow<CompileOptions>> &compileOptionTable() {
        "(-trellis-fuse-elementwise; --fuse=false keeps them apart)"},
       // Output.
       {"emit", OptionType::String,
-       [](O &o, const V &v) { o.emitMlir = v.text == "mlir"; }, kOutput,
-       "What to write: plan (the plan file, default) or mlir (the training "
-       "step as MLIR)",
-       "plan|mlir"},
+       [](O &o, const V &v) {
+         o.emitMlir = v.text == "mlir";
+         o.emitEstimate = v.text == "estimate";
+       },
+       kOutput,
+       "What to write: plan (the plan file, default), mlir (the training "
+       "step as MLIR) or estimate (JSON: what each rank computes, holds and "
+       "sends, priced from the shardings before partitioning; docs/Report.md)",
+       "plan|mlir|estimate"},
       {"explain", OptionType::Bool,
        [](O &o, const V &v) { o.explain = v.flag; }, kOutput,
        "Report, op by op, which factors propagation split, which operands "
@@ -174,8 +179,8 @@ const std::vector<OptionRow<CompileOptions>> &compileOptionTable() {
 std::string checkCompileOptionValue(const OptionRow<CompileOptions> &row,
                                     const OptionValue &value) {
   if (std::string(row.name) == "emit" && value.text != "plan" &&
-      value.text != "mlir")
-    return "expected plan or mlir, found '" + value.text + "'";
+      value.text != "mlir" && value.text != "estimate")
+    return "expected plan, mlir or estimate, found '" + value.text + "'";
   return "";
 }
 

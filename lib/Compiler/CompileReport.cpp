@@ -78,9 +78,10 @@ void printReports(const std::vector<RankReport> &reports,
   }
 }
 
-llvm::json::Value
-reportJson(int64_t modelParameters, const std::vector<MeshAxis> &mesh,
-           const std::vector<RankReport> &reports) {
+namespace {
+
+/// The mesh's axes of more than one rank, with their roles.
+llvm::json::Array meshJson(const std::vector<MeshAxis> &mesh) {
   llvm::json::Array axes;
   for (const MeshAxis &axis : mesh)
     if (axis.size > 1)
@@ -88,6 +89,24 @@ reportJson(int64_t modelParameters, const std::vector<MeshAxis> &mesh,
           {"name", axis.name},
           {"size", axis.size},
           {"role", std::string(axisRoleName(axis.role))}});
+  return axes;
+}
+
+} // namespace
+
+llvm::json::Value estimateJson(int64_t modelParameters,
+                               const std::vector<MeshAxis> &mesh,
+                               const ShardedStepCost &cost) {
+  return llvm::json::Object{{"model_parameters", modelParameters},
+                            {"mesh", meshJson(mesh)},
+                            {"priced", "before partitioning"},
+                            {"per_rank", llvm::json::Array{cost.toJson()}}};
+}
+
+llvm::json::Value reportJson(int64_t modelParameters,
+                             const std::vector<MeshAxis> &mesh,
+                             const std::vector<RankReport> &reports) {
+  llvm::json::Array axes = meshJson(mesh);
   llvm::json::Array perRank;
   for (const RankReport &entry : reports) {
     llvm::json::Object rank = entry.report.toJson();

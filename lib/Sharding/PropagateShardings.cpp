@@ -184,8 +184,19 @@ bool PropagateShardingsPass::propagateThrough(
 }
 
 /// `argument 3 ("lm_head.weight")`, or `argument 3`.
-static std::string describeArgument(Value value) {
-  auto arg = llvm::cast<BlockArgument>(value);
+/// A value whose layout is fixed: an argument (with its parameter name), or
+/// a constraint's result (trellis.shard, with the op it constrains).
+static std::string describeFixed(Value value) {
+  auto arg = llvm::dyn_cast<BlockArgument>(value);
+  if (!arg) {
+    Operation *producer = value.getDefiningOp();
+    std::string text = "the value laid out by a trellis.shard constraint";
+    if (producer && producer->getNumOperands())
+      if (Operation *source = producer->getOperand(0).getDefiningOp())
+        text += " on the result of '" + source->getName().getStringRef().str() +
+                "'";
+    return text;
+  }
   std::string text = llvm::formatv("argument {0}", arg.getArgNumber()).str();
   auto function = llvm::dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
   if (!function)
@@ -236,10 +247,10 @@ void PropagateShardingsPass::reportAnnotationConflicts(
         continue;
       InFlightDiagnostic warning = op->emitWarning();
       warning << "conflicting annotations: operand " << i << ", "
-              << describeArgument(operand) << ", splits dimension " << d
+              << describeFixed(operand) << ", splits dimension " << d
               << " over " << describeAxes(wanted) << ", but ";
       if (Value winner = decidedBy[factor])
-        warning << describeArgument(winner) << " splits the same factor over "
+        warning << describeFixed(winner) << " splits the same factor over "
                 << describeAxes(factorAxes[factor]);
       else
         warning << "the op splits that factor over "

@@ -36,6 +36,8 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
   PropagateShardingsPassOptions propagation;
   propagation.explain = options.explain;
   pm.addNestedPass<func::FuncOp>(createPropagateShardingsPass(propagation));
+  if (!options.partition)
+    return;
   pm.addNestedPass<func::FuncOp>(createPartitionPass());
   if (options.contextParallel && options.contextKind == "ring")
     pm.addNestedPass<func::FuncOp>(createLowerRingAttentionPass());

@@ -248,13 +248,17 @@ def compile(model: ModelLike, *, mesh: Optional[str] = None,
     types and help): batch, seq, microbatches, mesh ("dp=2,tp=2",
     "replica:data=2,model:tensor=2") or dp/tp/pp/cp, zero, zero_axes,
     schedule, lr, precision, ... With emit="mlir", returns the training
-    step as MLIR text instead of a plan."""
+    step as MLIR text instead of a plan; with emit="estimate", the cost
+    query's figures as a dict (per rank: flops, bytes, communication;
+    docs/Report.md)."""
     handle = _as_model(model)._handle
     compile_options = _trellis.CompileOptions()
     _set_options(compile_options, dict(options, mesh=mesh, report=report))
     compilation = _trellis.compile(handle, compile_options)
     if options.get("emit") == "mlir":
         return compilation.text()
+    if options.get("emit") == "estimate":
+        return json.loads(compilation.text())
     return Plan(compilation.text(),
                 compilation.report() if report else None,
                 compilation.diagnostics())

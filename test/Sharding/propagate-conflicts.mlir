@@ -43,3 +43,20 @@ func.func @agreeing(
   %1 = graph.add %0, %b : tensor<8x32xf32>, tensor<32xf32>
   return %1 : tensor<8x32xf32>
 }
+
+// -----
+
+// Tests that a conflict over a value a constraint laid out (not an argument)
+// names the constraint and the op it constrains.
+trellis.mesh @mesh = <["tp"=2]>
+// CHECK-LABEL: func.func @constrained_conflict
+func.func @constrained_conflict(
+    %x: tensor<8x32xf32> {trellis.sharding = #trellis.sharding<@mesh, [{}, {"tp"}]>},
+    %y: tensor<8x32xf32>) -> tensor<8x32xf32> {
+  %0 = graph.exp %y : tensor<8x32xf32>
+  %1 = trellis.shard %0 <@mesh, [{"tp"}, {}]> : tensor<8x32xf32>
+  // expected-warning @+2 {{conflicting annotations: operand 1, the value laid out by a trellis.shard constraint on the result of 'graph.exp', splits dimension 0 over "tp", but the op splits that factor over nothing (its axes are taken by another factor, or do not divide it); operand 1 is resharded}}
+  // CHECK: graph.add {{.*}} {trellis.result_shardings = [#trellis.sharding<@mesh, [{}, {"tp"}]>]}
+  %2 = graph.add %x, %1 : tensor<8x32xf32>, tensor<8x32xf32>
+  return %2 : tensor<8x32xf32>
+}

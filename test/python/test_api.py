@@ -143,6 +143,20 @@ def test_emit_mlir_returns_the_step(gpt2_tiny: str) -> None:
     assert isinstance(text, str) and "func.func @train_step" in text
 
 
+def test_emit_estimate_prices_what_the_plan_reports(gpt2_tiny: str) -> None:
+    """The cost query, priced before partitioning, gives the FLOPs and the
+    collective bytes the partitioned plan's report counts."""
+    estimate = trellis.compile(gpt2_tiny, mesh="dp=2,tp=2", batch=4, seq=16,
+                               emit="estimate")
+    plan = trellis.compile(gpt2_tiny, mesh="dp=2,tp=2", batch=4, seq=16,
+                           report=True)
+    priced, reported = estimate["per_rank"][0], plan.report()["per_rank"][0]
+    assert estimate["priced"] == "before partitioning"
+    assert priced["flops"] == reported["flops"] > 0
+    assert priced["comm_bytes"]["all_reduce"] == \
+        reported["comm_bytes"]["all_reduce"] > 0
+
+
 def test_compile_errors_say_error_once(gpt2_tiny: str) -> None:
     with pytest.raises(trellis.Error) as raised:
         trellis.compile(gpt2_tiny, lr=-1.0)

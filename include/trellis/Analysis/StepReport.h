@@ -42,6 +42,9 @@ struct StepReport {
   int64_t persistentBytes = 0;
   int64_t arenaBytes = 0;
   int64_t totalPeakBytes = 0;
+  /// Floating-point operations of the graph ops the rank runs in one step
+  /// (each micro-batch's), from the op table's costs: a multiply-add is 2.
+  double flops = 0;
   /// Per model part ("layer 3"), the bytes of one micro-batch's forward
   /// values the backward reads (the activations a layer keeps).
   std::map<std::string, int64_t> savedActivationBytes;
@@ -68,6 +71,24 @@ struct StepReport {
   /// The rank's entry of --report-json (docs/Report.md).
   llvm::json::Object toJson() const;
 };
+
+/// Traffic by collective and mesh axes ("all_reduce over dp").
+using TrafficByCollective = std::map<std::string, StepReport::Traffic>;
+
+/// Wire bytes by collective kind ("all_reduce", ..., "send", "recv"; every
+/// kind present, 0 when unused).
+std::map<std::string, int64_t>
+wireBytesByKind(const TrafficByCollective &communication);
+
+/// `{key: {"calls", "bytes", "wire_bytes"}}` (docs/Report.md).
+llvm::json::Object trafficJson(const TrafficByCollective &communication);
+
+/// Bytes one rank sends for a collective of `kind` ("all_reduce",
+/// "reduce_scatter", "all_gather", "all_to_all", else a broadcast or
+/// permute) over a group of `groupSize` ranks, handed `inBytes` and making
+/// `outBytes`, under ring algorithms (StepReport::Traffic::wireBytes).
+int64_t ringWireBytes(llvm::StringRef kind, int64_t groupSize, int64_t inBytes,
+                      int64_t outBytes);
 
 /// One thing a rank runs: an op of the step, or one end of a point-to-point
 /// transfer of `value` over `axis` (a pipeline's send or receive), for

@@ -69,6 +69,10 @@ struct CompileOptions {
   bool explain = false;
   /// The training step as MLIR instead of a plan (--emit mlir).
   bool emitMlir = false;
+  /// The cost query's JSON instead of a plan (--emit estimate): what each
+  /// rank computes, holds and sends, priced from the propagated shardings
+  /// without partitioning (trellis/Sharding/ShardingCost.h).
+  bool emitEstimate = false;
   /// Compute the per-rank reports (with their memory plans).
   bool report = false;
 };
@@ -76,7 +80,7 @@ struct CompileOptions {
 /// A compiled model.
 struct CompiledModel {
   /// The plan (JSON whose first field is the checksum of the rest, then a
-  /// newline), or the training step as MLIR.
+  /// newline), the training step as MLIR, or the estimate's JSON.
   std::string text;
   /// Per rank kind, when CompileOptions::report.
   std::vector<RankReport> reports;

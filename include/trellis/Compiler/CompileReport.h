@@ -10,6 +10,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "trellis/Analysis/StepReport.h"
 #include "trellis/Common/Mesh.h"
+#include "trellis/Sharding/ShardingCost.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -43,6 +44,12 @@ void printReports(const std::vector<RankReport> &reports,
 llvm::json::Value reportJson(int64_t modelParameters,
                              const std::vector<MeshAxis> &mesh,
                              const std::vector<RankReport> &reports);
+
+/// `--emit estimate`'s JSON (docs/Report.md): the model's parameter count,
+/// the mesh as reportJson writes it, and the one rank kind's priced cost.
+llvm::json::Value estimateJson(int64_t modelParameters,
+                               const std::vector<MeshAxis> &mesh,
+                               const ShardedStepCost &cost);
 
 /// ZeRO-2 and ZeRO-3 with a pipeline communicate per micro-batch: a warning
 /// with the data-parallel traffic per step (the reduce-scatters and

@@ -43,6 +43,9 @@ struct ShardingOptions {
   bool bucketsPerPart = false;
   /// Report, op by op, where shardings came from (remarks).
   bool explain = false;
+  /// Partition (and lower and bucket) after propagating; without it the
+  /// phase ends with every value's sharding decided, for the cost query.
+  bool partition = true;
 };
 
 /// Adds preset, propagation, partitioning and gradient bucketing for

@@ -232,6 +232,22 @@ def PartitionPass : Pass<"trellis-partition", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
 
+def PrintShardedCostPass
+    : Pass<"trellis-print-sharded-cost", "::mlir::func::FuncOp"> {
+  let summary = "Reports what one rank computes and sends, priced before partitioning";
+  let description = [{
+    The cost query (`trellis/Sharding/ShardingCost.h`) as a pass, for
+    inspection and tests. Preconditions: shardings propagated. Each function
+    gets a remark: `per rank: <flops> flops, <read> bytes read, <written>
+    bytes written, then for each collective and its mesh axes `; <kind> over
+    <axes>: <calls> calls, <bytes> bytes, <sent> sent`: the collectives
+    `-trellis-partition` would insert, with what each rank hands over and
+    sends under ring algorithms, and the FLOPs of each op's piece. Changes
+    nothing. `trellis compile --emit estimate` prints the same figures as
+    JSON.
+  }];
+}
+
 def BucketAllReducesPass
     : Pass<"trellis-bucket-all-reduces", "::mlir::func::FuncOp"> {
   let summary = "Fuses all_reduces (and ZeRO's reduce_scatters and all_gathers) into buckets issued as soon as ready";

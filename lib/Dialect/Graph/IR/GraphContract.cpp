@@ -192,6 +192,19 @@ OpCost costFromContract(Operation *op) {
   return table.contract->cost(table.instance());
 }
 
+OpCost costWithShapes(Operation *op,
+                      ArrayRef<SmallVector<int64_t>> operandShapes,
+                      ArrayRef<SmallVector<int64_t>> resultShapes) {
+  TableInstance table(op);
+  for (auto [type, shape] : llvm::zip(table.inputs, operandShapes))
+    type.shape.assign(shape.begin(), shape.end());
+  for (auto [type, shape] : llvm::zip(table.results, resultShapes))
+    type.shape.assign(shape.begin(), shape.end());
+  if (!table.contract)
+    return elementwiseCost(table.instance(), 1);
+  return table.contract->cost(table.instance());
+}
+
 PrecisionPolicy precisionFromContract(Operation *op) {
   const OpContract *contract = contractOf(op);
   return contract ? contract->precision : PrecisionPolicy::Low;

@@ -98,13 +98,19 @@ void addPointwiseOps(TableBuilder &table) {
       .precision(PrecisionPolicy::Operands);
   // A micro-batch's value added into its step total (the compiler's
   // graph.microbatch_sum); the runtime sets `first` on each total's first
-  // accumulation of the step (which copies).
+  // accumulation of the step (which copies). Zeros sum to zeros, so pieces
+  // may be padded (ZeRO-2's gradient pieces of a dimension the data axis
+  // does not divide).
   OpEffects accumulates;
   accumulates.accumulates = true;
   table
       .add("accumulate", {kInput}, 1, {{"first", K::Bool, false}},
            sameAsInputRule)
-      .factors(linearElementwiseFactors)
+      .factors([](const OpInstance &op) {
+        ShardingRule rule = linearElementwiseFactors(op);
+        rule.paddable = true;
+        return rule;
+      })
       .effects(accumulates);
 
   // Elementwise chains fused into one pass (trellis/Common/FusedProgram.h):

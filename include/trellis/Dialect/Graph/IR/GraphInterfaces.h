@@ -31,6 +31,13 @@ ShardingRule shardingRuleFromContract(mlir::Operation *op);
 OpCost costFromContract(mlir::Operation *op);
 PrecisionPolicy precisionFromContract(mlir::Operation *op);
 
+/// The cost of `op` were its operands and results of `operandShapes` and
+/// `resultShapes` (their element types and the attributes unchanged): what
+/// one rank's piece of a sharded op costs.
+OpCost costWithShapes(mlir::Operation *op,
+                      llvm::ArrayRef<llvm::SmallVector<int64_t>> operandShapes,
+                      llvm::ArrayRef<llvm::SmallVector<int64_t>> resultShapes);
+
 } // namespace trellis::graph
 
 #include "trellis/Dialect/Graph/IR/GraphInterfaces.h.inc"

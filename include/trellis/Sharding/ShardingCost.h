@@ -1,0 +1,59 @@
+//===- ShardingCost.h - What a sharding costs, before partitioning -*- C++
+//-*-===//
+//
+// The cost query of the planner: given a step whose values carry shardings
+// (annotated and propagated, not partitioned), what one rank computes,
+// holds and sends in one step, in the partitioned step's terms. It follows
+// the partitioner's own decisions (Resharding.h: each op's layout, each
+// reshard's collectives) without building IR, and prices each op's piece
+// by its op table row over the piece's factor sizes. The partitioned
+// step's report (StepReport.h) gives the same FLOPs and collective bytes;
+// counts of gradient reductions differ where bucketing fuses them.
+//
+// Not priced yet: ring attention (the all-gather form is priced), pipeline
+// stages, and the activation memory (the arena).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_SHARDING_SHARDINGCOST_H
+#define TRELLIS_SHARDING_SHARDINGCOST_H
+
+#include "trellis/Analysis/StepReport.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/JSON.h"
+
+#include <map>
+#include <string>
+
+namespace trellis {
+
+struct ShardedStepCost {
+  /// FLOPs of one rank's graph ops in one step (each micro-batch's), as
+  /// StepReport::flops counts them.
+  double flops = 0;
+  /// Bytes those ops read and write (before fusion).
+  int64_t bytesRead = 0;
+  int64_t bytesWritten = 0;
+  /// The parameter pieces and optimizer states (moments, fp32 masters)
+  /// one rank holds, as StepReport counts them.
+  int64_t parameterBytes = 0;
+  int64_t optimizerStateBytes = 0;
+  /// The collectives the partitioner inserts, keyed and counted as
+  /// StepReport::communication (before gradient bucketing).
+  TrafficByCollective communication;
+
+  /// `{"flops", "bytes": {...}, "comm_bytes": {...}, "communication":
+  /// {key: {"calls", "bytes", "wire_bytes"}}}` (docs/Report.md).
+  llvm::json::Object toJson() const;
+};
+
+/// The cost of one rank's share of `step` (a function with a body) whose ops
+/// carry propagated shardings (-trellis-propagate-shardings). A function
+/// without sharded arguments runs whole on one rank. Fails with a diagnostic on
+/// an op with no sharding rule or no propagated sharding.
+mlir::FailureOr<ShardedStepCost> estimateShardedStep(mlir::func::FuncOp step);
+
+} // namespace trellis
+
+#endif // TRELLIS_SHARDING_SHARDINGCOST_H

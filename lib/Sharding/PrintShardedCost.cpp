@@ -1,0 +1,41 @@
+//===- PrintShardedCost.cpp - The cost query's figures as a remark --------===//
+
+#include "trellis/Sharding/Passes.h"
+#include "trellis/Sharding/ShardingCost.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_PRINTSHARDEDCOSTPASS
+#include "trellis/Sharding/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+
+namespace {
+
+struct PrintShardedCostPass
+    : public trellis::impl::PrintShardedCostPassBase<PrintShardedCostPass> {
+  void runOnOperation() override {
+    func::FuncOp function = getOperation();
+    if (function.isExternal())
+      return;
+    FailureOr<trellis::ShardedStepCost> cost =
+        trellis::estimateShardedStep(function);
+    if (failed(cost))
+      return signalPassFailure();
+    std::string text =
+        llvm::formatv("per rank: {0} flops, {1} bytes read, {2} bytes written",
+                      static_cast<int64_t>(cost->flops), cost->bytesRead,
+                      cost->bytesWritten)
+            .str();
+    for (const auto &[key, traffic] : cost->communication)
+      text += llvm::formatv("; {0}: {1} calls, {2} bytes, {3} sent", key,
+                            traffic.count, traffic.bytes, traffic.wireBytes)
+                  .str();
+    function.emitRemark(text);
+    markAllAnalysesPreserved();
+  }
+};
+
+} // namespace
