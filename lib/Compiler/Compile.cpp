@@ -574,9 +574,6 @@ mlir::LogicalResult buildCompilePasses(
     sharding.partition = !options.emitEstimate;
     buildShardingPipeline(pm, sharding);
   }
-  // The estimate prices the propagated step: nothing after propagation.
-  if (options.emitEstimate)
-    return mlir::success();
   if (pipeline || options.microBatches > 1) {
     PipelinePhaseOptions phase;
     phase.function = stepName.str();
@@ -591,9 +588,11 @@ mlir::LogicalResult buildCompilePasses(
       for (const MeshAxis &axis : degrees.axes)
         phase.meshOrder.push_back(axis.name);
     }
+    // The estimate prices the propagated step with its stages assigned.
+    phase.split = !options.emitEstimate;
     buildPipelinePhase(pm, phase);
   }
-  if (options.fuse)
+  if (options.fuse && !options.emitEstimate)
     pm.addPass(graph::createFuseElementwisePass());
   return mlir::success();
 }
@@ -651,13 +650,6 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
     return mlir::failure();
 
   // What the cost query cannot price yet.
-  if (options.emitEstimate && pipeline->has_value()) {
-    sink(MessageKind::Error,
-         "--emit estimate: pipeline stages are not priced yet: expected --pp "
-         "1, found " +
-             llvm::Twine(degrees->pipeline));
-    return mlir::failure();
-  }
   if (options.emitEstimate && degrees->contextParallel > 1 &&
       options.contextKind == "ring") {
     sink(MessageKind::Error,
@@ -683,8 +675,10 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
   verifyTiming.stop();
 
   if (options.emitEstimate) {
-    mlir::FailureOr<ShardedStepCost> cost =
-        estimateShardedStep(module.lookupSymbol<mlir::func::FuncOp>(stepName));
+    PipelineAxes axes{degrees->pipelineAxis,
+                      degrees->tensorParallel > 1 ? degrees->tensorAxis : ""};
+    mlir::FailureOr<std::vector<ShardedStepCost>> cost = estimateShardedStep(
+        module.lookupSymbol<mlir::func::FuncOp>(stepName), axes);
     if (mlir::failed(cost))
       return mlir::failure();
     compiled.text =

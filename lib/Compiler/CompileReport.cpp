@@ -96,11 +96,17 @@ llvm::json::Array meshJson(const std::vector<MeshAxis> &mesh) {
 
 llvm::json::Value estimateJson(int64_t modelParameters,
                                const std::vector<MeshAxis> &mesh,
-                               const ShardedStepCost &cost) {
+                               const std::vector<ShardedStepCost> &costs) {
+  llvm::json::Array perRank;
+  for (auto [stage, cost] : llvm::enumerate(costs)) {
+    llvm::json::Object rank = cost.toJson();
+    rank["stage"] = static_cast<int64_t>(stage);
+    perRank.push_back(std::move(rank));
+  }
   return llvm::json::Object{{"model_parameters", modelParameters},
                             {"mesh", meshJson(mesh)},
                             {"priced", "before partitioning"},
-                            {"per_rank", llvm::json::Array{cost.toJson()}}};
+                            {"per_rank", std::move(perRank)}};
 }
 
 llvm::json::Value reportJson(int64_t modelParameters,

@@ -20,6 +20,8 @@ void trellis::buildPipelinePhase(OpPassManager &pm,
     assign.layers.assign(options.layers.begin(), options.layers.end());
     pm.addPass(createAssignStagesPass(assign));
   }
+  if (!options.split)
+    return;
   SplitStagesPassOptions split;
   split.functionName = options.function;
   split.axis = options.axis;

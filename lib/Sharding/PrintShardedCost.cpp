@@ -20,20 +20,25 @@ struct PrintShardedCostPass
     func::FuncOp function = getOperation();
     if (function.isExternal())
       return;
-    FailureOr<trellis::ShardedStepCost> cost =
+    FailureOr<std::vector<trellis::ShardedStepCost>> costs =
         trellis::estimateShardedStep(function);
-    if (failed(cost))
+    if (failed(costs))
       return signalPassFailure();
-    std::string text =
-        llvm::formatv("per rank: {0} flops, {1} bytes read, {2} bytes written",
-                      static_cast<int64_t>(cost->flops), cost->bytesRead,
-                      cost->bytesWritten)
-            .str();
-    for (const auto &[key, traffic] : cost->communication)
-      text += llvm::formatv("; {0}: {1} calls, {2} bytes, {3} sent", key,
-                            traffic.count, traffic.bytes, traffic.wireBytes)
-                  .str();
-    function.emitRemark(text);
+    for (auto [rank, cost] : llvm::enumerate(*costs)) {
+      std::string text =
+          llvm::formatv("{0}: {1} flops, {2} bytes read, {3} bytes written",
+                        costs->size() == 1
+                            ? std::string("per rank")
+                            : "pipeline rank " + std::to_string(rank),
+                        static_cast<int64_t>(cost.flops), cost.bytesRead,
+                        cost.bytesWritten)
+              .str();
+      for (const auto &[key, traffic] : cost.communication)
+        text += llvm::formatv("; {0}: {1} calls, {2} bytes, {3} sent", key,
+                              traffic.count, traffic.bytes, traffic.wireBytes)
+                    .str();
+      function.emitRemark(text);
+    }
     markAllAnalysesPreserved();
   }
 };

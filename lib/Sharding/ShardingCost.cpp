@@ -1,13 +1,21 @@
 //===- ShardingCost.cpp - What a sharding costs, before partitioning ------===//
+//
+// The query writes the partitioned step down as data (each op with the
+// values it reads and makes, its local cost and its collective, as the
+// partitioner would build it), places the ops on pipeline ranks as the
+// pipeline split does (PriceVirtualStep.cpp), adds the transfers between
+// ranks, and sums each rank's share.
+//
+//===----------------------------------------------------------------------===//
 
 #include "trellis/Sharding/ShardingCost.h"
 
 #include "Resharding.h"
+#include "VirtualStep.h"
 
 #include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Sharding/Passes.h"
-#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 using namespace trellis::sharding;
@@ -16,96 +24,95 @@ namespace trellis {
 
 namespace {
 
-int64_t elementBytes(Type type) {
-  auto tensor = llvm::cast<RankedTensorType>(type);
-  return (tensor.getElementTypeBitWidth() + 7) / 8;
-}
-
-int64_t elements(ArrayRef<int64_t> shape) {
-  int64_t count = 1;
-  for (int64_t size : shape)
-    count *= size;
-  return count;
-}
-
-/// Walks a propagated step as the partitioner would partition it and adds
-/// up what one rank does.
-class CostWalker {
+/// Writes the partitioned step down, from a propagated step (or, without a
+/// mesh, a step that runs whole).
+class VirtualStepBuilder {
 public:
   /// `mesh`: that of the step's shardings; null for a step on one rank.
-  CostWalker(func::FuncOp step, MeshAttr mesh)
-      : step_(step), mesh_(mesh), context_(step.getContext()) {
-    if (auto count = step->getAttrOfType<IntegerAttr>(
-            graph::GraphDialect::kMicroBatchesAttrName))
-      microBatches_ = count.getInt();
-  }
+  VirtualStepBuilder(func::FuncOp step, MeshAttr mesh, VirtualStep &out)
+      : step_(step), mesh_(mesh), context_(step.getContext()), out_(out),
+        pipelined_(step->hasAttr(graph::GraphDialect::kMicroBatchesAttrName)) {}
 
-  LogicalResult run(ShardedStepCost &cost);
+  LogicalResult build();
 
 private:
-  /// How often what the partitioner inserts for `op` runs in a step: once
-  /// per micro-batch for an op of one (graph.phase: the inserted ops take
-  /// it), else once.
-  int64_t runs(Operation *op) const {
-    return op->hasAttr(graph::GraphDialect::kPhaseAttrName) ? microBatches_ : 1;
+  int64_t addValue(HeldValue value) {
+    out_.values.push_back(std::move(value));
+    return static_cast<int64_t>(out_.values.size()) - 1;
   }
-  /// How often `op` itself runs: a total over micro-batches
-  /// (graph.microbatch_sum) adds each micro-batch's value as it is made.
-  int64_t executions(Operation *op) const {
-    const OpContract *contract = graph::contractOf(op);
-    return contract && contract->effects.accumulates ? microBatches_ : runs(op);
+  int64_t addOp(VirtualOp op) {
+    out_.ops.push_back(std::move(op));
+    return static_cast<int64_t>(out_.ops.size()) - 1;
   }
-  /// The value the partitioned step holds for `value`: a constraint that
-  /// changed nothing stands for its operand.
-  Value partitioned(Value value) const {
-    auto it = sameAs_.find(value);
-    return it == sameAs_.end() ? value : it->second;
-  }
-  bool isFixed(Value value) const {
-    return llvm::isa<BlockArgument>(value) ||
-           llvm::isa_and_present<ShardOp>(value.getDefiningOp()) ||
-           constrained_.contains(value);
-  }
-  ArrayRef<int64_t> globalShape(Value value) const {
-    return llvm::cast<RankedTensorType>(value.getType()).getShape();
-  }
-  void addCost(const OpCost &piece, int64_t times) {
-    cost_.flops += piece.flops * times;
-    cost_.bytesRead += piece.bytesRead * times;
-    cost_.bytesWritten += piece.bytesWritten * times;
-  }
-  /// Adds the steps that take `value` from `actual` to `required`, run
-  /// `times` a step.
-  void countReshard(Value value, const ValueSharding &actual,
-                    const ValueSharding &required, int64_t times);
-  LogicalResult countOp(Operation *op);
-  void countConstraint(ShardOp op);
+  /// A value of the step as it is, unsplit.
+  HeldValue whole(Value value) const;
+  /// A new op: `origin` itself, or a reshard step inserted for it.
+  VirtualOp opFor(Operation *origin, bool inserted) const;
+  /// Adds the steps that take `value` to `required`, inserted for
+  /// `origin`; returns the value they make.
+  int64_t reshard(int64_t value, const ValueSharding &required,
+                  Operation *origin);
+  LogicalResult addGraphOp(Operation *op);
+  void addConstraint(ShardOp op);
 
   func::FuncOp step_;
   MeshAttr mesh_;
   MLIRContext *context_;
-  int64_t microBatches_ = 1;
-  ShardedStepCost cost_;
-  DenseMap<Value, ValueSharding> actual_;
-  DenseMap<Value, Value> sameAs_;
-  DenseSet<Value> constrained_;
+  VirtualStep &out_;
+  bool pipelined_;
+  /// The value the partitioned step holds for each value of the step.
+  DenseMap<Value, int64_t> heldOf_;
+  /// Values a user or preset laid out (arguments, constraints' results).
+  DenseSet<int64_t> fixed_;
   /// Reshards already made, by value and required sharding (the
-  /// partitioner's cache).
-  DenseSet<std::pair<Value, Attribute>> reshards_;
+  /// partitioner's cache: a value used twice in one layout is resharded
+  /// once).
+  DenseMap<std::pair<int64_t, Attribute>, int64_t> reshards_;
 };
 
-void CostWalker::countReshard(Value value, const ValueSharding &actual,
-                              const ValueSharding &required, int64_t times) {
+HeldValue VirtualStepBuilder::whole(Value value) const {
+  auto type = llvm::cast<RankedTensorType>(value.getType());
+  HeldValue held;
+  held.global.assign(type.getShape().begin(), type.getShape().end());
+  held.shape = held.global;
+  held.elementType = type.getElementType();
+  held.layout = ValueSharding::replicated(type.getRank());
+  return held;
+}
+
+VirtualOp VirtualStepBuilder::opFor(Operation *origin, bool inserted) const {
+  VirtualOp op;
+  op.origin = origin;
+  const OpContract *contract = graph::contractOf(origin);
+  op.accumulates = !inserted && contract && contract->effects.accumulates;
+  op.action =
+      origin->hasAttr(graph::GraphDialect::kPhaseAttrName) || op.accumulates;
+  if (auto stage =
+          origin->getAttrOfType<IntegerAttr>(TrellisDialect::kStageAttrName))
+    op.virtualStage = stage.getInt();
+  return op;
+}
+
+int64_t VirtualStepBuilder::reshard(int64_t value,
+                                    const ValueSharding &required,
+                                    Operation *origin) {
   using Kind = ReshardStep::Kind;
-  ArrayRef<int64_t> global = globalShape(value);
-  SmallVector<int64_t> shape = localShape(mesh_, global, actual);
-  int64_t bytesPerElement = elementBytes(value.getType());
-  for (const ReshardStep &step :
-       planReshard(mesh_, shape, actual, required, global)) {
-    SmallVector<int64_t> before = std::move(shape);
-    shape = step.shape;
-    int64_t inBytes = elements(before) * bytesPerElement;
-    int64_t outBytes = elements(shape) * bytesPerElement;
+  const HeldValue from = out_.values[value];
+  int64_t current = value;
+  SmallVector<ReshardStep> steps =
+      planReshard(mesh_, from.shape, from.layout, required, from.global);
+  for (auto [index, step] : llvm::enumerate(steps)) {
+    VirtualOp op = opFor(origin, /*inserted=*/true);
+    const HeldValue &before = out_.values[current];
+    // The value the step leaves, with the layout of the last one (which a
+    // pipelined partition marks on it).
+    HeldValue after = before;
+    after.shape = step.shape;
+    after.argument = -1;
+    after.layout = required;
+    after.producer = static_cast<int64_t>(out_.ops.size());
+    int64_t inBytes = before.bytes();
+    int64_t outBytes = after.bytes();
     const char *kind = nullptr;
     switch (step.kind) {
     case Kind::AllReduce:
@@ -126,53 +133,64 @@ void CostWalker::countReshard(Value value, const ValueSharding &actual,
     case Kind::Slice: {
       // Layout ops, priced by their rows (no flops; the bytes moved).
       ElementType element =
-          graph::toElementType(
-              llvm::cast<RankedTensorType>(value.getType()).getElementType())
-              .value_or(ElementType::F32);
+          graph::toElementType(from.elementType).value_or(ElementType::F32);
       std::vector<TensorType> inputs{
-          {std::vector<int64_t>(before.begin(), before.end()), element}};
+          {std::vector<int64_t>(before.shape.begin(), before.shape.end()),
+           element}};
       std::vector<TensorType> outputs{
-          {std::vector<int64_t>(shape.begin(), shape.end()), element}};
-      addCost(findOpContract(step.kind == Kind::Pad ? "pad" : "slice")
-                  ->cost(OpInstance(inputs, AttrMap(), outputs)),
-              times);
+          {std::vector<int64_t>(step.shape.begin(), step.shape.end()),
+           element}};
+      op.cost = findOpContract(step.kind == Kind::Pad ? "pad" : "slice")
+                    ->cost(OpInstance(inputs, AttrMap(), outputs));
       break;
     }
     }
-    if (!kind)
-      continue;
-    std::string key = std::string(kind) + " over";
-    for (StringAttr axis : step.axes)
-      key += " " + axis.getValue().str();
-    StepReport::Traffic &traffic = cost_.communication[key];
-    traffic.count += times;
-    traffic.bytes += inBytes * times;
-    traffic.wireBytes +=
-        ringWireBytes(kind, axesSize(mesh_, step.axes), inBytes, outBytes) *
-        times;
+    if (kind) {
+      op.collective = std::string(kind) + " over";
+      for (StringAttr axis : step.axes)
+        op.collective += " " + axis.getValue().str();
+      op.traffic = {
+          1, inBytes,
+          ringWireBytes(kind, axesSize(mesh_, step.axes), inBytes, outBytes)};
+    }
+    op.operands = {current};
+    current = addValue(std::move(after));
+    op.results = {current};
+    op.laidOut = pipelined_ && index + 1 == steps.size();
+    addOp(std::move(op));
   }
+  return current;
 }
 
-void CostWalker::countConstraint(ShardOp op) {
-  Value operand = partitioned(op.getInput());
+void VirtualStepBuilder::addConstraint(ShardOp op) {
+  int64_t operand = heldOf_.lookup(op.getInput());
   ValueSharding required = ValueSharding::fromAttr(op.getSharding());
-  Value result = op.getResult();
-  if (actual_.lookup(operand) == required) {
-    // Its users read the operand itself, now laid out by the constraint.
-    sameAs_[result] = operand;
-    actual_[operand] = required;
-    constrained_.insert(operand);
-    return;
-  }
-  countReshard(operand, actual_.lookup(operand), required, runs(op));
-  actual_[result] = required;
-  constrained_.insert(result);
+  // A constraint that changes nothing leaves its users the operand itself,
+  // now laid out by it.
+  int64_t value = out_.values[operand].layout == required
+                      ? operand
+                      : reshard(operand, required, op);
+  out_.values[value].layout = required;
+  heldOf_[op.getResult()] = value;
+  fixed_.insert(value);
 }
 
-LogicalResult CostWalker::countOp(Operation *op) {
+LogicalResult VirtualStepBuilder::addGraphOp(Operation *op) {
+  VirtualOp compute = opFor(op, /*inserted=*/false);
   if (!mesh_) {
+    for (Value operand : op->getOperands())
+      compute.operands.push_back(heldOf_.lookup(operand));
     if (graph::contractOf(op))
-      addCost(graph::costFromContract(op), executions(op));
+      compute.cost = graph::costFromContract(op);
+    compute.laidOut = pipelined_ && op->getNumResults() == 1;
+    int64_t index = static_cast<int64_t>(out_.ops.size());
+    for (Value result : op->getResults()) {
+      HeldValue held = whole(result);
+      held.producer = index;
+      compute.results.push_back(addValue(std::move(held)));
+      heldOf_[result] = compute.results.back();
+    }
+    addOp(std::move(compute));
     return success();
   }
   auto ruleOp = llvm::dyn_cast<graph::ShardingRuleOpInterface>(op);
@@ -184,95 +202,100 @@ LogicalResult CostWalker::countOp(Operation *op) {
     return op->emitOpError("has no propagated sharding: run "
                            "-trellis-propagate-shardings first");
   graph::ShardingRule rule = ruleOp.getShardingRule();
-  SmallVector<ValueSharding> results;
+  SmallVector<ValueSharding> wanted;
   for (Attribute attr : shardings)
-    results.push_back(ValueSharding::fromAttr(llvm::cast<ShardingAttr>(attr)));
-  SmallVector<Value> operands;
+    wanted.push_back(ValueSharding::fromAttr(llvm::cast<ShardingAttr>(attr)));
+  SmallVector<int64_t> operands;
   SmallVector<ValueSharding> operandShardings;
   SmallVector<bool> fixed;
   for (Value operand : op->getOperands()) {
-    operands.push_back(partitioned(operand));
-    operandShardings.push_back(actual_.lookup(operands.back()));
-    fixed.push_back(isFixed(operands.back()));
+    operands.push_back(heldOf_.lookup(operand));
+    operandShardings.push_back(out_.values[operands.back()].layout);
+    fixed.push_back(fixed_.contains(operands.back()));
   }
   OpLayout layout =
-      decideOpLayout(rule, operandShardings, fixed, results, mesh_);
-  int64_t times = runs(op);
-  FlatSymbolRefAttr meshName =
-      FlatSymbolRefAttr::get(context_, "mesh"); // a key, not a lookup
+      decideOpLayout(rule, operandShardings, fixed, wanted, mesh_);
+  FlatSymbolRefAttr meshKey = FlatSymbolRefAttr::get(context_, "mesh");
   for (auto [i, operand] : llvm::enumerate(operands)) {
     const ValueSharding &required = layout.operands[i];
-    if (operandShardings[i] == required)
+    if (operandShardings[i] == required) {
+      compute.operands.push_back(operand);
       continue;
-    Attribute key = required.toAttr(context_, meshName);
-    if (!reshards_.insert({operand, key}).second)
-      continue;
-    countReshard(operand, operandShardings[i], required, times);
+    }
+    auto key =
+        std::make_pair(operand, Attribute(required.toAttr(context_, meshKey)));
+    auto cached = reshards_.find(key);
+    if (cached == reshards_.end())
+      cached = reshards_.try_emplace(key, reshard(operand, required, op)).first;
+    compute.operands.push_back(cached->second);
   }
   // The piece of the op each rank runs.
   SmallVector<SmallVector<int64_t>> operandShapes, resultShapes;
-  for (auto [operand, sharding] : llvm::zip(operands, layout.operands))
-    operandShapes.push_back(localShape(mesh_, globalShape(operand), sharding));
+  for (int64_t operand : compute.operands)
+    operandShapes.push_back(out_.values[operand].shape);
   for (auto [result, sharding] : llvm::zip(op->getResults(), layout.results))
-    resultShapes.push_back(localShape(mesh_, globalShape(result), sharding));
-  addCost(graph::costWithShapes(op, operandShapes, resultShapes),
-          executions(op));
+    resultShapes.push_back(localShape(mesh_, whole(result).global, sharding));
+  compute.cost = graph::costWithShapes(op, operandShapes, resultShapes);
+  int64_t index = addOp(std::move(compute));
   // Results the op cannot make as wanted are resharded after it.
-  for (auto [result, made, wanted] :
-       llvm::zip(op->getResults(), layout.results, results)) {
-    ValueSharding achieved = achievedSharding(made, wanted);
-    if (!(made == achieved))
-      countReshard(result, made, achieved, times);
-    actual_[result] = achieved;
+  for (auto [i, result] : llvm::enumerate(op->getResults())) {
+    HeldValue held = whole(result);
+    held.shape = resultShapes[i];
+    held.layout = layout.results[i];
+    held.producer = index;
+    int64_t value = addValue(std::move(held));
+    out_.ops[index].results.push_back(value);
+    ValueSharding achieved = achievedSharding(layout.results[i], wanted[i]);
+    bool resharded = !(layout.results[i] == achieved);
+    if (resharded)
+      value = reshard(value, achieved, op);
+    else if (op->getNumResults() == 1)
+      out_.ops[index].laidOut = pipelined_;
+    heldOf_[result] = value;
   }
   return success();
 }
 
-LogicalResult CostWalker::run(ShardedStepCost &cost) {
+LogicalResult VirtualStepBuilder::build() {
   Block &body = step_.getBody().front();
   for (BlockArgument arg : body.getArguments()) {
-    auto type = llvm::cast<RankedTensorType>(arg.getType());
-    ValueSharding sharding = ValueSharding::replicated(type.getRank());
+    HeldValue held = whole(arg);
+    held.argument = arg.getArgNumber();
     if (auto attr = step_.getArgAttrOfType<ShardingAttr>(
-            arg.getArgNumber(), TrellisDialect::kShardingAttrName))
-      sharding = ValueSharding::fromAttr(attr);
-    actual_[arg] = sharding;
-    auto role = step_.getArgAttrOfType<StringAttr>(
-        arg.getArgNumber(), graph::GraphDialect::kRoleAttrName);
-    if (!role)
-      continue;
-    int64_t bytes =
-        elements(mesh_ ? localShape(mesh_, type.getShape(), sharding)
-                       : SmallVector<int64_t>(type.getShape())) *
-        elementBytes(type);
-    if (role.getValue() == "param")
-      cost_.parameterBytes += bytes;
-    else if (llvm::is_contained({"adam_m", "adam_v", "master"},
-                                role.getValue()))
-      cost_.optimizerStateBytes += bytes;
+            arg.getArgNumber(), TrellisDialect::kShardingAttrName);
+        attr && mesh_) {
+      held.layout = ValueSharding::fromAttr(attr);
+      held.shape = localShape(mesh_, held.global, held.layout);
+    }
+    heldOf_[arg] = addValue(std::move(held));
+    fixed_.insert(heldOf_[arg]);
+    out_.arguments.push_back(heldOf_[arg]);
   }
   for (Operation &op : body.without_terminator()) {
     if (auto constraint = llvm::dyn_cast<ShardOp>(op); constraint && mesh_) {
-      countConstraint(constraint);
+      addConstraint(constraint);
       continue;
     }
-    if (failed(countOp(&op)))
+    if (failed(addGraphOp(&op)))
       return failure();
   }
-  // Results leave replicated, except those that replace an argument.
+  // Results leave replicated, except those that replace an argument: they
+  // keep its layout. The reshards belong to the step (no phase).
   Operation *terminator = body.getTerminator();
-  for (OpOperand &operand :
-       mesh_ ? terminator->getOpOperands() : MutableArrayRef<OpOperand>()) {
-    Value value = partitioned(operand.get());
-    ValueSharding required =
-        ValueSharding::replicated(globalShape(value).size());
-    if (auto updates = step_.getResultAttrOfType<IntegerAttr>(
-            operand.getOperandNumber(), graph::GraphDialect::kUpdatesAttrName))
-      required = actual_.lookup(body.getArgument(updates.getInt()));
-    if (!(actual_.lookup(value) == required))
-      countReshard(value, actual_.lookup(value), required, 1);
+  for (OpOperand &operand : terminator->getOpOperands()) {
+    int64_t value = heldOf_.lookup(operand.get());
+    if (mesh_) {
+      ValueSharding required =
+          ValueSharding::replicated(out_.values[value].global.size());
+      if (auto updates = step_.getResultAttrOfType<IntegerAttr>(
+              operand.getOperandNumber(),
+              graph::GraphDialect::kUpdatesAttrName))
+        required = out_.values[out_.arguments[updates.getInt()]].layout;
+      if (!(out_.values[value].layout == required))
+        value = reshard(value, required, terminator);
+    }
+    out_.results.push_back(value);
   }
-  cost = std::move(cost_);
   return success();
 }
 
@@ -293,22 +316,25 @@ llvm::json::Object ShardedStepCost::toJson() const {
   };
 }
 
-FailureOr<ShardedStepCost> estimateShardedStep(func::FuncOp step) {
+FailureOr<std::vector<ShardedStepCost>>
+estimateShardedStep(func::FuncOp step, const PipelineAxes &axes) {
   FlatSymbolRefAttr meshName;
   for (unsigned i = 0; i < step.getNumArguments() && !meshName; ++i)
     if (auto attr = step.getArgAttrOfType<ShardingAttr>(
             i, TrellisDialect::kShardingAttrName))
       meshName = attr.getMeshName();
-  ShardedStepCost cost;
-  if (!meshName) {
-    if (failed(CostWalker(step, MeshAttr()).run(cost)))
+  MeshAttr mesh;
+  if (meshName) {
+    MeshOp meshOp =
+        lookupMesh(step, meshName, [&] { return step.emitError(); });
+    if (!meshOp)
       return failure();
-    return cost;
+    mesh = meshOp.getMesh();
   }
-  MeshOp mesh = lookupMesh(step, meshName, [&] { return step.emitError(); });
-  if (!mesh || failed(CostWalker(step, mesh.getMesh()).run(cost)))
+  VirtualStep virtualStep;
+  if (failed(VirtualStepBuilder(step, mesh, virtualStep).build()))
     return failure();
-  return cost;
+  return priceVirtualStep(step, mesh, virtualStep, axes);
 }
 
 } // namespace trellis

@@ -47,3 +47,21 @@ func.func @micro_batches(
   %2 = graph.microbatch_sum %1 : tensor<8xf32>
   return %2 : tensor<8xf32>
 }
+
+// -----
+
+// Tests that a step cut into pipeline stages is priced per rank: rank 0
+// runs the exponential of each of 2 micro-batches and sends it (128 bytes
+// each), rank 1 receives, reduces and sums them (the table counts a
+// reduction's flops per result element), and sends the total (the step's
+// result, needed on rank 0) back once.
+// CHECK-LABEL: func.func @pipelined
+// expected-remark @+2 {{pipeline rank 0: 64 flops, 256 bytes read, 256 bytes written; recv over pp: 1 calls, 4 bytes, 4 sent; send over pp: 2 calls, 256 bytes, 256 sent}}
+// expected-remark @+1 {{pipeline rank 1: 4 flops, 264 bytes read, 16 bytes written; recv over pp: 2 calls, 256 bytes, 256 sent; send over pp: 1 calls, 4 bytes, 4 sent}}
+func.func @pipelined(%x: tensor<4x8xf32>) -> tensor<f32>
+    attributes {graph.micro_batches = 2 : i64, trellis.pipeline_stages = 2 : i64} {
+  %0 = graph.exp %x {graph.phase = "forward", trellis.stage = 0 : i64} : tensor<4x8xf32>
+  %1 = graph.reduce_sum %0 dims [0, 1] {graph.phase = "forward", trellis.stage = 1 : i64} : tensor<4x8xf32>
+  %2 = graph.microbatch_sum %1 : tensor<f32>
+  return %2 : tensor<f32>
+}

@@ -46,10 +46,10 @@ llvm::json::Value reportJson(int64_t modelParameters,
                              const std::vector<RankReport> &reports);
 
 /// `--emit estimate`'s JSON (docs/Report.md): the model's parameter count,
-/// the mesh as reportJson writes it, and the one rank kind's priced cost.
+/// the mesh as reportJson writes it, and each pipeline rank's priced cost.
 llvm::json::Value estimateJson(int64_t modelParameters,
                                const std::vector<MeshAxis> &mesh,
-                               const ShardedStepCost &cost);
+                               const std::vector<ShardedStepCost> &costs);
 
 /// ZeRO-2 and ZeRO-3 with a pipeline communicate per micro-batch: a warning
 /// with the data-parallel traffic per step (the reduce-scatters and

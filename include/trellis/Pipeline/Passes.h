@@ -32,6 +32,10 @@ struct PipelinePhaseOptions {
   std::string axis = "pp";
   std::string pieceAxis;
   std::vector<std::string> meshOrder;
+  /// Split into stage functions and schedule after assigning stages;
+  /// without it the phase ends with every op's stage marked, for the cost
+  /// query.
+  bool split = true;
 };
 
 /// Adds stage assignment (with several virtual stages), the split into

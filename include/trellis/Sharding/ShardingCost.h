@@ -1,8 +1,7 @@
-//===- ShardingCost.h - What a sharding costs, before partitioning -*- C++
-//-*-===//
+//===- ShardingCost.h - A sharding's cost, before partitioning -*- C++ -*-===//
 //
 // The cost query of the planner: given a step whose values carry shardings
-// (annotated and propagated, not partitioned), what one rank computes,
+// (annotated and propagated, not partitioned), what each rank computes,
 // holds and sends in one step, in the partitioned step's terms. It follows
 // the partitioner's own decisions (Resharding.h: each op's layout, each
 // reshard's collectives) without building IR, and prices each op's piece
@@ -10,8 +9,9 @@
 // step's report (StepReport.h) gives the same FLOPs and collective bytes;
 // counts of gradient reductions differ where bucketing fuses them.
 //
-// Not priced yet: ring attention (the all-gather form is priced), pipeline
-// stages, and the activation memory (the arena).
+// Pipelines are priced per rank, with the transfers between ranks, once
+// -trellis-assign-stages has cut the step. Not priced yet: ring attention
+// (the all-gather form is priced) and the activation memory (the arena).
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +25,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace trellis {
 
@@ -48,11 +49,22 @@ struct ShardedStepCost {
   llvm::json::Object toJson() const;
 };
 
-/// The cost of one rank's share of `step` (a function with a body) whose ops
-/// carry propagated shardings (-trellis-propagate-shardings). A function
-/// without sharded arguments runs whole on one rank. Fails with a diagnostic on
-/// an op with no sharding rule or no propagated sharding.
-mlir::FailureOr<ShardedStepCost> estimateShardedStep(mlir::func::FuncOp step);
+/// The pipeline a step was cut for (-trellis-assign-stages marked its ops
+/// with stages): the mesh axis its transfers go over, and the axis values
+/// are sent in pieces over ("": whole; the tensor axis when there is one).
+struct PipelineAxes {
+  std::string axis = "pp";
+  std::string pieceAxis;
+};
+
+/// Each pipeline rank's share of `step` (a function with a body) whose ops
+/// carry propagated shardings (-trellis-propagate-shardings): one entry per
+/// rank of the pipeline the step was cut for (trellis.pipeline_stages),
+/// else one. A function without sharded arguments runs whole on each rank.
+/// Fails with a diagnostic on an op with no sharding rule or no propagated
+/// sharding.
+mlir::FailureOr<std::vector<ShardedStepCost>>
+estimateShardedStep(mlir::func::FuncOp step, const PipelineAxes &axes = {});
 
 } // namespace trellis
 

@@ -22,19 +22,35 @@ def main(trellis, directory, name, args):
     compile_json(trellis, args, "--emit", "estimate", "-o", estimate_path)
     compile_json(trellis, args, "--report-json", report_path, "-o", "/dev/null")
     with open(estimate_path) as f:
-        estimate = json.load(f)["per_rank"][0]
+        estimates = json.load(f)["per_rank"]
     with open(report_path) as f:
         reports = json.load(f)["per_rank"]
-    if len(reports) != 1:
-        sys.exit(f"expected one rank kind in the report, found {len(reports)}")
-    report = reports[0]
+    if len(reports) != len(estimates):
+        sys.exit(f"{name}: the report has {len(reports)} rank kinds, the "
+                 f"estimate {len(estimates)}")
+    problems = []
+    keys = 0
+    for estimate, report in zip(estimates, reports):
+        where = f"stage {report['stage']}" if len(reports) > 1 else "rank"
+        problems += compare(where, estimate, report)
+        keys += len(report["communication"])
+    for problem in problems:
+        print(f"{name}: {problem}")
+    if problems:
+        sys.exit(1)
+    flops = sum(report["flops"] for report in reports)
+    print(f"{name}: match ({len(reports)} rank kinds, {keys} collective "
+          f"kinds, {flops:.0f} flops)")
+
+
+def compare(where, estimate, report):
     problems = []
     if abs(estimate["flops"] - report["flops"]) > 1e-9 * max(report["flops"], 1):
-        problems.append(f"flops: estimate {estimate['flops']}, "
+        problems.append(f"{where} flops: estimate {estimate['flops']}, "
                         f"report {report['flops']}")
     for field in ("params", "optimizer"):
         if estimate["bytes"][field] != report["bytes"][field]:
-            problems.append(f"bytes.{field}: estimate "
+            problems.append(f"{where} bytes.{field}: estimate "
                             f"{estimate['bytes'][field]}, report "
                             f"{report['bytes'][field]}")
     keys = set(estimate["communication"]) | set(report["communication"])
@@ -43,14 +59,10 @@ def main(trellis, directory, name, args):
         theirs = report["communication"].get(key, {})
         for field in ("bytes", "wire_bytes"):
             if mine.get(field, 0) != theirs.get(field, 0):
-                problems.append(f"{key} {field}: estimate {mine.get(field, 0)}, "
-                                f"report {theirs.get(field, 0)}")
-    for problem in problems:
-        print(f"{name}: {problem}")
-    if problems:
-        sys.exit(1)
-    print(f"{name}: match ({len(keys)} collective kinds, "
-          f"{report['flops']:.0f} flops)")
+                problems.append(f"{where} {key} {field}: estimate "
+                                f"{mine.get(field, 0)}, report "
+                                f"{theirs.get(field, 0)}")
+    return problems
 
 
 if __name__ == "__main__":

@@ -1,0 +1,75 @@
+//===- VirtualStep.h - The partitioned step as data -------------*- C++ -*-===//
+//
+// What the cost query builds instead of partitioning: the partitioned
+// step's ops (the step's own, each on its piece, and the reshards the
+// partitioner inserts for them) with the values they read and make, their
+// local costs and collectives. Pricing places them on pipeline ranks and
+// adds the transfers between ranks.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_LIB_SHARDING_VIRTUALSTEP_H
+#define TRELLIS_LIB_SHARDING_VIRTUALSTEP_H
+
+#include "ValueSharding.h"
+
+#include "trellis/Sharding/ShardingCost.h"
+
+#include <set>
+
+namespace trellis::sharding {
+
+/// A value of the partitioned step: an argument's piece, an op's result as
+/// partitioned, or a reshard step's.
+struct HeldValue {
+  /// The op that makes it, or -1 for an argument (number `argument`).
+  int64_t producer = -1;
+  int64_t argument = -1;
+  /// Its local and global shapes, element type and sharding.
+  llvm::SmallVector<int64_t> shape, global;
+  mlir::Type elementType;
+  ValueSharding layout;
+
+  int64_t bytes() const;
+};
+
+/// An op of the partitioned step.
+struct VirtualOp {
+  /// The step's op it is, or that it was inserted for (a reshard step takes
+  /// its graph.phase and model part).
+  mlir::Operation *origin = nullptr;
+  llvm::SmallVector<int64_t> operands, results;
+  /// One execution's cost, and its collective ("all_reduce over dp") with
+  /// one execution's traffic.
+  OpCost cost;
+  std::string collective;
+  StepReport::Traffic traffic;
+  /// Runs in each micro-batch's action (graph.phase, or a total over
+  /// micro-batches), on `virtualStage`; else once in the step.
+  bool action = false;
+  bool accumulates = false;
+  int64_t virtualStage = 0;
+  /// Its one result carries trellis.layout (a pipelined partition marks the
+  /// op or last reshard step that makes each value): a pipeline may send it
+  /// in pieces.
+  bool laidOut = false;
+};
+
+struct VirtualStep {
+  std::vector<HeldValue> values;
+  std::vector<VirtualOp> ops;
+  /// The values of the step's arguments, and of its results.
+  llvm::SmallVector<int64_t> arguments, results;
+};
+
+/// Each pipeline rank's share of `virtualStep`, written down from `step`
+/// (its attributes say the micro-batches and the pipeline's cut; `mesh`:
+/// null for a step on one rank).
+std::vector<ShardedStepCost> priceVirtualStep(mlir::func::FuncOp step,
+                                              MeshAttr mesh,
+                                              VirtualStep &virtualStep,
+                                              const PipelineAxes &axes);
+
+} // namespace trellis::sharding
+
+#endif // TRELLIS_LIB_SHARDING_VIRTUALSTEP_H
