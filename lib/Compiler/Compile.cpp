@@ -649,15 +649,6 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
   if (mlir::failed(pipeline))
     return mlir::failure();
 
-  // What the cost query cannot price yet.
-  if (options.emitEstimate && degrees->contextParallel > 1 &&
-      options.contextKind == "ring") {
-    sink(MessageKind::Error,
-         "--emit estimate: ring attention is not priced yet: expected "
-         "--cp-kind ulysses or allgather, found ring");
-    return mlir::failure();
-  }
-
   mlir::PassManager pm(module.getContext());
   // The IR is verified once, after the last pass (between passes it costs
   // a walk of the whole step each time); trellis-opt verifies after each.
@@ -675,10 +666,14 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
   verifyTiming.stop();
 
   if (options.emitEstimate) {
-    PipelineAxes axes{degrees->pipelineAxis,
-                      degrees->tensorParallel > 1 ? degrees->tensorAxis : ""};
+    CostQueryOptions query;
+    query.pipelineAxis = degrees->pipelineAxis;
+    if (degrees->tensorParallel > 1)
+      query.pieceAxis = degrees->tensorAxis;
+    query.ringAttention =
+        degrees->contextParallel > 1 && options.contextKind == "ring";
     mlir::FailureOr<std::vector<ShardedStepCost>> cost = estimateShardedStep(
-        module.lookupSymbol<mlir::func::FuncOp>(stepName), axes);
+        module.lookupSymbol<mlir::func::FuncOp>(stepName), query);
     if (mlir::failed(cost))
       return mlir::failure();
     compiled.text =

@@ -35,8 +35,8 @@ using RankSet = std::set<int64_t>;
 class Pricer {
 public:
   Pricer(func::FuncOp step, MeshAttr mesh, VirtualStep &virtualStep,
-         const PipelineAxes &axes)
-      : step_(step), mesh_(mesh), written_(virtualStep), axes_(axes) {
+         const CostQueryOptions &options)
+      : step_(step), mesh_(mesh), written_(virtualStep), options_(options) {
     if (auto count = step->getAttrOfType<IntegerAttr>(
             graph::GraphDialect::kMicroBatchesAttrName))
       microBatches_ = count.getInt();
@@ -65,7 +65,7 @@ private:
   func::FuncOp step_;
   MeshAttr mesh_;
   VirtualStep &written_;
-  const PipelineAxes &axes_;
+  const CostQueryOptions &options_;
   int64_t microBatches_ = 1;
   int64_t ranks_ = 1;
   /// Where each op runs.
@@ -78,15 +78,16 @@ private:
 std::vector<SmallVector<int64_t>> Pricer::readers() const {
   std::vector<SmallVector<int64_t>> readers(written_.values.size());
   for (auto [index, op] : llvm::enumerate(written_.ops))
-    for (int64_t operand : op.operands)
-      readers[operand].push_back(index);
+    if (!op.erased)
+      for (int64_t operand : op.operands)
+        readers[operand].push_back(index);
   return readers;
 }
 
 void Pricer::placeActions() {
   placement_.assign(written_.ops.size(), {});
   for (auto [index, op] : llvm::enumerate(written_.ops)) {
-    if (!op.action)
+    if (!op.action || op.erased)
       continue;
     // A micro-batch's value joins its step total in the action that made it.
     if (op.accumulates && !op.operands.empty()) {
@@ -133,7 +134,7 @@ void Pricer::placeStepOps() {
   for (int64_t index = static_cast<int64_t>(written_.ops.size()) - 1;
        index >= 0; --index) {
     const VirtualOp &op = written_.ops[index];
-    if (op.action)
+    if (op.action || op.erased)
       continue;
     RankSet ranks;
     for (int64_t result : op.results) {
@@ -188,20 +189,21 @@ void Pricer::holdArguments() {
 }
 
 void Pricer::sendInPieces() {
-  if (axes_.pieceAxis.empty() || !mesh_ || ranks_ < 2)
+  if (options_.pieceAxis.empty() || !mesh_ || ranks_ < 2)
     return;
-  std::optional<size_t> axis = mesh_.getAxisIndex(axes_.pieceAxis);
+  std::optional<size_t> axis = mesh_.getAxisIndex(options_.pieceAxis);
   if (!axis)
     return;
   int64_t pieces = mesh_.getAxes()[*axis].getSize();
   if (pieces < 2)
     return;
-  StringAttr pieceAxis = StringAttr::get(step_.getContext(), axes_.pieceAxis);
+  StringAttr pieceAxis =
+      StringAttr::get(step_.getContext(), options_.pieceAxis);
   std::vector<SmallVector<int64_t>> readers = this->readers();
   size_t producers = written_.ops.size();
   for (size_t producer = 0; producer < producers; ++producer) {
     const VirtualOp &made = written_.ops[producer];
-    if (!made.action || made.accumulates || !made.laidOut ||
+    if (!made.action || made.accumulates || !made.laidOut || made.erased ||
         made.results.size() != 1)
       continue;
     int64_t value = made.results[0];
@@ -250,7 +252,7 @@ void Pricer::sendInPieces() {
       gather.origin = made.origin;
       gather.action = true;
       gather.operands = {pieceValue};
-      gather.collective = "all_gather over " + axes_.pieceAxis;
+      gather.collective = "all_gather over " + options_.pieceAxis;
       gather.traffic = {
           1, pieceBytes,
           ringWireBytes("all_gather", pieces, pieceBytes, wholeBytes)};
@@ -280,7 +282,8 @@ void Pricer::requireOn(int64_t value, int64_t rank) {
   for (auto [end, at] : {std::pair<const char *, int64_t>{
                              "send over ", *placement_[producer].begin()},
                          {"recv over ", rank}}) {
-    StepReport::Traffic &traffic = costs_[at].communication[end + axes_.axis];
+    StepReport::Traffic &traffic =
+        costs_[at].communication[end + options_.pipelineAxis];
     traffic.count += count;
     traffic.bytes += bytes;
     traffic.wireBytes += bytes;
@@ -289,7 +292,7 @@ void Pricer::requireOn(int64_t value, int64_t rank) {
 
 void Pricer::addTransfers() {
   for (auto [index, op] : llvm::enumerate(written_.ops))
-    for (int64_t rank : placement_[index])
+    for (int64_t rank : op.erased ? RankSet() : placement_[index])
       for (int64_t operand : op.operands)
         requireOn(operand, rank);
   for (auto [i, value] : llvm::enumerate(written_.results))
@@ -320,7 +323,8 @@ std::vector<ShardedStepCost> Pricer::run() {
   sendInPieces();
   addTransfers();
   for (auto [op, ranks] : llvm::zip(written_.ops, placement_))
-    charge(op, ranks);
+    if (!op.erased)
+      charge(op, ranks);
   return std::move(costs_);
 }
 
@@ -328,8 +332,8 @@ std::vector<ShardedStepCost> Pricer::run() {
 
 std::vector<ShardedStepCost> priceVirtualStep(func::FuncOp step, MeshAttr mesh,
                                               VirtualStep &virtualStep,
-                                              const PipelineAxes &axes) {
-  return Pricer(step, mesh, virtualStep, axes).run();
+                                              const CostQueryOptions &options) {
+  return Pricer(step, mesh, virtualStep, options).run();
 }
 
 } // namespace trellis::sharding

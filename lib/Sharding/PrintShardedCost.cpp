@@ -16,12 +16,18 @@ namespace {
 
 struct PrintShardedCostPass
     : public trellis::impl::PrintShardedCostPassBase<PrintShardedCostPass> {
+  using PrintShardedCostPassBase::PrintShardedCostPassBase;
+
   void runOnOperation() override {
     func::FuncOp function = getOperation();
     if (function.isExternal())
       return;
+    trellis::CostQueryOptions options;
+    options.pipelineAxis = pipelineAxis;
+    options.pieceAxis = pieceAxis;
+    options.ringAttention = ringAttention;
     FailureOr<std::vector<trellis::ShardedStepCost>> costs =
-        trellis::estimateShardedStep(function);
+        trellis::estimateShardedStep(function, options);
     if (failed(costs))
       return signalPassFailure();
     for (auto [rank, cost] : llvm::enumerate(*costs)) {

@@ -153,6 +153,7 @@ int64_t VirtualStepBuilder::reshard(int64_t value,
           1, inBytes,
           ringWireBytes(kind, axesSize(mesh_, step.axes), inBytes, outBytes)};
     }
+    op.reshardStep = step;
     op.operands = {current};
     current = addValue(std::move(after));
     op.results = {current};
@@ -236,6 +237,9 @@ LogicalResult VirtualStepBuilder::addGraphOp(Operation *op) {
   for (auto [result, sharding] : llvm::zip(op->getResults(), layout.results))
     resultShapes.push_back(localShape(mesh_, whole(result).global, sharding));
   compute.cost = graph::costWithShapes(op, operandShapes, resultShapes);
+  // An attention's `axes` once partitioned: its queries' sequence split.
+  if (llvm::isa<graph::AttentionOp, graph::AttentionGradOp>(op))
+    compute.sequenceAxes = layout.operandSplits[0].dims[1];
   int64_t index = addOp(std::move(compute));
   // Results the op cannot make as wanted are resharded after it.
   for (auto [i, result] : llvm::enumerate(op->getResults())) {
@@ -317,7 +321,7 @@ llvm::json::Object ShardedStepCost::toJson() const {
 }
 
 FailureOr<std::vector<ShardedStepCost>>
-estimateShardedStep(func::FuncOp step, const PipelineAxes &axes) {
+estimateShardedStep(func::FuncOp step, const CostQueryOptions &options) {
   FlatSymbolRefAttr meshName;
   for (unsigned i = 0; i < step.getNumArguments() && !meshName; ++i)
     if (auto attr = step.getArgAttrOfType<ShardingAttr>(
@@ -334,7 +338,9 @@ estimateShardedStep(func::FuncOp step, const PipelineAxes &axes) {
   VirtualStep virtualStep;
   if (failed(VirtualStepBuilder(step, mesh, virtualStep).build()))
     return failure();
-  return priceVirtualStep(step, mesh, virtualStep, axes);
+  if (options.ringAttention && mesh)
+    lowerRingAttention(virtualStep, mesh);
+  return priceVirtualStep(step, mesh, virtualStep, options);
 }
 
 } // namespace trellis

@@ -11,7 +11,7 @@
 #ifndef TRELLIS_LIB_SHARDING_VIRTUALSTEP_H
 #define TRELLIS_LIB_SHARDING_VIRTUALSTEP_H
 
-#include "ValueSharding.h"
+#include "Resharding.h"
 
 #include "trellis/Sharding/ShardingCost.h"
 
@@ -53,6 +53,13 @@ struct VirtualOp {
   /// op or last reshard step that makes each value): a pipeline may send it
   /// in pieces.
   bool laidOut = false;
+  /// A reshard step: which one.
+  std::optional<ReshardStep> reshardStep;
+  /// An attention (or its gradient): the axes its queries' sequence is split
+  /// over (the op's `axes` once partitioned).
+  AxisNames sequenceAxes;
+  /// Replaced by a lowering (ring attention): no longer part of the step.
+  bool erased = false;
 };
 
 struct VirtualStep {
@@ -62,13 +69,21 @@ struct VirtualStep {
   llvm::SmallVector<int64_t> arguments, results;
 };
 
+/// Replaces each attention in the all-gather form (keys and values gathered
+/// along the sequence over the queries' axes) by the ring
+/// -trellis-lower-ring-attention makes of it: blocks passed on by
+/// collective_permute, attention_block and attention_merge steps, and in
+/// the backward attention_block_grad steps whose key and value gradients
+/// ride home with their blocks instead of being reduce-scattered.
+void lowerRingAttention(VirtualStep &virtualStep, MeshAttr mesh);
+
 /// Each pipeline rank's share of `virtualStep`, written down from `step`
 /// (its attributes say the micro-batches and the pipeline's cut; `mesh`:
 /// null for a step on one rank).
 std::vector<ShardedStepCost> priceVirtualStep(mlir::func::FuncOp step,
                                               MeshAttr mesh,
                                               VirtualStep &virtualStep,
-                                              const PipelineAxes &axes);
+                                              const CostQueryOptions &options);
 
 } // namespace trellis::sharding
 

@@ -245,7 +245,21 @@ def PrintShardedCostPass
     sends under ring algorithms, and the FLOPs of each op's piece. Changes
     nothing. `trellis compile --emit estimate` prints the same figures as
     JSON.
+
+    A step cut into pipeline stages (`trellis.pipeline_stages`, ops marked
+    by -trellis-assign-stages) gets one remark per pipeline rank, with its
+    sends and receives over `pipeline-axis` (values replicated over
+    `piece-axis` are sent in pieces); with `ring-attention`, attention over
+    a sequence split by context parallelism is priced as its ring.
   }];
+  let options = [
+    Option<"pipelineAxis", "pipeline-axis", "std::string", "\"pp\"",
+           "The mesh axis of the pipeline's transfers">,
+    Option<"pieceAxis", "piece-axis", "std::string", "\"\"",
+           "The axis values replicated over it are sent in pieces over">,
+    Option<"ringAttention", "ring-attention", "bool", "false",
+           "Price attention over a split sequence as its ring">,
+  ];
 }
 
 def BucketAllReducesPass

@@ -10,8 +10,8 @@
 // counts of gradient reductions differ where bucketing fuses them.
 //
 // Pipelines are priced per rank, with the transfers between ranks, once
-// -trellis-assign-stages has cut the step. Not priced yet: ring attention
-// (the all-gather form is priced) and the activation memory (the arena).
+// -trellis-assign-stages has cut the step, and ring attention as its ring.
+// Not priced yet: the activation memory (the arena).
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,12 +49,17 @@ struct ShardedStepCost {
   llvm::json::Object toJson() const;
 };
 
-/// The pipeline a step was cut for (-trellis-assign-stages marked its ops
-/// with stages): the mesh axis its transfers go over, and the axis values
-/// are sent in pieces over ("": whole; the tensor axis when there is one).
-struct PipelineAxes {
-  std::string axis = "pp";
+/// What the passes after partitioning will do to the step.
+struct CostQueryOptions {
+  /// The pipeline the step was cut for (-trellis-assign-stages marked its
+  /// ops with stages): the mesh axis its transfers go over, and the axis
+  /// values are sent in pieces over ("": whole; the tensor axis when there
+  /// is one).
+  std::string pipelineAxis = "pp";
   std::string pieceAxis;
+  /// Attention over a sequence split by context parallelism runs as a ring
+  /// (-trellis-lower-ring-attention), not in the all-gather form.
+  bool ringAttention = false;
 };
 
 /// Each pipeline rank's share of `step` (a function with a body) whose ops
@@ -64,7 +69,8 @@ struct PipelineAxes {
 /// Fails with a diagnostic on an op with no sharding rule or no propagated
 /// sharding.
 mlir::FailureOr<std::vector<ShardedStepCost>>
-estimateShardedStep(mlir::func::FuncOp step, const PipelineAxes &axes = {});
+estimateShardedStep(mlir::func::FuncOp step,
+                    const CostQueryOptions &options = {});
 
 } // namespace trellis
 
