@@ -53,6 +53,11 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     // fp32 masters.
     if (options.precision)
       pm.addPass(createMasterWeightsPass());
+    if (options.clipGradNorm) {
+      ClipGradientsPassOptions clip;
+      clip.maxNorm = *options.clipGradNorm;
+      pm.addPass(createClipGradientsPass(clip));
+    }
   }
 }
 

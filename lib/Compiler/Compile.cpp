@@ -296,6 +296,17 @@ std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
     return fail("--warmup-steps, --decay-steps, --wsd-decay-steps and "
                 "--min-lr shape a schedule: expected --lr-schedule");
   }
+  if (options.clipGradNorm) {
+    if (!std::isfinite(*options.clipGradNorm) || *options.clipGradNorm <= 0)
+      return fail(
+          "--clip-grad: expected a finite number > 0, found " +
+          llvm::formatv("{0}", llvm::format("%g", *options.clipGradNorm))
+              .str());
+    if (!training.optimizer)
+      return fail("--clip-grad: clips what the optimizer updates with: "
+                  "expected --optimizer adamw or sgd, found none");
+    training.clipGradNorm = options.clipGradNorm;
+  }
   if (options.precision == "bf16")
     training.precision = LowPrecision::BF16;
   else if (options.precision == "fp16")

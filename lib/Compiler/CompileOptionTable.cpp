@@ -129,6 +129,13 @@ const std::vector<OptionRow<CompileOptions>> &compileOptionTable() {
       {"min-lr", OptionType::Double,
        [](O &o, const V &v) { o.minLearningRate = v.number; }, kOptimizer,
        "The rate after the decay (with --lr-schedule; default 0)"},
+      {"clip-grad", OptionType::Double,
+       [](O &o, const V &v) { o.clipGradNorm = v.number; }, kOptimizer,
+       "Clip the gradients by their global L2 norm, as "
+       "torch.nn.utils.clip_grad_norm_: each update sees its gradient times "
+       "min(1, N / (norm + 1e-6)); the step reports the norm (default: no "
+       "clipping)",
+       "N"},
       {"decay-1d", OptionType::Bool,
        [](O &o, const V &v) { o.decayOneDimensional = v.flag; }, kOptimizer,
        "Apply --weight-decay to 1-D parameters (biases, norm gains) too; by "

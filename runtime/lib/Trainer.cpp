@@ -352,6 +352,13 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
     TRELLIS_RETURN_IF_ERROR(executor_->commitUpdates());
     ++optimizerSteps_;
   }
+  for (size_t i = 0; i < plan.results.size(); ++i)
+    if (plan.results[i].metric == "grad_norm" &&
+        plan.holds(plan.results[i].stages)) {
+      float norm = 0;
+      TRELLIS_RETURN_IF_ERROR(executor_->readResultValues(i, &norm));
+      lastGradNorm_ = norm;
+    }
   // The loss lives on the last stage; it is sent to the others.
   if (!plan.results.empty() && plan.holds(plan.results.front().stages)) {
     StatusOr<float> loss = executor_->loss();

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -177,6 +178,10 @@ int runTrainingCommand(const TrainOptions &options) {
                   trainer.tokensPerStep() / seconds, seconds * 1e3);
       if (std::optional<double> rate = trainer.lastLearningRate())
         std::printf(" | lr %.6g", *rate);
+      if (std::optional<double> norm = trainer.lastGradNorm())
+        std::printf(std::isnan(*norm) ? " | grad norm nan"
+                                      : " | grad norm %.6g",
+                    *norm);
       if (const DynamicLossScale *scale = trainer.lossScale())
         std::printf(" | loss scale %g | skipped %lld", scale->scale,
                     static_cast<long long>(scale->skippedSteps));

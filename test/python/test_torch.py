@@ -4,7 +4,7 @@ frontend) give one loss, PyTorch's, and train alike on every mesh."""
 
 import json
 import os
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pytest
@@ -52,10 +52,11 @@ def three_ways(kind: str, module: "torch.nn.Module", rows: int) -> dict:
 
 
 def torch_losses(module: "torch.nn.Module", data: list,
-                 optimizer: Any = None) -> list:
+                 optimizer: Any = None, clip: Optional[float] = None) -> list:
     """PyTorch's own training: the same losses Trellis's AdamW steps give
-    (AdamW without decay unless another optimizer is given). The module
-    stays as it is (evaluation mode: no dropout, as plans have none)."""
+    (AdamW without decay unless another optimizer is given; gradients
+    clipped to a global norm of `clip` when given). The module stays as it
+    is (evaluation mode: no dropout, as plans have none)."""
     if optimizer is None:
         optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
                                       betas=(0.9, 0.999), eps=1e-8,
@@ -68,6 +69,8 @@ def torch_losses(module: "torch.nn.Module", data: list,
                                                   dtype=torch.long).flatten())
         optimizer.zero_grad()
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
         optimizer.step()
         losses.append(loss.item())
     return losses
@@ -138,7 +141,7 @@ def test_default_attention_converts(kind: str) -> None:
 
 
 def trained_torch_parameters(module: "torch.nn.Module", data: list,
-                             decay: float) -> dict:
+                             decay: float, clip: Optional[float] = None) -> dict:
     """PyTorch's parameters after AdamW steps with the README's decay
     groups: tensors of 2+ dimensions decayed, biases and gains not."""
     groups = [
@@ -148,7 +151,7 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
          "weight_decay": 0.0},
     ]
     torch_losses(module, data, torch.optim.AdamW(
-        groups, lr=1e-3, betas=(0.9, 0.999), eps=EPSILON))
+        groups, lr=1e-3, betas=(0.9, 0.999), eps=EPSILON), clip)
     return {name: p.detach().numpy() for name, p in module.state_dict().items()}
 
 
@@ -199,6 +202,31 @@ def test_trained_parameters_equal_pytorch(kind: str) -> None:
         np.testing.assert_allclose(
             found["importer"]["model.embed_tokens.weight"][0],
             start * (1 - 1e-3 * 0.1) ** STEPS, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_clipped_training_equals_pytorch(kind: str) -> None:
+    """--clip-grad: 3 AdamW steps with the global gradient norm clipped on
+    every step (the norms are about 1, the limit 0.05) equal PyTorch's
+    clip_grad_norm_ then AdamW, GPT-2's tied table counted once."""
+    torch.manual_seed(0)
+    module = hugging_face(kind)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0.0, 0.02)
+    data = batches(256, BATCH, SEQ, STEPS, seed=5)
+    model = trellis_torch.from_module(
+        module.eval(), (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2)
+    plan = trellis.compile(model, batch=BATCH, seq=SEQ, adam_eps=EPSILON,
+                           clip_grad=0.05)
+    with trellis.Session(plan, weights=model.weights) as session:
+        for tokens, targets in data:
+            session.step(tokens, targets)
+        found = session.state_dict()
+    expected = trained_torch_parameters(module, data, decay=0.0, clip=0.05)
+    for name, value in found.items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-5,
+                                   atol=1e-6, err_msg=name)
 
 
 def cosine_rate(step: int, peak: float, minimum: float, warmup: int,

@@ -60,6 +60,8 @@ struct TrainingOptions {
   std::string lrSchedule;
   int64_t warmupSteps = 0, decaySteps = 0, wsdDecaySteps = 0;
   double minLearningRate = 0;
+  /// Clip the updates' gradients to this global norm (-trellis-clip-gradients).
+  std::optional<double> clipGradNorm;
   /// Mixed precision: the forward and backward compute in this dtype, from
   /// fp32 master weights; none: everything in fp32. f16 with an optimizer
   /// also scales the loss dynamically (a loss_scale argument).

@@ -277,4 +277,43 @@ def MasterWeightsPass : Pass<"trellis-master-weights", "::mlir::ModuleOp"> {
   let dependentDialects = ["::trellis::graph::GraphDialect"];
 }
 
+def ClipGradientsPass : Pass<"trellis-clip-gradients", "::mlir::ModuleOp"> {
+  let summary = "Scales every update's gradient down to a global norm of at most max-norm";
+  let description = [{
+    After `-trellis-insert-optimizer` (and `-trellis-master-weights`): the
+    gradients every optimizer update of the training step reads (unscaled
+    by the loss scale, summed over micro-batches and tied uses) are
+    clipped together by their global L2 norm, as
+    `torch.nn.utils.clip_grad_norm_` does: with n the norm over all of
+    them, each is multiplied by min(1, max-norm / (n + 1e-6)), written as
+    max-norm / max(n + 1e-6, max-norm). The norm is ordinary ops of the step
+    (a sum of squares per gradient, their sum, its square root), so the
+    partitioner derives its collectives from the gradients' shardings: a
+    piece split over data, tensor or ZeRO axes adds a partial sum that is
+    all-reduced, a replicated piece counts once, and a pipeline sends each
+    stage's sum where the scale is needed. The step returns the norm as a
+    result marked `graph.metric = "grad_norm"` (before clipping).
+
+    ```mlir
+    // Before
+    %new, %m1, %v1 = graph.adamw %w, %g, %m, %v, %step ...
+    // After
+    %sq = graph.mul %g, %g
+    %sum = graph.reduce_sum %sq dims [0, 1]
+    %norm = graph.sqrt %sum                  // (sums of every gradient added)
+    %scale = graph.div %max, (graph.maximum (%norm + 1e-6), %max)
+    %clipped = graph.mul %g, %scale
+    %new, %m1, %v1 = graph.adamw %w, %clipped, %m, %v, %step ...
+    return ..., %norm {graph.metric = "grad_norm"}
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The training step">,
+    Option<"maxNorm", "max-norm", "double", "1.0",
+           "The largest global gradient norm an update sees">,
+  ];
+  let dependentDialects = ["::trellis::graph::GraphDialect"];
+}
+
 #endif // TRELLIS_AUTODIFF_PASSES_TD

@@ -59,6 +59,8 @@ struct CompileOptions {
   std::optional<std::string> lrSchedule;
   int64_t warmupSteps = 0, decaySteps = 0, wsdDecaySteps = 0;
   double minLearningRate = 0;
+  /// Clip the gradients' global norm to this (unset: no clipping).
+  std::optional<double> clipGradNorm;
   // Precision, memory and fusion.
   std::string precision = "fp32";
   std::string gradReduceDtype = "fp32";

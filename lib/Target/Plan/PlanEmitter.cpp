@@ -290,6 +290,9 @@ llvm::json::Object Emitter::emitResult(func::FuncOp function, unsigned index,
   else if (auto gradientOf = function.getResultAttrOfType<IntegerAttr>(
                index, "graph.gradient_of"))
     entry["gradient_of"] = gradientOf.getInt();
+  if (auto metric = function.getResultAttrOfType<StringAttr>(
+          index, GraphDialect::kMetricAttrName))
+    entry["metric"] = metric.getValue().str();
   return entry;
 }
 

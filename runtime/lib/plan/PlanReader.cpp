@@ -586,6 +586,19 @@ Status PlanReader::readResults(const json &array) {
                            " holds one micro-batch's value; results are the "
                            "step's");
     result.isLoss = entry.value("role", "") == "loss";
+    if (entry.contains("metric")) {
+      const json &metric = entry["metric"];
+      if (!metric.is_string() || metric.get<std::string>() != "grad_norm")
+        return Status::error(where +
+                             ": field \"metric\": expected "
+                             "\"grad_norm\", found " +
+                             describe(metric));
+      const BufferDesc &value = plan_.buffers[result.buffer];
+      if (!value.shape.empty() || value.dtype != DType::F32)
+        return Status::error(where + ": the grad_norm metric must be an f32 "
+                                     "scalar");
+      result.metric = metric.get<std::string>();
+    }
     TRELLIS_RETURN_IF_ERROR(readStageList(entry, where, result.stages));
     if (result.updates && !result.stages.empty() &&
         result.stages != plan_.arguments[*result.updates].stages)

@@ -526,6 +526,23 @@ TEST(PlanTest, RejectsMalformedSequenceChunks) {
                  "rank >= 2 (dimension 1 the sequence), found shape [8]");
 }
 
+TEST(PlanTest, ReadsTheGradNormMetricAndRejectsOthers) {
+  auto withMetric = [](const std::string &metric, int64_t buffer) {
+    return replace(kValidPlan, R"([{"buffer": 3, "role": "loss"}])",
+                   R"([{"buffer": 3, "role": "loss"}, {"buffer": )" +
+                       std::to_string(buffer) + R"(, "metric": )" + metric +
+                       "}]");
+  };
+  StatusOr<Plan> plan = parsePlan(withMetric(R"("grad_norm")", 3));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->results[1].metric, "grad_norm");
+  expectRejected(withMetric(R"("loss_rate")", 3),
+                 "result 1: field \"metric\": expected \"grad_norm\", "
+                 "found \"loss_rate\"");
+  expectRejected(withMetric(R"("grad_norm")", 2),
+                 "result 1: the grad_norm metric must be an f32 scalar");
+}
+
 TEST(PlanTest, RejectsAResultMadeOnOtherStagesThanItsArgument) {
   expectRejected(
       replace(kPipelinePlan, R"([{"buffer": 4, "role": "loss", "stages": [0]}])",

@@ -110,6 +110,9 @@ struct Result {
   std::optional<int64_t> updates;
   /// Argument index whose gradient this result is, if any.
   std::optional<int64_t> gradientOf;
+  /// A figure of the step the runtime reports ("grad_norm": the global
+  /// gradient norm before clipping, an f32 scalar), or empty.
+  std::string metric;
   /// The pipeline stages that produce it; empty: every stage.
   std::vector<int64_t> stages;
 };

@@ -104,6 +104,10 @@ public:
   /// The learning rate the last step's update used, for plans with a
   /// schedule (nullopt otherwise, and before the first step).
   std::optional<double> lastLearningRate() const { return lastLearningRate_; }
+  /// The global gradient norm of the last step before clipping, for plans
+  /// that clip (--clip-grad) on the ranks that hold it (every rank, or
+  /// pipeline stage 0); nullopt otherwise.
+  std::optional<double> lastGradNorm() const { return lastGradNorm_; }
   /// The dynamic loss scale, for plans that scale their loss (fp16).
   const DynamicLossScale *lossScale() const {
     return lossScaleArg_ >= 0 ? &lossScale_ : nullptr;
@@ -185,6 +189,7 @@ private:
   int64_t stepArg_ = -1;
   std::optional<LrSchedule> schedule_;
   std::optional<double> lastLearningRate_;
+  std::optional<double> lastGradNorm_;
   int64_t lossScaleArg_ = -1;
   DynamicLossScale lossScale_;
   /// Updates made (steps skipped for an overflow make none).

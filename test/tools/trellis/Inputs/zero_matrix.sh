@@ -8,14 +8,8 @@ set -euo pipefail
 dir=$1 model=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
-# AdamW's epsilon is 1e-4 (see zero.test): its division turns the
-# roundoff of near-zero gradients into parameter differences.
 common=(--batch 8 --seq 16 --adam-eps 1e-4)
-run() { # name flags ranks
-  "$TRELLIS" compile "$model" "${common[@]}" $2 -o "$dir/$1.plan" 2>/dev/null
-  "$TRELLIS" run "$dir/$1.plan" --nproc "$3" --steps 3 --seed 3 \
-    --save "$dir/$1" > "$dir/$1.out"
-}
+source "$here/layout_runs.sh"
 mkdir -p "$dir"
 for layout in "$@"; do
   flags=${layout%:*} ranks=${layout##*:}
@@ -26,9 +20,6 @@ for layout in "$@"; do
   for zero in 1 2 3; do
     name="z$zero$(echo "$flags" | tr -dc 'a-z0-9')"
     run "$name" "$flags --zero $zero" "$ranks"
-    losses=$("$PYTHON" "$here/compare_losses.py" "$dir/$ref.out" "$dir/$name.out")
-    params=$("$PYTHON" "$here/compare_safetensors.py" "$dir/$ref/model.safetensors" "$dir/$name/model.safetensors")
-    states=$("$PYTHON" "$here/compare_safetensors.py" "$dir/$ref/optimizer.safetensors" "$dir/$name/optimizer.safetensors")
-    echo "zero $zero $flags: $losses; $params; $states"
+    echo "zero $zero $flags: $(compare "$ref" "$name")"
   done
 done

@@ -40,6 +40,10 @@ def Graph_Dialect : Dialect {
         "graph.file_shape";
     /// Function result attribute: index of the argument this result updates.
     static constexpr ::llvm::StringLiteral kUpdatesAttrName = "graph.updates";
+    /// Function result attribute: the result is a figure of the step the
+    /// runtime reports ("grad_norm": the global gradient norm before
+    /// clipping).
+    static constexpr ::llvm::StringLiteral kMetricAttrName = "graph.metric";
     /// Op attribute: the model part (#graph.part) the op belongs to. Read
     /// it through getModelPart (GraphAttrs.h).
     static constexpr ::llvm::StringLiteral kPartAttrName = "graph.part";
