@@ -41,7 +41,8 @@ for binary in bin/trellis-run lib/libTrellisRuntimeC.so; do
 done
 
 echo "== python (pytest) =="
-PYTHONPATH="$build/python" "$python" -m pytest -q -p no:cacheprovider \
+TRELLIS_BIN="$build/bin/trellis" PYTHONPATH="$build/python" \
+  "$python" -m pytest -q -p no:cacheprovider \
   "$root/test/python"
 
 # The package as users install it, then the README's Python example, run

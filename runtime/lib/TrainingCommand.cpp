@@ -21,6 +21,8 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 namespace trellis::runtime {
 
 namespace {
@@ -118,6 +120,18 @@ int runTrainingCommand(const TrainOptions &options) {
     // Only a finished run leaves a trace.
     std::remove(options.tracePath.c_str());
   }
+  // The metrics file: written by rank 0 as the steps finish; node 0's
+  // launcher fails before training, not after it, when it cannot be
+  // written.
+  std::ofstream metrics;
+  if (!options.metricsPath.empty() &&
+      (options.rank == 0 || (options.rank < 0 && options.nodeRank == 0))) {
+    metrics.open(options.metricsPath,
+                 options.loadDir.empty() ? std::ios::trunc : std::ios::app);
+    if (!metrics)
+      return fail(Status::error("--metrics: cannot write '" +
+                                options.metricsPath + "'"));
+  }
   if (options.rank < 0) {
     // The launcher: start one process per rank if the plan needs several.
     StatusOr<Plan> plan = loadPlanFile(options.planPath);
@@ -160,6 +174,10 @@ int runTrainingCommand(const TrainOptions &options) {
           std::this_thread::sleep_for(std::chrono::seconds(1));
       }
     }
+    // Whether this step's update is dropped: --on-nonfinite skip, or an fp16
+    // overflow (the loss scale counts those).
+    int64_t overflowsBefore =
+        trainer.lossScale() ? trainer.lossScale()->skippedSteps : 0;
     Clock::time_point start = Clock::now();
     Status status = trainer.step();
     double seconds =
@@ -172,6 +190,34 @@ int runTrainingCommand(const TrainOptions &options) {
       ++timedSteps;
     }
     int64_t step = trainer.completedSteps();
+    if (printing && metrics.is_open()) {
+      struct rusage now;
+      getrusage(RUSAGE_SELF, &now);
+      nlohmann::json record = {
+          {"step", step},
+          {"loss", trainer.lastLoss()},
+          {"tokens_per_s", trainer.tokensPerStep() / seconds},
+          {"step_ms", seconds * 1e3},
+          {"skipped",
+           !trainer.lastSkipReason().empty() ||
+               (trainer.lossScale() &&
+                trainer.lossScale()->skippedSteps > overflowsBefore)},
+          {"peak_memory_mib", now.ru_maxrss / 1024.0}};
+      if (std::optional<double> rate = trainer.lastLearningRate())
+        record["lr"] = *rate;
+      // A norm that is not finite (an overflowing fp16 step) is null.
+      if (std::optional<double> norm = trainer.lastGradNorm())
+        record["grad_norm"] =
+            std::isfinite(*norm) ? nlohmann::json(*norm) : nlohmann::json();
+      if (const DynamicLossScale *scale = trainer.lossScale()) {
+        record["loss_scale"] = scale->scale;
+        record["skipped_steps"] = scale->skippedSteps;
+      }
+      metrics << record.dump() << "\n" << std::flush;
+      if (!metrics)
+        return fail(Status::error("--metrics: cannot write '" +
+                                  options.metricsPath + "'"));
+    }
     if (printing && (step % options.logEvery == 0 || i + 1 == options.steps)) {
       std::printf("step %lld | loss %.6f | %.0f tokens/s | %.1f ms",
                   static_cast<long long>(step), trainer.lastLoss(),

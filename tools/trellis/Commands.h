@@ -36,6 +36,10 @@ int runScheduleCommand();
 /// `trellis run ARGS`: replaces the process by `trellis-run ARGS` (argv[1]
 /// is "run"); returns only on failure.
 int execRunCommand(int argc, char **argv);
+/// `trellis plot ARGS`: replaces this process by `python3 -m trellis.plot
+/// ARGS` ($TRELLIS_PYTHON instead of python3 when set), which draws a run's
+/// metrics with matplotlib.
+int execPlotCommand(int argc, char **argv);
 
 } // namespace trellis::driver
 

@@ -1,4 +1,4 @@
-//===- RunCommand.cpp - `trellis run` -------------------------------------===//
+//===- RunCommand.cpp - `trellis run` and `trellis plot` -----------------===//
 //
 // Training belongs to the runtime: `trellis run ARGS` replaces this process
 // by `trellis-run ARGS` (installed next to `trellis`), which links no MLIR.
@@ -14,14 +14,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace trellis::driver {
 
 // Listed in `trellis --help`; its options are trellis-run's, never parsed
 // here.
-llvm::cl::SubCommand runCommand("run", "Train a compiled plan (runs trellis-run; "
-                                 "see 'trellis run --help')");
+llvm::cl::SubCommand runCommand("run",
+                                "Train a compiled plan (runs trellis-run; "
+                                "see 'trellis run --help')");
 
 int execRunCommand(int argc, char **argv) {
   static int anchor;
@@ -36,6 +38,29 @@ int execRunCommand(int argc, char **argv) {
   llvm::WithColor::error(llvm::errs(), "trellis")
       << "cannot run '" << tool << "': " << std::strerror(error)
       << " (trellis-run is built with trellis, into the same directory)\n";
+  return 1;
+}
+
+// Listed in `trellis --help`; its options are trellis.plot's.
+llvm::cl::SubCommand plotCommand(
+    "plot", "Draw a run's metrics (trellis run --metrics FILE.jsonl) as loss, "
+            "learning-rate, gradient-norm and throughput curves (runs python3 "
+            "-m trellis.plot; see 'trellis plot --help')");
+
+int execPlotCommand(int argc, char **argv) {
+  const char *python = std::getenv("TRELLIS_PYTHON");
+  if (!python || !*python)
+    python = "python3";
+  std::vector<char *> args{const_cast<char *>(python), const_cast<char *>("-m"),
+                           const_cast<char *>("trellis.plot")};
+  args.insert(args.end(), argv + 2, argv + argc);
+  args.push_back(nullptr);
+  execvp(python, args.data());
+  int error = errno;
+  llvm::WithColor::error(llvm::errs(), "trellis")
+      << "cannot run '" << python << "': " << std::strerror(error)
+      << " (trellis plot needs a Python with the trellis package and "
+         "matplotlib; TRELLIS_PYTHON names it)\n";
   return 1;
 }
 

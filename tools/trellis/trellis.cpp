@@ -17,6 +17,9 @@ int main(int argc, char **argv) {
   // `run` is the runtime's tool: its options are parsed there.
   if (argc > 1 && llvm::StringRef(argv[1]) == "run")
     return execRunCommand(argc, argv);
+  // `plot` is the Python package's (matplotlib).
+  if (argc > 1 && llvm::StringRef(argv[1]) == "plot")
+    return execPlotCommand(argc, argv);
   llvm::InitLLVM initLLVM(argc, argv);
   // LLVM registers hundreds of backend options at the top level; Trellis
   // has none there (each subcommand's options are its own), so the top
@@ -44,8 +47,7 @@ int main(int argc, char **argv) {
   if (opsCommand)
     return runOpsCommand();
   llvm::WithColor::error(llvm::errs(), "trellis")
-      << "expected a subcommand (groups, import, compile, run, schedule, ops); "
-         "see "
-         "'trellis --help'\n";
+      << "expected a subcommand (groups, import, compile, run, plot, schedule, "
+         "ops); see 'trellis --help'\n";
   return 1;
 }

@@ -72,6 +72,12 @@ int main(int argc, char **argv) {
   app.add_option("--log-every", options.logEvery, "Print every N steps")
       ->capture_default_str()
       ->group(kTraining);
+  app.add_option("--metrics", options.metricsPath,
+                 "Write one JSON record per step to FILE (JSON Lines: step, "
+                 "loss, lr, grad_norm, tokens_per_s, step_ms, loss_scale, "
+                 "skipped, peak_memory_mib; docs/Training.md); a run resumed "
+                 "with --load appends")
+      ->group(kTraining);
   app.add_flag("--profile", options.profile, "Print the time spent per op kind")
       ->group(kDevice);
   app.add_option("--trace", options.tracePath,

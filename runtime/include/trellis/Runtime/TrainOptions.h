@@ -52,6 +52,11 @@ struct TrainOptions {
   std::string onNonfinite = "stop";
   /// Print a line every this many steps (the last step always prints).
   int64_t logEvery = 1;
+  /// Write one JSON record per step here, JSON Lines ("" = none): step,
+  /// loss, tokens/s, step time, peak memory, and the learning rate, grad
+  /// norm and loss scale when the plan has them. A resumed run (loadDir)
+  /// appends; a fresh one starts the file anew.
+  std::string metricsPath;
   /// Print the time spent per op kind after the run.
   bool profile = false;
   /// Write the measured timeline of every rank here as one Chrome trace
