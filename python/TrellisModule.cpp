@@ -377,6 +377,18 @@ public:
     check(trellisSessionGetLoss(handle_, &loss));
     return loss;
   }
+  std::optional<double> learningRate() const {
+    double rate = 0;
+    int present = 0;
+    check(trellisSessionGetLearningRate(handle_, &rate, &present));
+    return present ? std::optional<double>(rate) : std::nullopt;
+  }
+  std::optional<double> gradNorm() const {
+    double norm = 0;
+    int present = 0;
+    check(trellisSessionGetGradNorm(handle_, &norm, &present));
+    return present ? std::optional<double>(norm) : std::nullopt;
+  }
   std::vector<std::string> tensorNames() const {
     int64_t count;
     check(trellisSessionGetNumTensors(handle_, &count));
@@ -539,6 +551,8 @@ NB_MODULE(_trellis, m) {
       .def("completed_steps", &Session::completedSteps)
       .def("step", &Session::step, nb::arg("tokens"), nb::arg("targets"))
       .def("loss", &Session::loss)
+      .def("learning_rate", &Session::learningRate)
+      .def("grad_norm", &Session::gradNorm)
       .def("tensor_names", &Session::tensorNames)
       .def("tensor_shape", &Session::tensorShape, nb::arg("name"))
       .def("read", &Session::read, nb::arg("name"))

@@ -356,6 +356,20 @@ class Session:
         return self._live().loss()
 
     @property
+    def learning_rate(self) -> Optional[float]:
+        """The rate the last step's update used, for plans compiled with a
+        schedule (lr_schedule=...); None otherwise and before a step."""
+        return self._live().learning_rate()
+
+    @property
+    def grad_norm(self) -> Optional[float]:
+        """The last step's global gradient norm before clipping, for plans
+        compiled with clip_grad=...; nan for a step an fp16 overflow
+        skipped; None otherwise, before a step, and on pipeline ranks
+        other than stage 0."""
+        return self._live().grad_norm()
+
+    @property
     def completed_steps(self) -> int:
         return self._live().completed_steps()
 

@@ -315,6 +315,39 @@ TrellisStatus trellisSessionGetLoss(TrellisSession handle, float *loss) {
   return nullptr;
 }
 
+namespace {
+
+/// An optional figure of a session's last step (`figure` of its trainer):
+/// the value and 1 in `present`, or 0 in `present`. The callers checked
+/// the pointers (their messages name the function).
+TrellisStatus getStepFigure(TrellisSession handle, double *value, int *present,
+                            std::optional<double> (runtime::Trainer::*figure)()
+                                const) {
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  std::optional<double> last = ((*session->trainer).*figure)();
+  *present = last.has_value();
+  *value = last.value_or(0);
+  return nullptr;
+}
+
+} // namespace
+
+TrellisStatus trellisSessionGetLearningRate(TrellisSession handle, double *rate,
+                                            int *present) {
+  TRELLIS_CAPI_REQUIRE(rate);
+  TRELLIS_CAPI_REQUIRE(present);
+  return getStepFigure(handle, rate, present,
+                       &runtime::Trainer::lastLearningRate);
+}
+
+TrellisStatus trellisSessionGetGradNorm(TrellisSession handle, double *norm,
+                                        int *present) {
+  TRELLIS_CAPI_REQUIRE(norm);
+  TRELLIS_CAPI_REQUIRE(present);
+  return getStepFigure(handle, norm, present, &runtime::Trainer::lastGradNorm);
+}
+
 TrellisStatus trellisSessionGetNumTensors(TrellisSession handle,
                                           int64_t *count) {
   TRELLIS_CAPI_REQUIRE(count);

@@ -52,11 +52,13 @@ def three_ways(kind: str, module: "torch.nn.Module", rows: int) -> dict:
 
 
 def torch_losses(module: "torch.nn.Module", data: list,
-                 optimizer: Any = None, clip: Optional[float] = None) -> list:
+                 optimizer: Any = None, clip: Optional[float] = None,
+                 norms: Optional[list] = None) -> list:
     """PyTorch's own training: the same losses Trellis's AdamW steps give
     (AdamW without decay unless another optimizer is given; gradients
-    clipped to a global norm of `clip` when given). The module stays as it
-    is (evaluation mode: no dropout, as plans have none)."""
+    clipped to a global norm of `clip` when given, the norms before
+    clipping appended to `norms`). The module stays as it is (evaluation
+    mode: no dropout, as plans have none)."""
     if optimizer is None:
         optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
                                       betas=(0.9, 0.999), eps=1e-8,
@@ -70,7 +72,9 @@ def torch_losses(module: "torch.nn.Module", data: list,
         optimizer.zero_grad()
         loss.backward()
         if clip is not None:
-            torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+            norm = torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+            if norms is not None:
+                norms.append(float(norm))
         optimizer.step()
         losses.append(loss.item())
     return losses
@@ -141,7 +145,8 @@ def test_default_attention_converts(kind: str) -> None:
 
 
 def trained_torch_parameters(module: "torch.nn.Module", data: list,
-                             decay: float, clip: Optional[float] = None) -> dict:
+                             decay: float, clip: Optional[float] = None,
+                             norms: Optional[list] = None) -> dict:
     """PyTorch's parameters after AdamW steps with the README's decay
     groups: tensors of 2+ dimensions decayed, biases and gains not."""
     groups = [
@@ -151,7 +156,7 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
          "weight_decay": 0.0},
     ]
     torch_losses(module, data, torch.optim.AdamW(
-        groups, lr=1e-3, betas=(0.9, 0.999), eps=EPSILON), clip)
+        groups, lr=1e-3, betas=(0.9, 0.999), eps=EPSILON), clip, norms)
     return {name: p.detach().numpy() for name, p in module.state_dict().items()}
 
 
@@ -207,8 +212,9 @@ def test_trained_parameters_equal_pytorch(kind: str) -> None:
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_clipped_training_equals_pytorch(kind: str) -> None:
     """--clip-grad: 3 AdamW steps with the global gradient norm clipped on
-    every step (the norms are about 1, the limit 0.05) equal PyTorch's
-    clip_grad_norm_ then AdamW, GPT-2's tied table counted once."""
+    every step (norms of 0.04 and more, the limit 0.01) equal PyTorch's
+    clip_grad_norm_ then AdamW, GPT-2's tied table counted once; the
+    session reports the norms clip_grad_norm_ returns."""
     torch.manual_seed(0)
     module = hugging_face(kind)
     with torch.no_grad():
@@ -218,12 +224,20 @@ def test_clipped_training_equals_pytorch(kind: str) -> None:
     model = trellis_torch.from_module(
         module.eval(), (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2)
     plan = trellis.compile(model, batch=BATCH, seq=SEQ, adam_eps=EPSILON,
-                           clip_grad=0.05)
+                           clip_grad=0.01)
+    norms = []
     with trellis.Session(plan, weights=model.weights) as session:
+        assert session.grad_norm is None
         for tokens, targets in data:
             session.step(tokens, targets)
+            norms.append(session.grad_norm)
+        assert session.learning_rate is None
         found = session.state_dict()
-    expected = trained_torch_parameters(module, data, decay=0.0, clip=0.05)
+    torch_norms = []
+    expected = trained_torch_parameters(module, data, decay=0.0, clip=0.01,
+                                        norms=torch_norms)
+    assert min(torch_norms) > 0.01
+    np.testing.assert_allclose(norms, torch_norms, rtol=1e-5)
     for name, value in found.items():
         np.testing.assert_allclose(value, expected[name], rtol=1e-5,
                                    atol=1e-6, err_msg=name)
@@ -252,8 +266,14 @@ def test_lr_schedule_equals_pytorch() -> None:
                            lr=peak, lr_schedule="cosine", warmup_steps=warmup,
                            decay_steps=decay, min_lr=minimum)
     with trellis.Session(plan, weights=model.weights) as session:
-        losses = [session.step(*b) for b in data]
+        losses, rates = [], []
+        for batch in data:
+            losses.append(session.step(*batch))
+            rates.append(session.learning_rate)
         found = session.state_dict()
+    np.testing.assert_allclose(
+        rates, [cosine_rate(step, peak, minimum, warmup, decay)
+                for step in range(1, len(data) + 1)], rtol=1e-12)
     optimizer = torch.optim.AdamW(module.parameters(), lr=peak,
                                   betas=(0.9, 0.999), eps=EPSILON,
                                   weight_decay=0.0)

@@ -123,6 +123,17 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionStep(TrellisSession session,
 /** The last step's loss (0 before the first). */
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetLoss(TrellisSession session,
                                                           float *loss);
+/** The learning rate the last step's update used: `*present` is 1 and the
+ * rate is in `rate` for a plan with a schedule after its first step, else
+ * `*present` is 0. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetLearningRate(
+    TrellisSession session, double *rate, int *present);
+/** The last step's global gradient norm before clipping: `*present` is 1
+ * and the norm (NaN for a step an fp16 overflow skipped) is in `norm` for a
+ * plan compiled with --clip-grad after its first step, on the ranks that
+ * hold it (every rank, or pipeline stage 0), else `*present` is 0. */
+TRELLIS_CAPI_EXPORTED TrellisStatus
+trellisSessionGetGradNorm(TrellisSession session, double *norm, int *present);
 
 /** The named tensors: parameters by their names, then optimizer states as
  * "adam_m.NAME", "adam_v.NAME" and fp32 master weights as "master.NAME"
