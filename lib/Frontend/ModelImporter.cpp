@@ -213,16 +213,46 @@ llvm::Error readGpt2(ConfigReader &reader, TransformerConfig &config) {
 
 using RopeScaling = TransformerConfig::RopeScaling;
 
-llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config) {
+/// Reads a Llama-family config: `type` "llama", or "mistral" (Llama with a
+/// sliding window) or "qwen2" (Llama with query, key and value biases and a
+/// sliding window it may turn on).
+llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
+                      llvm::StringRef type) {
   RopeScaling &scaling = config.ropeScaling;
   config.family = TransformerConfig::Family::Llama;
-  if (llvm::Error error = checkArchitectures(
-          reader, "llama", {"LlamaForCausalLM", "LlamaModel"}))
+  llvm::SmallVector<llvm::StringRef, 2> architectures = {"LlamaForCausalLM",
+                                                         "LlamaModel"};
+  if (type == "mistral")
+    architectures = {"MistralForCausalLM", "MistralModel"};
+  else if (type == "qwen2")
+    architectures = {"Qwen2ForCausalLM", "Qwen2Model"};
+  if (llvm::Error error = checkArchitectures(reader, type, architectures))
     return error;
-  for (llvm::StringRef flag : {"attention_bias", "mlp_bias"})
-    if (llvm::Error error = reader.refuseFlag(
-            flag, false, "Llama's projections have no biases"))
-      return error;
+  if (type == "qwen2") {
+    // Qwen2's query, key and value projections always have biases.
+    config.attentionBias = true;
+    bool sliding = false;
+    TRY_ASSIGN(sliding, reader.booleanOr("use_sliding_window", false));
+    if (sliding) {
+      int64_t window = 0;
+      TRY_ASSIGN(window, reader.integer("sliding_window"));
+      config.slidingWindow = window;
+    }
+  } else {
+    for (llvm::StringRef flag : {"attention_bias", "mlp_bias"})
+      if (llvm::Error error = reader.refuseFlag(
+              flag, false,
+              llvm::formatv("{0}'s projections have no biases",
+                            type == "mistral" ? "Mistral" : "Llama")
+                  .str()))
+        return error;
+  }
+  if (type == "mistral") {
+    int64_t window = -1;
+    TRY_ASSIGN(window, reader.integerOr("sliding_window", -1));
+    if (window > 0)
+      config.slidingWindow = window;
+  }
   TRY_ASSIGN(config.numLayers, reader.integer("num_hidden_layers"));
   TRY_ASSIGN(config.numHeads, reader.integer("num_attention_heads"));
   TRY_ASSIGN(config.numKvHeads,
@@ -370,16 +400,17 @@ llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
   if (type == "gpt2") {
     if (llvm::Error error = readGpt2(reader, parsed))
       return std::move(error);
-  } else if (type == "llama") {
-    if (llvm::Error error = readLlama(reader, parsed))
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    if (llvm::Error error = readLlama(reader, parsed, type))
       return std::move(error);
   } else if (type.empty()) {
-    return configError(
-        "missing field \"model_type\": expected \"gpt2\" or \"llama\"");
+    return configError("missing field \"model_type\": expected \"gpt2\", "
+                       "\"llama\", \"mistral\" or \"qwen2\"");
   } else {
-    return configError(llvm::formatv(
-        "unsupported model_type \"{0}\": expected \"gpt2\" or \"llama\"",
-        type));
+    return configError(
+        llvm::formatv("unsupported model_type \"{0}\": expected \"gpt2\", "
+                      "\"llama\", \"mistral\" or \"qwen2\"",
+                      type));
   }
   return parsed;
 }
@@ -539,15 +570,19 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
       builder_.getDenseF64ArrayAttr(ropeFrequencies(config_));
 
   Value hidden = rmsNorm(x, prefix + ".input_layernorm.weight");
-  Value q = linear(
-      hidden, param(prefix + ".self_attn.q_proj.weight", {hq * d, e}, normal),
-      true);
-  Value k = linear(
-      hidden, param(prefix + ".self_attn.k_proj.weight", {hkv * d, e}, normal),
-      true);
-  Value v = linear(
-      hidden, param(prefix + ".self_attn.v_proj.weight", {hkv * d, e}, normal),
-      true);
+  // The query, key and value projections (with biases: Qwen2).
+  auto project = [&](StringRef name, int64_t rows) {
+    std::string weight = (prefix + ".self_attn." + name + ".weight").str();
+    Value w = param(weight, {rows, e}, normal);
+    Value bias;
+    if (config_.attentionBias)
+      bias = param((prefix + ".self_attn." + name + ".bias").str(), {rows},
+                   "zeros");
+    return linear(hidden, w, true, bias);
+  };
+  Value q = project("q_proj", hq * d);
+  Value k = project("k_proj", hkv * d);
+  Value v = project("v_proj", hkv * d);
   Value qRotated = RopeOp::create(builder_, loc_, reshape(q, {b, s, hq, d}),
                                   frequencies, builder_.getBoolAttr(false),
                                   ArrayAttr(), IntegerAttr());
@@ -663,6 +698,8 @@ int64_t TransformerConfig::numParameters() const {
     params += e;
     perLayer = 2 * e + numHeads * d * e * 2 + 2 * numKvHeads * d * e +
                3 * e * intermediateSize;
+    if (attentionBias)
+      perLayer += numHeads * d + 2 * numKvHeads * d;
   }
   return params + numLayers * perLayer;
 }
@@ -685,5 +722,12 @@ trellis::importTransformer(MLIRContext &context,
     return configError(
         llvm::formatv("sequence length {0} exceeds the model's {1} positions",
                       shape.seq, config.maxPositions));
+  // A window that covers the sequence is causal attention.
+  if (config.slidingWindow && *config.slidingWindow < shape.seq)
+    return configError(llvm::formatv(
+        "field \"sliding_window\": a window of {0} positions, shorter than "
+        "the sequence of {1}, is not built: expected a sequence of at most "
+        "{0}",
+        *config.slidingWindow, shape.seq));
   return TransformerBuilder(context, config, shape).build();
 }

@@ -22,9 +22,32 @@ EPSILON = 1e-4
 
 
 def config(kind: str) -> dict:
+    """The tiny config of `kind`: gpt2, llama, or the Llama family's mistral
+    (no sliding window) and qwen2 (query, key and value biases)."""
     name = "gpt2-tiny.json" if kind == "gpt2" else "llama-tiny.json"
     with open(os.path.join(ROOT, "examples", "configs", name)) as file:
-        return json.load(file)
+        fields = json.load(file)
+    if kind == "mistral":
+        fields.update(model_type="mistral",
+                      architectures=["MistralForCausalLM"],
+                      sliding_window=None)
+    elif kind == "qwen2":
+        fields.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"],
+                      use_sliding_window=False)
+    return fields
+
+
+def causal_lm(kind: str, **fields: Any) -> "torch.nn.Module":
+    """Hugging Face's model of `kind` for `fields`."""
+    classes = {
+        "gpt2": (transformers.GPT2LMHeadModel, transformers.GPT2Config),
+        "llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig),
+        "mistral": (transformers.MistralForCausalLM,
+                    transformers.MistralConfig),
+        "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config),
+    }
+    model, settings = classes[kind]
+    return model(settings(**fields))
 
 
 def hugging_face(kind: str) -> "torch.nn.Module":
@@ -160,22 +183,19 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
     return {name: p.detach().numpy() for name, p in module.state_dict().items()}
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2"])
 def test_trained_parameters_equal_pytorch(kind: str) -> None:
     """Every parameter after 3 AdamW steps with weight decay equals
     PyTorch's, not only the losses: GPT-2's fused QKV bias is a 1-D bias
-    (not decayed), and Llama's padding row (pad_token_id 0, in every batch)
-    gets no gradient, from the config importer and from the module alike.
+    (not decayed), Llama's padding row (pad_token_id 0, in every batch)
+    gets no gradient, Mistral builds as Llama without a window, and Qwen2's
+    query, key and value biases train, from the config importer and from
+    the module alike.
     AdamW's epsilon is 1e-4: at 1e-8 its division turns the roundoff of a
     near-zero gradient into a visible step (zero.test says more)."""
     fields = dict(config(kind), pad_token_id=0)
     torch.manual_seed(0)
-    if kind == "gpt2":
-        module = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            **fields, attn_implementation="eager"))
-    else:
-        module = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            **fields, attn_implementation="eager"))
+    module = causal_lm(kind, **fields, attn_implementation="eager")
     # Biases and the padding row start away from zero (Hugging Face zeros
     # them), so that decaying them or moving the row would show.
     with torch.no_grad():

@@ -40,6 +40,12 @@ struct TransformerConfig {
   bool tieWordEmbeddings = true;
   /// The embedding row that gets no gradient (Llama's pad_token_id).
   std::optional<int64_t> paddingIdx;
+  /// Biases on the query, key and value projections (Qwen2).
+  bool attentionBias = false;
+  /// Sliding-window attention (Mistral, Qwen2): each token attends to the
+  /// last this many positions. Built only where the window covers the
+  /// sequence (then it is causal attention); unset: none.
+  std::optional<int64_t> slidingWindow;
 
   /// Llama 3's `rope_scaling` (rope_type "llama3"): rescaled frequencies.
   struct RopeScaling {
