@@ -41,11 +41,6 @@ int64_t wireBytes(Operation *op) {
                                            : 0);
 }
 
-/// Whether `role` names an optimizer state (moments, fp32 masters).
-bool isOptimizerState(StringRef role) {
-  return role == "adam_m" || role == "adam_v" || role == "master";
-}
-
 /// The global elements of argument `index` of `step` (local elements times
 /// the ranks its sharding splits it over).
 int64_t globalElements(func::FuncOp step, unsigned index) {
@@ -93,6 +88,10 @@ void collectGradientValues(Value value, llvm::DenseSet<Value> &visited,
 }
 
 } // namespace
+
+bool isOptimizerStateRole(StringRef role) {
+  return role == "adam_m" || role == "adam_v" || role == "master";
+}
 
 int64_t ringWireBytes(StringRef kind, int64_t groupSize, int64_t inBytes,
                       int64_t outBytes) {
@@ -160,7 +159,7 @@ void addModelStates(StepReport &report, func::FuncOp step,
       report.parameterCount +=
           llvm::cast<RankedTensorType>(type).getNumElements();
       report.stageParameterCount += globalElements(step, i);
-    } else if (role && isOptimizerState(role.getValue())) {
+    } else if (role && isOptimizerStateRole(role.getValue())) {
       report.optimizerStateBytes += bytes;
     }
     report.persistentBytes +=

@@ -166,8 +166,7 @@ void Pricer::holdArguments() {
     if (!role)
       continue;
     bool parameter = role.getValue() == "param";
-    bool state =
-        llvm::is_contained({"adam_m", "adam_v", "master"}, role.getValue());
+    bool state = isOptimizerStateRole(role.getValue());
     if (!parameter && !state)
       continue;
     // Held where it is read, and where a result that updates it lives.

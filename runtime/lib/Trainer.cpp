@@ -65,6 +65,9 @@ Trainer::Trainer(std::unique_ptr<Device> device,
       stepArg_ = i;
     else if (p.arguments[i].role == ArgumentRole::LossScale)
       lossScaleArg_ = i;
+  for (size_t i = 0; i < p.results.size(); ++i)
+    if (p.results[i].metric == "grad_norm")
+      gradNormResult_ = i;
   if (!tokensArgs_.empty()) {
     // The data source produces the global batch; each rank takes its shard
     // of each micro-batch's rows.
@@ -352,13 +355,13 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
     TRELLIS_RETURN_IF_ERROR(executor_->commitUpdates());
     ++optimizerSteps_;
   }
-  for (size_t i = 0; i < plan.results.size(); ++i)
-    if (plan.results[i].metric == "grad_norm" &&
-        plan.holds(plan.results[i].stages)) {
-      float norm = 0;
-      TRELLIS_RETURN_IF_ERROR(executor_->readResultValues(i, &norm));
-      lastGradNorm_ = norm;
-    }
+  if (gradNormResult_ >= 0 &&
+      plan.holds(plan.results[gradNormResult_].stages)) {
+    float norm = 0;
+    TRELLIS_RETURN_IF_ERROR(
+        executor_->readResultValues(gradNormResult_, &norm));
+    lastGradNorm_ = norm;
+  }
   // The loss lives on the last stage; it is sent to the others.
   if (!plan.results.empty() && plan.holds(plan.results.front().stages)) {
     StatusOr<float> loss = executor_->loss();

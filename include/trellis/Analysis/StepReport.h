@@ -72,6 +72,11 @@ struct StepReport {
   llvm::json::Object toJson() const;
 };
 
+/// Whether an argument's `graph.role` names an optimizer state (AdamW's
+/// moments, fp32 master weights): what StepReport::optimizerStateBytes and
+/// the cost query count.
+bool isOptimizerStateRole(llvm::StringRef role);
+
 /// Traffic by collective and mesh axes ("all_reduce over dp").
 using TrafficByCollective = std::map<std::string, StepReport::Traffic>;
 

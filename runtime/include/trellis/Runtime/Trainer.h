@@ -191,6 +191,8 @@ private:
   std::optional<double> lastLearningRate_;
   std::optional<double> lastGradNorm_;
   int64_t lossScaleArg_ = -1;
+  /// The plan's result with the grad_norm metric (--clip-grad), or -1.
+  int64_t gradNormResult_ = -1;
   DynamicLossScale lossScale_;
   /// Updates made (steps skipped for an overflow make none).
   int64_t optimizerSteps_ = 0;
