@@ -22,16 +22,16 @@ int64_t bufferBytes(const BufferDesc &desc) {
 } // namespace
 
 void Executor::planWaitPoints() {
-  size_t count = plan_.program.size();
+  size_t count = timeline_.size();
   waitPoint_.assign(count, -1);
   // Instructions that communicate inside their kernel (a split loss) must
   // not run while the communication thread does; other split ops (rope,
   // attention blocks) only read their place.
   std::vector<bool> communicates(count, false);
   for (size_t i = 0; i < count; ++i) {
-    const OpContract *contract = findOpContract(plan_.program[i].op);
+    const OpContract *contract = findOpContract(timeline_[i].instruction->op);
     communicates[i] = contract && contract->effects.reducesOverAxes &&
-                      !plan_.instructionAxes[i].empty();
+                      !timeline_[i].axes->empty();
   }
   // Collectives of the communication stream: waited for at their first
   // reader, or when too many are in flight (MemoryPlan.h). Receives wait
@@ -40,16 +40,16 @@ void Executor::planWaitPoints() {
   std::vector<CollectiveWindow> windows;
   std::vector<size_t> windowOf;
   for (size_t i = 0; i < count; ++i) {
-    const std::string &op = plan_.program[i].op;
+    const std::string &op = timeline_[i].instruction->op;
     // Sends: below, once the receives have theirs.
     if (!isCollective(op) || op == "send")
       continue;
     int64_t wait = count;
-    const std::vector<int64_t> &outputs = plan_.program[i].outputs;
+    const std::vector<int64_t> &outputs = timeline_[i].outputs;
     for (size_t j = i + 1; j < count && wait == static_cast<int64_t>(count);
          ++j) {
       bool reads = communicates[j] && !isPointToPoint(op);
-      for (int64_t input : plan_.program[j].inputs)
+      for (int64_t input : timeline_[j].inputs)
         reads |=
             std::find(outputs.begin(), outputs.end(), input) != outputs.end();
       if (reads)
@@ -58,7 +58,7 @@ void Executor::planWaitPoints() {
     waitPoint_[i] = wait;
     if (!isPointToPoint(op)) {
       int64_t bytes = 0;
-      for (int64_t b : plan_.program[i].inputs)
+      for (int64_t b : timeline_[i].inputs)
         bytes += bufferBytes(plan_.buffers[b]);
       for (int64_t b : outputs)
         bytes += bufferBytes(plan_.buffers[b]);
@@ -74,15 +74,15 @@ void Executor::planWaitPoints() {
   // the receive its `complete_with` names (a transfer the peer sends after
   // reading ours), else by the end of the step. Its buffer lives until then.
   for (size_t i = 0; i < count; ++i) {
-    const Instruction &send = plan_.program[i];
+    const Instruction &send = *timeline_[i].instruction;
     if (send.op != "send")
       continue;
     waitPoint_[i] = count;
     if (!send.attrs.count("complete_with"))
       continue;
     for (size_t j = i + 1; j < count; ++j)
-      if (plan_.program[j].op == "recv" &&
-          plan_.program[j].integer("channel") ==
+      if (timeline_[j].instruction->op == "recv" &&
+          timeline_[j].instruction->integer("channel") ==
               send.integer("complete_with")) {
         waitPoint_[i] = waitPoint_[j];
         break;
@@ -91,7 +91,7 @@ void Executor::planWaitPoints() {
 }
 
 void Executor::planInPlaceUpdates() {
-  size_t count = plan_.program.size();
+  size_t count = timeline_.size();
   inPlace_.assign(plan_.buffers.size(), -1);
   if (!updatesInPlace_)
     return;
@@ -106,7 +106,7 @@ void Executor::planInPlaceUpdates() {
   };
   std::vector<int64_t> writes(plan_.buffers.size(), 0), writer(plan_.buffers.size(), -1);
   for (size_t i = 0; i < count; ++i)
-    for (int64_t b : plan_.program[i].outputs) {
+    for (int64_t b : timeline_[i].outputs) {
       ++writes[b];
       writer[b] = static_cast<int64_t>(i);
     }
@@ -123,19 +123,20 @@ void Executor::planInPlaceUpdates() {
         a.shape != b.shape || a.dtype != b.dtype)
       continue;
     int64_t at = writer[from];
-    const Instruction &made = plan_.program[at];
+    const TimelineEntry &made = timeline_[at];
     bool safe = true;
     for (size_t i = 0; i < count && safe; ++i) {
-      const Instruction &instruction = plan_.program[i];
-      for (size_t k = 0; k < instruction.inputs.size() && safe; ++k) {
-        if (instruction.inputs[k] != into)
+      const std::vector<int64_t> &inputs = timeline_[i].inputs;
+      for (size_t k = 0; k < inputs.size() && safe; ++k) {
+        if (inputs[k] != into)
           continue;
         // A collective reads until the program waits for it.
         int64_t end = std::max<int64_t>(i, waitPoint_[i]);
         if (static_cast<int64_t>(i) == at) {
           size_t output = std::find(made.outputs.begin(), made.outputs.end(),
                                     from) - made.outputs.begin();
-          safe = replacedOperand(made.op, output) == static_cast<int64_t>(k);
+          safe = replacedOperand(made.instruction->op, output) ==
+                 static_cast<int64_t>(k);
         } else {
           safe = end < at;
         }
@@ -159,36 +160,35 @@ int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
     buffers[result.buffer].persistent = true;
   // Accumulators take a value from every micro-batch of the step: those
   // this stage accumulates into (another stage may only receive the total).
-  for (const Instruction &instruction : plan_.program) {
-    const OpContract *contract = findOpContract(instruction.op);
+  for (const TimelineEntry &entry : timeline_) {
+    const OpContract *contract = findOpContract(entry.instruction->op);
     if (contract && contract->effects.accumulates)
-      buffers[instruction.outputs[0]].persistent = true;
+      buffers[entry.outputs[0]].persistent = true;
   }
   // Lifetimes in instruction indices, inclusive: an instruction's outputs
   // never share bytes with its inputs.
-  for (size_t i = 0; i < plan_.program.size(); ++i) {
+  for (size_t i = 0; i < timeline_.size(); ++i) {
     // A collective in flight touches its buffers until its wait point.
     int64_t end = std::max<int64_t>(i, waitPoint_[i]);
-    for (int64_t output : plan_.program[i].outputs) {
+    for (int64_t output : timeline_[i].outputs) {
       buffers[output].first = i;
       buffers[output].last = std::max(buffers[output].last, end);
     }
-    for (int64_t input : plan_.program[i].inputs)
+    for (int64_t input : timeline_[i].inputs)
       buffers[input].last = std::max(buffers[input].last, end);
   }
   // The result of an op that shares its operand's bytes (a reshape: the
   // op contract says so) takes them when both are written once.
   std::vector<int64_t> writes(count, 0);
-  for (const Instruction &instruction : plan_.program)
-    for (int64_t output : instruction.outputs)
+  for (const TimelineEntry &entry : timeline_)
+    for (int64_t output : entry.outputs)
       ++writes[output];
   std::vector<std::pair<int64_t, int64_t>> aliases;
-  for (const Instruction &instruction : plan_.program) {
-    const OpContract *contract = findOpContract(instruction.op);
+  for (const TimelineEntry &entry : timeline_) {
+    const OpContract *contract = findOpContract(entry.instruction->op);
     if (contract && contract->effects.sharesOperandBytes &&
-        writes[instruction.inputs[0]] == 1 &&
-        writes[instruction.outputs[0]] == 1)
-      aliases.emplace_back(instruction.inputs[0], instruction.outputs[0]);
+        writes[entry.inputs[0]] == 1 && writes[entry.outputs[0]] == 1)
+      aliases.emplace_back(entry.inputs[0], entry.outputs[0]);
   }
   ArenaLayout layout = layOutArena(std::move(buffers), aliases);
   offsets = std::move(layout.offsets);
@@ -207,24 +207,65 @@ Executor::create(Plan plan, Device &device, Communicator *communicator,
 }
 
 Status Executor::prepareLaunches() {
-  prepared_.resize(plan_.program.size());
-  for (size_t i = 0; i < plan_.program.size(); ++i) {
-    const Instruction &instruction = plan_.program[i];
-    if (isCollective(instruction.op))
+  // Once per instruction of each program the schedule runs, over the
+  // buffers of its first run: every run binds buffers of the same types.
+  const StageProgram &stage = plan_.stageProgram();
+  prepared_.resize(stage.programs.size());
+  std::vector<bool> done(stage.programs.size(), false);
+  for (const ScheduledAction &action : stage.schedule) {
+    if (done[action.program])
       continue;
-    StatusOr<std::unique_ptr<PreparedLaunch>> prepared = device_.prepare(
-        KernelArgs{instruction, buffers_, plan_.instructionAxes[i],
-                   communicator_});
-    if (!prepared.ok())
-      return prepared.status().withContext("instruction " + std::to_string(i) +
-                                           " (" + instruction.op + ")");
-    prepared_[i] = std::move(*prepared);
+    done[action.program] = true;
+    const ActionProgram &program = stage.programs[action.program];
+    prepared_[action.program].resize(program.instructions.size());
+    for (size_t i = 0; i < program.instructions.size(); ++i) {
+      const Instruction &instruction = program.instructions[i];
+      if (isCollective(instruction.op))
+        continue;
+      StatusOr<std::unique_ptr<PreparedLaunch>> prepared = device_.prepare(
+          KernelArgs{instruction, bufferTable(action.microBatch),
+                     program.instructionAxes[i], communicator_});
+      if (!prepared.ok())
+        return prepared.status().withContext(
+            "program " + program.name + " instruction " + std::to_string(i) +
+            " (" + instruction.op + ")");
+      prepared_[action.program][i] = std::move(*prepared);
+    }
   }
   return Status::success();
 }
 
 Executor::Executor(Plan plan, Device &device, Communicator *communicator)
-    : plan_(std::move(plan)), device_(device), communicator_(communicator) {}
+    : plan_(std::move(plan)), device_(device), communicator_(communicator) {
+  timeline_ = stageTimeline(plan_, plan_.stage);
+}
+
+BufferTable Executor::bufferTable(int64_t microBatch) {
+  if (microBatch < 0 || plan_.bindings.empty())
+    return BufferTable(buffers_);
+  return BufferTable(buffers_, &plan_.bindings[microBatch]);
+}
+
+KernelArgs Executor::kernelArgs(size_t i) {
+  const TimelineEntry &entry = timeline_[i];
+  const ScheduledAction &action = plan_.stageProgram().schedule[entry.action];
+  const PreparedLaunch *prepared =
+      prepared_[action.program].empty()
+          ? nullptr
+          : prepared_[action.program][entry.index].get();
+  return KernelArgs{*entry.instruction, bufferTable(action.microBatch),
+                    *entry.axes, communicator_, prepared};
+}
+
+std::string Executor::describe(size_t i) const {
+  const TimelineEntry &entry = timeline_[i];
+  const StageProgram &stage = plan_.stageProgram();
+  std::string action = stage.schedule.size() > 1
+                           ? "action " + stage.schedule[entry.action].name + " "
+                           : std::string();
+  return action + "instruction " + std::to_string(entry.index) + " (" +
+         entry.instruction->op + ")";
+}
 
 Status Executor::checkMemoryBudget(int64_t persistentBytes) const {
   MemoryBudget budget = device_.memoryBudget();
@@ -257,10 +298,10 @@ Status Executor::allocate() {
   arenaBytes_ = planArena(offsets);
   // A pipeline stage touches only its own buffers.
   std::vector<bool> used(plan_.buffers.size(), false);
-  for (const Instruction &instruction : plan_.program) {
-    for (int64_t b : instruction.inputs)
+  for (const TimelineEntry &entry : timeline_) {
+    for (int64_t b : entry.inputs)
       used[b] = true;
-    for (int64_t b : instruction.outputs)
+    for (int64_t b : entry.outputs)
       used[b] = true;
   }
   for (const Argument &argument : plan_.arguments)
@@ -337,28 +378,24 @@ std::vector<TraceSlice> Executor::trace() const {
 
 size_t Executor::updateRunEnd(size_t first) const {
   auto isUpdate = [&](size_t i) {
-    const OpContract *contract = findOpContract(plan_.program[i].op);
+    const OpContract *contract = findOpContract(timeline_[i].instruction->op);
     return contract && contract->isUpdate();
   };
   if (!isUpdate(first))
     return first;
   std::vector<bool> written(plan_.buffers.size(), false);
-  for (int64_t b : plan_.program[first].outputs)
+  for (int64_t b : timeline_[first].outputs)
     written[b] = true;
   size_t last = first;
-  for (size_t i = first + 1; i < plan_.program.size() && isUpdate(i); ++i) {
-    // A schedule action starting here keeps its own trace slice.
-    bool startsAction = std::any_of(
-        plan_.actions.begin(), plan_.actions.end(), [&](const ActionSpan &a) {
-          return a.first == static_cast<int64_t>(i);
-        });
+  for (size_t i = first + 1; i < timeline_.size() && isUpdate(i); ++i) {
+    // Each schedule action keeps its own trace slice.
+    bool startsAction = timeline_[i].action != timeline_[first].action;
     bool readsTheRun =
-        std::any_of(plan_.program[i].inputs.begin(),
-                    plan_.program[i].inputs.end(),
+        std::any_of(timeline_[i].inputs.begin(), timeline_[i].inputs.end(),
                     [&](int64_t b) { return written[b]; });
     if (startsAction || readsTheRun)
       break;
-    for (int64_t b : plan_.program[i].outputs)
+    for (int64_t b : timeline_[i].outputs)
       written[b] = true;
     last = i;
   }
@@ -367,10 +404,7 @@ size_t Executor::updateRunEnd(size_t first) const {
 
 Status Executor::run() {
   using Lane = TraceSlice::Lane;
-  auto context = [&](size_t i) {
-    return "instruction " + std::to_string(i) + " (" + plan_.program[i].op +
-           ")";
-  };
+  const StageProgram &stage = plan_.stageProgram();
   // Tickets of the collectives in flight, by the instruction they wait at.
   std::vector<std::pair<int64_t, int64_t>> inFlight; // (wait point, ticket)
   std::vector<size_t> inFlightInstruction;
@@ -394,12 +428,12 @@ Status Executor::run() {
       Status status = transfer.pending->wait();
       transfer.pending.reset();
       double end = monotonicMicros();
-      const std::string &op = plan_.program[transfer.instruction].op;
+      const std::string &op = timeline_[transfer.instruction].instruction->op;
       record(op + " (wait)", start, end, Lane::Compute);
       // In flight from its start until this wait saw it complete.
       record(op, transfer.startMicros, end, Lane::Communication);
       if (!status.ok())
-        return status.withContext(context(transfer.instruction));
+        return status.withContext(describe(transfer.instruction));
     }
     return Status::success();
   };
@@ -411,7 +445,8 @@ Status Executor::run() {
         continue;
       double start = monotonicMicros();
       Status status = device_.waitCommunication(ticket);
-      const Instruction &waited = plan_.program[inFlightInstruction[k]];
+      const Instruction &waited =
+          *timeline_[inFlightInstruction[k]].instruction;
       record(waited.op + " (wait)", start, monotonicMicros(), Lane::Compute);
       if (!status.ok())
         return status;
@@ -420,50 +455,46 @@ Status Executor::run() {
     return Status::success();
   };
 
-  // The schedule actions, as slices enclosing their instructions: the one
-  // being run and its start time. An action ends when the next instruction
-  // after it begins.
-  size_t action = 0;
-  double actionStart = 0;
-  auto traceActions = [&](size_t i) {
-    if (!tracing_)
+  // The schedule's actions as slices enclosing their instructions (a lone
+  // step program has none): the one being run and its start time. An
+  // action ends when the next one's first instruction begins.
+  bool traceActions = tracing_ && stage.schedule.size() > 1;
+  size_t action = timeline_.empty() ? 0 : timeline_.front().action;
+  double actionStart = monotonicMicros();
+  auto enterAction = [&](size_t next) {
+    if (!traceActions || next == action)
       return;
-    for (; action < plan_.actions.size(); ++action) {
-      const ActionSpan &span = plan_.actions[action];
-      if (static_cast<int64_t>(i) < span.first + span.count)
-        break;
-      record(span.name, actionStart, monotonicMicros(), Lane::Compute);
-    }
-    if (action < plan_.actions.size() &&
-        static_cast<int64_t>(i) == plan_.actions[action].first)
-      actionStart = monotonicMicros();
+    double now = monotonicMicros();
+    record(stage.schedule[action].name, actionStart, now, Lane::Compute);
+    action = next;
+    actionStart = now;
   };
 
   Status failure = Status::success();
-  for (size_t i = 0; i < plan_.program.size() && failure.ok(); ++i) {
-    const Instruction &instruction = plan_.program[i];
-    traceActions(i);
+  for (size_t i = 0; i < timeline_.size() && failure.ok(); ++i) {
+    const TimelineEntry &entry = timeline_[i];
+    const Instruction &instruction = *entry.instruction;
+    enterAction(entry.action);
     if (communicator_) {
       failure = waitUntil(i);
       if (!failure.ok())
         break;
     }
     if (isPointToPoint(instruction.op) && communicator_) {
-      const AxisList &axes = plan_.instructionAxes[i];
       int64_t peer = instruction.integer("peer");
       int64_t channel = instruction.integer("channel");
       bool sending = instruction.op == "send";
-      Tensor &buffer = sending ? buffers_[instruction.inputs[0]]
-                               : buffers_[instruction.outputs[0]];
+      Tensor &buffer =
+          sending ? buffers_[entry.inputs[0]] : buffers_[entry.outputs[0]];
       StatusOr<std::unique_ptr<PendingTransfer>> started =
-          sending ? communicator_->startSend(axes, buffer.raw(), buffer.size(),
-                                             buffer.desc().dtype, peer,
-                                             channel)
-                  : communicator_->startRecv(axes, buffer.raw(), buffer.size(),
-                                             buffer.desc().dtype, peer,
-                                             channel);
+          sending ? communicator_->startSend(*entry.axes, buffer.raw(),
+                                             buffer.size(), buffer.desc().dtype,
+                                             peer, channel)
+                  : communicator_->startRecv(*entry.axes, buffer.raw(),
+                                             buffer.size(), buffer.desc().dtype,
+                                             peer, channel);
       if (!started.ok()) {
-        failure = started.status().withContext(context(i));
+        failure = started.status().withContext(describe(i));
         break;
       }
       byWaitPoint.emplace(waitPoint_[i], instruction.op == "send",
@@ -472,14 +503,12 @@ Status Executor::run() {
       continue;
     }
     if (isCollective(instruction.op) && communicator_) {
-      int64_t ticket = device_.enqueueCommunication([this, i, context]() {
+      int64_t ticket = device_.enqueueCommunication([this, i]() {
         double start = monotonicMicros();
-        Status status = device_.runCollective(
-            KernelArgs{plan_.program[i], buffers_, plan_.instructionAxes[i],
-                       communicator_});
-        record(plan_.program[i].op, start, monotonicMicros(),
+        Status status = device_.runCollective(kernelArgs(i));
+        record(timeline_[i].instruction->op, start, monotonicMicros(),
                Lane::Communication);
-        return status.withContext(context(i));
+        return status.withContext(describe(i));
       });
       inFlight.emplace_back(waitPoint_[i], ticket);
       inFlightInstruction.push_back(i);
@@ -495,33 +524,32 @@ Status Executor::run() {
       }
       std::vector<KernelArgs> updates;
       for (size_t k = i; k <= last; ++k)
-        updates.push_back(KernelArgs{plan_.program[k], buffers_,
-                                     plan_.instructionAxes[k], communicator_});
+        updates.push_back(kernelArgs(k));
       double start = monotonicMicros();
       Status status = device_.launchUpdates(updates);
       record(instruction.op, start, monotonicMicros(), Lane::Compute);
       if (!status.ok())
-        failure = status.withContext(context(i) + " and the " +
-                                     std::to_string(last - i) +
-                                     " updates after it");
+        failure =
+            status.withContext(describe(i) + " and the " +
+                               std::to_string(last - i) + " updates after it");
       i = last;
       continue;
     }
     double start = monotonicMicros();
-    KernelArgs args{instruction, buffers_, plan_.instructionAxes[i],
-                    communicator_, prepared_[i].get()};
+    KernelArgs args = kernelArgs(i);
     Status status = isCollective(instruction.op) ? device_.runCollective(args)
                                                  : device_.launch(args);
     record(instruction.op, start, monotonicMicros(), Lane::Compute);
     if (!status.ok())
-      failure = status.withContext(context(i));
+      failure = status.withContext(describe(i));
   }
   // The end of the step: everything in flight completes (or fails) first.
-  if (Status waited = waitForTransfers(plan_.program.size());
+  if (Status waited = waitForTransfers(timeline_.size());
       failure.ok() && !waited.ok())
     failure = waited;
-  if (failure.ok())
-    traceActions(plan_.program.size());
+  if (failure.ok() && traceActions && !timeline_.empty())
+    record(stage.schedule[action].name, actionStart, monotonicMicros(),
+           Lane::Compute);
   Status drained = device_.synchronize();
   if (failure.ok())
     failure = drained;

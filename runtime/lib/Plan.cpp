@@ -189,11 +189,38 @@ int64_t stageOfRank(const Plan &plan, int64_t rank) {
   return mesh.coordinates(rank)[*plan.pipelineAxis];
 }
 
-void selectStage(Plan &plan, int64_t stage) {
-  plan.stage = stage;
-  plan.program = plan.stages[stage].program;
-  plan.instructionAxes = plan.stages[stage].instructionAxes;
-  plan.actions = plan.stages[stage].actions;
+void selectStage(Plan &plan, int64_t stage) { plan.stage = stage; }
+
+const Instruction &ScheduledAction::instruction(const ActionProgram &program,
+                                                size_t index) const {
+  auto found = std::lower_bound(amended.begin(), amended.end(), index,
+                                [](const std::pair<size_t, Instruction> &entry,
+                                   size_t at) { return entry.first < at; });
+  if (found != amended.end() && found->first == index)
+    return found->second;
+  return program.instructions[index];
+}
+
+std::vector<TimelineEntry> stageTimeline(const Plan &plan, int64_t stage) {
+  const StageProgram &stageProgram = plan.stages[stage];
+  std::vector<TimelineEntry> timeline;
+  for (size_t a = 0; a < stageProgram.schedule.size(); ++a) {
+    const ScheduledAction &action = stageProgram.schedule[a];
+    const ActionProgram &program = stageProgram.programs[action.program];
+    for (size_t i = 0; i < program.instructions.size(); ++i) {
+      TimelineEntry entry;
+      entry.action = a;
+      entry.index = i;
+      entry.instruction = &action.instruction(program, i);
+      entry.axes = &program.instructionAxes[i];
+      for (int64_t id : entry.instruction->inputs)
+        entry.inputs.push_back(plan.bufferOf(id, action.microBatch));
+      for (int64_t id : entry.instruction->outputs)
+        entry.outputs.push_back(plan.bufferOf(id, action.microBatch));
+      timeline.push_back(std::move(entry));
+    }
+  }
+  return timeline;
 }
 
 } // namespace trellis::runtime

@@ -197,9 +197,10 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
   // loss (plans compiled from hand-written MLIR carry no model metadata).
   int64_t vocab = plan->metadataInteger("vocab_size", 0);
   for (const StageProgram &stage : plan->stages)
-    for (const Instruction &instruction : stage.program)
-      if (vocab < 1 && instruction.op == "cross_entropy")
-        vocab = plan->buffers[instruction.inputs[0]].shape.back();
+    for (const ActionProgram &program : stage.programs)
+      for (const Instruction &instruction : program.instructions)
+        if (vocab < 1 && instruction.op == "cross_entropy")
+          vocab = plan->buffers[instruction.inputs[0]].shape.back();
   if (vocab < 1)
     return Status::error("cannot tell the vocabulary size: the plan has no "
                          "vocab_size metadata and no cross_entropy");
@@ -222,10 +223,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
     // members all take part in building it.
     std::vector<AxisList> groups;
     for (const StageProgram &stage : plan->stages)
-      for (const AxisList &axes : stage.instructionAxes)
-        if (!axes.empty() &&
-            std::find(groups.begin(), groups.end(), axes) == groups.end())
-          groups.push_back(axes);
+      for (const ActionProgram &program : stage.programs)
+        for (const AxisList &axes : program.instructionAxes)
+          if (!axes.empty() &&
+              std::find(groups.begin(), groups.end(), axes) == groups.end())
+            groups.push_back(axes);
     RendezvousOptions rendezvous;
     rendezvous.storeDir = options.rendezvousDir;
     rendezvous.storeHost = options.masterAddr;
@@ -244,10 +246,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
   }
   selectStage(*plan, stageOfRank(*plan, std::max<int64_t>(options.rank, 0)));
   // This rank runs one stage: the others' programs need no memory here.
-  for (StageProgram &stage : plan->stages) {
-    int64_t live = stage.liveMicroBatches;
-    stage = StageProgram();
-    stage.liveMicroBatches = live;
+  for (size_t s = 0; s < plan->stages.size(); ++s) {
+    if (static_cast<int64_t>(s) == plan->stage)
+      continue;
+    int64_t live = plan->stages[s].liveMicroBatches;
+    plan->stages[s] = StageProgram();
+    plan->stages[s].liveMicroBatches = live;
   }
   StatusOr<std::unique_ptr<Executor>> executor =
       Executor::create(std::move(*plan), **device, communicator.get(),

@@ -11,8 +11,8 @@ namespace trellis::runtime::planreader {
 
 Status PlanReader::checkActionProgram(const ActionProgramDesc &program,
                                       const std::string &where) {
-  for (size_t i = 0; i < program.body.program.size(); ++i) {
-    const Instruction &instruction = program.body.program[i];
+  for (size_t i = 0; i < program.body.instructions.size(); ++i) {
+    const Instruction &instruction = program.body.instructions[i];
     std::string at = where + " instruction " + std::to_string(i) + " (" +
                      instruction.op + ")";
     if (!program.perMicroBatch()) {
@@ -49,20 +49,21 @@ Status PlanReader::checkActionProgram(const ActionProgramDesc &program,
 }
 
 /// A send's `complete_with` names a later receive from the same peer (in
-/// the program the stage runs, after expansion).
+/// the order the stage runs its instructions).
 Status PlanReader::checkCompletions(int64_t index) {
-  const StageProgram &stage = plan_.stages[index];
-  for (size_t i = 0; i < stage.program.size(); ++i) {
-    const Instruction &send = stage.program[i];
+  std::vector<TimelineEntry> timeline = stageTimeline(plan_, index);
+  for (size_t i = 0; i < timeline.size(); ++i) {
+    const Instruction &send = *timeline[i].instruction;
     if (send.op != "send" || !send.attrs.count("complete_with"))
       continue;
     bool found = false;
-    for (size_t j = i + 1; j < stage.program.size() && !found; ++j)
-      found = stage.program[j].op == "recv" &&
-              stage.program[j].integer("channel") ==
-                  send.integer("complete_with") &&
-              stage.program[j].integer("peer") == send.integer("peer") &&
-              stage.instructionAxes[j] == stage.instructionAxes[i];
+    for (size_t j = i + 1; j < timeline.size() && !found; ++j) {
+      const Instruction &recv = *timeline[j].instruction;
+      found = recv.op == "recv" &&
+              recv.integer("channel") == send.integer("complete_with") &&
+              recv.integer("peer") == send.integer("peer") &&
+              *timeline[j].axes == *timeline[i].axes;
+    }
     if (!found)
       return Status::error("stage " + std::to_string(index) + " instruction " +
                            std::to_string(i) +
@@ -88,29 +89,19 @@ Status PlanReader::checkDataflow(int64_t stage) {
                            " is bound to two arguments");
     defined[argument.buffer] = true;
   }
-  const StageProgram &expanded = plan_.stages[stage];
-  const std::vector<Instruction> &program = expanded.program;
-  size_t action = 0;
-  for (size_t i = 0; i < program.size(); ++i) {
-    const Instruction &instruction = program[i];
-    // Name the action and its program's instruction.
-    while (action + 1 < expanded.actions.size() &&
-           static_cast<int64_t>(i) >=
-               expanded.actions[action].first + expanded.actions[action].count)
-      ++action;
+  const StageProgram &stageProgram = plan_.stages[stage];
+  for (const TimelineEntry &entry : stageTimeline(plan_, stage)) {
+    const Instruction &instruction = *entry.instruction;
     auto where = [&] {
-      // A lone step program has no action spans.
-      ActionSpan span{"step", 0, static_cast<int64_t>(program.size())};
-      if (!expanded.actions.empty())
-        span = expanded.actions[action];
-      return prefix + "action " + span.name + " instruction " +
-             std::to_string(i - span.first) + " (" + instruction.op + ")";
+      return prefix + "action " + stageProgram.schedule[entry.action].name +
+             " instruction " + std::to_string(entry.index) + " (" +
+             instruction.op + ")";
     };
-    for (int64_t input : instruction.inputs)
+    for (int64_t input : entry.inputs)
       if (!defined[input])
         return Status::error(where() + " reads buffer " +
                              std::to_string(input) + " before it is written");
-    for (int64_t output : instruction.outputs) {
+    for (int64_t output : entry.outputs) {
       // Accumulators take every micro-batch's value.
       if (accumulates(instruction))
         continue;
@@ -121,7 +112,7 @@ Status PlanReader::checkDataflow(int64_t stage) {
       defined[output] = true;
     }
     if (accumulates(instruction))
-      defined[instruction.outputs[0]] = true;
+      defined[entry.outputs[0]] = true;
   }
   for (const Result &result : plan_.results)
     if (plan_.holds(result.stages) && !defined[result.buffer])

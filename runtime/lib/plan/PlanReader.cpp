@@ -390,11 +390,11 @@ Status PlanReader::readProgram(const json &stages) {
   for (const std::vector<ActionProgramDesc> &programs : programs_)
     for (const ActionProgramDesc &program : programs)
       if (program.perMicroBatch())
-        for (const Instruction &instruction : program.body.program)
+        for (const Instruction &instruction : program.body.instructions)
           if (isPointToPoint(instruction.op))
             channels_ = std::max(channels_, instruction.integer("channel") + 1);
   for (size_t s = 0; s < stages.size(); ++s)
-    TRELLIS_RETURN_IF_ERROR(expandStage(static_cast<int64_t>(s)));
+    TRELLIS_RETURN_IF_ERROR(bindStage(static_cast<int64_t>(s)));
   return Status::success();
 }
 
@@ -432,6 +432,7 @@ Status PlanReader::readStage(const json &stage, int64_t index) {
     std::optional<ActionProgramDesc> desc = ActionProgramDesc();
     static_cast<ActionProgramName &>(*desc) = *parsed;
     desc->name = name;
+    desc->body.name = name;
     if (desc->chunk >= kMaxChunks)
       return Status::error(at + ": chunk " + std::to_string(desc->chunk) +
                            " is out of range [0, " +
@@ -494,7 +495,7 @@ Status PlanReader::readStage(const json &stage, int64_t index) {
 
 Status PlanReader::readInstructions(const json &program,
                                     const std::string &where,
-                                    StageProgram &stage) {
+                                    ActionProgram &into) {
   for (size_t i = 0; i < program.size(); ++i) {
     std::string at = where + " instruction " + std::to_string(i);
     const json &entry = program[i];
@@ -538,8 +539,8 @@ Status PlanReader::readInstructions(const json &program,
     TRELLIS_RETURN_IF_ERROR(
         validateInstruction(instruction, plan_.buffers, axes, planMesh(plan_))
             .withContext(at));
-    stage.program.push_back(std::move(instruction));
-    stage.instructionAxes.push_back(std::move(axes));
+    into.instructions.push_back(std::move(instruction));
+    into.instructionAxes.push_back(std::move(axes));
   }
   return Status::success();
 }
@@ -659,6 +660,7 @@ StatusOr<Plan> PlanReader::read(const json &root) {
     plan_.microBatches = count.get<int64_t>();
   }
   TRELLIS_RETURN_IF_ERROR(readBuffers(root["buffers"]));
+  size_t fileBuffers = plan_.buffers.size();
   // Arguments name stages by index: their count first, programs after.
   plan_.stages.resize(root["stages"].size());
   TRELLIS_RETURN_IF_ERROR(readArguments(root["arguments"]));
@@ -669,6 +671,7 @@ StatusOr<Plan> PlanReader::read(const json &root) {
     return Status::error("expected the loss on stage 0 alone (it reports "
                          "the loss)");
   expandInputs();
+  bindMicroBatches(fileBuffers);
   for (size_t stage = 0; stage < plan_.stages.size(); ++stage) {
     TRELLIS_RETURN_IF_ERROR(checkDataflow(stage));
     TRELLIS_RETURN_IF_ERROR(checkCompletions(stage));

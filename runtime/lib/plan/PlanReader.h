@@ -2,8 +2,8 @@
 //
 // The plan loader's one class, its methods in four files by purpose:
 // PlanReader.cpp reads and checks fields, PlanChecks.cpp checks scopes and
-// dataflow, PlanExpansion.cpp expands each stage's schedule into the
-// program it runs, PlanFile.cpp reads files and checksums.
+// dataflow, PlanBinding.cpp binds each stage's scheduled actions to their
+// micro-batches' buffers, PlanFile.cpp reads files and checksums.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,7 +48,7 @@ inline std::string describe(const json &value) {
 /// An action program of a stage as the plan file has it.
 struct ActionProgramDesc : ActionProgramName {
   std::string name;
-  StageProgram body;
+  ActionProgram body;
   bool perMicroBatch() const { return kind != ActionKind::Step; }
 };
 
@@ -73,7 +73,7 @@ private:
               const std::string &where) const;
   Status readProgram(const json &stages);
   Status readInstructions(const json &program, const std::string &where,
-                          StageProgram &stage);
+                          ActionProgram &into);
   /// One stage's action programs and schedule.
   Status readStage(const json &stage, int64_t index);
   /// Checks the scopes of an action program's buffers (a micro-batch's
@@ -81,8 +81,11 @@ private:
   /// step).
   Status checkActionProgram(const ActionProgramDesc &program,
                             const std::string &where);
-  /// Expands a stage's schedule into the program it runs per step.
-  Status expandStage(int64_t index);
+  /// A stage's programs and its schedule's runs of them, each bound to its
+  /// micro-batch's buffers (copies made here).
+  Status bindStage(int64_t index);
+  /// Plan::bindings, from the copies every stage made.
+  void bindMicroBatches(size_t fileBuffers);
   /// Each micro-batch's input buffers as arguments of their own.
   void expandInputs();
   /// The buffer that holds `buffer`'s value for `microBatch` (per-micro-
@@ -127,7 +130,7 @@ private:
   const json *root_ = nullptr;
   /// Per buffer of the plan file: whether it is one micro-batch's.
   std::vector<bool> perMicroBatch_;
-  /// Per stage: its action programs and schedule, before expansion.
+  /// Per stage: its action programs and schedule, before binding.
   std::vector<std::vector<ActionProgramDesc>> programs_;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> schedules_;
   /// Copies of per-micro-batch buffers, by (buffer, micro-batch >= 1).

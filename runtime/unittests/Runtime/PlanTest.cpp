@@ -4,6 +4,8 @@
 #include "trellis/Runtime/Executor.h"
 #include "trellis/Runtime/Trainer.h"
 
+#include "Runtime/TestPlans.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <random>
 
 using namespace trellis::runtime;
+using trellis::runtime::testplans::kMicroBatchPlan;
 
 namespace {
 
@@ -383,25 +386,6 @@ const std::string kPipelinePlan = R"({
     {"name": "step", "program": [
       {"op": "send", "inputs": [4], "outputs": [], "attrs": {"axes": ["pp"], "peer": 0, "channel": 1}}]}],
     "schedule": ["RF0", "F0", "RF1", "F1", "step"]}]
-})";
-
-/// One stage, three micro-batches: each adds sum(a @ b) to the loss.
-const std::string kMicroBatchPlan = R"({
-  "format": "trellis-plan", "version": 4, "micro_batches": 3,
-  "mesh": [{"name": "dp", "size": 1}],
-  "buffers": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3, 4], "dtype": "f32"},
-              {"shape": [2, 4], "dtype": "f32", "micro_batch": true},
-              {"shape": [], "dtype": "f32", "micro_batch": true},
-              {"shape": [], "dtype": "f32"}],
-  "arguments": [{"buffer": 0, "role": "param", "param": "a", "init": "ones"},
-                {"buffer": 1, "role": "param", "param": "b", "init": "ones"}],
-  "results": [{"buffer": 4, "role": "loss"}],
-  "stages": [{"stage": 0, "programs": [
-    {"name": "forward.c0", "program": [
-      {"op": "matmul", "inputs": [0, 1], "outputs": [2], "attrs": {}},
-      {"op": "reduce_sum", "inputs": [2], "outputs": [3], "attrs": {"dims": [0, 1]}},
-      {"op": "accumulate", "inputs": [3], "outputs": [4]}]}],
-    "schedule": ["F0", "F1", "F2"]}]
 })";
 
 /// One field of kValidPlan changed: (from, to, the message expected).
@@ -783,17 +767,32 @@ TEST(PlanTest, ReshapesShareTheirOperandsBytes) {
 TEST(PlanTest, RunsEveryMicroBatchAndAccumulatesTheirValues) {
   StatusOr<Plan> plan = parsePlan(kMicroBatchPlan);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
-  // The schedule runs the program once per micro-batch, each over its own
-  // buffers; the total is held for the step.
-  EXPECT_EQ(plan->program.size(), 9u);
-  ASSERT_EQ(plan->actions.size(), 3u);
-  EXPECT_EQ(plan->actions[2].name, "F2");
-  EXPECT_NE(plan->program[0].outputs[0], plan->program[3].outputs[0]);
-  EXPECT_EQ(plan->program[2].outputs[0], 4);
-  EXPECT_EQ(plan->program[8].outputs[0], 4);
-  EXPECT_TRUE(plan->program[2].flag("first"));
-  EXPECT_FALSE(plan->program[5].flag("first"));
-  EXPECT_EQ(plan->stages[0].liveMicroBatches, 1);
+  // The program is kept once; the schedule runs it once per micro-batch,
+  // each run over its own buffers; the total is held for the step.
+  const StageProgram &stage = plan->stageProgram();
+  ASSERT_EQ(stage.programs.size(), 1u);
+  EXPECT_EQ(stage.programs[0].instructions.size(), 3u);
+  ASSERT_EQ(stage.schedule.size(), 3u);
+  EXPECT_EQ(stage.schedule[2].name, "F2");
+  EXPECT_EQ(stage.schedule[2].microBatch, 2);
+  ASSERT_EQ(plan->bindings.size(), 3u);
+  EXPECT_EQ(plan->bindings[0][2], 2);
+  EXPECT_NE(plan->bindings[1][2], 2);
+  EXPECT_NE(plan->bindings[1][2], plan->bindings[2][2]);
+  EXPECT_EQ(plan->bindings[2][4], 4);
+  std::vector<TimelineEntry> timeline = stageTimeline(*plan, 0);
+  ASSERT_EQ(timeline.size(), 9u);
+  EXPECT_NE(timeline[0].outputs[0], timeline[3].outputs[0]);
+  EXPECT_EQ(timeline[3].outputs[0], plan->bindings[1][2]);
+  EXPECT_EQ(timeline[2].outputs[0], 4);
+  EXPECT_EQ(timeline[8].outputs[0], 4);
+  // Only the first run's accumulate starts the total: the one amendment.
+  EXPECT_TRUE(timeline[2].instruction->flag("first"));
+  EXPECT_FALSE(timeline[5].instruction->flag("first"));
+  EXPECT_EQ(stage.schedule[0].amended.size(), 1u);
+  EXPECT_TRUE(stage.schedule[1].amended.empty());
+  EXPECT_EQ(timeline[5].instruction, &stage.programs[0].instructions[2]);
+  EXPECT_EQ(stage.liveMicroBatches, 1);
   std::unique_ptr<Executor> executor = cpuExecutor(std::move(*plan));
   std::fill(executor->argument(0).f32(), executor->argument(0).f32() + 6, 1.0f);
   std::fill(executor->argument(1).f32(), executor->argument(1).f32() + 12, 0.5f);
@@ -810,14 +809,20 @@ TEST(PlanTest, SelectsAStageOfAPipelinePlan) {
   EXPECT_EQ(stageOfRank(*plan, 1), 1);
   selectStage(*plan, 1);
   // RF0 F0 RF1 F1 step.
-  EXPECT_EQ(plan->program.size(), 9u);
-  ASSERT_EQ(plan->actions.size(), 5u);
-  EXPECT_EQ(plan->actions[3].name, "F1");
-  EXPECT_EQ(plan->actions[3].first, 5);
+  const StageProgram &stage = plan->stageProgram();
+  ASSERT_EQ(stage.schedule.size(), 5u);
+  EXPECT_EQ(stage.schedule[3].name, "F1");
+  std::vector<TimelineEntry> timeline = stageTimeline(*plan, 1);
+  ASSERT_EQ(timeline.size(), 9u);
+  EXPECT_EQ(timeline[5].action, 3u);
+  EXPECT_EQ(timeline[5].index, 0u);
   // Each micro-batch's transfer has its own channel; the step's come after.
-  EXPECT_EQ(plan->program[0].integer("channel"), 0);
-  EXPECT_EQ(plan->program[4].integer("channel"), 1);
-  EXPECT_EQ(plan->program[8].integer("channel"), 1 * 2 + 1);
+  EXPECT_EQ(timeline[0].instruction->integer("channel"), 0);
+  EXPECT_EQ(timeline[4].instruction->integer("channel"), 1);
+  EXPECT_EQ(timeline[8].instruction->integer("channel"), 1 * 2 + 1);
+  // Both receives land in their micro-batch's copy of buffer 5.
+  EXPECT_EQ(timeline[0].outputs[0], 5);
+  EXPECT_EQ(timeline[4].outputs[0], plan->bindings[1][5]);
   EXPECT_TRUE(plan->holds(plan->arguments[1].stages));
   EXPECT_FALSE(plan->holds(plan->arguments[0].stages));
   // A stage allocates only what it touches: stage 0 never holds `b`.

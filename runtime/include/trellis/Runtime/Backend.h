@@ -58,13 +58,30 @@ public:
   virtual ~PreparedLaunch() = default;
 };
 
-/// What one instruction's kernel sees: the instruction, the stage's
-/// buffer table, its resolved mesh axes, the communicator for ops that
-/// are split over mesh axes (a vocabulary-parallel loss), and what the
-/// device prepared for it (null if nothing).
+/// The tensors an instruction's buffer ids name: a stage's buffers seen
+/// through one micro-batch's binding (Plan::bindings: a plan-file id to
+/// the buffer holding that micro-batch's value), or directly.
+class BufferTable {
+public:
+  BufferTable(std::vector<Tensor> &tensors,
+              const std::vector<int64_t> *binding = nullptr)
+      : tensors_(&tensors), binding_(binding) {}
+  Tensor &operator[](int64_t id) const {
+    return (*tensors_)[binding_ ? (*binding_)[id] : id];
+  }
+
+private:
+  std::vector<Tensor> *tensors_;
+  const std::vector<int64_t> *binding_;
+};
+
+/// What one instruction's kernel sees: the instruction, the buffers its
+/// ids name, its resolved mesh axes, the communicator for ops that are
+/// split over mesh axes (a vocabulary-parallel loss), and what the device
+/// prepared for it (null if nothing).
 struct KernelArgs {
   const Instruction &instruction;
-  std::vector<Tensor> &buffers;
+  BufferTable buffers;
   const AxisList &axes;
   Communicator *comm = nullptr;
   const PreparedLaunch *prepared = nullptr;

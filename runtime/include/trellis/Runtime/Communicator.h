@@ -26,10 +26,6 @@
 
 namespace trellis::runtime {
 
-
-/// Mesh axes by index, in the order a plan lists them.
-using AxisList = std::vector<size_t>;
-
 /// A send or receive in flight; its buffer must stay alive until wait()
 /// returns.
 class PendingTransfer {

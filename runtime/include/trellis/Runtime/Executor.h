@@ -16,14 +16,19 @@
 
 namespace trellis::runtime {
 
-/// Owns the memory of a plan's buffers on a Device and executes the program
-/// over them; it names no backend.
+/// Owns the memory of a plan's buffers on a Device and executes the
+/// selected stage's step over them; it names no backend.
+///
+/// Replay: a step runs the stage's schedule, each action replaying its
+/// program (kept once, prepared once per instruction) over the buffers of
+/// its micro-batch (Plan::bindings). The step's timeline (stageTimeline)
+/// indexes instructions in the order they run for the plans below.
 ///
 /// Memory plan: arguments, results and accumulators live in their own
-/// allocations for the executor's lifetime. Every other buffer lives in one arena, at an offset
-/// chosen when the executor is built so that buffers whose lifetimes
-/// (first write to last read, both inclusive) overlap never share bytes;
-/// the arena is allocated once, and its size is the step's peak of
+/// allocations for the executor's lifetime. Every other buffer lives in one
+/// arena, at an offset chosen when the executor is built so that buffers whose
+/// lifetimes (first write to last read, both inclusive) overlap never share
+/// bytes; the arena is allocated once, and its size is the step's peak of
 /// temporaries.
 ///
 /// Overlap: with a communicator, collective instructions run in order on the
@@ -88,7 +93,7 @@ public:
   /// The f32 scalar of result 0.
   StatusOr<float> loss() const;
 
-  /// Executes every instruction once, in order.
+  /// Runs one step: every scheduled action's program, in order.
   Status run();
 
   /// Copies each result marked `updates` into the argument it replaces:
@@ -125,8 +130,15 @@ private:
   Executor(Plan plan, Device &device, Communicator *communicator);
   /// Places every buffer in the arena or its own allocation.
   Status allocate();
-  /// The device's prepared launch of every compute instruction, once.
+  /// The device's prepared launch of every compute instruction of each
+  /// program, once.
   Status prepareLaunches();
+  /// The buffers a run for `microBatch` (-1: the step) binds.
+  BufferTable bufferTable(int64_t microBatch);
+  /// What the kernel of timeline entry `i` sees.
+  KernelArgs kernelArgs(size_t i);
+  /// "action F3 instruction 5 (matmul)", for messages.
+  std::string describe(size_t i) const;
   /// Refuses, before anything is allocated, a stage whose arena and
   /// `persistentBytes` of its own allocations, with the margin below,
   /// exceed the device's memory budget; names both figures.
@@ -147,6 +159,9 @@ private:
   void record(const std::string &op, double startMicros, double endMicros,
               TraceSlice::Lane lane);
 
+  /// The selected stage's step, by timeline index (the index every plan
+  /// below is in).
+  std::vector<TimelineEntry> timeline_;
   /// For each collective instruction, the index before which the program
   /// waits for it; -1 for other instructions.
   std::vector<int64_t> waitPoint_;
@@ -160,8 +175,9 @@ private:
   Device &device_;
   Communicator *communicator_ = nullptr;
   std::vector<Tensor> buffers_;
-  /// Per instruction: what the device prepared for it, or null.
-  std::vector<std::unique_ptr<PreparedLaunch>> prepared_;
+  /// Per action program and instruction: what the device prepared for it,
+  /// or null (empty for programs the schedule never runs).
+  std::vector<std::vector<std::unique_ptr<PreparedLaunch>>> prepared_;
   std::vector<std::unique_ptr<DeviceAllocation>> persistent_;
   std::unique_ptr<DeviceAllocation> arena_;
   int64_t persistentBytes_ = 0;

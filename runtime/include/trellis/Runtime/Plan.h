@@ -42,6 +42,9 @@ struct BufferDesc {
   int64_t numElements() const;
 };
 
+/// Mesh axes by index, in the order a plan lists them.
+using AxisList = std::vector<size_t>;
+
 /// A value an attribute of an instruction can hold (the op contract's).
 using AttrValue = trellis::AttrValue;
 
@@ -117,24 +120,44 @@ struct Result {
   std::vector<int64_t> stages;
 };
 
-/// The program one pipeline stage runs, and the mesh axes of each of its
-/// instructions (resolved from their "axes" attribute; empty for the
-/// others).
-/// A named run of a stage's instructions: one action of the pipeline
-/// schedule (`F3`, `B3.c1`, `step`), for traces.
-struct ActionSpan {
+/// One action program of a stage (`forward.c0`, `backward_receive.c1`,
+/// `step`) as the plan file has it: its instructions name the buffers of
+/// micro-batch 0, and each scheduled run binds them to its micro-batch's
+/// (Plan::bindings). `instructionAxes` are the resolved mesh axes of each
+/// instruction's "axes" attribute (empty for the others).
+struct ActionProgram {
   std::string name;
-  int64_t first = 0, count = 0;
+  std::vector<Instruction> instructions;
+  std::vector<AxisList> instructionAxes;
 };
 
-/// What a stage runs in one step: its schedule's actions one after the
-/// other, each action program's instructions over the buffers of the
-/// action's micro-batch (the plan's programs, expanded when it loaded).
+/// One run of an action program in a stage's schedule.
+struct ScheduledAction {
+  /// Index into StageProgram::programs.
+  int64_t program = 0;
+  /// The micro-batch whose buffers it binds; -1 for the step program.
+  int64_t microBatch = -1;
+  /// The schedule's name of the run (`F3`, `B3.c1`, `step`), for traces
+  /// and messages.
+  std::string name;
+  /// The program's instructions whose attributes differ in this run, by
+  /// index, whole (ascending): a transfer's channel (one per micro-batch),
+  /// and `first` of an accumulate that is the step's first into its total.
+  /// Amendments change only what a launch reads when it runs, never what
+  /// a device prepares.
+  std::vector<std::pair<size_t, Instruction>> amended;
+
+  /// The instruction this run executes at `index` of `program`.
+  const Instruction &instruction(const ActionProgram &program,
+                                 size_t index) const;
+};
+
+/// What a stage runs in one step: its schedule's actions in order, each an
+/// action program replayed over the buffers of its micro-batch. The
+/// programs are kept once, not unrolled per micro-batch.
 struct StageProgram {
-  std::vector<Instruction> program;
-  std::vector<std::vector<size_t>> instructionAxes;
-  /// In program order, disjoint; may be empty.
-  std::vector<ActionSpan> actions;
+  std::vector<ActionProgram> programs;
+  std::vector<ScheduledAction> schedule;
   /// The most micro-batches whose values are alive at once (from the first
   /// to the last action of each in the schedule): 1F1B keeps at most the
   /// pipeline depth on the first stage, GPipe every micro-batch.
@@ -150,22 +173,31 @@ struct Plan {
   /// (`tokens.<i>`, `targets.<i>` when several).
   int64_t microBatches = 1;
   std::vector<MeshAxis> mesh;
-  /// The program of the selected stage (`stage`), and the resolved axes of
-  /// its instructions (see StageProgram).
-  std::vector<std::vector<size_t>> instructionAxes;
+  /// The plan file's buffers, then one copy of each buffer of a
+  /// micro-batch for every micro-batch after the first.
   std::vector<BufferDesc> buffers;
+  /// With several micro-batches, per micro-batch: for each buffer id of the
+  /// plan file, the buffer that holds its value in that micro-batch (the
+  /// id itself for micro-batch 0 and for the step's buffers). Empty with
+  /// one micro-batch.
+  std::vector<std::vector<int64_t>> bindings;
   std::vector<Argument> arguments;
   std::vector<Result> results;
-  std::vector<Instruction> program;
-  /// The schedule actions of the selected stage's program.
-  std::vector<ActionSpan> actions;
   /// Every stage's program, in stage order (one without a pipeline). A
   /// trainer keeps only the number of stages once it selected its own.
   std::vector<StageProgram> stages;
   /// The mesh axis whose coordinate is a rank's stage (with several).
   std::optional<size_t> pipelineAxis;
-  /// The stage `program` belongs to.
+  /// The stage this rank runs.
   int64_t stage = 0;
+
+  /// The selected stage's program.
+  const StageProgram &stageProgram() const { return stages[stage]; }
+  /// The buffer holding plan-file buffer `id`'s value in `microBatch` (-1:
+  /// the step's).
+  int64_t bufferOf(int64_t id, int64_t microBatch) const {
+    return microBatch < 0 || bindings.empty() ? id : bindings[microBatch][id];
+  }
 
   /// Whether the selected stage holds an argument or result with `stages`.
   bool holds(const std::vector<int64_t> &stages) const;
@@ -200,8 +232,28 @@ Mesh planMesh(const Plan &plan);
 /// without one).
 int64_t stageOfRank(const Plan &plan, int64_t rank);
 
-/// Makes `stage`'s program the one `plan.program` holds.
+/// Makes `stage` the one the plan's rank runs.
 void selectStage(Plan &plan, int64_t stage);
+
+/// One instruction of a stage's step in the order it runs: the action it
+/// belongs to, its index in the action's program, and its buffers bound to
+/// the action's micro-batch. The timeline indexes a step for the memory
+/// plan and checks; the executor runs the programs themselves.
+struct TimelineEntry {
+  /// Index into StageProgram::schedule.
+  size_t action = 0;
+  /// Index into the action's program.
+  size_t index = 0;
+  /// The instruction as the run executes it (amendments applied); its
+  /// buffer ids are the plan file's.
+  const Instruction *instruction = nullptr;
+  const AxisList *axes = nullptr;
+  /// The buffers it reads and writes in this run.
+  std::vector<int64_t> inputs, outputs;
+};
+
+/// `stage`'s step, instruction by instruction.
+std::vector<TimelineEntry> stageTimeline(const Plan &plan, int64_t stage);
 
 /// Parses and validates plan text.
 StatusOr<Plan> parsePlan(std::string_view text);

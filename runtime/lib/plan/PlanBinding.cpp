@@ -1,4 +1,12 @@
-//===- PlanExpansion.cpp - Schedules expanded into programs ---------------===//
+//===- PlanBinding.cpp - Scheduled actions bound to micro-batches ---------===//
+//
+// A stage keeps its action programs once. Each entry of its schedule runs
+// one of them over the buffers of its micro-batch: micro-batch 0 the plan
+// file's ids, micro-batch i >= 1 a copy of every buffer that holds one
+// micro-batch's value (Plan::bindings). Only the attributes that differ
+// between runs are written per run (ScheduledAction::amended).
+//
+//===----------------------------------------------------------------------===//
 
 #include "PlanReader.h"
 
@@ -46,7 +54,21 @@ void PlanReader::expandInputs() {
   }
 }
 
-Status PlanReader::expandStage(int64_t index) {
+void PlanReader::bindMicroBatches(size_t fileBuffers) {
+  plan_.bindings.clear();
+  if (plan_.microBatches == 1)
+    return;
+  plan_.bindings.resize(plan_.microBatches);
+  for (std::vector<int64_t> &binding : plan_.bindings) {
+    binding.resize(fileBuffers);
+    for (size_t b = 0; b < fileBuffers; ++b)
+      binding[b] = static_cast<int64_t>(b);
+  }
+  for (const auto &[key, copy] : copies_)
+    plan_.bindings[key.second][key.first] = copy;
+}
+
+Status PlanReader::bindStage(int64_t index) {
   StageProgram &out = plan_.stages[index];
   int64_t m = plan_.microBatches;
   std::set<int64_t> accumulated;
@@ -54,48 +76,62 @@ Status PlanReader::expandStage(int64_t index) {
   bool chunked = false;
   for (const ActionProgramDesc &program : programs_[index])
     chunked |= program.chunk > 0;
+  for (const ActionProgramDesc &program : programs_[index])
+    out.programs.push_back(program.body);
   for (size_t position = 0; position < schedules_[index].size(); ++position) {
-    // (Not a structured binding: lambdas below capture the micro-batch.)
-    int64_t p = schedules_[index][position].first;
-    int64_t mb = schedules_[index][position].second;
+    auto [p, mb] = schedules_[index][position];
     const ActionProgramDesc &program = programs_[index][p];
     if (mb >= 0) {
       if (first[mb] < 0)
         first[mb] = static_cast<int64_t>(position);
       last[mb] = static_cast<int64_t>(position);
     }
-    int64_t begin = static_cast<int64_t>(out.program.size());
-    for (size_t i = 0; i < program.body.program.size(); ++i) {
-      Instruction instruction = program.body.program[i];
-      for (int64_t &id : instruction.inputs)
-        id = bufferFor(id, mb);
-      for (int64_t &id : instruction.outputs)
-        id = bufferFor(id, mb);
+    ScheduledAction action;
+    action.program = p;
+    action.microBatch = mb;
+    action.name = actionName(program, mb, chunked);
+    const std::vector<Instruction> &body = program.body.instructions;
+    for (size_t i = 0; i < body.size(); ++i) {
+      const Instruction &instruction = body[i];
+      // Buffers in the order the plan file's ids are met, so that copies
+      // are numbered the same whatever the binding's form.
+      for (int64_t id : instruction.inputs)
+        bufferFor(id, mb);
+      for (int64_t id : instruction.outputs)
+        bufferFor(id, mb);
+      Instruction amended;
+      bool amends = false;
+      // Each micro-batch's transfers get channels of their own; the
+      // step's come after all of theirs.
       if (isPointToPoint(instruction.op)) {
         auto channel = [&](int64_t plan) {
           return program.perMicroBatch() ? plan * m + mb : channels_ * m + plan;
         };
-        instruction.attrs["channel"].integer =
+        amended = instruction;
+        amends = true;
+        amended.attrs["channel"].integer =
             channel(instruction.integer("channel"));
         if (instruction.attrs.count("complete_with"))
-          instruction.attrs["complete_with"].integer =
+          amended.attrs["complete_with"].integer =
               channel(instruction.integer("complete_with"));
       }
+      // The step's first add into a total writes it; later ones add.
       if (accumulates(instruction)) {
         AttrValue firstAdd;
         firstAdd.kind = AttrValue::Kind::Bool;
-        firstAdd.flag = accumulated.insert(instruction.outputs[0]).second;
-        instruction.attrs["first"] = firstAdd;
+        firstAdd.flag =
+            accumulated.insert(bufferFor(instruction.outputs[0], mb)).second;
+        if (firstAdd.flag != instruction.flag("first")) {
+          if (!amends)
+            amended = instruction;
+          amends = true;
+          amended.attrs["first"] = firstAdd;
+        }
       }
-      out.program.push_back(std::move(instruction));
-      out.instructionAxes.push_back(program.body.instructionAxes[i]);
+      if (amends)
+        action.amended.emplace_back(i, std::move(amended));
     }
-    // A lone step program needs no action to name it.
-    int64_t count = static_cast<int64_t>(out.program.size()) - begin;
-    if (count > 0 && schedules_[index].size() > 1) {
-      std::string name = actionName(program, mb, chunked);
-      out.actions.push_back({name, begin, count});
-    }
+    out.schedule.push_back(std::move(action));
   }
   // Live micro-batches: the most whose first action has run and whose last
   // has not.
