@@ -12,6 +12,8 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools lld-22
   libgloo-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libzstd-dev zlib1g-dev
   libgtest-dev libbenchmark-dev libcli11-dev cmake ninja-build python3
+  # mpirun.test starts ranks with Open MPI's mpirun.
+  openmpi-bin
   python3-venv python3-dev
   # oneDNN's CMake package looks for OpenCL (Debian builds it with its
   # OpenCL engine) and does not depend on the headers itself.

@@ -158,10 +158,16 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
   DeviceOptions deviceOptions;
   deviceOptions.threads = options.threads;
   deviceOptions.maxMemoryBytes = options.maxMemoryBytes;
-  deviceOptions.ranksOnNode = options.rank >= 0 ? options.nproc : 1;
+  deviceOptions.ranksOnNode =
+      options.rank < 0
+          ? 1
+          : (options.ranksOnNode > 0 ? options.ranksOnNode : options.nproc);
   deviceOptions.localRank =
-      options.rank >= 0 ? options.rank % std::max<int64_t>(options.nproc, 1)
-                        : 0;
+      options.rank < 0
+          ? 0
+          : (options.localRank >= 0
+                 ? options.localRank
+                 : options.rank % std::max<int64_t>(options.nproc, 1));
   StatusOr<std::unique_ptr<Device>> device =
       (*backend)->createDevice(deviceOptions);
   if (!device.ok())
@@ -173,6 +179,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
                          std::to_string(mesh.size()) +
                          " ranks: run it with --nproc " +
                          std::to_string(mesh.size()));
+  if (!options.outerLauncher.empty() && options.worldSize != mesh.size())
+    return Status::error("the plan's mesh " + mesh.toString() + " has " +
+                         std::to_string(mesh.size()) + " ranks but " +
+                         options.outerLauncher + " started " +
+                         std::to_string(options.worldSize));
   std::vector<int64_t> tokens = microBatchInputs(*plan, "tokens");
   std::vector<int64_t> targets = microBatchInputs(*plan, "targets");
   if (tokens.empty() || tokens.size() != targets.size())

@@ -9,6 +9,8 @@
 #include "trellis/Runtime/Trainer.h"
 
 #include "trellis/Runtime/Launcher.h"
+#include "trellis/Runtime/OuterLaunch.h"
+#include "trellis/Runtime/Rendezvous.h"
 #include "trellis/Runtime/Trace.h"
 
 #include <sys/resource.h>
@@ -78,19 +80,65 @@ StatusOr<SaveFault> parseSaveFault(const std::string &text) {
   return parsed;
 }
 
+/// The store of a job an outside launcher started: the job's secret from
+/// TRELLIS_JOB_TOKEN or --job-token-file (required: no launcher of ours
+/// hands one out), exported for the communicator; rank 0 serves the store.
+StatusOr<std::unique_ptr<TcpStoreServer>>
+serveOuterLaunchStore(const TrainOptions &options) {
+  const char *given = std::getenv(kJobTokenVariable);
+  if ((!given || !*given) && options.jobTokenFile.empty())
+    return Status::error(
+        "started by " + options.outerLauncher +
+        ": the ranks need the job's secret for their rendezvous store: set " +
+        kJobTokenVariable + " to the same value for every rank (e.g. export " +
+        kJobTokenVariable +
+        "=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')) or give "
+        "--job-token-file FILE");
+  StatusOr<std::string> token = resolveJobToken(options);
+  if (!token.ok())
+    return token.status();
+  setenv(kJobTokenVariable, token->c_str(), 1);
+  if (options.rank != 0)
+    return std::unique_ptr<TcpStoreServer>();
+  StatusOr<std::unique_ptr<TcpStoreServer>> started =
+      TcpStoreServer::start(options.masterAddr, options.masterPort, *token);
+  if (!started.ok())
+    return started.status().withContext(
+        "serving the rendezvous store as rank 0 (--master-port chooses "
+        "another port)");
+  return started;
+}
+
 } // namespace
 
-int runTrainingCommand(const TrainOptions &options) {
+int runTrainingCommand(const TrainOptions &given) {
   using Clock = std::chrono::steady_clock;
-  std::string prefix =
-      options.rank >= 0
-          ? "trellis run: rank " + std::to_string(options.rank) + ": error: "
-          : "trellis run: error: ";
+  TrainOptions options = given;
+  std::string prefix = "trellis run: error: ";
   auto fail = [&](const Status &status) {
     std::fprintf(stderr, "%s%s\n", prefix.c_str(), status.message().c_str());
     return 1;
   };
+  // A rank torchrun, mpirun or srun started: rank 0 serves the store.
+  std::unique_ptr<TcpStoreServer> store;
+  if (options.rank < 0) {
+    StatusOr<std::optional<OuterLaunch>> outer =
+        detectOuterLaunch([](const char *name) { return std::getenv(name); });
+    if (!outer.ok())
+      return fail(outer.status());
+    if (*outer) {
+      if (Status adopted = adoptOuterLaunch(**outer, options); !adopted.ok())
+        return fail(adopted);
+      StatusOr<std::unique_ptr<TcpStoreServer>> served =
+          serveOuterLaunchStore(options);
+      if (!served.ok())
+        return fail(served.status());
+      store = std::move(*served);
+    }
+  }
   if (options.rank >= 0)
+    prefix = "trellis run: rank " + std::to_string(options.rank) + ": error: ";
+  if (options.rank >= 0 && options.outerLauncher.empty())
     if (Status bound = bindRankToLauncher(); !bound.ok())
       return fail(bound);
   if (Status valid = validateTrainOptions(options); !valid.ok())
@@ -342,6 +390,5 @@ int runTrainingCommand(const TrainOptions &options) {
   }
   return 0;
 }
-
 
 } // namespace trellis::runtime

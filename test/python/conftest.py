@@ -22,6 +22,16 @@ def gpt2_tiny(examples: str) -> str:
     return os.path.join(examples, "configs", "gpt2-tiny.json")
 
 
+@pytest.fixture
+def trellis_bin() -> str:
+    """The build's trellis CLI ($TRELLIS_BIN; scripts/test.sh sets it)."""
+    path = os.environ.get("TRELLIS_BIN",
+                          os.path.join(ROOT, "build", "bin", "trellis"))
+    if not os.path.exists(path):
+        pytest.skip(f"no trellis binary at {path}: set TRELLIS_BIN")
+    return path
+
+
 def batches(vocab: int, batch: int, seq: int, steps: int, seed: int = 0):
     """`steps` (tokens, targets) pairs of next-token batches."""
     rng = np.random.default_rng(seed)

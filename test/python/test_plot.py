@@ -15,16 +15,10 @@ def write_metrics(path: str, records: list) -> None:
             f.write(json.dumps(record) + "\n")
 
 
-def run_metrics(tmp_path) -> str:
+def run_metrics(tmp_path, trellis_bin: str, examples: str) -> str:
     """The metrics of a real 6-step run with a schedule and clipping, by the
-    build's trellis ($TRELLIS_BIN; scripts/test.sh sets it)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))
-    trellis_bin = os.environ.get("TRELLIS_BIN",
-                                 os.path.join(root, "build", "bin", "trellis"))
-    if not os.path.exists(trellis_bin):
-        pytest.skip(f"no trellis binary at {trellis_bin}: set TRELLIS_BIN")
-    configs = os.path.join(root, "examples", "configs")
+    build's trellis."""
+    configs = os.path.join(examples, "configs")
     plan = str(tmp_path / "run.plan")
     metrics = str(tmp_path / "run.jsonl")
     subprocess.run([trellis_bin, "compile",
@@ -37,8 +31,9 @@ def run_metrics(tmp_path) -> str:
     return metrics
 
 
-def test_plot_draws_a_runs_metrics(tmp_path) -> None:
-    metrics = run_metrics(tmp_path)
+def test_plot_draws_a_runs_metrics(tmp_path, trellis_bin: str,
+                                   examples: str) -> None:
+    metrics = run_metrics(tmp_path, trellis_bin, examples)
     records = trellis.plot.read_metrics(metrics)
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
     for name in ("curves.png", "curves.svg"):

@@ -73,6 +73,14 @@ struct TrainOptions {
   int64_t nodeRank = 0;
   /// This process's global rank, or -1 in the launcher.
   int64_t rank = -1;
+  /// Set for a rank an outside launcher started (OuterLaunch.h): its name
+  /// ("torchrun", "Open MPI", "MPICH", "Slurm"), the ranks of the job, this
+  /// rank's index on its node and the ranks there. Otherwise "", 0, -1, 0:
+  /// --nproc × --nnodes ranks, rank % --nproc, --nproc.
+  std::string outerLauncher;
+  int64_t worldSize = 0;
+  int64_t localRank = -1;
+  int64_t ranksOnNode = 0;
   /// Shared directory for the rendezvous ("" = a fresh temporary one; with
   /// several nodes it must be on a filesystem they share).
   std::string rendezvousDir;
