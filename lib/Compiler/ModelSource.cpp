@@ -63,6 +63,12 @@ loadModelText(MLIRContext &context, llvm::StringRef text, ModelFormat format,
       {"batch", shape.batch},
       {"seq", shape.seq},
   };
+  // The Hugging Face config itself: checkpoints carry it as config.json,
+  // from which `trellis export --hf` writes a model transformers loads.
+  if (llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text))
+    model.metadata["hf_config"] = std::move(*parsed);
+  else
+    llvm::consumeError(parsed.takeError());
   return model;
 }
 

@@ -33,9 +33,10 @@ int runOpsCommand();
 extern llvm::cl::SubCommand scheduleCommand;
 int runScheduleCommand();
 
-/// `trellis run ARGS`: replaces the process by `trellis-run ARGS` (argv[1]
-/// is "run"); returns only on failure.
-int execRunCommand(int argc, char **argv);
+/// `trellis run ARGS` and `trellis export ARGS`: replace the process by
+/// the runtime's tool `trellis-run ARGS` or `trellis-export ARGS` (argv[1]
+/// names the subcommand); return only on failure.
+int execRuntimeTool(int argc, char **argv);
 /// `trellis plot ARGS`: replaces this process by `python3 -m trellis.plot
 /// ARGS` ($TRELLIS_PYTHON instead of python3 when set), which draws a run's
 /// metrics with matplotlib.

@@ -1,7 +1,8 @@
-//===- RunCommand.cpp - `trellis run` and `trellis plot` -----------------===//
+//===- RunCommand.cpp - `trellis run`, `export` and `plot` ----------------===//
 //
-// Training belongs to the runtime: `trellis run ARGS` replaces this process
-// by `trellis-run ARGS` (installed next to `trellis`), which links no MLIR.
+// Training and checkpoints belong to the runtime: `trellis run ARGS` and
+// `trellis export ARGS` replace this process by `trellis-run ARGS` and
+// `trellis-export ARGS` (installed next to `trellis`), which link no MLIR.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,25 +20,29 @@
 
 namespace trellis::driver {
 
-// Listed in `trellis --help`; its options are trellis-run's, never parsed
-// here.
+// Listed in `trellis --help`; their options are the runtime tools', never
+// parsed here.
 llvm::cl::SubCommand runCommand("run",
                                 "Train a compiled plan (runs trellis-run; "
                                 "see 'trellis run --help')");
+llvm::cl::SubCommand
+    exportCommand("export", "Write a checkpoint as a Hugging Face model (runs "
+                            "trellis-export; see 'trellis export --help')");
 
-int execRunCommand(int argc, char **argv) {
+int execRuntimeTool(int argc, char **argv) {
   static int anchor;
   std::string self = llvm::sys::fs::getMainExecutable(argv[0], &anchor);
+  std::string name = "trellis-" + std::string(argv[1]);
   llvm::SmallString<256> tool(llvm::sys::path::parent_path(self));
-  llvm::sys::path::append(tool, "trellis-run");
-  std::vector<char *> args{const_cast<char *>("trellis-run")};
+  llvm::sys::path::append(tool, name);
+  std::vector<char *> args{name.data()};
   args.insert(args.end(), argv + 2, argv + argc);
   args.push_back(nullptr);
   execv(tool.c_str(), args.data());
   int error = errno;
   llvm::WithColor::error(llvm::errs(), "trellis")
-      << "cannot run '" << tool << "': " << std::strerror(error)
-      << " (trellis-run is built with trellis, into the same directory)\n";
+      << "cannot run '" << tool << "': " << std::strerror(error) << " (" << name
+      << " is built with trellis, into the same directory)\n";
   return 1;
 }
 

@@ -14,9 +14,11 @@
 using namespace trellis::driver;
 
 int main(int argc, char **argv) {
-  // `run` is the runtime's tool: its options are parsed there.
-  if (argc > 1 && llvm::StringRef(argv[1]) == "run")
-    return execRunCommand(argc, argv);
+  // `run` and `export` are the runtime's tools: their options are parsed
+  // there.
+  if (argc > 1 && (llvm::StringRef(argv[1]) == "run" ||
+                   llvm::StringRef(argv[1]) == "export"))
+    return execRuntimeTool(argc, argv);
   // `plot` is the Python package's (matplotlib).
   if (argc > 1 && llvm::StringRef(argv[1]) == "plot")
     return execPlotCommand(argc, argv);
@@ -47,7 +49,7 @@ int main(int argc, char **argv) {
   if (opsCommand)
     return runOpsCommand();
   llvm::WithColor::error(llvm::errs(), "trellis")
-      << "expected a subcommand (groups, import, compile, run, plot, schedule, "
-         "ops); see 'trellis --help'\n";
+      << "expected a subcommand (groups, import, compile, run, export, plot, "
+         "schedule, ops); see 'trellis --help'\n";
   return 1;
 }

@@ -19,8 +19,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 namespace trellis::runtime {
+
+using json = nlohmann::json;
 
 Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   const Plan &plan = executor_->plan();
@@ -151,8 +156,22 @@ Status Trainer::save(const std::string &dir,
       writeSafetensors(*partial + "/model.safetensors", model));
   TRELLIS_RETURN_IF_ERROR(
       writeSafetensors(*partial + "/optimizer.safetensors", optimizer));
-  return commitCheckpoint(*partial, dir, completedSteps_, fingerprint(),
-                          {"model.safetensors", "optimizer.safetensors"},
+  std::vector<std::string> files = {"model.safetensors",
+                                    "optimizer.safetensors"};
+  // The model's Hugging Face config, when the plan was compiled from one:
+  // what `trellis export --hf` needs besides the weights.
+  json metadata =
+      json::parse(plan.metadataJson, nullptr, /*allow_exceptions=*/false);
+  if (metadata.is_object() && metadata.contains("hf_config") &&
+      metadata["hf_config"].is_object()) {
+    std::string path = *partial + "/config.json";
+    std::ofstream config(path);
+    config << metadata["hf_config"].dump(2) << "\n";
+    if (!config.flush())
+      return Status::error("cannot write '" + path + "'");
+    files.push_back("config.json");
+  }
+  return commitCheckpoint(*partial, dir, completedSteps_, fingerprint(), files,
                           fault);
 }
 
