@@ -3,6 +3,7 @@
 #include "trellis/Runtime/TrainOptions.h"
 
 #include "trellis/Common/FileKind.h"
+#include "trellis/Runtime/TokenSource.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -103,11 +104,23 @@ Status validateTrainOptions(const TrainOptions &options) {
       options.onNonfinite != "continue")
     return outOfRange("--on-nonfinite", "stop, skip or continue",
                       "'" + options.onNonfinite + "'");
+  if (!isDataOrder(options.dataOrder))
+    return outOfRange("--data-order", "random or sequential",
+                      "'" + options.dataOrder + "'");
   if (!options.callerBatches && options.data != "synthetic" &&
-      options.data != "repeat")
-    TRELLIS_RETURN_IF_ERROR(checkFile(
-        "--data", options.data,
-        "synthetic, repeat or a file of " + options.dataDtype + " token ids"));
+      options.data != "repeat") {
+    StatusOr<std::vector<DataComponent>> components =
+        parseDataComponents(options.data);
+    if (!components.ok())
+      return components.status();
+    for (const DataComponent &component : *components)
+      if (!whyNotDirectory(component.path).empty())
+        TRELLIS_RETURN_IF_ERROR(
+            checkFile("--data", component.path,
+                      "synthetic, repeat, a file of " + options.dataDtype +
+                          " token ids, a directory of them, or a blend "
+                          "WEIGHT:PATH,WEIGHT:PATH"));
+  }
   if (!options.weightsPath.empty())
     TRELLIS_RETURN_IF_ERROR(checkFile("--weights", options.weightsPath,
                                       "a .safetensors file"));

@@ -223,7 +223,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
     data = makeSyntheticTokens(options.seed, vocab, options.data == "repeat");
   } else {
     StatusOr<std::unique_ptr<TokenSource>> file =
-        openTokenFile(options.data, options.dataDtype, options.seed, vocab);
+        openTokenData(options.data, options.dataDtype, options.dataOrder,
+                      options.seed, vocab);
     if (!file.ok())
       return file.status();
     data = std::move(*file);
@@ -288,8 +289,8 @@ Status Trainer::step() {
     return Status::error("this trainer has no data source: its caller "
                          "passes each step's tokens and targets");
   std::vector<int32_t> tokens(batch_ * seq_), targets(batch_ * seq_);
-  TRELLIS_RETURN_IF_ERROR(data_->fill(completedSteps_, batch_, seq_,
-                                      tokens.data(), targets.data()));
+  TRELLIS_RETURN_IF_ERROR(data_->fill({completedSteps_, dataPosition_}, batch_,
+                                      seq_, tokens.data(), targets.data()));
   return step(tokens.data(), targets.data());
 }
 
@@ -386,6 +387,7 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
   }
   TRELLIS_RETURN_IF_ERROR(shareLoss().withContext(stepName));
   ++completedSteps_;
+  dataPosition_ += batch_;
   return Status::success();
 }
 

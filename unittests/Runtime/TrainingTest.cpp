@@ -167,8 +167,10 @@ TEST_P(TrainingTest, CallerBatchesEqualTheDataSource) {
   auto source = trellis::runtime::makeSyntheticTokens(0, called->vocabSize(),
                                                       /*repeat=*/false);
   for (int step = 0; step < 3; ++step) {
-    ASSERT_TRUE(source->fill(step, called->batchSize(), called->seqLength(),
-                             tokens.data(), targets.data())
+    ASSERT_TRUE(source
+                    ->fill({step, step * called->batchSize()},
+                           called->batchSize(), called->seqLength(),
+                           tokens.data(), targets.data())
                     .ok());
     std::vector<int32_t> wrong = targets;
     wrong[1] = -1;

@@ -142,7 +142,8 @@ Status Trainer::save(const std::string &dir,
   optimizer.metadata = {
       {"trellis_step", step},
       {"trellis_model", fingerprint()},
-      {"trellis_optimizer_steps", std::to_string(optimizerSteps_)}};
+      {"trellis_optimizer_steps", std::to_string(optimizerSteps_)},
+      {"trellis_data_position", std::to_string(dataPosition_)}};
   if (lossScale()) {
     char scale[32];
     std::snprintf(scale, sizeof(scale), "%.17g", lossScale_.scale);
@@ -282,6 +283,9 @@ Status Trainer::load(const std::string &path) {
     return Status::success();
   };
   TRELLIS_RETURN_IF_ERROR(counter("trellis_optimizer_steps", optimizerSteps));
+  // Older checkpoints consumed one batch of this plan per step.
+  int64_t dataPosition = steps * batch_;
+  TRELLIS_RETURN_IF_ERROR(counter("trellis_data_position", dataPosition));
   if (lossScale()) {
     TRELLIS_RETURN_IF_ERROR(
         counter("trellis_clean_steps", restoredScale.cleanSteps));
@@ -302,6 +306,7 @@ Status Trainer::load(const std::string &path) {
     TRELLIS_RETURN_IF_ERROR(writeBox(argument, *values));
   completedSteps_ = steps;
   optimizerSteps_ = optimizerSteps;
+  dataPosition_ = dataPosition;
   lossScale_ = restoredScale;
   return Status::success();
 }

@@ -29,8 +29,14 @@ int main(int argc, char **argv) {
       ->capture_default_str()
       ->group(kTraining);
   app.add_option("--data", options.data,
-                 "synthetic (default), repeat (one batch, to overfit), or a "
-                 "binary token file")
+                 "synthetic (default), repeat (one batch, to overfit), a "
+                 "binary token file, a directory of them (shards, in name "
+                 "order), or a blend WEIGHT:PATH,WEIGHT:PATH")
+      ->group(kTraining);
+  app.add_option("--data-order", options.dataOrder,
+                 "random: windows at positions drawn from the seed; "
+                 "sequential: one window after another")
+      ->capture_default_str()
       ->group(kTraining);
   app.add_option("--data-dtype", options.dataDtype,
                  "Token file element type: uint16 or uint32")

@@ -22,13 +22,18 @@ struct TrainOptions {
   std::string planPath;
   int64_t steps = 10;
   uint64_t seed = 0;
-  /// "synthetic", "repeat" (one batch again and again), or a token file.
+  /// "synthetic", "repeat" (one batch again and again), a token file, a
+  /// directory of token files, or a blend "W:PATH,W:PATH" of those
+  /// (TokenSource.h).
   std::string data = "synthetic";
   /// The caller passes each step's batch (Trainer::step(tokens, targets):
   /// the C API's sessions); `data` is then unused.
   bool callerBatches = false;
   /// Element type of a token file: uint16 or uint32.
   std::string dataDtype = "uint16";
+  /// How windows are taken from token data: "random" or "sequential"
+  /// (TokenSource.h).
+  std::string dataOrder = "random";
   /// Directory to write a checkpoint into after the last step ("" = none);
   /// with saveEvery, the root of the periodic checkpoints (Checkpoint.h).
   std::string saveDir;

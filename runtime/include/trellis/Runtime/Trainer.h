@@ -182,6 +182,9 @@ private:
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<TokenSource> data_;
   int64_t completedSteps_ = 0;
+  /// Windows (batch rows) of data the completed steps consumed: where the
+  /// next batch starts (BatchPosition); checkpoints keep it.
+  int64_t dataPosition_ = 0;
   int64_t batch_ = 0, seq_ = 0, vocab_ = 0;
   /// The tokens and targets inputs of each micro-batch, in order (one of
   /// each without micro-batches).

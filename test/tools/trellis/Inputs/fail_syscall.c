@@ -12,8 +12,9 @@
 //   TRELLIS_FAIL=A,B@TEXT    several such entries
 //   TRELLIS_FAIL_TIMES=N     only the first N matching calls fail
 //
-// CALL is one of mkdir, mkdtemp, rename, rename-to, renameat2, fsync, write, open,
-// access, pipe2, fork, getentropy, posix_spawn, aligned_alloc (TEXT: the
+// CALL is one of mkdir, mkdtemp, rename, rename-to, renameat2, fsync, write,
+// open, access, pipe2, fork, getentropy, posix_spawn, mmap (of a file: TEXT
+// matches its path), aligned_alloc (TEXT: the
 // least size, in bytes, that fails). Failing calls set errno to EIO
 // (ENOSPC for write, ENOMEM and EAGAIN where those are what the call
 // reports).
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -128,6 +130,17 @@ ssize_t write(int fd, const void *data, size_t size) {
   if (getenv("TRELLIS_FAIL") && shouldFail("write", pathOf(fd, path, sizeof(path))))
     return errno = ENOSPC, -1;
   return NEXT(ssize_t (*)(int, const void *, size_t), "write")(fd, data, size);
+}
+
+void *mmap(void *address, size_t length, int protection, int flags, int fd,
+           off_t offset) {
+  char path[4096];
+  // Anonymous maps (the allocator's) pass untouched.
+  if (fd >= 0 && getenv("TRELLIS_FAIL") &&
+      shouldFail("mmap", pathOf(fd, path, sizeof(path))))
+    return errno = ENOMEM, MAP_FAILED;
+  return NEXT(void *(*)(void *, size_t, int, int, int, off_t),
+              "mmap")(address, length, protection, flags, fd, offset);
 }
 
 ssize_t writev(int fd, const struct iovec *parts, int count) {
