@@ -214,8 +214,9 @@ llvm::Error readGpt2(ConfigReader &reader, TransformerConfig &config) {
 using RopeScaling = TransformerConfig::RopeScaling;
 
 /// Reads a Llama-family config: `type` "llama", or "mistral" (Llama with a
-/// sliding window) or "qwen2" (Llama with query, key and value biases and a
-/// sliding window it may turn on).
+/// sliding window), "qwen2" (Llama with query, key and value biases and a
+/// sliding window it may turn on) or "qwen3" (Llama with RMSNorms over each
+/// head's query and key, and Qwen2's sliding window).
 llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
                       llvm::StringRef type) {
   RopeScaling &scaling = config.ropeScaling;
@@ -226,11 +227,24 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
     architectures = {"MistralForCausalLM", "MistralModel"};
   else if (type == "qwen2")
     architectures = {"Qwen2ForCausalLM", "Qwen2Model"};
+  else if (type == "qwen3")
+    architectures = {"Qwen3ForCausalLM", "Qwen3Model"};
   if (llvm::Error error = checkArchitectures(reader, type, architectures))
     return error;
-  if (type == "qwen2") {
-    // Qwen2's query, key and value projections always have biases.
-    config.attentionBias = true;
+  if (type == "qwen2" || type == "qwen3") {
+    // Qwen2's query, key and value projections always have biases; Qwen3
+    // normalizes each head's query and key instead (attention_bias, which
+    // would put biases on all four projections, is not built).
+    if (type == "qwen2") {
+      config.attentionBias = true;
+    } else {
+      config.queryKeyNorm = true;
+      if (llvm::Error error = reader.refuseFlag(
+              "attention_bias", false,
+              "biases on Qwen3's query, key, value and output projections "
+              "are not built"))
+        return error;
+    }
     bool sliding = false;
     TRY_ASSIGN(sliding, reader.booleanOr("use_sliding_window", false));
     if (sliding) {
@@ -291,8 +305,12 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
     return configError(llvm::formatv(
         "num_key_value_heads ({0}) does not divide num_attention_heads ({1})",
         config.numKvHeads, config.numHeads));
+  // Qwen3's head_dim defaults to 128 (transformers' Qwen3Config), the
+  // others' to hidden_size / num_attention_heads.
   TRY_ASSIGN(config.headDim,
-             reader.integerOr("head_dim", config.hiddenSize / config.numHeads));
+             reader.integerOr(
+                 "head_dim",
+                 type == "qwen3" ? 128 : config.hiddenSize / config.numHeads));
   if (config.headDim % 2 != 0)
     return configError(llvm::formatv(
         "head dimension {0} is odd: rotary embeddings need an even one",
@@ -400,16 +418,17 @@ llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
   if (type == "gpt2") {
     if (llvm::Error error = readGpt2(reader, parsed))
       return std::move(error);
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" ||
+             type == "qwen3") {
     if (llvm::Error error = readLlama(reader, parsed, type))
       return std::move(error);
   } else if (type.empty()) {
     return configError("missing field \"model_type\": expected \"gpt2\", "
-                       "\"llama\", \"mistral\" or \"qwen2\"");
+                       "\"llama\", \"mistral\", \"qwen2\" or \"qwen3\"");
   } else {
     return configError(
         llvm::formatv("unsupported model_type \"{0}\": expected \"gpt2\", "
-                      "\"llama\", \"mistral\" or \"qwen2\"",
+                      "\"llama\", \"mistral\", \"qwen2\" or \"qwen3\"",
                       type));
   }
   return parsed;
@@ -444,7 +463,9 @@ private:
   /// x [.., in] times a weight: HF Conv1D [in, out] or nn.Linear [out, in].
   Value linear(Value x, Value weight, bool weightIsOutIn, Value bias = {});
   Value layerNorm(Value x, StringRef prefix);
-  Value rmsNorm(Value x, StringRef name);
+  /// An RMSNorm over the last dimension, its gain `name` of `size` (0:
+  /// the hidden size).
+  Value rmsNorm(Value x, StringRef name, int64_t size = 0);
   Value reshape(Value x, ArrayRef<int64_t> shape) {
     return ReshapeOp::create(builder_, loc_, x, shape);
   }
@@ -499,8 +520,8 @@ Value TransformerBuilder::layerNorm(Value x, StringRef prefix) {
                              builder_.getF64FloatAttr(config_.normEpsilon));
 }
 
-Value TransformerBuilder::rmsNorm(Value x, StringRef name) {
-  Value weight = param(name, {config_.hiddenSize}, "ones");
+Value TransformerBuilder::rmsNorm(Value x, StringRef name, int64_t size) {
+  Value weight = param(name, {size ? size : config_.hiddenSize}, "ones");
   return RmsNormOp::create(builder_, loc_, x, weight,
                            builder_.getF64FloatAttr(config_.normEpsilon));
 }
@@ -583,12 +604,18 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
   Value q = project("q_proj", hq * d);
   Value k = project("k_proj", hkv * d);
   Value v = project("v_proj", hkv * d);
-  Value qRotated = RopeOp::create(builder_, loc_, reshape(q, {b, s, hq, d}),
-                                  frequencies, builder_.getBoolAttr(false),
-                                  ArrayAttr(), IntegerAttr());
-  Value kRotated = RopeOp::create(builder_, loc_, reshape(k, {b, s, hkv, d}),
-                                  frequencies, builder_.getBoolAttr(false),
-                                  ArrayAttr(), IntegerAttr());
+  Value qHeads = reshape(q, {b, s, hq, d}), kHeads = reshape(k, {b, s, hkv, d});
+  // Qwen3: each head's query and key normalized over head_dim.
+  if (config_.queryKeyNorm) {
+    qHeads = rmsNorm(qHeads, prefix + ".self_attn.q_norm.weight", d);
+    kHeads = rmsNorm(kHeads, prefix + ".self_attn.k_norm.weight", d);
+  }
+  Value qRotated =
+      RopeOp::create(builder_, loc_, qHeads, frequencies,
+                     builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr());
+  Value kRotated =
+      RopeOp::create(builder_, loc_, kHeads, frequencies,
+                     builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr());
   Value attention = AttentionOp::create(
       builder_, loc_, qRotated, kRotated, reshape(v, {b, s, hkv, d}),
       builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
@@ -700,6 +727,8 @@ int64_t TransformerConfig::numParameters() const {
                3 * e * intermediateSize;
     if (attentionBias)
       perLayer += numHeads * d + 2 * numKvHeads * d;
+    if (queryKeyNorm)
+      perLayer += 2 * d;
   }
   return params + numLayers * perLayer;
 }

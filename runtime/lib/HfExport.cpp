@@ -43,6 +43,8 @@ const std::map<std::string, ModelTypeFacts> &modelTypes() {
        {"MistralForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"qwen2",
        {"Qwen2ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"qwen3",
+       {"Qwen3ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
   };
   return types;
 }
@@ -138,8 +140,8 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
   auto facts = modelTypes().find(modelType);
   if (facts == modelTypes().end())
     return Status::error("config '" + configPath +
-                         "': expected model_type gpt2, llama, mistral or "
-                         "qwen2, found '" +
+                         "': expected model_type gpt2, llama, mistral, qwen2 "
+                         "or qwen3, found '" +
                          modelType + "'");
 
   StatusOr<SafetensorsFile> model =

@@ -23,7 +23,9 @@ EPSILON = 1e-4
 
 def config(kind: str) -> dict:
     """The tiny config of `kind`: gpt2, llama, or the Llama family's mistral
-    (no sliding window) and qwen2 (query, key and value biases)."""
+    (no sliding window), qwen2 (query, key and value biases) and qwen3
+    (each head's query and key normalized; heads of 32, so that the
+    attention is wider than the hidden size)."""
     name = "gpt2-tiny.json" if kind == "gpt2" else "llama-tiny.json"
     with open(os.path.join(ROOT, "examples", "configs", name)) as file:
         fields = json.load(file)
@@ -34,6 +36,9 @@ def config(kind: str) -> dict:
     elif kind == "qwen2":
         fields.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"],
                       use_sliding_window=False)
+    elif kind == "qwen3":
+        fields.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"],
+                      use_sliding_window=False, head_dim=32)
     return fields
 
 
@@ -45,6 +50,7 @@ def causal_lm(kind: str, **fields: Any) -> "torch.nn.Module":
         "mistral": (transformers.MistralForCausalLM,
                     transformers.MistralConfig),
         "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config),
+        "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config),
     }
     model, settings = classes[kind]
     return model(settings(**fields))
@@ -183,14 +189,15 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
     return {name: p.detach().numpy() for name, p in module.state_dict().items()}
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2",
+                                  "qwen3"])
 def test_trained_parameters_equal_pytorch(kind: str) -> None:
     """Every parameter after 3 AdamW steps with weight decay equals
     PyTorch's, not only the losses: GPT-2's fused QKV bias is a 1-D bias
     (not decayed), Llama's padding row (pad_token_id 0, in every batch)
-    gets no gradient, Mistral builds as Llama without a window, and Qwen2's
-    query, key and value biases train, from the config importer and from
-    the module alike.
+    gets no gradient, Mistral builds as Llama without a window, Qwen2's
+    query, key and value biases and Qwen3's query and key norms train, from
+    the config importer and from the module alike.
     AdamW's epsilon is 1e-4: at 1e-8 its division turns the roundoff of a
     near-zero gradient into a visible step (zero.test says more)."""
     fields = dict(config(kind), pad_token_id=0)

@@ -42,6 +42,9 @@ struct TransformerConfig {
   std::optional<int64_t> paddingIdx;
   /// Biases on the query, key and value projections (Qwen2).
   bool attentionBias = false;
+  /// RMSNorms over each head's query and key before the rotary embedding,
+  /// one gain of head_dim each per layer (Qwen3's q_norm and k_norm).
+  bool queryKeyNorm = false;
   /// Sliding-window attention (Mistral, Qwen2): each token attends to the
   /// last this many positions. Built only where the window covers the
   /// sequence (then it is causal attention); unset: none.
