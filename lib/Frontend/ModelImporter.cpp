@@ -4,6 +4,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "trellis/Common/JsonShape.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
@@ -404,7 +405,18 @@ SmallVector<double> ropeFrequencies(const TransformerConfig &config) {
   return frequencies;
 }
 
+/// A config.json is a flat object (rope_scaling one level down): deeper
+/// nesting is refused before the recursive parser could overflow the
+/// stack.
+constexpr int kMaxConfigDepth = 32;
+
+/// The most layers a config may ask for (the largest published models
+/// have about 128): each is built op by op.
+constexpr int64_t kMaxLayers = 4096;
+
 llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
+  if (std::string why = checkJsonShape(json, kMaxConfigDepth); !why.empty())
+    return configError(why);
   llvm::Expected<llvm::json::Value> root = llvm::json::parse(json);
   if (!root)
     return configError("malformed JSON: " + llvm::toString(root.takeError()));
@@ -431,6 +443,11 @@ llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
                       "\"llama\", \"mistral\", \"qwen2\" or \"qwen3\"",
                       type));
   }
+  if (parsed.numLayers > kMaxLayers)
+    return configError(
+        llvm::formatv("field \"{0}\": expected at most {1} layers, found {2}",
+                      type == "gpt2" ? "n_layer" : "num_hidden_layers",
+                      kMaxLayers, parsed.numLayers));
   return parsed;
 }
 
