@@ -16,6 +16,7 @@ with the compiler's or runtime's message.
 
 import json
 import os
+import stat
 from contextlib import contextmanager
 from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, Union)
@@ -186,6 +187,26 @@ def _set_options(options: Any, values: Mapping[str, Any]) -> None:
                             "float or str")
 
 
+def _require_regular_file(path: str, expected: str) -> None:
+    """Raises trellis.Error unless `path` names a regular file: reading a
+    character device never ends, and reading a FIFO blocks."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        kind = "does not exist"
+    except OSError as error:
+        kind = f"cannot be examined: {error.strerror}"
+    else:
+        kinds = [(stat.S_ISREG, ""), (stat.S_ISDIR, "is a directory"),
+                 (stat.S_ISCHR, "is a character device"),
+                 (stat.S_ISBLK, "is a block device"),
+                 (stat.S_ISFIFO, "is a FIFO"), (stat.S_ISSOCK, "is a socket")]
+        kind = next((text for test, text in kinds if test(mode)),
+                    "is not a regular file")
+    if kind:
+        raise Error(f"cannot read '{path}': it {kind}, expected {expected}")
+
+
 class Plan:
     """A compiled training plan: its text, report and diagnostics."""
 
@@ -198,8 +219,12 @@ class Plan:
 
     @staticmethod
     def load(path: PathLike) -> "Plan":
-        """A plan file (`trellis compile -o`)."""
-        with open(os.fspath(path), encoding="utf-8") as file:
+        """A plan file (`trellis compile -o`). A path that is no regular
+        file (a directory, /dev/zero, a FIFO) is refused before it is read,
+        as the command line does."""
+        path = os.fspath(path)
+        _require_regular_file(path, "a plan file (trellis compile -o)")
+        with open(path, encoding="utf-8") as file:
             return Plan(file.read())
 
     def save(self, path: PathLike) -> None:

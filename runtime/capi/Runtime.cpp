@@ -457,7 +457,14 @@ TrellisStatus trellisSessionSave(TrellisSession handle, const char *dir) {
   Session *session = nullptr;
   TRELLIS_CAPI_RETURN_IF_ERROR(usableSession(handle, session));
   return guarded(__func__, [&]() -> TrellisStatus {
-    return collective(*session, session->trainer->save(dir));
+    // Gathering involves every rank; writing is rank 0's alone, and a
+    // failure there (a full disk, a mistyped path) leaves the session
+    // usable: the trained state is not lost.
+    StatusOr<runtime::Trainer::CheckpointTensors> tensors =
+        session->trainer->gatherCheckpoint();
+    if (!tensors.ok())
+      return collective(*session, tensors.status());
+    return toStatus(session->trainer->writeCheckpoint(dir, *tensors));
   });
 }
 

@@ -235,3 +235,36 @@ def test_errors(gpt2_tiny: str, tmp_path) -> None:
     session.close()
     with pytest.raises(trellis.Error, match="this session was closed"):
         session.step(tokens, tokens)
+
+
+def test_unreadable_plan_paths_are_refused_before_reading(tmp_path) -> None:
+    """Plan.load refuses what is no regular file, as the command line
+    does: /dev/zero would be read without end, a FIFO would block."""
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    for path, kind in [("/dev/zero", "is a character device"),
+                       (fifo, "is a FIFO"),
+                       (str(tmp_path), "is a directory"),
+                       (str(tmp_path / "absent.plan"), "does not exist")]:
+        with pytest.raises(trellis.Error, match=f"cannot read '{path}': it "
+                           f"{kind}, expected a plan file"):
+            trellis.Plan.load(path)
+
+
+def test_a_failed_save_leaves_the_session_usable(gpt2_tiny: str,
+                                                 tmp_path) -> None:
+    """Writing a checkpoint is rank 0's alone: a mistyped path fails the
+    save, not the session, so the trained state is not lost."""
+    plan = trellis.compile(gpt2_tiny, batch=4, seq=16)
+    tokens = np.zeros((4, 16), np.int32)
+    with trellis.Session(plan) as session:
+        session.step(tokens, tokens)
+        with pytest.raises(trellis.Error, match="cannot create checkpoint "
+                           "directory"):
+            session.save(tmp_path / "missing" / "dir" / "checkpoint")
+        session.step(tokens, tokens)
+        session.save(tmp_path / "checkpoint")
+        assert session.completed_steps == 2
+    assert sorted(os.listdir(tmp_path / "checkpoint")) == [
+        "config.json", "manifest.json", "model.safetensors",
+        "optimizer.safetensors"]

@@ -169,7 +169,9 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionWriteTensor(
     int64_t count);
 
 /** Writes the checkpoint directory `dir` (model.safetensors with Hugging
- * Face names, optimizer.safetensors, a manifest), committed as a whole. */
+ * Face names, optimizer.safetensors, a manifest), committed as a whole.
+ * Every rank gathers; rank 0 writes, and a failure to write (a mistyped
+ * path, a full disk) leaves the session usable. */
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionSave(TrellisSession session,
                                                        const char *dir);
 /** Restores a checkpoint `trellisSessionSave` (or `trellis run --save`)

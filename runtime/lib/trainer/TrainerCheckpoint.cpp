@@ -99,11 +99,19 @@ StatusOr<std::vector<RankMemory>> Trainer::gatherMemory() const {
 
 Status Trainer::save(const std::string &dir,
                      const CheckpointFault &fault) const {
+  StatusOr<CheckpointTensors> tensors = gatherCheckpoint();
+  if (!tensors.ok())
+    return tensors.status();
+  return writeCheckpoint(dir, *tensors, fault);
+}
+
+StatusOr<Trainer::CheckpointTensors> Trainer::gatherCheckpoint() const {
   // Every rank takes part in gathering split tensors; rank 0 writes.
   // With mixed precision, model.safetensors holds the weights in the
   // compute dtype (what Hugging Face loads) and optimizer.safetensors the
   // fp32 master weights next to the moments (what resuming restores).
-  SafetensorsFile model, optimizer;
+  CheckpointTensors gathered;
+  SafetensorsFile &model = gathered.model, &optimizer = gathered.optimizer;
   const Plan &plan = executor_->plan();
   std::string precision = plan.metadataText("precision", "fp32");
   std::string computeDtype = precision == "bf16"   ? "BF16"
@@ -130,8 +138,16 @@ Status Trainer::save(const std::string &dir,
     entry.dtype = computeDtype;
     model.tensors[argument.name] = std::move(entry);
   }
+  return gathered;
+}
+
+Status Trainer::writeCheckpoint(const std::string &dir,
+                                const CheckpointTensors &tensors,
+                                const CheckpointFault &fault) const {
   if (rank() != 0)
     return Status::success();
+  const Plan &plan = executor_->plan();
+  SafetensorsFile model = tensors.model, optimizer = tensors.optimizer;
   StatusOr<std::string> partial = beginCheckpoint(dir);
   if (!partial.ok())
     return partial.status();

@@ -126,6 +126,17 @@ public:
   /// writes).
   Status save(const std::string &dir,
               const CheckpointFault &fault = CheckpointFault()) const;
+  /// save's two halves: gathering every tensor whole (collective: every
+  /// rank must call it), then rank 0 writing and committing them (local:
+  /// a failure there, a full disk or a mistyped path, leaves every rank in
+  /// step; other ranks write nothing).
+  struct CheckpointTensors {
+    SafetensorsFile model, optimizer;
+  };
+  StatusOr<CheckpointTensors> gatherCheckpoint() const;
+  Status
+  writeCheckpoint(const std::string &dir, const CheckpointTensors &tensors,
+                  const CheckpointFault &fault = CheckpointFault()) const;
   /// Every rank's buffers, its arena and its peak resident memory, in rank
   /// order (every rank must call it; without a communicator, this rank's
   /// alone).
