@@ -616,6 +616,45 @@ Status PlanReader::readResults(const json &array) {
   return Status::success();
 }
 
+Status PlanReader::checkVocabulary() const {
+  if (!root_->contains("metadata") || !(*root_)["metadata"].is_object() ||
+      !(*root_)["metadata"].contains("vocab_size"))
+    return Status::success();
+  const json &field = (*root_)["metadata"]["vocab_size"];
+  if (!field.is_number_integer() || field.get<int64_t>() < 1 ||
+      field.get<int64_t>() > INT32_MAX)
+    return Status::error("metadata: field \"vocab_size\": expected an "
+                         "integer in [1, 2^31), found " +
+                         describe(field));
+  // Each loss's class dimension: the vocabulary, or this rank's piece of
+  // it when the loss is split over mesh axes (rounded up, the last pieces
+  // padded).
+  int64_t vocab = field.get<int64_t>();
+  Mesh mesh = planMesh(plan_);
+  for (const std::vector<ActionProgramDesc> &programs : programs_)
+    for (const ActionProgramDesc &program : programs)
+      for (size_t i = 0; i < program.body.instructions.size(); ++i) {
+        const Instruction &instruction = program.body.instructions[i];
+        if (instruction.op != "cross_entropy")
+          continue;
+        int64_t classes = plan_.buffers[instruction.inputs[0]].shape.back();
+        int64_t pieces = 1;
+        for (size_t axis : program.body.instructionAxes[i])
+          pieces *= mesh.axes()[axis].size;
+        if (classes != (vocab + pieces - 1) / pieces)
+          return Status::error(
+              "metadata: vocab_size " + std::to_string(vocab) +
+              " disagrees "
+              "with " +
+              program.name + " instruction " + std::to_string(i) +
+              " (cross_entropy), whose logits have " + std::to_string(classes) +
+              " classes" +
+              (pieces > 1 ? " in each of " + std::to_string(pieces) + " pieces"
+                          : std::string()));
+      }
+  return Status::success();
+}
+
 StatusOr<Plan> PlanReader::read(const json &root) {
   if (!root.is_object())
     return Status::error("expected a JSON object at the top level");
@@ -670,6 +709,7 @@ StatusOr<Plan> PlanReader::read(const json &root) {
       plan_.results[0].stages.size() > 1)
     return Status::error("expected the loss on stage 0 alone (it reports "
                          "the loss)");
+  TRELLIS_RETURN_IF_ERROR(checkVocabulary());
   expandInputs();
   bindMicroBatches(fileBuffers);
   for (size_t stage = 0; stage < plan_.stages.size(); ++stage) {

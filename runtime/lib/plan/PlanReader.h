@@ -96,6 +96,9 @@ private:
   Status readStageList(const json &entry, const std::string &where,
                        std::vector<int64_t> &stages) const;
   Status readResults(const json &array);
+  /// metadata.vocab_size, when given: an integer the losses' class
+  /// dimensions agree with (split losses: each rank's piece).
+  Status checkVocabulary() const;
   Status checkDataflow(int64_t stage);
 
   static Status requireKind(const json &object, const char *key,
