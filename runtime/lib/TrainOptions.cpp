@@ -104,6 +104,28 @@ Status validateTrainOptions(const TrainOptions &options) {
       options.onNonfinite != "continue")
     return outOfRange("--on-nonfinite", "stop, skip or continue",
                       "'" + options.onNonfinite + "'");
+  if (options.evalEvery < 0)
+    return outOfRange("--eval-every", ">= 0 (0: after the last step only)",
+                      std::to_string(options.evalEvery));
+  if (options.evalBatches < 1 || options.evalBatches > (int64_t(1) << 20))
+    return outOfRange("--eval-batches", "in [1, 2^20]",
+                      std::to_string(options.evalBatches));
+  if (options.evalEvery > 0 && options.evalData.empty())
+    return Status::error("--eval-every " + std::to_string(options.evalEvery) +
+                         " needs --eval-data: the held-out tokens to "
+                         "evaluate on");
+  if (!options.evalData.empty()) {
+    StatusOr<std::vector<DataComponent>> components =
+        parseDataComponents(options.evalData);
+    if (!components.ok())
+      return components.status().withContext("--eval-data");
+    for (const DataComponent &component : *components)
+      if (!whyNotDirectory(component.path).empty())
+        TRELLIS_RETURN_IF_ERROR(
+            checkFile("--eval-data", component.path,
+                      "a file of " + options.dataDtype +
+                          " token ids, a directory of them, or a blend"));
+  }
   if (!isDataOrder(options.dataOrder))
     return outOfRange("--data-order", "random or sequential",
                       "'" + options.dataOrder + "'");

@@ -116,7 +116,7 @@ namespace {
 /// train, on which data, for how long, and how they save and react to
 /// faults; paths only as "given or not" (nodes may mount them apart).
 JobFields jobFields(const TrainOptions &options, const Plan &plan,
-                    const TokenSource *data) {
+                    const TokenSource *data, const TokenSource *evalData) {
   char crc[16];
   std::snprintf(crc, sizeof(crc), "crc32 %08x", plan.contentCrc32);
   std::string source = data ? data->identity() : "batches from the caller";
@@ -132,11 +132,15 @@ JobFields jobFields(const TrainOptions &options, const Plan &plan,
       {"steps", std::to_string(options.steps)},
       {"weights", given(options.weightsPath)},
       {"checkpoint to resume", given(options.loadDir)},
-      {"checkpoint saving",
-       "--save " + given(options.saveDir) + ", every " +
-           std::to_string(options.saveEvery) + ", keep " +
-           std::to_string(options.keep)},
+      {"checkpoint saving", "--save " + given(options.saveDir) + ", every " +
+                                std::to_string(options.saveEvery) + ", keep " +
+                                std::to_string(options.keep)},
       {"--on-nonfinite", options.onNonfinite},
+      {"evaluation", evalData ? evalData->identity() + ", " +
+                                    std::to_string(options.evalBatches) +
+                                    " batches every " +
+                                    std::to_string(options.evalEvery) + " steps"
+                              : std::string("none")},
   };
 }
 
@@ -229,6 +233,16 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
       return file.status();
     data = std::move(*file);
   }
+  // Held-out windows, one after another from the start: the same batches
+  // at every evaluation.
+  std::unique_ptr<TokenSource> evalData;
+  if (!options.evalData.empty()) {
+    StatusOr<std::unique_ptr<TokenSource>> file = openTokenData(
+        options.evalData, options.dataDtype, "sequential", options.seed, vocab);
+    if (!file.ok())
+      return file.status().withContext("--eval-data");
+    evalData = std::move(*file);
+  }
   std::unique_ptr<Communicator> communicator;
   if (options.rank >= 0) {
     // Every rank connects the groups of every stage, so that each group's
@@ -249,7 +263,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
         static_cast<int64_t>(options.timeoutSeconds * 1000));
     if (const char *token = std::getenv(kJobTokenVariable))
       rendezvous.jobToken = token;
-    rendezvous.agreement = jobFields(options, *plan, data.get());
+    rendezvous.agreement =
+        jobFields(options, *plan, data.get(), evalData.get());
     StatusOr<std::unique_ptr<Communicator>> connected =
         (*backend)->connect(mesh, options.rank, groups, rendezvous);
     if (!connected.ok())
@@ -265,9 +280,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
     plan->stages[s] = StageProgram();
     plan->stages[s].liveMicroBatches = live;
   }
-  StatusOr<std::unique_ptr<Executor>> executor =
-      Executor::create(std::move(*plan), **device, communicator.get(),
-                       /*updatesInPlace=*/options.onNonfinite != "skip");
+  StatusOr<std::unique_ptr<Executor>> executor = Executor::create(
+      std::move(*plan), **device, communicator.get(),
+      /*updatesInPlace=*/options.onNonfinite != "skip" && !evalData);
   if (!executor.ok())
     return executor.status();
   TRELLIS_RETURN_IF_ERROR(initializeArguments(
@@ -276,6 +291,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
       new Trainer(std::move(*device), std::move(communicator),
                   std::move(*executor), std::move(data)));
   trainer->onNonfinite_ = options.onNonfinite;
+  trainer->evalData_ = std::move(evalData);
   trainer->vocab_ = vocab;
   if (!options.weightsPath.empty())
     TRELLIS_RETURN_IF_ERROR(trainer->loadWeights(options.weightsPath));
@@ -310,7 +326,7 @@ Status Trainer::checkBatch(const int32_t *tokenIds,
   return Status::success();
 }
 
-Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
+Status Trainer::writeBatch(const int32_t *tokenIds, const int32_t *targetIds) {
   TRELLIS_RETURN_IF_ERROR(checkBatch(tokenIds, targetIds));
   int64_t count = batch_ * seq_;
   std::vector<int32_t> tokens(tokenIds, tokenIds + count),
@@ -320,23 +336,50 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
     TRELLIS_RETURN_IF_ERROR(scatterInput(tokensArgs_[i], tokens, i * rows));
     TRELLIS_RETURN_IF_ERROR(scatterInput(targetsArgs_[i], targets, i * rows));
   }
+  return Status::success();
+}
+
+StatusOr<double> Trainer::evaluate(int64_t batches) {
+  if (!evalData_)
+    return Status::error("this trainer has no held-out data (--eval-data)");
   const Plan &plan = executor_->plan();
-  // The optimizer's step count (AdamW's bias correction) counts the
-  // updates made: a step skipped for an overflow makes none.
-  if (stepArg_ >= 0 && plan.holds(plan.arguments[stepArg_].stages)) {
-    float step = static_cast<float>(optimizerSteps_ + 1);
-    TRELLIS_RETURN_IF_ERROR(executor_->writeArgument(stepArg_, &step));
+  float trainingLoss = lastLoss_;
+  std::vector<int32_t> tokens(batch_ * seq_), targets(batch_ * seq_);
+  double total = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    std::string where = "evaluation batch " + std::to_string(b + 1);
+    TRELLIS_RETURN_IF_ERROR(
+        evalData_
+            ->fill({b, b * batch_}, batch_, seq_, tokens.data(), targets.data())
+            .withContext(where));
+    TRELLIS_RETURN_IF_ERROR(
+        writeBatch(tokens.data(), targets.data()).withContext(where));
+    // The step's program, its update computed apart and never committed
+    // (with the step count the next step will have, which it checks).
+    TRELLIS_RETURN_IF_ERROR(
+        writeStepArguments(static_cast<float>(lossScale_.scale)));
+    TRELLIS_RETURN_IF_ERROR(executor_->run().withContext(where));
+    TRELLIS_RETURN_IF_ERROR(collectLoss().withContext(where));
+    if (!std::isfinite(lastLoss_))
+      return Status::error(where + ": the loss is not finite (" +
+                           std::to_string(lastLoss_) + ")");
+    total += lastLoss_;
   }
-  // The rate the updates compute from that step count.
+  lastLoss_ = trainingLoss;
+  return total / static_cast<double>(batches);
+}
+
+Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
+  TRELLIS_RETURN_IF_ERROR(writeBatch(tokenIds, targetIds));
+  const Plan &plan = executor_->plan();
+  // The rate the updates compute from the step count.
   if (schedule_)
     lastLearningRate_ = learningRateAt(*schedule_, optimizerSteps_ + 1);
-  if (lossScaleArg_ >= 0 && plan.holds(plan.arguments[lossScaleArg_].stages)) {
-    // An injected overflow (testing) scales this rank's loss to infinity.
-    float scale = overflowNextStep_ ? std::numeric_limits<float>::infinity()
-                                    : static_cast<float>(lossScale_.scale);
-    overflowNextStep_ = false;
-    TRELLIS_RETURN_IF_ERROR(executor_->writeArgument(lossScaleArg_, &scale));
-  }
+  // An injected overflow (testing) scales this rank's loss to infinity.
+  float scale = overflowNextStep_ ? std::numeric_limits<float>::infinity()
+                                  : static_cast<float>(lossScale_.scale);
+  overflowNextStep_ = false;
+  TRELLIS_RETURN_IF_ERROR(writeStepArguments(scale));
   TRELLIS_RETURN_IF_ERROR(executor_->run().withContext(
       "step " + std::to_string(completedSteps_ + 1)));
   std::string stepName = "step " + std::to_string(completedSteps_ + 1);
@@ -378,17 +421,36 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
         executor_->readResultValues(gradNormResult_, &norm));
     lastGradNorm_ = norm;
   }
+  TRELLIS_RETURN_IF_ERROR(collectLoss().withContext(stepName));
+  ++completedSteps_;
+  dataPosition_ += batch_;
+  return Status::success();
+}
+
+Status Trainer::writeStepArguments(float lossScale) {
+  const Plan &plan = executor_->plan();
+  // The optimizer's step count (AdamW's bias correction) counts the
+  // updates made: a step skipped for an overflow makes none.
+  if (stepArg_ >= 0 && plan.holds(plan.arguments[stepArg_].stages)) {
+    float step = static_cast<float>(optimizerSteps_ + 1);
+    TRELLIS_RETURN_IF_ERROR(executor_->writeArgument(stepArg_, &step));
+  }
+  if (lossScaleArg_ >= 0 && plan.holds(plan.arguments[lossScaleArg_].stages))
+    TRELLIS_RETURN_IF_ERROR(
+        executor_->writeArgument(lossScaleArg_, &lossScale));
+  return Status::success();
+}
+
+Status Trainer::collectLoss() {
   // The loss lives on the last stage; it is sent to the others.
+  const Plan &plan = executor_->plan();
   if (!plan.results.empty() && plan.holds(plan.results.front().stages)) {
     StatusOr<float> loss = executor_->loss();
     if (!loss.ok())
       return loss.status();
     lastLoss_ = *loss;
   }
-  TRELLIS_RETURN_IF_ERROR(shareLoss().withContext(stepName));
-  ++completedSteps_;
-  dataPosition_ += batch_;
-  return Status::success();
+  return shareLoss();
 }
 
 Status Trainer::shareLoss() {

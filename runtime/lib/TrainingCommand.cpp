@@ -238,6 +238,16 @@ int runTrainingCommand(const TrainOptions &given) {
       ++timedSteps;
     }
     int64_t step = trainer.completedSteps();
+    // The held-out loss: every --eval-every steps, and after the last.
+    std::optional<double> evalLoss;
+    if (trainer.evaluates() &&
+        ((options.evalEvery > 0 && step % options.evalEvery == 0) ||
+         i + 1 == options.steps)) {
+      StatusOr<double> evaluated = trainer.evaluate(options.evalBatches);
+      if (!evaluated.ok())
+        return fail(evaluated.status());
+      evalLoss = *evaluated;
+    }
     if (printing && metrics.is_open()) {
       struct rusage now;
       getrusage(RUSAGE_SELF, &now);
@@ -261,6 +271,8 @@ int runTrainingCommand(const TrainOptions &given) {
         record["loss_scale"] = scale->scale;
         record["skipped_steps"] = scale->skippedSteps;
       }
+      if (evalLoss)
+        record["eval_loss"] = *evalLoss;
       metrics << record.dump() << "\n" << std::flush;
       if (!metrics)
         return fail(Status::error("--metrics: cannot write '" +
@@ -281,6 +293,10 @@ int runTrainingCommand(const TrainOptions &given) {
                     static_cast<long long>(scale->skippedSteps));
       std::printf("\n");
     }
+    if (printing && evalLoss)
+      std::printf("eval step %lld | loss %.6f | %lld batches\n",
+                  static_cast<long long>(step), *evalLoss,
+                  static_cast<long long>(options.evalBatches));
     if (printing && !trainer.lastSkipReason().empty()) {
       std::printf("step %lld skipped: %s\n", static_cast<long long>(step),
                   trainer.lastSkipReason().c_str());
@@ -299,6 +315,16 @@ int runTrainingCommand(const TrainOptions &given) {
                     static_cast<long long>(step),
                     periodicCheckpointPath(options.saveDir, step).c_str());
     }
+  }
+  // A run of no steps evaluates the weights it started from.
+  if (options.steps == 0 && trainer.evaluates()) {
+    StatusOr<double> evaluated = trainer.evaluate(options.evalBatches);
+    if (!evaluated.ok())
+      return fail(evaluated.status());
+    if (printing)
+      std::printf("eval step %lld | loss %.6f | %lld batches\n",
+                  static_cast<long long>(trainer.completedSteps()), *evaluated,
+                  static_cast<long long>(options.evalBatches));
   }
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);

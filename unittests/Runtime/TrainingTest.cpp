@@ -161,6 +161,10 @@ TEST_P(TrainingTest, CallerBatchesEqualTheDataSource) {
   ASSERT_FALSE(noData.ok());
   EXPECT_EQ(noData.message(), "this trainer has no data source: its caller "
                               "passes each step's tokens and targets");
+  trellis::runtime::StatusOr<double> noEval = called->evaluate(1);
+  ASSERT_FALSE(noEval.ok());
+  EXPECT_EQ(noEval.status().message(),
+            "this trainer has no held-out data (--eval-data)");
 
   int64_t count = called->batchSize() * called->seqLength();
   std::vector<int32_t> tokens(count), targets(count);

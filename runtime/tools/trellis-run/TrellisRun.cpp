@@ -33,6 +33,20 @@ int main(int argc, char **argv) {
                  "binary token file, a directory of them (shards, in name "
                  "order), or a blend WEIGHT:PATH,WEIGHT:PATH")
       ->group(kTraining);
+  app.add_option("--eval-data", options.evalData,
+                 "Held-out tokens to evaluate on (a file, shards or a "
+                 "blend, as --data): the mean loss of its first "
+                 "--eval-batches batches, after the last step and every "
+                 "--eval-every steps")
+      ->group(kTraining);
+  app.add_option("--eval-every", options.evalEvery,
+                 "Evaluate every N steps (0: after the last step only)")
+      ->capture_default_str()
+      ->group(kTraining);
+  app.add_option("--eval-batches", options.evalBatches,
+                 "Batches of --eval-data each evaluation reads")
+      ->capture_default_str()
+      ->group(kTraining);
   app.add_option("--data-order", options.dataOrder,
                  "random: windows at positions drawn from the seed; "
                  "sequential: one window after another")
@@ -81,7 +95,8 @@ int main(int argc, char **argv) {
   app.add_option("--metrics", options.metricsPath,
                  "Write one JSON record per step to FILE (JSON Lines: step, "
                  "loss, lr, grad_norm, tokens_per_s, step_ms, loss_scale, "
-                 "skipped, peak_memory_mib; docs/Training.md); a run resumed "
+                 "skipped, eval_loss, peak_memory_mib; docs/Training.md); a "
+                 "run resumed "
                  "with --load appends")
       ->group(kTraining);
   app.add_flag("--profile", options.profile, "Print the time spent per op kind")

@@ -204,6 +204,13 @@ TEST(OuterLaunchTest, RejectsInconsistentVariables) {
                {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
                {"SLURM_STEP_NODELIST", "n[1-2"}},
               "started by Slurm, cannot read the node list 'n[1-2'");
+  expectError({{"SLURM_PROCID", "1"},
+               {"SLURM_NTASKS", "2"},
+               {"SLURM_LOCALID", "1"},
+               {"SLURM_NODEID", "1"},
+               {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}},
+              "started by Slurm, expected the tasks per node '1(x2)' to give "
+              "node 1 more than SLURM_LOCALID 1 tasks");
   expectError(
       {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}},
       "started by Slurm, expected SLURM_NODEID a node index >= 0, "

@@ -57,6 +57,13 @@ struct TrainOptions {
   std::string onNonfinite = "stop";
   /// Print a line every this many steps (the last step always prints).
   int64_t logEvery = 1;
+  /// Held-out token data to evaluate on ("" = none), as `data` (files,
+  /// shards, blends): its first evalBatches batches, windows one after
+  /// another, the same every time. Evaluated every evalEvery steps (0:
+  /// only after the last step).
+  std::string evalData;
+  int64_t evalEvery = 0;
+  int64_t evalBatches = 8;
   /// Write one JSON record per step here, JSON Lines ("" = none): step,
   /// loss, tokens/s, step time, peak memory, and the learning rate, grad
   /// norm and loss scale when the plan has them. A resumed run (loadDir)

@@ -98,6 +98,15 @@ public:
   int64_t rank() const;
   /// The loss of the last step on every rank (0 before the first).
   float lastLoss() const { return lastLoss_; }
+  /// Whether the trainer has held-out data (TrainOptions::evalData).
+  bool evaluates() const { return evalData_ != nullptr; }
+  /// The mean loss of the held-out data's first `batches` batches under
+  /// the current weights (every rank must call it). It runs the step's
+  /// program without applying its update: the plan has no forward-only
+  /// program, so an evaluated batch costs a training step, and a trainer
+  /// that evaluates keeps its updates apart from the parameters. Nothing
+  /// of the training state changes.
+  StatusOr<double> evaluate(int64_t batches);
   /// Why the last step's update was skipped for a value that is not finite
   /// (--on-nonfinite skip), or "" when it was applied.
   const std::string &lastSkipReason() const { return lastSkipReason_; }
@@ -192,6 +201,16 @@ private:
   std::unique_ptr<Communicator> communicator_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<TokenSource> data_;
+  std::unique_ptr<TokenSource> evalData_;
+  /// Checks a batch and writes it into the inputs (each micro-batch's
+  /// rows, this rank's piece).
+  Status writeBatch(const int32_t *tokens, const int32_t *targets);
+  /// Writes the step count the next update makes and `lossScale` into the
+  /// plan's arguments that hold them.
+  Status writeStepArguments(float lossScale);
+  /// Reads the step's loss where it lives and shares it with every rank
+  /// (lastLoss_).
+  Status collectLoss();
   int64_t completedSteps_ = 0;
   /// Windows (batch rows) of data the completed steps consumed: where the
   /// next batch starts (BatchPosition); checkpoints keep it.
