@@ -342,7 +342,6 @@ Status Trainer::writeBatch(const int32_t *tokenIds, const int32_t *targetIds) {
 StatusOr<double> Trainer::evaluate(int64_t batches) {
   if (!evalData_)
     return Status::error("this trainer has no held-out data (--eval-data)");
-  const Plan &plan = executor_->plan();
   float trainingLoss = lastLoss_;
   std::vector<int32_t> tokens(batch_ * seq_), targets(batch_ * seq_);
   double total = 0;

@@ -175,17 +175,21 @@ def test_default_attention_converts(kind: str) -> None:
 
 def trained_torch_parameters(module: "torch.nn.Module", data: list,
                              decay: float, clip: Optional[float] = None,
-                             norms: Optional[list] = None) -> dict:
+                             norms: Optional[list] = None,
+                             losses: Optional[list] = None) -> dict:
     """PyTorch's parameters after AdamW steps with the README's decay
-    groups: tensors of 2+ dimensions decayed, biases and gains not."""
+    groups: tensors of 2+ dimensions decayed, biases and gains not (the
+    steps' losses appended to `losses` when given)."""
     groups = [
         {"params": [p for p in module.parameters() if p.dim() >= 2],
          "weight_decay": decay},
         {"params": [p for p in module.parameters() if p.dim() < 2],
          "weight_decay": 0.0},
     ]
-    torch_losses(module, data, torch.optim.AdamW(
+    found = torch_losses(module, data, torch.optim.AdamW(
         groups, lr=1e-3, betas=(0.9, 0.999), eps=EPSILON), clip, norms)
+    if losses is not None:
+        losses.extend(found)
     return {name: p.detach().numpy() for name, p in module.state_dict().items()}
 
 
@@ -334,6 +338,94 @@ def test_parameter_names_parts_and_weights() -> None:
     text = llama.mlir()
     assert "graph.rope" in text and "graph.rms_norm" in text
     assert text.count("graph.attention") == 2
+
+
+def architecture(kind: str) -> "torch.nn.Module":
+    """A tiny transformers model of an architecture the config importer
+    does not build, converted from the module alone."""
+    fields = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=128,
+                  max_position_embeddings=64, attn_implementation="eager",
+                  bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    classes = {
+        # The fused QKV split with chunk, partial rotary embeddings.
+        "gpt_neox": (transformers.GPTNeoXForCausalLM,
+                     transformers.GPTNeoXConfig),
+        # The fused gate and up projection split with chunk.
+        "phi3": (transformers.Phi3ForCausalLM, transformers.Phi3Config),
+    }
+    model, settings = classes[kind]
+    torch.manual_seed(0)
+    module = model(settings(**fields))
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0.0, 0.02)
+    return module.eval()
+
+
+@pytest.mark.parametrize("kind", ["gpt_neox", "phi3"])
+def test_more_architectures_train_like_pytorch(kind: str) -> None:
+    """GPT-NeoX and Phi-3 (their fused projections split by aten.chunk):
+    losses and every parameter after 3 AdamW steps with weight decay equal
+    PyTorch's, and dp=2 and tp=2 (the preset knows no name of theirs:
+    replicated) train as one rank."""
+    module = architecture(kind)
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    converted = trellis_torch.from_module(module, example)
+    data = batches(256, BATCH, SEQ, STEPS, seed=5)
+    found = {}
+    for mesh in [None, "dp=2", "tp=2"]:
+        plan = trellis.compile(converted, batch=BATCH, seq=SEQ, mesh=mesh,
+                               weight_decay=0.1, adam_eps=EPSILON)
+        if mesh is None:
+            with trellis.Session(plan, weights=converted.weights) as session:
+                losses = [session.step(*b) for b in data]
+                found = session.state_dict()
+        else:
+            per_rank = trellis.launch(plan, batches=data,
+                                      weights=converted.weights)
+            np.testing.assert_allclose(per_rank[0], losses, rtol=1e-5)
+    expected_losses: list = []
+    expected = trained_torch_parameters(module, data, decay=0.1,
+                                        losses=expected_losses)
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    for name, value in found.items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-5,
+                                   atol=1e-6, err_msg=f"{kind} {name}")
+
+
+class ShapeOps(torch.nn.Module):
+    """unflatten, unbind, select, chunk and Tensor.T, as models write
+    them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+        self.head = torch.nn.Parameter(torch.randn(16, 8) * 0.1)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        hidden = self.embed(tokens)
+        low, high = hidden.unflatten(-1, (2, 4)).unbind(dim=2)
+        first, second = torch.cat([high, low], -1).chunk(2, dim=-1)
+        mixed = torch.cat([second, first * 0.5], -1)
+        return mixed @ self.head.T + hidden.select(-1, 3).unsqueeze(-1)
+
+
+def test_shape_ops_equal_pytorch() -> None:
+    torch.manual_seed(0)
+    module = ShapeOps().eval()
+    tokens, targets = batches(16, BATCH, SEQ, 1, seed=6)[0]
+    converted = trellis_torch.from_module(
+        module, (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2)
+    plan = trellis.compile(converted, batch=BATCH, seq=SEQ)
+    with trellis.Session(plan, weights=converted.weights) as session:
+        loss = session.step(tokens, targets)
+    with torch.no_grad():
+        logits = module(torch.as_tensor(tokens, dtype=torch.long))
+        expected = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1),
+            torch.as_tensor(targets, dtype=torch.long).flatten()).item()
+    assert loss == pytest.approx(expected, rel=1e-5)
 
 
 class Cumulative(torch.nn.Module):

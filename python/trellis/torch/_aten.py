@@ -206,6 +206,43 @@ def _split(c: _Converter, node: Any, value: Any, size: Any, dim: int = 0) -> Any
     return pieces
 
 
+def _chunk(c: _Converter, node: Any, value: Any, chunks: int,
+           dim: int = 0) -> Any:
+    """torch.chunk: pieces of ceil(n / chunks), the last one smaller (and
+    fewer pieces when they cover the dimension sooner)."""
+    dim = _normalize_dim(dim, len(value.shape))
+    total = value.shape[dim]
+    return _split(c, node, value, max(1, -(-total // chunks)), dim)
+
+
+def _select(c: _Converter, node: Any, value: Any, dim: int,
+            index: int) -> Any:
+    """value[..., index, ...]: a slice of one, its dimension dropped."""
+    dim = _normalize_dim(dim, len(value.shape))
+    if index < 0:
+        index += value.shape[dim]
+    piece = _slice(c, node, value, dim, index, index + 1)
+    return _reshape(c, piece, tuple(node.meta["val"].shape))
+
+
+def _unbind(c: _Converter, node: Any, value: Any, dim: int = 0) -> Any:
+    """Every slice of one along `dim`, the dimension dropped."""
+    dim = _normalize_dim(dim, len(value.shape))
+    shapes = [tuple(piece.shape) for piece in node.meta["val"]]
+    return [_reshape(c, _slice(c, node, value, dim, i, i + 1), shape)
+            for i, shape in enumerate(shapes)]
+
+
+def _unflatten(c: _Converter, node: Any, value: Any, dim: int,
+               sizes: Sequence[int]) -> Any:
+    return _reshape(c, value, tuple(node.meta["val"].shape))
+
+
+def _numpy_t(c: _Converter, node: Any, value: Any) -> Any:
+    """Tensor.T: every dimension reversed."""
+    return _permute(c, node, value, list(reversed(range(len(value.shape)))))
+
+
 def _getitem(c: _Converter, node: Any, values: Any, index: int) -> Any:
     return values[index]
 
@@ -395,6 +432,11 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.slice.Tensor: _slice,
     aten.split.Tensor: _split,
     aten.split_with_sizes.default: _split,
+    aten.chunk.default: _chunk,
+    aten.select.int: _select,
+    aten.unbind.int: _unbind,
+    aten.unflatten.int: _unflatten,
+    aten.numpy_T.default: _numpy_t,
     aten.cat.default: _cat,
     aten.cross_entropy_loss.default: _cross_entropy,
     aten.to.dtype: _to,
