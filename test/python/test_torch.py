@@ -344,31 +344,44 @@ def architecture(kind: str) -> "torch.nn.Module":
     """A tiny transformers model of an architecture the config importer
     does not build, converted from the module alone."""
     fields = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, intermediate_size=128,
-                  max_position_embeddings=64, attn_implementation="eager",
+                  num_attention_heads=4, attn_implementation="eager",
                   bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    sized = dict(intermediate_size=128, max_position_embeddings=64)
     classes = {
         # The fused QKV split with chunk, partial rotary embeddings.
         "gpt_neox": (transformers.GPTNeoXForCausalLM,
-                     transformers.GPTNeoXConfig),
+                     transformers.GPTNeoXConfig, sized),
         # The fused gate and up projection split with chunk.
-        "phi3": (transformers.Phi3ForCausalLM, transformers.Phi3Config),
+        "phi3": (transformers.Phi3ForCausalLM, transformers.Phi3Config,
+                 sized),
+        # In-place adds (functionalized), multi-query heads picked by
+        # indexing, parallel attention and MLP.
+        "falcon": (transformers.FalconForCausalLM, transformers.FalconConfig,
+                   {}),
+        # Learned positions read from row 2 on.
+        "opt": (transformers.OPTForCausalLM, transformers.OPTConfig,
+                dict(ffn_dim=128, max_position_embeddings=64,
+                     word_embed_proj_dim=64)),
+        # LayerNorms without weight or bias.
+        "olmo": (transformers.OlmoForCausalLM, transformers.OlmoConfig,
+                 sized),
     }
-    model, settings = classes[kind]
+    model, settings, extra = classes[kind]
     torch.manual_seed(0)
-    module = model(settings(**fields))
+    module = model(settings(**fields, **extra))
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.normal_(0.0, 0.02)
     return module.eval()
 
 
-@pytest.mark.parametrize("kind", ["gpt_neox", "phi3"])
+@pytest.mark.parametrize("kind", ["gpt_neox", "phi3", "falcon", "opt",
+                                  "olmo"])
 def test_more_architectures_train_like_pytorch(kind: str) -> None:
-    """GPT-NeoX and Phi-3 (their fused projections split by aten.chunk):
-    losses and every parameter after 3 AdamW steps with weight decay equal
-    PyTorch's, and dp=2 and tp=2 (the preset knows no name of theirs:
-    replicated) train as one rank."""
+    """GPT-NeoX and Phi-3 (their fused projections split by aten.chunk),
+    Falcon, OPT and OLMo: losses and every parameter after 3 AdamW steps
+    with weight decay equal PyTorch's, and dp=2 and tp=2 (the preset knows
+    no name of theirs: replicated) train as one rank."""
     module = architecture(kind)
     example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
     converted = trellis_torch.from_module(module, example)
@@ -428,6 +441,18 @@ def test_shape_ops_equal_pytorch() -> None:
     assert loss == pytest.approx(expected, rel=1e-5)
 
 
+class Gathered(torch.nn.Module):
+    """Indexes a dimension at positions that are not consecutive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        hidden = self.embed(tokens)
+        return torch.cat([hidden[..., [0, 2]]] * 8, -1)
+
+
 class Cumulative(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -468,6 +493,9 @@ def test_errors() -> None:
     with pytest.raises(trellis.Error, match=r"a constant tensor of shape \(8,\)"
                        r".*enters the computation"):
         trellis_torch.from_module(WithBuffer(), example)
+    with pytest.raises(trellis.Error, match=r"indexing dimension 2 at "
+                       r"\[0, 2\]: expected consecutive indices"):
+        trellis_torch.from_module(Gathered(), example)
     with pytest.raises(trellis.Error, match="writes its buffers"):
         trellis_torch.from_module(Counting(), example)
     batch = torch.export.Dim("batch", min=2)

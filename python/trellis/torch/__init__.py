@@ -105,6 +105,24 @@ def _check_no_buffer_writes(exported: Any) -> None:
                     "trained parameters")
 
 
+def _functional(exported: Any) -> Any:
+    """The exported program with its in-place ops (Falcon's `add_`, `div_`)
+    replaced by their functional forms: torch.export's own
+    functionalization, decomposing nothing. Programs without any are kept
+    as they are."""
+    def mutates(node: Any) -> bool:
+        schema = getattr(node.target, "_schema", None)
+        return (node.op == "call_function" and schema is not None and
+                schema.is_mutable)
+    if not any(mutates(node) for node in exported.graph_module.graph.nodes):
+        return exported
+    try:
+        return exported.run_decompositions({})
+    except Exception as error:  # torch's own message says what failed
+        raise Error(f"from_module: removing in-place ops failed: "
+                    f"{type(error).__name__}: {error}") from None
+
+
 def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
                 loss: Optional[Callable[[Any, Any], Any]] = None, *,
                 dynamic_shapes: Any = None) -> TorchModel:
@@ -139,6 +157,7 @@ def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
         raise Error(f"from_module: torch.export failed: "
                     f"{type(error).__name__}: {error}") from None
     _check_no_buffer_writes(exported)
+    exported = _functional(exported)
     converter = _Converter(exported, module, _canonical_names(module))
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 50000))

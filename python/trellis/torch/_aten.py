@@ -66,6 +66,12 @@ def _dropout(c: _Converter, node: Any, value: Any, p: float = 0.5,
     return value
 
 
+def _native_dropout(c: _Converter, node: Any, value: Any, p: float,
+                    train: Optional[bool]) -> Any:
+    """dropout as a functionalized program has it: (output, mask)."""
+    return [_dropout(c, node, value, p, train), None]
+
+
 def _binary(kind: str) -> Callable[..., Any]:
     def handler(c: _Converter, node: Any, lhs: Any, rhs: Any,
                 alpha: Any = None) -> Any:
@@ -243,6 +249,28 @@ def _numpy_t(c: _Converter, node: Any, value: Any) -> Any:
     return _permute(c, node, value, list(reversed(range(len(value.shape)))))
 
 
+def _index(c: _Converter, node: Any, value: Any,
+           indices: Sequence[Any]) -> Any:
+    """value[..., [i, i+1, ...], ...]: constant consecutive indices into one
+    dimension (Falcon's `qkv[..., [-2], :]`), a slice that keeps it."""
+    picked = [(d, index) for d, index in enumerate(indices)
+              if index is not None]
+    if len(picked) != 1 or not isinstance(picked[0][1], _Constant):
+        raise Error("indexing with tensors: expected constant indices into "
+                    "one dimension")
+    dim, index = picked[0]
+    size = value.shape[dim]
+    wanted = [int(i) % size if -size <= int(i) < size else None
+              for i in torch.as_tensor(index.tensor).reshape(-1)]
+    if (not wanted or None in wanted or
+            wanted != list(range(wanted[0], wanted[0] + len(wanted))) or
+            torch.as_tensor(index.tensor).dim() != 1):
+        raise Error(f"indexing dimension {dim} at "
+                    f"{torch.as_tensor(index.tensor).tolist()}: expected "
+                    "consecutive indices within its size")
+    return _slice(c, node, value, dim, wanted[0], wanted[0] + len(wanted))
+
+
 def _getitem(c: _Converter, node: Any, values: Any, index: int) -> Any:
     return values[index]
 
@@ -263,15 +291,32 @@ def _embedding(c: _Converter, node: Any, table: Any, ids: Any, *rest: Any) -> An
     if padding < -1:
         padding += int(node.args[0].meta["val"].shape[0])
     if isinstance(ids, _Constant):
+        # Positions: k, k + 1, ..., k + n - 1 in every row (OPT's learned
+        # positions start at 2): rows k .. k + n - 1 of the table.
         positions = ids.tensor
         length = positions.shape[-1]
-        expected = torch.arange(length, dtype=positions.dtype)
-        if not bool((positions.reshape(-1, length) == expected).all()):
-            raise Error("an embedding read at constant ids that are not the "
-                        "positions 0 .. n-1")
-        rows = c.emit("embedding", c.materialize(table),
+        rows = positions.reshape(-1, length)
+        offset = int(rows[0, 0]) if rows.numel() else 0
+        expected = torch.arange(length, dtype=positions.dtype) + offset
+        table_rows = int(node.args[0].meta["val"].shape[0])
+        if (not bool((rows == expected).all()) or offset < 0 or
+                offset + length > table_rows):
+            raise Error("an embedding read at constant ids that are not "
+                        "positions k .. k+n-1 within the table")
+        width = int(node.args[0].meta["val"].shape[1])
+        if offset == 0:
+            read = c.emit("embedding", c.materialize(table),
                           c.emit("positions", length=length))
-        return _reshape(c, _Tensor(rows), tuple(node.meta["val"].shape))
+        else:
+            read = c.emit("slice", c.materialize(table),
+                          offsets=[offset, 0], sizes=[length, width])
+        # The same rows for every row of ids (a batch of positions).
+        shape = tuple(node.meta["val"].shape)
+        single = (1,) * (len(shape) - 2) + (length, width)
+        placed = _reshape(c, _Tensor(read), single)
+        if shape == single:
+            return placed
+        return _Tensor(c.emit("broadcast_to", placed.value, shape=list(shape)))
     if padding >= 0:
         return _Tensor(c.op("embedding", table, ids, padding_idx=padding))
     return _Tensor(c.op("embedding", table, ids))
@@ -324,9 +369,13 @@ def _layer_norm(c: _Converter, node: Any, value: Any, shape: Sequence[int],
     if len(shape) != 1:
         raise Error(f"layer_norm over {list(shape)}: expected the last "
                     "dimension only")
-    if weight is None or bias is None:
-        raise Error("layer_norm without a weight or a bias: expected both "
-                    "(elementwise_affine=True, bias=True)")
+    # Without affine parameters (OLMo), or without a bias: a gain of ones,
+    # a bias of zeros, constants rather than parameters.
+    width = [int(shape[0])]
+    if weight is None:
+        weight = _Tensor(c.emit("fill", shape=width, value=1.0))
+    if bias is None:
+        bias = _Tensor(c.emit("fill", shape=width, value=0.0))
     return _Tensor(c.op("layer_norm", value, weight, bias, epsilon=float(eps)))
 
 
@@ -433,6 +482,7 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.split.Tensor: _split,
     aten.split_with_sizes.default: _split,
     aten.chunk.default: _chunk,
+    aten.index.Tensor: _index,
     aten.select.int: _select,
     aten.unbind.int: _unbind,
     aten.unflatten.int: _unflatten,
@@ -444,6 +494,7 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.to.device: _to,
     aten.type_as.default: _identity,
     aten.dropout.default: _dropout,
+    aten.native_dropout.default: _native_dropout,
     aten.alias.default: _identity,
     aten.contiguous.default: _identity,
     aten.clone.default: _identity,
