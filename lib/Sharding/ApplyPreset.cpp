@@ -22,34 +22,44 @@ using namespace trellis;
 
 namespace {
 
-/// The Megatron layout: which dimension of a parameter splits over the
-/// tensor axis, by the suffix of its Hugging Face name.
-std::optional<int64_t> megatronSplitDim(StringRef name) {
+/// Where the Megatron layout splits a parameter over the tensor axis: the
+/// dimension, and the rank of the tensor it expects (the layout the
+/// model's importer or converter holds it in, named for messages).
+struct MegatronSplit {
+  int64_t dim = 0;
+  int64_t rank = 2;
+  const char *layout = "";
+};
+
+/// The Megatron layout, by the suffix of a parameter's Hugging Face name.
+std::optional<MegatronSplit> megatronSplit(StringRef name) {
   // Llama (nn.Linear weights are [out, in]).
   for (StringRef columns :
        {".q_proj.weight", ".k_proj.weight", ".v_proj.weight",
         ".gate_proj.weight", ".up_proj.weight"})
     if (name.ends_with(columns))
-      return 0;
+      return MegatronSplit{0, 2, "an nn.Linear weight [out, in]"};
   for (StringRef rows : {".o_proj.weight", ".down_proj.weight"})
     if (name.ends_with(rows))
-      return 1;
+      return MegatronSplit{1, 2, "an nn.Linear weight [out, in]"};
   // Vocabulary parallel: embedding tables and the LM head split by rows.
   if (name.ends_with("embed_tokens.weight") || name == "lm_head.weight" ||
       name.ends_with(".wte.weight"))
-    return 0;
+    return MegatronSplit{0, 2, "a table [vocab, hidden]"};
   // GPT-2 (Conv1D weights are [in, out]).
   if (name.ends_with(".mlp.c_fc.weight"))
-    return 1;
+    return MegatronSplit{1, 2, "GPT-2's Conv1D weight [in, out]"};
   // The fused QKV, held as [E, 3, E] (bias [3, E]): output columns by heads.
   if (name.ends_with(".attn.c_attn.weight"))
-    return 2;
+    return MegatronSplit{2, 3,
+                         "GPT-2's fused QKV Conv1D weight held as [E, 3, E]"};
   if (name.ends_with(".attn.c_attn.bias"))
-    return 1;
-  if (name.ends_with(".mlp.c_fc.bias") ||
-      name.ends_with(".mlp.c_proj.weight") ||
+    return MegatronSplit{1, 2, "GPT-2's fused QKV bias held as [3, E]"};
+  if (name.ends_with(".mlp.c_fc.bias"))
+    return MegatronSplit{0, 1, "a bias [out]"};
+  if (name.ends_with(".mlp.c_proj.weight") ||
       name.ends_with(".attn.c_proj.weight"))
-    return 0;
+    return MegatronSplit{0, 2, "GPT-2's Conv1D weight [in, out]"};
   return std::nullopt;
 }
 
@@ -252,9 +262,23 @@ struct ApplyPresetPass
                            role.getValue() == "adam_v";
       if (tp == 1 || !parameterLike || !name)
         continue;
-      if (std::optional<int64_t> dim = megatronSplitDim(name.getValue()))
-        if (failed(split(i, *dim, tensorAxes, tp)))
+      if (std::optional<MegatronSplit> rule = megatronSplit(name.getValue())) {
+        // A weight of another layout under a known name (nanoGPT's
+        // nn.Linear c_attn, [3E, E]) would be split across heads.
+        auto type =
+            llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
+        if (type.getRank() != rule->rank) {
+          function.emitError()
+              << "the Megatron layout splits \"" << name.getValue() << "\" as "
+              << rule->layout << " (rank " << rule->rank << "), found " << type
+              << ": a weight of another layout under that name (nn.Linear "
+                 "instead of Conv1D?) cannot be split by heads; train this "
+                 "model with dp, pp or ZeRO instead of tp";
           return signalPassFailure();
+        }
+        if (failed(split(i, rule->dim, tensorAxes, tp)))
+          return signalPassFailure();
+      }
     }
     if (dp > 1 && !sawInput) {
       function.emitError() << "found no input argument to split over "

@@ -407,6 +407,132 @@ def test_more_architectures_train_like_pytorch(kind: str) -> None:
                                    atol=1e-6, err_msg=f"{kind} {name}")
 
 
+class NanoGptAttention(torch.nn.Module):
+    """nanoGPT's CausalSelfAttention (karpathy/nanoGPT model.py): q, k and
+    v split from one nn.Linear, flash attention."""
+
+    def __init__(self, width: int, heads: int, bias: bool) -> None:
+        super().__init__()
+        self.heads = heads
+        self.c_attn = torch.nn.Linear(width, 3 * width, bias=bias)
+        self.c_proj = torch.nn.Linear(width, width, bias=bias)
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        b, t, c = x.size()
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+class NanoGptMlp(torch.nn.Module):
+    def __init__(self, width: int, bias: bool) -> None:
+        super().__init__()
+        self.c_fc = torch.nn.Linear(width, 4 * width, bias=bias)
+        self.c_proj = torch.nn.Linear(4 * width, width, bias=bias)
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        return self.c_proj(torch.nn.functional.gelu(self.c_fc(x)))
+
+
+class NanoGptBlock(torch.nn.Module):
+    def __init__(self, width: int, heads: int, bias: bool) -> None:
+        super().__init__()
+        self.ln_1 = torch.nn.LayerNorm(width, bias=bias)
+        self.attn = NanoGptAttention(width, heads, bias)
+        self.ln_2 = torch.nn.LayerNorm(width, bias=bias)
+        self.mlp = NanoGptMlp(width, bias)
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class NanoGpt(torch.nn.Module):
+    """nanoGPT's GPT: tied embedding and head, learned positions, and a
+    forward(idx, targets) that returns (logits, loss) with ignore_index
+    -1."""
+
+    def __init__(self, vocab: int = 256, width: int = 64, heads: int = 4,
+                 layers: int = 2, positions: int = 64,
+                 bias: bool = False) -> None:
+        super().__init__()
+        self.transformer = torch.nn.ModuleDict(dict(
+            wte=torch.nn.Embedding(vocab, width),
+            wpe=torch.nn.Embedding(positions, width),
+            h=torch.nn.ModuleList(
+                [NanoGptBlock(width, heads, bias) for _ in range(layers)]),
+            ln_f=torch.nn.LayerNorm(width, bias=bias)))
+        self.lm_head = torch.nn.Linear(width, vocab, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+
+    def forward(self, idx: "torch.Tensor", targets: "torch.Tensor") -> Any:
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        loss = torch.nn.functional.cross_entropy(
+            logits.view(-1, logits.size(-1)), targets.view(-1),
+            ignore_index=-1)
+        return logits, loss
+
+
+def test_nanogpt_converts_as_written() -> None:
+    """A model that computes its own loss converts with forward=: nanoGPT's
+    GPT (LayerNorm without bias, nn.Linear fused QKV, tied head) trains
+    like PyTorch, parameters included, and dp=2 as one rank; tp is refused
+    with the reason."""
+    torch.manual_seed(0)
+    module = NanoGpt().eval()
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    converted = trellis_torch.from_module(
+        module, example,
+        forward=lambda model, tokens, targets: model(tokens, targets)[1])
+    data = batches(256, BATCH, SEQ, STEPS, seed=8)
+    plan = trellis.compile(converted, batch=BATCH, seq=SEQ, weight_decay=0.1,
+                           adam_eps=EPSILON)
+    with trellis.Session(plan, weights=converted.weights) as session:
+        losses = [session.step(*b) for b in data]
+        found = session.state_dict()
+    dp2 = trellis.compile(converted, batch=BATCH, seq=SEQ, mesh="dp=2",
+                          weight_decay=0.1, adam_eps=EPSILON)
+    np.testing.assert_allclose(
+        trellis.launch(dp2, batches=data, weights=converted.weights)[0],
+        losses, rtol=1e-5)
+    # nanoGPT's configure_optimizers: 2-D tensors decayed, the rest not.
+    optimizer = torch.optim.AdamW([
+        {"params": [p for p in module.parameters() if p.dim() >= 2],
+         "weight_decay": 0.1},
+        {"params": [p for p in module.parameters() if p.dim() < 2],
+         "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.999), eps=EPSILON)
+    expected = []
+    for tokens, targets in data:
+        _, loss = module(torch.as_tensor(tokens, dtype=torch.long),
+                         torch.as_tensor(targets, dtype=torch.long))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    state = {name: p.detach().numpy() for name, p in module.state_dict().items()}
+    for name, value in found.items():
+        np.testing.assert_allclose(value, state[name], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+    with pytest.raises(trellis.Error, match="forward must be callable"):
+        trellis_torch.from_module(module, example, forward=1)
+    # Its nn.Linear QKV, [3E, E], carries GPT-2's name: the Megatron preset
+    # refuses to split it across heads, saying why.
+    with pytest.raises(trellis.Error, match=r"the Megatron layout splits "
+                       r"\"transformer.h.0.attn.c_attn.weight\" as GPT-2's "
+                       r"fused QKV Conv1D weight held as \[E, 3, E\] \(rank "
+                       r"3\), found 'tensor<192x64xf32>'"):
+        trellis.compile(converted, batch=BATCH, seq=SEQ, mesh="tp=2")
+
+
 class ShapeOps(torch.nn.Module):
     """unflatten, unbind, select, chunk and Tensor.T, as models write
     them."""
@@ -496,6 +622,12 @@ def test_errors() -> None:
     with pytest.raises(trellis.Error, match=r"indexing dimension 2 at "
                        r"\[0, 2\]: expected consecutive indices"):
         trellis_torch.from_module(Gathered(), example)
+    with pytest.raises(trellis.Error, match=r"cross_entropy ignoring target "
+                       r"3, a token id of the vocabulary \[0, 16\)"):
+        trellis_torch.from_module(
+            ShapeOps(), example,
+            loss=lambda logits, targets: torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), targets.flatten(), ignore_index=3))
     with pytest.raises(trellis.Error, match="writes its buffers"):
         trellis_torch.from_module(Counting(), example)
     batch = torch.export.Dim("batch", min=2)

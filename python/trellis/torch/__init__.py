@@ -57,16 +57,22 @@ def _default_loss(output: Any, targets: "torch.Tensor") -> "torch.Tensor":
 
 
 class _WithLoss(torch.nn.Module):
-    """The module and its loss: forward(tokens, targets) -> scalar."""
+    """The module and its loss: forward(tokens, targets) -> scalar. With
+    `step`, the module computes its loss itself: step(module, tokens,
+    targets) is it."""
 
     def __init__(self, module: "torch.nn.Module",
-                 loss: Callable[[Any, "torch.Tensor"], "torch.Tensor"]):
+                 loss: Callable[[Any, "torch.Tensor"], "torch.Tensor"],
+                 step: Optional[Callable[..., Any]] = None):
         super().__init__()
         self.m = module
         self.loss = loss
+        self.step = step
 
     def forward(self, tokens: "torch.Tensor",
                 targets: "torch.Tensor") -> "torch.Tensor":
+        if self.step is not None:
+            return self.step(self.m, tokens, targets)
         output = self.m(tokens)
         return self.loss(output, targets)
 
@@ -125,13 +131,17 @@ def _functional(exported: Any) -> Any:
 
 def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
                 loss: Optional[Callable[[Any, Any], Any]] = None, *,
+                forward: Optional[Callable[..., Any]] = None,
                 dynamic_shapes: Any = None) -> TorchModel:
     """Converts `module` (called as module(tokens); its output, or its
     `.logits`, the logits [batch, seq, vocab]) and its loss into a Trellis
     model at the shapes of `example_inputs` = (tokens, targets), integer
     tensors [batch, seq]. `loss(output, targets)` defaults to the mean
-    cross-entropy of the logits against the targets. The module should be
-    in eval mode (dropout off: Trellis steps are deterministic). Plans have
+    cross-entropy of the logits against the targets. A module that
+    computes its loss itself (nanoGPT's `logits, loss = model(idx,
+    targets)`) gives `forward(module, tokens, targets)` returning the
+    scalar loss instead (`loss` is then unused). The module should be in
+    eval mode (dropout off: Trellis steps are deterministic). Plans have
     static shapes: `dynamic_shapes` (torch.export's) is refused, naming the
     dimension."""
     if not isinstance(module, torch.nn.Module):
@@ -149,7 +159,11 @@ def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
         if buffer.dtype.is_floating_point and buffer.requires_grad:
             raise Error(f"buffer {name} requires grad: Trellis trains "
                         "parameters only")
-    wrapper = _WithLoss(module, loss or _default_loss)
+    if forward is not None and not callable(forward):
+        raise Error(f"from_module: forward must be callable as "
+                    f"forward(module, tokens, targets), found "
+                    f"{type(forward).__name__}")
+    wrapper = _WithLoss(module, loss or _default_loss, forward)
     try:
         exported = torch.export.export(wrapper, (tokens, targets),
                                        dynamic_shapes=dynamic_shapes)

@@ -385,6 +385,14 @@ def _cross_entropy(c: _Converter, node: Any, logits: Any, targets: Any,
     if weight is not None or reduction != 1 or label_smoothing:
         raise Error("cross_entropy with class weights, a reduction other "
                     "than the mean, or label smoothing")
+    # Targets are token ids in [0, vocab): an ignore_index outside (-100,
+    # nanoGPT's -1) never matches one; inside, it would drop those
+    # positions from the mean, which the graph's loss does not.
+    classes = int(node.args[0].meta["val"].shape[-1])
+    if 0 <= ignore_index < classes:
+        raise Error(f"cross_entropy ignoring target {ignore_index}, a token "
+                    f"id of the vocabulary [0, {classes}): Trellis "
+                    "averages over every position")
     return _Tensor(c.op("cross_entropy", logits, targets))
 
 
