@@ -588,6 +588,18 @@ class Cumulative(torch.nn.Module):
         return torch.cumsum(self.embed(tokens), dim=1)
 
 
+class ManyUnsupported(torch.nn.Module):
+    """Three calls of two ops no handler translates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        once = torch.cumsum(self.embed(tokens), dim=1)
+        return torch.flip(torch.cumsum(once, dim=1), [2])
+
+
 class WithBuffer(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -616,6 +628,12 @@ def test_errors() -> None:
     with pytest.raises(trellis.Error, match=r"unsupported ATen op "
                        r"aten.cumsum.default \(cumsum, at .*test_torch.py:\d+\)"):
         trellis_torch.from_module(Cumulative(), example)
+    # Every op a model lacks, in one error: each at its first call, counted.
+    with pytest.raises(trellis.Error, match=r"unsupported ATen ops \(2\) "
+                       r"aten.cumsum.default \(cumsum, at .*test_torch.py:"
+                       r"\d+\) and 1 more call; aten.flip.default \(flip, at "
+                       r".*test_torch.py:\d+\): trellis.torch.SUPPORTED_OPS"):
+        trellis_torch.from_module(ManyUnsupported(), example)
     with pytest.raises(trellis.Error, match=r"a constant tensor of shape \(8,\)"
                        r".*enters the computation"):
         trellis_torch.from_module(WithBuffer(), example)

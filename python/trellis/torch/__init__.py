@@ -181,6 +181,7 @@ def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
         result = output.args[0]
         if isinstance(result, (tuple, list)):
             result = result[0]
+        converter.check_supported(result)
         loss_value = converter.convert(result)
     finally:
         sys.setrecursionlimit(limit)

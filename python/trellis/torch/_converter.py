@@ -205,6 +205,34 @@ class _Converter:
 
     # -- the walk -----------------------------------------------------------
 
+    def check_supported(self, root: Any) -> None:
+        """Raises one error naming every ATen op the value `root` needs
+        and no handler translates (what only constants feed is computed
+        in PyTorch, whatever it is): each op once, at its first call, with
+        the number of its calls."""
+        needed, stack = set(), [root]
+        while stack:
+            node = stack.pop()
+            if not isinstance(node, torch.fx.Node) or node in needed:
+                continue
+            needed.add(node)
+            if node not in self.constants:
+                stack.extend(node.all_input_nodes)
+        missing: Dict[Any, List[Any]] = {}
+        for node in self.exported.graph_module.graph.nodes:
+            if (node in needed and node.op == "call_function" and
+                    node not in self.constants and
+                    node.target not in _aten._HANDLERS):
+                missing.setdefault(node.target, []).append(node)
+        if not missing:
+            return
+        described = [_describe(calls[0]) + (
+            f" and {len(calls) - 1} more call{'s' if len(calls) > 2 else ''}"
+            if len(calls) > 1 else "") for calls in missing.values()]
+        kind = "op" if len(missing) == 1 else f"ops ({len(missing)})"
+        raise Error(f"unsupported ATen {kind} {'; '.join(described)}: "
+                    "trellis.torch.SUPPORTED_OPS lists those it translates")
+
     def convert(self, node: Any) -> Any:
         if node in self.env:
             return self.env[node]
