@@ -7,11 +7,11 @@
 #include "trellis/Common/FileKind.h"
 #include "trellis/Runtime/Trainer.h"
 
-
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -119,9 +119,29 @@ Status removeWhenGone(const std::string &directory) {
 } // namespace
 
 StatusOr<std::string> resolveJobToken(const TrainOptions &options) {
-  if (const char *given = std::getenv(kJobTokenVariable); given && *given)
+  if (const char *given = std::getenv(kJobTokenVariable); given && *given) {
+    size_t length = std::strlen(given);
+    if (length < 16 || length > 256)
+      return Status::error(std::string(kJobTokenVariable) +
+                           " holds a secret of " + std::to_string(length) +
+                           " characters, expected 16 to 256 (e.g. head -c 32 "
+                           "/dev/urandom | od -An -tx1 | tr -d ' \\n')");
     return std::string(given);
+  }
   if (!options.jobTokenFile.empty()) {
+    // A secret others can read is no secret: say so (as ssh does of keys).
+    struct stat info;
+    if (stat(options.jobTokenFile.c_str(), &info) == 0 &&
+        (info.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof(mode), "%03o",
+                    static_cast<unsigned>(info.st_mode & 0777));
+      std::fprintf(stderr,
+                   "trellis run: warning: --job-token-file '%s' is readable "
+                   "by others (mode %s): whoever reads it can join the job; "
+                   "chmod 600 it\n",
+                   options.jobTokenFile.c_str(), mode);
+    }
     std::string contents;
     if (std::string why = readRegularFile(options.jobTokenFile, contents);
         !why.empty())
