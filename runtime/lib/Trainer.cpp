@@ -15,9 +15,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 namespace trellis::runtime {
+
+using json = nlohmann::json;
 
 /// The input arguments of `stream` (`tokens`: one batch) or `tokens.0`, ...
 /// (one per micro-batch), in micro-batch order; empty when they are missing,
@@ -125,7 +130,28 @@ JobFields jobFields(const TrainOptions &options, const Plan &plan,
   auto given = [](const std::string &path) {
     return path.empty() ? std::string("none") : std::string("given");
   };
-  return {
+  // The plan's settings one by one, before its checksum: two plans that
+  // differ are named by the first setting they differ in ("plan's
+  // optimizer.learning_rate"), not only by their checksums. The path it was
+  // compiled from may differ between nodes.
+  JobFields fields;
+  std::function<void(const std::string &, const json &)> flatten =
+      [&](const std::string &name, const json &value) {
+        if (value.is_object()) {
+          for (const auto &[key, inner] : value.items())
+            flatten(name + "." + key, inner);
+          return;
+        }
+        fields.emplace_back("plan's " + name.substr(1), value.dump());
+      };
+  json metadata =
+      json::parse(plan.metadataJson, nullptr, /*allow_exceptions=*/false);
+  if (metadata.is_object()) {
+    metadata.erase("source");
+    flatten("", metadata);
+  }
+  fields.emplace_back("plan's mesh", planMesh(plan).toString());
+  JobFields rest = {
       {"plan", crc},
       {"seed", std::to_string(options.seed)},
       {"data", source},
@@ -142,6 +168,8 @@ JobFields jobFields(const TrainOptions &options, const Plan &plan,
                                     std::to_string(options.evalEvery) + " steps"
                               : std::string("none")},
   };
+  fields.insert(fields.end(), rest.begin(), rest.end());
+  return fields;
 }
 
 } // namespace
