@@ -30,16 +30,10 @@ public:
 
   Status set(const std::string &key, const std::vector<char> &value) override {
     std::string path = pathOf(key);
-    std::string temporary = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" +
-                            std::to_string(std::random_device()()) + "-" +
-                            fileNameOf(key);
-    {
-      std::ofstream out(temporary, std::ios::binary);
-      out.write(value.data(), static_cast<std::streamsize>(value.size()));
-      if (!out.flush())
-        return Status::error("store: cannot write " + temporary + ": " +
-                             std::strerror(errno));
-    }
+    StatusOr<std::string> written = writeTemporary(key, value);
+    if (!written.ok())
+      return written.status();
+    const std::string &temporary = *written;
     if (std::rename(temporary.c_str(), path.c_str()) != 0) {
       std::string error = std::strerror(errno);
       std::remove(temporary.c_str());
@@ -64,7 +58,42 @@ public:
     }
   }
 
+  StatusOr<std::vector<char>> claim(const std::string &key,
+                                    const std::vector<char> &value) override {
+    // Written whole under a temporary name, then linked in: link() fails
+    // when the key exists, atomically, as rename() would not.
+    std::string path = pathOf(key);
+    StatusOr<std::string> written = writeTemporary(key, value);
+    if (!written.ok())
+      return written.status();
+    const std::string &temporary = *written;
+    int linked = ::link(temporary.c_str(), path.c_str());
+    int error = errno;
+    std::remove(temporary.c_str());
+    if (linked == 0)
+      return value;
+    if (error != EEXIST)
+      return Status::error("store: cannot write " + path + ": " +
+                           std::strerror(error));
+    return get(key, std::chrono::milliseconds(0));
+  }
+
 private:
+  /// `value` written whole under a fresh temporary name in the directory;
+  /// that name.
+  StatusOr<std::string> writeTemporary(const std::string &key,
+                                       const std::vector<char> &value) {
+    std::string temporary = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(std::random_device()()) + "-" +
+                            fileNameOf(key);
+    std::ofstream out(temporary, std::ios::binary);
+    out.write(value.data(), static_cast<std::streamsize>(value.size()));
+    if (!out.flush())
+      return Status::error("store: cannot write " + temporary + ": " +
+                           std::strerror(errno));
+    return temporary;
+  }
+
   static std::string fileNameOf(const std::string &key) {
     std::string name;
     for (unsigned char c : key) {

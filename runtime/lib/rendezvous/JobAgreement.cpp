@@ -1,11 +1,19 @@
 //===- JobAgreement.cpp - Ranks agree they run the same job ---------------===//
 //
-// Keys: "trellis.job.<rank>" holds a rank's fields as "name=value" lines;
-// "trellis.job.verdict" holds "agreed" or "differs: " and the message.
+// Keys: "trellis.job.owner.<rank>" names the process that claimed the rank
+// (host, pid and a nonce; claimed once, so a second process started as the
+// same rank is refused); "trellis.job.<rank>" holds a rank's fields as
+// "name=value" lines; "trellis.job.verdict" holds "agreed" or "differs: "
+// and the message.
 //
 //===----------------------------------------------------------------------===//
 
 #include "trellis/Runtime/Rendezvous.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
 
 namespace trellis::runtime {
 
@@ -59,6 +67,16 @@ std::string compare(const JobFields &fields, const JobFields &other,
   return "";
 }
 
+/// This process, for the rank it claims: "host H, pid P (nonce N)".
+std::string processIdentity() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0)
+    std::snprintf(host, sizeof(host), "an unnamed host");
+  std::random_device entropy;
+  return "host " + std::string(host) + ", pid " + std::to_string(getpid()) +
+         " (nonce " + std::to_string(entropy()) + ")";
+}
+
 } // namespace
 
 Status agreeOnJob(RendezvousStore &store, int64_t rank, int64_t worldSize,
@@ -68,6 +86,22 @@ Status agreeOnJob(RendezvousStore &store, int64_t rank, int64_t worldSize,
     return Status::error("rendezvous: waiting for rank " +
                          std::to_string(other) + ": " + status.message());
   };
+  // One process per rank: a second one started as this rank (two nodes
+  // given one --node-rank, a reused rendezvous directory) is refused here,
+  // before it can take the first one's place in the job.
+  std::string identity = processIdentity();
+  StatusOr<std::vector<char>> owner =
+      store.claim(kPrefix + "owner." + std::to_string(rank),
+                  std::vector<char>(identity.begin(), identity.end()));
+  if (!owner.ok())
+    return Status::error("rendezvous: " + owner.status().message());
+  if (std::string(owner->begin(), owner->end()) != identity)
+    return Status::error(
+        "rendezvous: rank " + std::to_string(rank) +
+        " is already taken by another process (" +
+        std::string(owner->begin(), owner->end()) +
+        "): two nodes started with the same --node-rank, two launchers "
+        "giving the same rank, or a --rendezvous directory used before");
   if (Status status = store.set(kPrefix + std::to_string(rank), encode(fields));
       !status.ok())
     return Status::error("rendezvous: " + status.message());

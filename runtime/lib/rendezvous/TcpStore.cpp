@@ -7,6 +7,10 @@
 // request at a time:
 //   'H' u32 tokenLength token                     -> 'K' | 'R' (refused)
 //   'S' u32 keyLength key u64 valueLength value   -> 'K' | 'F' (full)
+//   'C' u32 keyLength key u64 valueLength value   -> 'V' u64 length value
+//                                                    (what the key holds
+//                                                    after: set if absent)
+//                                                 |  'F' (full)
 //   'G' u32 keyLength key u64 timeoutMs           -> 'V' u64 length value
 //                                                 |  'T' (timed out)
 // The server closes a connection that breaks the protocol, exceeds a cap
@@ -125,7 +129,37 @@ struct TcpStoreServer::State {
       std::string key;
       if (!readString(fd, key, kMaxKeyBytes))
         break;
-      if (op == 'S') {
+      if (op == 'C') {
+        uint64_t length;
+        if (!readAll(fd, &length, 8) || length > kMaxValueBytes)
+          break;
+        std::vector<char> value(length);
+        if (!readAll(fd, value.data(), length))
+          break;
+        bool full = false;
+        std::vector<char> held;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          auto existing = values.find(key);
+          if (existing != values.end()) {
+            held = existing->second;
+          } else if (storedBytes + length > kMaxStoredBytes) {
+            full = true;
+          } else {
+            storedBytes += length;
+            held = values[key] = std::move(value);
+          }
+        }
+        changed.notify_all();
+        if (full) {
+          (void)writeAll(fd, "F", 1);
+          break;
+        }
+        uint64_t heldLength = held.size();
+        if (!writeAll(fd, "V", 1) || !writeAll(fd, &heldLength, 8) ||
+            !writeAll(fd, held.data(), heldLength))
+          break;
+      } else if (op == 'S') {
         uint64_t length;
         if (!readAll(fd, &length, 8) || length > kMaxValueBytes)
           break;
@@ -269,9 +303,16 @@ public:
   Status set(const std::string &key, const std::vector<char> &data) override;
   StatusOr<std::vector<char>> get(const std::string &key,
                                   std::chrono::milliseconds timeout) override;
+  StatusOr<std::vector<char>> claim(const std::string &key,
+                                    const std::vector<char> &data) override;
 
 private:
   Status connectOnce();
+  /// Sends request `op` ('S' or 'C') of `key` and `data`; its reply's first
+  /// byte, or an error (a lost connection, a full store) saying what it
+  /// was `doing`.
+  StatusOr<char> request(char op, const std::string &key,
+                         const std::vector<char> &data, const char *doing);
   /// The handshake; fails if the server refuses the token.
   Status presentToken();
   std::string address() const { return host_ + ":" + std::to_string(port_); }
@@ -338,24 +379,49 @@ Status TcpStoreClient::presentToken() {
   return Status::success();
 }
 
-Status TcpStoreClient::set(const std::string &key,
-                           const std::vector<char> &data) {
+StatusOr<char> TcpStoreClient::request(char op, const std::string &key,
+                                       const std::vector<char> &data,
+                                       const char *doing) {
   TRELLIS_RETURN_IF_ERROR(connectOnce());
   uint32_t keyLength = key.size();
   uint64_t length = data.size();
   char reply;
-  if (!writeAll(socket_, "S", 1) || !writeAll(socket_, &keyLength, 4) ||
+  if (!writeAll(socket_, &op, 1) || !writeAll(socket_, &keyLength, 4) ||
       !writeAll(socket_, key.data(), keyLength) ||
       !writeAll(socket_, &length, 8) ||
       !writeAll(socket_, data.data(), length) || !readAll(socket_, &reply, 1))
-    return Status::error("store: lost the connection to " + address() +
-                         " writing " + key);
+    return Status::error("store: lost the connection to " + address() + " " +
+                         doing + " " + key);
   if (reply == 'F')
     return Status::error("store: " + address() + " is full: it holds at most " +
                          std::to_string(kMaxStoredBytes >> 20) + " MiB");
-  if (reply != 'K')
+  return reply;
+}
+
+Status TcpStoreClient::set(const std::string &key,
+                           const std::vector<char> &data) {
+  StatusOr<char> reply = request('S', key, data, "writing");
+  if (!reply.ok())
+    return reply.status();
+  if (*reply != 'K')
     return Status::error("store: unexpected reply writing " + key);
   return Status::success();
+}
+
+StatusOr<std::vector<char>>
+TcpStoreClient::claim(const std::string &key, const std::vector<char> &data) {
+  StatusOr<char> reply = request('C', key, data, "claiming");
+  if (!reply.ok())
+    return reply.status();
+  uint64_t heldLength = 0;
+  if (*reply != 'V' || !readAll(socket_, &heldLength, 8) ||
+      heldLength > kMaxValueBytes)
+    return Status::error("store: unexpected reply writing " + key);
+  std::vector<char> held(heldLength);
+  if (!readAll(socket_, held.data(), heldLength))
+    return Status::error("store: lost the connection to " + address() +
+                         " claiming " + key);
+  return held;
 }
 
 StatusOr<std::vector<char>>

@@ -34,6 +34,11 @@ public:
   /// The value of `key`, waiting until it is written or `timeout` passes.
   virtual StatusOr<std::vector<char>>
   get(const std::string &key, std::chrono::milliseconds timeout) = 0;
+  /// Writes `value` under `key` unless the key exists, atomically: the
+  /// value `key` holds afterwards (`value` when this call wrote it,
+  /// another writer's otherwise).
+  virtual StatusOr<std::vector<char>> claim(const std::string &key,
+                                            const std::vector<char> &value) = 0;
 };
 
 /// A store in directory `dir` (every rank of the job writes the same one):
