@@ -36,6 +36,24 @@ TEST(DirectoryStoreTest, AnyKeyAndValueRoundTripBetweenStores) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(DirectoryStoreTest, AKeyIsClaimedOnce) {
+  std::string dir = freshDirectory();
+  std::unique_ptr<RendezvousStore> first = openDirectoryStore(dir),
+                                   second = openDirectoryStore(dir);
+  StatusOr<std::vector<char>> won = first->claim("rank/0", {'a'});
+  ASSERT_TRUE(won.ok()) << won.status().message();
+  EXPECT_EQ(*won, std::vector<char>{'a'});
+  StatusOr<std::vector<char>> lost = second->claim("rank/0", {'b'});
+  ASSERT_TRUE(lost.ok()) << lost.status().message();
+  EXPECT_EQ(*lost, std::vector<char>{'a'});
+  // No temporary file is left behind by either.
+  int files = 0;
+  for (const auto &entry : std::filesystem::directory_iterator(dir))
+    files += entry.is_regular_file();
+  EXPECT_EQ(files, 1);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DirectoryStoreTest, AReadWaitsForTheWriter) {
   std::string dir = freshDirectory();
   std::unique_ptr<RendezvousStore> writer = openDirectoryStore(dir),

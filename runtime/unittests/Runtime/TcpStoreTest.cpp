@@ -99,6 +99,25 @@ TEST(TcpStoreTest, AClientWithTheSecretWritesAndReads) {
   EXPECT_EQ(*value, (std::vector<char>{'a', 'b', 'c'}));
 }
 
+TEST(TcpStoreTest, AKeyIsClaimedOnce) {
+  auto [server, port] = startServer();
+  ASSERT_TRUE(server);
+  std::unique_ptr<RendezvousStore> first =
+      connectTcpStore("127.0.0.1", port, kToken, 5000ms);
+  std::unique_ptr<RendezvousStore> second =
+      connectTcpStore("127.0.0.1", port, kToken, 5000ms);
+  StatusOr<std::vector<char>> won = first->claim("owner", {'a'});
+  ASSERT_TRUE(won.ok()) << won.status().message();
+  EXPECT_EQ(*won, std::vector<char>{'a'});
+  // The second claimant learns the holder; the value stays the first's.
+  StatusOr<std::vector<char>> lost = second->claim("owner", {'b', 'c'});
+  ASSERT_TRUE(lost.ok()) << lost.status().message();
+  EXPECT_EQ(*lost, std::vector<char>{'a'});
+  StatusOr<std::vector<char>> read = second->get("owner", 5000ms);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(*read, std::vector<char>{'a'});
+}
+
 TEST(TcpStoreTest, ListensOnIPv6) {
   auto [server, port] = startServer("::1");
   ASSERT_TRUE(server);
