@@ -22,9 +22,11 @@
 #include "trellis/Runtime/Rendezvous.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -313,8 +315,9 @@ private:
   /// was `doing`.
   StatusOr<char> request(char op, const std::string &key,
                          const std::vector<char> &data, const char *doing);
-  /// The handshake; fails if the server refuses the token.
-  Status presentToken();
+  /// The handshake, answered by `deadline`; fails, saying which, if the
+  /// server refuses the token, never answers or closes the connection.
+  Status presentToken(std::chrono::steady_clock::time_point deadline);
   std::string address() const { return host_ + ":" + std::to_string(port_); }
 
   int socket_ = -1;
@@ -323,6 +326,38 @@ private:
   std::string token_;
   std::chrono::milliseconds connectTimeout_;
 };
+
+namespace {
+
+/// Connects `fd` to `address` within `milliseconds` (a blocking connect to
+/// an address that drops packets waits for the kernel's retries, minutes);
+/// "" on success, else why not.
+std::string connectWithin(int fd, const sockaddr *address, socklen_t length,
+                          int64_t milliseconds) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int result = ::connect(fd, address, length);
+  if (result != 0 && errno != EINPROGRESS)
+    return std::strerror(errno);
+  if (result != 0) {
+    pollfd waiting{fd, POLLOUT, 0};
+    int ready = ::poll(&waiting, 1,
+                       static_cast<int>(std::max<int64_t>(
+                           0, std::min<int64_t>(milliseconds, INT32_MAX))));
+    if (ready == 0)
+      return "no answer to the connection";
+    int error = 0;
+    socklen_t size = sizeof(error);
+    if (ready < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0)
+      return std::strerror(errno);
+    if (error != 0)
+      return std::strerror(error);
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return "";
+}
+
+} // namespace
 
 Status TcpStoreClient::connectOnce() {
   if (socket_ >= 0)
@@ -342,20 +377,25 @@ Status TcpStoreClient::connectOnce() {
       for (addrinfo *address = results; address && socket_ < 0;
            address = address->ai_next) {
         int fd = ::socket(address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 &&
-            ::connect(fd, address->ai_addr, address->ai_addrlen) == 0) {
+        int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           deadline - std::chrono::steady_clock::now())
+                           .count();
+        std::string why = fd < 0 ? std::string(std::strerror(errno))
+                                 : connectWithin(fd, address->ai_addr,
+                                                 address->ai_addrlen, left);
+        if (why.empty()) {
           int yes = 1;
           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
           socket_ = fd;
           break;
         }
-        error = std::strerror(errno);
+        error = why;
         if (fd >= 0)
           ::close(fd);
       }
       ::freeaddrinfo(results);
       if (socket_ >= 0)
-        return presentToken();
+        return presentToken(deadline);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -363,20 +403,45 @@ Status TcpStoreClient::connectOnce() {
                        " within the timeout: " + error);
 }
 
-Status TcpStoreClient::presentToken() {
+Status
+TcpStoreClient::presentToken(std::chrono::steady_clock::time_point deadline) {
+  // The answer comes within what is left of the timeout, or the peer is
+  // no store of ours (a port that accepts and never answers).
+  int64_t left = std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::milliseconds>(
+             deadline - std::chrono::steady_clock::now())
+             .count());
+  timeval limit{static_cast<time_t>(left / 1000),
+                static_cast<suseconds_t>(left % 1000 * 1000)};
+  ::setsockopt(socket_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   uint32_t length = token_.size();
   char reply = 0;
-  if (!writeAll(socket_, "H", 1) || !writeAll(socket_, &length, 4) ||
-      !writeAll(socket_, token_.data(), length) ||
-      !readAll(socket_, &reply, 1) || reply != 'K') {
-    ::close(socket_);
-    socket_ = -1;
+  errno = 0;
+  bool answered = writeAll(socket_, "H", 1) && writeAll(socket_, &length, 4) &&
+                  writeAll(socket_, token_.data(), length) &&
+                  readAll(socket_, &reply, 1);
+  int error = errno;
+  if (answered && reply == 'K') {
+    timeval none{0, 0};
+    ::setsockopt(socket_, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+    return Status::success();
+  }
+  ::close(socket_);
+  socket_ = -1;
+  if (answered && reply == 'R')
     return Status::error(
         "store: " + address() +
         " refused this rank's job token (every node must be given node 0's "
         "secret: the same --job-token-file, or TRELLIS_JOB_TOKEN)");
-  }
-  return Status::success();
+  if (!answered && (error == EAGAIN || error == EWOULDBLOCK))
+    return Status::error(
+        "store: " + address() +
+        " accepted the connection but did not answer the handshake within "
+        "the timeout: is it a Trellis store (node 0's launcher, or rank 0 of "
+        "an outside launcher)?");
+  return Status::error("store: " + address() +
+                       " closed the connection during the handshake: a store "
+                       "at its connection cap, or not a Trellis store");
 }
 
 StatusOr<char> TcpStoreClient::request(char op, const std::string &key,
