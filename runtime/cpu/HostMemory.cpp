@@ -2,6 +2,9 @@
 
 #include "HostMemory.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -35,6 +38,22 @@ int64_t cgroupRemaining() {
   return bytes > current ? bytes - current : 0;
 }
 
+/// What `ulimit -v` (RLIMIT_AS) leaves this process of address space, or
+/// -1 without a limit: an allocation past it fails however much memory
+/// the host has.
+int64_t addressSpaceRemaining() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+    return -1;
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0;
+  if (!(statm >> pages))
+    return -1;
+  int64_t used = pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  int64_t cap = static_cast<int64_t>(limit.rlim_cur);
+  return cap > used ? cap - used : 0;
+}
+
 std::string gibibytes(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.1f GiB", bytes / 1073741824.0);
@@ -59,6 +78,13 @@ MemoryBudget hostMemoryBudget(const DeviceOptions &options) {
         ranks > 1 ? source + " shared by " + std::to_string(ranks) +
                         " ranks on this node"
                   : source;
+  }
+  // The address space is this process's own, not shared by the ranks.
+  if (int64_t space = addressSpaceRemaining();
+      space >= 0 && (budget.bytes < 0 || space < budget.bytes)) {
+    budget.bytes = space;
+    budget.source = "ulimit -v (RLIMIT_AS) leaves " + gibibytes(space) +
+                    " of address space";
   }
   if (options.maxMemoryBytes > 0 &&
       (budget.bytes < 0 || options.maxMemoryBytes < budget.bytes)) {
