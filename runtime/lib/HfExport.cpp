@@ -149,9 +149,13 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
   if (!model.ok())
     return model.status();
   // The fp32 master weights of a mixed-precision run replace the rounded
-  // compute weights.
+  // compute weights. An fp32 checkpoint's weights are its masters: its
+  // optimizer file (the moments, twice the model) is not read.
+  bool rounded = false;
+  for (const auto &[name, entry] : model->tensors)
+    rounded |= entry.dtype != "F32";
   std::string optimizerPath = *checkpoint + "/optimizer.safetensors";
-  if (whyNotRegularFile(optimizerPath).empty()) {
+  if (rounded && whyNotRegularFile(optimizerPath).empty()) {
     StatusOr<SafetensorsFile> optimizer = readSafetensors(optimizerPath);
     if (!optimizer.ok())
       return optimizer.status();

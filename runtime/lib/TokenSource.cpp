@@ -112,6 +112,8 @@ private:
   /// windows that component gave before it: the component furthest below
   /// its share (Megatron's blend), counted from the start of the run.
   std::pair<size_t, int64_t> windowOf(int64_t window) {
+    if (streams_.size() == 1)
+      return {0, window};
     if (window < next_) {
       next_ = 0;
       std::fill(counts_.begin(), counts_.end(), 0);

@@ -65,6 +65,13 @@ bool writeAll(int fd, const void *data, size_t size) {
   return true;
 }
 
+/// A value reply: 'V', its length, its bytes.
+bool writeValue(int fd, const std::vector<char> &value) {
+  uint64_t length = value.size();
+  return writeAll(fd, "V", 1) && writeAll(fd, &length, 8) &&
+         writeAll(fd, value.data(), length);
+}
+
 constexpr uint32_t kMaxTokenBytes = 256;
 constexpr uint32_t kMaxKeyBytes = 4096;
 /// Gloo's largest value is a rank's address list: about 150 bytes per
@@ -131,25 +138,32 @@ struct TcpStoreServer::State {
       std::string key;
       if (!readString(fd, key, kMaxKeyBytes))
         break;
-      if (op == 'C') {
+      if (op == 'S' || op == 'C') {
         uint64_t length;
         if (!readAll(fd, &length, 8) || length > kMaxValueBytes)
           break;
         std::vector<char> value(length);
         if (!readAll(fd, value.data(), length))
           break;
+        // A set replaces the key's value; a claim keeps one that exists
+        // and answers with what the key holds.
         bool full = false;
         std::vector<char> held;
         {
           std::lock_guard<std::mutex> lock(mutex);
           auto existing = values.find(key);
-          if (existing != values.end()) {
+          if (op == 'C' && existing != values.end()) {
             held = existing->second;
-          } else if (storedBytes + length > kMaxStoredBytes) {
-            full = true;
           } else {
-            storedBytes += length;
-            held = values[key] = std::move(value);
+            uint64_t replaced =
+                existing == values.end() ? 0 : existing->second.size();
+            full = storedBytes - replaced + length > kMaxStoredBytes;
+            if (!full) {
+              storedBytes = storedBytes - replaced + length;
+              if (op == 'C')
+                held = value;
+              values[key] = std::move(value);
+            }
           }
         }
         changed.notify_all();
@@ -157,31 +171,7 @@ struct TcpStoreServer::State {
           (void)writeAll(fd, "F", 1);
           break;
         }
-        uint64_t heldLength = held.size();
-        if (!writeAll(fd, "V", 1) || !writeAll(fd, &heldLength, 8) ||
-            !writeAll(fd, held.data(), heldLength))
-          break;
-      } else if (op == 'S') {
-        uint64_t length;
-        if (!readAll(fd, &length, 8) || length > kMaxValueBytes)
-          break;
-        std::vector<char> value(length);
-        if (!readAll(fd, value.data(), length))
-          break;
-        bool full;
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          auto existing = values.find(key);
-          uint64_t replaced =
-              existing == values.end() ? 0 : existing->second.size();
-          full = storedBytes - replaced + length > kMaxStoredBytes;
-          if (!full) {
-            storedBytes = storedBytes - replaced + length;
-            values[key] = std::move(value);
-          }
-        }
-        changed.notify_all();
-        if (!writeAll(fd, full ? "F" : "K", 1) || full)
+        if (!(op == 'S' ? writeAll(fd, "K", 1) : writeValue(fd, held)))
           break;
       } else if (op == 'G') {
         uint64_t timeoutMs;
@@ -199,9 +189,7 @@ struct TcpStoreServer::State {
         }
         std::vector<char> value = values[key];
         lock.unlock();
-        uint64_t length = value.size();
-        if (!writeAll(fd, "V", 1) || !writeAll(fd, &length, 8) ||
-            !writeAll(fd, value.data(), length))
+        if (!writeValue(fd, value))
           break;
       } else {
         break;
