@@ -204,6 +204,118 @@ void addSavedActivations(StepReport &report, ArrayRef<RankItem> items) {
   }
 }
 
+/// A value of one micro-batch (values of graph.phase ops other than
+/// micro-batch sums are each micro-batch's own), or of the step (-1).
+using ValueKey = std::pair<Value, int64_t>;
+
+ValueKey keyOf(Value value, int64_t microBatch) {
+  Operation *producer = value.getDefiningOp();
+  bool perMicroBatch = producer &&
+                       producer->hasAttr(graph::GraphDialect::kPhaseAttrName) &&
+                       !llvm::isa<graph::MicrobatchSumOp>(producer);
+  return {value, perMicroBatch ? microBatch : -1};
+}
+
+/// The op table's row of a graph op or a collective, or null.
+const OpContract *planContractOf(Operation *op) {
+  if (const OpContract *contract = graph::contractOf(op))
+    return contract;
+  if (llvm::isa_and_nonnull<TrellisDialect>(op->getDialect()))
+    return findOpContract(op->getName().stripDialect().str());
+  return nullptr;
+}
+
+/// A rank's items as the shared memory plan (planStepMemory) sees them:
+/// one instruction per item but the return (results are persistent), one
+/// buffer per value key.
+struct RankProgram {
+  std::vector<PlannedInstruction> instructions;
+  std::vector<PlannedBuffer> buffers;
+  DenseMap<ValueKey, int64_t> ids;
+};
+
+RankProgram planRankProgram(ArrayRef<RankItem> items,
+                            const llvm::DenseSet<Value> &persistent) {
+  RankProgram program;
+  auto bufferOf = [&](Value value, int64_t microBatch) {
+    auto [it, inserted] = program.ids.try_emplace(
+        keyOf(value, microBatch), static_cast<int64_t>(program.buffers.size()));
+    if (inserted) {
+      PlannedBuffer buffer;
+      buffer.bytes = bytesOf(value.getType());
+      if (llvm::isa<BlockArgument>(value))
+        buffer.kind = PlannedBuffer::Kind::Argument;
+      else if (persistent.contains(value))
+        buffer.kind = PlannedBuffer::Kind::Result;
+      program.buffers.push_back(buffer);
+    }
+    return it->second;
+  };
+  // The plan gives each run's transfers channels of their own; here a
+  // channel and a micro-batch name one.
+  DenseMap<std::pair<int64_t, int64_t>, int64_t> channels;
+  auto channelOf = [&](int64_t channel, int64_t microBatch) -> int64_t {
+    if (channel < 0)
+      return -1;
+    int64_t next = static_cast<int64_t>(channels.size());
+    return channels.try_emplace({channel, microBatch}, next).first->second;
+  };
+  for (const RankItem &item : items) {
+    PlannedInstruction instruction;
+    if (!item.op) {
+      instruction.contract = findOpContract(item.sends ? "send" : "recv");
+      instruction.overAxes = true;
+      instruction.channel = channelOf(
+          item.sends ? item.completeWith : item.channel, item.microBatch);
+      int64_t buffer = bufferOf(item.value, item.microBatch);
+      (item.sends ? instruction.inputs : instruction.outputs).push_back(buffer);
+    } else if (llvm::isa<func::ReturnOp>(item.op)) {
+      continue;
+    } else {
+      instruction.contract = planContractOf(item.op);
+      auto axes = item.op->getAttrOfType<ArrayAttr>("axes");
+      instruction.overAxes = axes && !axes.empty();
+      for (Value operand : item.op->getOperands())
+        instruction.inputs.push_back(bufferOf(operand, item.microBatch));
+      for (Value result : item.op->getResults())
+        instruction.outputs.push_back(bufferOf(result, item.microBatch));
+    }
+    program.instructions.push_back(std::move(instruction));
+  }
+  return program;
+}
+
+/// The updates that may be computed in their argument's memory, as the
+/// runtime lists them (Executor::planMemory): results marked as updating an
+/// argument this rank holds, of its type; none with a loss scale.
+std::vector<PlannedUpdate> inPlaceCandidates(func::FuncOp step,
+                                             ArrayRef<int64_t> arguments,
+                                             ArrayRef<RankItem> items,
+                                             const RankProgram &program) {
+  std::vector<PlannedUpdate> updates;
+  bool scaled = llvm::any_of(arguments, [&](int64_t i) {
+    auto role = step.getArgAttrOfType<StringAttr>(
+        i, graph::GraphDialect::kRoleAttrName);
+    return role && role.getValue() == "loss_scale";
+  });
+  if (scaled || items.empty() || !items.back().op ||
+      !llvm::isa<func::ReturnOp>(items.back().op))
+    return updates;
+  for (auto [r, value] : llvm::enumerate(items.back().op->getOperands())) {
+    auto updated = step.getResultAttrOfType<IntegerAttr>(
+        r, graph::GraphDialect::kUpdatesAttrName);
+    if (!updated || !llvm::is_contained(arguments, updated.getInt()))
+      continue;
+    Value argument = step.getArgument(updated.getInt());
+    auto result = program.ids.find(keyOf(value, -1));
+    auto into = program.ids.find(keyOf(argument, -1));
+    if (argument.getType() == value.getType() && result != program.ids.end() &&
+        into != program.ids.end())
+      updates.push_back({result->second, into->second});
+  }
+  return updates;
+}
+
 } // namespace
 
 StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
@@ -214,19 +326,7 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
   addGradients(report, items);
   addSavedActivations(report, items);
 
-  // The memory plan, as the runtime builds it: a value (of one micro-batch,
-  // or of the step) lives from the item that makes (or receives) it to the
-  // last item that reads (or sends) it, or a collective's wait point;
-  // results and accumulators (micro-batch sums) are persistent, the others
-  // share the arena.
-  using Key = std::pair<Value, int64_t>;
-  auto keyOf = [](Value value, int64_t microBatch) -> Key {
-    Operation *producer = value.getDefiningOp();
-    bool perMicroBatch = producer &&
-                         producer->hasAttr(graph::GraphDialect::kPhaseAttrName) &&
-                         !llvm::isa<graph::MicrobatchSumOp>(producer);
-    return {value, perMicroBatch ? microBatch : -1};
-  };
+  // Results and accumulators (micro-batch sums) are persistent.
   llvm::DenseSet<Value> persistent;
   for (const RankItem &item : items) {
     if (!item.op)
@@ -240,35 +340,8 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
   for (Value value : persistent)
     if (value.getDefiningOp())
       report.persistentBytes += bytesOf(value.getType());
-  DenseMap<Key, std::pair<int64_t, int64_t>> lifetime;
-  std::vector<Key> order;
-  auto use = [&](Value value, int64_t microBatch, int64_t index) {
-    auto it = lifetime.find(keyOf(value, microBatch));
-    if (it != lifetime.end())
-      it->second.second = std::max(it->second.second, index);
-  };
-  auto define = [&](Value value, int64_t microBatch, int64_t index) {
-    if (persistent.contains(value))
-      return;
-    Key key = keyOf(value, microBatch);
-    if (lifetime.try_emplace(key, index, index).second)
-      order.push_back(key);
-  };
-  // Collectives of the communication stream, with their buffers.
-  struct Pending {
-    int64_t issue;
-    SmallVector<Key> buffers;
-    SmallVector<Value> results;
-    int64_t microBatch;
-  };
-  std::vector<Pending> collectives;
-  for (auto [index, item] : llvm::enumerate(items)) {
-    int64_t at = static_cast<int64_t>(index);
+  for (const RankItem &item : items) {
     if (!item.op) {
-      if (item.sends)
-        use(item.value, item.microBatch, at);
-      else
-        define(item.value, item.microBatch, at);
       StepReport::Traffic &traffic =
           report.communication[(item.sends ? "send over " : "recv over ") +
                                item.axis];
@@ -280,24 +353,9 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     Operation &op = *item.op;
     if (graph::contractOf(&op))
       report.flops += graph::costFromContract(&op).flops;
-    for (Value operand : op.getOperands())
-      use(operand, item.microBatch, at);
-    for (Value result : op.getResults())
-      define(result, item.microBatch, at);
-    bool collective =
-        op.getDialect() && llvm::isa<TrellisDialect>(op.getDialect()) &&
-        op.getNumOperands() && !llvm::isa<SendOp, RecvOp>(op);
-    if (!collective)
-      continue;
-    Pending pending{at, {}, SmallVector<Value>(op.getResults()),
-                    item.microBatch};
-    for (Value value : op.getOperands())
-      pending.buffers.push_back(keyOf(value, item.microBatch));
-    for (Value value : op.getResults())
-      pending.buffers.push_back(keyOf(value, item.microBatch));
-    collectives.push_back(std::move(pending));
     // Collectives move data; slice_shard only keeps a local piece.
-    if (llvm::isa<SliceShardOp>(op))
+    if (!llvm::isa_and_nonnull<TrellisDialect>(op.getDialect()) ||
+        !op.getNumOperands() || llvm::isa<SendOp, RecvOp, SliceShardOp>(op))
       continue;
     std::string key = op.getName().stripDialect().str();
     if (auto axes = op.getAttrOfType<ArrayAttr>("axes")) {
@@ -310,165 +368,22 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     traffic.bytes += bytesOf(op.getOperand(0).getType());
     traffic.wireBytes += wireBytes(&op);
   }
-  // A collective's buffers are in use until the program waits for it: its
-  // first reader (or a kernel that communicates itself), or the issue of
-  // the second collective after it (MemoryPlan.h).
-  int64_t end = static_cast<int64_t>(items.size());
-  // Who reads each value (of each micro-batch), in order, and where the
-  // next kernel that communicates itself is.
-  DenseMap<Key, SmallVector<int64_t, 2>> readers;
-  std::vector<int64_t> nextCommunicating(items.size() + 1, end);
-  for (int64_t j = end - 1; j >= 0; --j) {
-    const RankItem &item = items[j];
-    nextCommunicating[j] = nextCommunicating[j + 1];
-    if (!item.op)
-      continue;
-    if (!llvm::isa<TrellisDialect>(item.op->getDialect()) &&
-        item.op->hasAttr("axes"))
-      nextCommunicating[j] = j;
-  }
-  for (auto [index, item] : llvm::enumerate(items)) {
-    if (item.op)
-      for (Value operand : item.op->getOperands())
-        readers[keyOf(operand, item.microBatch)].push_back(index);
-    else if (item.sends)
-      readers[keyOf(item.value, item.microBatch)].push_back(index);
-  }
-  // The first item after `after` that reads `key`, or the end.
-  auto readerAfter = [&](const Key &key, int64_t after) -> int64_t {
-    auto it = readers.find(key);
-    if (it == readers.end())
-      return end;
-    auto next = llvm::upper_bound(it->second, after);
-    return next == it->second.end() ? end : *next;
-  };
-  std::vector<CollectiveWindow> windows;
-  for (const Pending &pending : collectives) {
-    int64_t reader = nextCommunicating[pending.issue + 1];
-    for (Value result : pending.results)
-      reader = std::min(
-          reader, readerAfter(keyOf(result, pending.microBatch), pending.issue));
-    int64_t bytes = 0;
-    for (Value value : items[pending.issue].op->getOperands())
-      bytes += bytesOf(value.getType());
-    for (Value value : pending.results)
-      bytes += bytesOf(value.getType());
-    windows.push_back({pending.issue, reader, bytes});
-  }
-  std::vector<int64_t> waits = planCollectiveWaits(windows, end);
-  for (auto [pending, wait] : llvm::zip(collectives, waits))
-    for (const Key &key : pending.buffers) {
-      auto it = lifetime.find(key);
-      if (it != lifetime.end())
-        it->second.second = std::max(it->second.second, wait);
-    }
-  // Updates computed in their argument's memory need no bytes of their own
-  // (Executor::planInPlaceUpdates: the op that makes one is the last to
-  // read the argument, element by element; never with a loss scale).
-  DenseMap<int64_t, int64_t> waitOf;
-  for (auto [pending, wait] : llvm::zip(collectives, waits))
-    waitOf[pending.issue] = wait;
-  bool scaled = llvm::any_of(arguments, [&](int64_t i) {
-    auto role = step.getArgAttrOfType<StringAttr>(
-        i, graph::GraphDialect::kRoleAttrName);
-    return role && role.getValue() == "loss_scale";
-  });
-  const RankItem *returned = items.empty() ? nullptr : &items.back();
-  if (!scaled && returned && returned->op &&
-      llvm::isa<func::ReturnOp>(returned->op)) {
-    DenseMap<Operation *, int64_t> position;
-    for (auto [index, item] : llvm::enumerate(items))
-      if (item.op)
-        position.try_emplace(item.op, static_cast<int64_t>(index));
-    llvm::DenseSet<Value> seen;
-    for (auto [r, value] : llvm::enumerate(returned->op->getOperands())) {
-      auto updates = step.getResultAttrOfType<IntegerAttr>(
-          r, graph::GraphDialect::kUpdatesAttrName);
-      Operation *maker = value.getDefiningOp();
-      if (!updates || !maker || !seen.insert(value).second ||
-          !llvm::is_contained(arguments, updates.getInt()) ||
-          !position.count(maker))
-        continue;
-      Value argument = step.getArgument(updates.getInt());
-      if (argument.getType() != value.getType())
-        continue;
-      int64_t at = position[maker];
-      unsigned output = llvm::cast<OpResult>(value).getResultNumber();
-      const OpContract *contract = graph::contractOf(maker);
-      int64_t replaced = contract ? contract->replacedOperand(output) : -1;
-      bool safe = true;
-      auto argumentReaders = readers.find(keyOf(argument, -1));
-      ArrayRef<int64_t> reads;
-      if (argumentReaders != readers.end())
-        reads = argumentReaders->second;
-      for (int64_t j : reads) {
-        const RankItem &item = items[j];
-        if (!item.op) {
-          safe &= j < at;
-          continue;
-        }
-        for (OpOperand &operand : item.op->getOpOperands()) {
-          if (operand.get() != argument)
-            continue;
-          int64_t until = waitOf.count(j) ? std::max(j, waitOf[j]) : j;
-          safe &= j == at ? static_cast<int64_t>(operand.getOperandNumber()) ==
-                                replaced
-                          : until < at;
-        }
-      }
-      if (safe)
-        report.persistentBytes -= bytesOf(value.getType());
-    }
-  }
-  // A send's buffer is in use until its peer has received it: until the
-  // wait of the receive it completes with (that receive's first reader),
-  // else the end of the step.
-  auto firstReader = [&](Value value, int64_t microBatch, int64_t after) {
-    return readerAfter(keyOf(value, microBatch), after);
-  };
-  for (auto [index, item] : llvm::enumerate(items)) {
-    if (item.op || !item.sends)
-      continue;
-    int64_t done = end;
-    for (int64_t k = index + 1; k < end && item.completeWith >= 0; ++k) {
-      const RankItem &recv = items[k];
-      if (!recv.op && !recv.sends && recv.channel == item.completeWith &&
-          recv.microBatch == item.microBatch) {
-        done = firstReader(recv.value, recv.microBatch, k);
-        break;
-      }
-    }
-    auto it = lifetime.find(keyOf(item.value, item.microBatch));
-    if (it != lifetime.end())
-      it->second.second = std::max(it->second.second, done);
-  }
+
+  // The memory plan, as the runtime builds it (planStepMemory): one buffer
+  // per value and micro-batch (values of graph.phase ops are each
+  // micro-batch's own), one planned instruction per item.
+  RankProgram program = planRankProgram(items, persistent);
+  std::vector<PlannedUpdate> updates =
+      inPlaceCandidates(step, arguments, items, program);
+  StepMemoryPlan memory = planStepMemory(program.instructions, program.buffers,
+                                         updates, withMemoryPlan);
+  // Updates computed in their argument's memory need no bytes of their own.
+  for (const PlannedUpdate &update : updates)
+    if (memory.inPlace[update.result] >= 0)
+      report.persistentBytes -= program.buffers[update.result].bytes;
   if (!withMemoryPlan)
     return report;
-  // The arena as the runtime lays it out (layOutArena, Executor::planArena):
-  // temporaries in the order they are made, a result that shares its
-  // operand's bytes (a reshape: its op contract says so) in its operand's.
-  DenseMap<Key, int64_t> idOf;
-  std::vector<BufferSpan> buffers;
-  for (const Key &key : order) {
-    const auto &[first, last] = lifetime[key];
-    idOf[key] = static_cast<int64_t>(buffers.size());
-    buffers.push_back({bytesOf(key.first.getType()), first, last, false});
-  }
-  std::vector<std::pair<int64_t, int64_t>> aliases;
-  for (const RankItem &item : items) {
-    if (!item.op || item.op->getNumOperands() != 1 ||
-        item.op->getNumResults() != 1)
-      continue;
-    const OpContract *contract =
-        findOpContract(item.op->getName().stripDialect().str());
-    if (!contract || !contract->effects.sharesOperandBytes)
-      continue;
-    auto from = idOf.find(keyOf(item.op->getOperand(0), item.microBatch));
-    auto to = idOf.find(keyOf(item.op->getResult(0), item.microBatch));
-    if (from != idOf.end() && to != idOf.end())
-      aliases.emplace_back(from->second, to->second);
-  }
-  report.arenaBytes = layOutArena(std::move(buffers), aliases).bytes;
+  report.arenaBytes = memory.arena.bytes;
   report.totalPeakBytes = report.persistentBytes + report.arenaBytes;
   return report;
 }

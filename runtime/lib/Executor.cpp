@@ -21,178 +21,52 @@ int64_t bufferBytes(const BufferDesc &desc) {
 
 } // namespace
 
-void Executor::planWaitPoints() {
-  size_t count = timeline_.size();
-  waitPoint_.assign(count, -1);
-  // Instructions that communicate inside their kernel (a split loss) must
-  // not run while the communication thread does; other split ops (rope,
-  // attention blocks) only read their place.
-  std::vector<bool> communicates(count, false);
-  for (size_t i = 0; i < count; ++i) {
-    const OpContract *contract = findOpContract(timeline_[i].instruction->op);
-    communicates[i] = contract && contract->effects.reducesOverAxes &&
-                      !timeline_[i].axes->empty();
+std::vector<int64_t> Executor::planMemory() {
+  // The stage's step as the shared lifetime analysis sees it.
+  std::vector<PlannedInstruction> program;
+  program.reserve(timeline_.size());
+  for (const TimelineEntry &entry : timeline_) {
+    const Instruction &instruction = *entry.instruction;
+    PlannedInstruction planned;
+    planned.contract = findOpContract(instruction.op);
+    planned.overAxes = !entry.axes->empty();
+    if (instruction.op == "recv")
+      planned.channel = instruction.integer("channel");
+    else if (instruction.op == "send" &&
+             instruction.attrs.count("complete_with"))
+      planned.channel = instruction.integer("complete_with");
+    planned.inputs = entry.inputs;
+    planned.outputs = entry.outputs;
+    program.push_back(std::move(planned));
   }
-  // Collectives of the communication stream: waited for at their first
-  // reader, or when too many are in flight (MemoryPlan.h). Receives wait
-  // for their first reader alone: transfers go over their own group, so
-  // they neither wait for collectives nor make them wait.
-  std::vector<CollectiveWindow> windows;
-  std::vector<size_t> windowOf;
-  for (size_t i = 0; i < count; ++i) {
-    const std::string &op = timeline_[i].instruction->op;
-    // Sends: below, once the receives have theirs.
-    if (!isCollective(op) || op == "send")
-      continue;
-    int64_t wait = count;
-    const std::vector<int64_t> &outputs = timeline_[i].outputs;
-    for (size_t j = i + 1; j < count && wait == static_cast<int64_t>(count);
-         ++j) {
-      bool reads = communicates[j] && !isPointToPoint(op);
-      for (int64_t input : timeline_[j].inputs)
-        reads |=
-            std::find(outputs.begin(), outputs.end(), input) != outputs.end();
-      if (reads)
-        wait = j;
-    }
-    waitPoint_[i] = wait;
-    if (!isPointToPoint(op)) {
-      int64_t bytes = 0;
-      for (int64_t b : timeline_[i].inputs)
-        bytes += bufferBytes(plan_.buffers[b]);
-      for (int64_t b : outputs)
-        bytes += bufferBytes(plan_.buffers[b]);
-      windows.push_back({static_cast<int64_t>(i), wait, bytes});
-      windowOf.push_back(i);
-    }
-  }
-  std::vector<int64_t> waits =
-      planCollectiveWaits(windows, static_cast<int64_t>(count));
-  for (size_t w = 0; w < windows.size(); ++w)
-    waitPoint_[windowOf[w]] = waits[w];
-  // A send completes when its peer has received it: by the wait point of
-  // the receive its `complete_with` names (a transfer the peer sends after
-  // reading ours), else by the end of the step. Its buffer lives until then.
-  for (size_t i = 0; i < count; ++i) {
-    const Instruction &send = *timeline_[i].instruction;
-    if (send.op != "send")
-      continue;
-    waitPoint_[i] = count;
-    if (!send.attrs.count("complete_with"))
-      continue;
-    for (size_t j = i + 1; j < count; ++j)
-      if (timeline_[j].instruction->op == "recv" &&
-          timeline_[j].instruction->integer("channel") ==
-              send.integer("complete_with")) {
-        waitPoint_[i] = waitPoint_[j];
-        break;
-      }
-  }
-}
-
-void Executor::planInPlaceUpdates() {
-  size_t count = timeline_.size();
-  inPlace_.assign(plan_.buffers.size(), -1);
-  if (!updatesInPlace_)
-    return;
-  for (const Argument &argument : plan_.arguments)
-    if (argument.role == ArgumentRole::LossScale)
-      return; // a skipped step keeps the old values
-  // Which operand an update's result replaces element by element (the op
-  // table's effects).
-  auto replacedOperand = [](const std::string &op, size_t output) -> int64_t {
-    const OpContract *contract = findOpContract(op);
-    return contract ? contract->replacedOperand(output) : -1;
-  };
-  std::vector<int64_t> writes(plan_.buffers.size(), 0), writer(plan_.buffers.size(), -1);
-  for (size_t i = 0; i < count; ++i)
-    for (int64_t b : timeline_[i].outputs) {
-      ++writes[b];
-      writer[b] = static_cast<int64_t>(i);
-    }
-  std::vector<bool> taken(plan_.buffers.size(), false);
-  for (const Argument &argument : plan_.arguments)
-    taken[argument.buffer] = true;
-  for (const Result &result : plan_.results) {
-    if (!result.updates || !plan_.holds(result.stages))
-      continue;
-    int64_t from = result.buffer;
-    int64_t into = plan_.arguments[*result.updates].buffer;
-    const BufferDesc &a = plan_.buffers[from], &b = plan_.buffers[into];
-    if (writes[from] != 1 || taken[from] || writes[into] != 0 ||
-        a.shape != b.shape || a.dtype != b.dtype)
-      continue;
-    int64_t at = writer[from];
-    const TimelineEntry &made = timeline_[at];
-    bool safe = true;
-    for (size_t i = 0; i < count && safe; ++i) {
-      const std::vector<int64_t> &inputs = timeline_[i].inputs;
-      for (size_t k = 0; k < inputs.size() && safe; ++k) {
-        if (inputs[k] != into)
-          continue;
-        // A collective reads until the program waits for it.
-        int64_t end = std::max<int64_t>(i, waitPoint_[i]);
-        if (static_cast<int64_t>(i) == at) {
-          size_t output = std::find(made.outputs.begin(), made.outputs.end(),
-                                    from) - made.outputs.begin();
-          safe = replacedOperand(made.instruction->op, output) ==
-                 static_cast<int64_t>(k);
-        } else {
-          safe = end < at;
-        }
-      }
-    }
-    if (safe) {
-      inPlace_[from] = into;
-      taken[from] = true;
-    }
-  }
-}
-
-int64_t Executor::planArena(std::vector<int64_t> &offsets) const {
-  size_t count = plan_.buffers.size();
-  std::vector<BufferSpan> buffers(count);
-  for (size_t b = 0; b < count; ++b)
+  std::vector<PlannedBuffer> buffers(plan_.buffers.size());
+  for (size_t b = 0; b < buffers.size(); ++b)
     buffers[b].bytes = bufferBytes(plan_.buffers[b]);
-  for (const Argument &argument : plan_.arguments)
-    buffers[argument.buffer].persistent = true;
   for (const Result &result : plan_.results)
-    buffers[result.buffer].persistent = true;
-  // Accumulators take a value from every micro-batch of the step: those
-  // this stage accumulates into (another stage may only receive the total).
-  for (const TimelineEntry &entry : timeline_) {
-    const OpContract *contract = findOpContract(entry.instruction->op);
-    if (contract && contract->effects.accumulates)
-      buffers[entry.outputs[0]].persistent = true;
-  }
-  // Lifetimes in instruction indices, inclusive: an instruction's outputs
-  // never share bytes with its inputs.
-  for (size_t i = 0; i < timeline_.size(); ++i) {
-    // A collective in flight touches its buffers until its wait point.
-    int64_t end = std::max<int64_t>(i, waitPoint_[i]);
-    for (int64_t output : timeline_[i].outputs) {
-      buffers[output].first = i;
-      buffers[output].last = std::max(buffers[output].last, end);
+    buffers[result.buffer].kind = PlannedBuffer::Kind::Result;
+  for (const Argument &argument : plan_.arguments)
+    buffers[argument.buffer].kind = PlannedBuffer::Kind::Argument;
+  // Updates computed in their argument's memory; never with a loss scale
+  // (a skipped step keeps the old values).
+  std::vector<PlannedUpdate> updates;
+  bool scaled = std::any_of(
+      plan_.arguments.begin(), plan_.arguments.end(),
+      [](const Argument &a) { return a.role == ArgumentRole::LossScale; });
+  if (updatesInPlace_ && !scaled)
+    for (const Result &result : plan_.results) {
+      if (!result.updates || !plan_.holds(result.stages))
+        continue;
+      int64_t into = plan_.arguments[*result.updates].buffer;
+      const BufferDesc &a = plan_.buffers[result.buffer];
+      const BufferDesc &b = plan_.buffers[into];
+      if (a.shape == b.shape && a.dtype == b.dtype)
+        updates.push_back({result.buffer, into});
     }
-    for (int64_t input : timeline_[i].inputs)
-      buffers[input].last = std::max(buffers[input].last, end);
-  }
-  // The result of an op that shares its operand's bytes (a reshape: the
-  // op contract says so) takes them when both are written once.
-  std::vector<int64_t> writes(count, 0);
-  for (const TimelineEntry &entry : timeline_)
-    for (int64_t output : entry.outputs)
-      ++writes[output];
-  std::vector<std::pair<int64_t, int64_t>> aliases;
-  for (const TimelineEntry &entry : timeline_) {
-    const OpContract *contract = findOpContract(entry.instruction->op);
-    if (contract && contract->effects.sharesOperandBytes &&
-        writes[entry.inputs[0]] == 1 && writes[entry.outputs[0]] == 1)
-      aliases.emplace_back(entry.inputs[0], entry.outputs[0]);
-  }
-  ArenaLayout layout = layOutArena(std::move(buffers), aliases);
-  offsets = std::move(layout.offsets);
-  return layout.bytes;
+  StepMemoryPlan memory = planStepMemory(program, buffers, updates);
+  waitPoint_ = std::move(memory.waitPoints);
+  inPlace_ = std::move(memory.inPlace);
+  arenaBytes_ = memory.arena.bytes;
+  return std::move(memory.arena.offsets);
 }
 
 StatusOr<std::unique_ptr<Executor>>
@@ -292,10 +166,7 @@ Status Executor::checkMemoryBudget(int64_t persistentBytes) const {
 }
 
 Status Executor::allocate() {
-  planWaitPoints();
-  planInPlaceUpdates();
-  std::vector<int64_t> offsets;
-  arenaBytes_ = planArena(offsets);
+  std::vector<int64_t> offsets = planMemory();
   // A pipeline stage touches only its own buffers.
   std::vector<bool> used(plan_.buffers.size(), false);
   for (const TimelineEntry &entry : timeline_) {

@@ -51,8 +51,13 @@ int64_t placeArena(const std::vector<ArenaBuffer> &buffers,
   std::vector<size_t> order(buffers.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return alignedArenaBytes(buffers[a].bytes) >
-           alignedArenaBytes(buffers[b].bytes);
+    int64_t sizeA = alignedArenaBytes(buffers[a].bytes);
+    int64_t sizeB = alignedArenaBytes(buffers[b].bytes);
+    if (sizeA != sizeB)
+      return sizeA > sizeB;
+    if (buffers[a].first != buffers[b].first)
+      return buffers[a].first < buffers[b].first;
+    return buffers[a].last < buffers[b].last;
   });
   struct Placed {
     int64_t first, last, offset, bytes;
@@ -116,6 +121,193 @@ layOutArena(std::vector<BufferSpan> buffers,
     if (root[b] != static_cast<int64_t>(b))
       layout.offsets[b] = layout.offsets[root[b]];
   return layout;
+}
+
+namespace {
+
+bool isTransfer(const OpContract *contract) {
+  return contract && (contract->name == "send" || contract->name == "recv");
+}
+
+bool isSend(const OpContract *contract) {
+  return contract && contract->name == "send";
+}
+
+/// Where the program waits for each collective and transfer.
+std::vector<int64_t>
+planWaitPoints(const std::vector<PlannedInstruction> &program,
+               const std::vector<PlannedBuffer> &buffers) {
+  int64_t count = static_cast<int64_t>(program.size());
+  std::vector<int64_t> waits(program.size(), -1);
+  // Instructions that communicate inside their kernel (a split loss) must
+  // not run while the communication stream does; other split ops (rope,
+  // attention blocks) only read their place.
+  std::vector<bool> communicates(program.size(), false);
+  for (size_t i = 0; i < program.size(); ++i) {
+    const OpContract *contract = program[i].contract;
+    communicates[i] =
+        contract && contract->effects.reducesOverAxes && program[i].overAxes;
+  }
+  // Collectives of the communication stream: waited for at their first
+  // reader, or when too many are in flight. Receives wait for their first
+  // reader alone: transfers go over their own group, so they neither wait
+  // for collectives nor make them wait.
+  std::vector<CollectiveWindow> windows;
+  std::vector<size_t> windowOf;
+  for (int64_t i = 0; i < count; ++i) {
+    const PlannedInstruction &instruction = program[i];
+    const OpContract *contract = instruction.contract;
+    // Sends: below, once the receives have theirs.
+    if (!contract || !contract->collective || isSend(contract))
+      continue;
+    bool transfer = isTransfer(contract);
+    int64_t wait = count;
+    const std::vector<int64_t> &outputs = instruction.outputs;
+    for (int64_t j = i + 1; j < count && wait == count; ++j) {
+      bool reads = communicates[j] && !transfer;
+      for (int64_t input : program[j].inputs)
+        reads |=
+            std::find(outputs.begin(), outputs.end(), input) != outputs.end();
+      if (reads)
+        wait = j;
+    }
+    waits[i] = wait;
+    if (transfer)
+      continue;
+    int64_t bytes = 0;
+    for (int64_t b : instruction.inputs)
+      bytes += buffers[b].bytes;
+    for (int64_t b : outputs)
+      bytes += buffers[b].bytes;
+    windows.push_back({i, wait, bytes});
+    windowOf.push_back(i);
+  }
+  std::vector<int64_t> collectiveWaits = planCollectiveWaits(windows, count);
+  for (size_t w = 0; w < windows.size(); ++w)
+    waits[windowOf[w]] = collectiveWaits[w];
+  // A send completes when its peer has received it: by the wait point of
+  // the receive its `complete_with` names (a transfer the peer sends after
+  // reading ours), else by the end of the step.
+  for (int64_t i = 0; i < count; ++i) {
+    if (!isSend(program[i].contract))
+      continue;
+    waits[i] = count;
+    if (program[i].channel < 0)
+      continue;
+    for (int64_t j = i + 1; j < count; ++j)
+      if (isTransfer(program[j].contract) && !isSend(program[j].contract) &&
+          program[j].channel == program[i].channel) {
+        waits[i] = waits[j];
+        break;
+      }
+  }
+  return waits;
+}
+
+/// Which update results are computed in their argument's bytes: the result
+/// is written once, by the last instruction to read the argument (no
+/// collective still reading it), which reads it as the operand the result
+/// replaces.
+std::vector<int64_t>
+planInPlaceUpdates(const std::vector<PlannedInstruction> &program,
+                   const std::vector<PlannedBuffer> &buffers,
+                   const std::vector<PlannedUpdate> &updates,
+                   const std::vector<int64_t> &waits) {
+  size_t count = program.size();
+  std::vector<int64_t> inPlace(buffers.size(), -1);
+  std::vector<int64_t> writes(buffers.size(), 0), writer(buffers.size(), -1);
+  for (size_t i = 0; i < count; ++i)
+    for (int64_t b : program[i].outputs) {
+      ++writes[b];
+      writer[b] = static_cast<int64_t>(i);
+    }
+  std::vector<bool> taken(buffers.size(), false);
+  for (size_t b = 0; b < buffers.size(); ++b)
+    taken[b] = buffers[b].kind == PlannedBuffer::Kind::Argument;
+  for (const PlannedUpdate &update : updates) {
+    int64_t from = update.result, into = update.argument;
+    if (writes[from] != 1 || taken[from] || writes[into] != 0 ||
+        buffers[from].bytes != buffers[into].bytes)
+      continue;
+    int64_t at = writer[from];
+    const PlannedInstruction &made = program[at];
+    bool safe = true;
+    for (size_t i = 0; i < count && safe; ++i) {
+      const std::vector<int64_t> &inputs = program[i].inputs;
+      for (size_t k = 0; k < inputs.size() && safe; ++k) {
+        if (inputs[k] != into)
+          continue;
+        if (static_cast<int64_t>(i) == at) {
+          size_t output =
+              std::find(made.outputs.begin(), made.outputs.end(), from) -
+              made.outputs.begin();
+          safe = made.contract && made.contract->replacedOperand(output) ==
+                                      static_cast<int64_t>(k);
+        } else {
+          // A collective or transfer reads until the program waits for it.
+          safe = std::max<int64_t>(i, waits[i]) < at;
+        }
+      }
+    }
+    if (safe) {
+      inPlace[from] = into;
+      taken[from] = true;
+    }
+  }
+  return inPlace;
+}
+
+} // namespace
+
+StepMemoryPlan planStepMemory(const std::vector<PlannedInstruction> &program,
+                              const std::vector<PlannedBuffer> &buffers,
+                              const std::vector<PlannedUpdate> &updates,
+                              bool withArena) {
+  StepMemoryPlan plan;
+  plan.waitPoints = planWaitPoints(program, buffers);
+  plan.inPlace = planInPlaceUpdates(program, buffers, updates, plan.waitPoints);
+  if (!withArena)
+    return plan;
+  size_t count = buffers.size();
+  std::vector<BufferSpan> spans(count);
+  plan.persistent.assign(count, false);
+  for (size_t b = 0; b < count; ++b) {
+    spans[b].bytes = buffers[b].bytes;
+    plan.persistent[b] = buffers[b].kind != PlannedBuffer::Kind::Temporary;
+  }
+  // Accumulators take a value from every micro-batch of the step.
+  for (const PlannedInstruction &instruction : program)
+    if (instruction.contract && instruction.contract->effects.accumulates)
+      plan.persistent[instruction.outputs[0]] = true;
+  for (size_t b = 0; b < count; ++b)
+    spans[b].persistent = plan.persistent[b];
+  // Lifetimes in instruction indices, inclusive: an instruction's outputs
+  // never share bytes with its inputs.
+  std::vector<int64_t> writes(count, 0);
+  for (size_t i = 0; i < program.size(); ++i) {
+    int64_t at = static_cast<int64_t>(i);
+    // A collective in flight touches its buffers until its wait point.
+    int64_t end = std::max(at, plan.waitPoints[i]);
+    for (int64_t output : program[i].outputs) {
+      ++writes[output];
+      if (spans[output].first < 0)
+        spans[output].first = at;
+      spans[output].last = std::max(spans[output].last, end);
+    }
+    for (int64_t input : program[i].inputs)
+      spans[input].last = std::max(spans[input].last, end);
+  }
+  // The result of an op that shares its operand's bytes (a reshape: the op
+  // contract says so) takes them when both are written once.
+  std::vector<std::pair<int64_t, int64_t>> aliases;
+  for (const PlannedInstruction &instruction : program)
+    if (instruction.contract &&
+        instruction.contract->effects.sharesOperandBytes &&
+        writes[instruction.inputs[0]] == 1 &&
+        writes[instruction.outputs[0]] == 1)
+      aliases.emplace_back(instruction.inputs[0], instruction.outputs[0]);
+  plan.arena = layOutArena(std::move(spans), aliases);
+  return plan;
 }
 
 } // namespace trellis

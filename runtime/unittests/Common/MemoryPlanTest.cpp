@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace trellis;
 
 namespace {
@@ -81,6 +83,89 @@ TEST(MemoryPlanTest, AliasesChainAndSkipPersistentBuffers) {
   layout = layOutArena(buffers, {{0, 1}});
   EXPECT_EQ(layout.offsets[0], -1);
   EXPECT_GE(layout.offsets[1], 0);
+}
+
+TEST(MemoryPlanTest, ArenaDoesNotDependOnHowBuffersAreNumbered) {
+  // Four equal buffers: placed in lifetime order they need two slots; in
+  // the order a[0,1], b[4,5], c[2,5], d[0,3] first fit would need three.
+  std::vector<ArenaBuffer> buffers = {
+      {64, 0, 1}, {64, 4, 5}, {64, 2, 5}, {64, 0, 3}};
+  std::vector<size_t> order = {0, 1, 2, 3};
+  do {
+    std::vector<ArenaBuffer> numbered;
+    for (size_t i : order)
+      numbered.push_back(buffers[i]);
+    std::vector<int64_t> offsets;
+    EXPECT_EQ(placeArena(numbered, offsets), 128);
+  } while (std::next_permutation(order.begin(), order.end()));
+}
+
+/// A planned instruction of op `name` (null: a kernel outside the table).
+PlannedInstruction instruction(const char *name, std::vector<int64_t> inputs,
+                               std::vector<int64_t> outputs,
+                               int64_t channel = -1) {
+  PlannedInstruction planned;
+  planned.contract = name ? findOpContract(name) : nullptr;
+  planned.overAxes = planned.contract && planned.contract->collective;
+  planned.channel = channel;
+  planned.inputs = std::move(inputs);
+  planned.outputs = std::move(outputs);
+  return planned;
+}
+
+TEST(MemoryPlanTest, SendCompletesAtItsPeersReceive) {
+  // 0 makes b0; 1 sends it, completing with the receive on channel 7;
+  // 2 receives b1 on channel 7; 3 reads b1; 4 makes b2.
+  std::vector<PlannedInstruction> program = {
+      instruction(nullptr, {}, {0}), instruction("send", {0}, {}, 7),
+      instruction("recv", {}, {1}, 7), instruction(nullptr, {1}, {3}),
+      instruction(nullptr, {}, {2})};
+  std::vector<PlannedBuffer> buffers(4, PlannedBuffer{64});
+  StepMemoryPlan plan = planStepMemory(program, buffers, {});
+  EXPECT_EQ(plan.waitPoints, (std::vector<int64_t>{-1, 3, 3, -1, -1}));
+  // b0 is in use until 3, so b2 (made at 4) may take its bytes.
+  EXPECT_EQ(plan.arena.offsets[2], plan.arena.offsets[0]);
+  // Without a peer's receive, a send completes at the end of the step.
+  program[1].channel = -1;
+  plan = planStepMemory(program, buffers, {});
+  EXPECT_EQ(plan.waitPoints[1], 5);
+  EXPECT_NE(plan.arena.offsets[2], plan.arena.offsets[0]);
+}
+
+TEST(MemoryPlanTest, UpdatesInPlaceOnlyAfterTheirArgumentsLastReader) {
+  // b0: a parameter; b1: its gradient; b2: sgd's new value of b0.
+  std::vector<PlannedBuffer> buffers = {{64, PlannedBuffer::Kind::Argument},
+                                        {64},
+                                        {64, PlannedBuffer::Kind::Result}};
+  std::vector<PlannedInstruction> program = {instruction(nullptr, {0}, {1}),
+                                             instruction("sgd", {0, 1}, {2})};
+  StepMemoryPlan plan = planStepMemory(program, buffers, {{2, 0}});
+  EXPECT_EQ(plan.inPlace, (std::vector<int64_t>{-1, -1, 0}));
+  EXPECT_TRUE(plan.persistent[2]);
+  // A send of the parameter before the update reads it until the end of
+  // the step: the new value needs bytes of its own.
+  program.insert(program.begin() + 1, instruction("send", {0}, {}));
+  plan = planStepMemory(program, buffers, {{2, 0}});
+  EXPECT_EQ(plan.inPlace, (std::vector<int64_t>{-1, -1, -1}));
+  // Reading the parameter as the gradient operand is not element by element
+  // into the result either.
+  program = {instruction(nullptr, {0}, {1}), instruction("sgd", {1, 0}, {2})};
+  plan = planStepMemory(program, buffers, {{2, 0}});
+  EXPECT_EQ(plan.inPlace[2], -1);
+}
+
+TEST(MemoryPlanTest, AccumulatorsAndReshapesStayOutOfTheirOwnArenaSlots) {
+  // b0 accumulates into b1 (persistent); b2 reshapes b0 and shares its
+  // bytes.
+  std::vector<PlannedInstruction> program = {
+      instruction(nullptr, {}, {0}), instruction("accumulate", {0}, {1}),
+      instruction("reshape", {0}, {2}), instruction(nullptr, {2}, {})};
+  std::vector<PlannedBuffer> buffers(3, PlannedBuffer{256});
+  StepMemoryPlan plan = planStepMemory(program, buffers, {});
+  EXPECT_TRUE(plan.persistent[1]);
+  EXPECT_EQ(plan.arena.offsets[1], -1);
+  EXPECT_EQ(plan.arena.offsets[2], plan.arena.offsets[0]);
+  EXPECT_EQ(plan.arena.bytes, 256);
 }
 
 } // namespace

@@ -147,14 +147,11 @@ private:
   /// starting at `first`, within one schedule action, none reading what an
   /// earlier one of the run writes; `first` itself when it is no update.
   size_t updateRunEnd(size_t first) const;
-  /// Places temporaries in the arena; returns the arena size in bytes.
-  int64_t planArena(std::vector<int64_t> &offsets) const;
-  /// Computes waitPoint_.
-  void planWaitPoints();
+  /// Plans the stage's memory (planStepMemory): sets waitPoint_, inPlace_
+  /// and arenaBytes_; returns each buffer's arena offset (-1: not in it).
+  std::vector<int64_t> planMemory();
   /// `tensor` as host f32 values.
   Status readValues(const Tensor &tensor, float *values) const;
-  /// Computes inPlace_ (after waitPoint_).
-  void planInPlaceUpdates();
   /// Adds one executed instruction to the profile and the trace.
   void record(const std::string &op, double startMicros, double endMicros,
               TraceSlice::Lane lane);

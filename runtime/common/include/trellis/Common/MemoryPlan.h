@@ -11,6 +11,8 @@
 #ifndef TRELLIS_COMMON_MEMORYPLAN_H
 #define TRELLIS_COMMON_MEMORYPLAN_H
 
+#include "trellis/Common/OpContract.h"
+
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -60,9 +62,10 @@ struct ArenaBuffer {
   int64_t first = 0, last = 0;
 };
 
-/// Places `buffers` in one arena, largest first, each at the lowest aligned
-/// offset free during its lifetime; returns the arena's size and writes each
-/// buffer's offset.
+/// Places `buffers` in one arena, largest first (equal sizes: the earlier
+/// lifetime first, so that how buffers are numbered never changes the
+/// arena), each at the lowest aligned offset free during its lifetime;
+/// returns the arena's size and writes each buffer's offset.
 int64_t placeArena(const std::vector<ArenaBuffer> &buffers,
                    std::vector<int64_t> &offsets);
 
@@ -93,6 +96,67 @@ struct ArenaLayout {
 ArenaLayout
 layOutArena(std::vector<BufferSpan> buffers,
             const std::vector<std::pair<int64_t, int64_t>> &aliases);
+
+/// An instruction of one rank's step, in the order the rank runs them, as
+/// the memory plan sees it: the runtime's stage timeline, or the compile
+/// report's items of a stage's schedule. Both plan through planStepMemory,
+/// so the report's memory plan is the runtime's.
+struct PlannedInstruction {
+  /// Its op's row in the op table (collectives, transfers, accumulations,
+  /// reshapes and updates are told apart by it); null for an op outside the
+  /// table, planned as a kernel reading its inputs.
+  const OpContract *contract = nullptr;
+  /// Whether it runs over mesh axes (`axes` not empty).
+  bool overAxes = false;
+  /// A receive's channel; a send's `complete_with` (the channel of the
+  /// receive whose wait completes it), or -1. Channels are unique per run.
+  int64_t channel = -1;
+  /// The buffers it reads and writes.
+  std::vector<int64_t> inputs, outputs;
+};
+
+/// A buffer of the step.
+struct PlannedBuffer {
+  enum class Kind { Temporary, Argument, Result };
+  int64_t bytes = 0;
+  /// Arguments and results live outside the arena for the whole step.
+  Kind kind = Kind::Temporary;
+};
+
+/// An optimizer update's result buffer and the argument buffer it is the new
+/// value of. The caller lists those of the argument's shape and dtype, for
+/// arguments the rank holds, and none when a step may be skipped (a loss
+/// scale keeps the old values).
+struct PlannedUpdate {
+  int64_t result = -1, argument = -1;
+};
+
+/// The static memory plan of one rank's step.
+struct StepMemoryPlan {
+  /// For each instruction: where the program waits for it (collectives and
+  /// transfers; MemoryPlan.h's in-flight rule, a send at its peer's
+  /// receive), or -1 (kernels).
+  std::vector<int64_t> waitPoints;
+  /// For each buffer: the argument buffer an update result is computed in
+  /// (the op making it is the last to read the argument, element by
+  /// element), or -1.
+  std::vector<int64_t> inPlace;
+  /// For each buffer: whether it lives outside the arena for the whole step
+  /// (arguments, results, accumulators).
+  std::vector<bool> persistent;
+  /// The temporaries' arena: a buffer's lifetime runs from the instruction
+  /// that makes it to its last reader, or a collective's wait point; a
+  /// reshape's result takes its operand's bytes.
+  ArenaLayout arena;
+};
+
+/// Plans the memory of `program` over `buffers` (the one lifetime analysis
+/// of the runtime's Executor and the compile report). Without `withArena`
+/// the temporaries are not placed (arena left empty).
+StepMemoryPlan planStepMemory(const std::vector<PlannedInstruction> &program,
+                              const std::vector<PlannedBuffer> &buffers,
+                              const std::vector<PlannedUpdate> &updates,
+                              bool withArena = true);
 
 } // namespace trellis
 
