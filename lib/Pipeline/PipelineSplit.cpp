@@ -216,8 +216,7 @@ FailureOr<PipelineProgram> Splitter::run() {
       splitsBackward_ |= action.kind == PipelineAction::Kind::WeightGradient;
   if (failed(placeActionOps()))
     return failure();
-  placeStepOps();
-  placeArgumentsAndResults();
+  placeOnRanks();
   sendInPieces();
   if (failed(buildPrograms()))
     return failure();

@@ -11,6 +11,7 @@
 #ifndef TRELLIS_LIB_PIPELINE_SPLITTER_H
 #define TRELLIS_LIB_PIPELINE_SPLITTER_H
 
+#include "trellis/Common/RankPlacement.h"
 #include "trellis/Pipeline/PipelineSplit.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -29,7 +30,7 @@ using mlir::Operation;
 using mlir::Value;
 namespace func = mlir::func;
 
-using RankSet = std::set<int64_t>;
+using trellis::RankSet;
 
 /// A forward, backward or weight-gradient action of one virtual stage (of
 /// every micro-batch).
@@ -72,9 +73,10 @@ public:
   FailureOr<PipelineProgram> run();
 
 private:
+  /// The action of each op of a micro-batch (checking its virtual stage).
   LogicalResult placeActionOps();
-  void placeStepOps();
-  void placeArgumentsAndResults();
+  /// The ranks of every op, result and argument (RankPlacement.h).
+  void placeOnRanks();
   /// Sends values replicated over config_.pieceAxis in pieces: inserts the
   /// slice and gather ops and places them.
   void sendInPieces();

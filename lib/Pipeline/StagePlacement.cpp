@@ -1,7 +1,7 @@
 //===- StagePlacement.cpp - Where each op of a step runs ------------------===//
 //
 // Ops of a micro-batch go to their stage's forward, backward or
-// weight-gradient action; ops of the step to every rank that reads them;
+// weight-gradient action; ranks by the shared rules of RankPlacement.h;
 // a value made on one rank and read on another becomes a transfer.
 //
 //===----------------------------------------------------------------------===//
@@ -67,89 +67,56 @@ LogicalResult Splitter::placeActionOps() {
              << ": expected the stage that makes it";
     placement_[&op].action = it->second.action;
   }
-  for (auto &[op, where] : placement_)
-    where.ranks = {rankOf(where.action->virtualStage)};
   return success();
 }
 
-void Splitter::placeStepOps() {
-  // Ranks that read each argument inside micro-batches.
-  llvm::DenseMap<Value, RankSet> actionReaders;
-  for (auto &[op, where] : placement_)
-    for (Value operand : op->getOperands())
-      if (llvm::isa<BlockArgument>(operand))
-        actionReaders[operand].insert(where.ranks.begin(), where.ranks.end());
-  // What each result needs: an update or gradient where its parameter is
-  // used, the loss on rank 0 (which reports it).
+void Splitter::placeOnRanks() {
+  // The step as the shared placement rules see it (RankPlacement.h).
+  PlacementProblem problem;
+  problem.ranks = ranks_;
+  llvm::DenseMap<Operation *, int64_t> indexOf;
+  SmallVector<Operation *> ops;
+  for (Operation &op : body_.without_terminator()) {
+    indexOf[&op] = static_cast<int64_t>(ops.size());
+    ops.push_back(&op);
+  }
   Operation *terminator = body_.getTerminator();
-  std::vector<RankSet> resultNeeds(terminator->getNumOperands());
-  for (unsigned i = 0; i < terminator->getNumOperands(); ++i) {
-    std::optional<int64_t> argument;
-    if (auto updates = step_.getResultAttrOfType<IntegerAttr>(
-            i, graph::GraphDialect::kUpdatesAttrName))
-      argument = updates.getInt();
-    else if (auto gradientOf =
-                 step_.getResultAttrOfType<IntegerAttr>(i, "graph.gradient_of"))
-      argument = gradientOf.getInt();
-    if (!argument) {
-      resultNeeds[i] = {0};
-      continue;
+  problem.argumentReaders.resize(body_.getNumArguments());
+  for (Operation *op : ops) {
+    PlacementOp placed;
+    auto it = placement_.find(op);
+    if (it != placement_.end() && it->second.action) {
+      placed.action = true;
+      placed.virtualStage = it->second.action->virtualStage;
     }
-    if (*argument >= 0 && *argument < body_.getNumArguments())
-      resultNeeds[i] = actionReaders.lookup(body_.getArgument(*argument));
-  }
-  // Step ops, last first: every rank a user runs on, or that needs the
-  // result they return.
-  SmallVector<Operation *> stepOps;
-  for (Operation &op : body_.without_terminator())
-    if (!placement_.count(&op))
-      stepOps.push_back(&op);
-  for (Operation *op : llvm::reverse(stepOps)) {
-    RankSet ranks;
-    for (OpOperand &use : op->getUses()) {
-      if (use.getOwner() == terminator) {
-        const RankSet &needs = resultNeeds[use.getOperandNumber()];
-        ranks.insert(needs.begin(), needs.end());
-        continue;
+    for (Value result : op->getResults())
+      for (OpOperand &use : result.getUses()) {
+        if (use.getOwner() == terminator)
+          placed.returnedAs.push_back(use.getOperandNumber());
+        else if (auto reader = indexOf.find(use.getOwner());
+                 reader != indexOf.end())
+          placed.readers.push_back(reader->second);
       }
-      const RankSet &userRanks = placement_[use.getOwner()].ranks;
-      ranks.insert(userRanks.begin(), userRanks.end());
-    }
-    if (ranks.empty())
-      ranks = {0};
-    placement_[op].ranks = std::move(ranks);
-  }
-  program_.resultRanks.clear();
-  for (unsigned i = 0; i < terminator->getNumOperands(); ++i) {
-    RankSet ranks = resultNeeds[i];
-    if (ranks.empty()) {
-      Operation *producer = terminator->getOperand(i).getDefiningOp();
-      ranks = producer ? placement_[producer].ranks : RankSet{0};
-    }
-    program_.resultRanks.emplace_back(ranks.begin(), ranks.end());
-  }
-}
-
-void Splitter::placeArgumentsAndResults() {
-  std::vector<RankSet> holders(body_.getNumArguments());
-  for (auto &[op, where] : placement_)
     for (Value operand : op->getOperands())
       if (auto argument = llvm::dyn_cast<BlockArgument>(operand))
-        holders[argument.getArgNumber()].insert(where.ranks.begin(),
-                                                where.ranks.end());
-  // An argument returned unchanged, or read by nothing, stays on rank 0
-  // unless a result that updates it lives elsewhere.
-  Operation *terminator = body_.getTerminator();
-  for (unsigned i = 0; i < terminator->getNumOperands(); ++i)
-    if (auto updates = step_.getResultAttrOfType<IntegerAttr>(
-            i, graph::GraphDialect::kUpdatesAttrName))
-      if (updates.getInt() >= 0 && updates.getInt() < body_.getNumArguments())
-        holders[updates.getInt()].insert(program_.resultRanks[i].begin(),
-                                         program_.resultRanks[i].end());
-  for (RankSet &ranks : holders)
-    if (ranks.empty())
-      ranks = {0};
-  for (const RankSet &ranks : holders)
+        problem.argumentReaders[argument.getArgNumber()].push_back(indexOf[op]);
+    problem.ops.push_back(std::move(placed));
+  }
+  for (unsigned i = 0; i < terminator->getNumOperands(); ++i) {
+    Operation *producer = terminator->getOperand(i).getDefiningOp();
+    int64_t producerIndex = producer ? indexOf.lookup(producer) : -1;
+    graph::ResultArgument argument = graph::getResultArgument(step_, i);
+    problem.results.push_back(
+        {producerIndex, argument.argument, argument.updates});
+  }
+  RankPlacement placement = trellis::placeOnRanks(problem);
+  for (auto [index, op] : llvm::enumerate(ops))
+    placement_[op].ranks = placement.opRanks[index];
+  program_.resultRanks.clear();
+  for (const RankSet &ranks : placement.resultRanks)
+    program_.resultRanks.emplace_back(ranks.begin(), ranks.end());
+  program_.argumentRanks.clear();
+  for (const RankSet &ranks : placement.argumentRanks)
     program_.argumentRanks.emplace_back(ranks.begin(), ranks.end());
 }
 

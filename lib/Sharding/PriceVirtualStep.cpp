@@ -1,9 +1,8 @@
 //===- PriceVirtualStep.cpp - Each pipeline rank's share of a step --------===//
 //
 // Places the written-down partitioned step on pipeline ranks by the rules
-// of the pipeline split (lib/Pipeline/StagePlacement.cpp and
-// StageTransfers.cpp): an op of a micro-batch on its virtual stage's rank,
-// an op of the step on every rank that reads it, values read on another
+// the pipeline split places by (RankPlacement.h) and adds the transfers of
+// lib/Pipeline/StageTransfers.cpp: values read on another
 // rank sent there (a micro-batch's once per micro-batch), values replicated
 // over the piece axis sent in pieces and gathered on arrival. Then sums what
 // each rank runs.
@@ -12,6 +11,8 @@
 
 #include "VirtualStep.h"
 
+#include "trellis/Common/RankPlacement.h"
+#include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 
@@ -29,8 +30,6 @@ int64_t HeldValue::bytes() const {
 }
 
 namespace {
-
-using RankSet = std::set<int64_t>;
 
 class Pricer {
 public:
@@ -51,8 +50,9 @@ private:
   int64_t times(const VirtualOp &op) const {
     return op.action ? microBatches_ : 1;
   }
-  void placeActions();
-  void placeStepOps();
+  /// Places every op, result and argument on pipeline ranks.
+  void place();
+  /// Charges each rank the parameters and optimizer states it holds.
   void holdArguments();
   void sendInPieces();
   void addTransfers();
@@ -70,7 +70,7 @@ private:
   int64_t ranks_ = 1;
   /// Where each op runs.
   std::vector<RankSet> placement_;
-  std::vector<RankSet> resultRanks_;
+  std::vector<RankSet> resultRanks_, argumentRanks_;
   std::set<std::pair<int64_t, int64_t>> transferred_;
   std::vector<ShardedStepCost> costs_;
 };
@@ -84,81 +84,67 @@ std::vector<SmallVector<int64_t>> Pricer::readers() const {
   return readers;
 }
 
-void Pricer::placeActions() {
-  placement_.assign(written_.ops.size(), {});
-  for (auto [index, op] : llvm::enumerate(written_.ops)) {
-    if (!op.action || op.erased)
-      continue;
-    // A micro-batch's value joins its step total in the action that made it.
+void Pricer::place() {
+  // The step as the shared placement rules see it (RankPlacement.h):
+  // erased ops take no part.
+  std::vector<SmallVector<int64_t>> readers = this->readers();
+  std::vector<int64_t> problemIndex(written_.ops.size(), -1);
+  std::vector<int64_t> opOf;
+  for (auto [index, op] : llvm::enumerate(written_.ops))
+    if (!op.erased) {
+      problemIndex[index] = static_cast<int64_t>(opOf.size());
+      opOf.push_back(static_cast<int64_t>(index));
+    }
+  auto mapped = [&](ArrayRef<int64_t> ops) {
+    std::vector<int64_t> indices;
+    for (int64_t op : ops)
+      indices.push_back(problemIndex[op]);
+    return indices;
+  };
+  std::vector<SmallVector<int64_t>> returnedAs(written_.values.size());
+  for (auto [i, value] : llvm::enumerate(written_.results))
+    returnedAs[value].push_back(static_cast<int64_t>(i));
+  PlacementProblem problem;
+  problem.ranks = ranks_;
+  for (int64_t index : opOf) {
+    const VirtualOp &op = written_.ops[index];
+    PlacementOp placed;
+    placed.action = op.action;
+    placed.virtualStage = op.virtualStage;
     if (op.accumulates && !op.operands.empty()) {
       int64_t producer = written_.values[op.operands[0]].producer;
-      if (producer >= 0 && written_.ops[producer].action)
-        op.virtualStage = written_.ops[producer].virtualStage;
+      if (producer >= 0)
+        placed.summed = problemIndex[producer];
     }
-    placement_[index] = {op.virtualStage % ranks_};
-  }
-}
-
-void Pricer::placeStepOps() {
-  std::vector<SmallVector<int64_t>> readers = this->readers();
-  // Ranks that read each argument inside micro-batches.
-  auto actionReaders = [&](int64_t argument) {
-    RankSet ranks;
-    for (int64_t reader : readers[written_.arguments[argument]])
-      if (written_.ops[reader].action)
-        ranks.insert(placement_[reader].begin(), placement_[reader].end());
-    return ranks;
-  };
-  // What each result needs: an update or gradient where its parameter is
-  // used, the loss on rank 0 (which reports it).
-  size_t numResults = written_.results.size();
-  std::vector<RankSet> resultNeeds(numResults);
-  for (size_t i = 0; i < numResults; ++i) {
-    IntegerAttr argument = step_.getResultAttrOfType<IntegerAttr>(
-        i, graph::GraphDialect::kUpdatesAttrName);
-    if (!argument)
-      argument = step_.getResultAttrOfType<IntegerAttr>(i, "graph.gradient_of");
-    if (!argument) {
-      resultNeeds[i] = {0};
-      continue;
-    }
-    if (argument.getInt() >= 0 &&
-        argument.getInt() < static_cast<int64_t>(written_.arguments.size()))
-      resultNeeds[i] = actionReaders(argument.getInt());
-  }
-  // Step ops, last first: every rank a reader runs on, or that needs the
-  // result they return.
-  std::vector<SmallVector<size_t>> returnedAs(written_.values.size());
-  for (auto [i, value] : llvm::enumerate(written_.results))
-    returnedAs[value].push_back(i);
-  for (int64_t index = static_cast<int64_t>(written_.ops.size()) - 1;
-       index >= 0; --index) {
-    const VirtualOp &op = written_.ops[index];
-    if (op.action || op.erased)
-      continue;
-    RankSet ranks;
     for (int64_t result : op.results) {
-      for (size_t i : returnedAs[result])
-        ranks.insert(resultNeeds[i].begin(), resultNeeds[i].end());
-      for (int64_t reader : readers[result])
-        ranks.insert(placement_[reader].begin(), placement_[reader].end());
+      for (int64_t reader : mapped(readers[result]))
+        placed.readers.push_back(reader);
+      placed.returnedAs.insert(placed.returnedAs.end(),
+                               returnedAs[result].begin(),
+                               returnedAs[result].end());
     }
-    if (ranks.empty())
-      ranks = {0};
-    placement_[index] = std::move(ranks);
+    problem.ops.push_back(std::move(placed));
   }
-  resultRanks_.assign(numResults, {});
-  for (size_t i = 0; i < numResults; ++i) {
-    resultRanks_[i] = resultNeeds[i];
-    if (resultRanks_[i].empty()) {
-      int64_t producer = written_.values[written_.results[i]].producer;
-      resultRanks_[i] = producer >= 0 ? placement_[producer] : RankSet{0};
-    }
+  for (int64_t value : written_.arguments)
+    problem.argumentReaders.push_back(mapped(readers[value]));
+  for (size_t i = 0; i < written_.results.size(); ++i) {
+    int64_t producer = written_.values[written_.results[i]].producer;
+    int64_t producerIndex = producer >= 0 ? problemIndex[producer] : -1;
+    graph::ResultArgument argument = graph::getResultArgument(step_, i);
+    problem.results.push_back(
+        {producerIndex, argument.argument, argument.updates});
   }
+  RankPlacement placement = placeOnRanks(problem);
+  placement_.assign(written_.ops.size(), {});
+  for (auto [i, index] : llvm::enumerate(opOf)) {
+    placement_[index] = placement.opRanks[i];
+    written_.ops[index].virtualStage = placement.virtualStages[i];
+  }
+  resultRanks_ = std::move(placement.resultRanks);
+  argumentRanks_ = std::move(placement.argumentRanks);
 }
 
 void Pricer::holdArguments() {
-  std::vector<SmallVector<int64_t>> readers = this->readers();
   costs_.assign(ranks_, {});
   for (auto [number, value] : llvm::enumerate(written_.arguments)) {
     auto role = step_.getArgAttrOfType<StringAttr>(
@@ -169,18 +155,7 @@ void Pricer::holdArguments() {
     bool state = isOptimizerStateRole(role.getValue());
     if (!parameter && !state)
       continue;
-    // Held where it is read, and where a result that updates it lives.
-    RankSet holders;
-    for (int64_t reader : readers[value])
-      holders.insert(placement_[reader].begin(), placement_[reader].end());
-    for (size_t i = 0; i < written_.results.size(); ++i)
-      if (auto updates = step_.getResultAttrOfType<IntegerAttr>(
-              i, graph::GraphDialect::kUpdatesAttrName);
-          updates && updates.getInt() == static_cast<int64_t>(number))
-        holders.insert(resultRanks_[i].begin(), resultRanks_[i].end());
-    if (holders.empty())
-      holders = {0};
-    for (int64_t rank : holders)
+    for (int64_t rank : argumentRanks_[number])
       (parameter ? costs_[rank].parameterBytes
                  : costs_[rank].optimizerStateBytes) +=
           written_.values[value].bytes();
@@ -316,8 +291,7 @@ void Pricer::charge(const VirtualOp &op, const RankSet &ranks) {
 }
 
 std::vector<ShardedStepCost> Pricer::run() {
-  placeActions();
-  placeStepOps();
+  place();
   holdArguments();
   sendInPieces();
   addTransfers();

@@ -4,6 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -84,6 +85,21 @@ std::string PartAttr::str() const {
 
 PartAttr trellis::graph::getModelPart(Operation *op) {
   return op->getAttrOfType<PartAttr>(GraphDialect::kPartAttrName);
+}
+
+ResultArgument trellis::graph::getResultArgument(Operation *step,
+                                                 unsigned index) {
+  auto function = llvm::cast<FunctionOpInterface>(step);
+  ResultArgument result;
+  if (auto updates = function.getResultAttrOfType<IntegerAttr>(
+          index, GraphDialect::kUpdatesAttrName)) {
+    result.argument = updates.getInt();
+    result.updates = true;
+  } else if (auto gradientOf = function.getResultAttrOfType<IntegerAttr>(
+                 index, "graph.gradient_of")) {
+    result.argument = gradientOf.getInt();
+  }
+  return result;
 }
 
 void trellis::graph::setModelPart(Operation *op, PartAttr part) {

@@ -22,6 +22,17 @@ PartAttr getModelPart(mlir::Operation *op);
 /// Marks `op` as belonging to `part`; a null `part` removes the mark.
 void setModelPart(mlir::Operation *op, PartAttr part);
 
+/// The argument a training step's result belongs to: the one it updates
+/// (graph.updates) or whose gradient it is (graph.gradient_of); -1 for
+/// neither (the loss, metrics).
+struct ResultArgument {
+  int64_t argument = -1;
+  bool updates = false;
+};
+
+/// `step`'s (a function's) result `index`'s argument.
+ResultArgument getResultArgument(mlir::Operation *step, unsigned index);
+
 /// A builder listener that marks every op its builder inserts with the
 /// current part, unless the op declares one already (a clone keeps its
 /// own) or the current part is null.
