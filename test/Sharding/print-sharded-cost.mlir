@@ -34,11 +34,12 @@ func.func @uneven(
 
 // Tests that in a step of micro-batches an op of one (graph.phase) and what
 // is inserted for it count once per micro-batch, and a total over them
-// (graph.microbatch_sum) adds each: 4 x (8 flops of the reduction, an
-// all_reduce of its 32 bytes, 8 flops of the product) and 4 x 8 of the sum.
+// (graph.microbatch_sum) adds each: 4 x (32 flops of the reduction, one
+// per element of its 4x8 piece, an all_reduce of its 32 bytes, 8 flops of
+// the product) and 4 x 8 of the sum.
 trellis.mesh @mesh = <["dp"=2]>
 // CHECK-LABEL: func.func @micro_batches
-// expected-remark @+1 {{per rank: 96 flops, 896 bytes read, 384 bytes written; all_reduce over dp: 4 calls, 128 bytes, 128 sent}}
+// expected-remark @+1 {{per rank: 192 flops, 896 bytes read, 384 bytes written; all_reduce over dp: 4 calls, 128 bytes, 128 sent}}
 func.func @micro_batches(
     %x: tensor<8x8xf32> {trellis.sharding = #trellis.sharding<@mesh, [{"dp"}, {}]>},
     %w: tensor<8xf32>) -> tensor<8xf32> attributes {graph.micro_batches = 4 : i64} {
@@ -52,12 +53,12 @@ func.func @micro_batches(
 
 // Tests that a step cut into pipeline stages is priced per rank: rank 0
 // runs the exponential of each of 2 micro-batches and sends it (128 bytes
-// each), rank 1 receives, reduces and sums them (the table counts a
-// reduction's flops per result element), and sends the total (the step's
-// result, needed on rank 0) back once.
+// each), rank 1 receives, reduces (32 flops, one per operand element) and
+// sums them (1 flop), and sends the total (the step's result, needed on
+// rank 0) back once.
 // CHECK-LABEL: func.func @pipelined
 // expected-remark @+2 {{pipeline rank 0: 64 flops, 256 bytes read, 256 bytes written; recv over pp: 1 calls, 4 bytes, 4 sent; send over pp: 2 calls, 256 bytes, 256 sent}}
-// expected-remark @+1 {{pipeline rank 1: 4 flops, 264 bytes read, 16 bytes written; recv over pp: 2 calls, 256 bytes, 256 sent; send over pp: 1 calls, 4 bytes, 4 sent}}
+// expected-remark @+1 {{pipeline rank 1: 66 flops, 264 bytes read, 16 bytes written; recv over pp: 2 calls, 256 bytes, 256 sent; send over pp: 1 calls, 4 bytes, 4 sent}}
 func.func @pipelined(%x: tensor<4x8xf32>) -> tensor<f32>
     attributes {graph.micro_batches = 2 : i64, trellis.pipeline_stages = 2 : i64} {
   %0 = graph.exp %x {graph.phase = "forward", trellis.stage = 0 : i64} : tensor<4x8xf32>

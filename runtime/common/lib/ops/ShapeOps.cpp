@@ -159,6 +159,13 @@ void addShapeOps(TableBuilder &table) {
           rule.linear = kind == "reduce_sum";
           rule.partialIsMax = kind == "reduce_max";
           return rule;
+        })
+        .cost([kind](const OpInstance &op) {
+          // One add (or compare) per operand element; a mean divides each
+          // result once more.
+          OpCost cost = elementwiseCost(op, kind == "reduce_mean" ? 1 : 0);
+          cost.flops += elementCount(op.shape(0));
+          return cost;
         });
   }
   table
