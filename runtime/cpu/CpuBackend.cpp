@@ -302,8 +302,10 @@ public:
     return std::unique_ptr<Device>(std::make_unique<CpuDevice>(options));
   }
   StatusOr<std::unique_ptr<Communicator>>
-  connect(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
+  connect(Device &device, const Mesh &mesh, int64_t rank,
+          const std::vector<AxisList> &groups,
           const RendezvousOptions &options) const override {
+    (void)device; // Gloo exchanges host memory, the CPU device's own.
     return connectGloo(mesh, rank, groups, options);
   }
 };

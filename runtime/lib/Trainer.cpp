@@ -3,6 +3,7 @@
 #include "trellis/Runtime/Trainer.h"
 
 #include "trellis/Common/SequenceChunks.h"
+#include "trellis/Runtime/HostCollectives.h"
 #include "trellis/Runtime/Initializer.h"
 #include "trellis/Runtime/Launcher.h"
 #include "trellis/Runtime/Safetensors.h"
@@ -294,7 +295,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
     rendezvous.agreement =
         jobFields(options, *plan, data.get(), evalData.get());
     StatusOr<std::unique_ptr<Communicator>> connected =
-        (*backend)->connect(mesh, options.rank, groups, rendezvous);
+        (*backend)->connect(**device, mesh, options.rank, groups, rendezvous);
     if (!connected.ok())
       return connected.status();
     communicator = std::move(*connected);
@@ -490,11 +491,9 @@ Status Trainer::shareLoss() {
   float loss = plan.holds(plan.results.front().stages)
                    ? lastLoss_
                    : -std::numeric_limits<float>::infinity();
-  AxisList everything;
-  for (size_t axis = 0; axis < communicator_->mesh().numAxes(); ++axis)
-    everything.push_back(axis);
-  TRELLIS_RETURN_IF_ERROR(communicator_->allReduce(everything, &loss, 1,
-                                                   DType::F32, ReduceKind::Max));
+  TRELLIS_RETURN_IF_ERROR(allReduceHostValues(*device_, *communicator_,
+                                              everyAxis(communicator_->mesh()),
+                                              &loss, 1, ReduceKind::Max));
   lastLoss_ = loss;
   return Status::success();
 }
@@ -536,11 +535,9 @@ void DynamicLossScale::record(bool finite) {
 Status Trainer::minimumOverMesh(float *values, int64_t count) const {
   if (!communicator_)
     return Status::success();
-  AxisList everything;
-  for (size_t axis = 0; axis < communicator_->mesh().numAxes(); ++axis)
-    everything.push_back(axis);
-  return communicator_->allReduce(everything, values, count, DType::F32,
-                                  ReduceKind::Min);
+  return allReduceHostValues(*device_, *communicator_,
+                             everyAxis(communicator_->mesh()), values, count,
+                             ReduceKind::Min);
 }
 
 StatusOr<std::string> Trainer::firstNonFinite(bool checkUpdates,

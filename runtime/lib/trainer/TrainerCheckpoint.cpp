@@ -11,6 +11,7 @@
 #include "TensorNames.h"
 
 #include "trellis/Runtime/Checkpoint.h"
+#include "trellis/Runtime/HostCollectives.h"
 #include "trellis/Runtime/Launcher.h"
 
 #include <sys/resource.h>
@@ -43,17 +44,15 @@ Status Trainer::gatherArgument(size_t argument, SafetensorsEntry &entry) const {
   // Every rank's shard (zeros from ranks of stages that do not hold it),
   // then each holder's placed at its box.
   Mesh mesh = planMesh(plan);
-  AxisList everything;
-  for (size_t axis = 0; axis < mesh.numAxes(); ++axis)
-    everything.push_back(axis);
   int64_t shardSize = plan.buffers[desc.buffer].numElements();
   std::vector<float> mine(shardSize, 0.0f);
   if (plan.holds(desc.stages))
     TRELLIS_RETURN_IF_ERROR(
         executor_->readArgumentValues(argument, mine.data()));
   std::vector<float> shards(shardSize * mesh.size());
-  TRELLIS_RETURN_IF_ERROR(communicator_->allGather(
-      everything, mine.data(), shards.data(), shardSize, DType::F32));
+  TRELLIS_RETURN_IF_ERROR(allGatherHostValues(*device_, *communicator_,
+                                              everyAxis(mesh), mine.data(),
+                                              shards.data(), shardSize));
   int64_t total = 1;
   for (int64_t size : layout.globalShape)
     total *= size;
@@ -84,12 +83,10 @@ StatusOr<std::vector<RankMemory>> Trainer::gatherMemory() const {
   std::vector<float> all = mine;
   if (communicator_) {
     const Mesh &mesh = communicator_->mesh();
-    AxisList everything;
-    for (size_t axis = 0; axis < mesh.numAxes(); ++axis)
-      everything.push_back(axis);
     all.resize(kFigures * mesh.size());
-    TRELLIS_RETURN_IF_ERROR(communicator_->allGather(
-        everything, mine.data(), all.data(), kFigures, DType::F32));
+    TRELLIS_RETURN_IF_ERROR(allGatherHostValues(*device_, *communicator_,
+                                                everyAxis(mesh), mine.data(),
+                                                all.data(), kFigures));
   }
   std::vector<RankMemory> figures;
   for (size_t r = 0; r + kFigures <= all.size(); r += kFigures)

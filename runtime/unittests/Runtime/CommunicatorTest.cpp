@@ -6,6 +6,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "trellis/Runtime/Backend.h"
+#include "trellis/Runtime/HostCollectives.h"
+
+#include "Runtime/ForwardingDevice.h"
 
 #include "trellis/Common/HalfFloat.h"
 
@@ -43,6 +46,12 @@ std::vector<int> runRanks(int ranks, const std::function<int(int)> &body) {
   return codes;
 }
 
+/// The CPU device of this (forked) rank.
+Device &rankDevice() {
+  static std::unique_ptr<Device> device = ForwardingDevice::cpu();
+  return *device;
+}
+
 /// Connects through the CPU backend (Gloo).
 StatusOr<std::unique_ptr<Communicator>>
 connectGloo(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
@@ -50,8 +59,30 @@ connectGloo(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
   StatusOr<const Backend *> cpu = findBackend("cpu");
   if (!cpu.ok())
     return cpu.status();
-  return (*cpu)->connect(mesh, rank, groups, options);
+  return (*cpu)->connect(rankDevice(), mesh, rank, groups, options);
 }
+
+/// The CPU device as a device whose memory the host may not touch: the
+/// host collectives stage their values through it (counted).
+class StagingDevice : public ForwardingDevice {
+public:
+  using ForwardingDevice::ForwardingDevice;
+  int copiesIn = 0, copiesOut = 0, exchanges = 0;
+
+  bool hostAddressable() const override { return false; }
+  Status copyFromHost(const void *host, Tensor &target) override {
+    ++copiesIn;
+    return ForwardingDevice::copyFromHost(host, target);
+  }
+  Status copyToHost(const Tensor &source, void *host) override {
+    ++copiesOut;
+    return ForwardingDevice::copyToHost(source, host);
+  }
+  int64_t enqueueCommunication(std::function<Status()> work) override {
+    ++exchanges;
+    return ForwardingDevice::enqueueCommunication(std::move(work));
+  }
+};
 
 std::string freshStore(const std::string &name) {
   std::string dir =
@@ -266,6 +297,45 @@ TEST(CommunicatorTest, RejectsARankOutsideTheMesh) {
   ASSERT_FALSE(connected.ok());
   EXPECT_EQ(connected.status().message(),
             "rank 5 is outside the mesh of 2 ranks");
+}
+
+TEST(CommunicatorTest, HostValuesStageThroughADevicesOwnMemory) {
+  Mesh mesh = *Mesh::parse("dp=2", nullptr);
+  RendezvousOptions options;
+  options.storeDir = freshStore("host-values");
+  std::vector<int> codes = runRanks(2, [&](int rank) {
+    auto connected = connectGloo(mesh, rank, {{0}}, options);
+    if (!connected.ok())
+      return 1;
+    Communicator &comm = **connected;
+    // Where the device's memory is the host's, values go to Gloo directly.
+    float loss = float(rank + 1);
+    if (!allReduceHostValues(rankDevice(), comm, everyAxis(mesh), &loss, 1,
+                             ReduceKind::Max)
+             .ok() ||
+        loss != 2.0f)
+      return 2;
+    // Otherwise: copied in, exchanged on the communication stream, copied
+    // out, with the same results.
+    StagingDevice staging(ForwardingDevice::cpu());
+    std::vector<float> values = {float(rank), -float(rank)};
+    if (!allReduceHostValues(staging, comm, {0}, values.data(), 2,
+                             ReduceKind::Min)
+             .ok() ||
+        values != std::vector<float>{0.0f, -1.0f})
+      return 3;
+    std::vector<float> mine = {float(10 * rank), float(10 * rank + 1)};
+    std::vector<float> all(4);
+    if (!allGatherHostValues(staging, comm, {0}, mine.data(), all.data(), 2)
+             .ok() ||
+        all != std::vector<float>{0.0f, 1.0f, 10.0f, 11.0f})
+      return 4;
+    if (staging.copiesIn != 2 || staging.copiesOut != 2 ||
+        staging.exchanges != 2)
+      return 5;
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 #include "trellis/Runtime/Backend.h"
 #include "trellis/Runtime/Plan.h"
 
+#include "Runtime/ForwardingDevice.h"
 #include "Runtime/TestPlans.h"
 
 #include <gtest/gtest.h>
@@ -16,10 +17,9 @@ using trellis::runtime::testplans::kMicroBatchPlan;
 namespace {
 
 /// The CPU device, recording what the executor prepares and launches.
-class RecordingDevice : public Device {
+class RecordingDevice : public ForwardingDevice {
 public:
-  explicit RecordingDevice(std::unique_ptr<Device> device)
-      : device_(std::move(device)) {}
+  using ForwardingDevice::ForwardingDevice;
 
   /// Instructions prepared, by op.
   std::map<std::string, int> prepared;
@@ -33,52 +33,20 @@ public:
   };
   std::vector<Launch> launches;
 
-  std::string name() const override { return device_->name(); }
-  bool hostAddressable() const override { return device_->hostAddressable(); }
-  MemoryBudget memoryBudget() const override { return device_->memoryBudget(); }
-  StatusOr<std::unique_ptr<DeviceAllocation>> allocate(int64_t bytes) override {
-    return device_->allocate(bytes);
-  }
-  Status copyToHost(const Tensor &source, void *host) override {
-    return device_->copyToHost(source, host);
-  }
-  Status copyFromHost(const void *host, Tensor &target) override {
-    return device_->copyFromHost(host, target);
-  }
-  Status copy(const Tensor &source, Tensor &target) override {
-    return device_->copy(source, target);
-  }
-  bool hasKernel(const std::string &op) const override {
-    return device_->hasKernel(op);
-  }
   StatusOr<std::unique_ptr<PreparedLaunch>>
   prepare(const KernelArgs &args) override {
     ++prepared[args.instruction.op];
-    return device_->prepare(args);
+    return ForwardingDevice::prepare(args);
   }
   Status launch(const KernelArgs &args) override {
     launches.push_back({args.instruction.op, &args.instruction, &args.out(0),
                         args.prepared != nullptr});
-    return device_->launch(args);
+    return ForwardingDevice::launch(args);
   }
-  Status runCollective(const KernelArgs &args) override {
-    return device_->runCollective(args);
-  }
-  int64_t enqueueCommunication(std::function<Status()> work) override {
-    return device_->enqueueCommunication(std::move(work));
-  }
-  Status waitCommunication(int64_t event) override {
-    return device_->waitCommunication(event);
-  }
-  Status synchronize() override { return device_->synchronize(); }
-
-private:
-  std::unique_ptr<Device> device_;
 };
 
 std::unique_ptr<RecordingDevice> recordingCpuDevice() {
-  return std::make_unique<RecordingDevice>(
-      std::move(*(*findBackend("cpu"))->createDevice({})));
+  return std::make_unique<RecordingDevice>(ForwardingDevice::cpu());
 }
 
 TEST(ExecutorTest, PreparesEachInstructionOfAProgramOnce) {

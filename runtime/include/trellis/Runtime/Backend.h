@@ -9,8 +9,12 @@
 // - launch() runs an instruction on the compute stream, after everything
 //   launched before it; it may return before the kernel finished.
 // - enqueueCommunication() runs work on the communication stream, in
-//   submission order, concurrently with the compute stream; it returns an
-//   event.
+//   submission order, after the compute launched before it and
+//   concurrently with compute launched later; it returns an event. The
+//   work calls the rank's Communicator, which either completes each
+//   exchange before returning (Gloo, host memory) or enqueues it on this
+//   device's communication stream (a stream-ordered communicator, NCCL:
+//   Backend::connect hands it the device).
 // - waitCommunication(event) makes later compute wait until that work (and
 //   all communication before it) completed, and reports its failure. The
 //   CPU device blocks the host; a GPU device may make its compute stream
@@ -200,9 +204,13 @@ public:
   virtual StatusOr<std::unique_ptr<Device>>
   createDevice(const DeviceOptions &options) const = 0;
   /// Connects `rank` of `mesh`, with communicators for the groups along
-  /// every axis list in `groups` (and the whole mesh).
+  /// every axis list in `groups` (and the whole mesh), exchanging buffers
+  /// in `device`'s memory; a stream-ordered communicator enqueues on
+  /// `device`'s communication stream, so `device` (made by this backend)
+  /// outlives it.
   virtual StatusOr<std::unique_ptr<Communicator>>
-  connect(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
+  connect(Device &device, const Mesh &mesh, int64_t rank,
+          const std::vector<AxisList> &groups,
           const RendezvousOptions &options) const = 0;
 };
 

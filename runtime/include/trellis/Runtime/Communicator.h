@@ -4,7 +4,7 @@
 // A rank's view of the other ranks: collectives and point-to-point over
 // groups named by mesh axes (the ranks that differ only along those axes,
 // ordered by position, the first axis most significant). Backends (Gloo on
-// CPU; NCCL later) implement it; every failure, including a peer that died
+// CPU; NCCL on GPUs) implement it; every failure, including a peer that died
 // or stopped answering within the timeout, is a Status naming the
 // operation, the group and the ranks involved.
 //
@@ -50,9 +50,18 @@ public:
     return mesh_.groupPosition(rank_, axes);
   }
 
-  // Buffers are `count` elements of `dtype` in the device's memory. Sums of
-  // 16-bit floats are taken in fp32 and rounded to nearest even after each
-  // step of the reduction (the wire carries the 16-bit values).
+  // Buffers are `count` elements of `dtype` in the memory of the device it
+  // was connected for (Backend::connect). Sums of 16-bit floats are taken
+  // in fp32 and rounded to nearest even after each step of the reduction
+  // (the wire carries the 16-bit values).
+  //
+  // A communicator either completes each call before returning (Gloo) or
+  // is stream-ordered (NCCL): a call then returns once the exchange is
+  // enqueued on the device's communication stream, its results may be read
+  // only after Device::waitCommunication or synchronize, and its failure
+  // may be reported there instead. Callers therefore run collectives
+  // through Device::enqueueCommunication, and exchange host values through
+  // HostCollectives.h.
 
   /// In place: every member ends with the reduction of all members' data.
   virtual Status allReduce(const AxisList &axes, void *data, int64_t count,
