@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <numeric>
 #include <utility>
 
@@ -45,6 +46,56 @@ std::vector<int64_t> planCollectiveWaits(
   return waits;
 }
 
+namespace {
+
+/// The placed buffers, found by the instructions they are live at: a
+/// segment tree over instruction indices whose nodes list the buffers
+/// covering their whole range (those live at an instruction are on its
+/// leaf's path), and the buffers by first instruction (those that start
+/// inside a lifetime). Together they name every placed buffer whose
+/// lifetime meets a given one, once: O(log n + found) per query instead of
+/// a scan of all placed buffers.
+class PlacedBuffers {
+public:
+  explicit PlacedBuffers(int64_t instructions) {
+    while (leaves_ < instructions)
+      leaves_ *= 2;
+    covering_.resize(2 * leaves_);
+  }
+
+  void add(int64_t id, int64_t first, int64_t last) {
+    startingAt_.emplace(first, id);
+    for (int64_t lo = first + leaves_, hi = last + leaves_ + 1; lo < hi;
+         lo /= 2, hi /= 2) {
+      if (lo & 1)
+        covering_[lo++].push_back(id);
+      if (hi & 1)
+        covering_[--hi].push_back(id);
+    }
+  }
+
+  /// Calls `found(id)` for each placed buffer live somewhere in
+  /// [first, last].
+  template <typename Found>
+  void forEachMeeting(int64_t first, int64_t last, Found found) const {
+    // Live at `first`...
+    for (int64_t node = first + leaves_; node >= 1; node /= 2)
+      for (int64_t id : covering_[node])
+        found(id);
+    // ...or starting after it, within the lifetime.
+    for (auto it = startingAt_.upper_bound(first);
+         it != startingAt_.end() && it->first <= last; ++it)
+      found(it->second);
+  }
+
+private:
+  int64_t leaves_ = 1;
+  std::vector<std::vector<int64_t>> covering_;
+  std::multimap<int64_t, int64_t> startingAt_;
+};
+
+} // namespace
+
 int64_t placeArena(const std::vector<ArenaBuffer> &buffers,
                    std::vector<int64_t> &offsets) {
   offsets.assign(buffers.size(), -1);
@@ -59,19 +110,23 @@ int64_t placeArena(const std::vector<ArenaBuffer> &buffers,
       return buffers[a].first < buffers[b].first;
     return buffers[a].last < buffers[b].last;
   });
-  struct Placed {
-    int64_t first, last, offset, bytes;
-  };
-  std::vector<Placed> placed;
+  int64_t instructions = 1;
+  for (const ArenaBuffer &buffer : buffers)
+    instructions =
+        std::max(instructions, std::max(buffer.first, buffer.last) + 1);
+  PlacedBuffers placed(instructions);
   std::vector<std::pair<int64_t, int64_t>> busy;
   int64_t arena = 0;
   for (size_t index : order) {
     const ArenaBuffer &buffer = buffers[index];
     int64_t bytes = alignedArenaBytes(buffer.bytes);
+    int64_t last = std::max(buffer.first, buffer.last);
     busy.clear();
-    for (const Placed &p : placed)
-      if (p.first <= buffer.last && buffer.first <= p.last)
-        busy.emplace_back(p.offset, p.offset + p.bytes);
+    placed.forEachMeeting(buffer.first, last, [&](int64_t other) {
+      busy.emplace_back(offsets[other],
+                        offsets[other] +
+                            alignedArenaBytes(buffers[other].bytes));
+    });
     std::sort(busy.begin(), busy.end());
     int64_t offset = 0;
     for (const auto &[begin, stop] : busy) {
@@ -80,7 +135,7 @@ int64_t placeArena(const std::vector<ArenaBuffer> &buffers,
       offset = std::max(offset, stop);
     }
     offsets[index] = offset;
-    placed.push_back({buffer.first, buffer.last, offset, bytes});
+    placed.add(static_cast<int64_t>(index), buffer.first, last);
     arena = std::max(arena, offset + bytes);
   }
   return arena;
