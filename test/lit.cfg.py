@@ -29,3 +29,17 @@ llvm_config.add_tool_substitutions(tools, tool_dirs)
 # installs Debian's openmpi-bin); lit reports it unsupported without one.
 if shutil.which("mpirun"):
     config.available_features.add("mpirun")
+
+# cuda-backend: the runtime was built with the CUDA backend (nvcc found);
+# gpu: this machine has an NVIDIA GPU its driver can use.
+import subprocess
+_run = os.path.join(config.trellis_tools_dir, "trellis-run")
+try:
+    _help = subprocess.run([_run, "--help"], capture_output=True, text=True).stdout
+    if "  cuda:" in _help:
+        config.available_features.add("cuda-backend")
+except OSError:
+    pass
+if shutil.which("nvidia-smi") and subprocess.run(
+        ["nvidia-smi", "-L"], capture_output=True).returncode == 0:
+    config.available_features.add("gpu")

@@ -3,6 +3,8 @@
 #include "Gemm.h"
 #include "Kernels.h"
 
+#include "trellis/Runtime/OpShapes.h"
+
 namespace trellis::runtime::cpu {
 
 Status runMatmul(const KernelArgs &args) {
@@ -10,15 +12,10 @@ Status runMatmul(const KernelArgs &args) {
   Tensor &out = args.out(0);
   bool transposeLhs = args.instruction.flag("transpose_lhs");
   bool transposeRhs = args.instruction.flag("transpose_rhs");
-  const std::vector<int64_t> &ls = lhs.shape(), &rs = rhs.shape();
-  size_t rank = ls.size();
-  int64_t m = ls[rank - (transposeLhs ? 1 : 2)];
-  int64_t k = ls[rank - (transposeLhs ? 2 : 1)];
-  int64_t n = rs[rs.size() - (transposeRhs ? 2 : 1)];
-  int64_t batch = 1;
-  for (size_t d = 0; d + 2 < rank; ++d)
-    batch *= ls[d];
-  bool sharedRhs = rs.size() == 2;
+  MatmulSizes sizes =
+      matmulSizes(lhs.shape(), rhs.shape(), transposeLhs, transposeRhs);
+  int64_t m = sizes.m, k = sizes.k, n = sizes.n, batch = sizes.batch;
+  bool sharedRhs = sizes.sharedRhs;
   int64_t lda = transposeLhs ? m : k;
   int64_t ldb = transposeRhs ? k : n;
   if (m == 0 || n == 0 || batch == 0)

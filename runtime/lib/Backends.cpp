@@ -8,6 +8,9 @@
 #include "trellis/Runtime/Backend.h"
 
 #include "../cpu/CpuBackend.h"
+#ifdef TRELLIS_HAVE_CUDA
+#include "../cuda/CudaBackend.h"
+#endif
 
 namespace trellis::runtime {
 
@@ -25,7 +28,12 @@ Device::firstNonFinite(const std::vector<const Tensor *> &tensors) {
 }
 
 const std::vector<const Backend *> &registeredBackends() {
-  static const std::vector<const Backend *> backends = {&cpu::backend()};
+  static const std::vector<const Backend *> backends = {
+      &cpu::backend(),
+#ifdef TRELLIS_HAVE_CUDA
+      &cuda::backend(),
+#endif
+  };
   return backends;
 }
 

@@ -9,6 +9,20 @@ bool isCollective(const std::string &op) {
   return contract && contract->collective;
 }
 
+MatmulSizes matmulSizes(const std::vector<int64_t> &lhs,
+                        const std::vector<int64_t> &rhs, bool transposeLhs,
+                        bool transposeRhs) {
+  MatmulSizes sizes;
+  size_t rank = lhs.size();
+  sizes.m = lhs[rank - (transposeLhs ? 1 : 2)];
+  sizes.k = lhs[rank - (transposeLhs ? 2 : 1)];
+  sizes.n = rhs[rhs.size() - (transposeRhs ? 2 : 1)];
+  for (size_t d = 0; d + 2 < rank; ++d)
+    sizes.batch *= lhs[d];
+  sizes.sharedRhs = rhs.size() == 2;
+  return sizes;
+}
+
 bool isPointToPoint(const std::string &op) {
   return op == "send" || op == "recv";
 }

@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <cstring>
 #include <map>
 #include <memory>
@@ -80,8 +82,28 @@ inline std::vector<std::string> backendNames() {
   return names;
 }
 
+/// Why a device of `backend` cannot be made on this machine (a GPU
+/// backend without a GPU), or nullopt when it can.
+inline std::optional<std::string> unavailable(const std::string &backend) {
+  StatusOr<const Backend *> found = findBackend(backend);
+  if (!found.ok())
+    return found.status().message();
+  StatusOr<std::unique_ptr<Device>> device = (*found)->createDevice({2});
+  if (!device.ok())
+    return device.status().message();
+  return std::nullopt;
+}
+
 /// A kernel test run once per registered backend: GetParam() names it.
-class EveryBackend : public ::testing::TestWithParam<std::string> {};
+/// On a machine that cannot make the backend's device, the test is
+/// skipped, saying why.
+class EveryBackend : public ::testing::TestWithParam<std::string> {
+protected:
+  void SetUp() override {
+    if (std::optional<std::string> reason = unavailable(GetParam()))
+      GTEST_SKIP() << GetParam() << " skipped: " << *reason;
+  }
+};
 
 /// Instantiates `suite` (derived from EveryBackend) on every registered
 /// backend, each test named after it ("Backends/Suite.Test/cpu").

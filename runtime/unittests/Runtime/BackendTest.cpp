@@ -2,6 +2,8 @@
 
 #include "trellis/Runtime/Backend.h"
 
+#include "KernelTesting.h"
+
 #include "trellis/Common/HalfFloat.h"
 
 #include <gtest/gtest.h>
@@ -15,8 +17,12 @@ using namespace trellis::runtime;
 
 namespace {
 
-TEST(BackendTest, EveryComputePlanOpHasAKernelOnEveryBackend) {
-  for (const Backend *backend : registeredBackends()) {
+class BackendKernels : public trellis::runtime::testing::EveryBackend {};
+TRELLIS_ON_EVERY_BACKEND(BackendKernels);
+
+TEST_P(BackendKernels, EveryComputePlanOpHasAKernel) {
+  {
+    const Backend *backend = *findBackend(GetParam());
     StatusOr<std::unique_ptr<Device>> device = backend->createDevice({});
     ASSERT_TRUE(device.ok()) << device.status().message();
     int compute = 0;
@@ -37,8 +43,12 @@ TEST(BackendTest, EveryComputePlanOpHasAKernelOnEveryBackend) {
 TEST(BackendTest, UnknownBackendsAreNamedWithTheAvailableOnes) {
   StatusOr<const Backend *> missing = findBackend("tpu");
   ASSERT_FALSE(missing.ok());
+  std::string names;
+  for (const Backend *backend : registeredBackends())
+    names += (names.empty() ? "" : ", ") + backend->name();
   EXPECT_EQ(missing.status().message(),
-            "unknown device 'tpu': this runtime has cpu");
+            "unknown device 'tpu': this runtime has " + names);
+  EXPECT_EQ(names.rfind("cpu", 0), 0u) << "the CPU backend comes first";
   StatusOr<const Backend *> cpu = findBackend("cpu");
   ASSERT_TRUE(cpu.ok());
   StatusOr<std::unique_ptr<Device>> device = (*cpu)->createDevice({0, 0});

@@ -444,14 +444,18 @@ TEST(ConformanceTest, EveryComputeRowHasSamples) {
     EXPECT_NE(findOpContract(op), nullptr) << "sample of no row: " << op;
 }
 
-TEST(ConformanceTest, EveryRowOnEveryBackendMatchesTheReference) {
+class Conformance : public EveryBackend {};
+TRELLIS_ON_EVERY_BACKEND(Conformance);
+
+TEST_P(Conformance, EveryRowMatchesTheReference) {
   StatusOr<std::unique_ptr<Device>> reference =
       (*findBackend("cpu"))->createDevice({2});
   ASSERT_TRUE(reference.ok());
   Launcher referenceLauncher(**reference);
   std::map<std::string, std::vector<Sample>> all = samples();
   int checked = 0;
-  for (const Backend *backend : registeredBackends()) {
+  {
+    const Backend *backend = *findBackend(GetParam());
     StatusOr<std::unique_ptr<Device>> device = backend->createDevice({2});
     ASSERT_TRUE(device.ok()) << device.status().message();
     Launcher launcher(**device);

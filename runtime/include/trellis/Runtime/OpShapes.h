@@ -20,6 +20,19 @@ Status validateInstruction(const Instruction &instruction,
                            const std::vector<BufferDesc> &buffers,
                            const std::vector<size_t> &axes, const Mesh &mesh);
 
+/// A matmul's sizes: result[batch..., m, n] = op(lhs)[m, k] · op(rhs)[k, n]
+/// (the transposes the instruction names), `batch` the product of lhs's
+/// leading dimensions; a rank-2 rhs is shared by every batch.
+struct MatmulSizes {
+  int64_t m = 0, k = 0, n = 0, batch = 1;
+  bool sharedRhs = false;
+};
+
+/// The sizes of a validated matmul with operands of shapes `lhs`, `rhs`.
+MatmulSizes matmulSizes(const std::vector<int64_t> &lhs,
+                        const std::vector<int64_t> &rhs, bool transposeLhs,
+                        bool transposeRhs);
+
 /// True for ops that communicate (all_reduce, send, ...).
 bool isCollective(const std::string &op);
 

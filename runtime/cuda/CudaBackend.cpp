@@ -1,0 +1,465 @@
+//===- CudaBackend.cpp - NVIDIA GPUs as devices ---------------------------===//
+//
+// Memory is device memory (cudaMalloc, zeroed when allocated); the compute
+// stream and the communication stream are CUDA streams, ordered by events
+// and never by host waits: enqueueCommunication makes the communication
+// stream wait for the compute launched before it and runs its work, which
+// enqueues there; waitCommunication makes the compute stream wait for it.
+// The host waits only to read values back (copyToHost, the finiteness
+// verdict) and in synchronize().
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaBackend.h"
+
+#include "CublasLt.h"
+#include "CudaSupport.h"
+
+#include "trellis/Runtime/CollectiveLowering.h"
+
+#include <optional>
+#include <string>
+
+namespace trellis::runtime::cuda {
+
+Status cudaFailure(const std::string &what, cudaError_t error) {
+  return Status::error("cuda: " + what + ": " + cudaGetErrorString(error));
+}
+
+namespace {
+
+/// cuBLASLt's workspace (NVIDIA recommends 32 MiB on Hopper).
+constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
+
+std::string mebibytes(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MiB", bytes / 1048576.0);
+  return text;
+}
+
+class CudaAllocation : public DeviceAllocation {
+public:
+  CudaAllocation(void *data, int64_t bytes) : data_(data), bytes_(bytes) {}
+  ~CudaAllocation() override { cudaFree(data_); }
+  void *data() override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+
+private:
+  void *data_;
+  int64_t bytes_;
+};
+
+/// Scratch from the stream-ordered allocator, freed in stream order.
+class StreamAllocation : public DeviceAllocation {
+public:
+  StreamAllocation(void *data, int64_t bytes, cudaStream_t stream)
+      : data_(data), bytes_(bytes), stream_(stream) {}
+  ~StreamAllocation() override { cudaFreeAsync(data_, stream_); }
+  void *data() override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+
+private:
+  void *data_;
+  int64_t bytes_;
+  cudaStream_t stream_;
+};
+
+/// The moves of device memory the collective lowering packs with, all on
+/// the communication stream.
+class DeviceCollectiveMemory : public CollectiveMemory {
+public:
+  explicit DeviceCollectiveMemory(cudaStream_t stream) : stream_(stream) {}
+
+  StatusOr<std::unique_ptr<DeviceAllocation>> scratch(int64_t bytes) override {
+    void *data = nullptr;
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMallocAsync(&data, std::max<int64_t>(bytes, 1), stream_),
+        "allocating " + mebibytes(bytes) + " of scratch for a collective");
+    return std::unique_ptr<DeviceAllocation>(
+        std::make_unique<StreamAllocation>(data, bytes, stream_));
+  }
+  Status copyRows(void *target, int64_t targetStride, const void *source,
+                  int64_t sourceStride, int64_t rowBytes,
+                  int64_t rows) override {
+    if (rows == 0 || rowBytes == 0)
+      return Status::success();
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy2DAsync(target, targetStride, source, sourceStride, rowBytes,
+                          rows, cudaMemcpyDeviceToDevice, stream_),
+        "copying rows for a collective");
+    return Status::success();
+  }
+  Status reduce(DType dtype, ReduceKind kind, void *target, const void *a,
+                const void *b, int64_t count) override {
+    return launchReduceElements(dtype, kind, target, a, b, count, stream_);
+  }
+
+private:
+  cudaStream_t stream_;
+};
+
+/// A compute instruction's kernel and what it decided when prepared.
+class CudaLaunch : public PreparedLaunch {
+public:
+  CudaKernel kernel = nullptr;
+  std::unique_ptr<PreparedLaunch> decided;
+};
+
+class CudaDevice : public Device {
+public:
+  ~CudaDevice() override {
+    (void)synchronize();
+    for (cudaEvent_t event : eventPool_)
+      cudaEventDestroy(event);
+    if (flag_)
+      cudaFree(flag_);
+    if (context_.workspace)
+      cudaFree(context_.workspace);
+    blas_.reset();
+    if (communication_)
+      cudaStreamDestroy(communication_);
+    if (context_.stream)
+      cudaStreamDestroy(context_.stream);
+  }
+
+  static StatusOr<std::unique_ptr<CudaDevice>>
+  create(const DeviceOptions &options) {
+    std::unique_ptr<CudaDevice> device(new CudaDevice(options));
+    TRELLIS_RETURN_IF_ERROR(device->initialize());
+    return device;
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  MemoryBudget memoryBudget() const override {
+    size_t free = 0, total = 0;
+    MemoryBudget budget;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess)
+      return budget;
+    budget.bytes = static_cast<int64_t>(free);
+    budget.source = "free memory of GPU " + std::to_string(ordinal_) + " (" +
+                    mebibytes(static_cast<int64_t>(free)) + " of " +
+                    mebibytes(static_cast<int64_t>(total)) + ")";
+    if (options_.maxMemoryBytes > 0 && options_.maxMemoryBytes < budget.bytes) {
+      budget.bytes = options_.maxMemoryBytes;
+      budget.source = "--max-memory";
+    }
+    return budget;
+  }
+
+  StatusOr<std::unique_ptr<DeviceAllocation>> allocate(int64_t bytes) override {
+    void *data = nullptr;
+    int64_t size = std::max<int64_t>(bytes, 1);
+    if (cudaError_t error = cudaMalloc(&data, size); error != cudaSuccess) {
+      cudaGetLastError(); // clear the sticky-free error state
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      return Status::error("cuda: cannot allocate " + mebibytes(bytes) +
+                           " on GPU " + std::to_string(ordinal_) + " (" +
+                           mebibytes(static_cast<int64_t>(free)) + " free of " +
+                           mebibytes(static_cast<int64_t>(total)) +
+                           "): " + cudaGetErrorString(error));
+    }
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(data, 0, size, context_.stream), "zeroing memory");
+    return std::unique_ptr<DeviceAllocation>(
+        std::make_unique<CudaAllocation>(data, size));
+  }
+
+  Status copyToHost(const Tensor &source, void *host) override {
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host, source.raw(), source.bytes(),
+                        cudaMemcpyDeviceToHost, context_.stream),
+        "copying to the host");
+    TRELLIS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream),
+                                 "waiting for a copy to the host");
+    return Status::success();
+  }
+  Status copyFromHost(const void *host, Tensor &target) override {
+    // The host's bytes may go away on return: wait for the copy.
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(target.raw(), host, target.bytes(),
+                        cudaMemcpyHostToDevice, context_.stream),
+        "copying from the host");
+    TRELLIS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream),
+                                 "waiting for a copy from the host");
+    return Status::success();
+  }
+  Status copy(const Tensor &source, Tensor &target) override {
+    if (source.bytes() != target.bytes())
+      return Status::error("cuda: copy of " + std::to_string(source.bytes()) +
+                           " bytes into a buffer of " +
+                           std::to_string(target.bytes()));
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(target.raw(), source.raw(), source.bytes(),
+                        cudaMemcpyDeviceToDevice, context_.stream),
+        "copying on the device");
+    return Status::success();
+  }
+
+  bool hasKernel(const std::string &op) const override {
+    return cudaKernels().find(op) != nullptr;
+  }
+
+  StatusOr<std::unique_ptr<PreparedLaunch>>
+  prepare(const KernelArgs &args) override {
+    const CudaKernelTable::Entry *entry =
+        cudaKernels().find(args.instruction.op);
+    if (!entry)
+      return Status::error("cuda: no kernel for '" + args.instruction.op +
+                           "' yet (docs/Runtime.md lists the CUDA backend's "
+                           "ops)");
+    auto launch = std::make_unique<CudaLaunch>();
+    launch->kernel = entry->run;
+    if (entry->prepare) {
+      StatusOr<std::unique_ptr<PreparedLaunch>> decided =
+          entry->prepare(args, context_);
+      if (!decided.ok())
+        return decided.status();
+      launch->decided = std::move(*decided);
+    }
+    return std::unique_ptr<PreparedLaunch>(std::move(launch));
+  }
+
+  Status launch(const KernelArgs &args) override {
+    if (const auto *launch = dynamic_cast<const CudaLaunch *>(args.prepared)) {
+      KernelArgs own = args;
+      own.prepared = launch->decided.get();
+      return launch->kernel(own, context_);
+    }
+    StatusOr<std::unique_ptr<PreparedLaunch>> prepared = prepare(args);
+    if (!prepared.ok())
+      return prepared.status();
+    KernelArgs once = args;
+    once.prepared = prepared->get();
+    return launch(once);
+  }
+
+  Status runCollective(const KernelArgs &args) override {
+    return runtime::runCollective(args, collectiveMemory_);
+  }
+
+  int64_t enqueueCommunication(std::function<Status()> work) override {
+    // After the compute launched so far...
+    cudaEvent_t computed = takeEvent();
+    Status status = failed_ ? *failed_ : Status::success();
+    if (status.ok()) {
+      if (cudaError_t error = cudaEventRecord(computed, context_.stream);
+          error != cudaSuccess)
+        status = cudaFailure("recording an event", error);
+      else if (cudaError_t error =
+                   cudaStreamWaitEvent(communication_, computed, 0);
+               error != cudaSuccess)
+        status = cudaFailure("ordering communication after compute", error);
+    }
+    // ...the work enqueues on the communication stream (a stream-ordered
+    // communicator), unless an earlier exchange failed: peers would wait
+    // on it until their timeout.
+    if (status.ok())
+      status = work();
+    cudaEvent_t communicated = takeEvent();
+    if (status.ok())
+      if (cudaError_t error = cudaEventRecord(communicated, communication_);
+          error != cudaSuccess)
+        status = cudaFailure("recording an event", error);
+    if (!status.ok() && !failed_)
+      failed_ = status;
+    events_.push_back({communicated, status});
+    return static_cast<int64_t>(events_.size()) - 1;
+  }
+
+  Status waitCommunication(int64_t event) override {
+    for (int64_t e = waited_; e <= event && e < int64_t(events_.size()); ++e)
+      if (!events_[e].status.ok())
+        return events_[e].status;
+    waited_ = std::max(waited_, event + 1);
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(context_.stream, events_[event].done, 0),
+        "ordering compute after communication");
+    return Status::success();
+  }
+
+  Status synchronize() override {
+    Status status = failed_ ? *failed_ : Status::success();
+    if (cudaError_t error = cudaStreamSynchronize(communication_);
+        error != cudaSuccess && status.ok())
+      status = cudaFailure("the communication stream", error);
+    if (cudaError_t error = cudaStreamSynchronize(context_.stream);
+        error != cudaSuccess && status.ok())
+      status = cudaFailure("the compute stream", error);
+    // Every event is done: back to the pool.
+    for (const Recorded &recorded : events_)
+      eventPool_.push_back(recorded.done);
+    for (cudaEvent_t event : usedOrdering_)
+      eventPool_.push_back(event);
+    events_.clear();
+    usedOrdering_.clear();
+    waited_ = 0;
+    failed_.reset();
+    return status;
+  }
+
+  /// One flag on the device, tested by one kernel per tensor; one copy of
+  /// it back.
+  StatusOr<int64_t>
+  firstNonFinite(const std::vector<const Tensor *> &tensors) override {
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(flag_, 0, sizeof(int32_t), context_.stream),
+        "clearing the finiteness flag");
+    TRELLIS_RETURN_IF_ERROR(
+        launchFirstNonFinite(tensors, flag_, context_.stream));
+    int32_t flag = 0;
+    TRELLIS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&flag, flag_, sizeof(flag),
+                                                 cudaMemcpyDeviceToHost,
+                                                 context_.stream),
+                                 "reading the finiteness flag");
+    TRELLIS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream),
+                                 "waiting for the finiteness flag");
+    return static_cast<int64_t>(flag) - 1;
+  }
+
+private:
+  explicit CudaDevice(const DeviceOptions &options)
+      : options_(options), ordinal_(static_cast<int>(options.localRank)),
+        collectiveMemory_(nullptr) {}
+
+  Status initialize() {
+    TRELLIS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_),
+                                 "selecting GPU " + std::to_string(ordinal_));
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&context_.stream, cudaStreamNonBlocking),
+        "creating the compute stream");
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&communication_, cudaStreamNonBlocking),
+        "creating the communication stream");
+    collectiveMemory_ = DeviceCollectiveMemory(communication_);
+    const char *tf32 = std::getenv("TRELLIS_CUDA_TF32");
+    StatusOr<std::unique_ptr<CublasLt>> blas =
+        CublasLt::load(tf32 && std::string(tf32) == "1");
+    if (!blas.ok())
+      return blas.status();
+    blas_ = std::move(*blas);
+    context_.blas = blas_.get();
+    context_.workspaceBytes = kWorkspaceBytes;
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(&context_.workspace, kWorkspaceBytes),
+        "allocating cuBLASLt's workspace");
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(reinterpret_cast<void **>(&flag_), sizeof(int32_t)),
+        "allocating the finiteness flag");
+    return Status::success();
+  }
+
+  /// An event from the pool (made when the pool is empty); it returns to
+  /// the pool at synchronize().
+  cudaEvent_t takeEvent() {
+    cudaEvent_t event = nullptr;
+    if (!eventPool_.empty()) {
+      event = eventPool_.back();
+      eventPool_.pop_back();
+    } else {
+      cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    }
+    usedOrdering_.push_back(event);
+    return event;
+  }
+
+  struct Recorded {
+    cudaEvent_t done;
+    Status status;
+  };
+
+  DeviceOptions options_;
+  int ordinal_;
+  CudaContext context_;
+  cudaStream_t communication_ = nullptr;
+  std::unique_ptr<CublasLt> blas_;
+  DeviceCollectiveMemory collectiveMemory_;
+  int32_t *flag_ = nullptr;
+  std::vector<Recorded> events_;
+  /// Events taken since the last synchronize (all of them, recorded ones
+  /// included); the pool of free ones.
+  std::vector<cudaEvent_t> usedOrdering_, eventPool_;
+  int64_t waited_ = 0;
+  std::optional<Status> failed_;
+};
+
+class CudaBackend : public Backend {
+public:
+  std::string name() const override { return "cuda"; }
+  std::string description() const override {
+    return "NVIDIA GPUs, one per rank: cuBLASLt and Trellis kernels, NCCL";
+  }
+
+  StatusOr<std::unique_ptr<Device>>
+  createDevice(const DeviceOptions &options) const override {
+    int count = 0;
+    if (cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess)
+      return Status::error(
+          std::string("--device cuda: no usable GPU on this machine "
+                      "(cudaGetDeviceCount: ") +
+          cudaGetErrorString(error) + "); use --device cpu");
+    if (count == 0)
+      return Status::error("--device cuda: this machine has no GPU; use "
+                           "--device cpu");
+    if (options.localRank >= count || options.ranksOnNode > count)
+      return Status::error(
+          "--device cuda: " + std::to_string(options.ranksOnNode) +
+          " ranks on this node need a GPU each (local rank " +
+          std::to_string(options.localRank) + " takes GPU " +
+          std::to_string(options.localRank) + "), but it has " +
+          std::to_string(count));
+    StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::create(options);
+    if (!device.ok())
+      return device.status();
+    return std::unique_ptr<Device>(std::move(*device));
+  }
+
+  StatusOr<std::unique_ptr<Communicator>>
+  connect(Device &device, const Mesh &mesh, int64_t rank,
+          const std::vector<AxisList> &groups,
+          const RendezvousOptions &options) const override {
+    (void)device, (void)mesh, (void)rank, (void)groups, (void)options;
+    return Status::error("--device cuda: this runtime has no NCCL "
+                         "communicator yet; a cuda plan runs on one rank");
+  }
+};
+
+} // namespace
+
+void CudaKernelTable::add(std::initializer_list<const char *> ops,
+                          CudaKernel run, CudaPrepare prepare) {
+  for (const char *op : ops) {
+    const OpContract *contract = findOpContract(op);
+    if (!contract)
+      continue; // every registered name is a row (tested)
+    if (entries_.size() <= contract->id)
+      entries_.resize(contract->id + 1);
+    entries_[contract->id] = {run, prepare};
+  }
+}
+
+const CudaKernelTable::Entry *
+CudaKernelTable::find(const std::string &op) const {
+  const OpContract *contract = findOpContract(op);
+  if (!contract || contract->id >= entries_.size() ||
+      !entries_[contract->id].run)
+    return nullptr;
+  return &entries_[contract->id];
+}
+
+const CudaKernelTable &cudaKernels() {
+  static const CudaKernelTable table = [] {
+    CudaKernelTable kernels;
+    registerMatmulKernels(kernels);
+    return kernels;
+  }();
+  return table;
+}
+
+const Backend &backend() {
+  static const CudaBackend instance;
+  return instance;
+}
+
+} // namespace trellis::runtime::cuda

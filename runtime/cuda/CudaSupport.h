@@ -1,0 +1,87 @@
+//===- CudaSupport.h - What the CUDA backend's files share ------*- C++ -*-===//
+//
+// Errors of the CUDA runtime as Statuses, the per-device context kernels
+// launch with, and the kernel table by op id.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_RUNTIME_CUDA_CUDASUPPORT_H
+#define TRELLIS_RUNTIME_CUDA_CUDASUPPORT_H
+
+#include "trellis/Runtime/Backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace trellis::runtime::cuda {
+
+/// "cuda: <what>: <the runtime's description of error>".
+Status cudaFailure(const std::string &what, cudaError_t error);
+
+#define TRELLIS_CUDA_RETURN_IF_ERROR(call, what)                               \
+  do {                                                                         \
+    if (cudaError_t trellisCudaError = (call);                                 \
+        trellisCudaError != cudaSuccess)                                       \
+      return ::trellis::runtime::cuda::cudaFailure(what, trellisCudaError);    \
+  } while (0)
+
+class CublasLt;
+
+/// What a kernel launches with: the device's compute stream and its
+/// libraries.
+struct CudaContext {
+  cudaStream_t stream = nullptr;
+  CublasLt *blas = nullptr;
+  /// cuBLASLt's workspace.
+  void *workspace = nullptr;
+  int64_t workspaceBytes = 0;
+};
+
+/// A kernel of the CUDA backend: enqueues `args`' instruction on
+/// `context.stream` (it may return before the work ran).
+using CudaKernel = Status (*)(const KernelArgs &args, CudaContext &context);
+/// What a kernel decides once per instruction (CudaDevice::prepare), or
+/// null when it decides nothing.
+using CudaPrepare = StatusOr<std::unique_ptr<PreparedLaunch>> (*)(
+    const KernelArgs &args, CudaContext &context);
+
+/// The backend's kernels by op id; each kernel file registers its ops.
+class CudaKernelTable {
+public:
+  struct Entry {
+    CudaKernel run = nullptr;
+    CudaPrepare prepare = nullptr;
+  };
+  void add(std::initializer_list<const char *> ops, CudaKernel run,
+           CudaPrepare prepare = nullptr);
+  /// The entry of `op`, or null.
+  const Entry *find(const std::string &op) const;
+
+private:
+  std::vector<Entry> entries_;
+};
+
+/// Every kernel of the backend.
+const CudaKernelTable &cudaKernels();
+
+/// Kernel files' registrations (gathered by cudaKernels()).
+void registerMatmulKernels(CudaKernelTable &table);
+
+/// target[i] = a[i] (kind) b[i] over `count` elements of `dtype` on
+/// `stream` (16-bit values combine in fp32 and round to nearest even).
+Status launchReduceElements(DType dtype, ReduceKind kind, void *target,
+                            const void *a, const void *b, int64_t count,
+                            cudaStream_t stream);
+
+/// Writes to `flag` (one int32 in device memory, zeroed by the caller)
+/// the index + 1 of the first of `tensors` holding a value that is not
+/// finite, or leaves it 0: one kernel per tensor, in order, on `stream`.
+Status launchFirstNonFinite(const std::vector<const Tensor *> &tensors,
+                            int32_t *flag, cudaStream_t stream);
+
+} // namespace trellis::runtime::cuda
+
+#endif // TRELLIS_RUNTIME_CUDA_CUDASUPPORT_H

@@ -1,0 +1,146 @@
+//===- ReduceKernels.cu - Elementwise reductions and finiteness flags -----===//
+//
+// The collective lowering's reduction step (a reduce_scatter's ordered sum
+// of pieces) and the step's one finiteness verdict.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaSupport.h"
+#include "LaunchGeometry.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace trellis::runtime::cuda {
+
+namespace {
+
+template <typename T> __device__ float widen(T value);
+template <> __device__ float widen<float>(float value) { return value; }
+template <> __device__ float widen<__nv_bfloat16>(__nv_bfloat16 value) {
+  return __bfloat162float(value);
+}
+template <> __device__ float widen<__half>(__half value) {
+  return __half2float(value);
+}
+
+template <typename T> __device__ T narrow(float value);
+template <> __device__ float narrow<float>(float value) { return value; }
+template <> __device__ __nv_bfloat16 narrow<__nv_bfloat16>(float value) {
+  return __float2bfloat16_rn(value);
+}
+template <> __device__ __half narrow<__half>(float value) {
+  return __float2half_rn(value);
+}
+
+template <typename T>
+__global__ void reduceKernel(int kind, T *target, const T *a, const T *b,
+                             int64_t count) {
+  int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += grid) {
+    float x = widen(a[i]), y = widen(b[i]);
+    float value = kind == 0 ? x + y : kind == 1 ? fmaxf(x, y) : fminf(x, y);
+    target[i] = narrow<T>(value);
+  }
+}
+
+__global__ void reduceInt32Kernel(int kind, int32_t *target, const int32_t *a,
+                                  const int32_t *b, int64_t count) {
+  int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += grid) {
+    int32_t x = a[i], y = b[i];
+    target[i] = kind == 0 ? x + y : kind == 1 ? max(x, y) : min(x, y);
+  }
+}
+
+template <typename T>
+__global__ void nonFiniteKernel(const T *values, int64_t count, int32_t index,
+                                int32_t *flag) {
+  // Tensors are tested in order on one stream: once an earlier one set
+  // the flag, later ones leave it.
+  if (*flag != 0)
+    return;
+  int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += grid)
+    if (!isfinite(widen(values[i]))) {
+      atomicCAS(flag, 0, index);
+      return;
+    }
+}
+
+int kindCode(ReduceKind kind) {
+  return kind == ReduceKind::Sum ? 0 : kind == ReduceKind::Max ? 1 : 2;
+}
+
+} // namespace
+
+Status launchReduceElements(DType dtype, ReduceKind kind, void *target,
+                            const void *a, const void *b, int64_t count,
+                            cudaStream_t stream) {
+  if (count == 0)
+    return Status::success();
+  LaunchGeometry grid = elementwiseGeometry(count);
+  int code = kindCode(kind);
+  switch (dtype) {
+  case DType::F32:
+    reduceKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+        code, static_cast<float *>(target), static_cast<const float *>(a),
+        static_cast<const float *>(b), count);
+    break;
+  case DType::BF16:
+    reduceKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+        code, static_cast<__nv_bfloat16 *>(target),
+        static_cast<const __nv_bfloat16 *>(a),
+        static_cast<const __nv_bfloat16 *>(b), count);
+    break;
+  case DType::F16:
+    reduceKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+        code, static_cast<__half *>(target), static_cast<const __half *>(a),
+        static_cast<const __half *>(b), count);
+    break;
+  case DType::I32:
+    reduceInt32Kernel<<<grid.blocks, grid.threads, 0, stream>>>(
+        code, static_cast<int32_t *>(target), static_cast<const int32_t *>(a),
+        static_cast<const int32_t *>(b), count);
+    break;
+  }
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching a reduction");
+  return Status::success();
+}
+
+Status launchFirstNonFinite(const std::vector<const Tensor *> &tensors,
+                            int32_t *flag, cudaStream_t stream) {
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const Tensor &tensor = *tensors[t];
+    if (tensor.size() == 0)
+      continue;
+    LaunchGeometry grid = elementwiseGeometry(tensor.size());
+    int32_t index = static_cast<int32_t>(t) + 1;
+    switch (tensor.desc().dtype) {
+    case DType::F32:
+      nonFiniteKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+          static_cast<const float *>(tensor.raw()), tensor.size(), index, flag);
+      break;
+    case DType::BF16:
+      nonFiniteKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+          static_cast<const __nv_bfloat16 *>(tensor.raw()), tensor.size(),
+          index, flag);
+      break;
+    case DType::F16:
+      nonFiniteKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+          static_cast<const __half *>(tensor.raw()), tensor.size(), index,
+          flag);
+      break;
+    case DType::I32:
+      break; // integers are always finite
+    }
+  }
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(),
+                               "launching the finiteness test");
+  return Status::success();
+}
+
+} // namespace trellis::runtime::cuda
