@@ -19,6 +19,7 @@
 
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace trellis::runtime::cuda {
 
@@ -105,7 +106,7 @@ public:
   std::unique_ptr<PreparedLaunch> decided;
 };
 
-class CudaDevice : public Device {
+class CudaDevice : public Device, public CudaStreams {
 public:
   ~CudaDevice() override {
     (void)synchronize();
@@ -130,6 +131,14 @@ public:
   }
 
   std::string name() const override { return "cuda"; }
+
+  cudaStream_t communicationStream() const override { return communication_; }
+  void watchCommunication(Watchdog watchdog) override {
+    watchdog_ = std::move(watchdog);
+  }
+  Status waitForCommunication() override {
+    return waitStream(communication_, "the communication stream");
+  }
 
   MemoryBudget memoryBudget() const override {
     size_t free = 0, total = 0;
@@ -171,9 +180,7 @@ public:
         cudaMemcpyAsync(host, source.raw(), source.bytes(),
                         cudaMemcpyDeviceToHost, context_.stream),
         "copying to the host");
-    TRELLIS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream),
-                                 "waiting for a copy to the host");
-    return Status::success();
+    return waitStream(context_.stream, "waiting for a copy to the host");
   }
   Status copyFromHost(const void *host, Tensor &target) override {
     // The host's bytes may go away on return: wait for the copy.
@@ -181,9 +188,7 @@ public:
         cudaMemcpyAsync(target.raw(), host, target.bytes(),
                         cudaMemcpyHostToDevice, context_.stream),
         "copying from the host");
-    TRELLIS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream),
-                                 "waiting for a copy from the host");
-    return Status::success();
+    return waitStream(context_.stream, "waiting for a copy from the host");
   }
   Status copy(const Tensor &source, Tensor &target) override {
     if (source.bytes() != target.bytes())
@@ -281,12 +286,12 @@ public:
 
   Status synchronize() override {
     Status status = failed_ ? *failed_ : Status::success();
-    if (cudaError_t error = cudaStreamSynchronize(communication_);
-        error != cudaSuccess && status.ok())
-      status = cudaFailure("the communication stream", error);
-    if (cudaError_t error = cudaStreamSynchronize(context_.stream);
-        error != cudaSuccess && status.ok())
-      status = cudaFailure("the compute stream", error);
+    if (Status waited = waitStream(communication_, "the communication stream");
+        !waited.ok() && status.ok())
+      status = waited;
+    if (Status waited = waitStream(context_.stream, "the compute stream");
+        !waited.ok() && status.ok())
+      status = waited;
     // Every event is done: back to the pool.
     for (const Recorded &recorded : events_)
       eventPool_.push_back(recorded.done);
@@ -313,8 +318,8 @@ public:
                                                  cudaMemcpyDeviceToHost,
                                                  context_.stream),
                                  "reading the finiteness flag");
-    TRELLIS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream),
-                                 "waiting for the finiteness flag");
+    TRELLIS_RETURN_IF_ERROR(
+        waitStream(context_.stream, "waiting for the finiteness flag"));
     return static_cast<int64_t>(flag) - 1;
   }
 
@@ -350,6 +355,27 @@ private:
     return Status::success();
   }
 
+  /// Waits on the host until `stream` is idle; while a communicator
+  /// watches (NCCL), polls its watchdog, so a dead peer fails the wait
+  /// instead of hanging it.
+  Status waitStream(cudaStream_t stream, const std::string &what) {
+    if (!watchdog_) {
+      TRELLIS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), what);
+      return Status::success();
+    }
+    auto start = std::chrono::steady_clock::now();
+    while (true) {
+      cudaError_t state = cudaStreamQuery(stream);
+      if (state == cudaSuccess)
+        return Status::success();
+      if (state != cudaErrorNotReady)
+        return cudaFailure(what, state);
+      TRELLIS_RETURN_IF_ERROR(
+          watchdog_(std::chrono::steady_clock::now() - start));
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
   /// An event from the pool (made when the pool is empty); it returns to
   /// the pool at synchronize().
   cudaEvent_t takeEvent() {
@@ -382,6 +408,7 @@ private:
   std::vector<cudaEvent_t> usedOrdering_, eventPool_;
   int64_t waited_ = 0;
   std::optional<Status> failed_;
+  Watchdog watchdog_;
 };
 
 class CudaBackend : public Backend {
@@ -419,9 +446,7 @@ public:
   connect(Device &device, const Mesh &mesh, int64_t rank,
           const std::vector<AxisList> &groups,
           const RendezvousOptions &options) const override {
-    (void)device, (void)mesh, (void)rank, (void)groups, (void)options;
-    return Status::error("--device cuda: this runtime has no NCCL "
-                         "communicator yet; a cuda plan runs on one rank");
+    return connectNccl(device, mesh, rank, groups, options);
   }
 };
 

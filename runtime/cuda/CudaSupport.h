@@ -12,6 +12,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -29,6 +31,28 @@ Status cudaFailure(const std::string &what, cudaError_t error);
   } while (0)
 
 class CublasLt;
+
+/// What a stream-ordered communicator (NCCL) needs of its CUDA device.
+class CudaStreams {
+public:
+  using Watchdog =
+      std::function<Status(std::chrono::steady_clock::duration waited)>;
+  virtual ~CudaStreams() = default;
+  /// The stream collectives enqueue on.
+  virtual cudaStream_t communicationStream() const = 0;
+  /// While the host waits for the device, `watchdog` is called with how
+  /// long it has waited; a failure ends the wait with it (null: none).
+  virtual void watchCommunication(Watchdog watchdog) = 0;
+  /// Waits on the host until the communication stream is idle (watched).
+  virtual Status waitForCommunication() = 0;
+};
+
+/// Connects `rank` of `mesh` over NCCL on `device` (a CUDA device):
+/// Backend::connect of the cuda backend.
+StatusOr<std::unique_ptr<Communicator>>
+connectNccl(Device &device, const Mesh &mesh, int64_t rank,
+            const std::vector<AxisList> &groups,
+            const RendezvousOptions &options);
 
 /// What a kernel launches with: the device's compute stream and its
 /// libraries.

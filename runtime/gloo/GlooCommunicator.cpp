@@ -68,13 +68,6 @@ template <typename T> ReduceFunction nativeReduction(ReduceKind kind) {
   return kind == ReduceKind::Sum ? sum : kind == ReduceKind::Max ? max : min;
 }
 
-std::string axesKey(const Mesh &mesh, const AxisList &axes) {
-  std::string key;
-  for (size_t axis : axes)
-    key += (key.empty() ? "" : ",") + mesh.axes()[axis].name;
-  return key.empty() ? "world" : key;
-}
-
 /// A Gloo unbound-buffer send or receive in flight.
 class GlooTransfer : public PendingTransfer {
 public:
@@ -124,15 +117,8 @@ public:
       TRELLIS_RETURN_IF_ERROR(agreeOnJob(*rendezvous, rank_, mesh_.size(),
                                          options.agreement, timeout_));
     GlooStore store(*rendezvous, timeout_);
-    std::vector<AxisList> all = groups;
-    AxisList everything;
-    for (size_t axis = 0; axis < mesh_.numAxes(); ++axis)
-      everything.push_back(axis);
-    all.push_back(everything);
-    for (const AxisList &axes : all) {
-      std::string key = axesKey(mesh_, axes);
-      if (contexts_.count(key) || mesh_.groupSize(axes) == 1)
-        continue;
+    for (const AxisList &axes : groupsToConnect(mesh_, groups)) {
+      std::string key = groupName(mesh_, axes);
       // Groups are named by their smallest rank.
       std::vector<int64_t> members = mesh_.group(rank_, axes);
       int64_t first = *std::min_element(members.begin(), members.end());
@@ -340,14 +326,14 @@ private:
   }
 
   std::shared_ptr<gloo::Context> contextFor(const AxisList &axes) const {
-    auto it = contexts_.find(axesKey(mesh_, axes));
+    auto it = contexts_.find(groupName(mesh_, axes));
     return it == contexts_.end() ? nullptr : it->second;
   }
 
   /// `group {0,1,2,3} along "tp" (rank 1 at position 1)`.
   std::string describe(const AxisList &axes) const {
     return "group " + formatRankSet(mesh_.group(rank_, axes)) + " along \"" +
-           axesKey(mesh_, axes) + "\" (rank " + std::to_string(rank_) + ")";
+           groupName(mesh_, axes) + "\" (rank " + std::to_string(rank_) + ")";
   }
 
   std::chrono::milliseconds timeout_;

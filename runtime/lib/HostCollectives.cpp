@@ -32,13 +32,6 @@ Status exchangeOnStream(Device &device, std::function<Status()> exchange) {
 
 } // namespace
 
-AxisList everyAxis(const Mesh &mesh) {
-  AxisList axes;
-  for (size_t axis = 0; axis < mesh.numAxes(); ++axis)
-    axes.push_back(axis);
-  return axes;
-}
-
 Status allReduceHostValues(Device &device, Communicator &comm,
                            const AxisList &axes, float *values, int64_t count,
                            ReduceKind kind) {

@@ -183,7 +183,7 @@ TEST(CudaLibrariesTest, TheToolkitsLibrariesLoadWithoutAGpu) {
   }
 }
 
-TEST(CudaBackendTest, RanksOfSeveralProcessesAreRefusedWithoutNccl) {
+TEST(CudaBackendTest, NcclNeedsACudaDevice) {
   StatusOr<const Backend *> cuda = findBackend("cuda");
   if (!cuda.ok())
     GTEST_SKIP() << "built without the CUDA backend: "
@@ -194,8 +194,7 @@ TEST(CudaBackendTest, RanksOfSeveralProcessesAreRefusedWithoutNccl) {
       *cpu, *Mesh::parse("dp=2", nullptr), 0, {{0}}, RendezvousOptions());
   ASSERT_FALSE(connected.ok());
   EXPECT_EQ(connected.status().message(),
-            "--device cuda: this runtime has no NCCL communicator yet; a cuda "
-            "plan runs on one rank");
+            "cuda: NCCL needs a cuda device, found 'cpu'");
 }
 
 } // namespace

@@ -35,6 +35,19 @@ public:
   virtual Status wait() = 0;
 };
 
+/// Every axis of `mesh`: the group of all ranks.
+AxisList everyAxis(const Mesh &mesh);
+
+/// A group's name for keys and messages: its axes' names ("dp,tp"), or
+/// "world" for none.
+std::string groupName(const Mesh &mesh, const AxisList &axes);
+
+/// The groups a communicator of `mesh` connects for the plan's `groups`:
+/// each distinct axis list whose groups have more than one rank, then the
+/// whole mesh's (every rank lists the same, in the same order).
+std::vector<AxisList> groupsToConnect(const Mesh &mesh,
+                                      const std::vector<AxisList> &groups);
+
 class Communicator {
 public:
   virtual ~Communicator() = default;

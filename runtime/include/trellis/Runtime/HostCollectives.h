@@ -18,9 +18,6 @@
 
 namespace trellis::runtime {
 
-/// Every axis of `mesh`: the group of all ranks.
-AxisList everyAxis(const Mesh &mesh);
-
 /// In place: `values` (`count` f32 in host memory) become the reduction
 /// over the group along `axes`.
 Status allReduceHostValues(Device &device, Communicator &comm,
