@@ -13,8 +13,9 @@ characters, occur verbatim in a file under test/, unittests/ or
 runtime/unittests/ (in C++ tests, adjacent literals joined). Distinct keys
 are counted once.
 
-Diagnostics of GPU_ONLY files (whose error paths only a GPU reaches) are
-listed apart and not held to --max on a machine without one.
+Diagnostics of GPU_ONLY files and CUDA kernel files (.cu), whose error
+paths only a GPU reaches, are listed apart and not held to --max on a
+machine without one.
 
   scripts/untested-errors.py             # the counts, then each untested one
   scripts/untested-errors.py --max 5     # exit 1 if more than 5% are untested
@@ -145,8 +146,11 @@ def main():
     sites = {}
     for key, path, line in diagnostics():
         sites.setdefault(key, []).append(f"{path}:{line}")
+    def gpu_only(place):
+        path = place.rsplit(":", 1)[0]
+        return path in GPU_ONLY or path.endswith(".cu")
     gpu = {key for key, places in sites.items()
-           if all(place.rsplit(":", 1)[0] in GPU_ONLY for place in places)}
+           if all(gpu_only(place) for place in places)}
     untested = sorted((places[0], key) for key, places in sites.items()
                       if key not in gpu and not tested(key, corpus))
     untested_gpu = sorted((places[0], key) for key, places in sites.items()

@@ -2,31 +2,14 @@
 
 #include "Kernels.h"
 
+#include "trellis/Common/UnaryFunctions.h"
+
 #include <cmath>
 #include <functional>
 
 namespace trellis::runtime::cpu {
 
-std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;)
-    strides[i - 1] = strides[i] * shape[i];
-  return strides;
-}
-
 namespace {
-
-/// Strides of `shape` seen from a broadcast result of rank `rank`: zero
-/// along stretched and missing dimensions.
-std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &shape,
-                                      size_t rank) {
-  std::vector<int64_t> own = stridesOf(shape);
-  std::vector<int64_t> strides(rank, 0);
-  size_t lead = rank - shape.size();
-  for (size_t d = 0; d < shape.size(); ++d)
-    strides[lead + d] = shape[d] == 1 ? 0 : own[d];
-  return strides;
-}
 
 /// out[i] = f(lhs[i'], rhs[i'']) over the broadcast index space; rows of
 /// the innermost dimension split over the threads.
@@ -68,110 +51,20 @@ void broadcastBinary(const Tensor &lhs, const Tensor &rhs, Tensor &out, Fn fn) {
   }
 }
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCoefficient = 0.044715f;
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-enum class UnaryFn {
-  Neg,
-  Exp,
-  Log,
-  Tanh,
-  Sqrt,
-  Rsqrt,
-  Sigmoid,
-  Silu,
-  Gelu,
-  GeluTanh,
-  Relu
-};
+using UnaryFn = UnaryFunction;
 
 /// Validation guarantees a known name (OpShapes.cpp).
 UnaryFn parseUnaryFn(const std::string &name) {
-  static const std::pair<const char *, UnaryFn> names[] = {
-      {"neg", UnaryFn::Neg},         {"exp", UnaryFn::Exp},
-      {"log", UnaryFn::Log},         {"tanh", UnaryFn::Tanh},
-      {"sqrt", UnaryFn::Sqrt},       {"rsqrt", UnaryFn::Rsqrt},
-      {"sigmoid", UnaryFn::Sigmoid}, {"silu", UnaryFn::Silu},
-      {"gelu", UnaryFn::Gelu},       {"gelu_tanh", UnaryFn::GeluTanh},
-      {"relu", UnaryFn::Relu}};
-  for (const auto &[text, fn] : names)
-    if (name == text)
-      return fn;
-  return UnaryFn::Neg;
+  return parseUnaryFunction(name.c_str());
 }
 
+/// The shared formulas (trellis/Common/UnaryFunctions.h), one instance per
+/// function so each loop below is straight-line code.
 template <UnaryFn Fn> float applyUnary(float x) {
-  switch (Fn) {
-  case UnaryFn::Neg:
-    return -x;
-  case UnaryFn::Exp:
-    return std::exp(x);
-  case UnaryFn::Log:
-    return std::log(x);
-  case UnaryFn::Tanh:
-    return std::tanh(x);
-  case UnaryFn::Sqrt:
-    return std::sqrt(x);
-  case UnaryFn::Rsqrt:
-    return 1.0f / std::sqrt(x);
-  case UnaryFn::Sigmoid:
-    return sigmoid(x);
-  case UnaryFn::Silu:
-    return x * sigmoid(x);
-  case UnaryFn::Gelu:
-    return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-  case UnaryFn::GeluTanh:
-    return 0.5f * x *
-           (1.0f +
-            std::tanh(kSqrt2OverPi * (x + kGeluCoefficient * x * x * x)));
-  case UnaryFn::Relu:
-    return x > 0 ? x : 0;
-  }
-  return x;
+  return trellis::applyUnary(Fn, x);
 }
-
-/// d f(x) / dx.
 template <UnaryFn Fn> float unaryDerivative(float x) {
-  switch (Fn) {
-  case UnaryFn::Neg:
-    return -1.0f;
-  case UnaryFn::Exp:
-    return std::exp(x);
-  case UnaryFn::Log:
-    return 1.0f / x;
-  case UnaryFn::Tanh: {
-    float t = std::tanh(x);
-    return 1.0f - t * t;
-  }
-  case UnaryFn::Sqrt:
-    return 0.5f / std::sqrt(x);
-  case UnaryFn::Rsqrt:
-    return -0.5f / (x * std::sqrt(x));
-  case UnaryFn::Sigmoid: {
-    float s = sigmoid(x);
-    return s * (1.0f - s);
-  }
-  case UnaryFn::Silu: {
-    float s = sigmoid(x);
-    return s * (1.0f + x * (1.0f - s));
-  }
-  case UnaryFn::Gelu: {
-    float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
-    float pdf = 0.3989422804014327f * std::exp(-0.5f * x * x);
-    return cdf + x * pdf;
-  }
-  case UnaryFn::GeluTanh: {
-    float inner = kSqrt2OverPi * (x + kGeluCoefficient * x * x * x);
-    float t = std::tanh(inner);
-    float dInner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoefficient * x * x);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dInner;
-  }
-  case UnaryFn::Relu:
-    return x > 0 ? 1.0f : 0.0f;
-  }
-  return 0.0f;
+  return trellis::unaryDerivative(Fn, x);
 }
 
 /// y = f(x), or with a gradient dy: y = f'(x) dy. One loop per function, so

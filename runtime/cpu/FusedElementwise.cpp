@@ -101,7 +101,7 @@ struct InputView {
 InputView viewOf(const Tensor &tensor, const std::vector<int64_t> &shape) {
   InputView view{&tensor, std::vector<int64_t>(shape.size(), 0),
                  tensor.shape() == shape};
-  std::vector<int64_t> own = stridesOf(tensor.shape());
+  std::vector<int64_t> own = rowMajorStrides(tensor.shape());
   size_t lead = shape.size() - tensor.shape().size();
   for (size_t d = 0; d < tensor.shape().size(); ++d)
     view.strides[lead + d] = tensor.shape()[d] == 1 ? 0 : own[d];

@@ -13,6 +13,7 @@
 
 #include "trellis/Common/FusedProgram.h"
 #include "trellis/Runtime/Backend.h"
+#include "trellis/Runtime/OpShapes.h"
 
 #include <optional>
 
@@ -169,9 +170,6 @@ std::vector<PositionRun> positionRuns(const std::vector<int64_t> &positions);
 
 /// y[0, n) = softmax(x[0, n)), with the sum in double. `x` may equal `y`.
 void softmaxRow(const float *x, float *y, int64_t n);
-
-/// Row-major strides of `shape`.
-std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
 
 } // namespace trellis::runtime::cpu
 

@@ -82,7 +82,7 @@ void parallelZero(void *target, int64_t bytes) {
 
 void transpose(const Tensor &in, Tensor &out,
                const std::vector<int64_t> &perm) {
-  std::vector<int64_t> inStrides = stridesOf(in.shape());
+  std::vector<int64_t> inStrides = rowMajorStrides(in.shape());
   std::vector<int64_t> strides;
   for (int64_t d : perm)
     strides.push_back(inStrides[d]);
@@ -90,7 +90,7 @@ void transpose(const Tensor &in, Tensor &out,
 }
 
 void slice(const Tensor &in, Tensor &out, const std::vector<int64_t> &offsets) {
-  std::vector<int64_t> strides = stridesOf(in.shape());
+  std::vector<int64_t> strides = rowMajorStrides(in.shape());
   int64_t base = 0;
   for (size_t d = 0; d < offsets.size(); ++d)
     base += offsets[d] * strides[d];
@@ -102,7 +102,7 @@ void pad(const Tensor &in, Tensor &out, const std::vector<int64_t> &low) {
   parallelZero(out.raw(), out.bytes());
   // Write the input into the box of the output that starts at `low`: the
   // output offsets of that box advance with the output's strides.
-  std::vector<int64_t> outStrides = stridesOf(out.shape());
+  std::vector<int64_t> outStrides = rowMajorStrides(out.shape());
   int64_t base = 0;
   for (size_t d = 0; d < low.size(); ++d)
     base += low[d] * outStrides[d];
@@ -136,13 +136,9 @@ void concat(const KernelArgs &args, int64_t dim) {
 }
 
 void broadcastTo(const Tensor &in, Tensor &out) {
-  size_t rank = out.shape().size();
-  std::vector<int64_t> own = stridesOf(in.shape());
-  std::vector<int64_t> strides(rank, 0);
-  size_t lead = rank - in.shape().size();
-  for (size_t d = 0; d < in.shape().size(); ++d)
-    strides[lead + d] = in.shape()[d] == 1 ? 0 : own[d];
-  moveStrided(in, out, out.shape(), strides, 0, /*gather=*/true);
+  moveStrided(in, out, out.shape(),
+              broadcastStrides(in.shape(), out.shape().size()), 0,
+              /*gather=*/true);
 }
 
 } // namespace

@@ -116,7 +116,7 @@ Status runReduction(const KernelArgs &args) {
   std::vector<int64_t> keptShape(shape);
   for (int64_t d : dims)
     keptShape[d] = 1;
-  std::vector<int64_t> keptStrides = stridesOf(keptShape);
+  std::vector<int64_t> keptStrides = rowMajorStrides(keptShape);
   for (int64_t d : dims)
     keptStrides[d] = 0;
   std::vector<float> result(out.size());

@@ -477,6 +477,9 @@ const CudaKernelTable &cudaKernels() {
   static const CudaKernelTable table = [] {
     CudaKernelTable kernels;
     registerMatmulKernels(kernels);
+    registerElementwiseKernels(kernels);
+    registerLayoutKernels(kernels);
+    registerReductionKernels(kernels);
     return kernels;
   }();
   return table;

@@ -1,7 +1,10 @@
-//===- ReduceKernels.cu - Elementwise reductions and finiteness flags -----===//
+//===- ReduceKernels.cu - Reductions and finiteness flags -----------------===//
 //
-// The collective lowering's reduction step (a reduce_scatter's ordered sum
-// of pieces) and the step's one finiteness verdict.
+// reduce_sum, reduce_mean and reduce_max over any dimensions (one thread
+// per result element, its reduced elements in row-major order: a fixed
+// order, so every run gives the same bits), the collective lowering's
+// elementwise reduction step (a reduce_scatter's ordered sum of pieces),
+// and the step's one finiteness verdict.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +13,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <string>
 
 namespace trellis::runtime::cuda {
 
@@ -71,11 +76,111 @@ __global__ void nonFiniteKernel(const T *values, int64_t count, int32_t index,
     }
 }
 
+constexpr int kMaxRank = 8;
+
+/// The input's dimensions split into those the result keeps and those it
+/// reduces, each with its sizes and input strides.
+struct ReduceLayout {
+  int keptRank = 0, reducedRank = 0;
+  int64_t keptShape[kMaxRank], keptStrides[kMaxRank];
+  int64_t reducedShape[kMaxRank], reducedStrides[kMaxRank];
+  int64_t reduced = 1;
+};
+
+/// kind 0: sum, 1: mean, 2: max.
+template <typename T>
+__global__ void reduceDimsKernel(int kind, ReduceLayout layout, const T *in,
+                                 T *out, int64_t count) {
+  int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < count;
+       o += grid) {
+    int64_t rest = o, base = 0;
+    for (int d = layout.keptRank - 1; d >= 0; --d) {
+      base += (rest % layout.keptShape[d]) * layout.keptStrides[d];
+      rest /= layout.keptShape[d];
+    }
+    float total = kind == 2 ? -INFINITY : 0.0f;
+    for (int64_t r = 0; r < layout.reduced; ++r) {
+      int64_t within = r, offset = base;
+      for (int d = layout.reducedRank - 1; d >= 0; --d) {
+        offset += (within % layout.reducedShape[d]) * layout.reducedStrides[d];
+        within /= layout.reducedShape[d];
+      }
+      float value = widen(in[offset]);
+      total = kind == 2 ? fmaxf(total, value) : total + value;
+    }
+    if (kind == 1)
+      total /= static_cast<float>(layout.reduced);
+    out[o] = narrow<T>(total);
+  }
+}
+
+Status runReduceDims(const KernelArgs &args, CudaContext &context) {
+  const Tensor &in = args.in(0);
+  Tensor &out = args.out(0);
+  const std::vector<int64_t> &shape = in.shape();
+  std::vector<int64_t> dims = args.instruction.ints("dims");
+  std::vector<bool> reduced(shape.size(), false);
+  for (int64_t d : dims)
+    reduced[d < 0 ? d + static_cast<int64_t>(shape.size()) : d] = true;
+  ReduceLayout layout;
+  if (shape.size() > static_cast<size_t>(kMaxRank))
+    return Status::error("cuda: reductions of rank " +
+                         std::to_string(shape.size()) + " (more than " +
+                         std::to_string(kMaxRank) + ") are not supported");
+  int64_t stride = 1;
+  std::vector<int64_t> strides(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= shape[d];
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (reduced[d]) {
+      layout.reducedShape[layout.reducedRank] = shape[d];
+      layout.reducedStrides[layout.reducedRank++] = strides[d];
+      layout.reduced *= shape[d];
+    } else {
+      layout.keptShape[layout.keptRank] = shape[d];
+      layout.keptStrides[layout.keptRank++] = strides[d];
+    }
+  }
+  const std::string &op = args.instruction.op;
+  int kind = op == "reduce_sum" ? 0 : op == "reduce_mean" ? 1 : 2;
+  int64_t count = out.size();
+  if (count == 0)
+    return Status::success();
+  LaunchGeometry grid = elementwiseGeometry(count);
+  cudaStream_t stream = context.stream;
+  switch (out.desc().dtype) {
+  case DType::BF16:
+    reduceDimsKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+        kind, layout, static_cast<const __nv_bfloat16 *>(in.raw()),
+        static_cast<__nv_bfloat16 *>(out.raw()), count);
+    break;
+  case DType::F16:
+    reduceDimsKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+        kind, layout, static_cast<const __half *>(in.raw()),
+        static_cast<__half *>(out.raw()), count);
+    break;
+  default:
+    reduceDimsKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+        kind, layout, static_cast<const float *>(in.raw()),
+        static_cast<float *>(out.raw()), count);
+    break;
+  }
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
+  return Status::success();
+}
+
 int kindCode(ReduceKind kind) {
   return kind == ReduceKind::Sum ? 0 : kind == ReduceKind::Max ? 1 : 2;
 }
 
 } // namespace
+
+void registerReductionKernels(CudaKernelTable &table) {
+  table.add({"reduce_sum", "reduce_mean", "reduce_max"}, runReduceDims);
+}
 
 Status launchReduceElements(DType dtype, ReduceKind kind, void *target,
                             const void *a, const void *b, int64_t count,

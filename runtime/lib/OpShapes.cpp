@@ -9,6 +9,23 @@ bool isCollective(const std::string &op) {
   return contract && contract->collective;
 }
 
+std::vector<int64_t> rowMajorStrides(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;)
+    strides[i - 1] = strides[i] * shape[i];
+  return strides;
+}
+
+std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &shape,
+                                      size_t rank) {
+  std::vector<int64_t> own = rowMajorStrides(shape);
+  std::vector<int64_t> strides(rank, 0);
+  size_t lead = rank - shape.size();
+  for (size_t d = 0; d < shape.size(); ++d)
+    strides[lead + d] = shape[d] == 1 ? 0 : own[d];
+  return strides;
+}
+
 MatmulSizes matmulSizes(const std::vector<int64_t> &lhs,
                         const std::vector<int64_t> &rhs, bool transposeLhs,
                         bool transposeRhs) {

@@ -20,6 +20,14 @@ Status validateInstruction(const Instruction &instruction,
                            const std::vector<BufferDesc> &buffers,
                            const std::vector<size_t> &axes, const Mesh &mesh);
 
+/// The row-major strides of `shape`, in elements.
+std::vector<int64_t> rowMajorStrides(const std::vector<int64_t> &shape);
+
+/// The strides of `shape` seen from a NumPy broadcast result of rank `rank`
+/// (right-aligned): zero along stretched and missing dimensions.
+std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &shape,
+                                      size_t rank);
+
 /// A matmul's sizes: result[batch..., m, n] = op(lhs)[m, k] · op(rhs)[k, n]
 /// (the transposes the instruction names), `batch` the product of lhs's
 /// leading dimensions; a rank-2 rhs is shared by every batch.

@@ -1,0 +1,290 @@
+//===- ElementwiseKernels.cu - Pointwise ops on the GPU -------------------===//
+//
+// fill, the binary family with NumPy broadcasting (add, sub, mul, div,
+// maximum, equal_mask), the unary functions and their gradients
+// (unary_grad), scale, cast and accumulate, in f32, bf16 and f16: each
+// element is read, widened to fp32, computed with the formulas the CPU
+// kernels share
+// (trellis/Common/UnaryFunctions.h), and rounded once to the result's dtype
+// (to nearest even). Grid-stride loops (LaunchGeometry.h).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaSupport.h"
+#include "LaunchGeometry.h"
+
+#include "trellis/Common/UnaryFunctions.h"
+#include "trellis/Runtime/OpShapes.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+namespace trellis::runtime::cuda {
+
+namespace {
+
+/// Ranks a broadcast kernel takes (plans use at most 5).
+constexpr int kMaxRank = 8;
+
+template <typename T> __device__ float load(const T *data, int64_t i);
+template <> __device__ float load<float>(const float *data, int64_t i) {
+  return data[i];
+}
+template <>
+__device__ float load<__nv_bfloat16>(const __nv_bfloat16 *data, int64_t i) {
+  return __bfloat162float(data[i]);
+}
+template <> __device__ float load<__half>(const __half *data, int64_t i) {
+  return __half2float(data[i]);
+}
+
+template <typename T> __device__ void store(T *data, int64_t i, float value);
+template <> __device__ void store<float>(float *data, int64_t i, float value) {
+  data[i] = value;
+}
+template <>
+__device__ void store<__nv_bfloat16>(__nv_bfloat16 *data, int64_t i,
+                                     float value) {
+  data[i] = __float2bfloat16_rn(value);
+}
+template <>
+__device__ void store<__half>(__half *data, int64_t i, float value) {
+  data[i] = __float2half_rn(value);
+}
+
+#define TRELLIS_GRID_STRIDE(i, count)                                          \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;             \
+       i < (count); i += int64_t(gridDim.x) * blockDim.x)
+
+enum class Binary { Add, Sub, Mul, Div, Maximum, EqualMask };
+__device__ float binary(Binary op, float a, float b) {
+  switch (op) {
+  case Binary::Add:
+    return a + b;
+  case Binary::Sub:
+    return a - b;
+  case Binary::Mul:
+    return a * b;
+  case Binary::Div:
+    return a / b;
+  case Binary::Maximum:
+    return a >= b ? a : b;
+  case Binary::EqualMask:
+    return a == b ? 1.0f : 0.0f;
+  }
+  return 0.0f;
+}
+
+/// The result's shape and each operand's strides in it (0 along
+/// broadcast dimensions), passed by value.
+struct Broadcast {
+  int rank = 0;
+  int64_t shape[kMaxRank];
+  int64_t strideA[kMaxRank], strideB[kMaxRank];
+};
+
+template <typename T>
+__global__ void binaryKernel(Binary op, Broadcast layout, const T *a,
+                             const T *b, T *out, int64_t count) {
+  TRELLIS_GRID_STRIDE(i, count) {
+    int64_t rest = i, offsetA = 0, offsetB = 0;
+    for (int d = layout.rank - 1; d >= 0; --d) {
+      int64_t index = rest % layout.shape[d];
+      rest /= layout.shape[d];
+      offsetA += index * layout.strideA[d];
+      offsetB += index * layout.strideB[d];
+    }
+    store(out, i, binary(op, load(a, offsetA), load(b, offsetB)));
+  }
+}
+
+template <typename T>
+__global__ void unaryKernel(UnaryFunction fn, const T *x, const T *gradient,
+                            T *out, int64_t count) {
+  TRELLIS_GRID_STRIDE(i, count) {
+    float value = load(x, i);
+    store(out, i,
+          gradient ? unaryDerivative(fn, value) * load(gradient, i)
+                   : applyUnary(fn, value));
+  }
+}
+
+template <typename T>
+__global__ void scaleKernel(const T *x, float factor, T *out, int64_t count) {
+  TRELLIS_GRID_STRIDE(i, count) { store(out, i, load(x, i) * factor); }
+}
+
+template <typename T>
+__global__ void fillKernel(T *out, float value, int64_t count) {
+  TRELLIS_GRID_STRIDE(i, count) { store(out, i, value); }
+}
+
+template <typename T>
+__global__ void accumulateKernel(const T *value, T *total, bool first,
+                                 int64_t count) {
+  TRELLIS_GRID_STRIDE(i, count) {
+    store(total, i, first ? load(value, i) : load(total, i) + load(value, i));
+  }
+}
+
+template <typename From, typename To>
+__global__ void castKernel(const From *in, To *out, int64_t count) {
+  TRELLIS_GRID_STRIDE(i, count) { store(out, i, load(in, i)); }
+}
+
+/// Calls `body.template operator()<T>()` with T the C++ type of `dtype`
+/// (a float dtype).
+template <typename Body> Status onFloat(DType dtype, Body body) {
+  switch (dtype) {
+  case DType::F32:
+    return body(float());
+  case DType::BF16:
+    return body(__nv_bfloat16());
+  case DType::F16:
+    return body(__half());
+  default:
+    return Status::error(std::string("cuda: expected a float dtype, found ") +
+                         dtypeName(dtype));
+  }
+}
+
+Status launched(const std::string &op) {
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
+  return Status::success();
+}
+
+Binary binaryOf(const std::string &op) {
+  return op == "add"       ? Binary::Add
+         : op == "sub"     ? Binary::Sub
+         : op == "mul"     ? Binary::Mul
+         : op == "div"     ? Binary::Div
+         : op == "maximum" ? Binary::Maximum
+                           : Binary::EqualMask;
+}
+
+/// NumPy broadcasting of `a` and `b` to `result` (right-aligned).
+StatusOr<Broadcast> broadcastLayout(const std::vector<int64_t> &a,
+                                    const std::vector<int64_t> &b,
+                                    const std::vector<int64_t> &result) {
+  Broadcast layout;
+  if (result.size() > static_cast<size_t>(kMaxRank))
+    return Status::error("cuda: broadcasts of rank " +
+                         std::to_string(result.size()) + " (more than " +
+                         std::to_string(kMaxRank) + ") are not supported");
+  layout.rank = static_cast<int>(result.size());
+  std::vector<int64_t> strideA = broadcastStrides(a, result.size());
+  std::vector<int64_t> strideB = broadcastStrides(b, result.size());
+  for (size_t d = 0; d < result.size(); ++d) {
+    layout.shape[d] = result[d];
+    layout.strideA[d] = strideA[d];
+    layout.strideB[d] = strideB[d];
+  }
+  return layout;
+}
+
+Status runElementwise(const KernelArgs &args, CudaContext &context) {
+  const Instruction &instruction = args.instruction;
+  const std::string &op = instruction.op;
+  Tensor &out = args.out(0);
+  int64_t count = out.size();
+  LaunchGeometry grid = elementwiseGeometry(count);
+  cudaStream_t stream = context.stream;
+  DType dtype = out.desc().dtype;
+  if (op == "fill") {
+    float value = static_cast<float>(instruction.real("value"));
+    TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
+      using T = decltype(type);
+      fillKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+          static_cast<T *>(out.raw()), value, count);
+      return Status::success();
+    }));
+    return launched(op);
+  }
+  const Tensor &x = args.in(0);
+  if (op != "cast" && x.desc().dtype != dtype)
+    return Status::error("cuda: " + op + " of " + dtypeName(x.desc().dtype) +
+                         " into " + dtypeName(dtype) +
+                         " (expected operands of the result's dtype)");
+  if (op == "cast") {
+    TRELLIS_RETURN_IF_ERROR(onFloat(x.desc().dtype, [&](auto from) {
+      using From = decltype(from);
+      return onFloat(dtype, [&](auto to) {
+        using To = decltype(to);
+        castKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+            static_cast<const From *>(x.raw()), static_cast<To *>(out.raw()),
+            count);
+        return Status::success();
+      });
+    }));
+    return launched(op);
+  }
+  if (op == "accumulate") {
+    bool first = instruction.flag("first");
+    TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
+      using T = decltype(type);
+      accumulateKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+          static_cast<const T *>(x.raw()), static_cast<T *>(out.raw()), first,
+          count);
+      return Status::success();
+    }));
+    return launched(op);
+  }
+  if (op == "scale") {
+    float factor = static_cast<float>(instruction.real("factor"));
+    TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
+      using T = decltype(type);
+      scaleKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+          static_cast<const T *>(x.raw()), factor, static_cast<T *>(out.raw()),
+          count);
+      return Status::success();
+    }));
+    return launched(op);
+  }
+  if (instruction.inputs.size() == 2 && op != "unary_grad") {
+    const Tensor &y = args.in(1);
+    if (y.desc().dtype != dtype)
+      return Status::error("cuda: " + op + " of " + dtypeName(y.desc().dtype) +
+                           " into " + dtypeName(dtype) +
+                           " (expected operands of the result's dtype)");
+    StatusOr<Broadcast> layout =
+        broadcastLayout(x.shape(), y.shape(), out.shape());
+    if (!layout.ok())
+      return layout.status();
+    Binary fn = binaryOf(op);
+    TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
+      using T = decltype(type);
+      binaryKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+          fn, *layout, static_cast<const T *>(x.raw()),
+          static_cast<const T *>(y.raw()), static_cast<T *>(out.raw()), count);
+      return Status::success();
+    }));
+    return launched(op);
+  }
+  bool gradient = op == "unary_grad";
+  UnaryFunction fn = parseUnaryFunction(
+      (gradient ? instruction.text("function") : op).c_str());
+  TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
+    using T = decltype(type);
+    unaryKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+        fn, static_cast<const T *>(x.raw()),
+        gradient ? static_cast<const T *>(args.in(1).raw()) : nullptr,
+        static_cast<T *>(out.raw()), count);
+    return Status::success();
+  }));
+  return launched(op);
+}
+
+} // namespace
+
+void registerElementwiseKernels(CudaKernelTable &table) {
+  table.add({"fill",    "add",        "sub",   "mul",        "div",
+             "maximum", "equal_mask", "neg",   "exp",        "log",
+             "tanh",    "sqrt",       "rsqrt", "sigmoid",    "silu",
+             "gelu",    "gelu_tanh",  "relu",  "unary_grad", "scale",
+             "cast",    "accumulate"},
+            runElementwise);
+}
+
+} // namespace trellis::runtime::cuda
