@@ -480,6 +480,7 @@ const CudaKernelTable &cudaKernels() {
     registerElementwiseKernels(kernels);
     registerLayoutKernels(kernels);
     registerReductionKernels(kernels);
+    registerRowKernels(kernels);
     return kernels;
   }();
   return table;

@@ -96,6 +96,7 @@ void registerMatmulKernels(CudaKernelTable &table);
 void registerElementwiseKernels(CudaKernelTable &table);
 void registerLayoutKernels(CudaKernelTable &table);
 void registerReductionKernels(CudaKernelTable &table);
+void registerRowKernels(CudaKernelTable &table);
 
 /// target[i] = a[i] (kind) b[i] over `count` elements of `dtype` on
 /// `stream` (16-bit values combine in fp32 and round to nearest even).

@@ -16,6 +16,8 @@
 #include "trellis/Common/UnaryFunctions.h"
 #include "trellis/Runtime/OpShapes.h"
 
+#include "DeviceFloat.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -28,30 +30,11 @@ namespace {
 /// Ranks a broadcast kernel takes (plans use at most 5).
 constexpr int kMaxRank = 8;
 
-template <typename T> __device__ float load(const T *data, int64_t i);
-template <> __device__ float load<float>(const float *data, int64_t i) {
-  return data[i];
+template <typename T> __device__ float load(const T *data, int64_t i) {
+  return widen(data[i]);
 }
-template <>
-__device__ float load<__nv_bfloat16>(const __nv_bfloat16 *data, int64_t i) {
-  return __bfloat162float(data[i]);
-}
-template <> __device__ float load<__half>(const __half *data, int64_t i) {
-  return __half2float(data[i]);
-}
-
-template <typename T> __device__ void store(T *data, int64_t i, float value);
-template <> __device__ void store<float>(float *data, int64_t i, float value) {
-  data[i] = value;
-}
-template <>
-__device__ void store<__nv_bfloat16>(__nv_bfloat16 *data, int64_t i,
-                                     float value) {
-  data[i] = __float2bfloat16_rn(value);
-}
-template <>
-__device__ void store<__half>(__half *data, int64_t i, float value) {
-  data[i] = __float2half_rn(value);
+template <typename T> __device__ void store(T *data, int64_t i, float value) {
+  data[i] = narrow<T>(value);
 }
 
 #define TRELLIS_GRID_STRIDE(i, count)                                          \

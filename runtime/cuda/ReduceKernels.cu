@@ -11,6 +11,8 @@
 #include "CudaSupport.h"
 #include "LaunchGeometry.h"
 
+#include "DeviceFloat.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -19,24 +21,6 @@
 namespace trellis::runtime::cuda {
 
 namespace {
-
-template <typename T> __device__ float widen(T value);
-template <> __device__ float widen<float>(float value) { return value; }
-template <> __device__ float widen<__nv_bfloat16>(__nv_bfloat16 value) {
-  return __bfloat162float(value);
-}
-template <> __device__ float widen<__half>(__half value) {
-  return __half2float(value);
-}
-
-template <typename T> __device__ T narrow(float value);
-template <> __device__ float narrow<float>(float value) { return value; }
-template <> __device__ __nv_bfloat16 narrow<__nv_bfloat16>(float value) {
-  return __float2bfloat16_rn(value);
-}
-template <> __device__ __half narrow<__half>(float value) {
-  return __float2half_rn(value);
-}
 
 template <typename T>
 __global__ void reduceKernel(int kind, T *target, const T *a, const T *b,
