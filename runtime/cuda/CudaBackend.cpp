@@ -240,6 +240,10 @@ public:
     return launch(once);
   }
 
+  Status launchUpdates(const std::vector<KernelArgs> &updates) override {
+    return launchOptimizers(updates, context_);
+  }
+
   Status runCollective(const KernelArgs &args) override {
     return runtime::runCollective(args, collectiveMemory_);
   }
@@ -481,6 +485,7 @@ const CudaKernelTable &cudaKernels() {
     registerLayoutKernels(kernels);
     registerReductionKernels(kernels);
     registerRowKernels(kernels);
+    registerOptimizerKernels(kernels);
     return kernels;
   }();
   return table;

@@ -97,6 +97,11 @@ void registerElementwiseKernels(CudaKernelTable &table);
 void registerLayoutKernels(CudaKernelTable &table);
 void registerReductionKernels(CudaKernelTable &table);
 void registerRowKernels(CudaKernelTable &table);
+void registerOptimizerKernels(CudaKernelTable &table);
+
+/// A run of adamw / sgd updates as one multi-tensor launch.
+Status launchOptimizers(const std::vector<KernelArgs> &updates,
+                        CudaContext &context);
 
 /// target[i] = a[i] (kind) b[i] over `count` elements of `dtype` on
 /// `stream` (16-bit values combine in fp32 and round to nearest even).

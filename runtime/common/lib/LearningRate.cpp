@@ -64,27 +64,4 @@ std::string checkLrSchedule(const LrSchedule &s) {
   return "";
 }
 
-double learningRateAt(const LrSchedule &s, int64_t step) {
-  if (step <= s.warmupSteps && s.warmupSteps > 0)
-    return s.peak * double(step) / double(s.warmupSteps);
-  auto ratio = [&](int64_t begin, int64_t length) {
-    return std::clamp(double(step - begin) / double(length), 0.0, 1.0);
-  };
-  auto cosine = [&](double r) {
-    return s.minimum + (s.peak - s.minimum) * 0.5 * (1.0 + std::cos(M_PI * r));
-  };
-  switch (s.kind) {
-  case LrScheduleKind::Constant:
-    return s.peak;
-  case LrScheduleKind::Linear:
-    return s.peak - (s.peak - s.minimum) *
-                        ratio(s.warmupSteps, s.decaySteps - s.warmupSteps);
-  case LrScheduleKind::Cosine:
-    return cosine(ratio(s.warmupSteps, s.decaySteps - s.warmupSteps));
-  case LrScheduleKind::Wsd:
-    return cosine(ratio(s.decaySteps - s.wsdDecaySteps, s.wsdDecaySteps));
-  }
-  return s.peak;
-}
-
 } // namespace trellis

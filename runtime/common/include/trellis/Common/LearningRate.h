@@ -21,6 +21,10 @@
 #ifndef TRELLIS_COMMON_LEARNINGRATE_H
 #define TRELLIS_COMMON_LEARNINGRATE_H
 
+#include "trellis/Common/HostDevice.h"
+
+#include <math.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -51,7 +55,31 @@ struct LrSchedule {
 std::string checkLrSchedule(const LrSchedule &schedule);
 
 /// The rate of step `step` (from 1). Precondition: checkLrSchedule is "".
-double learningRateAt(const LrSchedule &schedule, int64_t step);
+TRELLIS_HOST_DEVICE inline double learningRateAt(const LrSchedule &s,
+                                                 int64_t step) {
+  if (step <= s.warmupSteps && s.warmupSteps > 0)
+    return s.peak * double(step) / double(s.warmupSteps);
+  // The share of [begin, begin + length) behind `step`, in [0, 1].
+  auto ratio = [&](int64_t begin, int64_t length) {
+    return fmin(fmax(double(step - begin) / double(length), 0.0), 1.0);
+  };
+  auto cosine = [&](double r) {
+    return s.minimum +
+           (s.peak - s.minimum) * 0.5 * (1.0 + cos(3.14159265358979323846 * r));
+  };
+  switch (s.kind) {
+  case LrScheduleKind::Constant:
+    return s.peak;
+  case LrScheduleKind::Linear:
+    return s.peak - (s.peak - s.minimum) *
+                        ratio(s.warmupSteps, s.decaySteps - s.warmupSteps);
+  case LrScheduleKind::Cosine:
+    return cosine(ratio(s.warmupSteps, s.decaySteps - s.warmupSteps));
+  case LrScheduleKind::Wsd:
+    return cosine(ratio(s.decaySteps - s.wsdDecaySteps, s.wsdDecaySteps));
+  }
+  return s.peak;
+}
 
 /// The schedule an optimizer op's attributes describe (`lr_schedule`,
 /// `learning_rate` its peak, `warmup_steps`, `decay_steps`,

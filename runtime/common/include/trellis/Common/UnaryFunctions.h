@@ -11,13 +11,9 @@
 #ifndef TRELLIS_COMMON_UNARYFUNCTIONS_H
 #define TRELLIS_COMMON_UNARYFUNCTIONS_H
 
-#include <math.h>
+#include "trellis/Common/HostDevice.h"
 
-#ifdef __CUDACC__
-#define TRELLIS_HOST_DEVICE __host__ __device__
-#else
-#define TRELLIS_HOST_DEVICE
-#endif
+#include <math.h>
 
 namespace trellis {
 
