@@ -5,21 +5,6 @@
 
 namespace trellis::runtime::cpu {
 
-StatusOr<int64_t> shardPosition(const KernelArgs &args) {
-  if (args.axes.empty())
-    return int64_t(0);
-  if (!args.comm)
-    return Status::error(args.instruction.op +
-                         " is split over mesh axes: run the plan with --nproc "
-                         "equal to its mesh size");
-  return args.comm->groupPosition(args.axes);
-}
-
-int64_t shardCount(const KernelArgs &args) {
-  return args.axes.empty() || !args.comm ? 1
-                                         : args.comm->groupSize(args.axes);
-}
-
 KernelTable::KernelTable() : kernels_(opContracts().size(), nullptr) {}
 
 void KernelTable::add(std::initializer_list<const char *> ops, Kernel kernel) {

@@ -148,13 +148,6 @@ StatusOr<FusedProgram> parseProgramOf(const KernelArgs &args);
 /// (else they go through fp32 copies).
 Kernel selectKernel(const KernelArgs &args, bool &narrowNative);
 
-/// The rank's position along `args.axes` (0 when the op is not split);
-/// fails without a communicator for a split op.
-StatusOr<int64_t> shardPosition(const KernelArgs &args);
-
-/// The size of the group along `args.axes` (1 when the op is not split).
-int64_t shardCount(const KernelArgs &args);
-
 /// The positions in the sequence of stored indices first ... first +
 /// count - 1 of a sequence of `length` tokens kept in the order `chunks`
 /// gives (trellis/Common/SequenceChunks.h).

@@ -486,6 +486,7 @@ const CudaKernelTable &cudaKernels() {
     registerReductionKernels(kernels);
     registerRowKernels(kernels);
     registerOptimizerKernels(kernels);
+    registerEmbeddingKernels(kernels);
     return kernels;
   }();
   return table;

@@ -98,6 +98,7 @@ void registerLayoutKernels(CudaKernelTable &table);
 void registerReductionKernels(CudaKernelTable &table);
 void registerRowKernels(CudaKernelTable &table);
 void registerOptimizerKernels(CudaKernelTable &table);
+void registerEmbeddingKernels(CudaKernelTable &table);
 
 /// A run of adamw / sgd updates as one multi-tensor launch.
 Status launchOptimizers(const std::vector<KernelArgs> &updates,

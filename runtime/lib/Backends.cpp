@@ -1,7 +1,8 @@
 //===- Backends.cpp - The backends this runtime was built with ------------===//
 //
 // The one list of backends: a new backend adds its line here. Also the
-// Device interface's default methods.
+// Device interface's default methods and what kernels of every backend ask
+// of their arguments.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +14,20 @@
 #endif
 
 namespace trellis::runtime {
+
+StatusOr<int64_t> shardPosition(const KernelArgs &args) {
+  if (args.axes.empty())
+    return int64_t(0);
+  if (!args.comm)
+    return Status::error(args.instruction.op +
+                         " is split over mesh axes: run the plan with --nproc "
+                         "equal to its mesh size");
+  return args.comm->groupPosition(args.axes);
+}
+
+int64_t shardCount(const KernelArgs &args) {
+  return args.axes.empty() || !args.comm ? 1 : args.comm->groupSize(args.axes);
+}
 
 StatusOr<int64_t>
 Device::firstNonFinite(const std::vector<const Tensor *> &tensors) {

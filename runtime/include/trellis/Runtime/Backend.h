@@ -94,6 +94,13 @@ struct KernelArgs {
   Tensor &out(size_t i) const { return buffers[instruction.outputs[i]]; }
 };
 
+/// The rank's position along `args.axes` (0 when the op is not split);
+/// fails without a communicator for a split op.
+StatusOr<int64_t> shardPosition(const KernelArgs &args);
+
+/// The size of the group along `args.axes` (1 when the op is not split).
+int64_t shardCount(const KernelArgs &args);
+
 /// Options of a rank's device.
 struct DeviceOptions {
   /// Threads for the device's kernels (CPU: oneDNN's and the kernels' own).

@@ -16,20 +16,22 @@
 #ifndef TRELLIS_COMMON_SEQUENCECHUNKS_H
 #define TRELLIS_COMMON_SEQUENCECHUNKS_H
 
+#include "trellis/Common/HostDevice.h"
+
 #include <cstdint>
 
 namespace trellis {
 
 /// The chunk stored in slot `slot` of `chunks` zigzag slots.
-inline int64_t zigzagChunk(int64_t slot, int64_t chunks) {
+TRELLIS_HOST_DEVICE inline int64_t zigzagChunk(int64_t slot, int64_t chunks) {
   return slot % 2 == 0 ? slot / 2 : chunks - 1 - slot / 2;
 }
 
 /// The position in the sequence of stored index `index` of a sequence of
 /// `length` tokens kept in zigzag order of `chunks` chunks (`chunks` <= 1:
 /// natural order). `chunks` divides `length` (the compiler checks it).
-inline int64_t sequencePosition(int64_t index, int64_t length,
-                                int64_t chunks) {
+TRELLIS_HOST_DEVICE inline int64_t
+sequencePosition(int64_t index, int64_t length, int64_t chunks) {
   if (chunks <= 1)
     return index;
   int64_t chunkLength = length / chunks;
