@@ -88,7 +88,7 @@ def diagnostics():
             if any(relative == s or relative.startswith(s + os.sep) for s in SKIPPED):
                 continue
             for name in sorted(names):
-                if not name.endswith((".cpp", ".h", ".cu")):
+                if not name.endswith((".cpp", ".h", ".cu", ".cuh")):
                     continue
                 path = os.path.join(directory, name)
                 with open(path, encoding="utf-8") as f:
@@ -148,7 +148,7 @@ def main():
         sites.setdefault(key, []).append(f"{path}:{line}")
     def gpu_only(place):
         path = place.rsplit(":", 1)[0]
-        return path in GPU_ONLY or path.endswith(".cu")
+        return path in GPU_ONLY or path.endswith((".cu", ".cuh"))
     gpu = {key for key, places in sites.items()
            if all(gpu_only(place) for place in places)}
     untested = sorted((places[0], key) for key, places in sites.items()

@@ -117,22 +117,6 @@ __global__ void castKernel(const From *in, To *out, int64_t count) {
   TRELLIS_GRID_STRIDE(i, count) { store(out, i, load(in, i)); }
 }
 
-/// Calls `body.template operator()<T>()` with T the C++ type of `dtype`
-/// (a float dtype).
-template <typename Body> Status onFloat(DType dtype, Body body) {
-  switch (dtype) {
-  case DType::F32:
-    return body(float());
-  case DType::BF16:
-    return body(__nv_bfloat16());
-  case DType::F16:
-    return body(__half());
-  default:
-    return Status::error(std::string("cuda: expected a float dtype, found ") +
-                         dtypeName(dtype));
-  }
-}
-
 Status launched(const std::string &op) {
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
   return Status::success();

@@ -82,17 +82,6 @@ __global__ void positionsKernel(int32_t *out, int64_t count, int64_t first,
     out[i] = static_cast<int32_t>(sequencePosition(first + i, length, chunks));
 }
 
-template <typename Body> Status onFloat(DType dtype, Body body) {
-  switch (dtype) {
-  case DType::BF16:
-    return body(__nv_bfloat16());
-  case DType::F16:
-    return body(__half());
-  default:
-    return body(float());
-  }
-}
-
 Status runEmbedding(const KernelArgs &args, CudaContext &context) {
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
