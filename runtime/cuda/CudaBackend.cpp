@@ -349,6 +349,9 @@ private:
       return blas.status();
     blas_ = std::move(*blas);
     context_.blas = blas_.get();
+    context_.exchange = [this](std::function<Status()> work) {
+      return waitCommunication(enqueueCommunication(std::move(work)));
+    };
     context_.workspaceBytes = kWorkspaceBytes;
     TRELLIS_CUDA_RETURN_IF_ERROR(
         cudaMalloc(&context_.workspace, kWorkspaceBytes),
@@ -487,6 +490,7 @@ const CudaKernelTable &cudaKernels() {
     registerRowKernels(kernels);
     registerOptimizerKernels(kernels);
     registerEmbeddingKernels(kernels);
+    registerCrossEntropyKernels(kernels);
     return kernels;
   }();
   return table;

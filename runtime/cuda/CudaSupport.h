@@ -62,6 +62,10 @@ struct CudaContext {
   /// cuBLASLt's workspace.
   void *workspace = nullptr;
   int64_t workspaceBytes = 0;
+  /// Runs a kernel's own exchange (a vocabulary-split loss's all-reduces)
+  /// on the communication stream, after the compute launched before it;
+  /// later compute waits for it.
+  std::function<Status(std::function<Status()>)> exchange;
 };
 
 /// A kernel of the CUDA backend: enqueues `args`' instruction on
@@ -99,6 +103,7 @@ void registerReductionKernels(CudaKernelTable &table);
 void registerRowKernels(CudaKernelTable &table);
 void registerOptimizerKernels(CudaKernelTable &table);
 void registerEmbeddingKernels(CudaKernelTable &table);
+void registerCrossEntropyKernels(CudaKernelTable &table);
 
 /// A run of adamw / sgd updates as one multi-tensor launch.
 Status launchOptimizers(const std::vector<KernelArgs> &updates,

@@ -14,6 +14,7 @@
 #include "CudaSupport.h"
 #include "LaunchGeometry.h"
 
+#include "BlockReduce.cuh"
 #include "DeviceFloat.cuh"
 
 #include <cuda_bf16.h>
@@ -24,36 +25,6 @@
 namespace trellis::runtime::cuda {
 
 namespace {
-
-/// The sum of `value` over the block (every thread gets it): each warp
-/// by shuffles, then the warps' sums in warp order.
-__device__ double blockSum(double value, double *shared) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    value += __shfl_down_sync(0xffffffffu, value, offset);
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0)
-    shared[warp] = value;
-  __syncthreads();
-  double total = 0;
-  for (int w = 0; w < int(blockDim.x / 32); ++w)
-    total += shared[w];
-  return total;
-}
-
-__device__ float blockMax(float value, float *shared) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    value = fmaxf(value, __shfl_down_sync(0xffffffffu, value, offset));
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0)
-    shared[warp] = value;
-  __syncthreads();
-  float max = shared[0];
-  for (int w = 1; w < int(blockDim.x / 32); ++w)
-    max = fmaxf(max, shared[w]);
-  return max;
-}
 
 #define TRELLIS_ROWS(r, rows)                                                  \
   for (int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
