@@ -296,9 +296,8 @@ public:
     if (Status waited = waitStream(context_.stream, "the compute stream");
         !waited.ok() && status.ok())
       status = waited;
-    // Every event is done: back to the pool.
-    for (const Recorded &recorded : events_)
-      eventPool_.push_back(recorded.done);
+    // Every event taken since the last synchronize (the recorded ones
+    // among them) is done: back to the pool, each once.
     for (cudaEvent_t event : usedOrdering_)
       eventPool_.push_back(event);
     events_.clear();
@@ -463,12 +462,22 @@ void CudaKernelTable::add(std::initializer_list<const char *> ops,
                           CudaKernel run, CudaPrepare prepare) {
   for (const char *op : ops) {
     const OpContract *contract = findOpContract(op);
-    if (!contract)
-      continue; // every registered name is a row (tested)
+    if (!contract) {
+      unknown_.push_back(op);
+      continue;
+    }
     if (entries_.size() <= contract->id)
       entries_.resize(contract->id + 1);
     entries_[contract->id] = {run, prepare};
   }
+}
+
+std::vector<std::string> CudaKernelTable::ops() const {
+  std::vector<std::string> names;
+  for (const OpContract &contract : opContracts())
+    if (contract.id < entries_.size() && entries_[contract.id].run)
+      names.push_back(contract.name);
+  return names;
 }
 
 const CudaKernelTable::Entry *

@@ -87,9 +87,14 @@ public:
            CudaPrepare prepare = nullptr);
   /// The entry of `op`, or null.
   const Entry *find(const std::string &op) const;
+  /// The ops with a kernel, in op-id order.
+  std::vector<std::string> ops() const;
+  /// Names registered that are no row of the op table (a typo).
+  const std::vector<std::string> &unknown() const { return unknown_; }
 
 private:
   std::vector<Entry> entries_;
+  std::vector<std::string> unknown_;
 };
 
 /// Every kernel of the backend.

@@ -1,0 +1,37 @@
+//===- CudaKernelTableTest.cpp - The CUDA backend's kernels by op id ------===//
+//
+// The table is host code: a CPU checks which plan ops the CUDA backend has
+// kernels for, and that every name a kernel file registers is a row of the
+// op table.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../../cuda/CudaSupport.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+using namespace trellis;
+using namespace trellis::runtime::cuda;
+
+namespace {
+
+TEST(CudaKernelTableTest, EveryRegisteredNameIsARow) {
+  EXPECT_EQ(cudaKernels().unknown(), std::vector<std::string>());
+}
+
+TEST(CudaKernelTableTest, TheComputeOpsWithoutAKernelAreTheListedOnes) {
+  // runtime/cuda/README.md lists what is not built; keep the two equal.
+  std::vector<std::string> missing;
+  for (const OpContract &contract : opContracts())
+    if (!contract.collective && !cudaKernels().find(contract.name))
+      missing.push_back(contract.name);
+  EXPECT_EQ(missing,
+            (std::vector<std::string>{
+                "fused_elementwise", "attention", "attention_grad",
+                "attention_block", "attention_merge", "attention_block_grad"}));
+  EXPECT_EQ(cudaKernels().ops().size(), 46u);
+}
+
+} // namespace
