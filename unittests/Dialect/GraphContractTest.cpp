@@ -67,10 +67,11 @@ TEST(GraphContractTest, OdsAttributesAreTheRowsAttributes) {
     std::set<std::string> row;
     for (const trellis::AttrSpec &spec : contract->attrs) {
       row.insert(spec.name);
-      if (spec.required)
+      if (spec.required) {
         EXPECT_TRUE(ods.count(spec.name))
             << planName << " requires '" << spec.name
             << "', which the graph op lacks";
+      }
     }
     for (const std::string &attr : ods)
       EXPECT_TRUE(row.count(attr))
