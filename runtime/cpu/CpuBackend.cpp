@@ -32,18 +32,6 @@ namespace {
 
 constexpr int64_t kAlignment = 64;
 
-class HostAllocation : public DeviceAllocation {
-public:
-  HostAllocation(void *data, int64_t bytes) : data_(data), bytes_(bytes) {}
-  ~HostAllocation() override { std::free(data_); }
-  void *data() override { return data_; }
-  int64_t bytes() const override { return bytes_; }
-
-private:
-  void *data_;
-  int64_t bytes_;
-};
-
 /// The moves of host memory the collective lowering packs with.
 class HostCollectiveMemory : public CollectiveMemory {
 public:
@@ -54,8 +42,7 @@ public:
     if (!data)
       return Status::error("cpu: cannot allocate " + std::to_string(bytes) +
                            " bytes of host memory for a collective");
-    return std::unique_ptr<DeviceAllocation>(
-        std::make_unique<HostAllocation>(data, bytes));
+    return ReleasedAllocation::make(data, bytes, std::free);
   }
   Status copyRows(void *target, int64_t targetStride, const void *source,
                   int64_t sourceStride, int64_t rowBytes,
@@ -178,8 +165,7 @@ public:
                            " bytes (" + std::to_string(bytes >> 20) +
                            " MiB) of host memory");
     std::memset(data, 0, rounded);
-    return std::unique_ptr<DeviceAllocation>(
-        std::make_unique<HostAllocation>(data, rounded));
+    return ReleasedAllocation::make(data, rounded, std::free);
   }
 
   Status copyToHost(const Tensor &source, void *host) override {

@@ -38,33 +38,6 @@ std::string mebibytes(int64_t bytes) {
   return text;
 }
 
-class CudaAllocation : public DeviceAllocation {
-public:
-  CudaAllocation(void *data, int64_t bytes) : data_(data), bytes_(bytes) {}
-  ~CudaAllocation() override { cudaFree(data_); }
-  void *data() override { return data_; }
-  int64_t bytes() const override { return bytes_; }
-
-private:
-  void *data_;
-  int64_t bytes_;
-};
-
-/// Scratch from the stream-ordered allocator, freed in stream order.
-class StreamAllocation : public DeviceAllocation {
-public:
-  StreamAllocation(void *data, int64_t bytes, cudaStream_t stream)
-      : data_(data), bytes_(bytes), stream_(stream) {}
-  ~StreamAllocation() override { cudaFreeAsync(data_, stream_); }
-  void *data() override { return data_; }
-  int64_t bytes() const override { return bytes_; }
-
-private:
-  void *data_;
-  int64_t bytes_;
-  cudaStream_t stream_;
-};
-
 /// The moves of device memory the collective lowering packs with, all on
 /// the communication stream.
 class DeviceCollectiveMemory : public CollectiveMemory {
@@ -76,8 +49,10 @@ public:
     TRELLIS_CUDA_RETURN_IF_ERROR(
         cudaMallocAsync(&data, std::max<int64_t>(bytes, 1), stream_),
         "allocating " + mebibytes(bytes) + " of scratch for a collective");
-    return std::unique_ptr<DeviceAllocation>(
-        std::make_unique<StreamAllocation>(data, bytes, stream_));
+    // Scratch from the stream-ordered allocator, freed in stream order.
+    cudaStream_t stream = stream_;
+    return ReleasedAllocation::make(
+        data, bytes, [stream](void *memory) { cudaFreeAsync(memory, stream); });
   }
   Status copyRows(void *target, int64_t targetStride, const void *source,
                   int64_t sourceStride, int64_t rowBytes,
@@ -171,8 +146,8 @@ public:
     }
     TRELLIS_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(data, 0, size, context_.stream), "zeroing memory");
-    return std::unique_ptr<DeviceAllocation>(
-        std::make_unique<CudaAllocation>(data, size));
+    return ReleasedAllocation::make(data, size,
+                                    [](void *memory) { cudaFree(memory); });
   }
 
   Status copyToHost(const Tensor &source, void *host) override {

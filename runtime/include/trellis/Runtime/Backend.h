@@ -53,6 +53,30 @@ public:
   virtual int64_t bytes() const = 0;
 };
 
+/// Memory handed back by `release(data)` when destroyed: what a backend's
+/// allocator returns (std::free, cudaFree, a stream-ordered free).
+class ReleasedAllocation : public DeviceAllocation {
+public:
+  ReleasedAllocation(void *data, int64_t bytes,
+                     std::function<void(void *)> release)
+      : data_(data), bytes_(bytes), release_(std::move(release)) {}
+  ~ReleasedAllocation() override { release_(data_); }
+  void *data() override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+
+  /// As the DeviceAllocation a device returns.
+  static std::unique_ptr<DeviceAllocation>
+  make(void *data, int64_t bytes, std::function<void(void *)> release) {
+    return std::make_unique<ReleasedAllocation>(data, bytes,
+                                                std::move(release));
+  }
+
+private:
+  void *data_;
+  int64_t bytes_;
+  std::function<void(void *)> release_;
+};
+
 /// What a device decided for one instruction once, before its first
 /// launch (Device::prepare): its kernel, and the work that depends only on
 /// the instruction and its buffers' types (a fused program parsed, a GEMM
