@@ -691,6 +691,7 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
         llvm::formatv("{0:2}\n", estimateJson(compiled.modelParameters,
                                               compiled.meshAxes, *cost))
             .str();
+    compiled.estimate = std::move(*cost);
     return compiled;
   }
 
@@ -721,6 +722,8 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
     if (options.report)
       compiled.reports = std::move(reports);
   }
+  if (options.reportOnly)
+    return compiled;
   if (options.emitMlir) {
     llvm::raw_string_ostream os(compiled.text);
     module.print(os);

@@ -13,6 +13,7 @@
 
 #include "trellis/Common/RankPlacement.h"
 #include "trellis/Dialect/Graph/IR/GraphAttrs.h"
+#include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 
@@ -59,6 +60,15 @@ private:
   /// Records a transfer of `value` to `rank` unless it is made there.
   void requireOn(int64_t value, int64_t rank);
   void charge(const VirtualOp &op, const RankSet &ranks);
+  /// Adds `calls` executions of `op`'s kind (or of `collective`, a
+  /// transfer's key) to `rank`'s work.
+  void addWork(int64_t rank, const VirtualOp &op, llvm::StringRef collective,
+               int64_t calls, const OpCost &cost,
+               const StepReport::Traffic &traffic);
+  /// The activations each micro-batch keeps for its backward, and the
+  /// gradients it hands to the step.
+  void holdActivations();
+  PricedWork::Phase phaseOf(const VirtualOp &op) const;
   /// Ops that read each value, in order.
   std::vector<SmallVector<int64_t>> readers() const;
 
@@ -73,7 +83,101 @@ private:
   std::vector<RankSet> resultRanks_, argumentRanks_;
   std::set<std::pair<int64_t, int64_t>> transferred_;
   std::vector<ShardedStepCost> costs_;
+  /// Each rank's work items by what merges them.
+  using WorkKey = std::tuple<int, int64_t, std::string, std::string, int64_t,
+                             int64_t, int64_t, bool>;
+  std::vector<std::map<WorkKey, size_t>> workIndex_;
 };
+
+PricedWork::Phase Pricer::phaseOf(const VirtualOp &op) const {
+  if (!op.action)
+    return PricedWork::Phase::Step;
+  auto phase = op.origin ? op.origin->getAttrOfType<StringAttr>(
+                               graph::GraphDialect::kPhaseAttrName)
+                         : StringAttr();
+  if (phase && phase.getValue() == "forward")
+    return PricedWork::Phase::Forward;
+  if (phase && phase.getValue() == "weight")
+    return PricedWork::Phase::Weight;
+  return PricedWork::Phase::Backward;
+}
+
+void Pricer::addWork(int64_t rank, const VirtualOp &op,
+                     llvm::StringRef collective, int64_t calls,
+                     const OpCost &cost, const StepReport::Traffic &traffic) {
+  PricedWork work;
+  work.phase = phaseOf(op);
+  work.chunk = op.action ? op.virtualStage / ranks_ : 0;
+  if (!collective.empty()) {
+    work.name = collective.str();
+  } else {
+    if (op.kernel.empty())
+      return; // a reshard step that keeps a piece: nothing runs
+    work.name = op.kernel.str();
+    if (!op.operands.empty())
+      if (auto element =
+              graph::toElementType(written_.values[op.operands[0]].elementType))
+        work.dtype = elementTypeName(*element);
+    work.gemmRows = op.gemmRows;
+    work.gemmColumns = op.gemmColumns;
+    work.gemmDepth = op.gemmDepth;
+    if (op.origin)
+      if (auto causal = op.origin->getAttrOfType<BoolAttr>("causal"))
+        work.causal = causal.getValue();
+  }
+  WorkKey key{static_cast<int>(work.phase),
+              work.chunk,
+              work.name,
+              work.dtype,
+              work.gemmRows,
+              work.gemmColumns,
+              work.gemmDepth,
+              work.causal};
+  auto [found, inserted] =
+      workIndex_[rank].try_emplace(key, costs_[rank].work.size());
+  if (inserted)
+    costs_[rank].work.push_back(std::move(work));
+  PricedWork &merged = costs_[rank].work[found->second];
+  merged.calls += calls;
+  merged.flops += cost.flops;
+  merged.bytesRead += cost.bytesRead;
+  merged.bytesWritten += cost.bytesWritten;
+  merged.traffic.count += traffic.count;
+  merged.traffic.bytes += traffic.bytes;
+  merged.traffic.wireBytes += traffic.wireBytes;
+}
+
+void Pricer::holdActivations() {
+  std::vector<SmallVector<int64_t>> readers = this->readers();
+  int64_t chunks = 1;
+  for (const VirtualOp &op : written_.ops)
+    if (op.action && !op.erased)
+      chunks = std::max(chunks, op.virtualStage / ranks_ + 1);
+  for (ShardedStepCost &cost : costs_)
+    cost.savedActivationBytes.assign(chunks, 0);
+  for (auto [index, op] : llvm::enumerate(written_.ops)) {
+    if (op.erased || !op.action || placement_[index].empty())
+      continue;
+    PricedWork::Phase phase = phaseOf(op);
+    int64_t rank = *placement_[index].begin();
+    for (int64_t result : op.results) {
+      bool keptForBackward = false, handedToStep = false;
+      for (int64_t reader : readers[result]) {
+        const VirtualOp &user = written_.ops[reader];
+        if (!user.action)
+          handedToStep = true;
+        else if (phase == PricedWork::Phase::Forward &&
+                 phaseOf(user) != PricedWork::Phase::Forward)
+          keptForBackward = true;
+      }
+      int64_t bytes = written_.values[result].bytes();
+      if (keptForBackward)
+        costs_[rank].savedActivationBytes[op.virtualStage / ranks_] += bytes;
+      if (handedToStep && phase != PricedWork::Phase::Forward)
+        costs_[rank].gradientBytes += bytes;
+    }
+  }
+}
 
 std::vector<SmallVector<int64_t>> Pricer::readers() const {
   std::vector<SmallVector<int64_t>> readers(written_.values.size());
@@ -256,11 +360,14 @@ void Pricer::requireOn(int64_t value, int64_t rank) {
   for (auto [end, at] : {std::pair<const char *, int64_t>{
                              "send over ", *placement_[producer].begin()},
                          {"recv over ", rank}}) {
-    StepReport::Traffic &traffic =
-        costs_[at].communication[end + options_.pipelineAxis];
+    std::string key = end + options_.pipelineAxis;
+    StepReport::Traffic &traffic = costs_[at].communication[key];
     traffic.count += count;
     traffic.bytes += bytes;
     traffic.wireBytes += bytes;
+    // The time model's transfer: one per execution of the producer.
+    int64_t once = written_.values[value].bytes();
+    addWork(at, made, key, 1, OpCost(), {1, once, once});
   }
 }
 
@@ -277,6 +384,7 @@ void Pricer::addTransfers() {
 void Pricer::charge(const VirtualOp &op, const RankSet &ranks) {
   int64_t count = times(op);
   for (int64_t rank : ranks) {
+    addWork(rank, op, op.collective, 1, op.cost, op.traffic);
     ShardedStepCost &cost = costs_[rank];
     cost.flops += op.cost.flops * count;
     cost.bytesRead += op.cost.bytesRead * count;
@@ -293,11 +401,13 @@ void Pricer::charge(const VirtualOp &op, const RankSet &ranks) {
 std::vector<ShardedStepCost> Pricer::run() {
   place();
   holdArguments();
+  workIndex_.assign(ranks_, {});
   sendInPieces();
   addTransfers();
   for (auto [op, ranks] : llvm::zip(written_.ops, placement_))
     if (!op.erased)
       charge(op, ranks);
+  holdActivations();
   return std::move(costs_);
 }
 

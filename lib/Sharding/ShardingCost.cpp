@@ -24,6 +24,28 @@ namespace trellis {
 
 namespace {
 
+/// Records the sizes of a matmul's piece for the time model's GEMM
+/// efficiency: lhs [batch..., M, K] · rhs [..., K, N] (either transposed).
+void describeMatmul(VirtualOp &compute, graph::MatmulOp matmul,
+                    ArrayRef<SmallVector<int64_t>> operandShapes) {
+  ArrayRef<int64_t> lhs = operandShapes[0], rhs = operandShapes[1];
+  if (lhs.size() < 2 || rhs.size() < 2)
+    return;
+  bool transposeLhs = matmul.getTransposeLhs();
+  bool transposeRhs = matmul.getTransposeRhs();
+  int64_t rows = lhs[lhs.size() - (transposeLhs ? 1 : 2)];
+  int64_t depth = lhs[lhs.size() - (transposeLhs ? 2 : 1)];
+  int64_t columns = rhs[rhs.size() - (transposeRhs ? 2 : 1)];
+  // A shared rank-2 rhs folds the lhs's batch into its rows; batched
+  // operands keep it apart (a batched GEMM's efficiency is its pieces').
+  if (rhs.size() == 2)
+    for (int64_t size : lhs.drop_back(2))
+      rows *= size;
+  compute.gemmRows = rows;
+  compute.gemmColumns = columns;
+  compute.gemmDepth = depth;
+}
+
 /// Writes the partitioned step down, from a propagated step (or, without a
 /// mesh, a step that runs whole).
 class VirtualStepBuilder {
@@ -140,8 +162,10 @@ int64_t VirtualStepBuilder::reshard(int64_t value,
       std::vector<TensorType> outputs{
           {std::vector<int64_t>(step.shape.begin(), step.shape.end()),
            element}};
-      op.cost = findOpContract(step.kind == Kind::Pad ? "pad" : "slice")
-                    ->cost(OpInstance(inputs, AttrMap(), outputs));
+      const OpContract *row =
+          findOpContract(step.kind == Kind::Pad ? "pad" : "slice");
+      op.cost = row->cost(OpInstance(inputs, AttrMap(), outputs));
+      op.kernel = row->name;
       break;
     }
     }
@@ -181,8 +205,10 @@ LogicalResult VirtualStepBuilder::addGraphOp(Operation *op) {
   if (!mesh_) {
     for (Value operand : op->getOperands())
       compute.operands.push_back(heldOf_.lookup(operand));
-    if (graph::contractOf(op))
+    if (const OpContract *contract = graph::contractOf(op)) {
       compute.cost = graph::costFromContract(op);
+      compute.kernel = contract->name;
+    }
     compute.laidOut = pipelined_ && op->getNumResults() == 1;
     int64_t index = static_cast<int64_t>(out_.ops.size());
     for (Value result : op->getResults()) {
@@ -237,9 +263,21 @@ LogicalResult VirtualStepBuilder::addGraphOp(Operation *op) {
   for (auto [result, sharding] : llvm::zip(op->getResults(), layout.results))
     resultShapes.push_back(localShape(mesh_, whole(result).global, sharding));
   compute.cost = graph::costWithShapes(op, operandShapes, resultShapes);
+  if (const OpContract *contract = graph::contractOf(op))
+    compute.kernel = contract->name;
+  if (auto matmul = llvm::dyn_cast<graph::MatmulOp>(op))
+    describeMatmul(compute, matmul, operandShapes);
   // An attention's `axes` once partitioned: its queries' sequence split.
-  if (llvm::isa<graph::AttentionOp, graph::AttentionGradOp>(op))
+  // Its piece's query and key lengths and head dimension, for the time
+  // model, as a GEMM's sizes.
+  if (llvm::isa<graph::AttentionOp, graph::AttentionGradOp>(op)) {
     compute.sequenceAxes = layout.operandSplits[0].dims[1];
+    if (operandShapes[0].size() == 4 && operandShapes[1].size() == 4) {
+      compute.gemmRows = operandShapes[0][1];
+      compute.gemmColumns = operandShapes[1][1];
+      compute.gemmDepth = operandShapes[0][3];
+    }
+  }
   int64_t index = addOp(std::move(compute));
   // Results the op cannot make as wanted are resharded after it.
   for (auto [i, result] : llvm::enumerate(op->getResults())) {

@@ -119,6 +119,7 @@ SmallVector<int64_t> RingWriter::add(const VirtualOp &anchor, const char *row,
   op.virtualStage = anchor.virtualStage;
   op.operands.assign(inputs.begin(), inputs.end());
   op.cost = contract.cost(OpInstance(types, attrs, results));
+  op.kernel = contract.name;
   int64_t index = static_cast<int64_t>(step_.ops.size());
   const HeldValue &like = step_.values[inputs[0]];
   for (const TensorType &type : results) {

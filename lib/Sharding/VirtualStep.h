@@ -60,6 +60,12 @@ struct VirtualOp {
   AxisNames sequenceAxes;
   /// Replaced by a lowering (ring attention): no longer part of the step.
   bool erased = false;
+  /// The op-table row it runs (`matmul`, `pad`): empty for collectives and
+  /// for reshard steps that keep a piece.
+  llvm::StringRef kernel;
+  /// A matmul's piece: rows (its batch folded in), columns and depth; an
+  /// attention's query and key lengths and head dimension.
+  int64_t gemmRows = 0, gemmColumns = 0, gemmDepth = 0;
 };
 
 struct VirtualStep {

@@ -29,6 +29,10 @@ int runCompileCommand();
 extern llvm::cl::SubCommand opsCommand;
 int runOpsCommand();
 
+/// `trellis plan`: the fastest plans that fit a cluster.
+extern llvm::cl::SubCommand planCommand;
+int runPlanCommand();
+
 /// `trellis schedule`: simulates a pipeline schedule.
 extern llvm::cl::SubCommand scheduleCommand;
 int runScheduleCommand();

@@ -46,10 +46,12 @@ int main(int argc, char **argv) {
     return runCompileCommand();
   if (scheduleCommand)
     return runScheduleCommand();
+  if (planCommand)
+    return runPlanCommand();
   if (opsCommand)
     return runOpsCommand();
   llvm::WithColor::error(llvm::errs(), "trellis")
-      << "expected a subcommand (groups, import, compile, run, export, plot, "
-         "schedule, ops); see 'trellis --help'\n";
+      << "expected a subcommand (groups, import, compile, plan, run, export, "
+         "plot, schedule, ops); see 'trellis --help'\n";
   return 1;
 }

@@ -15,10 +15,11 @@
 #define TRELLIS_COMPILER_COMPILE_H
 
 #include "mlir/Support/Timing.h"
+#include "trellis/Common/Mesh.h"
 #include "trellis/Compiler/CompileReport.h"
 #include "trellis/Compiler/MessageSink.h"
 #include "trellis/Compiler/ModelSource.h"
-#include "trellis/Common/Mesh.h"
+#include "trellis/Sharding/ShardingCost.h"
 
 #include <optional>
 #include <string>
@@ -77,6 +78,9 @@ struct CompileOptions {
   bool emitEstimate = false;
   /// Compute the per-rank reports (with their memory plans).
   bool report = false;
+  /// Stop after the reports: no plan text (what the planner asks of the
+  /// plans it shows).
+  bool reportOnly = false;
 };
 
 /// A compiled model.
@@ -86,6 +90,8 @@ struct CompiledModel {
   std::string text;
   /// Per rank kind, when CompileOptions::report.
   std::vector<RankReport> reports;
+  /// Per pipeline rank, when CompileOptions::emitEstimate.
+  std::vector<ShardedStepCost> estimate;
   /// The model's parameter count, before any split.
   int64_t modelParameters = 0;
   /// The mesh, major to minor (axes of size 1 included).

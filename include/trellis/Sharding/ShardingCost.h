@@ -29,6 +29,37 @@
 
 namespace trellis {
 
+/// Ops of one rank that a time model prices alike: one kind of op run in
+/// one action (a phase of one model chunk) or in the step, summed over the
+/// step's ops of that kind.
+struct PricedWork {
+  /// The action they run in, once per micro-batch; `Step`: once per step,
+  /// after every micro-batch's actions. Accumulating a micro-batch's
+  /// gradient runs in its backward.
+  enum class Phase { Forward, Backward, Weight, Step };
+  Phase phase = Phase::Step;
+  /// The model chunk on its rank (virtual stage / ranks).
+  int64_t chunk = 0;
+  /// The op-table row (`matmul`, `attention`), or a collective's key as in
+  /// `communication` (`all_reduce over dp`, `send over pp`).
+  std::string name;
+  /// The element type the ops compute in (their first operand's: `f32`,
+  /// `bf16`, `f16`); empty for collectives and transfers.
+  std::string dtype;
+  /// A matmul's piece (rows with a shared weight's batch folded in,
+  /// columns, depth); an attention's query length, key length and head
+  /// dimension; 0 for other ops.
+  int64_t gemmRows = 0, gemmColumns = 0, gemmDepth = 0;
+  /// An attention over causally masked keys (its kernel skips half).
+  bool causal = false;
+  /// Executions in one action (or in the step) and their summed cost and
+  /// traffic.
+  int64_t calls = 0;
+  double flops = 0;
+  int64_t bytesRead = 0, bytesWritten = 0;
+  StepReport::Traffic traffic;
+};
+
 struct ShardedStepCost {
   /// FLOPs of one rank's graph ops in one step (each micro-batch's), as
   /// StepReport::flops counts them.
@@ -43,6 +74,17 @@ struct ShardedStepCost {
   /// The collectives the partitioner inserts, keyed and counted as
   /// StepReport::communication (before gradient bucketing).
   TrafficByCollective communication;
+  /// The same step as a time model reads it: every op and transfer of the
+  /// rank, grouped by action and kind (PricedWork).
+  std::vector<PricedWork> work;
+  /// Gradients a micro-batch hands to the step (values the actions make
+  /// and step ops read), in bytes, as StepReport's `grads` before any
+  /// micro-batch accumulation is freed.
+  int64_t gradientBytes = 0;
+  /// Per model chunk on the rank: bytes of one micro-batch's forward values
+  /// that its backward reads (what a micro-batch keeps alive between its
+  /// forward and its backward).
+  std::vector<int64_t> savedActivationBytes;
 
   /// `{"flops", "bytes": {...}, "comm_bytes": {...}, "communication":
   /// {key: {"calls", "bytes", "wire_bytes"}}}` (docs/Report.md).

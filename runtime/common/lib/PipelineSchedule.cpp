@@ -287,23 +287,39 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
                                          : costs.backwardByStage[stage];
   };
 
-  // Messages by (is gradient, micro-batch, receiving virtual stage): the
-  // time they arrive.
-  using Message = std::tuple<bool, int64_t, int64_t>;
-  std::map<Message, double> inFlight;
-  std::set<std::pair<int64_t, int64_t>> forwardDone, backwardDone, weightDone;
+  // Flat tables over (micro-batch, virtual stage): schedules of thousands
+  // of micro-batches on dozens of ranks are simulated for every plan the
+  // planner prices.
+  auto index = [&](int64_t microBatch, int64_t stage) {
+    return static_cast<size_t>(microBatch * stages + stage);
+  };
+  size_t cells = static_cast<size_t>(shape.microBatches * stages);
+  // Messages in flight to (micro-batch, receiving virtual stage): the time
+  // they arrive, or -1.
+  std::vector<double> activationsInFlight(cells, -1.0),
+      gradientsInFlight(cells, -1.0);
+  std::vector<char> forwardDone(cells, 0), backwardDone(cells, 0),
+      weightDone(cells, 0);
   // (micro-batch, stage) whose backward is split: their weight gradients
   // take weightShare of the backward's time and free the activations.
-  std::set<std::pair<int64_t, int64_t>> split;
+  std::vector<char> split(cells, 0);
+  bool anySplit = false;
   for (int64_t rank = 0; rank < p; ++rank)
     for (const PipelineAction &action : streams[rank])
-      if (action.kind == Kind::WeightGradient)
-        split.insert({action.microBatch, action.chunk * p + rank});
-  std::set<std::pair<int64_t, int64_t>> received; // (mb, stage) per kind
-  std::set<std::pair<int64_t, int64_t>> gradientReceived;
+      if (action.kind == Kind::WeightGradient && action.microBatch >= 0 &&
+          action.microBatch < shape.microBatches && action.chunk >= 0 &&
+          action.chunk < shape.chunks) {
+        split[index(action.microBatch, action.chunk * p + rank)] = 1;
+        anySplit = true;
+      }
+  std::vector<char> received(cells, 0), gradientReceived(cells, 0);
 
   PipelineSimulation simulation;
   simulation.peakLiveActivations.assign(p, 0);
+  size_t actions = 0;
+  for (const std::vector<PipelineAction> &stream : streams)
+    actions += stream.size();
+  simulation.timeline.reserve(actions);
   std::vector<size_t> next(p, 0);
   std::vector<double> free(p, 0.0), busy(p, 0.0);
   std::vector<int64_t> live(p, 0);
@@ -323,23 +339,24 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
                       " micro-batches and " + std::to_string(shape.chunks) +
                       " chunks");
         int64_t stage = stageOf(rank, action.chunk);
-        std::pair<int64_t, int64_t> key{action.microBatch, stage};
+        size_t key = index(action.microBatch, stage);
         TimedAction timed{rank, action, free[rank], free[rank]};
         bool blocked = false;
         switch (action.kind) {
         case Kind::RecvActivation:
         case Kind::RecvGradient: {
           bool gradient = action.kind == Kind::RecvGradient;
-          auto it = inFlight.find({gradient, action.microBatch, stage});
-          if (it == inFlight.end()) {
+          double &arrival =
+              (gradient ? gradientsInFlight : activationsInFlight)[key];
+          if (arrival < 0) {
             blocked = true;
             break;
           }
           // The rank idles until the message arrives.
-          timed.start = timed.end = std::max(free[rank], it->second);
+          timed.start = timed.end = std::max(free[rank], arrival);
           free[rank] = timed.end;
-          inFlight.erase(it);
-          (gradient ? gradientReceived : received).insert(key);
+          arrival = -1;
+          (gradient ? gradientReceived : received)[key] = 1;
           break;
         }
         case Kind::SendActivation:
@@ -350,57 +367,59 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " has no stage to go to");
           timed.end = free[rank] + costs.transfer;
-          inFlight[{gradient, action.microBatch, to}] = timed.end;
+          (gradient ? gradientsInFlight
+                    : activationsInFlight)[index(action.microBatch, to)] =
+              timed.end;
           break;
         }
         case Kind::Forward:
-          if (stage > 0 && !received.count(key))
+          if (stage > 0 && !received[key])
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() +
                         " runs before its activations are received");
-          if (forwardDone.count(key))
+          if (forwardDone[key])
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " runs twice");
           timed.end = free[rank] + forwardTimeOf(stage);
           free[rank] = timed.end;
           busy[rank] += forwardTimeOf(stage);
-          forwardDone.insert(key);
+          forwardDone[key] = 1;
           simulation.peakLiveActivations[rank] =
               std::max(simulation.peakLiveActivations[rank], ++live[rank]);
           break;
         case Kind::Backward: {
-          if (!forwardDone.count(key))
+          if (!forwardDone[key])
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " runs before its forward");
-          if (stage < lastStage && !gradientReceived.count(key))
+          if (stage < lastStage && !gradientReceived[key])
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() +
                         " runs before its gradient is received");
-          if (backwardDone.count(key))
+          if (backwardDone[key])
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " runs twice");
-          double duration = backwardTimeOf(stage) *
-                            (split.count(key) ? 1 - costs.weightShare : 1);
+          double duration =
+              backwardTimeOf(stage) * (split[key] ? 1 - costs.weightShare : 1);
           timed.end = free[rank] + duration;
           free[rank] = timed.end;
           busy[rank] += duration;
-          backwardDone.insert(key);
-          if (!split.count(key))
+          backwardDone[key] = 1;
+          if (!split[key])
             --live[rank];
           break;
         }
         case Kind::WeightGradient: {
-          if (!backwardDone.count(key))
+          if (!backwardDone[key])
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " runs before its backward");
-          if (weightDone.count(key))
+          if (weightDone[key])
             return fail("rank " + std::to_string(rank) + ": " +
                         action.toString() + " runs twice");
           double duration = backwardTimeOf(stage) * costs.weightShare;
           timed.end = free[rank] + duration;
           free[rank] = timed.end;
           busy[rank] += duration;
-          weightDone.insert(key);
+          weightDone[key] = 1;
           --live[rank];
           break;
         }
@@ -424,21 +443,27 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
                streams[rank][next[rank]].toString();
   if (!stuck.empty())
     return fail("the schedule deadlocks: " + stuck);
-  for (const auto &[message, time] : inFlight)
-    return fail("a message is never received: " +
-                std::string(std::get<0>(message) ? "gradient" : "activation") +
-                " of micro-batch " + std::to_string(std::get<1>(message)) +
-                " for virtual stage " + std::to_string(std::get<2>(message)));
   for (int64_t mb = 0; mb < shape.microBatches; ++mb)
     for (int64_t stage = 0; stage <= lastStage; ++stage)
-      if (!forwardDone.count({mb, stage}) || !backwardDone.count({mb, stage}) ||
-          (!split.empty() && !weightDone.count({mb, stage})))
+      for (bool gradient : {false, true})
+        if ((gradient ? gradientsInFlight
+                      : activationsInFlight)[index(mb, stage)] >= 0)
+          return fail("a message is never received: " +
+                      std::string(gradient ? "gradient" : "activation") +
+                      " of micro-batch " + std::to_string(mb) +
+                      " for virtual stage " + std::to_string(stage));
+  for (int64_t mb = 0; mb < shape.microBatches; ++mb)
+    for (int64_t stage = 0; stage <= lastStage; ++stage) {
+      size_t key = index(mb, stage);
+      if (!forwardDone[key] || !backwardDone[key] ||
+          (anySplit && !weightDone[key]))
         return fail("incomplete: micro-batch " + std::to_string(mb) +
                     " misses its " +
-                    (!forwardDone.count({mb, stage})    ? "forward"
-                     : !backwardDone.count({mb, stage}) ? "backward"
-                                                        : "weight gradient") +
+                    (!forwardDone[key]    ? "forward"
+                     : !backwardDone[key] ? "backward"
+                                          : "weight gradient") +
                     " at virtual stage " + std::to_string(stage));
+    }
 
   for (double end : free)
     simulation.makespan = std::max(simulation.makespan, end);

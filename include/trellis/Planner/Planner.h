@@ -1,0 +1,134 @@
+//===- Planner.h - The fastest plan that fits -------------------*- C++ -*-===//
+//
+// `trellis plan`: for a model, a cluster, a device count and a global
+// batch, enumerates plans (mesh degrees, micro-batch size, schedule and
+// chunks, ZeRO stage, sequence parallelism, recomputation), prices each on
+// the unpartitioned step (the cost query, trellis/Sharding/ShardingCost.h),
+// predicts its step time (StepTime.h) and memory, and ranks those that fit.
+// The plans it shows get their memory from the compiler's own report
+// (`trellis compile --report`), byte for byte.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRELLIS_PLANNER_PLANNER_H
+#define TRELLIS_PLANNER_PLANNER_H
+
+#include "trellis/Compiler/Compile.h"
+#include "trellis/Planner/Cluster.h"
+#include "trellis/Planner/StepTime.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trellis::planner {
+
+/// One plan: what `trellis compile` is told.
+struct PlanChoice {
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  /// Sequences per micro-batch on each data-parallel rank.
+  int64_t microBatchSize = 1;
+  int64_t zero = 0;
+  bool sequenceParallel = false;
+  std::string schedule = "1f1b";
+  int64_t chunks = 1;
+  std::string recompute = "none";
+  std::string contextKind = "ulysses";
+
+  int64_t gpus() const { return dp * tp * pp * cp; }
+  /// Micro-batches per step for `globalBatch` sequences.
+  int64_t microBatches(int64_t globalBatch) const {
+    return globalBatch / (dp * microBatchSize);
+  }
+  /// `trellis compile`'s flags for this plan.
+  std::string flags(int64_t globalBatch, int64_t seq,
+                    const std::string &precision) const;
+  /// The --evaluate text of this plan.
+  std::string text() const;
+};
+
+/// What an --evaluate string fixes; the rest the planner chooses.
+struct PlanConstraints {
+  std::optional<int64_t> dp, tp, pp, cp, microBatchSize, zero, chunks;
+  std::optional<bool> sequenceParallel;
+  std::optional<std::string> schedule, recompute, contextKind;
+};
+
+/// Parses `pp=8,dp=16,tp=8,sp,zero=1,schedule=interleaved,chunks=4,
+/// micro-batch=1,recompute=full` (also `cp=`, `cp-kind=`). Unknown keys,
+/// malformed numbers and impossible values are errors naming them.
+std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
+                                                    std::string &error);
+
+struct PlanRequest {
+  /// The model: a config's or MLIR's text, as `trellis compile` reads it.
+  std::string modelText;
+  ModelFormat format = ModelFormat::Config;
+  std::string modelSource;
+  ClusterSpec cluster;
+  int64_t gpus = 1;
+  int64_t globalBatch = 0;
+  int64_t seq = 0;
+  std::string precision = "bf16";
+  /// Plans to show (each gets the compiler's exact memory report).
+  int64_t top = 5;
+  /// Worker threads (each compiles in its own MLIR context); 0: the
+  /// machine's cores.
+  int64_t threads = 0;
+};
+
+/// Per pipeline stage, in bytes.
+struct StageMemory {
+  int64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0;
+  int64_t peak = 0;
+};
+
+struct PlanEvaluation {
+  PlanChoice choice;
+  StepTime time;
+  double tokensPerSecondPerGpu = 0;
+  /// Model FLOPs per step (docs/Planner.md: 6 N T plus attention, no
+  /// recomputation) per second per GPU, and their share of the peak.
+  double modelFlopsPerGpu = 0;
+  double mfu = 0;
+  /// Per stage. `exactMemory`: from the compiler's report (the memory plan
+  /// the runtime allocates); otherwise the screening estimate.
+  std::vector<StageMemory> memory;
+  bool exactMemory = false;
+  bool fits = false;
+  /// When it does not fit: the stage and the largest term of its memory.
+  std::string bindingTerm;
+
+  int64_t peakBytes() const;
+  llvm::json::Object toJson(int64_t globalBatch, int64_t seq,
+                            const std::string &precision) const;
+};
+
+struct SearchResult {
+  /// Best first: the shown plans that fit, by predicted step time.
+  std::vector<PlanEvaluation> plans;
+  /// Plans priced (each a cost query), and plans that failed to compile.
+  int64_t candidatesEvaluated = 0;
+  int64_t candidatesRejected = 0;
+  double searchSeconds = 0;
+  /// When no plan fits: the one that came closest.
+  std::optional<PlanEvaluation> closest;
+};
+
+/// Searches the plans `constraints` allows. Fails (nullopt, `error`) when
+/// the request is impossible: a global batch no layout divides, more GPUs
+/// than the model can use, no candidate that compiles. A search where none
+/// fits returns no plans and `closest`.
+std::optional<SearchResult> searchPlans(const PlanRequest &request,
+                                        const PlanConstraints &constraints,
+                                        std::string &error);
+
+/// `1.50 GiB`, or `12.25 MiB` under a GiB.
+std::string formatBytes(double bytes);
+
+/// Model FLOPs of one step (docs/Planner.md).
+double modelFlopsPerStep(const PlanRequest &request, int64_t parameters);
+
+} // namespace trellis::planner
+
+#endif // TRELLIS_PLANNER_PLANNER_H

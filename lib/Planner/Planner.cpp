@@ -1,0 +1,665 @@
+//===- Planner.cpp - The fastest plan that fits ---------------------------===//
+
+#include "trellis/Planner/Planner.h"
+
+#include "trellis/Compiler/ModelSource.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace trellis::planner {
+
+namespace {
+
+/// Facts of a config the search bounds its degrees by (0: unknown, as
+/// for an MLIR model, whose limits the compiler finds).
+struct ModelFacts {
+  int64_t layers = 0, heads = 0, kvHeads = 0, hidden = 0, headDim = 0;
+};
+
+ModelFacts readFacts(const PlanRequest &request) {
+  ModelFacts facts;
+  if (request.format != ModelFormat::Config)
+    return facts;
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(request.modelText);
+  if (!json) {
+    llvm::consumeError(json.takeError());
+    return facts;
+  }
+  const llvm::json::Object *config = json->getAsObject();
+  if (!config)
+    return facts;
+  auto integer = [&](std::initializer_list<const char *> keys) -> int64_t {
+    for (const char *key : keys)
+      if (std::optional<int64_t> value = config->getInteger(key))
+        return *value;
+    return 0;
+  };
+  facts.layers = integer({"num_hidden_layers", "n_layer"});
+  facts.heads = integer({"num_attention_heads", "n_head"});
+  facts.kvHeads = integer({"num_key_value_heads"});
+  if (!facts.kvHeads)
+    facts.kvHeads = facts.heads;
+  facts.hidden = integer({"hidden_size", "n_embd"});
+  facts.headDim = integer({"head_dim"});
+  if (!facts.headDim && facts.heads)
+    facts.headDim = facts.hidden / facts.heads;
+  return facts;
+}
+
+std::vector<int64_t> divisorsOf(int64_t n) {
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0)
+      divisors.push_back(d);
+  return divisors;
+}
+
+CompileOptions compileOptionsOf(const PlanRequest &request,
+                                const PlanChoice &choice) {
+  CompileOptions options;
+  options.batch = request.globalBatch;
+  options.seq = request.seq;
+  options.microBatches = choice.microBatches(request.globalBatch);
+  if (choice.dp > 1)
+    options.dataParallel = choice.dp;
+  if (choice.tp > 1)
+    options.tensorParallel = choice.tp;
+  if (choice.cp > 1) {
+    options.contextParallel = choice.cp;
+    options.contextKind = choice.contextKind;
+  }
+  if (choice.pp > 1) {
+    options.pipeline = choice.pp;
+    options.schedule = choice.schedule;
+    if (choice.schedule == "interleaved")
+      options.chunks = choice.chunks;
+  }
+  options.zero = choice.dp > 1 ? choice.zero : 0;
+  options.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
+  options.recompute = choice.recompute;
+  options.precision = request.precision;
+  return options;
+}
+
+/// Compiles `choice` in a context of its own: the cost query's estimate, or
+/// (`report`) the reports with their memory plans.
+std::optional<CompiledModel> compileChoice(const PlanRequest &request,
+                                           const PlanChoice &choice,
+                                           bool report, std::string &error) {
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  loadCompilerDialects(context);
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(
+      &context, [&](mlir::Diagnostic &diagnostic) {
+        if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Error &&
+            diagnostics.empty())
+          diagnostics = diagnostic.str();
+        return mlir::success();
+      });
+  auto sink = [&](MessageKind kind, const llvm::Twine &message) {
+    if (kind != MessageKind::Warning && diagnostics.empty())
+      diagnostics = message.str();
+  };
+  CompileOptions options = compileOptionsOf(request, choice);
+  options.emitEstimate = !report;
+  options.report = report;
+  options.reportOnly = report;
+  std::string parseOutput;
+  llvm::raw_string_ostream parseStream(parseOutput);
+  std::optional<LoadedModel> model = loadModelText(
+      context, request.modelText, request.format, request.modelSource,
+      {request.globalBatch / options.microBatches, request.seq}, sink,
+      parseStream);
+  if (!model) {
+    error = diagnostics.empty() ? parseOutput : diagnostics;
+    return std::nullopt;
+  }
+  mlir::TimingScope timing;
+  mlir::FailureOr<CompiledModel> compiled =
+      compileModel(std::move(*model), options, sink, timing);
+  if (mlir::failed(compiled)) {
+    error = diagnostics.empty() ? "the compiler refused the plan" : diagnostics;
+    return std::nullopt;
+  }
+  return std::move(*compiled);
+}
+
+StepLayout layoutOf(const PlanRequest &request, const PlanChoice &choice,
+                    const std::vector<MeshAxis> &axes) {
+  StepLayout layout;
+  for (MeshAxis axis : axes) {
+    if (axis.role == AxisRole::Unassigned)
+      axis.role = impliedAxisRole(axis.name);
+    layout.axes.push_back(axis);
+  }
+  layout.schedule = parseScheduleKind(choice.pp > 1 ? choice.schedule : "1f1b")
+                        .value_or(ScheduleKind::OneFOneB);
+  layout.pipeline.ranks = choice.pp;
+  layout.pipeline.microBatches = choice.microBatches(request.globalBatch);
+  layout.pipeline.chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
+  return layout;
+}
+
+/// The binding term of the largest stage.
+std::string bindingTermOf(const std::vector<StageMemory> &memory) {
+  size_t worst = 0;
+  for (size_t i = 0; i < memory.size(); ++i)
+    if (memory[i].peak > memory[worst].peak)
+      worst = i;
+  const StageMemory &stage = memory[worst];
+  std::pair<int64_t, const char *> terms[] = {
+      {stage.parameters, "parameters"},
+      {stage.gradients, "gradients"},
+      {stage.optimizer, "optimizer states"},
+      {stage.activations, "activations"}};
+  auto largest = std::max_element(
+      std::begin(terms), std::end(terms),
+      [](const auto &a, const auto &b) { return a.first < b.first; });
+  return llvm::formatv("stage {0}: {1} ({2} of {3})", worst, largest->second,
+                       formatBytes(largest->first), formatBytes(stage.peak))
+      .str();
+}
+
+/// Prices `choice`: the estimate, the step time, the screening memory.
+std::optional<PlanEvaluation> evaluate(const PlanRequest &request,
+                                       const PlanChoice &choice,
+                                       std::string &error) {
+  std::optional<CompiledModel> compiled =
+      compileChoice(request, choice, /*report=*/false, error);
+  if (!compiled)
+    return std::nullopt;
+  StepLayout layout = layoutOf(request, choice, compiled->meshAxes);
+  std::optional<StepTime> time =
+      predictStepTime(compiled->estimate, layout, request.cluster, error);
+  if (!time)
+    return std::nullopt;
+  PlanEvaluation evaluation;
+  evaluation.choice = choice;
+  double tokens = static_cast<double>(request.globalBatch) * request.seq;
+  evaluation.tokensPerSecondPerGpu =
+      tokens / time->seconds / static_cast<double>(choice.gpus());
+  evaluation.modelFlopsPerGpu =
+      modelFlopsPerStep(request, compiled->modelParameters) / time->seconds /
+      choice.gpus();
+  evaluation.mfu =
+      evaluation.modelFlopsPerGpu /
+      request.cluster.peakFlops(request.precision == "fp32"   ? "f32"
+                                : request.precision == "fp16" ? "f16"
+                                                              : "bf16");
+  for (auto [rank, cost] : llvm::enumerate(compiled->estimate)) {
+    StageMemory stage;
+    stage.parameters = cost.parameterBytes;
+    stage.optimizer = cost.optimizerStateBytes;
+    stage.gradients = cost.gradientBytes;
+    int64_t saved = 0;
+    for (int64_t bytes : cost.savedActivationBytes)
+      saved = std::max(saved, bytes);
+    int64_t live = rank < time->simulation.peakLiveActivations.size()
+                       ? time->simulation.peakLiveActivations[rank]
+                       : 1;
+    stage.activations = saved * std::max<int64_t>(live, 1);
+    stage.peak = stage.parameters + stage.optimizer + stage.gradients +
+                 stage.activations;
+    evaluation.memory.push_back(stage);
+  }
+  evaluation.time = std::move(*time);
+  evaluation.fits = evaluation.peakBytes() <= request.cluster.usableMemory();
+  if (!evaluation.fits)
+    evaluation.bindingTerm = bindingTermOf(evaluation.memory);
+  return evaluation;
+}
+
+/// Replaces the screening memory of `evaluation` by the compiler's report.
+bool measureMemory(const PlanRequest &request, PlanEvaluation &evaluation,
+                   std::string &error) {
+  std::optional<CompiledModel> compiled =
+      compileChoice(request, evaluation.choice, /*report=*/true, error);
+  if (!compiled)
+    return false;
+  evaluation.memory.clear();
+  for (const RankReport &rank : compiled->reports) {
+    const StepReport &report = rank.report;
+    StageMemory stage;
+    stage.parameters = report.parameterBytes;
+    stage.gradients = report.gradientBytes;
+    stage.optimizer = report.optimizerStateBytes;
+    stage.peak = report.totalPeakBytes;
+    stage.activations =
+        std::max<int64_t>(0, stage.peak - report.modelStateBytes());
+    evaluation.memory.push_back(stage);
+  }
+  evaluation.exactMemory = true;
+  evaluation.fits = evaluation.peakBytes() <= request.cluster.usableMemory();
+  evaluation.bindingTerm =
+      evaluation.fits ? "" : bindingTermOf(evaluation.memory);
+  return true;
+}
+
+/// The structural candidates `constraints` allows: degrees, micro-batch
+/// size, schedule and chunks. ZeRO and recomputation are escalated per
+/// candidate until it fits.
+std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
+                                             const PlanConstraints &fixed,
+                                             const ModelFacts &facts) {
+  std::vector<PlanChoice> candidates;
+  int64_t gpus = request.gpus;
+  auto allowed = [](const std::optional<int64_t> &fixed, int64_t value) {
+    return !fixed || *fixed == value;
+  };
+  for (int64_t tp : divisorsOf(gpus)) {
+    if (!allowed(fixed.tp, tp) ||
+        (!fixed.tp && tp > request.cluster.devicesPerNode))
+      continue;
+    if (facts.heads && (facts.heads % tp || facts.kvHeads % tp))
+      continue;
+    for (int64_t pp : divisorsOf(gpus / tp)) {
+      if (!allowed(fixed.pp, pp) || (facts.layers && pp > facts.layers))
+        continue;
+      for (int64_t cp : divisorsOf(gpus / tp / pp)) {
+        if (!allowed(fixed.cp, cp) || (!fixed.cp && cp > 8) ||
+            request.seq % (2 * cp) != 0 ||
+            (facts.heads && cp > 1 && (facts.heads / tp) % cp))
+          continue;
+        int64_t dp = gpus / tp / pp / cp;
+        if (!allowed(fixed.dp, dp) || request.globalBatch % dp)
+          continue;
+        for (int64_t micro : {1, 2, 4, 8, 16}) {
+          if (!allowed(fixed.microBatchSize, micro) ||
+              (request.globalBatch / dp) % micro)
+            continue;
+          int64_t microBatches = request.globalBatch / dp / micro;
+          if (pp > 1 && microBatches < pp && !fixed.microBatchSize)
+            continue;
+          std::vector<std::pair<std::string, int64_t>> schedules;
+          if (pp == 1)
+            schedules.push_back({"1f1b", 1});
+          else
+            for (const char *name : {"1f1b", "interleaved", "zb-h1"}) {
+              if (fixed.schedule && *fixed.schedule != name)
+                continue;
+              if (std::string(name) != "interleaved") {
+                schedules.push_back({name, 1});
+                continue;
+              }
+              for (int64_t chunks = 2; chunks <= 8; ++chunks)
+                if (allowed(fixed.chunks, chunks) && microBatches % pp == 0 &&
+                    (!facts.layers || facts.layers % (pp * chunks) == 0))
+                  schedules.push_back({name, chunks});
+            }
+          for (const auto &[schedule, chunks] : schedules) {
+            PlanChoice choice;
+            choice.dp = dp;
+            choice.tp = tp;
+            choice.pp = pp;
+            choice.cp = cp;
+            choice.microBatchSize = micro;
+            choice.schedule = schedule;
+            choice.chunks = chunks;
+            choice.sequenceParallel =
+                tp > 1 && fixed.sequenceParallel.value_or(true);
+            choice.contextKind = fixed.contextKind.value_or("ulysses");
+            choice.zero = fixed.zero.value_or(dp > 1 ? 1 : 0);
+            choice.recompute = fixed.recompute.value_or("none");
+            candidates.push_back(choice);
+          }
+        }
+      }
+    }
+  }
+  return candidates;
+}
+
+/// The escalations tried after `choice` does not fit: more ZeRO (2 and 3
+/// without a pipeline), then full recomputation with each.
+std::vector<PlanChoice> escalations(const PlanChoice &choice,
+                                    const PlanConstraints &fixed) {
+  std::vector<PlanChoice> more;
+  std::vector<int64_t> stages{choice.zero};
+  if (!fixed.zero && choice.dp > 1 && choice.pp == 1)
+    stages = {choice.zero, 2, 3};
+  std::vector<std::string> recomputes{choice.recompute};
+  if (!fixed.recompute && choice.recompute != "full")
+    recomputes.push_back("full");
+  for (const std::string &recompute : recomputes)
+    for (int64_t zero : stages) {
+      if (zero == choice.zero && recompute == choice.recompute)
+        continue;
+      PlanChoice next = choice;
+      next.zero = zero;
+      next.recompute = recompute;
+      more.push_back(next);
+    }
+  return more;
+}
+
+} // namespace
+
+std::string formatBytes(double bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * kMiB;
+  if (bytes >= kGiB)
+    return llvm::formatv("{0:f2} GiB", bytes / kGiB).str();
+  return llvm::formatv("{0:f2} MiB", bytes / kMiB).str();
+}
+
+std::string PlanChoice::text() const {
+  std::string text = llvm::formatv("pp={0},dp={1},", pp, dp).str();
+  if (cp > 1)
+    text += llvm::formatv("cp={0},cp-kind={1},", cp, contextKind).str();
+  text += llvm::formatv("tp={0},", tp).str();
+  if (sequenceParallel && tp > 1)
+    text += "sp,";
+  text += llvm::formatv("zero={0},", zero).str();
+  if (pp > 1) {
+    text += "schedule=" + schedule + ",";
+    if (schedule == "interleaved")
+      text += llvm::formatv("chunks={0},", chunks).str();
+  }
+  text +=
+      llvm::formatv("micro-batch={0},recompute={1}", microBatchSize, recompute)
+          .str();
+  return text;
+}
+
+std::string PlanChoice::flags(int64_t globalBatch, int64_t seq,
+                              const std::string &precision) const {
+  std::string flags = llvm::formatv("--batch {0} --seq {1} --microbatches {2}",
+                                    globalBatch, seq, microBatches(globalBatch))
+                          .str();
+  if (pp > 1)
+    flags += llvm::formatv(" --pp {0} --schedule {1}", pp, schedule).str();
+  if (pp > 1 && schedule == "interleaved")
+    flags += llvm::formatv(" --chunks {0}", chunks).str();
+  if (dp > 1)
+    flags += llvm::formatv(" --dp {0}", dp).str();
+  if (cp > 1)
+    flags += llvm::formatv(" --cp {0} --cp-kind {1}", cp, contextKind).str();
+  if (tp > 1)
+    flags += llvm::formatv(" --tp {0}", tp).str();
+  if (sequenceParallel && tp > 1)
+    flags += " --sp";
+  if (dp > 1 && zero > 0)
+    flags += llvm::formatv(" --zero {0}", zero).str();
+  if (recompute != "none")
+    flags += " --recompute " + recompute;
+  if (precision != "fp32")
+    flags += " --precision " + precision;
+  return flags;
+}
+
+std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
+                                                    std::string &error) {
+  PlanConstraints constraints;
+  llvm::SmallVector<llvm::StringRef> items;
+  text.split(items, ',', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef item : items) {
+    item = item.trim();
+    auto [key, value] = item.split('=');
+    key = key.trim();
+    value = value.trim();
+    bool hasValue = item.contains('=');
+    auto number = [&](std::optional<int64_t> &out, int64_t min) {
+      int64_t parsed = 0;
+      if (!hasValue || value.getAsInteger(10, parsed) || parsed < min) {
+        error = llvm::formatv("'{0}': expected {1}=N with N >= {2}, found "
+                              "'{3}'",
+                              item, key, min, value)
+                    .str();
+        return false;
+      }
+      out = parsed;
+      return true;
+    };
+    auto word = [&](std::optional<std::string> &out,
+                    std::initializer_list<const char *> words) {
+      std::string list;
+      for (const char *w : words) {
+        if (value == w) {
+          out = value.str();
+          return true;
+        }
+        list += (list.empty() ? "" : ", ") + std::string(w);
+      }
+      error = llvm::formatv("'{0}': expected {1}= one of {2}, found '{3}'",
+                            item, key, list, value)
+                  .str();
+      return false;
+    };
+    bool ok = true;
+    if (key == "dp")
+      ok = number(constraints.dp, 1);
+    else if (key == "tp")
+      ok = number(constraints.tp, 1);
+    else if (key == "pp")
+      ok = number(constraints.pp, 1);
+    else if (key == "cp")
+      ok = number(constraints.cp, 1);
+    else if (key == "micro-batch")
+      ok = number(constraints.microBatchSize, 1);
+    else if (key == "chunks")
+      ok = number(constraints.chunks, 1);
+    else if (key == "zero") {
+      ok = number(constraints.zero, 0);
+      if (ok && *constraints.zero > 3) {
+        error = llvm::formatv("'{0}': ZeRO stages are 0 to 3", item).str();
+        ok = false;
+      }
+    } else if (key == "sp" && !hasValue)
+      constraints.sequenceParallel = true;
+    else if (key == "no-sp" && !hasValue)
+      constraints.sequenceParallel = false;
+    else if (key == "schedule")
+      ok =
+          word(constraints.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"});
+    else if (key == "recompute")
+      ok = word(constraints.recompute, {"none", "selective", "full"});
+    else if (key == "cp-kind")
+      ok = word(constraints.contextKind, {"ulysses", "allgather", "ring"});
+    else {
+      error = llvm::formatv("'{0}': unknown setting '{1}' (expected dp, tp, "
+                            "pp, cp, cp-kind, sp, no-sp, zero, schedule, "
+                            "chunks, micro-batch or recompute)",
+                            item, key)
+                  .str();
+      ok = false;
+    }
+    if (!ok)
+      return std::nullopt;
+  }
+  if (constraints.chunks && *constraints.chunks > 1 &&
+      constraints.schedule.value_or("interleaved") != "interleaved") {
+    error = "chunks > 1 needs schedule=interleaved";
+    return std::nullopt;
+  }
+  if (constraints.schedule && constraints.pp.value_or(2) == 1) {
+    error = "a schedule needs a pipeline (pp > 1)";
+    return std::nullopt;
+  }
+  if (constraints.sequenceParallel.value_or(false) &&
+      constraints.tp.value_or(2) == 1) {
+    error = "sp needs tensor parallelism (tp > 1)";
+    return std::nullopt;
+  }
+  return constraints;
+}
+
+double modelFlopsPerStep(const PlanRequest &request, int64_t parameters) {
+  ModelFacts facts = readFacts(request);
+  double tokens = static_cast<double>(request.globalBatch) * request.seq;
+  double attention = 12.0 * facts.layers * facts.heads * facts.headDim *
+                     static_cast<double>(request.seq);
+  return (6.0 * parameters + attention) * tokens;
+}
+
+int64_t PlanEvaluation::peakBytes() const {
+  int64_t peak = 0;
+  for (const StageMemory &stage : memory)
+    peak = std::max(peak, stage.peak);
+  return peak;
+}
+
+llvm::json::Object PlanEvaluation::toJson(int64_t globalBatch, int64_t seq,
+                                          const std::string &precision) const {
+  llvm::json::Array peaks, stages;
+  for (const StageMemory &stage : memory) {
+    peaks.push_back(stage.peak);
+    stages.push_back(llvm::json::Object{{"parameters", stage.parameters},
+                                        {"gradients", stage.gradients},
+                                        {"optimizer", stage.optimizer},
+                                        {"activations", stage.activations},
+                                        {"peak", stage.peak}});
+  }
+  llvm::json::Object breakdown = time.toJson();
+  breakdown["memory"] = std::move(stages);
+  return llvm::json::Object{
+      {"mesh", llvm::json::Object{{"pp", choice.pp},
+                                  {"dp", choice.dp},
+                                  {"cp", choice.cp},
+                                  {"tp", choice.tp}}},
+      {"plan", choice.text()},
+      {"flags", choice.flags(globalBatch, seq, precision)},
+      {"step_time_s", time.seconds},
+      {"tokens_per_s_per_gpu", tokensPerSecondPerGpu},
+      {"model_tflops_per_gpu", modelFlopsPerGpu / 1e12},
+      {"mfu", mfu},
+      {"peak_bytes", std::move(peaks)},
+      {"memory_from", exactMemory ? "report" : "estimate"},
+      {"fits", fits},
+      {"breakdown", std::move(breakdown)},
+  };
+}
+
+std::optional<SearchResult> searchPlans(const PlanRequest &request,
+                                        const PlanConstraints &constraints,
+                                        std::string &error) {
+  auto start = std::chrono::steady_clock::now();
+  ModelFacts facts = readFacts(request);
+  if (facts.layers && facts.heads) {
+    int64_t usable = facts.layers * facts.heads * 8 * request.globalBatch;
+    if (request.gpus > usable) {
+      error = llvm::formatv(
+                  "{0} GPUs are more than this model and batch can use: at "
+                  "most {1} layers x {2} heads x 8-way context x {3} "
+                  "sequences = {4}",
+                  request.gpus, facts.layers, facts.heads, request.globalBatch,
+                  usable)
+                  .str();
+      return std::nullopt;
+    }
+  }
+  std::vector<PlanChoice> candidates =
+      structuralCandidates(request, constraints, facts);
+  if (candidates.empty()) {
+    error =
+        llvm::formatv("no layout of {0} GPUs divides the global batch of {1} "
+                      "sequences of {2} tokens within the constraints (dp must "
+                      "divide the batch, tp the heads, pp the layers, 2 cp the "
+                      "sequence)",
+                      request.gpus, request.globalBatch, request.seq)
+            .str();
+    return std::nullopt;
+  }
+  SearchResult result;
+  std::mutex mutex;
+  std::vector<PlanEvaluation> priced;
+  std::string firstError;
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> evaluated{0}, rejected{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < candidates.size(); i = next++) {
+      std::vector<PlanChoice> tries{candidates[i]};
+      for (const PlanChoice &more : escalations(candidates[i], constraints))
+        tries.push_back(more);
+      std::optional<PlanEvaluation> best;
+      for (const PlanChoice &choice : tries) {
+        std::string why;
+        std::optional<PlanEvaluation> evaluation =
+            evaluate(request, choice, why);
+        ++evaluated;
+        if (!evaluation) {
+          ++rejected;
+          std::lock_guard<std::mutex> lock(mutex);
+          if (firstError.empty())
+            firstError = choice.text() + ": " + why;
+          continue;
+        }
+        if (!best || (evaluation->fits && !best->fits) ||
+            (evaluation->fits == best->fits &&
+             (evaluation->fits ? evaluation->time.seconds < best->time.seconds
+                               : evaluation->peakBytes() < best->peakBytes())))
+          best = std::move(evaluation);
+        if (best->fits)
+          break;
+      }
+      if (best) {
+        std::lock_guard<std::mutex> lock(mutex);
+        priced.push_back(std::move(*best));
+      }
+    }
+  };
+  int64_t threads =
+      request.threads > 0
+          ? request.threads
+          : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  threads = std::min<int64_t>(threads, candidates.size());
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (std::thread &thread : pool)
+    thread.join();
+  result.candidatesEvaluated = evaluated;
+  result.candidatesRejected = rejected;
+  if (priced.empty()) {
+    error = "no candidate plan compiled; the first refusal: " + firstError;
+    return std::nullopt;
+  }
+  // Fastest first among those that fit; the rest by memory.
+  std::sort(priced.begin(), priced.end(),
+            [](const PlanEvaluation &a, const PlanEvaluation &b) {
+              if (a.fits != b.fits)
+                return a.fits;
+              if (a.fits)
+                return a.time.seconds < b.time.seconds;
+              return a.peakBytes() < b.peakBytes();
+            });
+  // The shown plans get the compiler's memory plan; one that does not fit
+  // after all gives its place to the next.
+  for (PlanEvaluation &evaluation : priced) {
+    if (!evaluation.fits ||
+        static_cast<int64_t>(result.plans.size()) >= request.top)
+      break;
+    std::string why;
+    if (!measureMemory(request, evaluation, why)) {
+      ++result.candidatesRejected;
+      continue;
+    }
+    if (evaluation.fits)
+      result.plans.push_back(evaluation);
+    else if (!result.closest ||
+             evaluation.peakBytes() < result.closest->peakBytes())
+      result.closest = evaluation;
+  }
+  if (result.plans.empty() && !result.closest) {
+    PlanEvaluation closest = priced.front();
+    for (const PlanEvaluation &evaluation : priced)
+      if (evaluation.peakBytes() < closest.peakBytes())
+        closest = evaluation;
+    result.closest = closest;
+  }
+  result.searchSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return result;
+}
+
+} // namespace trellis::planner

@@ -1,0 +1,240 @@
+//===- PlanCommand.cpp - `trellis plan` -----------------------------------===//
+//
+// The auto-parallel planner's command line (trellis/Planner/Planner.h):
+// the fastest plans that fit a model on a cluster, with their predicted
+// step time, throughput and memory, and the `trellis compile` flags of the
+// best; or (--evaluate) the prediction of one given plan, itemized.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+#include "ModelLoading.h"
+
+#include "mlir/Support/FileUtilities.h"
+#include "trellis/Planner/Planner.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace cl = llvm::cl;
+
+namespace trellis::driver {
+
+cl::SubCommand planCommand("plan",
+                           "Find the fastest plan that fits a model on a "
+                           "cluster, and predict its step time and memory");
+
+namespace {
+cl::OptionCategory planCategory("Planner");
+
+cl::opt<std::string> planModel(cl::Positional,
+                               cl::desc("<config.json | model.mlir>"),
+                               cl::Required, cl::sub(planCommand));
+cl::opt<std::string> planCluster(
+    "cluster",
+    cl::desc("A preset (a100-80g, h100-sxm, h200-sxm, b200) or a cluster "
+             "file (docs/Planner.md)"),
+    cl::value_desc("name|file"), cl::Required, cl::cat(planCategory),
+    cl::sub(planCommand));
+cl::opt<int64_t> planGpus("gpus", cl::desc("Devices the plan uses"),
+                          cl::Required, cl::cat(planCategory),
+                          cl::sub(planCommand));
+cl::opt<int64_t> planBatch("global-batch",
+                           cl::desc("Sequences per optimizer step"),
+                           cl::Required, cl::cat(planCategory),
+                           cl::sub(planCommand));
+cl::opt<int64_t> planSeq("seq", cl::desc("Tokens per sequence"), cl::Required,
+                         cl::cat(planCategory), cl::sub(planCommand));
+cl::opt<std::string> planPrecision("precision",
+                                   cl::desc("bf16 (default), fp16 or fp32"),
+                                   cl::init("bf16"), cl::cat(planCategory),
+                                   cl::sub(planCommand));
+cl::opt<int64_t> planTop("top", cl::desc("Plans to show (default 5)"),
+                         cl::init(5), cl::cat(planCategory),
+                         cl::sub(planCommand));
+cl::opt<std::string> planEvaluate(
+    "evaluate",
+    cl::desc("Predict this plan (what it leaves out, the planner chooses): "
+             "pp=8,dp=16,tp=8,sp,zero=1,schedule=interleaved,chunks=4,"
+             "micro-batch=1,recompute=full"),
+    cl::value_desc("plan"), cl::cat(planCategory), cl::sub(planCommand));
+cl::opt<std::string> planJson("json",
+                              cl::desc("Write the plans as JSON "
+                                       "(docs/Planner.md)"),
+                              cl::value_desc("file"), cl::cat(planCategory),
+                              cl::sub(planCommand));
+cl::opt<std::string> planTimeline(
+    "timeline",
+    cl::desc("Write the best plan's simulated per-rank timeline as a "
+             "Chrome trace"),
+    cl::value_desc("file"), cl::cat(planCategory), cl::sub(planCommand));
+cl::opt<int64_t> planThreads("threads",
+                             cl::desc("Worker threads (default: the cores)"),
+                             cl::init(0), cl::cat(planCategory),
+                             cl::sub(planCommand));
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+void printBreakdown(const planner::PlanEvaluation &plan,
+                    llvm::raw_ostream &os) {
+  const planner::RankTime *slowest = nullptr;
+  for (const planner::RankTime &rank : plan.time.ranks)
+    if (!slowest || rank.stepEnd > slowest->stepEnd)
+      slowest = &rank;
+  os << llvm::formatv("  step {0:f3} s on the slowest rank: compute {1:f3} s "
+                      "(optimizer {2:f3} s), pipeline bubble {3:f3} s\n",
+                      plan.time.seconds, slowest->compute, slowest->optimizer,
+                      slowest->bubble);
+  for (const auto &[key, seconds] : slowest->exposed)
+    if (seconds > 0)
+      os << llvm::formatv("  exposed {0}: {1:f3} s\n", key, seconds);
+  for (auto [stage, memory] : llvm::enumerate(plan.memory))
+    os << llvm::formatv("  stage {0}: parameters {1}, gradients {2}, "
+                        "optimizer {3}, activations and the rest {4}; peak "
+                        "{5} ({6})\n",
+                        stage, planner::formatBytes(memory.parameters),
+                        planner::formatBytes(memory.gradients),
+                        planner::formatBytes(memory.optimizer),
+                        planner::formatBytes(memory.activations),
+                        planner::formatBytes(memory.peak),
+                        plan.exactMemory ? "the compiler's memory plan"
+                                         : "estimate");
+}
+
+int fail(const llvm::Twine &message) { return reportError("plan", message); }
+
+} // namespace
+
+int runPlanCommand() {
+  planner::PlanRequest request;
+  std::string error;
+  std::optional<planner::ClusterSpec> cluster =
+      planner::loadCluster(planCluster, error);
+  if (!cluster)
+    return fail("--cluster: " + error);
+  request.cluster = std::move(*cluster);
+  if (planGpus < 1)
+    return fail(llvm::formatv("--gpus: expected a count >= 1, found {0}",
+                              planGpus.getValue()));
+  if (planBatch < 1)
+    return fail(llvm::formatv("--global-batch: expected >= 1, found {0}",
+                              planBatch.getValue()));
+  if (planSeq < 2)
+    return fail(
+        llvm::formatv("--seq: expected >= 2, found {0}", planSeq.getValue()));
+  if (planPrecision != "bf16" && planPrecision != "fp16" &&
+      planPrecision != "fp32")
+    return fail("--precision: expected bf16, fp16 or fp32, found '" +
+                planPrecision + "'");
+  if (planTop < 1)
+    return fail(
+        llvm::formatv("--top: expected >= 1, found {0}", planTop.getValue()));
+  if (planThreads < 0)
+    return fail(llvm::formatv("--threads: expected >= 0, found {0}",
+                              planThreads.getValue()));
+  request.gpus = planGpus;
+  request.globalBatch = planBatch;
+  request.seq = planSeq;
+  request.precision = planPrecision;
+  request.top = planTop;
+  request.threads = planThreads;
+  planner::PlanConstraints constraints;
+  if (!planEvaluate.empty()) {
+    std::optional<planner::PlanConstraints> parsed =
+        planner::parsePlanConstraints(planEvaluate, error);
+    if (!parsed)
+      return fail("--evaluate: " + error);
+    constraints = *parsed;
+    int64_t fixed = constraints.dp.value_or(1) * constraints.tp.value_or(1) *
+                    constraints.pp.value_or(1) * constraints.cp.value_or(1);
+    if (constraints.dp && fixed != planGpus)
+      return fail(llvm::formatv("--evaluate: dp x tp x pp x cp = {0}, but "
+                                "--gpus is {1}",
+                                fixed, planGpus.getValue()));
+    if (planGpus % fixed)
+      return fail(llvm::formatv("--evaluate: tp x pp x cp = {0} does not "
+                                "divide --gpus {1}",
+                                fixed, planGpus.getValue()));
+    request.top = 1;
+  }
+  if (!llvm::sys::fs::is_regular_file(planModel))
+    return fail("'" + planModel + "' is not a readable file");
+  auto buffer = llvm::MemoryBuffer::getFile(planModel, /*IsText=*/true);
+  if (!buffer)
+    return fail("'" + planModel + "': " + buffer.getError().message());
+  request.modelText = (*buffer)->getBuffer().str();
+  request.modelSource = planModel;
+  request.format = llvm::StringRef(planModel).ends_with(".mlir")
+                       ? ModelFormat::Mlir
+                       : ModelFormat::Config;
+
+  std::optional<planner::SearchResult> result =
+      planner::searchPlans(request, constraints, error);
+  if (!result)
+    return fail(error);
+  llvm::outs() << llvm::formatv(
+      "{0} on {1} x {2} ({3}), {4} sequences x {5} tokens per step, {6}\n"
+      "priced {7} plans in {8:f1} s ({9} refused by the compiler)\n",
+      planModel, planGpus.getValue(), request.cluster.name,
+      request.cluster.device.name, planBatch.getValue(), planSeq.getValue(),
+      planPrecision, result->candidatesEvaluated, result->searchSeconds,
+      result->candidatesRejected);
+  if (result->plans.empty()) {
+    const planner::PlanEvaluation &closest = *result->closest;
+    llvm::errs() << llvm::formatv(
+        "trellis plan: error: no plan fits {0} per device ({1:f0}% of {2}); "
+        "the smallest found needs {3}: {4}\n  binding term: {5}\n",
+        planner::formatBytes(request.cluster.usableMemory()),
+        request.cluster.device.usableMemoryFraction * 100,
+        planner::formatBytes(request.cluster.device.memoryBytes),
+        planner::formatBytes(closest.peakBytes()), closest.choice.text(),
+        closest.bindingTerm);
+    return 1;
+  }
+  llvm::outs() << llvm::formatv("{0,-3}{1,-78}{2,10}{3,12}{4,9}{5,7}{6,10}\n",
+                                "#", "plan", "step s", "tok/s/GPU", "TFLOP/s",
+                                "MFU", "peak GiB");
+  for (auto [index, plan] : llvm::enumerate(result->plans))
+    llvm::outs() << llvm::formatv(
+        "{0,-3}{1,-78}{2,10:f3}{3,12:f0}{4,9:f1}{5,7:f3}{6,10:f2}\n", index + 1,
+        plan.choice.text(), plan.time.seconds, plan.tokensPerSecondPerGpu,
+        plan.modelFlopsPerGpu / 1e12, plan.mfu, plan.peakBytes() / kGiB);
+  const planner::PlanEvaluation &best = result->plans.front();
+  llvm::outs() << "\nbest: trellis compile " << planModel << " "
+               << best.choice.flags(planBatch, planSeq, planPrecision) << "\n";
+  printBreakdown(best, llvm::outs());
+  if (!planJson.empty()) {
+    llvm::json::Array plans;
+    for (const planner::PlanEvaluation &plan : result->plans)
+      plans.push_back(plan.toJson(planBatch, planSeq, planPrecision));
+    llvm::json::Object root{
+        {"model", planModel.getValue()},
+        {"cluster", request.cluster.toJson()},
+        {"gpus", planGpus.getValue()},
+        {"global_batch", planBatch.getValue()},
+        {"seq", planSeq.getValue()},
+        {"precision", planPrecision.getValue()},
+        {"candidates_evaluated", result->candidatesEvaluated},
+        {"candidates_rejected", result->candidatesRejected},
+        {"search_seconds", result->searchSeconds},
+        {"plans", std::move(plans)},
+    };
+    auto output = mlir::openOutputFile(planJson, &error);
+    if (!output)
+      return fail("--json: " + error);
+    output->os() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+                 << "\n";
+    output->keep();
+  }
+  if (!planTimeline.empty()) {
+    auto output = mlir::openOutputFile(planTimeline, &error);
+    if (!output)
+      return fail("--timeline: " + error);
+    output->os() << chromeTrace(best.time.simulation);
+    output->keep();
+  }
+  return 0;
+}
+
+} // namespace trellis::driver

@@ -1,0 +1,112 @@
+//===- ClusterTest.cpp - Cluster descriptions and presets -----------------===//
+
+#include "trellis/Planner/Cluster.h"
+
+#include "gtest/gtest.h"
+
+using namespace trellis::planner;
+
+namespace {
+
+llvm::json::Value parse(llvm::StringRef text) {
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+  EXPECT_TRUE(static_cast<bool>(json));
+  return json ? std::move(*json) : llvm::json::Value(nullptr);
+}
+
+/// A preset's JSON, edited by `edit`, parsed again.
+std::string errorAfter(const std::function<void(llvm::json::Object &)> &edit) {
+  llvm::json::Value json = clusterPreset("h100-sxm")->toJson();
+  edit(*json.getAsObject());
+  std::string error;
+  EXPECT_FALSE(parseCluster(json, error).has_value());
+  return error;
+}
+
+TEST(ClusterTest, PresetsRoundTripThroughTheirJson) {
+  ASSERT_EQ(clusterPresetNames().size(), 4u);
+  for (const std::string &name : clusterPresetNames()) {
+    std::optional<ClusterSpec> preset = clusterPreset(name);
+    ASSERT_TRUE(preset) << name;
+    std::string error;
+    std::optional<ClusterSpec> parsed = parseCluster(preset->toJson(), error);
+    ASSERT_TRUE(parsed) << name << ": " << error;
+    EXPECT_EQ(parsed->name, name);
+    EXPECT_EQ(parsed->devicesPerNode, 8);
+    EXPECT_EQ(parsed->device.memoryBytes, preset->device.memoryBytes);
+    EXPECT_EQ(parsed->peakFlops("bf16"), preset->peakFlops("bf16"));
+    EXPECT_EQ(parsed->interNode.bandwidth, preset->interNode.bandwidth);
+  }
+  // Spec-sheet figures.
+  EXPECT_EQ(clusterPreset("a100-80g")->peakFlops("bf16"), 312e12);
+  EXPECT_EQ(clusterPreset("h100-sxm")->peakFlops("f16"), 989e12);
+  EXPECT_EQ(clusterPreset("h200-sxm")->device.memoryBandwidth, 4.8e12);
+  EXPECT_EQ(clusterPreset("b200")->intraNode.bandwidth, 900e9);
+  EXPECT_FALSE(clusterPreset("v100"));
+}
+
+TEST(ClusterTest, RatesWithoutAnEntryFallBackToFp32) {
+  llvm::json::Value json = clusterPreset("a100-80g")->toJson();
+  json.getAsObject()
+      ->getObject("device")
+      ->getObject("peak_flops")
+      ->erase("f16");
+  std::string error;
+  std::optional<ClusterSpec> cluster = parseCluster(json, error);
+  ASSERT_TRUE(cluster) << error;
+  EXPECT_EQ(cluster->peakFlops("f16"), 19.5e12);
+}
+
+TEST(ClusterTest, MissingAndNonPhysicalFieldsAreNamed) {
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              root.erase("devices_per_node");
+            }),
+            "field 'devices_per_node': expected a number > 0, found nothing");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              root["devices_per_node"] = 2.5;
+            }),
+            "field 'devices_per_node': expected a whole number of devices (1 "
+            "to 1000000), found 2.5");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("device"))["memory_bandwidth"] = -1.0;
+            }),
+            "field 'device.memory_bandwidth': expected a number > 0, found -1");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("device"))["gemm_efficiency"] = 1.5;
+            }),
+            "field 'device.gemm_efficiency': expected a number > 0 and <= 1, "
+            "found 1.5");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("inter_node"))["bandwidth"] = "fast";
+            }),
+            "field 'inter_node.bandwidth': expected a number, found a string");
+  EXPECT_EQ(
+      errorAfter([](llvm::json::Object &root) { root["intra_node"] = 3; }),
+      "field 'intra_node': expected an object, found a number");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("device")->getObject("peak_flops"))["fp8"] =
+                  1e15;
+            }),
+            "field 'device.peak_flops.fp8' is not part of a cluster "
+            "description (docs/Planner.md lists the fields)");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("device"))["attention_materializes_scores"] = 1;
+            }),
+            "field 'device.attention_materializes_scores': expected true or "
+            "false, found a number");
+  std::string error;
+  EXPECT_FALSE(parseCluster(parse("[1]"), error));
+  EXPECT_EQ(error, "expected a JSON object (a cluster description)");
+}
+
+TEST(ClusterTest, LoadNamesTheFileOrThePresets) {
+  std::string error;
+  EXPECT_FALSE(loadCluster("/nonexistent/cluster.json", error));
+  EXPECT_NE(error.find("is neither a cluster preset (a100-80g, h100-sxm, "
+                       "h200-sxm, b200) nor a readable file"),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(loadCluster("b200", error));
+}
+
+} // namespace
