@@ -267,7 +267,7 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
         continue;
       for (int64_t cp : divisorsOf(gpus / tp / pp)) {
         if (!allowed(fixed.cp, cp) || (!fixed.cp && cp > 8) ||
-            request.seq % (2 * cp) != 0 ||
+            (cp > 1 && request.seq % (2 * cp) != 0) ||
             (facts.heads && cp > 1 && (facts.heads / tp) % cp))
           continue;
         int64_t dp = gpus / tp / pp / cp;
@@ -571,7 +571,10 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
   SearchResult result;
   std::mutex mutex;
   std::vector<PlanEvaluation> priced;
+  // The refusal of the first candidate in enumeration order, whichever
+  // thread meets it.
   std::string firstError;
+  size_t firstErrorCandidate = candidates.size();
   std::atomic<size_t> next{0};
   std::atomic<int64_t> evaluated{0}, rejected{0};
   auto worker = [&] {
@@ -588,8 +591,10 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
         if (!evaluation) {
           ++rejected;
           std::lock_guard<std::mutex> lock(mutex);
-          if (firstError.empty())
+          if (i < firstErrorCandidate) {
+            firstErrorCandidate = i;
             firstError = choice.text() + ": " + why;
+          }
           continue;
         }
         if (!best || (evaluation->fits && !best->fits) ||

@@ -256,7 +256,8 @@ predictStepTime(const std::vector<ShardedStepCost> &costs,
         continue;
       }
       if (key && isTransfer(key->kind)) {
-        transfer = std::max(transfer, *communication / work.calls);
+        // Everything one action sends to its neighbour, per micro-batch.
+        transfer = std::max(transfer, *communication);
         continue;
       }
       ActionWork &action = actions[{work.chunk, work.phase}];

@@ -17,6 +17,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <cstdio>
+
 namespace cl = llvm::cl;
 
 namespace trellis::driver {
@@ -74,7 +76,13 @@ cl::opt<int64_t> planThreads("threads",
                              cl::init(0), cl::cat(planCategory),
                              cl::sub(planCommand));
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+/// Seconds to four significant digits (a tiny model's step is 2.5e-05 s,
+/// a large one's 102.6 s).
+std::string seconds(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.4g", value);
+  return text;
+}
 
 void printBreakdown(const planner::PlanEvaluation &plan,
                     llvm::raw_ostream &os) {
@@ -82,13 +90,13 @@ void printBreakdown(const planner::PlanEvaluation &plan,
   for (const planner::RankTime &rank : plan.time.ranks)
     if (!slowest || rank.stepEnd > slowest->stepEnd)
       slowest = &rank;
-  os << llvm::formatv("  step {0:f3} s on the slowest rank: compute {1:f3} s "
-                      "(optimizer {2:f3} s), pipeline bubble {3:f3} s\n",
-                      plan.time.seconds, slowest->compute, slowest->optimizer,
-                      slowest->bubble);
-  for (const auto &[key, seconds] : slowest->exposed)
-    if (seconds > 0)
-      os << llvm::formatv("  exposed {0}: {1:f3} s\n", key, seconds);
+  os << llvm::formatv("  step {0} s on the slowest rank: compute {1} s "
+                      "(optimizer {2} s), pipeline bubble {3} s\n",
+                      seconds(plan.time.seconds), seconds(slowest->compute),
+                      seconds(slowest->optimizer), seconds(slowest->bubble));
+  for (const auto &[key, time] : slowest->exposed)
+    if (time > 0)
+      os << llvm::formatv("  exposed {0}: {1} s\n", key, seconds(time));
   for (auto [stage, memory] : llvm::enumerate(plan.memory))
     os << llvm::formatv("  stage {0}: parameters {1}, gradients {2}, "
                         "optimizer {3}, activations and the rest {4}; peak "
@@ -184,22 +192,25 @@ int runPlanCommand() {
     const planner::PlanEvaluation &closest = *result->closest;
     llvm::errs() << llvm::formatv(
         "trellis plan: error: no plan fits {0} per device ({1:f0}% of {2}); "
-        "the smallest found needs {3}: {4}\n  binding term: {5}\n",
+        "the smallest found needs {6}{3}: {4}\n  binding term: {5}\n",
         planner::formatBytes(request.cluster.usableMemory()),
         request.cluster.device.usableMemoryFraction * 100,
         planner::formatBytes(request.cluster.device.memoryBytes),
         planner::formatBytes(closest.peakBytes()), closest.choice.text(),
-        closest.bindingTerm);
+        closest.bindingTerm,
+        // The screening estimate is a lower bound (docs/Planner.md).
+        closest.exactMemory ? "" : "at least ");
     return 1;
   }
-  llvm::outs() << llvm::formatv("{0,-3}{1,-78}{2,10}{3,12}{4,9}{5,7}{6,10}\n",
+  llvm::outs() << llvm::formatv("{0,-3}{1,-78}{2,10}{3,12}{4,9}{5,7}{6,12}\n",
                                 "#", "plan", "step s", "tok/s/GPU", "TFLOP/s",
-                                "MFU", "peak GiB");
+                                "MFU", "peak");
   for (auto [index, plan] : llvm::enumerate(result->plans))
     llvm::outs() << llvm::formatv(
-        "{0,-3}{1,-78}{2,10:f3}{3,12:f0}{4,9:f1}{5,7:f3}{6,10:f2}\n", index + 1,
-        plan.choice.text(), plan.time.seconds, plan.tokensPerSecondPerGpu,
-        plan.modelFlopsPerGpu / 1e12, plan.mfu, plan.peakBytes() / kGiB);
+        "{0,-3}{1,-78}{2,10}{3,12:f0}{4,9:f1}{5,7:f3}{6,12}\n", index + 1,
+        plan.choice.text(), seconds(plan.time.seconds),
+        plan.tokensPerSecondPerGpu, plan.modelFlopsPerGpu / 1e12, plan.mfu,
+        planner::formatBytes(plan.peakBytes()));
   const planner::PlanEvaluation &best = result->plans.front();
   llvm::outs() << "\nbest: trellis compile " << planModel << " "
                << best.choice.flags(planBatch, planSeq, planPrecision) << "\n";

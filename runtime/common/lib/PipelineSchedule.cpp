@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
-#include <set>
 #include <sstream>
 #include <tuple>
 
