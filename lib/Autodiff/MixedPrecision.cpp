@@ -67,7 +67,8 @@ struct MixedPrecisionPass
 
 private:
   /// `value` cast to `to` before `user`, in `user`'s part. Parameters are
-  /// cast once per model part, before their first use there.
+  /// cast once per model part, before their first use there (once, before
+  /// their first use, with castParamsOnce).
   Value castFor(Value value, Type to, Operation *user) {
     return castBefore(value, to, user, getModelPart(user));
   }
@@ -76,7 +77,7 @@ private:
   Value castBefore(Value value, Type to, Operation *before, PartAttr part) {
     bool param = params_.contains(value);
     if (param) {
-      auto it = paramCasts_.find({value, part});
+      auto it = paramCasts_.find({value, castParamsOnce ? PartAttr() : part});
       if (it != paramCasts_.end())
         return it->second;
     }
@@ -90,7 +91,8 @@ private:
     if (param && reduceGradientsInCompute)
       cast->setAttr(GraphDialect::kReduceFirstAttrName, builder.getUnitAttr());
     if (param)
-      paramCasts_[{value, part}] = cast.getResult();
+      paramCasts_[{value, castParamsOnce ? PartAttr() : part}] =
+          cast.getResult();
     return cast.getResult();
   }
 

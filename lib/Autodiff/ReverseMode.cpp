@@ -70,14 +70,27 @@ public:
     return gradients_.lookup(std::make_pair(value, PartAttr()));
   }
 
+  /// The part that contributed to `param`'s gradient last (the backward
+  /// finishes its sum there); null if none or not a shared parameter's.
+  PartAttr lastPart(Value param) const {
+    auto parts = parts_.lookup(param);
+    return parts.empty() ? PartAttr() : parts.back();
+  }
+
   /// The whole gradient of a parameter: its parts' sums added in the order
-  /// the parts first contributed (null if none did).
-  Value total(Location loc, Value param) {
+  /// the parts first contributed (null if none did). The adds are appended
+  /// to `adds`.
+  Value total(Location loc, Value param, SmallVectorImpl<Operation *> &adds) {
     Value sum;
     for (PartAttr part : parts_.lookup(param)) {
       Value partial = gradients_.lookup(std::make_pair(param, part));
-      sum = sum ? AddOp::create(builder_, loc, sum, partial).getResult()
-                : partial;
+      if (!sum) {
+        sum = partial;
+        continue;
+      }
+      auto add = AddOp::create(builder_, loc, sum, partial);
+      adds.push_back(add);
+      sum = add;
     }
     return sum;
   }
@@ -236,15 +249,23 @@ struct ReverseModePass
     if (failed(buildBackward(builder, loc, forwardOps, gradients)))
       return failure();
 
-    // The step: the parts' sums of each parameter's gradient; parameters
-    // the loss does not depend on get a zero gradient.
-    tagger.setPhase("", builder.getContext());
+    // The parts' sums of each parameter's gradient: added by the step, or
+    // by the micro-batch's backward in the part that contributed last
+    // (sumPartsInMicroBatch); parameters the loss does not depend on get a
+    // zero gradient.
     SmallVector<Value> results = {loss};
     SmallVector<DictionaryAttr> resultAttrs = {builder.getDictionaryAttr({})};
+    SmallVector<Operation *> partSums;
     for (BlockArgument param : body->getArguments()) {
       if (roleOf(step, param.getArgNumber()).getValue() != "param")
         continue;
-      Value gradient = gradients.total(loc, param);
+      tagger.setPhase(sumPartsInMicroBatch ? "backward" : "",
+                      builder.getContext());
+      tagger.setPart(sumPartsInMicroBatch ? gradients.lastPart(param)
+                                          : PartAttr());
+      Value gradient = gradients.total(loc, param, partSums);
+      tagger.setPhase("", builder.getContext());
+      tagger.setPart({});
       if (!gradient)
         gradient = zerosLike(builder, loc, param);
       results.push_back(gradient);
@@ -259,7 +280,7 @@ struct ReverseModePass
          llvm::make_early_inc_range(llvm::reverse(body->getOperations())))
       if (isOpTriviallyDead(&op))
         op.erase();
-    markWeightGradients(*body);
+    markWeightGradients(*body, partSums);
     SmallVector<Type> resultTypes;
     for (Value result : results)
       resultTypes.push_back(result.getType());

@@ -15,6 +15,7 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     MixedPrecisionPassOptions mixed;
     mixed.compute = *options.precision;
     mixed.reduceGradientsInCompute = options.reduceGradientsInCompute;
+    mixed.castParamsOnce = !options.pipelined;
     // f16's range needs a loss scale (bf16 has fp32's exponent); the
     // optimizer unscales it, so a step returning gradients has none.
     mixed.dynamicLossScale =
@@ -26,6 +27,7 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
   // those of the mean loss.
   reverse.lossScale =
       options.microBatches > 0 ? 1.0 / options.microBatches : 1.0;
+  reverse.sumPartsInMicroBatch = !options.pipelined;
   pm.addPass(createReverseModePass(reverse));
   if (options.recompute == RecomputeKind::Full)
     pm.addPass(createRecomputePass());

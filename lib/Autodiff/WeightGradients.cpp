@@ -7,7 +7,7 @@
 using namespace mlir;
 using namespace trellis::graph;
 
-void trellis::markWeightGradients(Block &body) {
+void trellis::markWeightGradients(Block &body, ArrayRef<Operation *> partSums) {
   StringAttr weight =
       StringAttr::get(body.getParentOp()->getContext(), "weight");
   for (Operation &op : llvm::reverse(body.without_terminator())) {
@@ -18,7 +18,7 @@ void trellis::markWeightGradients(Block &body) {
     bool onlyWeights = llvm::all_of(op.getUsers(), [&](Operation *user) {
       auto userPhase =
           user->getAttrOfType<StringAttr>(GraphDialect::kPhaseAttrName);
-      return !userPhase ||
+      return !userPhase || llvm::is_contained(partSums, user) ||
              (userPhase == weight && getModelPart(user) == part);
     });
     if (onlyWeights)

@@ -31,8 +31,10 @@
 
 // Through the autodiff phase: the backward runs in bf16 (the logits'
 // gradient comes out of cross-entropy in bf16, uncast) and every
-// parameter gradient, being the gradient of a cast, is cast back to f32;
-// the tied table's two parts' gradients are summed in f32. The parameters
+// parameter gradient, being the gradient of a cast, is cast back to f32.
+// Unpipelined, each parameter is cast once (as autocast caches a weight's
+// cast): the tied table has one compute copy, its two uses' gradients are
+// added in bf16 inside the micro-batch and cast back once. The parameters
 // become bf16 arguments that the micro-batch reads directly; AdamW
 // updates their f32 masters (role master, same name and init), and each
 // new parameter is its new master cast to bf16, once per step.
@@ -46,12 +48,29 @@
 // STEP: graph.cross_entropy_grad {{.*}} : tensor<2x4x16xbf16>, tensor<2x4xi32>
 // STEP-NOT: graph.cast {{.*}} to "bf16" {graph.part = #graph.part<head>, graph.phase = "backward"}
 // STEP: graph.matmul {{.*}}graph.phase = "backward"} : tensor<2x4x16xbf16>, tensor<16x8xbf16>
-// STEP: %[[DW:.*]] = graph.matmul %{{.*}} transposed, %{{.*}}graph.phase = "weight"} : tensor<8x16xbf16>, tensor<8x8xbf16>
-// STEP: graph.cast %[[DW]] to "f32" {{.*}} : tensor<16x8xbf16>
-// STEP: %[[TIED:.*]] = graph.add %{{.*}}, %{{.*}} : tensor<16x8xf32>, tensor<16x8xf32>
+// STEP: %[[DHEAD:.*]] = graph.matmul %{{.*}} transposed, %{{.*}} : tensor<8x16xbf16>, tensor<8x8xbf16>
+// STEP: %[[DW:.*]] = graph.matmul %{{.*}} transposed, %{{.*}}graph.phase = "weight"} : tensor<8x8xbf16>, tensor<8x8xbf16>
+// STEP: graph.cast %[[DW]] to "f32" {{.*}} : tensor<8x8xbf16>
+// STEP: %[[DEMB:.*]] = graph.embedding_grad
+// STEP: %[[SUM:.*]] = graph.add %[[DHEAD]], %[[DEMB]] {graph.part = #graph.part<embedding>, graph.phase = "weight"} : tensor<16x8xbf16>, tensor<16x8xbf16>
+// STEP: %[[TIED:.*]] = graph.cast %[[SUM]] to "f32" {{.*}} : tensor<16x8xbf16>
+// STEP-NOT: graph.add
 // STEP: %[[NEW:.*]], %{{.*}}, %{{.*}} = graph.adamw %arg12, %[[TIED]], {{.*}} : tensor<16x8xf32>
 // STEP: %[[NEW16:.*]] = graph.cast %[[NEW]] to "bf16" : tensor<16x8xf32>
 // STEP: return %{{.*}}, %[[NEW16]],
+
+// A pipeline may put the table's two uses on two stages: it is cast once
+// per model part, and the parts' f32 gradients are summed over the
+// micro-batches apart and added by the step.
+// RUN: trellis-opt %s -trellis-autodiff="precision=bf16 pipelined=true" | FileCheck %s --check-prefix=PIPE
+// PIPE-LABEL: func.func @forward
+// PIPE: graph.cast %arg0 to "bf16" {graph.part = #graph.part<embedding>}
+// PIPE: graph.cast %arg0 to "bf16" {graph.part = #graph.part<head>}
+// PIPE-LABEL: func.func @train_step
+// PIPE: %[[HEAD:.*]] = graph.microbatch_sum {{.*}} {graph.part = #graph.part<head>} : tensor<16x8xf32>
+// PIPE: %[[EMB:.*]] = graph.microbatch_sum {{.*}} {graph.part = #graph.part<embedding>} : tensor<16x8xf32>
+// PIPE: %[[TIED:.*]] = graph.add %[[HEAD]], %[[EMB]] : tensor<16x8xf32>, tensor<16x8xf32>
+// PIPE: graph.adamw %{{.*}}, %[[TIED]],
 
 // With reduce-gradients-in-compute, the parameter casts and the gradients'
 // casts back are marked graph.reduce_first (a data-parallel partial
@@ -59,7 +78,7 @@
 // RUN: trellis-opt %s -trellis-mixed-precision="reduce-gradients-in-compute=true" | FileCheck %s --check-prefix=REDUCEFWD
 // REDUCEFWD: graph.cast %arg0 to "bf16" {graph.part = #graph.part<embedding>, graph.reduce_first}
 // REDUCE-LABEL: func.func @train_step
-// REDUCE: graph.cast %{{.*}} to "f32" {graph.part = #graph.part<head>, graph.phase = "weight", graph.reduce_first} : tensor<16x8xbf16>
+// REDUCE: graph.cast %{{.*}} to "f32" {graph.part = #graph.part<embedding>, graph.phase = "weight", graph.reduce_first} : tensor<16x8xbf16>
 
 func.func @forward(%table: tensor<16x8xf32> {graph.role = "param", graph.param = "table", graph.init = "normal:0.02"},
                    %gain: tensor<8xf32> {graph.role = "param", graph.param = "gain", graph.init = "ones"},

@@ -33,3 +33,16 @@ func.func @forward(%w: tensor<4x4xf32> {graph.role = "param", graph.param = "w",
   %loss = graph.reduce_sum %y dims [0, 1] {graph.part = #graph.part<head>} : tensor<2x4xf32>
   return %loss : tensor<f32>
 }
+
+// Without a pipeline (pipelined=false), the two parts' gradients of `w` are
+// added inside the micro-batch, in the part that contributes last (the
+// embedding's, whose weight ops both terms then are), and summed over the
+// micro-batches once: one gradient buffer, one reduction.
+// RUN: trellis-opt %s -trellis-autodiff="optimizer=none micro-batches=2" | FileCheck %s --check-prefix=ONE
+// ONE-LABEL: func.func @gradients
+// ONE: %[[HEAD:.*]] = graph.matmul %{{.*}} transposed, %{{.*}} {graph.part = #graph.part<head>, graph.phase = "weight"}
+// ONE: %[[EMB:.*]] = graph.matmul %{{.*}} transposed, %{{.*}} {graph.part = #graph.part<embedding>, graph.phase = "weight"}
+// ONE: %[[SUM:.*]] = graph.add %[[HEAD]], %[[EMB]] {graph.part = #graph.part<embedding>, graph.phase = "weight"}
+// ONE: %[[GRAD:.*]] = graph.microbatch_sum %[[SUM]] {graph.part = #graph.part<embedding>} : tensor<4x4xf32>
+// ONE-NOT: graph.add
+// ONE: return %{{.*}}, %[[GRAD]]

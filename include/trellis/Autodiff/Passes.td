@@ -23,7 +23,9 @@ def MixedPrecisionPass : Pass<"trellis-mixed-precision", "::mlir::ModuleOp"> {
     the casts too:
     - `Low` ops (matmul, attention, norms, elementwise, ...) compute in the
       `compute` dtype: a parameter operand is cast down (one cast per
-      parameter and model part, before its first use there), and an f32
+      parameter and model part, before its first use there; one per
+      parameter with `cast-params-once`, as autocast caches a weight's
+      cast, so a tied table has one compute copy), and an f32
       operand that meets a low-precision one is cast down before the op.
       Ops whose float operands are all f32 values that are not parameters
       (the loss after cross-entropy) stay in fp32.
@@ -58,6 +60,10 @@ def MixedPrecisionPass : Pass<"trellis-mixed-precision", "::mlir::ModuleOp"> {
            "Mark the parameter casts graph.reduce_first: data-parallel "
            "gradients are then reduced in the compute dtype, before their "
            "cast to f32 (else in f32, after it)">,
+    Option<"castParamsOnce", "cast-params-once", "bool", "false",
+           "Cast each parameter once, before its first use, instead of once "
+           "per model part (for steps no pipeline splits: a shared "
+           "parameter then has one compute copy and one gradient)">,
     Option<"compute", "compute", "::trellis::LowPrecision",
            "::trellis::LowPrecision::BF16", "The compute dtype",
            [{::llvm::cl::values(
@@ -85,7 +91,11 @@ def ReverseModePass : Pass<"trellis-reverse-mode", "::mlir::ModuleOp"> {
     differentiates. A parameter's gradient is summed per model part first
     (phase-marked ops); the parts' sums are added by ops of the step (no
     phase), so a parameter two parts share (a tied embedding) has one sum
-    per part. Parameters the loss does not depend on get a zero gradient.
+    per part, which a pipeline keeps on each part's stage. With
+    `sum-parts-in-micro-batch` (steps no pipeline splits) they are added
+    inside the micro-batch instead, in the part that contributes last: one
+    gradient to accumulate, reduce and hold. Parameters the loss does not
+    depend on get a zero gradient.
 
     Preconditions: @forward exists, returns one tensor<f32>, every argument
     has a role, parameters are f32. Postconditions: @gradients takes
@@ -105,7 +115,11 @@ def ReverseModePass : Pass<"trellis-reverse-mode", "::mlir::ModuleOp"> {
     Option<"forwardName", "forward", "std::string", "\"forward\"",
            "Name of the function to differentiate">,
     Option<"lossScale", "loss-scale", "double", "1.0",
-           "The seed of the backward (1/m for m micro-batches)">
+           "The seed of the backward (1/m for m micro-batches)">,
+    Option<"sumPartsInMicroBatch", "sum-parts-in-micro-batch", "bool",
+           "false",
+           "Add a shared parameter's part sums inside the micro-batch (one "
+           "gradient to accumulate; for steps no pipeline splits)">
   ];
   let dependentDialects = ["::trellis::graph::GraphDialect",
                            "::mlir::func::FuncDialect"];

@@ -4,8 +4,9 @@
 # 16 Psi, 4 Psi + 12 Psi / Nd, 2 Psi + 14 Psi / Nd and 16 Psi / Nd (within
 # 1%); and bytes sent per step: stages 0-2 equal (all_reduce = reduce_scatter
 # + all_gather), stage 3 about 1.5x (its embedding table is not gathered
-# again for the backward, which reads no weights: a little less).
-# Usage: check_zero_report.py ND Z0.json Z1.json Z2.json Z3.json
+# again for the backward, which reads no weights: a little less; a tied
+# table is gathered once for both its uses: less again, given as LOW).
+# Usage: check_zero_report.py ND Z0.json Z1.json Z2.json Z3.json [LOW]
 import json
 import sys
 
@@ -27,6 +28,7 @@ for stage in (1, 2):
     if abs(sent[stage] - sent[0]) > 0.01 * sent[0]:
         sys.exit(f"ZeRO-{stage} sends {sent[stage]}, ZeRO-0 {sent[0]}")
 ratio = sent[3] / sent[0]
-if not 1.4 <= ratio <= 1.5:
+low = float(sys.argv[6]) if len(sys.argv) > 6 else 1.4
+if not low <= ratio <= 1.5:
     sys.exit(f"ZeRO-3 sends {ratio:.3f}x ZeRO-0")
 print(f"communication: stages 0-2 equal, stage 3 {ratio:.2f}x")
