@@ -38,6 +38,7 @@ struct BucketAllReducesPass
       Operation *producer = op.getInput().getDefiningOp();
       return producer ? position.lookup(producer) : -1;
     };
+    DenseSet<Operation *> loss = lossDependencies(function);
 
     // A step cut into pipeline stages later keeps each bucket within one
     // model part; reductions of a micro-batch stay where they are.
@@ -51,9 +52,12 @@ struct BucketAllReducesPass
       auto type = op.getInput().getType();
       // In a step of micro-batches, a reduction inside one (marked with
       // its phase) runs per micro-batch and stays where it is.
+      // The loss's reductions stay alone: a forward-only evaluation
+      // reduces the loss without any gradient.
       if (!llvm::isa<FloatType>(type.getElementType()) || readyAt(op) < 0 ||
           (ofMicroBatches &&
-           op->hasAttr(graph::GraphDialect::kPhaseAttrName)))
+           op->hasAttr(graph::GraphDialect::kPhaseAttrName)) ||
+          loss.contains(op))
         continue;
       std::string key;
       llvm::raw_string_ostream element(key);
@@ -109,6 +113,28 @@ struct BucketAllReducesPass
     // ZeRO's reduce_scatters and all_gathers, in buckets of their own.
     sharding::bucketShardCollectives(body, bucketBytes, pipelined,
                                      ofMicroBatches);
+  }
+
+  /// The ops of `function`'s body that its loss (result 0 when a scalar
+  /// that is no update or gradient) depends on.
+  static DenseSet<Operation *> lossDependencies(func::FuncOp function) {
+    DenseSet<Operation *> found;
+    Block &body = function.getBody().front();
+    auto first =
+        function.getNumResults() == 0
+            ? RankedTensorType()
+            : llvm::dyn_cast<RankedTensorType>(function.getResultTypes()[0]);
+    if (!first || first.getRank() != 0 ||
+        function.getResultAttr(0, graph::GraphDialect::kUpdatesAttrName) ||
+        function.getResultAttr(0, "graph.gradient_of"))
+      return found;
+    SmallVector<Value> work = {body.getTerminator()->getOperand(0)};
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val().getDefiningOp();
+      if (op && op->getBlock() == &body && found.insert(op).second)
+        llvm::append_range(work, op->getOperands());
+    }
+    return found;
   }
 
   /// A reduction can join a bucket only if its result is first used after

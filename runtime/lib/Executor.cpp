@@ -112,6 +112,7 @@ Status Executor::prepareLaunches() {
 Executor::Executor(Plan plan, Device &device, Communicator *communicator)
     : plan_(std::move(plan)), device_(device), communicator_(communicator) {
   timeline_ = stageTimeline(plan_, plan_.stage);
+  evaluation_ = evaluationMask(plan_, plan_.stage);
 }
 
 BufferTable Executor::bufferTable(int64_t microBatch) {
@@ -273,7 +274,17 @@ size_t Executor::updateRunEnd(size_t first) const {
   return last;
 }
 
-Status Executor::run() {
+Status Executor::run() { return runTimeline(nullptr); }
+
+Status Executor::evaluate() {
+  if (evaluation_.empty())
+    return Status::error("the plan has no forward-only evaluation (plans "
+                         "written by an older trellis compile lack it): "
+                         "compile it again");
+  return runTimeline(&evaluation_);
+}
+
+Status Executor::runTimeline(const std::vector<bool> *only) {
   using Lane = TraceSlice::Lane;
   const StageProgram &stage = plan_.stageProgram();
   // Tickets of the collectives in flight, by the instruction they wait at.
@@ -343,6 +354,8 @@ Status Executor::run() {
 
   Status failure = Status::success();
   for (size_t i = 0; i < timeline_.size() && failure.ok(); ++i) {
+    if (only && !(*only)[i])
+      continue;
     const TimelineEntry &entry = timeline_[i];
     const Instruction &instruction = *entry.instruction;
     enterAction(entry.action);
@@ -385,7 +398,7 @@ Status Executor::run() {
       inFlightInstruction.push_back(i);
       continue;
     }
-    if (size_t last = updateRunEnd(i); last > i) {
+    if (size_t last = only ? i : updateRunEnd(i); last > i) {
       // A run of optimizer updates: one multi-tensor pass, after every
       // collective any of them waits for.
       if (communicator_) {

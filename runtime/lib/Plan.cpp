@@ -223,4 +223,25 @@ std::vector<TimelineEntry> stageTimeline(const Plan &plan, int64_t stage) {
   return timeline;
 }
 
+std::vector<bool> evaluationMask(const Plan &plan, int64_t stage) {
+  const StageProgram &stageProgram = plan.stages[stage];
+  if (!stageProgram.evaluation)
+    return {};
+  const StageProgram::Evaluation &evaluation = *stageProgram.evaluation;
+  std::vector<bool> mask;
+  for (size_t a = 0; a < stageProgram.schedule.size(); ++a) {
+    const ScheduledAction &action = stageProgram.schedule[a];
+    size_t count = stageProgram.programs[action.program].instructions.size();
+    bool forward = std::binary_search(evaluation.actions.begin(),
+                                      evaluation.actions.end(), a);
+    bool step = action.microBatch < 0;
+    for (size_t i = 0; i < count; ++i)
+      mask.push_back(
+          forward ||
+          (step && std::binary_search(evaluation.stepInstructions.begin(),
+                                      evaluation.stepInstructions.end(), i)));
+  }
+  return mask;
+}
+
 } // namespace trellis::runtime

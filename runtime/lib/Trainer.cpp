@@ -309,9 +309,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
     plan->stages[s] = StageProgram();
     plan->stages[s].liveMicroBatches = live;
   }
-  StatusOr<std::unique_ptr<Executor>> executor = Executor::create(
-      std::move(*plan), **device, communicator.get(),
-      /*updatesInPlace=*/options.onNonfinite != "skip" && !evalData);
+  StatusOr<std::unique_ptr<Executor>> executor =
+      Executor::create(std::move(*plan), **device, communicator.get(),
+                       /*updatesInPlace=*/options.onNonfinite != "skip");
   if (!executor.ok())
     return executor.status();
   TRELLIS_RETURN_IF_ERROR(initializeArguments(
@@ -382,11 +382,11 @@ StatusOr<double> Trainer::evaluate(int64_t batches) {
             .withContext(where));
     TRELLIS_RETURN_IF_ERROR(
         writeBatch(tokens.data(), targets.data()).withContext(where));
-    // The step's program, its update computed apart and never committed
-    // (with the step count the next step will have, which it checks).
+    // The plan's forward-only program: the loss, no gradients, no update
+    // (the step's arguments as the next step will have them).
     TRELLIS_RETURN_IF_ERROR(
         writeStepArguments(static_cast<float>(lossScale_.scale)));
-    TRELLIS_RETURN_IF_ERROR(executor_->run().withContext(where));
+    TRELLIS_RETURN_IF_ERROR(executor_->evaluate().withContext(where));
     TRELLIS_RETURN_IF_ERROR(collectLoss().withContext(where));
     if (!std::isfinite(lastLoss_))
       return Status::error(where + ": the loss is not finite (" +

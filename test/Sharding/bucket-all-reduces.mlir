@@ -76,3 +76,26 @@ func.func @bf16_gradients(%x: tensor<4xbf16>) -> (tensor<4xf32>, tensor<4xf32>) 
   %n0 = graph.neg %c0 : tensor<4xf32>
   return %n0, %c1 : tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// Tests that the reductions a step's loss (a scalar first result that is no
+// update) depends on stay alone: a forward-only evaluation reduces the loss
+// without any gradient. The gradients' reductions still share a bucket.
+trellis.mesh @mesh = <["dp"=2]>
+// CHECK-LABEL: func.func @loss_alone
+func.func @loss_alone(%x: tensor<4xf32>) -> (tensor<f32>, tensor<4xf32>, tensor<4xf32>) {
+  %l = graph.reduce_sum %x dims [0] : tensor<4xf32>
+  %rl = trellis.all_reduce %l over @mesh ["dp"] sum : tensor<f32>
+  %g0 = graph.exp %x : tensor<4xf32>
+  %g1 = graph.neg %x : tensor<4xf32>
+  // CHECK: trellis.all_reduce %{{.*}} over @mesh ["dp"] sum : tensor<f32>
+  // CHECK-NOT: graph.concat {{.*}}tensor<1xf32>
+  // CHECK: graph.concat {{.*}} : tensor<4xf32>, tensor<4xf32>
+  // CHECK-NEXT: trellis.all_reduce {{.*}} : tensor<8xf32>
+  // CHECK-NOT: trellis.all_reduce
+  // CHECK: return
+  %r0 = trellis.all_reduce %g0 over @mesh ["dp"] sum : tensor<4xf32>
+  %r1 = trellis.all_reduce %g1 over @mesh ["dp"] sum : tensor<4xf32>
+  return %rl, %r0, %r1 : tensor<f32>, tensor<4xf32>, tensor<4xf32>
+}

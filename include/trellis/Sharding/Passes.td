@@ -273,7 +273,9 @@ def BucketAllReducesPass
     first. Each bucket flattens and concatenates its operands, reduces them
     with one all_reduce placed right after the last of them is produced
     (so it can overlap the rest of the backward pass), and slices the
-    results back out.
+    results back out. The reductions the step's loss (a scalar first
+    result that is no update) depends on stay alone: the plan's forward-
+    only evaluation reduces the loss without any gradient.
 
     ZeRO's reduce_scatters and all_gathers that split dimension 0 are
     bucketed too (`BucketShards.cpp`): members are reshaped to [ranks,

@@ -2,6 +2,7 @@
 
 #include "trellis/Target/Plan/PlanEmitter.h"
 
+#include "trellis/Common/ActionNames.h"
 #include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
@@ -34,6 +35,45 @@ llvm::json::Array shapeArray(ArrayRef<int64_t> shape) {
   for (int64_t size : shape)
     array.push_back(size);
   return array;
+}
+
+/// The ops of a step program that `loss` depends on, not following values
+/// that ops outside it (`inProgram` false) or arguments make, nor through
+/// a micro-batch's sum (the forward's accumulate). A receive is followed to
+/// the send of its channel (`sendOf`) on another stage.
+DenseSet<Operation *>
+lossSlice(ArrayRef<Value> losses, function_ref<bool(Operation *)> inProgram,
+          const DenseMap<int64_t, trellis::SendOp> &sendOf) {
+  DenseSet<Operation *> selected;
+  SmallVector<Value> work(losses.begin(), losses.end());
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val().getDefiningOp();
+    if (!op || !inProgram(op) || !selected.insert(op).second)
+      continue;
+    llvm::append_range(work, op->getOperands());
+    if (auto recv = llvm::dyn_cast<trellis::RecvOp>(op))
+      if (trellis::SendOp send = sendOf.lookup(recv.getChannel());
+          send && inProgram(send) && selected.insert(send).second)
+        work.push_back(send.getInput());
+  }
+  return selected;
+}
+
+/// A stage's "evaluation": its schedule's forward actions (and their
+/// receives), then the step program's instructions at `stepInstructions`.
+llvm::json::Object evaluationEntry(ArrayRef<std::string> schedule,
+                                   SmallVector<int64_t> stepInstructions) {
+  llvm::json::Array actions;
+  for (const std::string &name : schedule)
+    if (std::optional<ScheduledActionName> parsed = parseActionName(name);
+        parsed && parsed->program.kind == ActionKind::Forward)
+      actions.push_back(name);
+  llvm::sort(stepInstructions);
+  llvm::json::Array instructions;
+  for (int64_t index : stepInstructions)
+    instructions.push_back(index);
+  return llvm::json::Object{{"actions", std::move(actions)},
+                            {"step_instructions", std::move(instructions)}};
 }
 
 /// The plan's name of a tensor element type, or empty if unsupported.
@@ -334,6 +374,7 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
   // One program: the step of one micro-batch, whose totals are the
   // micro-batch's values themselves.
   JsonEntries program;
+  DenseMap<Operation *, int64_t> instructionIndex;
   for (Operation &op : body.without_terminator()) {
     if (llvm::isa<MicrobatchSumOp>(op)) {
       bufferIds_[op.getResult(0)] = bufferIds_.lookup(op.getOperand(0));
@@ -342,6 +383,7 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
     FailureOr<llvm::json::Object> instruction = emitInstruction(op);
     if (failed(instruction))
       return failure();
+    instructionIndex[&op] = static_cast<int64_t>(program.size());
     program.push_back(std::move(*instruction));
   }
   llvm::json::Object stepProgram{{"name", "step"}};
@@ -361,8 +403,18 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
     if (it == bufferIds_.end())
       return step.emitError("a result is not produced by the program");
     llvm::json::Object entry = emitResult(step, index, it->second);
-    if (index == 0 && !entry.get("updates") && !entry.get("gradient_of"))
+    if (index == 0 && !entry.get("updates") && !entry.get("gradient_of")) {
       entry["role"] = "loss";
+      // The evaluation: the instructions the loss depends on.
+      SmallVector<int64_t> selected;
+      for (Operation *op :
+           lossSlice(value, [](Operation *) { return true; }, {}))
+        if (auto found = instructionIndex.find(op);
+            found != instructionIndex.end())
+          selected.push_back(found->second);
+      (*stages.front().getAsObject())["evaluation"] =
+          evaluationEntry({"step"}, std::move(selected));
+    }
     results.push_back(std::move(entry));
   }
   return planObject(1, std::move(metadata), meshArray(),
@@ -453,6 +505,7 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
   // (and its position there) names its buffer; the others' copies share it.
   std::map<int64_t, std::pair<func::FuncOp, unsigned>> resultOwner;
   std::map<int64_t, llvm::json::Array> resultHolders;
+  SmallVector<Value> losses;
   for (auto [stageIndex, stage] : llvm::enumerate(stages)) {
     FailureOr<SmallVector<std::pair<unsigned, Value>>> returned =
         stageResults(stage);
@@ -460,6 +513,10 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
       return failure();
     for (auto [i, entry] : llvm::enumerate(*returned)) {
       auto [index, value] = entry;
+      if (index == 0 &&
+          !stage.getResultAttr(i, GraphDialect::kUpdatesAttrName) &&
+          !stage.getResultAttr(i, "graph.gradient_of"))
+        losses.push_back(value);
       auto [owner, inserted] = resultOwner.try_emplace(
           index, stage, static_cast<unsigned>(i));
       if (inserted) {
@@ -476,6 +533,17 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
     }
   }
 
+  // The evaluation: each stage's forward actions, then the ops of its step
+  // program the loss depends on, across stages.
+  DenseMap<int64_t, SendOp> sendOf;
+  for (func::FuncOp stage : stages)
+    stage.walk([&](SendOp send) { sendOf[send.getChannel()] = send; });
+  auto inStepProgram = [](Operation *op) {
+    auto name = op->getAttrOfType<StringAttr>(TrellisDialect::kProgramAttrName);
+    return name && name.getValue() == "step";
+  };
+  DenseSet<Operation *> evaluated = lossSlice(losses, inStepProgram, sendOf);
+
   llvm::json::Array stageEntries;
   for (auto [index, stage] : llvm::enumerate(stages)) {
     // Programs in the order their first op comes.
@@ -483,6 +551,7 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
     std::map<std::string, size_t> programIndex;
     std::vector<JsonEntries> instructions;
     std::vector<std::string> names;
+    SmallVector<int64_t> stepInstructions;
     for (Operation &op : stage.getBody().front().without_terminator()) {
       auto name =
           op.getAttrOfType<StringAttr>(TrellisDialect::kProgramAttrName);
@@ -497,6 +566,9 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
       FailureOr<llvm::json::Object> instruction = emitInstruction(op);
       if (failed(instruction))
         return failure();
+      if (evaluated.contains(&op))
+        stepInstructions.push_back(
+            static_cast<int64_t>(instructions[it->second].size()));
       instructions[it->second].push_back(std::move(*instruction));
     }
     for (auto [name, program] : llvm::zip(names, instructions)) {
@@ -509,11 +581,17 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
         stage->getAttrOfType<ArrayAttr>(TrellisDialect::kScheduleAttrName);
     if (!scheduleAttr)
       return stage.emitError("expected the stage's schedule (trellis.schedule)");
+    std::vector<std::string> actions;
     for (Attribute entry : scheduleAttr)
-      schedule.push_back(llvm::cast<StringAttr>(entry).getValue().str());
+      actions.push_back(llvm::cast<StringAttr>(entry).getValue().str());
+    for (const std::string &action : actions)
+      schedule.push_back(action);
     llvm::json::Object entry{{"stage", static_cast<int64_t>(index)}};
     entry["programs"] = std::move(programs);
     entry["schedule"] = std::move(schedule);
+    if (!losses.empty())
+      entry["evaluation"] =
+          evaluationEntry(actions, std::move(stepInstructions));
     stageEntries.push_back(std::move(entry));
   }
 

@@ -78,6 +78,7 @@ Status PlanReader::bindStage(int64_t index) {
     chunked |= program.chunk > 0;
   for (const ActionProgramDesc &program : programs_[index])
     out.programs.push_back(program.body);
+  out.evaluation = evaluations_[index];
   for (size_t position = 0; position < schedules_[index].size(); ++position) {
     auto [p, mb] = schedules_[index][position];
     const ActionProgramDesc &program = programs_[index][p];

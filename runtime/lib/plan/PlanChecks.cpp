@@ -76,10 +76,13 @@ Status PlanReader::checkCompletions(int64_t index) {
 
 /// In each stage, every buffer is defined once (as an argument the stage
 /// holds or an instruction output) before any instruction reads it.
-Status PlanReader::checkDataflow(int64_t stage) {
+Status PlanReader::checkDataflow(int64_t stage, bool evaluation) {
   plan_.stage = stage;
   std::string prefix =
       plan_.stages.size() > 1 ? "stage " + std::to_string(stage) + ": " : "";
+  if (evaluation)
+    prefix += "evaluation: ";
+  std::vector<bool> runs = evaluationMask(plan_, stage);
   std::vector<bool> defined(plan_.buffers.size(), false);
   for (const Argument &argument : plan_.arguments) {
     if (!plan_.holds(argument.stages))
@@ -90,7 +93,11 @@ Status PlanReader::checkDataflow(int64_t stage) {
     defined[argument.buffer] = true;
   }
   const StageProgram &stageProgram = plan_.stages[stage];
-  for (const TimelineEntry &entry : stageTimeline(plan_, stage)) {
+  std::vector<TimelineEntry> timeline = stageTimeline(plan_, stage);
+  for (size_t i = 0; i < timeline.size(); ++i) {
+    if (evaluation && !runs[i])
+      continue;
+    const TimelineEntry &entry = timeline[i];
     const Instruction &instruction = *entry.instruction;
     auto where = [&] {
       return prefix + "action " + stageProgram.schedule[entry.action].name +
@@ -114,8 +121,10 @@ Status PlanReader::checkDataflow(int64_t stage) {
     if (accumulates(instruction))
       defined[entry.outputs[0]] = true;
   }
+  // An evaluation makes the loss alone.
   for (const Result &result : plan_.results)
-    if (plan_.holds(result.stages) && !defined[result.buffer])
+    if (plan_.holds(result.stages) && !defined[result.buffer] &&
+        (!evaluation || result.isLoss))
       return Status::error(prefix + "result buffer " +
                            std::to_string(result.buffer) + " is never written");
   return Status::success();

@@ -383,8 +383,16 @@ Status PlanReader::readProgram(const json &stages) {
   }
   programs_.resize(stages.size());
   schedules_.resize(stages.size());
+  evaluations_.resize(stages.size());
   for (size_t s = 0; s < stages.size(); ++s)
     TRELLIS_RETURN_IF_ERROR(readStage(stages[s], static_cast<int64_t>(s)));
+  for (size_t s = 1; s < stages.size(); ++s)
+    if (evaluations_[s].has_value() != evaluations_[0].has_value())
+      return Status::error(
+          "stage " + std::to_string(evaluations_[0] ? s : 0) +
+          " has no \"evaluation\" while stage " +
+          std::to_string(evaluations_[0] ? 0 : s) +
+          " has one: a plan evaluates on every stage or on none");
   // Transfers of micro-batches get a channel per micro-batch; those of the
   // step come after all of them.
   for (const std::vector<ActionProgramDesc> &programs : programs_)
@@ -490,6 +498,67 @@ Status PlanReader::readStage(const json &stage, int64_t index) {
           std::to_string(expected) +
           (programs[p].perMicroBatch() ? " (once per micro-batch)" : ""));
   }
+  if (stage.contains("evaluation"))
+    TRELLIS_RETURN_IF_ERROR(readEvaluation(stage, index, prefix));
+  return Status::success();
+}
+
+Status PlanReader::readEvaluation(const json &stage, int64_t index,
+                                  const std::string &prefix) {
+  std::string where = prefix + "evaluation";
+  const json &evaluation = stage["evaluation"];
+  TRELLIS_RETURN_IF_ERROR(requireKind(
+      evaluation, "actions", json::value_t::array,
+      "an array of the schedule's forward actions, in its order", where));
+  TRELLIS_RETURN_IF_ERROR(requireKind(
+      evaluation, "step_instructions", json::value_t::array,
+      "an array of the step program's instructions, ascending", where));
+  const json &schedule = stage["schedule"];
+  const std::vector<ActionProgramDesc> &programs = programs_[index];
+  const std::vector<std::pair<int64_t, int64_t>> &runs = schedules_[index];
+  StageProgram::Evaluation desc;
+  size_t next = 0;
+  for (size_t e = 0; e < evaluation["actions"].size(); ++e) {
+    const json &entry = evaluation["actions"][e];
+    std::string at = where + " action " + std::to_string(e);
+    if (!entry.is_string())
+      return Status::error(at + ": expected an action name, found " +
+                           describe(entry));
+    size_t position = next;
+    while (position < schedule.size() && schedule[position] != entry)
+      ++position;
+    if (position == schedule.size())
+      return Status::error(
+          at + " (" + entry.get<std::string>() +
+          "): expected an action of the schedule after the evaluation's "
+          "previous one, found none");
+    if (programs[runs[position].first].kind != ActionKind::Forward)
+      return Status::error(at + " (" + entry.get<std::string>() +
+                           "): expected a forward action or its receives; "
+                           "an evaluation neither differentiates nor steps");
+    desc.actions.push_back(position);
+    next = position + 1;
+  }
+  size_t stepCount = 0;
+  for (const ActionProgramDesc &program : programs)
+    if (program.kind == ActionKind::Step)
+      stepCount = program.body.instructions.size();
+  for (size_t e = 0; e < evaluation["step_instructions"].size(); ++e) {
+    const json &entry = evaluation["step_instructions"][e];
+    int64_t floor =
+        desc.stepInstructions.empty()
+            ? 0
+            : static_cast<int64_t>(desc.stepInstructions.back()) + 1;
+    if (!entry.is_number_integer() || entry.get<int64_t>() < floor ||
+        entry.get<int64_t>() >= static_cast<int64_t>(stepCount))
+      return Status::error(where + " step instruction " + std::to_string(e) +
+                           ": expected an index of the step program in [" +
+                           std::to_string(floor) + ", " +
+                           std::to_string(stepCount) + ") (ascending), found " +
+                           describe(entry));
+    desc.stepInstructions.push_back(entry.get<size_t>());
+  }
+  evaluations_[index] = std::move(desc);
   return Status::success();
 }
 
@@ -714,6 +783,8 @@ StatusOr<Plan> PlanReader::read(const json &root) {
   bindMicroBatches(fileBuffers);
   for (size_t stage = 0; stage < plan_.stages.size(); ++stage) {
     TRELLIS_RETURN_IF_ERROR(checkDataflow(stage));
+    if (plan_.stages[stage].evaluation)
+      TRELLIS_RETURN_IF_ERROR(checkDataflow(stage, /*evaluation=*/true));
     TRELLIS_RETURN_IF_ERROR(checkCompletions(stage));
   }
   selectStage(plan_, 0);

@@ -93,13 +93,20 @@ private:
   /// plan's id).
   int64_t bufferFor(int64_t buffer, int64_t microBatch);
   Status checkCompletions(int64_t stage);
+  /// A stage's "evaluation": forward actions of its schedule, in its
+  /// order, and instructions of its step program, ascending.
+  Status readEvaluation(const json &stage, int64_t index,
+                        const std::string &prefix);
   Status readStageList(const json &entry, const std::string &where,
                        std::vector<int64_t> &stages) const;
   Status readResults(const json &array);
   /// metadata.vocab_size, when given: an integer the losses' class
   /// dimensions agree with (split losses: each rank's piece).
   Status checkVocabulary() const;
-  Status checkDataflow(int64_t stage);
+  /// Every buffer `stage` reads is written before (or an argument the
+  /// stage holds); with `evaluation`, in the instructions its evaluation
+  /// runs, which must write the loss where the stage holds it.
+  Status checkDataflow(int64_t stage, bool evaluation = false);
 
   static Status requireKind(const json &object, const char *key,
                             json::value_t kind, const char *expected,
@@ -136,6 +143,8 @@ private:
   /// Per stage: its action programs and schedule, before binding.
   std::vector<std::vector<ActionProgramDesc>> programs_;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> schedules_;
+  /// Per stage: its evaluation, if the plan has one.
+  std::vector<std::optional<StageProgram::Evaluation>> evaluations_;
   /// Copies of per-micro-batch buffers, by (buffer, micro-batch >= 1).
   std::map<std::pair<int64_t, int64_t>, int64_t> copies_;
   /// Channels of the micro-batches' transfers: [0, channels_) per

@@ -909,6 +909,72 @@ TEST(PlanTest, RejectsMalformedSchedules) {
                  "1048576], found 0");
 }
 
+/// kPipelinePlan with each stage's evaluation: its forward actions (and
+/// their receives), then the loss's transfer in the step program.
+std::string withEvaluations() {
+  std::string plan =
+      replace(kPipelinePlan, R"("schedule": ["F0", "F1", "step"]})",
+              R"("schedule": ["F0", "F1", "step"], "evaluation": )"
+              R"({"actions": ["F0", "F1"], "step_instructions": [0]}})");
+  return replace(
+      plan, R"("schedule": ["RF0", "F0", "RF1", "F1", "step"]})",
+      R"("schedule": ["RF0", "F0", "RF1", "F1", "step"], "evaluation": )"
+      R"({"actions": ["RF0", "F0", "RF1", "F1"], "step_instructions": [0]}})");
+}
+
+TEST(PlanTest, ReadsEachStagesEvaluation) {
+  StatusOr<Plan> plan = parsePlan(withEvaluations());
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_TRUE(plan->stages[0].evaluation.has_value());
+  EXPECT_EQ(plan->stages[0].evaluation->actions, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(plan->stages[1].evaluation->actions,
+            (std::vector<size_t>{0, 1, 2, 3}));
+  // Stage 0's timeline: F0 and F1 (2 instructions each), then the step's
+  // receive of the loss: all of it is forward.
+  EXPECT_EQ(evaluationMask(*plan, 0), std::vector<bool>(5, true));
+  EXPECT_EQ(evaluationMask(*plan, 1), std::vector<bool>(9, true));
+  // A plan without one has none, and runs its steps as before.
+  StatusOr<Plan> without = parsePlan(kPipelinePlan);
+  ASSERT_TRUE(without.ok()) << without.status().message();
+  EXPECT_FALSE(without->stages[0].evaluation.has_value());
+  EXPECT_TRUE(evaluationMask(*without, 0).empty());
+}
+
+TEST(PlanTest, RejectsMalformedEvaluations) {
+  std::string plan = withEvaluations();
+  expectRejected(replace(plan, R"({"actions": ["F0", "F1"])",
+                         R"({"actions": ["F1", "F0"])"),
+                 "stage 0: evaluation action 1 (F0): expected an action of "
+                 "the schedule after the evaluation's previous one, found "
+                 "none");
+  expectRejected(replace(plan, R"({"actions": ["F0", "F1"])",
+                         R"({"actions": ["F0", "F1", "step"])"),
+                 "stage 0: evaluation action 2 (step): expected a forward "
+                 "action or its receives; an evaluation neither "
+                 "differentiates nor steps");
+  expectRejected(
+      replace(plan, R"({"actions": ["F0", "F1"])", R"({"actions": "F0")"),
+      "stage 0: evaluation: field \"actions\": expected an array "
+      "of the schedule's forward actions, in its order");
+  expectRejected(replace(plan, R"(["F0", "F1"], "step_instructions": [0])",
+                         R"(["F0", "F1"], "step_instructions": [1])"),
+                 "stage 0: evaluation step instruction 0: expected an index "
+                 "of the step program in [0, 1) (ascending), found 1");
+  expectRejected(replace(plan, R"(["F0", "F1"], "step_instructions": [0])",
+                         R"(["F0", "F1"], "step_instructions": [])"),
+                 "stage 0: evaluation: result buffer 4 is never written");
+  expectRejected(replace(plan, R"({"actions": ["RF0", "F0", "RF1", "F1"])",
+                         R"({"actions": ["F0", "RF1", "F1"])"),
+                 "stage 1: evaluation: action F0 instruction 0 (matmul) "
+                 "reads buffer 5 before it is written");
+  expectRejected(replace(plan,
+                         R"(, "evaluation": {"actions": ["F0", "F1"], )"
+                         R"("step_instructions": [0]})",
+                         ""),
+                 "stage 0 has no \"evaluation\" while stage 1 has one: a plan "
+                 "evaluates on every stage or on none");
+}
+
 TEST(PlanTest, RejectsValuesOutsideTheirScope) {
   // The step program runs once: it cannot touch a micro-batch's buffer.
   expectRejected(

@@ -95,6 +95,10 @@ public:
 
   /// Runs one step: every scheduled action's program, in order.
   Status run();
+  /// Runs the plan's forward-only evaluation (StageProgram::evaluation):
+  /// the loss of the inputs written, without gradients or updates. Fails,
+  /// saying so, for a plan without one.
+  Status evaluate();
 
   /// Copies each result marked `updates` into the argument it replaces:
   /// the end of a training step. A result computed in place (below) is
@@ -156,9 +160,17 @@ private:
   void record(const std::string &op, double startMicros, double endMicros,
               TraceSlice::Lane lane);
 
+  /// Runs the timeline's instructions (those `only` marks, when given).
+  Status runTimeline(const std::vector<bool> *only);
+
   /// The selected stage's step, by timeline index (the index every plan
   /// below is in).
   std::vector<TimelineEntry> timeline_;
+  /// Per timeline entry: whether the evaluation runs it (empty: the plan
+  /// has no evaluation). Its instructions keep their wait points: each
+  /// transfer and collective completes no later than in the step, so the
+  /// step's arena holds.
+  std::vector<bool> evaluation_;
   /// For each collective instruction, the index before which the program
   /// waits for it; -1 for other instructions.
   std::vector<int64_t> waitPoint_;

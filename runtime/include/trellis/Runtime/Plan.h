@@ -158,6 +158,19 @@ struct ScheduledAction {
 struct StageProgram {
   std::vector<ActionProgram> programs;
   std::vector<ScheduledAction> schedule;
+  /// A forward-only run of the step, for evaluation: some entries of
+  /// `schedule` (its forward actions and their receives), then some
+  /// instructions of the step program (those the loss depends on). It
+  /// runs the training step's instructions in their order, over the same
+  /// buffers, so the step's memory plan holds for it.
+  struct Evaluation {
+    /// Indices into `schedule`, ascending.
+    std::vector<size_t> actions;
+    /// Indices into the step program's instructions, ascending.
+    std::vector<size_t> stepInstructions;
+  };
+  /// Absent in a plan written without one.
+  std::optional<Evaluation> evaluation;
   /// The most micro-batches whose values are alive at once (from the first
   /// to the last action of each in the schedule): 1F1B keeps at most the
   /// pipeline depth on the first stage, GPipe every micro-batch.
@@ -254,6 +267,10 @@ struct TimelineEntry {
 
 /// `stage`'s step, instruction by instruction.
 std::vector<TimelineEntry> stageTimeline(const Plan &plan, int64_t stage);
+
+/// Per entry of stageTimeline(plan, stage): whether the stage's
+/// evaluation runs it (empty when the plan has no evaluation).
+std::vector<bool> evaluationMask(const Plan &plan, int64_t stage);
 
 /// Parses and validates plan text.
 StatusOr<Plan> parsePlan(std::string_view text);

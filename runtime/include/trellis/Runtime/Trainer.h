@@ -101,11 +101,9 @@ public:
   /// Whether the trainer has held-out data (TrainOptions::evalData).
   bool evaluates() const { return evalData_ != nullptr; }
   /// The mean loss of the held-out data's first `batches` batches under
-  /// the current weights (every rank must call it). It runs the step's
-  /// program without applying its update: the plan has no forward-only
-  /// program, so an evaluated batch costs a training step, and a trainer
-  /// that evaluates keeps its updates apart from the parameters. Nothing
-  /// of the training state changes.
+  /// the current weights (every rank must call it), through the plan's
+  /// forward-only evaluation (Executor::evaluate): a forward of each batch,
+  /// no gradients, no update. Nothing of the training state changes.
   StatusOr<double> evaluate(int64_t batches);
   /// Why the last step's update was skipped for a value that is not finite
   /// (--on-nonfinite skip), or "" when it was applied.
