@@ -4,8 +4,10 @@
 # one rank and under each layout given (flags, then ':' and the ranks), and
 # prints one line per layout: losses and grad norms, then parameters and
 # moments gathered after the run, against the one-rank run with the same
-# micro-batches and precision (1e-5). Usage:
-#   clip_matrix.sh DIR MODEL CLIP "FLAGS:RANKS" ...   (PYTHON, TRELLIS from env)
+# micro-batches and precision (1e-5), or with the flags after a second ':'.
+# Usage:
+#   clip_matrix.sh DIR MODEL CLIP "FLAGS:RANKS[:REFERENCE]" ...
+# (PYTHON, TRELLIS from the environment)
 set -euo pipefail
 dir=$1 model=$2 clip=$3
 shift 3
@@ -14,9 +16,10 @@ common=(--batch 8 --seq 16 --adam-eps 1e-4 --clip-grad "$clip")
 source "$here/layout_runs.sh"
 mkdir -p "$dir"
 for layout in "$@"; do
-  flags=${layout%:*} ranks=${layout##*:}
+  IFS=: read -r flags ranks reference <<< "$layout"
   # The reference: one rank with the same micro-batches and precision.
-  reference=$(echo "$flags" | grep -o -- '--microbatches [0-9]*\|--precision [a-z0-9]*' | tr '\n' ' ' || true)
+  [[ -n $reference ]] ||
+    reference=$(echo "$flags" | grep -o -- '--microbatches [0-9]*\|--precision [a-z0-9]*' | tr '\n' ' ' || true)
   ref="ref$(echo "$reference" | tr -dc 'a-z0-9')"
   [[ -f $dir/$ref.out ]] || run "$ref" "$reference" 1
   name="run$(echo "$flags" | tr -dc 'a-z0-9')"
