@@ -113,6 +113,10 @@ void injectKill(bool now) {
 
 } // namespace
 
+void abandonCheckpoint(const std::string &partial) {
+  removeCheckpointDirectory(partial);
+}
+
 StatusOr<std::string> beginCheckpoint(const std::string &dirGiven) {
   const std::string dir = withoutTrailingSlashes(dirGiven);
   std::string parent = parentOf(dir), prefix = baseName(dir) + ".partial-";
@@ -153,10 +157,12 @@ Status commitCheckpoint(const std::string &partial,
     // Written out and closed before the check: a full disk shows only
     // when the buffered text reaches the file.
     std::ofstream stream(partial + "/" + kManifest, std::ios::trunc);
+    errno = 0;
     stream << manifest.dump(2) << "\n";
     stream.close();
     if (!stream)
-      return Status::error("cannot write '" + partial + "/" + kManifest + "'");
+      return Status::error("cannot write '" + partial + "/" + kManifest +
+                           "': " + std::strerror(errno));
   }
   TRELLIS_RETURN_IF_ERROR(syncPath(partial + "/" + kManifest));
   TRELLIS_RETURN_IF_ERROR(syncPath(partial));

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -148,9 +149,11 @@ Status writeSafetensors(const std::string &path, const SafetensorsFile &file) {
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string temporary = path + ".tmp";
   {
+    errno = 0;
     std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
     if (!stream)
-      return Status::error("cannot write '" + temporary + "'");
+      return Status::error("cannot write '" + temporary +
+                           "': " + std::strerror(errno));
     uint64_t headerSize = text.size();
     stream.write(reinterpret_cast<const char *>(&headerSize), 8);
     stream.write(text.data(), text.size());
@@ -168,8 +171,13 @@ Status writeSafetensors(const std::string &path, const SafetensorsFile &file) {
       stream.write(reinterpret_cast<const char *>(narrow.data()),
                    narrow.size() * 2);
     }
-    if (!stream.flush())
-      return Status::error("failed writing '" + temporary + "'");
+    if (!stream.flush()) {
+      // The reason the file system gave (a full disk: ENOSPC).
+      std::string reason = std::strerror(errno);
+      stream.close();
+      std::remove(temporary.c_str());
+      return Status::error("failed writing '" + temporary + "': " + reason);
+    }
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0)
     return Status::error("cannot rename '" + temporary + "' to '" + path + "'");

@@ -170,27 +170,19 @@ int runCompileCommand() {
     return 1;
   if (printReport)
     printReports(compiled->reports, llvm::errs());
-  if (!compileReportJson.empty()) {
-    std::string error;
-    auto output = mlir::openOutputFile(compileReportJson, &error);
-    if (!output)
-      return reportError("compile", "--report-json: " + error);
-    output->os() << llvm::formatv(
-                        "{0:2}", reportJson(compiled->modelParameters,
-                                            compiled->meshAxes,
-                                            compiled->reports))
-                 << "\n";
-    output->keep();
-  }
+  if (!compileReportJson.empty() &&
+      writeOutputFile("compile", "--report-json", compileReportJson,
+                      [&](llvm::raw_ostream &os) {
+                        os << llvm::formatv(
+                                  "{0:2}", reportJson(compiled->modelParameters,
+                                                      compiled->meshAxes,
+                                                      compiled->reports))
+                           << "\n";
+                      }) != 0)
+    return 1;
   mlir::TimingScope writeTiming = rootTiming.nest("write plan");
-  std::string error;
-  auto output = mlir::openOutputFile(compileOutput, &error);
-  if (!output)
-    return reportError("compile", error);
-  output->os() << compiled->text;
-  writeTiming.stop();
-  output->keep();
-  return 0;
+  return writeOutputFile("compile", "the plan", compileOutput,
+                         [&](llvm::raw_ostream &os) { os << compiled->text; });
 }
 
 } // namespace trellis::driver

@@ -39,13 +39,9 @@ int runImportCommand() {
       loadModel(context, importInput, {importBatch, importSeq}, "import");
   if (!model)
     return 1;
-  std::string error;
-  auto output = mlir::openOutputFile(importOutput, &error);
-  if (!output)
-    return reportError("import", error);
-  model->module->print(output->os());
-  output->keep();
-  return 0;
+  return writeOutputFile(
+      "import", "the model", importOutput,
+      [&](llvm::raw_ostream &os) { model->module->print(os); });
 }
 
 } // namespace trellis::driver

@@ -30,6 +30,14 @@ std::optional<Mesh> parseMeshOption(llvm::StringRef text);
 /// Reports an error as `trellis <command>: error: <message>`; returns 1.
 int reportError(llvm::StringRef command, const llvm::Twine &message);
 
+/// Writes what `write` prints to `path` (`-`: standard output), kept only
+/// when whole. Returns 0; or reports, naming `what`, the path and the
+/// system's reason (a full disk, a closed pipe), and returns 1: never the
+/// fatal error of an unchecked stream.
+int writeOutputFile(llvm::StringRef command, llvm::StringRef what,
+                    llvm::StringRef path,
+                    llvm::function_ref<void(llvm::raw_ostream &)> write);
+
 /// Prints the compiler library's messages for `command`: errors as
 /// reportError does, located ones as they are, warnings as `trellis
 /// <command>: warning: <message>`.

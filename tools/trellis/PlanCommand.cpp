@@ -231,20 +231,17 @@ int runPlanCommand() {
         {"search_seconds", result->searchSeconds},
         {"plans", std::move(plans)},
     };
-    auto output = mlir::openOutputFile(planJson, &error);
-    if (!output)
-      return fail("--json: " + error);
-    output->os() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
-                 << "\n";
-    output->keep();
+    if (writeOutputFile("plan", "--json", planJson, [&](llvm::raw_ostream &os) {
+          os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+             << "\n";
+        }) != 0)
+      return 1;
   }
-  if (!planTimeline.empty()) {
-    auto output = mlir::openOutputFile(planTimeline, &error);
-    if (!output)
-      return fail("--timeline: " + error);
-    output->os() << chromeTrace(best.time.simulation);
-    output->keep();
-  }
+  if (!planTimeline.empty())
+    return writeOutputFile("plan", "--timeline", planTimeline,
+                           [&](llvm::raw_ostream &os) {
+                             os << chromeTrace(best.time.simulation);
+                           });
   return 0;
 }
 

@@ -4,10 +4,12 @@
 
 #include "trellis/Common/FileKind.h"
 
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 namespace trellis::runtime {
 
@@ -56,7 +58,29 @@ Status verifyPlanChecksum(const std::string &text) {
   return Status::success();
 }
 
-StatusOr<Plan> loadPlanText(const std::string &contents) {
+namespace {
+
+std::string mebibytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MiB", bytes / (1 << 20));
+  return text;
+}
+
+/// The refusal of a plan of `bytes` that memory cannot hold while it is
+/// read, naming an address-space limit if one is set.
+Status outOfMemory(size_t bytes) {
+  std::string limit;
+  struct rlimit space;
+  if (getrlimit(RLIMIT_AS, &space) == 0 && space.rlim_cur != RLIM_INFINITY)
+    limit = "; ulimit -v (RLIMIT_AS) allows this process " +
+            mebibytes(static_cast<double>(space.rlim_cur));
+  return Status::error("out of memory reading a plan of " +
+                       mebibytes(static_cast<double>(bytes)) +
+                       " (its parse needs a few times its size" + limit + ")");
+}
+
+/// loadPlanText, which catches what memory cannot hold.
+StatusOr<Plan> checkAndParse(const std::string &contents) {
   TRELLIS_RETURN_IF_ERROR(verifyPlanChecksum(contents));
   StatusOr<Plan> plan = parsePlan(contents);
   if (!plan.ok())
@@ -67,11 +91,25 @@ StatusOr<Plan> loadPlanText(const std::string &contents) {
   return plan;
 }
 
+} // namespace
+
+StatusOr<Plan> loadPlanText(const std::string &contents) {
+  try {
+    return checkAndParse(contents);
+  } catch (const std::bad_alloc &) {
+    return outOfMemory(contents.size());
+  }
+}
+
 StatusOr<Plan> loadPlanFile(const std::string &path) {
   std::string contents;
-  if (std::string why = readRegularFile(path, contents); !why.empty())
-    return Status::error("cannot open plan '" + path + "': it " + why +
-                         ", expected a plan file (trellis compile -o)");
+  try {
+    if (std::string why = readRegularFile(path, contents); !why.empty())
+      return Status::error("cannot open plan '" + path + "': it " + why +
+                           ", expected a plan file (trellis compile -o)");
+  } catch (const std::bad_alloc &) {
+    return outOfMemory(contents.capacity()).withContext(path);
+  }
   StatusOr<Plan> plan = loadPlanText(contents);
   if (!plan.ok())
     return plan.status().withContext(path);

@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -143,11 +144,23 @@ Status Trainer::writeCheckpoint(const std::string &dir,
                                 const CheckpointFault &fault) const {
   if (rank() != 0)
     return Status::success();
-  const Plan &plan = executor_->plan();
-  SafetensorsFile model = tensors.model, optimizer = tensors.optimizer;
   StatusOr<std::string> partial = beginCheckpoint(dir);
   if (!partial.ok())
     return partial.status();
+  Status written = writeCheckpointFiles(*partial, dir, tensors, fault);
+  // A save that fails leaves no partial directory behind (a killed one
+  // does: the next save removes it).
+  if (!written.ok())
+    abandonCheckpoint(*partial);
+  return written;
+}
+
+Status Trainer::writeCheckpointFiles(const std::string &partial,
+                                     const std::string &dir,
+                                     const CheckpointTensors &tensors,
+                                     const CheckpointFault &fault) const {
+  const Plan &plan = executor_->plan();
+  SafetensorsFile model = tensors.model, optimizer = tensors.optimizer;
   std::string step = std::to_string(completedSteps_);
   model.metadata = {{"format", "pt"},
                     {"trellis_step", step},
@@ -167,9 +180,9 @@ Status Trainer::writeCheckpoint(const std::string &dir,
         std::to_string(lossScale_.skippedSteps);
   }
   TRELLIS_RETURN_IF_ERROR(
-      writeSafetensors(*partial + "/model.safetensors", model));
+      writeSafetensors(partial + "/model.safetensors", model));
   TRELLIS_RETURN_IF_ERROR(
-      writeSafetensors(*partial + "/optimizer.safetensors", optimizer));
+      writeSafetensors(partial + "/optimizer.safetensors", optimizer));
   std::vector<std::string> files = {"model.safetensors",
                                     "optimizer.safetensors"};
   // The model's Hugging Face config, when the plan was compiled from one:
@@ -178,14 +191,16 @@ Status Trainer::writeCheckpoint(const std::string &dir,
       json::parse(plan.metadataJson, nullptr, /*allow_exceptions=*/false);
   if (metadata.is_object() && metadata.contains("hf_config") &&
       metadata["hf_config"].is_object()) {
-    std::string path = *partial + "/config.json";
+    std::string path = partial + "/config.json";
+    errno = 0;
     std::ofstream config(path);
     config << metadata["hf_config"].dump(2) << "\n";
     if (!config.flush())
-      return Status::error("cannot write '" + path + "'");
+      return Status::error("cannot write '" + path +
+                           "': " + std::strerror(errno));
     files.push_back("config.json");
   }
-  return commitCheckpoint(*partial, dir, completedSteps_, fingerprint(), files,
+  return commitCheckpoint(partial, dir, completedSteps_, fingerprint(), files,
                           fault);
 }
 

@@ -51,6 +51,10 @@ struct CheckpointFault {
 /// saves of `dir` (noting each on stderr); returns its path.
 StatusOr<std::string> beginCheckpoint(const std::string &dir);
 
+/// Removes what a failed save left in `partial` (its files, then the
+/// directory): a save that fails leaves nothing behind.
+void abandonCheckpoint(const std::string &partial);
+
 /// Writes the manifest of `files` (in `partial`) for `step` and `model`,
 /// syncs everything and commits `partial` as `dir`.
 Status commitCheckpoint(const std::string &partial, const std::string &dir,

@@ -144,6 +144,12 @@ public:
   Status
   writeCheckpoint(const std::string &dir, const CheckpointTensors &tensors,
                   const CheckpointFault &fault = CheckpointFault()) const;
+  /// writeCheckpoint's files, in `partial` (beginCheckpoint's), committed
+  /// as `dir`.
+  Status writeCheckpointFiles(const std::string &partial,
+                              const std::string &dir,
+                              const CheckpointTensors &tensors,
+                              const CheckpointFault &fault) const;
   /// Every rank's buffers, its arena and its peak resident memory, in rank
   /// order (every rank must call it; without a communicator, this rank's
   /// alone).
