@@ -150,18 +150,25 @@ def launch(plan: Any, nproc: Optional[int] = None,
         # (when, rank, message): a rank's failure fails its peers' collectives
         # soon after, so the earliest is the cause.
         failures: List[Tuple[float, int, str]] = []
+        # When each rank was last seen running: a rank that dies without a
+        # result died after it, and before any failure its death caused in
+        # its peers (which they time themselves, before this loop notices
+        # the death).
+        last_alive = [time.time()] * ranks
         deadline = None
         while pending and (deadline is None or time.time() < deadline):
             for rank in sorted(pending):
+                checked = time.time()
                 code = processes[rank].poll()
                 if code is None:
+                    last_alive[rank] = checked
                     continue
                 pending.discard(rank)
                 result_path = os.path.join(directory, f"result-{rank}.pickle")
                 if not os.path.exists(result_path):
                     how = (f"was killed by signal {-code}" if code < 0 else
                            f"exited with code {code}")
-                    failures.append((time.time(), rank,
+                    failures.append((last_alive[rank], rank,
                                      f"{how} before returning a result"))
                     continue
                 with open(result_path, "rb") as file:

@@ -1,6 +1,9 @@
 """trellis.launch: the ranks of dp, tp and pp plans as processes, equal to
 the one-rank run; failing and dying ranks named."""
 
+import os
+import signal
+
 import numpy as np
 import pytest
 
@@ -57,6 +60,16 @@ def outlived(session: trellis.Session) -> list:
     return messages
 
 
+def dies(session: trellis.Session) -> None:
+    """Rank 1 is killed (no result, no goodbye); rank 0's next step fails
+    on the lost peer at once."""
+    session.read("transformer.wte.weight")
+    if session.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    tokens = np.zeros((session.batch_size, session.seq_length), np.int32)
+    session.step(tokens, tokens)
+
+
 def stage_view(session: trellis.Session) -> str:
     """The head's parameters live on the last pipeline stage only."""
     try:
@@ -94,6 +107,13 @@ def test_functions_and_failures(gpt2_tiny: str) -> None:
     assert "step 1" in first
     assert then.startswith("this session failed (step 1")
     assert then.endswith("destroy it and create new sessions on every rank")
+    # The killed rank is the cause, whichever of the two the launcher sees
+    # end first.
+    for _ in range(3):
+        with pytest.raises(trellis.Error, match=r"^rank 1: was killed by "
+                           r"signal 9 before returning a result \(then rank "
+                           r"0 failed too\)$"):
+            trellis.launch(plan, fn=dies, timeout=5)
     with pytest.raises(trellis.Error, match="expected nproc=2, found 4"):
         trellis.launch(plan, nproc=4, fn=failing)
     with pytest.raises(trellis.Error, match="expected fn .* or batches"):
