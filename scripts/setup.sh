@@ -10,7 +10,7 @@ jobs=${TRELLIS_JOBS:-$(nproc)}
 
 packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools lld-22
-  libgloo-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libzstd-dev zlib1g-dev
+  libgloo-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libzstd-dev zlib1g-dev libssl-dev
   libgtest-dev libbenchmark-dev libcli11-dev cmake ninja-build python3
   # mpirun.test starts ranks with Open MPI's mpirun.
   openmpi-bin

@@ -3,9 +3,13 @@
 // How ranks on several nodes meet without a shared filesystem: the
 // launcher of node 0 serves it (Rendezvous.h).
 //
-// Protocol: a connection first presents the job's secret, then makes one
-// request at a time:
-//   'H' u32 tokenLength token                     -> 'K' | 'R' (refused)
+// Protocol: a connection first proves it knows the job's secret without
+// sending it, then makes one request at a time:
+//   <- 'N' challenge (32 bytes)                   (sent on accepting)
+//   'H' proof (32) clientChallenge (32)           -> 'K' serverProof (32)
+//                                                 |  'R' (refused)
+//   where proof = storeHandshakeProof(secret, "client", challenge,
+//   clientChallenge) and serverProof the same with "server".
 //   'S' u32 keyLength key u64 valueLength value   -> 'K' | 'F' (full)
 //   'C' u32 keyLength key u64 valueLength value   -> 'V' u64 length value
 //                                                    (what the key holds
@@ -15,7 +19,9 @@
 //                                                 |  'T' (timed out)
 // The server closes a connection that breaks the protocol, exceeds a cap
 // (kMaxKeyBytes, kMaxValueBytes, kMaxStoredBytes, kMaxConnections) or does
-// not present the secret within kHandshakeTimeout.
+// not prove itself within kHandshakeTimeoutSeconds in all; at most
+// kMaxPendingHandshakes connections prove themselves at once, the oldest
+// closed to make way for a new one.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,24 +32,44 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/random.h>
+
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace trellis::runtime {
 
 namespace {
 
-bool readAll(int fd, void *data, size_t size) {
+/// `size` bytes; with a `deadline`, all of them by then (a peer sending
+/// one byte at a time does not extend it).
+bool readAll(
+    int fd, void *data, size_t size,
+    std::optional<std::chrono::steady_clock::time_point> deadline = {}) {
   char *p = static_cast<char *>(data);
   while (size) {
+    if (deadline) {
+      int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         *deadline - std::chrono::steady_clock::now())
+                         .count();
+      pollfd waiting{fd, POLLIN, 0};
+      if (left <= 0 || ::poll(&waiting, 1, static_cast<int>(left)) != 1)
+        return false;
+    }
     ssize_t n = ::read(fd, p, size);
     if (n <= 0)
       return false;
@@ -79,6 +105,7 @@ constexpr uint32_t kMaxKeyBytes = 4096;
 constexpr uint64_t kMaxValueBytes = uint64_t(16) << 20;
 constexpr uint64_t kMaxStoredBytes = uint64_t(1) << 30;
 constexpr int kMaxConnections = 4096;
+constexpr size_t kMaxPendingHandshakes = 64;
 constexpr int kHandshakeTimeoutSeconds = 10;
 
 /// A length-prefixed string of at most `limit` bytes.
@@ -90,20 +117,34 @@ bool readString(int fd, std::string &text, uint32_t limit) {
   return readAll(fd, text.data(), length);
 }
 
-/// Equal strings, in a time that depends on their lengths only.
-bool sameSecret(const std::string &a, const std::string &b) {
-  unsigned char difference = a.size() != b.size();
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    difference |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return difference == 0;
+/// A fresh random challenge, or "" if the system has no randomness to give.
+std::string makeChallenge() {
+  std::string challenge(kStoreChallengeBytes, '\0');
+  return ::getentropy(challenge.data(), challenge.size()) == 0 ? challenge : "";
 }
 
-void setReceiveTimeout(int fd, int seconds) {
-  timeval limit{seconds, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+/// Equal proofs, in a time that does not depend on where they differ.
+bool sameProof(const std::string &a, const std::string &b) {
+  return a.size() == b.size() &&
+         CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 } // namespace
+
+std::string storeHandshakeProof(const std::string &token,
+                                const std::string &label,
+                                const std::string &serverChallenge,
+                                const std::string &clientChallenge) {
+  std::string message =
+      "trellis-store-" + label + ":" + serverChallenge + clientChallenge;
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (!HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+            reinterpret_cast<const unsigned char *>(message.data()),
+            message.size(), digest, &length))
+    return "";
+  return std::string(reinterpret_cast<char *>(digest), length);
+}
 
 struct TcpStoreServer::State {
   int listener = -1;
@@ -115,21 +156,55 @@ struct TcpStoreServer::State {
   std::atomic<int> connections{0};
   bool stopping = false;
   std::thread acceptor;
+  /// Connections still proving themselves, oldest first.
+  std::mutex pendingMutex;
+  std::deque<int> pending;
 
-  /// Whether the peer presented the job's secret.
+  /// Admits `fd` among the connections proving themselves, closing the
+  /// oldest of them for it when they are at their cap.
+  void admit(int fd) {
+    std::lock_guard<std::mutex> lock(pendingMutex);
+    if (pending.size() >= kMaxPendingHandshakes) {
+      // Its handler's reads fail at once; it leaves the list itself
+      // before closing the descriptor, so this one is still its own.
+      ::shutdown(pending.front(), SHUT_RDWR);
+      pending.pop_front();
+    }
+    pending.push_back(fd);
+  }
+
+  void admitted(int fd) {
+    std::lock_guard<std::mutex> lock(pendingMutex);
+    auto found = std::find(pending.begin(), pending.end(), fd);
+    if (found != pending.end())
+      pending.erase(found);
+  }
+
+  /// Whether the peer proved it knows the job's secret, within the
+  /// handshake's time in all; answers with the server's own proof.
   bool authenticate(int fd) {
-    setReceiveTimeout(fd, kHandshakeTimeoutSeconds);
-    char op;
-    std::string presented;
-    bool accepted = readAll(fd, &op, 1) && op == 'H' &&
-                    readString(fd, presented, kMaxTokenBytes) &&
-                    sameSecret(presented, token);
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::seconds(kHandshakeTimeoutSeconds);
+    std::string challenge = makeChallenge();
+    if (challenge.empty() || !writeAll(fd, "N", 1) ||
+        !writeAll(fd, challenge.data(), challenge.size()))
+      return false;
+    char op = 0;
+    std::string proof(kStoreChallengeBytes, '\0'),
+        clientChallenge(kStoreChallengeBytes, '\0');
+    bool accepted =
+        readAll(fd, &op, 1, deadline) && op == 'H' &&
+        readAll(fd, proof.data(), proof.size(), deadline) &&
+        readAll(fd, clientChallenge.data(), clientChallenge.size(), deadline) &&
+        sameProof(proof, storeHandshakeProof(token, "client", challenge,
+                                             clientChallenge));
     if (!accepted) {
       (void)writeAll(fd, "R", 1);
       return false;
     }
-    setReceiveTimeout(fd, 0);
-    return writeAll(fd, "K", 1);
+    std::string answer =
+        storeHandshakeProof(token, "server", challenge, clientChallenge);
+    return writeAll(fd, "K", 1) && writeAll(fd, answer.data(), answer.size());
   }
 
   void serve(int fd) {
@@ -251,8 +326,11 @@ TcpStoreServer::start(const std::string &host, int port,
         ::close(fd);
         continue;
       }
+      state->admit(fd);
       std::thread([state, fd] {
-        if (state->authenticate(fd))
+        bool proved = state->authenticate(fd);
+        state->admitted(fd);
+        if (proved)
           state->serve(fd);
         ::close(fd);
         state->connections.fetch_sub(1);
@@ -402,20 +480,45 @@ TcpStoreClient::presentToken(std::chrono::steady_clock::time_point deadline) {
   timeval limit{static_cast<time_t>(left / 1000),
                 static_cast<suseconds_t>(left % 1000 * 1000)};
   ::setsockopt(socket_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  uint32_t length = token_.size();
-  char reply = 0;
+  char opening = 0, reply = 0;
+  std::string challenge(kStoreChallengeBytes, '\0'),
+      answer(kStoreChallengeBytes, '\0');
+  std::string clientChallenge = makeChallenge();
+  if (clientChallenge.empty()) {
+    ::close(socket_);
+    socket_ = -1;
+    return Status::error("store: cannot make a handshake challenge: " +
+                         std::string(std::strerror(errno)));
+  }
   errno = 0;
-  bool answered = writeAll(socket_, "H", 1) && writeAll(socket_, &length, 4) &&
-                  writeAll(socket_, token_.data(), length) &&
-                  readAll(socket_, &reply, 1);
+  bool challenged = readAll(socket_, &opening, 1) && opening == 'N' &&
+                    readAll(socket_, challenge.data(), challenge.size());
+  std::string proof =
+      storeHandshakeProof(token_, "client", challenge, clientChallenge);
+  bool answered =
+      challenged && writeAll(socket_, "H", 1) &&
+      writeAll(socket_, proof.data(), proof.size()) &&
+      writeAll(socket_, clientChallenge.data(), clientChallenge.size()) &&
+      readAll(socket_, &reply, 1) &&
+      (reply != 'K' || readAll(socket_, answer.data(), answer.size()));
   int error = errno;
-  if (answered && reply == 'K') {
+  bool serverProved =
+      answered && reply == 'K' &&
+      sameProof(answer, storeHandshakeProof(token_, "server", challenge,
+                                            clientChallenge));
+  if (serverProved) {
     timeval none{0, 0};
     ::setsockopt(socket_, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
     return Status::success();
   }
   ::close(socket_);
   socket_ = -1;
+  if (answered && reply == 'K')
+    return Status::error(
+        "store: " + address() +
+        " accepted this rank without proving it knows the job's secret: "
+        "not this job's store (another job's, or an impostor); nothing was "
+        "sent to it");
   if (answered && reply == 'R')
     return Status::error(
         "store: " + address() +

@@ -1,8 +1,10 @@
 //===- TcpStoreTest.cpp - The authenticated rendezvous store --------------===//
 //
 // Real sockets on loopback: a client with the job's secret reads and
-// writes; one without is refused before it can touch a key; requests over
-// the caps close the connection without storing anything.
+// writes; one without is refused before it can touch a key; the secret
+// never crosses the wire, and a server must prove it too; clients that
+// never finish their handshake cannot keep the job's ranks out; requests
+// over the caps close the connection without storing anything.
 //
 //===----------------------------------------------------------------------===//
 
@@ -71,18 +73,35 @@ char readReply(int fd) {
   return ::recv(fd, &reply, 1, 0) == 1 ? reply : 0;
 }
 
-void sendHandshake(int fd, const std::string &token) {
-  uint32_t length = token.size();
-  sendBytes(fd, "H", 1);
-  sendBytes(fd, &length, 4);
-  sendBytes(fd, token.data(), token.size());
+/// The server's challenge, which opens every connection ("" if none).
+std::string readChallenge(int fd) {
+  std::string challenge(1 + kStoreChallengeBytes, '\0');
+  if (::recv(fd, challenge.data(), challenge.size(), MSG_WAITALL) !=
+          static_cast<ssize_t>(challenge.size()) ||
+      challenge[0] != 'N')
+    return "";
+  return challenge.substr(1);
 }
 
-/// A raw connection that presented the job's secret.
+/// Answers the server's challenge with a proof made from `token`.
+void sendHandshake(int fd, const std::string &token) {
+  std::string challenge = readChallenge(fd);
+  ASSERT_EQ(challenge.size(), kStoreChallengeBytes);
+  std::string mine(kStoreChallengeBytes, 'c');
+  std::string proof = storeHandshakeProof(token, "client", challenge, mine);
+  sendBytes(fd, "H", 1);
+  sendBytes(fd, proof.data(), proof.size());
+  sendBytes(fd, mine.data(), mine.size());
+}
+
+/// A raw connection that proved it knows the job's secret.
 int connectAuthenticated(int port) {
   int fd = connectRaw(port);
   sendHandshake(fd, kToken);
   EXPECT_EQ(readReply(fd), 'K');
+  std::string answer(kStoreChallengeBytes, '\0');
+  EXPECT_EQ(::recv(fd, answer.data(), answer.size(), MSG_WAITALL),
+            static_cast<ssize_t>(answer.size()));
   return fd;
 }
 
@@ -145,13 +164,16 @@ TEST(TcpStoreTest, ARequestBeforeTheHandshakeIsRefusedAndStoresNothing) {
   auto [server, port] = startServer();
   ASSERT_TRUE(server);
   int fd = connectRaw(port);
+  EXPECT_EQ(readChallenge(fd).size(), kStoreChallengeBytes);
+  // In one piece: the server refuses at its first byte and closes.
   uint32_t keyLength = 3;
   uint64_t valueLength = 1;
-  sendBytes(fd, "S", 1);
-  sendBytes(fd, &keyLength, 4);
-  sendBytes(fd, "key", 3);
-  sendBytes(fd, &valueLength, 8);
-  sendBytes(fd, "x", 1);
+  std::string request = "S";
+  request.append(reinterpret_cast<const char *>(&keyLength), 4);
+  request += "key";
+  request.append(reinterpret_cast<const char *>(&valueLength), 8);
+  request += "x";
+  sendBytes(fd, request.data(), request.size());
   EXPECT_EQ(readReply(fd), 'R');
   EXPECT_EQ(readReply(fd), 0) << "the connection stays open";
   ::close(fd);
@@ -232,32 +254,49 @@ TEST(TcpStoreTest, TimeoutsNameWhatWasAwaited) {
       << status.message();
 }
 
+/// A listening socket on a free loopback port (written to `port`).
+int listenOnLoopback(int &port) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  EXPECT_EQ(
+      ::bind(listener, reinterpret_cast<sockaddr *>(&address), sizeof(address)),
+      0);
+  socklen_t length = sizeof(address);
+  ::getsockname(listener, reinterpret_cast<sockaddr *>(&address), &length);
+  port = ntohs(address.sin_port);
+  ::listen(listener, 4);
+  return listener;
+}
+
+/// The server's side of the handshake on `fd`: a challenge of `fill`
+/// bytes, the client's answer read whole, then 'K' and a proof made from
+/// `secret`. Returns what the client sent ("" if it did not send all).
+std::string handshakeAsServer(int fd, char fill, const std::string &secret) {
+  std::string challenge(kStoreChallengeBytes, fill);
+  ::send(fd, "N", 1, MSG_NOSIGNAL);
+  ::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+  std::string received(1 + 2 * kStoreChallengeBytes, '\0');
+  if (::recv(fd, received.data(), received.size(), MSG_WAITALL) !=
+      static_cast<ssize_t>(received.size()))
+    return "";
+  std::string answer = storeHandshakeProof(
+      secret, "server", challenge, received.substr(1 + kStoreChallengeBytes));
+  ::send(fd, "K", 1, MSG_NOSIGNAL);
+  ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+  return received;
+}
+
 /// A server that accepts the handshake, then answers every request with
 /// `reply` (0: closes the connection instead), on a thread.
 class FakeStore {
 public:
   explicit FakeStore(char reply) : reply_(reply) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr *>(&address),
-                     sizeof(address)),
-              0);
-    socklen_t length = sizeof(address);
-    ::getsockname(listener_, reinterpret_cast<sockaddr *>(&address), &length);
-    port_ = ntohs(address.sin_port);
-    ::listen(listener_, 4);
+    listener_ = listenOnLoopback(port_);
     thread_ = std::thread([this] {
       int fd = ::accept(listener_, nullptr, nullptr);
-      char op;
-      uint32_t length = 0;
-      std::string token;
-      if (::recv(fd, &op, 1, MSG_WAITALL) == 1 &&
-          ::recv(fd, &length, 4, MSG_WAITALL) == 4) {
-        token.resize(length);
-        ::recv(fd, token.data(), length, MSG_WAITALL);
-        ::send(fd, "K", 1, MSG_NOSIGNAL);
+      if (!handshakeAsServer(fd, 's', kToken).empty()) {
         // The whole request (so that the client is not cut off while it
         // writes), then the scripted reply.
         char request = 0;
@@ -337,6 +376,90 @@ TEST(TcpStoreTest, NamesEveryBrokenReply) {
     EXPECT_EQ(failureOf(client->get("key", 2000ms).status()),
               "store: lost the connection reading key");
   }
+}
+
+/// A listener that challenges one client, records what it sends, and
+/// answers 'K' with a proof made from `secret` (an impostor's guess).
+class ImpostorStore {
+public:
+  explicit ImpostorStore(std::string secret) : secret_(std::move(secret)) {
+    listener_ = listenOnLoopback(port_);
+    thread_ = std::thread([this] {
+      int fd = ::accept(listener_, nullptr, nullptr);
+      received_ = handshakeAsServer(fd, 'i', secret_);
+      char more;
+      ::recv(fd, &more, 1, 0); // until the client closes
+      ::close(fd);
+    });
+  }
+  ~ImpostorStore() {
+    if (thread_.joinable())
+      thread_.join();
+    ::close(listener_);
+  }
+  int port() const { return port_; }
+  /// What the client sent, once it closed.
+  const std::string &received() {
+    thread_.join();
+    return received_;
+  }
+
+private:
+  std::string secret_, received_;
+  int listener_ = -1, port_ = 0;
+  std::thread thread_;
+};
+
+TEST(TcpStoreTest, TheSecretNeverCrossesTheWireAndAServerMustKnowItToo) {
+  ImpostorStore impostor("a guess at the job's secret");
+  std::unique_ptr<RendezvousStore> client =
+      connectTcpStore("127.0.0.1", impostor.port(), kToken, 2000ms);
+  EXPECT_EQ(failureOf(client->set("key", {'x'})),
+            "store: 127.0.0.1:" + std::to_string(impostor.port()) +
+                " accepted this rank without proving it knows the job's "
+                "secret: not this job's store (another job's, or an "
+                "impostor); nothing was sent to it");
+  client.reset();
+  const std::string &sent = impostor.received();
+  ASSERT_EQ(sent.size(), 1 + 2 * kStoreChallengeBytes);
+  EXPECT_EQ(sent[0], 'H');
+  EXPECT_EQ(sent.find(kToken), std::string::npos);
+  EXPECT_EQ(sent.find(kToken.substr(0, 8)), std::string::npos);
+  // The proof is made for this connection's challenges alone.
+  EXPECT_EQ(sent.substr(1, kStoreChallengeBytes),
+            storeHandshakeProof(kToken, "client",
+                                std::string(kStoreChallengeBytes, 'i'),
+                                sent.substr(1 + kStoreChallengeBytes)));
+  EXPECT_NE(sent.substr(1, kStoreChallengeBytes),
+            storeHandshakeProof(kToken, "client",
+                                std::string(kStoreChallengeBytes, 'j'),
+                                sent.substr(1 + kStoreChallengeBytes)));
+}
+
+TEST(TcpStoreTest, ClientsThatNeverProveThemselvesCannotKeepRanksOut) {
+  auto [server, port] = startServer();
+  ASSERT_TRUE(server);
+  // More idle connections than the server lets prove themselves at once
+  // (each read one byte of its challenge and stopped).
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) {
+    int fd = connectRaw(port);
+    char first = 0;
+    EXPECT_EQ(::recv(fd, &first, 1, 0), 1);
+    idle.push_back(fd);
+  }
+  // A rank still gets in, at once: the oldest idle connection makes way.
+  std::unique_ptr<RendezvousStore> rank =
+      connectTcpStore("127.0.0.1", port, kToken, 2000ms);
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(rank->set("key", {'r'}).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms);
+  // The first idle ones were closed for it.
+  char ignored[64];
+  EXPECT_EQ(::recv(idle.front(), ignored, sizeof(ignored), 0), 32);
+  EXPECT_EQ(::recv(idle.front(), ignored, sizeof(ignored), 0), 0);
+  for (int fd : idle)
+    ::close(fd);
 }
 
 } // namespace

@@ -45,7 +45,8 @@ public:
 /// a key is a file, written whole under a temporary name and renamed.
 std::unique_ptr<RendezvousStore> openDirectoryStore(const std::string &dir);
 
-/// The client of the TCP store at `host`:`port`, presenting `token`. It
+/// The client of the TCP store at `host`:`port`, proving it knows `token`
+/// (never sending it) and checking that the server knows it too. It
 /// connects at its first request, retrying (the server may start after
 /// this rank) until `connectTimeout` passes.
 std::unique_ptr<RendezvousStore>
@@ -57,9 +58,24 @@ connectTcpStore(std::string host, int port, std::string token,
 std::unique_ptr<RendezvousStore>
 openRendezvousStore(const RendezvousOptions &options);
 
+/// The TCP store's handshake (TcpStore.cpp): the server sends a random
+/// challenge; the client answers with its proof and its own challenge; the
+/// server, if the proof holds, answers with its own. A proof is
+/// HMAC-SHA256 keyed by the job's secret over `label` ("client" or
+/// "server") and both challenges, so neither side sends the secret, and a
+/// proof answers one connection only.
+constexpr size_t kStoreChallengeBytes = 32;
+std::string storeHandshakeProof(const std::string &token,
+                                const std::string &label,
+                                const std::string &serverChallenge,
+                                const std::string &clientChallenge);
+
 /// The server side of the TCP store: accepts clients on a background
 /// thread until destroyed. Keys, values, the bytes held and the
-/// connections are capped.
+/// connections are capped; a client has kHandshakeTimeout in all to prove
+/// itself, and connections still proving themselves are capped apart (the
+/// oldest making way for a new one), so that clients that never finish
+/// cannot take the places of the job's ranks.
 class TcpStoreServer {
 public:
   ~TcpStoreServer();
