@@ -71,7 +71,7 @@ public:
   }
 
   /// The part that contributed to `param`'s gradient last (the backward
-  /// finishes its sum there); null if none or not a shared parameter's.
+  /// finishes its sum there); null if none did.
   PartAttr lastPart(Value param) const {
     auto parts = parts_.lookup(param);
     return parts.empty() ? PartAttr() : parts.back();

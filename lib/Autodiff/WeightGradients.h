@@ -13,10 +13,9 @@ namespace trellis {
 /// an op of the same model part, by one of `partSums` (the adds of a shared
 /// parameter's parts' gradients inside the micro-batch, whatever their
 /// part), by an op of the whole step (gradient sums, optimizer) or by the
-/// results. The rest of the backward makes the
-/// gradients other parts wait for; a zero-bubble schedule runs the weight
-/// part later. Only promotes: running it again after adding backward ops
-/// marks the new ones alike.
+/// results. The rest of the backward makes the gradients other parts wait
+/// for; a zero-bubble schedule runs the weight part later. Only promotes:
+/// running it again after adding backward ops marks the new ones alike.
 void markWeightGradients(mlir::Block &body,
                          llvm::ArrayRef<mlir::Operation *> partSums = {});
 
