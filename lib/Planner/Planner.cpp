@@ -69,25 +69,8 @@ CompileOptions compileOptionsOf(const PlanRequest &request,
   CompileOptions options;
   options.batch = request.globalBatch;
   options.seq = request.seq;
-  options.microBatches = choice.microBatches(request.globalBatch);
-  if (choice.dp > 1)
-    options.dataParallel = choice.dp;
-  if (choice.tp > 1)
-    options.tensorParallel = choice.tp;
-  if (choice.cp > 1) {
-    options.contextParallel = choice.cp;
-    options.contextKind = choice.contextKind;
-  }
-  if (choice.pp > 1) {
-    options.pipeline = choice.pp;
-    options.schedule = choice.schedule;
-    if (choice.schedule == "interleaved")
-      options.chunks = choice.chunks;
-  }
-  options.zero = choice.dp > 1 ? choice.zero : 0;
-  options.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
-  options.recompute = choice.recompute;
   options.precision = request.precision;
+  applyPlanChoice(options, request, choice);
   return options;
 }
 
@@ -343,6 +326,32 @@ std::vector<PlanChoice> escalations(const PlanChoice &choice,
 }
 
 } // namespace
+
+void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
+                     const PlanChoice &choice) {
+  options.microBatches = choice.microBatches(request.globalBatch);
+  options.dataParallel.reset();
+  options.tensorParallel.reset();
+  options.contextParallel.reset();
+  options.pipeline.reset();
+  if (choice.dp > 1)
+    options.dataParallel = choice.dp;
+  if (choice.tp > 1)
+    options.tensorParallel = choice.tp;
+  if (choice.cp > 1) {
+    options.contextParallel = choice.cp;
+    options.contextKind = choice.contextKind;
+  }
+  if (choice.pp > 1) {
+    options.pipeline = choice.pp;
+    options.schedule = choice.schedule;
+    if (choice.schedule == "interleaved")
+      options.chunks = choice.chunks;
+  }
+  options.zero = choice.dp > 1 ? choice.zero : 0;
+  options.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
+  options.recompute = choice.recompute;
+}
 
 std::string formatBytes(double bytes) {
   constexpr double kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * kMiB;

@@ -14,7 +14,9 @@
 #include "mlir/Support/Timing.h"
 #include "trellis/Compiler/Compile.h"
 #include "trellis/Compiler/CompileOptionTable.h"
+#include "trellis/Planner/Planner.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <functional>
@@ -48,6 +50,23 @@ cl::opt<std::string> compileReportJson(
              "model states, the memory plan's peak, and the bytes sent per "
              "step by collective kind"),
     cl::value_desc("file"), cl::cat(outputCategory), cl::sub(compileCommand));
+cl::opt<bool> compileAuto(
+    "auto",
+    cl::desc("Choose the parallelism (dp, tp, pp, cp, ZeRO, schedule, "
+             "micro-batches, sequence parallelism, recomputation) as "
+             "`trellis plan` does: the fastest plan that fits --gpus devices "
+             "of --cluster, for --batch sequences of --seq tokens"),
+    cl::cat(parallelCategory), cl::sub(compileCommand));
+cl::opt<std::string> compileCluster(
+    "cluster",
+    cl::desc("With --auto: a cluster preset (a100-80g, h100-sxm, h200-sxm, "
+             "b200) or a cluster file (docs/Planner.md)"),
+    cl::value_desc("preset|file"), cl::cat(parallelCategory),
+    cl::sub(compileCommand));
+cl::opt<int64_t> compileGpus("gpus",
+                             cl::desc("With --auto: the devices the plan uses"),
+                             cl::init(0), cl::cat(parallelCategory),
+                             cl::sub(compileCommand));
 cl::opt<bool> compileTiming(
     "timing",
     cl::desc("Print the wall time of loading the model, of each pass, and "
@@ -137,6 +156,83 @@ std::optional<CompileOptions> compileOptions() {
 void printCompileMessage(MessageKind kind, const llvm::Twine &message) {
   printMessage("compile", kind, message);
 }
+
+/// The options --auto chooses: none of them may be given with it.
+constexpr const char *kChosenByAuto[] = {
+    "mesh",     "dp",     "tp",   "pp", "cp",        "cp-kind",
+    "schedule", "chunks", "zero", "sp", "recompute", "microbatches"};
+
+/// --auto: the planner's fastest plan that fits, set into `options`;
+/// prints it. Returns false after reporting why there is none.
+bool choosePlan(CompileOptions &options) {
+  for (const TableFlag &flag : tableFlags)
+    for (const char *name : kChosenByAuto)
+      if (flag.row->name == llvm::StringRef(name) &&
+          flag.option->getNumOccurrences() > 0) {
+        reportError("compile", "--auto chooses --" + std::string(name) +
+                                   ": give one or the other (trellis plan "
+                                   "--evaluate prices a plan you fix)");
+        return false;
+      }
+  if (compileCluster.empty() || compileGpus < 1) {
+    reportError("compile", "--auto needs --cluster (a preset or a file) and "
+                           "--gpus (the devices to plan for)");
+    return false;
+  }
+  planner::PlanRequest request;
+  std::string error;
+  std::optional<planner::ClusterSpec> cluster =
+      planner::loadCluster(compileCluster, error);
+  if (!cluster) {
+    reportError("compile", "--cluster: " + error);
+    return false;
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(compileInput, /*IsText=*/true);
+  if (!buffer) {
+    reportError("compile",
+                "'" + compileInput + "': " + buffer.getError().message());
+    return false;
+  }
+  request.cluster = std::move(*cluster);
+  request.modelText = (*buffer)->getBuffer().str();
+  request.modelSource = compileInput;
+  request.format = llvm::StringRef(compileInput).ends_with(".mlir")
+                       ? ModelFormat::Mlir
+                       : ModelFormat::Config;
+  request.gpus = compileGpus;
+  request.globalBatch = options.batch;
+  request.seq = options.seq;
+  request.precision = options.precision;
+  request.top = 1;
+  std::optional<planner::SearchResult> result =
+      planner::searchPlans(request, planner::PlanConstraints(), error);
+  if (!result) {
+    reportError("compile", "--auto: " + error);
+    return false;
+  }
+  if (result->plans.empty()) {
+    const planner::PlanEvaluation &closest = *result->closest;
+    reportError(
+        "compile",
+        llvm::formatv("--auto: no plan fits {0} per device of {1}; "
+                      "the smallest found needs {2}{3}: {4} ({5})",
+                      planner::formatBytes(request.cluster.usableMemory()),
+                      request.cluster.name,
+                      closest.exactMemory ? "" : "at least ",
+                      planner::formatBytes(closest.peakBytes()),
+                      closest.choice.text(), closest.bindingTerm));
+    return false;
+  }
+  const planner::PlanEvaluation &best = result->plans.front();
+  planner::applyPlanChoice(options, request, best.choice);
+  llvm::errs() << llvm::formatv(
+      "trellis compile: --auto: {0} on {1} x {2}: predicted {3:f4} s a step, "
+      "{4:f0} tokens/s per device, peak {5} (of {6} plans priced)\n",
+      best.choice.text(), compileGpus.getValue(), request.cluster.name,
+      best.time.seconds, best.tokensPerSecondPerGpu,
+      planner::formatBytes(best.peakBytes()), result->candidatesEvaluated);
+  return true;
+}
 } // namespace
 
 int runCompileCommand() {
@@ -145,6 +241,11 @@ int runCompileCommand() {
   if (!given)
     return 1;
   CompileOptions options = std::move(*given);
+  if (compileAuto && !choosePlan(options))
+    return 1;
+  if (!compileAuto && (!compileCluster.empty() || compileGpus != 0))
+    return reportError("compile", "--cluster and --gpus choose a plan with "
+                                  "--auto; without it they mean nothing");
   bool printReport = options.report;
   options.report |= !compileReportJson.empty();
   if (mlir::failed(checkCompileOptions(options, printCompileMessage)))

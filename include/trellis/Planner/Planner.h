@@ -123,6 +123,13 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
                                         const PlanConstraints &constraints,
                                         std::string &error);
 
+/// Sets the parallelism of `options` (dp, tp, pp, cp and its kind,
+/// micro-batches, schedule and chunks, ZeRO, sequence parallelism,
+/// recomputation) to `choice`'s for `request`'s global batch; the rest of
+/// `options` stays as it is.
+void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
+                     const PlanChoice &choice);
+
 /// `1.50 GiB`, or `12.25 MiB` under a GiB.
 std::string formatBytes(double bytes);
 
