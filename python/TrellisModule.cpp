@@ -306,6 +306,22 @@ Compilation *compile(const Model &model, const CompileOptions &options) {
   return new Compilation(compilation);
 }
 
+/// trellisPlanSearch's JSON text.
+std::string planSearch(const Model &model, const CompileOptions &options,
+                       const std::string &cluster, int64_t gpus, int64_t top,
+                       const std::string &evaluate) {
+  std::string text;
+  TrellisStatus status;
+  {
+    nb::gil_scoped_release release;
+    status =
+        trellisPlanSearch(model.handle(), options.handle(), cluster.c_str(),
+                          gpus, top, evaluate.c_str(), appendString, &text);
+  }
+  check(status);
+  return text;
+}
+
 class SessionOptions {
 public:
   SessionOptions() { check(trellisSessionOptionsCreate(&handle_)); }
@@ -534,6 +550,9 @@ NB_MODULE(_trellis, m) {
       .def("plan", &Compilation::plan);
 
   m.def("compile", &compile, nb::arg("model"), nb::arg("options"));
+  m.def("plan_search", &planSearch, nb::arg("model"), nb::arg("options"),
+        nb::arg("cluster"), nb::arg("gpus"), nb::arg("top"),
+        nb::arg("evaluate"));
   m.def("compile_options", &compileOptionList,
         "The compile options as (key, type, help).");
 

@@ -212,6 +212,18 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisCompilationGetDiagnostics(
 TRELLIS_CAPI_EXPORTED TrellisStatus
 trellisCompilationGetPlan(TrellisCompilation compilation, TrellisPlan *plan);
 
+/** Searches the plans of `model` as `trellis plan` does (docs/Planner.md):
+ * for `gpus` devices of `cluster` (a preset or a cluster file), the global
+ * batch, sequence and precision of `options` ("batch", "seq",
+ * "precision"), showing `top` plans; `evaluate` ("" or null: none) fixes
+ * what `trellis plan --evaluate` fixes. The result is `trellis plan
+ * --json`'s text: the plans best first, each with its "compile_options"
+ * (keys of trellisCompileOptionsSet*), and "closest" when none fits. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisPlanSearch(
+    TrellisModel model, TrellisCompileOptions options, const char *cluster,
+    int64_t gpus, int64_t top, const char *evaluate,
+    TrellisStringCallback callback, void *userData);
+
 #ifdef __cplusplus
 }
 #endif

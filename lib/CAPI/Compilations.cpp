@@ -17,6 +17,7 @@
 #include "trellis/Compiler/CompileOptionTable.h"
 #include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Planner/Planner.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -268,6 +269,68 @@ TrellisStatus trellisCompilationGetPlan(TrellisCompilation handle,
                        "'emit' 'mlir'), not a plan");
   return trellisPlanCreateFromText(compilation->text.data(),
                                    compilation->text.size(), plan);
+}
+
+TrellisStatus trellisPlanSearch(TrellisModel modelHandle,
+                                TrellisCompileOptions optionsHandle,
+                                const char *cluster, int64_t gpus, int64_t top,
+                                const char *evaluate,
+                                TrellisStringCallback callback,
+                                void *userData) {
+  TRELLIS_CAPI_REQUIRE(cluster);
+  TRELLIS_CAPI_REQUIRE(callback);
+  Model *model = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(models.lookup(modelHandle.id, model));
+  CompileOptionSet *set = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(compileOptions.lookup(optionsHandle.id, set));
+  return guarded(__func__, [&]() -> TrellisStatus {
+    if (gpus < 1)
+      return errorStatus("gpus: expected >= 1, found " + std::to_string(gpus));
+    if (top < 1)
+      return errorStatus("top: expected >= 1, found " + std::to_string(top));
+    planner::PlanRequest request;
+    std::string error;
+    std::optional<planner::ClusterSpec> spec =
+        planner::loadCluster(cluster, error);
+    if (!spec)
+      return errorStatus("cluster: " + error);
+    request.cluster = std::move(*spec);
+    // The planner compiles each candidate from text in a context of its
+    // own: a config's text, or a module of fixed shapes printed.
+    if (model->configText) {
+      request.modelText = *model->configText;
+      request.format = ModelFormat::Config;
+    } else {
+      llvm::raw_string_ostream os(request.modelText);
+      model->module->print(os);
+      request.format = ModelFormat::Mlir;
+    }
+    request.modelSource = model->sourceName;
+    request.gpus = gpus;
+    request.globalBatch = set->options.batch;
+    request.seq = set->options.seq;
+    request.precision = set->options.precision;
+    request.top = top;
+    planner::PlanConstraints constraints;
+    if (evaluate && *evaluate) {
+      std::optional<planner::PlanConstraints> parsed =
+          planner::parsePlanConstraints(evaluate, error);
+      if (!parsed)
+        return errorStatus("evaluate: " + error);
+      constraints = *parsed;
+    }
+    std::optional<planner::SearchResult> result =
+        planner::searchPlans(request, constraints, error);
+    if (!result)
+      return errorStatus(error);
+    std::string json;
+    llvm::raw_string_ostream os(json);
+    os << llvm::formatv("{0:2}", llvm::json::Value(planner::searchResultJson(
+                                     request, *result)));
+    os.flush();
+    sendString(json, callback, userData);
+    return nullptr;
+  });
 }
 
 } // extern "C"

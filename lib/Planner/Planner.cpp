@@ -536,6 +536,7 @@ llvm::json::Object PlanEvaluation::toJson(int64_t globalBatch, int64_t seq,
                                   {"tp", choice.tp}}},
       {"plan", choice.text()},
       {"flags", choice.flags(globalBatch, seq, precision)},
+      {"compile_options", choice.compileKeywords(globalBatch)},
       {"step_time_s", time.seconds},
       {"tokens_per_s_per_gpu", tokensPerSecondPerGpu},
       {"model_tflops_per_gpu", modelFlopsPerGpu / 1e12},
@@ -545,6 +546,51 @@ llvm::json::Object PlanEvaluation::toJson(int64_t globalBatch, int64_t seq,
       {"fits", fits},
       {"breakdown", std::move(breakdown)},
   };
+}
+
+llvm::json::Object PlanChoice::compileKeywords(int64_t globalBatch) const {
+  llvm::json::Object keywords{{"dp", dp},
+                              {"tp", tp},
+                              {"pp", pp},
+                              {"cp", cp},
+                              {"microbatches", microBatches(globalBatch)},
+                              {"zero", dp > 1 ? zero : 0},
+                              {"sp", sequenceParallel && tp > 1},
+                              {"recompute", recompute}};
+  if (pp > 1)
+    keywords["schedule"] = schedule;
+  if (pp > 1 && schedule == "interleaved")
+    keywords["chunks"] = chunks;
+  if (cp > 1)
+    keywords["cp_kind"] = contextKind;
+  return keywords;
+}
+
+llvm::json::Object searchResultJson(const PlanRequest &request,
+                                    const SearchResult &result) {
+  llvm::json::Array plans;
+  for (const PlanEvaluation &plan : result.plans)
+    plans.push_back(
+        plan.toJson(request.globalBatch, request.seq, request.precision));
+  llvm::json::Object root{
+      {"model", request.modelSource},
+      {"cluster", request.cluster.toJson()},
+      {"gpus", request.gpus},
+      {"global_batch", request.globalBatch},
+      {"seq", request.seq},
+      {"precision", request.precision},
+      {"candidates_evaluated", result.candidatesEvaluated},
+      {"candidates_rejected", result.candidatesRejected},
+      {"search_seconds", result.searchSeconds},
+      {"plans", std::move(plans)},
+  };
+  if (result.plans.empty() && result.closest) {
+    llvm::json::Object closest = result.closest->toJson(
+        request.globalBatch, request.seq, request.precision);
+    closest["binding_term"] = result.closest->bindingTerm;
+    root["closest"] = std::move(closest);
+  }
+  return root;
 }
 
 std::optional<SearchResult> searchPlans(const PlanRequest &request,

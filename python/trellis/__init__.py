@@ -28,7 +28,7 @@ from ._attributes import Attr, dictionary_text
 from ._trellis import Error
 
 __all__ = ["Attr", "Error", "Graph", "Model", "Plan", "Session", "Value",
-           "compile", "compile_options", "launch", "__version__"]
+           "compile", "compile_options", "launch", "plan", "__version__"]
 
 __version__: str = _trellis.version()
 
@@ -287,6 +287,25 @@ def compile(model: ModelLike, *, mesh: Optional[str] = None,
     return Plan(compilation.text(),
                 compilation.report() if report else None,
                 compilation.diagnostics())
+
+
+def plan(model: ModelLike, *, cluster: str, gpus: int, batch: int, seq: int,
+         precision: str = "bf16", top: int = 5,
+         evaluate: Optional[str] = None) -> Dict[str, Any]:
+    """Searches `model`'s plans as `trellis plan` does (docs/Planner.md): the
+    fastest that fit `gpus` devices of `cluster` (a preset: "a100-80g",
+    "h100-sxm", "h200-sxm", "b200", or a cluster file) for `batch`
+    sequences of `seq` tokens a step, with their predicted step time and
+    memory. Returns `trellis plan --json`'s dict: "plans", best first, each
+    with "compile_options" to pass on (trellis.compile(model, batch=...,
+    seq=..., precision=..., **plans[0]["compile_options"])); "closest" when
+    none fits. `evaluate` ("pp=2,dp=4,...") fixes what it names."""
+    handle = _as_model(model)._handle
+    options = _trellis.CompileOptions()
+    _set_options(options, {"batch": batch, "seq": seq,
+                           "precision": precision})
+    return json.loads(_trellis.plan_search(handle, options, cluster, gpus,
+                                           top, evaluate or ""))
 
 
 class Session:

@@ -216,21 +216,7 @@ int runPlanCommand() {
                << best.choice.flags(planBatch, planSeq, planPrecision) << "\n";
   printBreakdown(best, llvm::outs());
   if (!planJson.empty()) {
-    llvm::json::Array plans;
-    for (const planner::PlanEvaluation &plan : result->plans)
-      plans.push_back(plan.toJson(planBatch, planSeq, planPrecision));
-    llvm::json::Object root{
-        {"model", planModel.getValue()},
-        {"cluster", request.cluster.toJson()},
-        {"gpus", planGpus.getValue()},
-        {"global_batch", planBatch.getValue()},
-        {"seq", planSeq.getValue()},
-        {"precision", planPrecision.getValue()},
-        {"candidates_evaluated", result->candidatesEvaluated},
-        {"candidates_rejected", result->candidatesRejected},
-        {"search_seconds", result->searchSeconds},
-        {"plans", std::move(plans)},
-    };
+    llvm::json::Object root = planner::searchResultJson(request, *result);
     if (writeOutputFile("plan", "--json", planJson, [&](llvm::raw_ostream &os) {
           os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
              << "\n";

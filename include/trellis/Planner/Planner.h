@@ -45,6 +45,10 @@ struct PlanChoice {
                     const std::string &precision) const;
   /// The --evaluate text of this plan.
   std::string text() const;
+  /// trellis.compile's keywords for this plan's parallelism (dp, tp, pp,
+  /// cp, microbatches, zero, sp, recompute, and schedule, chunks, cp_kind
+  /// where they apply).
+  llvm::json::Object compileKeywords(int64_t globalBatch) const;
 };
 
 /// What an --evaluate string fixes; the rest the planner chooses.
@@ -129,6 +133,12 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
 /// `options` stays as it is.
 void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
                      const PlanChoice &choice);
+
+/// A search's JSON (`trellis plan --json`, `trellis.plan`): the request,
+/// the search's counts, the plans best first, and the closest plan (with
+/// its binding term) when none fits.
+llvm::json::Object searchResultJson(const PlanRequest &request,
+                                    const SearchResult &result);
 
 /// `1.50 GiB`, or `12.25 MiB` under a GiB.
 std::string formatBytes(double bytes);

@@ -1,0 +1,47 @@
+"""trellis.plan: the planner's search from Python, and the best plan it
+finds compiled from its compile_options training as one rank does."""
+
+import numpy as np
+import pytest
+
+import trellis
+from conftest import batches
+
+
+def test_the_best_plan_trains_as_one_rank(gpt2_tiny: str) -> None:
+    found = trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=4, batch=8,
+                         seq=16, precision="fp32", top=3)
+    assert found["gpus"] == 4 and found["candidates_evaluated"] > 0
+    plans = found["plans"]
+    assert 1 <= len(plans) <= 3
+    times = [plan["step_time_s"] for plan in plans]
+    assert times == sorted(times)
+    best = plans[0]
+    mesh = best["mesh"]
+    assert mesh["dp"] * mesh["tp"] * mesh["pp"] * mesh["cp"] == 4
+    assert best["memory_from"] == "report" and best["fits"]
+    plan = trellis.compile(gpt2_tiny, batch=8, seq=16, precision="fp32",
+                           **best["compile_options"])
+    assert plan.num_ranks == 4
+    data = batches(256, 8, 16, 3)
+    reference = trellis.launch(trellis.compile(gpt2_tiny, batch=8, seq=16),
+                               batches=data)[0]
+    losses = trellis.launch(plan, batches=data)[0]
+    np.testing.assert_allclose(losses, reference, rtol=1e-5)
+
+
+def test_a_fixed_plan_and_the_refusals(gpt2_tiny: str) -> None:
+    fixed = trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=2, batch=8,
+                         seq=16, evaluate="dp=1,tp=2,pp=1")
+    # What it leaves free (ZeRO, micro-batches, SP, ...) is still searched.
+    assert fixed["plans"]
+    assert all(plan["mesh"]["tp"] == 2 and plan["mesh"]["dp"] == 1
+               for plan in fixed["plans"])
+    with pytest.raises(trellis.Error, match="cluster: 'nope' is neither a "
+                       "cluster preset"):
+        trellis.plan(gpt2_tiny, cluster="nope", gpus=2, batch=8, seq=16)
+    with pytest.raises(trellis.Error, match="gpus: expected >= 1, found 0"):
+        trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=0, batch=8, seq=16)
+    with pytest.raises(trellis.Error, match="evaluate: "):
+        trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=2, batch=8, seq=16,
+                     evaluate="dp=banana")
