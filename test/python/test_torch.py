@@ -268,10 +268,11 @@ def test_clipped_training_equals_pytorch(kind: str) -> None:
     expected = trained_torch_parameters(module, data, decay=0.0, clip=0.01,
                                         norms=torch_norms)
     assert min(torch_norms) > 0.01
-    np.testing.assert_allclose(norms, torch_norms, rtol=1e-5)
+    # Within 1e-6 (measured here: norms 2.2e-7, parameters 6e-8).
+    np.testing.assert_allclose(norms, torch_norms, rtol=1e-6)
     for name, value in found.items():
-        np.testing.assert_allclose(value, expected[name], rtol=1e-5,
-                                   atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(value, expected[name], rtol=1e-6,
+                                   atol=1e-7, err_msg=name)
 
 
 def cosine_rate(step: int, peak: float, minimum: float, warmup: int,
