@@ -7,7 +7,9 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
 #include <atomic>
@@ -593,10 +595,46 @@ llvm::json::Object searchResultJson(const PlanRequest &request,
   return root;
 }
 
+bool readPlanModel(const std::string &path, PlanRequest &request,
+                   std::string &error) {
+  if (!llvm::sys::fs::is_regular_file(path)) {
+    error = "'" + path + "' is not a readable file";
+    return false;
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer) {
+    error = "'" + path + "': " + buffer.getError().message();
+    return false;
+  }
+  request.modelText = (*buffer)->getBuffer().str();
+  request.modelSource = path;
+  request.format = llvm::StringRef(path).ends_with(".mlir")
+                       ? ModelFormat::Mlir
+                       : ModelFormat::Config;
+  return true;
+}
+
 std::optional<SearchResult> searchPlans(const PlanRequest &request,
                                         const PlanConstraints &constraints,
                                         std::string &error) {
   auto start = std::chrono::steady_clock::now();
+  // Degrees the constraints fix must make (with dp) or divide the GPUs.
+  int64_t fixed = constraints.dp.value_or(1) * constraints.tp.value_or(1) *
+                  constraints.pp.value_or(1) * constraints.cp.value_or(1);
+  if (constraints.dp && fixed != request.gpus) {
+    error = llvm::formatv("the fixed dp x tp x pp x cp = {0}, but the plan is "
+                          "for {1} GPUs",
+                          fixed, request.gpus)
+                .str();
+    return std::nullopt;
+  }
+  if (request.gpus % fixed) {
+    error = llvm::formatv("the fixed tp x pp x cp = {0} does not divide the "
+                          "{1} GPUs",
+                          fixed, request.gpus)
+                .str();
+    return std::nullopt;
+  }
   ModelFacts facts = readFacts(request);
   if (facts.layers && facts.heads) {
     int64_t usable = facts.layers * facts.heads * 8 * request.globalBatch;

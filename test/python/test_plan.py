@@ -42,6 +42,10 @@ def test_a_fixed_plan_and_the_refusals(gpt2_tiny: str) -> None:
         trellis.plan(gpt2_tiny, cluster="nope", gpus=2, batch=8, seq=16)
     with pytest.raises(trellis.Error, match="gpus: expected >= 1, found 0"):
         trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=0, batch=8, seq=16)
+    with pytest.raises(trellis.Error, match="the fixed dp x tp x pp x cp = 4, "
+                       "but the plan is for 2 GPUs"):
+        trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=2, batch=8, seq=16,
+                     evaluate="dp=4")
     with pytest.raises(trellis.Error, match="evaluate: "):
         trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=2, batch=8, seq=16,
                      evaluate="dp=banana")

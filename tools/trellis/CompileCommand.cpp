@@ -16,7 +16,6 @@
 #include "trellis/Compiler/CompileOptionTable.h"
 #include "trellis/Planner/Planner.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <functional>
@@ -188,18 +187,11 @@ bool choosePlan(CompileOptions &options) {
     reportError("compile", "--cluster: " + error);
     return false;
   }
-  auto buffer = llvm::MemoryBuffer::getFile(compileInput, /*IsText=*/true);
-  if (!buffer) {
-    reportError("compile",
-                "'" + compileInput + "': " + buffer.getError().message());
+  if (!planner::readPlanModel(compileInput, request, error)) {
+    reportError("compile", error);
     return false;
   }
   request.cluster = std::move(*cluster);
-  request.modelText = (*buffer)->getBuffer().str();
-  request.modelSource = compileInput;
-  request.format = llvm::StringRef(compileInput).ends_with(".mlir")
-                       ? ModelFormat::Mlir
-                       : ModelFormat::Config;
   request.gpus = compileGpus;
   request.globalBatch = options.batch;
   request.seq = options.seq;

@@ -12,9 +12,7 @@
 
 #include "mlir/Support/FileUtilities.h"
 #include "trellis/Planner/Planner.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <cstdio>
@@ -154,28 +152,10 @@ int runPlanCommand() {
     if (!parsed)
       return fail("--evaluate: " + error);
     constraints = *parsed;
-    int64_t fixed = constraints.dp.value_or(1) * constraints.tp.value_or(1) *
-                    constraints.pp.value_or(1) * constraints.cp.value_or(1);
-    if (constraints.dp && fixed != planGpus)
-      return fail(llvm::formatv("--evaluate: dp x tp x pp x cp = {0}, but "
-                                "--gpus is {1}",
-                                fixed, planGpus.getValue()));
-    if (planGpus % fixed)
-      return fail(llvm::formatv("--evaluate: tp x pp x cp = {0} does not "
-                                "divide --gpus {1}",
-                                fixed, planGpus.getValue()));
     request.top = 1;
   }
-  if (!llvm::sys::fs::is_regular_file(planModel))
-    return fail("'" + planModel + "' is not a readable file");
-  auto buffer = llvm::MemoryBuffer::getFile(planModel, /*IsText=*/true);
-  if (!buffer)
-    return fail("'" + planModel + "': " + buffer.getError().message());
-  request.modelText = (*buffer)->getBuffer().str();
-  request.modelSource = planModel;
-  request.format = llvm::StringRef(planModel).ends_with(".mlir")
-                       ? ModelFormat::Mlir
-                       : ModelFormat::Config;
+  if (!planner::readPlanModel(planModel, request, error))
+    return fail(error);
 
   std::optional<planner::SearchResult> result =
       planner::searchPlans(request, constraints, error);

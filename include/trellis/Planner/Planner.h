@@ -134,6 +134,11 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
 void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
                      const PlanChoice &choice);
 
+/// Reads the model file `path` (a config, or MLIR when it ends in .mlir)
+/// into `request`; false with `error` when it cannot be read.
+bool readPlanModel(const std::string &path, PlanRequest &request,
+                   std::string &error);
+
 /// A search's JSON (`trellis plan --json`, `trellis.plan`): the request,
 /// the search's counts, the plans best first, and the closest plan (with
 /// its binding term) when none fits.

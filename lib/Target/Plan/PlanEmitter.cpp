@@ -576,7 +576,6 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
       entry["program"] = toArray(std::move(program));
       programs.push_back(std::move(entry));
     }
-    llvm::json::Array schedule;
     auto scheduleAttr =
         stage->getAttrOfType<ArrayAttr>(TrellisDialect::kScheduleAttrName);
     if (!scheduleAttr)
@@ -584,11 +583,9 @@ Emitter::emitStages(SmallVector<func::FuncOp> stages, PlanMetadata metadata) {
     std::vector<std::string> actions;
     for (Attribute entry : scheduleAttr)
       actions.push_back(llvm::cast<StringAttr>(entry).getValue().str());
-    for (const std::string &action : actions)
-      schedule.push_back(action);
     llvm::json::Object entry{{"stage", static_cast<int64_t>(index)}};
     entry["programs"] = std::move(programs);
-    entry["schedule"] = std::move(schedule);
+    entry["schedule"] = llvm::json::Array(actions);
     if (!losses.empty())
       entry["evaluation"] =
           evaluationEntry(actions, std::move(stepInstructions));
