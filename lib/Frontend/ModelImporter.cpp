@@ -59,6 +59,40 @@ public:
     return *number;
   }
 
+  /// An optional number >= 0; `fallback` when absent or null.
+  llvm::Expected<double> nonNegativeOr(llvm::StringRef key, double fallback) {
+    const llvm::json::Value *value = object_.get(key);
+    if (!value || value->kind() == llvm::json::Value::Null)
+      return fallback;
+    std::optional<double> number = value->getAsNumber();
+    if (!number || !(*number >= 0) || !std::isfinite(*number))
+      return configError(
+          llvm::formatv("field \"{0}\": expected a number >= 0, found {1}", key,
+                        describe(*value)));
+    return *number;
+  }
+
+  /// An optional list of integers (empty when absent or null).
+  llvm::Expected<std::vector<int64_t>> integers(llvm::StringRef key) {
+    const llvm::json::Value *value = object_.get(key);
+    std::vector<int64_t> list;
+    if (!value || value->kind() == llvm::json::Value::Null)
+      return list;
+    const llvm::json::Array *array = value->getAsArray();
+    for (size_t i = 0; array && i < array->size(); ++i) {
+      std::optional<int64_t> number = (*array)[i].getAsInteger();
+      if (!number)
+        break;
+      list.push_back(*number);
+    }
+    if (!array || list.size() != array->size())
+      return configError(
+          llvm::formatv("field \"{0}\": expected a list of integers, found "
+                        "{1}",
+                        key, describe(*value)));
+    return list;
+  }
+
   llvm::Expected<bool> booleanOr(llvm::StringRef key, bool fallback) {
     const llvm::json::Value *value = object_.get(key);
     if (!value || value->kind() == llvm::json::Value::Null)
@@ -214,6 +248,62 @@ llvm::Error readGpt2(ConfigReader &reader, TransformerConfig &config) {
 
 using RopeScaling = TransformerConfig::RopeScaling;
 
+/// Reads the mixture-of-experts fields of a Mixtral, Qwen2-MoE or
+/// Qwen3-MoE config (transformers' configuration files name them).
+llvm::Error readExperts(ConfigReader &reader, TransformerConfig &config,
+                        llvm::StringRef type) {
+  TransformerConfig::Experts &experts = config.experts;
+  bool mixtral = type == "mixtral";
+  experts.mixtralNames = mixtral;
+  llvm::StringRef countField = mixtral ? "num_local_experts" : "num_experts";
+  TRY_ASSIGN(experts.count, reader.integer(countField));
+  TRY_ASSIGN(experts.topK, reader.integer("num_experts_per_tok"));
+  if (experts.topK > experts.count)
+    return configError(llvm::formatv(
+        "field \"num_experts_per_tok\": expected at most {0} ({1}), found "
+        "{2}",
+        experts.count, countField, experts.topK));
+  if (mixtral) {
+    experts.intermediateSize = config.intermediateSize;
+    experts.normalize = true;
+  } else {
+    TRY_ASSIGN(experts.intermediateSize,
+               reader.integer("moe_intermediate_size"));
+    TRY_ASSIGN(experts.normalize, reader.booleanOr("norm_topk_prob", false));
+    int64_t step = 1;
+    TRY_ASSIGN(step, reader.integerOr("decoder_sparse_step", 1));
+    std::vector<int64_t> denseLayers;
+    TRY_ASSIGN(denseLayers, reader.integers("mlp_only_layers"));
+    for (int64_t layer = 0; layer < config.numLayers; ++layer)
+      if (llvm::is_contained(denseLayers, layer) || (layer + 1) % step != 0)
+        experts.denseLayers.push_back(layer);
+    for (int64_t layer : denseLayers)
+      if (layer < 0 || layer >= config.numLayers)
+        return configError(llvm::formatv(
+            "field \"mlp_only_layers\": expected layers in [0, {0}), found "
+            "{1}",
+            config.numLayers, layer));
+  }
+  if (type == "qwen2_moe")
+    TRY_ASSIGN(experts.sharedIntermediateSize,
+               reader.integer("shared_expert_intermediate_size"));
+  // The router's noise (Mixtral's router_jitter_noise) is random: not
+  // built.
+  double jitter = 0;
+  TRY_ASSIGN(jitter, reader.nonNegativeOr("router_jitter_noise", 0));
+  if (jitter != 0)
+    return configError(llvm::formatv(
+        "field \"router_jitter_noise\": expected 0 (no random noise on the "
+        "router's inputs), found {0}",
+        jitter));
+  bool auxLoss = false;
+  TRY_ASSIGN(auxLoss, reader.booleanOr("output_router_logits", false));
+  if (auxLoss)
+    TRY_ASSIGN(experts.auxLossCoefficient,
+               reader.nonNegativeOr("router_aux_loss_coef", 0.001));
+  return llvm::Error::success();
+}
+
 /// Reads a Llama-family config: `type` "llama", or "mistral" (Llama with a
 /// sliding window), "qwen2" (Llama with query, key and value biases and a
 /// sliding window it may turn on) or "qwen3" (Llama with RMSNorms over each
@@ -230,14 +320,23 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
     architectures = {"Qwen2ForCausalLM", "Qwen2Model"};
   else if (type == "qwen3")
     architectures = {"Qwen3ForCausalLM", "Qwen3Model"};
+  else if (type == "mixtral")
+    architectures = {"MixtralForCausalLM", "MixtralModel"};
+  else if (type == "qwen2_moe")
+    architectures = {"Qwen2MoeForCausalLM", "Qwen2MoeModel"};
+  else if (type == "qwen3_moe")
+    architectures = {"Qwen3MoeForCausalLM", "Qwen3MoeModel"};
   if (llvm::Error error = checkArchitectures(reader, type, architectures))
     return error;
-  if (type == "qwen2" || type == "qwen3") {
-    // Qwen2's query, key and value projections always have biases; Qwen3
-    // normalizes each head's query and key instead (attention_bias, which
-    // would put biases on all four projections, is not built).
-    if (type == "qwen2") {
-      config.attentionBias = true;
+  bool qwen2 = type == "qwen2" || type == "qwen2_moe";
+  bool qwen3 = type == "qwen3" || type == "qwen3_moe";
+  if (qwen2 || qwen3) {
+    // Qwen2's query, key and value projections have biases (Qwen2-MoE's
+    // qkv_bias); Qwen3 normalizes each head's query and key instead
+    // (attention_bias, which would put biases on all four projections, is
+    // not built).
+    if (qwen2) {
+      TRY_ASSIGN(config.attentionBias, reader.booleanOr("qkv_bias", true));
     } else {
       config.queryKeyNorm = true;
       if (llvm::Error error = reader.refuseFlag(
@@ -258,11 +357,13 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
       if (llvm::Error error = reader.refuseFlag(
               flag, false,
               llvm::formatv("{0}'s projections have no biases",
-                            type == "mistral" ? "Mistral" : "Llama")
+                            type == "llama"     ? "Llama"
+                            : type == "mistral" ? "Mistral"
+                                                : "Mixtral")
                   .str()))
         return error;
   }
-  if (type == "mistral") {
+  if (type == "mistral" || type == "mixtral") {
     int64_t window = -1;
     TRY_ASSIGN(window, reader.integerOr("sliding_window", -1));
     if (window > 0)
@@ -308,14 +409,17 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
         config.numKvHeads, config.numHeads));
   // Qwen3's head_dim defaults to 128 (transformers' Qwen3Config), the
   // others' to hidden_size / num_attention_heads.
-  TRY_ASSIGN(config.headDim,
-             reader.integerOr(
-                 "head_dim",
-                 type == "qwen3" ? 128 : config.hiddenSize / config.numHeads));
+  TRY_ASSIGN(
+      config.headDim,
+      reader.integerOr("head_dim",
+                       qwen3 ? 128 : config.hiddenSize / config.numHeads));
   if (config.headDim % 2 != 0)
     return configError(llvm::formatv(
         "head dimension {0} is odd: rotary embeddings need an even one",
         config.headDim));
+  if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe")
+    if (llvm::Error error = readExperts(reader, config, type))
+      return error;
   // RoPE: transformers 5 writes rope_parameters (rope_type, rope_theta and
   // the scaling's fields); earlier ones rope_theta and rope_scaling.
   const llvm::json::Object *ropeScaling = reader.object("rope_scaling");
@@ -414,6 +518,11 @@ constexpr int kMaxConfigDepth = 32;
 /// have about 128): each is built op by op.
 constexpr int64_t kMaxLayers = 4096;
 
+/// The model types Trellis builds, for messages.
+constexpr const char *kModelTypes =
+    "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", "
+    "\"qwen2_moe\" or \"qwen3_moe\"";
+
 llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
   if (std::string why = checkJsonShape(json, kMaxConfigDepth); !why.empty())
     return configError(why);
@@ -431,17 +540,16 @@ llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
     if (llvm::Error error = readGpt2(reader, parsed))
       return std::move(error);
   } else if (type == "llama" || type == "mistral" || type == "qwen2" ||
-             type == "qwen3") {
+             type == "qwen3" || type == "mixtral" || type == "qwen2_moe" ||
+             type == "qwen3_moe") {
     if (llvm::Error error = readLlama(reader, parsed, type))
       return std::move(error);
   } else if (type.empty()) {
-    return configError("missing field \"model_type\": expected \"gpt2\", "
-                       "\"llama\", \"mistral\", \"qwen2\" or \"qwen3\"");
+    return configError("missing field \"model_type\": expected " +
+                       std::string(kModelTypes));
   } else {
-    return configError(
-        llvm::formatv("unsupported model_type \"{0}\": expected \"gpt2\", "
-                      "\"llama\", \"mistral\", \"qwen2\" or \"qwen3\"",
-                      type));
+    return configError(llvm::formatv(
+        "unsupported model_type \"{0}\": expected {1}", type, kModelTypes));
   }
   if (parsed.numLayers > kMaxLayers)
     return configError(
@@ -489,6 +597,13 @@ private:
 
   Value gpt2Block(Value x, int64_t layer);
   Value llamaBlock(Value x, int64_t layer);
+  /// SiLU-gated MLP (`prefix`.gate_proj, up_proj, down_proj).
+  Value swiGlu(Value x, StringRef prefix, int64_t intermediate);
+  /// A mixture-of-experts MLP: router, experts, Qwen2-MoE's shared expert.
+  Value expertsMlp(Value x, StringRef layerPrefix);
+  /// The router's load-balancing loss over the MoE layers built so far,
+  /// times its coefficient.
+  Value loadBalancingLoss();
 
   const TransformerConfig &config_;
   BatchShape shape_;
@@ -499,6 +614,9 @@ private:
   Block *body_ = nullptr;
   SmallVector<Type> argTypes_;
   SmallVector<DictionaryAttr> argAttrs_;
+  /// Per MoE layer: slots per expert [E] and the router's scores summed
+  /// over the tokens [E] (the load-balancing loss's terms).
+  SmallVector<Value> routerCounts_, routerScores_;
 };
 
 Value TransformerBuilder::param(StringRef name, ArrayRef<int64_t> shape,
@@ -643,15 +761,116 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
   x = AddOp::create(builder_, loc_, x, output);
 
   hidden = rmsNorm(x, prefix + ".post_attention_layernorm.weight");
+  Value mlp = config_.isSparseLayer(layer) ? expertsMlp(hidden, prefix)
+                                           : swiGlu(hidden, prefix + ".mlp", f);
+  return AddOp::create(builder_, loc_, x, mlp);
+}
+
+Value TransformerBuilder::swiGlu(Value x, StringRef prefix,
+                                 int64_t intermediate) {
+  int64_t e = config_.hiddenSize, f = intermediate;
+  std::string normal = normalInit(config_.initializerRange);
   Value gate = linear(
-      hidden, param(prefix + ".mlp.gate_proj.weight", {f, e}, normal), true);
+      x, param((prefix + ".gate_proj.weight").str(), {f, e}, normal), true);
   Value up = linear(
-      hidden, param(prefix + ".mlp.up_proj.weight", {f, e}, normal), true);
+      x, param((prefix + ".up_proj.weight").str(), {f, e}, normal), true);
   Value activated =
       MulOp::create(builder_, loc_, SiluOp::create(builder_, loc_, gate), up);
-  Value down = linear(
-      activated, param(prefix + ".mlp.down_proj.weight", {e, f}, normal), true);
-  return AddOp::create(builder_, loc_, x, down);
+  return linear(activated,
+                param((prefix + ".down_proj.weight").str(), {e, f}, normal),
+                true);
+}
+
+Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
+  const TransformerConfig::Experts &experts = config_.experts;
+  int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
+  int64_t count = experts.count, k = experts.topK, f = experts.intermediateSize;
+  std::string normal = normalInit(config_.initializerRange);
+  std::string prefix =
+      (layerPrefix + (experts.mixtralNames ? ".block_sparse_moe" : ".mlp"))
+          .str();
+  // The router: softmax scores of [b, s, E] logits, the top k.
+  Value logits =
+      linear(x, param(prefix + ".gate.weight", {count, e}, normal), true);
+  auto route = MoeRouteOp::create(
+      builder_, loc_, logits, builder_.getI64IntegerAttr(k), StringAttr(),
+      experts.normalize ? builder_.getUnitAttr() : UnitAttr(), FloatAttr());
+  Value weights = route.getWeights(), chosen = route.getExperts();
+  // The experts' stacked weights: one parameter [E, ...] per projection,
+  // stored per expert (`*` is the expert's index in checkpoints' names).
+  auto expertWeight = [&](StringRef mixtral, StringRef qwen,
+                          ArrayRef<int64_t> shape) {
+    std::string name = (prefix + ".experts.*." +
+                        (experts.mixtralNames ? mixtral : qwen) + ".weight")
+                           .str();
+    return param(name, shape, normal);
+  };
+  Value gateWeight = expertWeight("w1", "gate_proj", {count, f, e});
+  Value upWeight = expertWeight("w3", "up_proj", {count, f, e});
+  Value downWeight = expertWeight("w2", "down_proj", {count, e, f});
+  Value gate = ExpertMatmulOp::create(builder_, loc_, x, gateWeight, chosen,
+                                      /*transpose_rhs=*/true);
+  Value up = ExpertMatmulOp::create(builder_, loc_, x, upWeight, chosen,
+                                    /*transpose_rhs=*/true);
+  Value activated =
+      MulOp::create(builder_, loc_, SiluOp::create(builder_, loc_, gate), up);
+  Value down = ExpertMatmulOp::create(builder_, loc_, activated, downWeight,
+                                      chosen, /*transpose_rhs=*/true);
+  // The slots [b, s, k, E] weighted and summed in slot order.
+  Value weighted =
+      MulOp::create(builder_, loc_, down, reshape(weights, {b, s, k, 1}));
+  Value output = ReduceSumOp::create(builder_, loc_, weighted,
+                                     ArrayRef<int64_t>{2}, false);
+  if (experts.sharedIntermediateSize) {
+    // Qwen2-MoE's shared expert, scaled by a sigmoid gate of the token.
+    Value shared =
+        swiGlu(x, prefix + ".shared_expert", experts.sharedIntermediateSize);
+    Value shareGate = SigmoidOp::create(
+        builder_, loc_,
+        linear(x, param(prefix + ".shared_expert_gate.weight", {1, e}, normal),
+               true));
+    output = AddOp::create(builder_, loc_, output,
+                           MulOp::create(builder_, loc_, shareGate, shared));
+  }
+  if (experts.auxLossCoefficient > 0) {
+    // The load-balancing loss's per-layer terms: how many slots chose each
+    // expert, and the sum of each expert's softmax score over the tokens.
+    Value counts = ExpertCountsOp::create(builder_, loc_, chosen, count);
+    Value scores = SoftmaxOp::create(builder_, loc_, logits);
+    Value scoreSums = ReduceSumOp::create(builder_, loc_, scores,
+                                          ArrayRef<int64_t>{0, 1}, false);
+    routerCounts_.push_back(counts);
+    routerScores_.push_back(scoreSums);
+  }
+  return output;
+}
+
+Value TransformerBuilder::loadBalancingLoss() {
+  // Hugging Face's load_balancing_loss_func over a batch of R router rows
+  // (MoE layers x tokens): E * sum_e (counts_e / R) * (scores_e / R), the
+  // counts and scores summed over the layers. A step of M micro-batches
+  // adds each micro-batch's loss divided by M (gradient accumulation's
+  // mean), which is E * sum_e counts_e scores_e / (R_micro * R_batch):
+  // R_micro, the rows the counts hold (their sum / k), comes from the data,
+  // R_batch is the whole batch's, so one formula serves every split.
+  Value counts = routerCounts_.front(), scores = routerScores_.front();
+  for (size_t i = 1; i < routerCounts_.size(); ++i) {
+    counts = AddOp::create(builder_, loc_, counts, routerCounts_[i]);
+    scores = AddOp::create(builder_, loc_, scores, routerScores_[i]);
+  }
+  const TransformerConfig::Experts &experts = config_.experts;
+  double batchRows = double(routerCounts_.size()) * shape_.batch * shape_.seq;
+  Value product = MulOp::create(builder_, loc_, counts, scores);
+  Value total =
+      ReduceSumOp::create(builder_, loc_, product, ArrayRef<int64_t>{0}, false);
+  Value slots =
+      ReduceSumOp::create(builder_, loc_, counts, ArrayRef<int64_t>{0}, false);
+  Value rows = ScaleOp::create(builder_, loc_, slots,
+                               builder_.getF64FloatAttr(1.0 / experts.topK));
+  return ScaleOp::create(builder_, loc_,
+                         DivOp::create(builder_, loc_, total, rows),
+                         builder_.getF64FloatAttr(experts.count / batchRows *
+                                                  experts.auxLossCoefficient));
 }
 
 OwningOpRef<ModuleOp> TransformerBuilder::build() {
@@ -718,6 +937,8 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   Value logits = linear(x, head, /*weightIsOutIn=*/true);
   Value loss = CrossEntropyOp::create(builder_, loc_, logits, targets, 0,
                                       /*axes=*/nullptr);
+  if (!routerCounts_.empty())
+    loss = AddOp::create(builder_, loc_, loss, loadBalancingLoss());
   partMarker_.setPart({});
   func::ReturnOp::create(builder_, loc_, loss);
 
@@ -740,14 +961,27 @@ int64_t TransformerConfig::numParameters() const {
                intermediateSize + intermediateSize * e + e;
   } else {
     params += e;
-    perLayer = 2 * e + numHeads * d * e * 2 + 2 * numKvHeads * d * e +
-               3 * e * intermediateSize;
+    perLayer = 2 * e + numHeads * d * e * 2 + 2 * numKvHeads * d * e;
     if (attentionBias)
       perLayer += numHeads * d + 2 * numKvHeads * d;
     if (queryKeyNorm)
       perLayer += 2 * d;
+    for (int64_t layer = 0; layer < numLayers; ++layer) {
+      if (!isSparseLayer(layer)) {
+        params += 3 * e * intermediateSize;
+        continue;
+      }
+      params +=
+          experts.count * e + 3 * e * experts.intermediateSize * experts.count;
+      if (experts.sharedIntermediateSize)
+        params += 3 * e * experts.sharedIntermediateSize + e;
+    }
   }
   return params + numLayers * perLayer;
+}
+
+bool TransformerConfig::isSparseLayer(int64_t layer) const {
+  return experts.count > 0 && !llvm::is_contained(experts.denseLayers, layer);
 }
 
 llvm::Expected<TransformerConfig>

@@ -22,10 +22,11 @@ const KernelTable &cpuKernels() {
     for (void (*registerKernels)(KernelTable &) :
          {registerAttentionKernels, registerCastKernels,
           registerCrossEntropyKernels, registerElementwiseKernels,
-          registerEmbeddingKernels, registerFusedElementwiseKernels,
-          registerLayoutKernels, registerMatmulKernels,
-          registerNormalizationKernels, registerOptimizerKernels,
-          registerReductionKernels, registerRingAttentionKernels})
+          registerEmbeddingKernels, registerExpertKernels,
+          registerFusedElementwiseKernels, registerLayoutKernels,
+          registerMatmulKernels, registerNormalizationKernels,
+          registerOptimizerKernels, registerReductionKernels,
+          registerRingAttentionKernels})
       registerKernels(kernels);
     return kernels;
   }();

@@ -116,6 +116,7 @@ void registerCastKernels(KernelTable &table);
 void registerCrossEntropyKernels(KernelTable &table);
 void registerElementwiseKernels(KernelTable &table);
 void registerEmbeddingKernels(KernelTable &table);
+void registerExpertKernels(KernelTable &table);
 void registerFusedElementwiseKernels(KernelTable &table);
 void registerLayoutKernels(KernelTable &table);
 void registerMatmulKernels(KernelTable &table);

@@ -45,6 +45,12 @@ const std::map<std::string, ModelTypeFacts> &modelTypes() {
        {"Qwen2ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"qwen3",
        {"Qwen3ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"mixtral",
+       {"MixtralForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"qwen2_moe",
+       {"Qwen2MoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"qwen3_moe",
+       {"Qwen3MoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
   };
   return types;
 }
@@ -140,8 +146,9 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
   auto facts = modelTypes().find(modelType);
   if (facts == modelTypes().end())
     return Status::error("config '" + configPath +
-                         "': expected model_type gpt2, llama, mistral, qwen2 "
-                         "or qwen3, found '" +
+                         "': expected model_type gpt2, llama, mistral, "
+                         "qwen2, qwen3, mixtral, qwen2_moe or qwen3_moe, "
+                         "found '" +
                          modelType + "'");
 
   StatusOr<SafetensorsFile> model =
@@ -189,6 +196,8 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
                    std::to_string(embedding->second.shape.size())) +
         "]");
 
+  // Stacked expert weights as per-expert tensors, the Hub's names.
+  splitStackedTensors(*model);
   HfExportSummary summary;
   summary.checkpoint = *checkpoint;
   summary.step = manifest->step;

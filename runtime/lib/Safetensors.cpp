@@ -184,4 +184,78 @@ Status writeSafetensors(const std::string &path, const SafetensorsFile &file) {
   return Status::success();
 }
 
+bool isStackedName(const std::string &name) {
+  size_t star = name.find('*');
+  return star != std::string::npos &&
+         name.find('*', star + 1) == std::string::npos;
+}
+
+std::string stackedPieceName(const std::string &name, int64_t index) {
+  size_t star = name.find('*');
+  return name.substr(0, star) + std::to_string(index) + name.substr(star + 1);
+}
+
+StatusOr<SafetensorsEntry>
+readStackedTensor(const SafetensorsFile &file, const std::string &path,
+                  const std::string &name, const std::vector<int64_t> &shape) {
+  SafetensorsEntry stacked;
+  stacked.shape = shape;
+  if (shape.empty())
+    return Status::error(path + ": stacked tensor \"" + name +
+                         "\" has no first dimension to stack along");
+  std::vector<int64_t> pieceShape(shape.begin() + 1, shape.end());
+  int64_t pieceSize = 1;
+  for (int64_t size : pieceShape)
+    pieceSize *= size;
+  stacked.values.reserve(static_cast<size_t>(pieceSize * shape[0]));
+  for (int64_t index = 0; index < shape[0]; ++index) {
+    std::string piece = stackedPieceName(name, index);
+    auto it = file.tensors.find(piece);
+    if (it == file.tensors.end())
+      return Status::error(path + ": missing \"" + piece + "\" (slice " +
+                           std::to_string(index) + " of " +
+                           std::to_string(shape[0]) + " of \"" + name + "\")");
+    if (it->second.shape != pieceShape) {
+      std::string found, expected;
+      for (int64_t s : it->second.shape)
+        found += (found.empty() ? "" : "x") + std::to_string(s);
+      for (int64_t s : pieceShape)
+        expected += (expected.empty() ? "" : "x") + std::to_string(s);
+      return Status::error(path + ": tensor \"" + piece + "\" has shape [" +
+                           found + "], the model expects [" + expected + "]");
+    }
+    stacked.values.insert(stacked.values.end(), it->second.values.begin(),
+                          it->second.values.end());
+  }
+  // Pieces beyond the model's count belong to another model.
+  std::string extra = stackedPieceName(name, shape[0]);
+  if (file.tensors.count(extra))
+    return Status::error(path + ": tensor \"" + extra + "\" is slice " +
+                         std::to_string(shape[0]) + " of \"" + name +
+                         "\", which the model has " + std::to_string(shape[0]) +
+                         " of");
+  return stacked;
+}
+
+void splitStackedTensors(SafetensorsFile &file) {
+  std::map<std::string, SafetensorsEntry> split;
+  for (auto &[name, entry] : file.tensors) {
+    if (!isStackedName(name) || entry.shape.empty()) {
+      split[name] = std::move(entry);
+      continue;
+    }
+    int64_t count = entry.shape[0];
+    size_t pieceSize = count ? entry.values.size() / count : 0;
+    for (int64_t index = 0; index < count; ++index) {
+      SafetensorsEntry piece;
+      piece.shape.assign(entry.shape.begin() + 1, entry.shape.end());
+      piece.dtype = entry.dtype;
+      piece.values.assign(entry.values.begin() + index * pieceSize,
+                          entry.values.begin() + (index + 1) * pieceSize);
+      split[stackedPieceName(name, index)] = std::move(piece);
+    }
+  }
+  file.tensors = std::move(split);
+}
+
 } // namespace trellis::runtime

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace trellis {
 
@@ -49,6 +50,35 @@ struct TransformerConfig {
   /// last this many positions. Built only where the window covers the
   /// sequence (then it is causal attention); unset: none.
   std::optional<int64_t> slidingWindow;
+
+  /// Mixture-of-experts MLPs (Mixtral, Qwen2-MoE, Qwen3-MoE). `count` 0:
+  /// every layer's MLP is dense.
+  struct Experts {
+    int64_t count = 0;
+    /// Experts each token takes.
+    int64_t topK = 0;
+    /// Each expert's intermediate size.
+    int64_t intermediateSize = 0;
+    /// The chosen experts' softmax scores renormalized to sum to one
+    /// (Mixtral always; Qwen's norm_topk_prob).
+    bool normalize = true;
+    /// Mixtral's parameter names (block_sparse_moe, experts' w1, w3, w2);
+    /// else Qwen's (mlp, experts' gate_proj, up_proj, down_proj).
+    bool mixtralNames = false;
+    /// Qwen2-MoE's shared expert of this intermediate size (0: none), its
+    /// output scaled by sigmoid(shared_expert_gate(x)).
+    int64_t sharedIntermediateSize = 0;
+    /// Layers whose MLP is dense (Qwen's mlp_only_layers, and the layers
+    /// decoder_sparse_step skips).
+    std::vector<int64_t> denseLayers;
+    /// The load-balancing loss (Hugging Face's, pooled over the layers) is
+    /// added to the loss times this; 0: not built (output_router_logits
+    /// false).
+    double auxLossCoefficient = 0;
+  } experts;
+
+  /// Whether layer `layer`'s MLP is a mixture of experts.
+  bool isSparseLayer(int64_t layer) const;
 
   /// Llama 3's `rope_scaling` (rope_type "llama3"): rescaled frequencies.
   struct RopeScaling {

@@ -182,6 +182,7 @@ std::vector<OpContract> buildOpContracts() {
   optable::addShapeOps(table);
   optable::addLayerOps(table);
   optable::addAttentionOps(table);
+  optable::addExpertOps(table);
   optable::addOptimizerOps(table);
   optable::addCollectiveOps(table);
   return table.take();

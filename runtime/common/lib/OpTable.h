@@ -80,6 +80,7 @@ void addPointwiseOps(TableBuilder &table);
 void addShapeOps(TableBuilder &table);
 void addLayerOps(TableBuilder &table);
 void addAttentionOps(TableBuilder &table);
+void addExpertOps(TableBuilder &table);
 void addOptimizerOps(TableBuilder &table);
 void addCollectiveOps(TableBuilder &table);
 

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -346,12 +347,25 @@ Status Trainer::loadWeights(const std::string &path) {
   const Plan &plan = executor_->plan();
   // Checked whole before anything is written, as load.
   std::vector<std::pair<size_t, const std::vector<float> *>> writes;
+  // Stacked parameters assembled from their per-slice tensors.
+  std::deque<SafetensorsEntry> stacked;
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     bool weights = argument.role == ArgumentRole::Param ||
                    argument.role == ArgumentRole::Master;
     if (!weights || !plan.holds(argument.stages))
       continue;
+    if (isStackedName(argument.name) && !file->tensors.count(argument.name)) {
+      StatusOr<SafetensorsEntry> entry = readStackedTensor(
+          *file, path, argument.name, layoutOf(i).globalShape);
+      if (!entry.ok())
+        return entry.status();
+      stacked.push_back(std::move(*entry));
+      TRELLIS_RETURN_IF_ERROR(checkStoredTensor(stacked.back(), layoutOf(i), {},
+                                                argument.name, path));
+      writes.emplace_back(i, &stacked.back().values);
+      continue;
+    }
     auto it = file->tensors.find(argument.name);
     const std::string prefix = "transformer.";
     if (it == file->tensors.end() && argument.name.rfind(prefix, 0) == 0)

@@ -30,7 +30,9 @@ TEST(CudaKernelTableTest, TheComputeOpsWithoutAKernelAreTheListedOnes) {
   EXPECT_EQ(missing,
             (std::vector<std::string>{
                 "fused_elementwise", "attention", "attention_grad",
-                "attention_block", "attention_merge", "attention_block_grad"}));
+                "attention_block", "attention_merge", "attention_block_grad",
+                "moe_route", "moe_route_grad", "expert_matmul",
+                "expert_matmul_weight_grad", "expert_counts"}));
   EXPECT_EQ(cudaKernels().ops().size(), 46u);
 }
 

@@ -195,6 +195,44 @@ std::map<std::string, std::vector<Sample>> samples() {
         values({2, 5, 4, 8}), values({2, 4, 5}), values({2, 5, 4, 8})},
        block});
 
+  add("moe_route", {"softmax, renormalized",
+                    {values({3, 5, 7})},
+                    {{"top_k", integer(2)}, {"normalize", flag(true)}}});
+  add("moe_route", {"sigmoid, scaled",
+                    {values({3, 5, 7})},
+                    {{"top_k", integer(3)},
+                     {"scoring", text("sigmoid")},
+                     {"normalize", flag(true)},
+                     {"scaling", real(2.5)}}});
+  add("moe_route_grad",
+      {"softmax",
+       {values({3, 5, 7}), ids({3, 5, 2}, 7), values({3, 5, 2})},
+       {{"top_k", integer(2)}}});
+  add("moe_route_grad",
+      {"sigmoid, renormalized",
+       {values({3, 5, 7}), ids({3, 5, 2}, 7), values({3, 5, 2})},
+       {{"top_k", integer(2)},
+        {"scoring", text("sigmoid")},
+        {"normalize", flag(true)}}});
+  add("expert_matmul",
+      {"a row per token",
+       {values({2, 5, 13}), values({3, 13, 11}), ids({2, 5, 2}, 3)},
+       {}});
+  add("expert_matmul",
+      {"a row per slot, transposed",
+       {values({2, 5, 2, 13}), values({3, 11, 13}), ids({2, 5, 2}, 3)},
+       {{"transpose_rhs", flag(true)}}});
+  add("expert_matmul_weight_grad",
+      {"a row per token",
+       {values({2, 5, 13}), values({2, 5, 2, 11}), ids({2, 5, 2}, 3)},
+       {{"num_experts", integer(3)}}});
+  add("expert_matmul_weight_grad",
+      {"a row per slot, transposed",
+       {values({2, 5, 2, 13}), values({2, 5, 2, 11}), ids({2, 5, 2}, 5)},
+       {{"num_experts", integer(5)}, {"transpose_rhs", flag(true)}}});
+  add("expert_counts",
+      {"2x5 of 3", {ids({2, 5, 2}, 3)}, {{"num_experts", integer(3)}}});
+
   add("adamw",
       {"37",
        {values({37}), values({37}), values({37}), positive({37}), scalar(3.0f)},

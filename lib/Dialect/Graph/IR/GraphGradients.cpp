@@ -390,6 +390,47 @@ LogicalResult CrossEntropyOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
 }
 
 //===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoeRouteOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
+                                         SmallVectorImpl<Value> &grads) {
+  // The experts are ids: only the weights carry a gradient.
+  grads.push_back(
+      dy[0] ? MoeRouteGradOp::create(b, getLoc(), getLogits(), getExperts(),
+                                     dy[0], getTopKAttr(), getScoringAttr(),
+                                     getNormalizeAttr(), getScalingAttr())
+                  .getResult()
+            : Value());
+  return success();
+}
+
+LogicalResult ExpertMatmulOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
+                                             SmallVectorImpl<Value> &grads) {
+  Location loc = getLoc();
+  Value lhs = getLhs(), experts = getExperts();
+  // Each slot's row gradient through the same expert's matrix, transposed;
+  // a row each token's slots shared sums its slots' gradients in order.
+  Value lhsGrad = ExpertMatmulOp::create(b, loc, dy[0], getWeight(), experts,
+                                         !getTransposeRhs());
+  if (shapeOf(lhs).size() == shapeOf(experts).size())
+    lhsGrad = ReduceSumOp::create(
+        b, loc, lhsGrad, ArrayRef<int64_t>{int64_t(shapeOf(lhs).size()) - 1},
+        /*keep_dims=*/false);
+  grads.push_back(lhsGrad);
+  grads.push_back(ExpertMatmulWeightGradOp::create(
+      b, loc, lhs, dy[0], experts, shapeOf(getWeight())[0], getTransposeRhs()));
+  grads.push_back(Value());
+  return success();
+}
+
+LogicalResult ExpertCountsOp::buildGradients(OpBuilder &, ArrayRef<Value>,
+                                             SmallVectorImpl<Value> &grads) {
+  grads.push_back(Value());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Ops without a gradient: gradients of gradients, optimizers
 //===----------------------------------------------------------------------===//
 
@@ -409,6 +450,8 @@ GRAPH_NO_GRADIENT(AttentionMergeOp)
 GRAPH_NO_GRADIENT(AttentionBlockGradOp)
 GRAPH_NO_GRADIENT(FusedElementwiseOp)
 GRAPH_NO_GRADIENT(CrossEntropyGradOp)
+GRAPH_NO_GRADIENT(MoeRouteGradOp)
+GRAPH_NO_GRADIENT(ExpertMatmulWeightGradOp)
 GRAPH_NO_GRADIENT(AdamWOp)
 GRAPH_NO_GRADIENT(SgdOp)
 #undef GRAPH_NO_GRADIENT

@@ -36,6 +36,26 @@ struct SafetensorsFile {
 /// Reads every tensor of `path` as f32.
 StatusOr<SafetensorsFile> readSafetensors(const std::string &path);
 
+/// Stacked tensors (a mixture of experts' weights, [E, ...]) are stored as
+/// Hugging Face checkpoints store them: one tensor per slice along the
+/// first dimension, named by the stacked name with its one `*` replaced by
+/// the slice's index (`model.layers.0.mlp.experts.*.up_proj.weight` is
+/// `...experts.0.up_proj.weight`, `...experts.1...`).
+bool isStackedName(const std::string &name);
+
+/// The name of slice `index` of stacked tensor `name`.
+std::string stackedPieceName(const std::string &name, int64_t index);
+
+/// The stacked tensor `name` of `shape` assembled from its pieces in
+/// `file`, or what is missing or misshapen (`path` names the file).
+StatusOr<SafetensorsEntry> readStackedTensor(const SafetensorsFile &file,
+                                             const std::string &path,
+                                             const std::string &name,
+                                             const std::vector<int64_t> &shape);
+
+/// Replaces each stacked tensor of `file` by its pieces.
+void splitStackedTensors(SafetensorsFile &file);
+
 /// Writes `file`, each tensor in its dtype. Writes to a temporary name and renames,
 /// so an interrupted save never leaves a truncated file under `path`.
 Status writeSafetensors(const std::string &path, const SafetensorsFile &file);

@@ -1,28 +1,12 @@
 #!/usr/bin/env bash
 # Trains MODEL (a config) for 3 AdamW steps with the gradients clipped by
 # their global norm (--clip-grad CLIP, small enough to clip every step) on
-# one rank and under each layout given (flags, then ':' and the ranks), and
-# prints one line per layout: losses and grad norms, then parameters and
-# moments gathered after the run, against the one-rank run with the same
-# micro-batches and precision (1e-5), or with the flags after a second ':'.
-# Usage:
+# one rank and under each layout given, as layout_matrix.sh does (which
+# prints what it compares). Usage:
 #   clip_matrix.sh DIR MODEL CLIP "FLAGS:RANKS[:REFERENCE]" ...
 # (PYTHON, TRELLIS from the environment)
 set -euo pipefail
 dir=$1 model=$2 clip=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
-common=(--batch 8 --seq 16 --adam-eps 1e-4 --clip-grad "$clip")
-source "$here/layout_runs.sh"
-mkdir -p "$dir"
-for layout in "$@"; do
-  IFS=: read -r flags ranks reference <<< "$layout"
-  # The reference: one rank with the same micro-batches and precision.
-  [[ -n $reference ]] ||
-    reference=$(echo "$flags" | grep -o -- '--microbatches [0-9]*\|--precision [a-z0-9]*' | tr '\n' ' ' || true)
-  ref="ref$(echo "$reference" | tr -dc 'a-z0-9')"
-  [[ -f $dir/$ref.out ]] || run "$ref" "$reference" 1
-  name="run$(echo "$flags" | tr -dc 'a-z0-9')"
-  run "$name" "$flags" "$ranks"
-  echo "$flags: $(compare "$ref" "$name")"
-done
+EXTRA_FLAGS="--clip-grad $clip" exec "$here/layout_matrix.sh" "$dir" "$model" "$@"

@@ -611,6 +611,95 @@ def Graph_CrossEntropyGradOp : Graph_Op<"cross_entropy_grad", [],
 }
 
 //===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+def Graph_MoeRouteOp : Graph_Op<"moe_route"> {
+  let summary = "Each token's top_k experts and their weights";
+  let description = [{
+    ```mlir
+    %weights, %experts = graph.moe_route %logits top_k 2 {normalize}
+        : tensor<2x8x4xf32>
+    ```
+    Scores from `logits` [..., E]: softmax over the experts (`scoring`
+    "softmax", the default) or each logit's sigmoid ("sigmoid"). The
+    `top_k` highest scores, in descending order, ties to the lower expert
+    index, give `experts` [..., top_k] (i32) and their scores `weights`
+    [..., top_k] (f32), renormalized to sum to one with `normalize`, times
+    `scaling` when given. fp32 inside whatever the logits' dtype.
+  }];
+  let arguments = (ins Graph_FloatTensor:$logits, I64Attr:$top_k,
+                       OptionalAttr<StrAttr>:$scoring, UnitAttr:$normalize,
+                       OptionalAttr<F64Attr>:$scaling);
+  let results = (outs Graph_F32Tensor:$weights, Graph_IndexTensor:$experts);
+  let assemblyFormat = "$logits `top_k` $top_k attr-dict `:` type($logits)";
+}
+
+def Graph_MoeRouteGradOp : Graph_Op<"moe_route_grad"> {
+  let summary = "Gradient of moe_route for its logits";
+  let description = [{
+    From the gradient of the weights, with the experts the forward op chose.
+  }];
+  let arguments = (ins Graph_FloatTensor:$logits, Graph_IndexTensor:$experts,
+                       Graph_F32Tensor:$weights_grad, I64Attr:$top_k,
+                       OptionalAttr<StrAttr>:$scoring, UnitAttr:$normalize,
+                       OptionalAttr<F64Attr>:$scaling);
+  let results = (outs Graph_FloatTensor:$logits_grad);
+  let assemblyFormat = [{
+    $logits `,` $experts `,` $weights_grad `top_k` $top_k attr-dict `:` type($logits) `,` type($experts) `,` type($weights_grad)
+  }];
+}
+
+def Graph_ExpertMatmulOp : Graph_Op<"expert_matmul"> {
+  let summary = "Each slot's row times the matrix of the expert it chose";
+  let description = [{
+    ```mlir
+    %h = graph.expert_matmul %x, %w transposed, %experts
+        : tensor<2x8x16xf32>, tensor<4x32x16xf32>, tensor<2x8x2xi32>
+    ```
+    `experts` [..., k] names each token's k experts (slots). `lhs` is
+    [..., K], one row per token that each of its slots uses, or [..., k, K],
+    one row per slot; `weight` is [E, K, N] ([E, N, K] with
+    `transpose_rhs`). The result [..., k, N] holds row (t, j) times
+    weight[experts[t, j]]. An expert id outside [0, E) is an error when the
+    kernel runs.
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$weight,
+                       Graph_IndexTensor:$experts, UnitAttr:$transpose_rhs);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $weight (`transposed` $transpose_rhs^)? `,` $experts attr-dict `:` type($lhs) `,` type($weight) `,` type($experts)
+  }];
+}
+
+def Graph_ExpertMatmulWeightGradOp : Graph_Op<"expert_matmul_weight_grad"> {
+  let summary = "Gradient of expert_matmul for its weight";
+  let description = [{
+    For each of the `num_experts` experts, the sum over the slots that chose
+    it, in token order, of lhs row times result_grad row; zeros for an
+    expert no slot chose. In the weight's layout (`transpose_rhs`).
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$result_grad,
+                       Graph_IndexTensor:$experts, I64Attr:$num_experts,
+                       UnitAttr:$transpose_rhs);
+  let results = (outs Graph_FloatTensor:$weight_grad);
+  let assemblyFormat = [{
+    $lhs `,` $result_grad `,` $experts `experts` $num_experts attr-dict `:` type($lhs) `,` type($result_grad) `,` type($experts)
+  }];
+}
+
+def Graph_ExpertCountsOp : Graph_Op<"expert_counts"> {
+  let summary = "How many slots chose each expert";
+  let description = [{
+    [num_experts] f32 from `experts` [..., k]: the load-balancing loss's
+    token fractions and the step's routing statistics.
+  }];
+  let arguments = (ins Graph_IndexTensor:$experts, I64Attr:$num_experts);
+  let results = (outs Graph_F32Tensor:$result);
+  let assemblyFormat = "$experts `experts` $num_experts attr-dict `:` type($experts)";
+}
+
+//===----------------------------------------------------------------------===//
 // Optimizers
 //===----------------------------------------------------------------------===//
 

@@ -1,0 +1,298 @@
+//===- Experts.cpp - Mixture-of-experts routing and expert products -------===//
+//
+// moe_route and its gradient, one token at a time (threads split the
+// tokens: each token's result is the same whatever the threads);
+// expert_matmul and its weight gradient as one product per expert over
+// its slots' rows, gathered in a stable counting-sort order (token-major,
+// then slot) and scattered back; expert_counts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Gemm.h"
+#include "Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace trellis::runtime::cpu {
+
+namespace {
+
+/// The router's attributes, as the op table's row reads them.
+struct RouteOptions {
+  int64_t topK = 1;
+  bool sigmoid = false;
+  bool normalize = false;
+  double scaling = 1;
+
+  explicit RouteOptions(const Instruction &instruction)
+      : topK(instruction.integer("top_k")),
+        sigmoid(instruction.text("scoring") == "sigmoid"),
+        normalize(instruction.flag("normalize")),
+        scaling(instruction.real("scaling", 1.0)) {}
+};
+
+/// A token's scores from its `experts` logits: softmax (max-shifted, the
+/// sum in double) or sigmoid.
+void routeScores(const float *logits, int64_t experts, bool sigmoid,
+                 float *scores) {
+  if (sigmoid) {
+    for (int64_t e = 0; e < experts; ++e)
+      scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    return;
+  }
+  float maximum = *std::max_element(logits, logits + experts);
+  double sum = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    scores[e] = std::exp(logits[e] - maximum);
+    sum += scores[e];
+  }
+  for (int64_t e = 0; e < experts; ++e)
+    scores[e] = static_cast<float>(scores[e] / sum);
+}
+
+/// The `k` highest scores' experts in descending order, ties to the lower
+/// index.
+void topExperts(const float *scores, int64_t experts, int64_t k,
+                int32_t *chosen) {
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < experts; ++e) {
+      if (std::find(chosen, chosen + j, static_cast<int32_t>(e)) != chosen + j)
+        continue;
+      if (best < 0 || scores[e] > scores[best])
+        best = e;
+    }
+    chosen[j] = static_cast<int32_t>(best);
+  }
+}
+
+Status runRoute(const KernelArgs &args) {
+  RouteOptions options(args.instruction);
+  const Tensor &logits = args.in(0);
+  int64_t experts = logits.shape().back();
+  int64_t tokens = experts ? logits.size() / experts : 0;
+  int64_t k = options.topK;
+  float *weights = args.out(0).f32();
+  int32_t *chosen = args.out(1).i32();
+#pragma omp parallel if (tokens * experts >= kParallelElements)
+  {
+    std::vector<float> scores(experts);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      routeScores(logits.f32() + t * experts, experts, options.sigmoid,
+                  scores.data());
+      int32_t *ids = chosen + t * k;
+      topExperts(scores.data(), experts, k, ids);
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j)
+        sum += scores[ids[j]];
+      for (int64_t j = 0; j < k; ++j) {
+        double weight = scores[ids[j]];
+        if (options.normalize)
+          weight /= sum;
+        weights[t * k + j] = static_cast<float>(weight * options.scaling);
+      }
+    }
+  }
+  return Status::success();
+}
+
+/// Checks that every id of `experts` lies in [0, count).
+Status checkExpertIds(const KernelArgs &args, const Tensor &experts,
+                      int64_t count) {
+  const int32_t *ids = experts.i32();
+  for (int64_t s = 0; s < experts.size(); ++s)
+    if (ids[s] < 0 || ids[s] >= count)
+      return Status::error(args.instruction.op + ": expert id " +
+                           std::to_string(ids[s]) + " at slot " +
+                           std::to_string(s) + " is outside [0, " +
+                           std::to_string(count) + ")");
+  return Status::success();
+}
+
+Status runRouteGrad(const KernelArgs &args) {
+  RouteOptions options(args.instruction);
+  const Tensor &logits = args.in(0), &chosen = args.in(1),
+               &weightsGrad = args.in(2);
+  int64_t experts = logits.shape().back();
+  int64_t tokens = experts ? logits.size() / experts : 0;
+  int64_t k = options.topK;
+  TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, chosen, experts));
+  float *out = args.out(0).f32();
+  double c = options.scaling;
+#pragma omp parallel if (tokens * experts >= kParallelElements)
+  {
+    std::vector<float> scores(experts);
+    std::vector<double> scoreGrad(experts);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      routeScores(logits.f32() + t * experts, experts, options.sigmoid,
+                  scores.data());
+      const int32_t *ids = chosen.i32() + t * k;
+      const float *g = weightsGrad.f32() + t * k;
+      // The gradient of each chosen score: w_j = c s_j (/ sum of the
+      // chosen scores with normalize).
+      std::fill(scoreGrad.begin(), scoreGrad.end(), 0.0);
+      double sum = 0, weighted = 0;
+      for (int64_t j = 0; j < k; ++j)
+        sum += scores[ids[j]];
+      if (options.normalize) {
+        for (int64_t j = 0; j < k; ++j)
+          weighted += g[j] * scores[ids[j]];
+        for (int64_t j = 0; j < k; ++j)
+          scoreGrad[ids[j]] = c / sum * (g[j] - weighted / sum);
+      } else {
+        for (int64_t j = 0; j < k; ++j)
+          scoreGrad[ids[j]] = c * g[j];
+      }
+      float *dl = out + t * experts;
+      if (options.sigmoid) {
+        for (int64_t e = 0; e < experts; ++e)
+          dl[e] =
+              static_cast<float>(scoreGrad[e] * scores[e] * (1.0 - scores[e]));
+        continue;
+      }
+      // Through the softmax: dl = s (ds - <s, ds>).
+      double dot = 0;
+      for (int64_t e = 0; e < experts; ++e)
+        dot += scores[e] * scoreGrad[e];
+      for (int64_t e = 0; e < experts; ++e)
+        dl[e] = static_cast<float>(scores[e] * (scoreGrad[e] - dot));
+    }
+  }
+  return Status::success();
+}
+
+/// The slots [0, experts.size()) sorted by expert, stable: `order` the
+/// slots, `starts[e]` the first of expert e's (starts[count] = all).
+void sortSlots(const Tensor &experts, int64_t count,
+               std::vector<int64_t> &order, std::vector<int64_t> &starts) {
+  const int32_t *ids = experts.i32();
+  starts.assign(count + 1, 0);
+  for (int64_t s = 0; s < experts.size(); ++s)
+    ++starts[ids[s] + 1];
+  for (int64_t e = 0; e < count; ++e)
+    starts[e + 1] += starts[e];
+  std::vector<int64_t> next(starts.begin(), starts.end() - 1);
+  order.resize(experts.size());
+  for (int64_t s = 0; s < experts.size(); ++s)
+    order[next[ids[s]]++] = s;
+}
+
+/// Copies the rows of `source` [rows, width] that the sorted slots read
+/// into `gathered` [slots, width]: slot s reads row s, or s / k when the
+/// source has a row per token.
+void gatherRows(const float *source, int64_t width, bool perToken, int64_t k,
+                const std::vector<int64_t> &order,
+                std::vector<float> &gathered) {
+  int64_t slots = static_cast<int64_t>(order.size());
+  gathered.resize(slots * width);
+#pragma omp parallel for schedule(static) if (slots * width >=                 \
+                                              kParallelElements)
+  for (int64_t r = 0; r < slots; ++r) {
+    int64_t row = perToken ? order[r] / k : order[r];
+    std::copy(source + row * width, source + (row + 1) * width,
+              gathered.data() + r * width);
+  }
+}
+
+Status runExpertMatmul(const KernelArgs &args) {
+  const Tensor &lhs = args.in(0), &weight = args.in(1), &experts = args.in(2);
+  Tensor &out = args.out(0);
+  bool transposed = args.instruction.flag("transpose_rhs");
+  int64_t count = weight.shape()[0];
+  int64_t k = experts.shape().back();
+  int64_t depth = lhs.shape().back(), width = out.shape().back();
+  bool perToken = lhs.shape().size() == experts.shape().size();
+  TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, count));
+  std::vector<int64_t> order, starts;
+  sortSlots(experts, count, order, starts);
+  std::vector<float> rows, products(order.size() * width);
+  gatherRows(lhs.f32(), depth, perToken, k, order, rows);
+  for (int64_t e = 0; e < count; ++e) {
+    int64_t first = starts[e], n = starts[e + 1] - first;
+    if (n == 0)
+      continue;
+    if (depth == 0) {
+      std::fill(products.begin() + first * width,
+                products.begin() + (first + n) * width, 0.0f);
+      continue;
+    }
+    const float *matrix = weight.f32() + e * depth * width;
+    if (!gemm(false, transposed, n, width, depth, 1.0f,
+              rows.data() + first * depth, depth, matrix,
+              transposed ? depth : width, 0.0f, products.data() + first * width,
+              width))
+      return gemmFailure("expert_matmul");
+  }
+  int64_t slots = static_cast<int64_t>(order.size());
+  float *result = out.f32();
+#pragma omp parallel for schedule(static) if (slots * width >=                 \
+                                              kParallelElements)
+  for (int64_t r = 0; r < slots; ++r)
+    std::copy(products.data() + r * width, products.data() + (r + 1) * width,
+              result + order[r] * width);
+  return Status::success();
+}
+
+Status runExpertWeightGrad(const KernelArgs &args) {
+  const Tensor &lhs = args.in(0), &grad = args.in(1), &experts = args.in(2);
+  Tensor &out = args.out(0);
+  bool transposed = args.instruction.flag("transpose_rhs");
+  int64_t count = out.shape()[0];
+  int64_t k = experts.shape().back();
+  int64_t depth = lhs.shape().back(), width = grad.shape().back();
+  bool perToken = lhs.shape().size() == experts.shape().size();
+  TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, count));
+  std::vector<int64_t> order, starts;
+  sortSlots(experts, count, order, starts);
+  std::vector<float> rows, grads;
+  gatherRows(lhs.f32(), depth, perToken, k, order, rows);
+  gatherRows(grad.f32(), width, /*perToken=*/false, k, order, grads);
+  float *result = out.f32();
+  int64_t matrix = depth * width;
+  for (int64_t e = 0; e < count; ++e) {
+    int64_t first = starts[e], n = starts[e + 1] - first;
+    float *dw = result + e * matrix;
+    if (n == 0 || matrix == 0) {
+      std::fill(dw, dw + matrix, 0.0f);
+      continue;
+    }
+    const float *a = rows.data() + first * depth;
+    const float *g = grads.data() + first * width;
+    bool ok = transposed ? gemm(true, false, width, depth, n, 1.0f, g, width, a,
+                                depth, 0.0f, dw, depth)
+                         : gemm(true, false, depth, width, n, 1.0f, a, depth, g,
+                                width, 0.0f, dw, width);
+    if (!ok)
+      return gemmFailure("expert_matmul_weight_grad");
+  }
+  return Status::success();
+}
+
+Status runExpertCounts(const KernelArgs &args) {
+  const Tensor &experts = args.in(0);
+  Tensor &out = args.out(0);
+  int64_t count = out.size();
+  TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, count));
+  std::vector<int64_t> totals(count, 0);
+  for (int64_t s = 0; s < experts.size(); ++s)
+    ++totals[experts.i32()[s]];
+  for (int64_t e = 0; e < count; ++e)
+    out.f32()[e] = static_cast<float>(totals[e]);
+  return Status::success();
+}
+
+} // namespace
+
+void registerExpertKernels(KernelTable &table) {
+  table.add({"moe_route"}, runRoute);
+  table.add({"moe_route_grad"}, runRouteGrad);
+  table.add({"expert_matmul"}, runExpertMatmul);
+  table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad);
+  table.add({"expert_counts"}, runExpertCounts);
+}
+
+} // namespace trellis::runtime::cpu

@@ -1,0 +1,213 @@
+"""Mixture-of-experts models from their configs against transformers:
+Mixtral, Qwen2-MoE (a shared expert) and Qwen3-MoE (dense layers among
+the sparse ones), with the router's load-balancing loss, trained by
+AdamW as torch trains them; and their weights read from and written to
+the per-expert tensors of Hugging Face checkpoints."""
+
+import json
+import os
+import subprocess
+from typing import Dict
+
+import numpy as np
+import pytest
+
+import trellis
+from conftest import ROOT, batches
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+BATCH, SEQ, STEPS = 4, 16, 5
+EPSILON = 1e-4
+
+
+def config(kind: str) -> dict:
+    """Tiny configs: mixtral-tiny.json, and Qwen's on the same sizes."""
+    with open(os.path.join(ROOT, "examples", "configs",
+                           "mixtral-tiny.json")) as file:
+        fields = json.load(file)
+    if kind == "mixtral":
+        return fields
+    common = {k: fields[k] for k in (
+        "hidden_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "vocab_size", "max_position_embeddings",
+        "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+        "initializer_range", "num_experts_per_tok", "output_router_logits",
+        "router_aux_loss_coef")}
+    common.update(num_experts=8, moe_intermediate_size=48,
+                  intermediate_size=96, use_sliding_window=False)
+    if kind == "qwen2_moe":
+        return dict(common, model_type="qwen2_moe",
+                    architectures=["Qwen2MoeForCausalLM"],
+                    shared_expert_intermediate_size=80, norm_topk_prob=False)
+    # Qwen3-MoE: heads of 32, each head's query and key normalized, the
+    # experts' weights renormalized, layer 0 a dense MLP.
+    return dict(common, model_type="qwen3_moe",
+                architectures=["Qwen3MoeForCausalLM"], head_dim=32,
+                norm_topk_prob=True, mlp_only_layers=[0], num_hidden_layers=3)
+
+
+def hugging_face(kind: str, fields: dict) -> "torch.nn.Module":
+    classes = {
+        "mixtral": (transformers.MixtralForCausalLM,
+                    transformers.MixtralConfig),
+        "qwen2_moe": (transformers.Qwen2MoeForCausalLM,
+                      transformers.Qwen2MoeConfig),
+        "qwen3_moe": (transformers.Qwen3MoeForCausalLM,
+                      transformers.Qwen3MoeConfig),
+    }
+    model, settings = classes[kind]
+    torch.manual_seed(0)
+    module = model(settings(**fields, attn_implementation="eager"))
+    # Scales where the router's choices differ between tokens and steps.
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0.0, 0.1)
+    return module.eval()
+
+
+def trellis_weights(kind: str, module: "torch.nn.Module",
+                    fields: dict) -> Dict[str, np.ndarray]:
+    """The module's weights under Trellis's names: transformers' fused
+    [E, 2F, H] gate and up projections as two stacked parameters, the
+    experts' `*` standing for their index as in the Hub's files."""
+    mixtral = kind == "mixtral"
+    size = fields["intermediate_size" if mixtral else "moe_intermediate_size"]
+    gate, up, down = ("w1", "w3", "w2") if mixtral else (
+        "gate_proj", "up_proj", "down_proj")
+    weights = {}
+    for name, tensor in module.state_dict().items():
+        value = tensor.detach().numpy()
+        block = ".block_sparse_moe." if mixtral else ".mlp."
+        if name.endswith(".mlp.experts.gate_up_proj"):
+            prefix = name.replace(".mlp.experts.gate_up_proj",
+                                  block + "experts.*.")
+            weights[prefix + gate + ".weight"] = np.ascontiguousarray(
+                value[:, :size])
+            weights[prefix + up + ".weight"] = np.ascontiguousarray(
+                value[:, size:])
+        elif name.endswith(".mlp.experts.down_proj"):
+            weights[name.replace(".mlp.experts.down_proj",
+                                 block + "experts.*." + down + ".weight")] = value
+        elif ".mlp.gate." in name:
+            weights[name.replace(".mlp.gate.", block + "gate.")] = value
+        else:
+            weights[name] = value
+    return weights
+
+
+def torch_training(module, fields: dict, data: list, microbatches: int):
+    """AdamW steps as transformers trains: the loss with the router's
+    auxiliary loss, micro-batches accumulated as the mean of their losses."""
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
+                                  betas=(0.9, 0.999), eps=EPSILON,
+                                  weight_decay=0.0)
+    losses = []
+    for tokens, targets in data:
+        optimizer.zero_grad()
+        total = 0.0
+        rows = len(tokens) // microbatches
+        for m in range(microbatches):
+            piece = slice(m * rows, (m + 1) * rows)
+            out = module(torch.as_tensor(tokens[piece], dtype=torch.long),
+                         output_router_logits=True)
+            loss = torch.nn.functional.cross_entropy(
+                out.logits.flatten(0, 1),
+                torch.as_tensor(targets[piece], dtype=torch.long).flatten())
+            loss = loss + fields["router_aux_loss_coef"] * out.aux_loss
+            (loss / microbatches).backward()
+            total += loss.item() / microbatches
+        optimizer.step()
+        losses.append(total)
+    return losses
+
+
+@pytest.mark.parametrize("kind,microbatches", [
+    ("mixtral", 1), ("mixtral", 2), ("qwen2_moe", 1), ("qwen3_moe", 2)])
+def test_moe_trains_like_hugging_face(kind: str, microbatches: int) -> None:
+    """5 AdamW steps: losses (the load-balancing loss included) and every
+    parameter equal transformers + torch AdamW within 1e-5."""
+    fields = config(kind)
+    module = hugging_face(kind, fields)
+    weights = trellis_weights(kind, module, fields)
+    data = batches(fields["vocab_size"], BATCH, SEQ, STEPS, seed=3)
+    plan = trellis.compile(trellis.Model.from_config(fields), batch=BATCH,
+                           seq=SEQ, adam_eps=EPSILON,
+                           microbatches=microbatches)
+    with trellis.Session(plan, weights=weights) as session:
+        losses = [session.step(*batch) for batch in data]
+        found = session.state_dict()
+    expected = torch_training(module, fields, data, microbatches)
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    trained = trellis_weights(kind, module, fields)
+    assert found.keys() == trained.keys()
+    for name, value in found.items():
+        np.testing.assert_allclose(value, trained[name], rtol=1e-5,
+                                   atol=1e-6, err_msg=name)
+
+
+def test_hub_checkpoints_load_and_export(tmp_path, trellis_bin: str) -> None:
+    """Weights in the Hub's per-expert tensors load; a trained checkpoint
+    exports to them, and transformers computes Trellis's loss from it."""
+    fields = config("mixtral")
+    module = hugging_face("mixtral", fields)
+    weights = trellis_weights("mixtral", module, fields)
+    hub = {}
+    for name, value in weights.items():
+        for index in range(value.shape[0] if "*" in name else 0):
+            hub[name.replace("*", str(index))] = value[index]
+        if "*" not in name:
+            hub[name] = value
+    path = str(tmp_path / "hub.safetensors")
+    safetensors_numpy.save_file(hub, path)
+    data = batches(fields["vocab_size"], BATCH, SEQ, 1, seed=4)
+    model = trellis.Model.from_config(fields)
+    plan = trellis.compile(model, batch=BATCH, seq=SEQ, optimizer="none")
+    with trellis.Session(plan, weights=weights) as session:
+        expected = session.step(*data[0])
+    with trellis.Session(plan) as session:
+        session.load_weights(path)
+        assert session.step(*data[0]) == expected
+    # A missing expert is named.
+    del hub["model.layers.1.block_sparse_moe.experts.7.w2.weight"]
+    safetensors_numpy.save_file(hub, path)
+    with trellis.Session(plan) as session:
+        with pytest.raises(RuntimeError, match=r"missing \"model\.layers\.1\."
+                           r"block_sparse_moe\.experts\.7\.w2\.weight\" "
+                           r"\(slice 7 of 8"):
+            session.load_weights(path)
+
+    # Trained, saved, exported: transformers loads the per-expert tensors.
+    config_path = str(tmp_path / "config.json")
+    with open(config_path, "w") as file:
+        json.dump(fields, file)
+    plan_path = str(tmp_path / "train.plan")
+    subprocess.run([trellis_bin, "compile", config_path, "--batch",
+                    str(BATCH), "--seq", str(SEQ), "-o", plan_path],
+                   check=True)
+    checkpoint = str(tmp_path / "checkpoint")
+    subprocess.run([trellis_bin, "run", plan_path, "--steps", "2", "--save",
+                    checkpoint], check=True, stdout=subprocess.DEVNULL)
+    exported = str(tmp_path / "hf")
+    subprocess.run([trellis_bin, "export", checkpoint, "--hf", exported],
+                   check=True, stdout=subprocess.DEVNULL)
+    stored = safetensors_numpy.load_file(os.path.join(exported,
+                                                      "model.safetensors"))
+    assert "model.layers.0.block_sparse_moe.experts.7.w3.weight" in stored
+    assert not any("*" in name for name in stored)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(exported)
+    loaded.eval()
+    tokens, targets = data[0]
+    with torch.no_grad():
+        out = loaded(torch.from_numpy(tokens).long(),
+                     output_router_logits=True)
+        hf_loss = (torch.nn.functional.cross_entropy(
+            out.logits.flatten(0, 1),
+            torch.from_numpy(targets).long().flatten()) +
+            fields["router_aux_loss_coef"] * out.aux_loss).item()
+    with trellis.Session(plan) as session:
+        session.load_weights(os.path.join(exported, "model.safetensors"))
+        assert session.step(tokens, targets) == pytest.approx(hf_loss,
+                                                              rel=1e-5)
