@@ -88,12 +88,12 @@ std::optional<ParallelDegrees>
 resolveParallelDegrees(const CompileOptions &options, MessageSink sink) {
   std::vector<MeshAxis> axes;
   if (!options.mesh) {
-    for (auto [flag, value] :
-         {std::pair<const char *, std::optional<int64_t>>{"--pp",
-                                                          options.pipeline},
-          {"--dp", options.dataParallel},
-          {"--cp", options.contextParallel},
-          {"--tp", options.tensorParallel}})
+    for (auto [flag, value] : {std::pair<const char *, std::optional<int64_t>>{
+                                   "--pp", options.pipeline},
+                               {"--dp", options.dataParallel},
+                               {"--ep", options.expertParallel},
+                               {"--cp", options.contextParallel},
+                               {"--tp", options.tensorParallel}})
       if (value.value_or(1) < 1) {
         sink(MessageKind::Error,
              llvm::Twine(flag) +
@@ -105,6 +105,8 @@ resolveParallelDegrees(const CompileOptions &options, MessageSink sink) {
       }
     axes = {{"pp", options.pipeline.value_or(1)},
             {"dp", options.dataParallel.value_or(1)}};
+    if (options.expertParallel.value_or(1) != 1)
+      axes.push_back({"ep", *options.expertParallel});
     if (options.contextParallel.value_or(1) != 1)
       axes.push_back({"cp", *options.contextParallel});
     axes.push_back({"tp", options.tensorParallel.value_or(1)});
@@ -112,9 +114,10 @@ resolveParallelDegrees(const CompileOptions &options, MessageSink sink) {
       axis.role = impliedAxisRole(axis.name);
   } else {
     if (options.dataParallel || options.tensorParallel || options.pipeline ||
-        options.contextParallel) {
-      sink(MessageKind::Error, "--mesh and --dp/--tp/--pp/--cp both given: "
-                               "expected one description of the mesh");
+        options.contextParallel || options.expertParallel) {
+      sink(MessageKind::Error, "--mesh and --dp/--tp/--pp/--cp/--ep both "
+                               "given: expected one description of the "
+                               "mesh");
       return std::nullopt;
     }
     std::optional<Mesh> mesh = parseMeshText(*options.mesh, "--mesh", sink);

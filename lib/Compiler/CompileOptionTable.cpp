@@ -52,6 +52,11 @@ const std::vector<OptionRow<CompileOptions>> &compileOptionTable() {
        "Context-parallel degree: split the sequence over N ranks (a cp axis "
        "between dp and tp; --cp-kind says how attention sees the whole "
        "sequence)"},
+      {"ep", OptionType::Int,
+       [](O &o, const V &v) { o.expertParallel = v.integer; }, kParallel,
+       "Expert-parallel degree: split each mixture-of-experts layer's "
+       "experts over N ranks (an ep axis between dp and cp; the batch "
+       "splits over it too)"},
       {"schedule", OptionType::String,
        [](O &o, const V &v) { o.schedule = v.text; }, kParallel,
        "Pipeline schedule: gpipe, 1f1b (default), interleaved or zb-h1"},

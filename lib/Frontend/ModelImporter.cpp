@@ -809,13 +809,14 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
   Value upWeight = expertWeight("w3", "up_proj", {count, f, e});
   Value downWeight = expertWeight("w2", "down_proj", {count, e, f});
   Value gate = ExpertMatmulOp::create(builder_, loc_, x, gateWeight, chosen,
-                                      /*transpose_rhs=*/true);
+                                      /*transpose_rhs=*/true, ArrayAttr());
   Value up = ExpertMatmulOp::create(builder_, loc_, x, upWeight, chosen,
-                                    /*transpose_rhs=*/true);
+                                    /*transpose_rhs=*/true, ArrayAttr());
   Value activated =
       MulOp::create(builder_, loc_, SiluOp::create(builder_, loc_, gate), up);
-  Value down = ExpertMatmulOp::create(builder_, loc_, activated, downWeight,
-                                      chosen, /*transpose_rhs=*/true);
+  Value down =
+      ExpertMatmulOp::create(builder_, loc_, activated, downWeight, chosen,
+                             /*transpose_rhs=*/true, ArrayAttr());
   // The slots [b, s, k, E] weighted and summed in slot order.
   Value weighted =
       MulOp::create(builder_, loc_, down, reshape(weights, {b, s, k, 1}));

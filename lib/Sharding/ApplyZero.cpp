@@ -58,8 +58,20 @@ struct ApplyZeroPass : public trellis::impl::ApplyZeroPassBase<ApplyZeroPass> {
       return signalPassFailure();
     context_ = &getContext();
     argAttrs_.clear();
-    for (unsigned i = 0; i < function.getNumArguments(); ++i)
+    ownAxes_.clear();
+    for (unsigned i = 0; i < function.getNumArguments(); ++i) {
       argAttrs_.emplace_back(function.getArgAttrDict(i));
+      // An argument already split over expert axes (expert parallelism's
+      // weights and states) keeps that split: ZeRO shards it over its
+      // other axes, and ZeRO-3 gathers only those.
+      ownAxes_.emplace_back();
+      if (auto layout = function.getArgAttrOfType<ShardingAttr>(
+              i, TrellisDialect::kShardingAttrName))
+        for (DimShardingAttr dim : layout.getDims())
+          for (StringAttr name : dim.getAxes())
+            if (llvm::is_contained(expertAxes_, name))
+              ownAxes_.back().push_back(name);
+    }
 
     // Stage 1: optimizer states (moments, fp32 masters); stage 3 also the
     // parameters. Stage 2 shards what stage 1 does, and its gradients are
@@ -167,6 +179,7 @@ private:
     }
     meshName_ = name;
     dataSize_ = size;
+    expertAxes_ = mesh.getMesh().getAxesWithRole(AxisRole::Expert);
     return success();
   }
 
@@ -188,19 +201,25 @@ private:
         argAttrs_[i].get(TrellisDialect::kShardingAttrName));
     SmallVector<SmallVector<StringAttr>> dims =
         axesOf(existing, type.getRank());
+    SmallVector<StringAttr> axes = zeroAxes(i);
+    if (axes.empty())
+      return true; // split over every ZeRO axis by expert parallelism
+    int64_t size = 1;
+    for (StringAttr axis : axes)
+      size *= axisSize(axis);
     for (const auto &dimAxes : dims)
-      for (StringAttr dataAxis : dataAxes_)
+      for (StringAttr dataAxis : axes)
         if (llvm::is_contained(dimAxes, dataAxis))
           return true; // the user split it over dp already
     std::optional<int64_t> chosen;
     for (int64_t d = 0; d < type.getRank() && !chosen; ++d)
-      if (dims[d].empty() && type.getDimSize(d) % dataSize_ == 0)
+      if (dims[d].empty() && type.getDimSize(d) % size == 0)
         chosen = d;
     for (int64_t d = 0; d < type.getRank() && !chosen; ++d) {
       int64_t piece = type.getDimSize(d);
       for (StringAttr other : dims[d])
         piece /= axisSize(other);
-      if (!dims[d].empty() && piece % dataSize_ == 0)
+      if (!dims[d].empty() && piece % size == 0)
         chosen = d;
     }
     // Else the largest whole dimension, unevenly: its last pieces are
@@ -220,7 +239,7 @@ private:
     if (padded)
       argAttrs_[i].set(TrellisDialect::kPaddedAttrName,
                        DenseI64ArrayAttr::get(context_, type.getShape()));
-    dims[*chosen].append(dataAxes_.begin(), dataAxes_.end());
+    dims[*chosen].append(axes.begin(), axes.end());
     SmallVector<DimShardingAttr> attrs;
     for (const auto &dimAxes : dims)
       attrs.push_back(DimShardingAttr::get(context_, dimAxes, false));
@@ -334,7 +353,7 @@ private:
         continue;
       auto layout = llvm::dyn_cast_if_present<ShardingAttr>(
           argAttrs_[arg.getArgNumber()].get(TrellisDialect::kShardingAttrName));
-      if (layout && usesData(layout))
+      if (layout && usesData(layout, zeroAxes(arg.getArgNumber())))
         return layout;
     }
     return {};
@@ -376,13 +395,15 @@ private:
           param.getArgNumber(), graph::GraphDialect::kRoleAttrName);
       auto stored = function.getArgAttrOfType<ShardingAttr>(
           param.getArgNumber(), TrellisDialect::kShardingAttrName);
-      if (!role || role.getValue() != "param" || !stored || !usesData(stored))
+      SmallVector<StringAttr> axes = zeroAxes(param.getArgNumber());
+      if (!role || role.getValue() != "param" || !stored ||
+          !usesData(stored, axes))
         continue;
       SmallVector<DimShardingAttr> wholeDims;
       for (DimShardingAttr dim : stored.getDims()) {
         SmallVector<StringAttr> kept;
         for (StringAttr name : dim.getAxes())
-          if (!llvm::is_contained(dataAxes_, name))
+          if (!llvm::is_contained(axes, name))
             kept.push_back(name);
         wholeDims.push_back(DimShardingAttr::get(context_, kept, false));
       }
@@ -428,12 +449,22 @@ private:
     return true;
   }
 
-  bool usesData(ShardingAttr layout) {
+  bool usesData(ShardingAttr layout, ArrayRef<StringAttr> axes) {
     for (DimShardingAttr dim : layout.getDims())
       for (StringAttr name : dim.getAxes())
-        if (llvm::is_contained(dataAxes_, name))
+        if (llvm::is_contained(axes, name))
           return true;
     return false;
+  }
+
+  /// The axes ZeRO shards argument `i` over: the ZeRO axes but the expert
+  /// axes it is split over already.
+  SmallVector<StringAttr> zeroAxes(unsigned i) const {
+    SmallVector<StringAttr> axes;
+    for (StringAttr axis : dataAxes_)
+      if (i >= ownAxes_.size() || !llvm::is_contained(ownAxes_[i], axis))
+        axes.push_back(axis);
+    return axes;
   }
 
   MLIRContext *context_ = nullptr;
@@ -441,6 +472,10 @@ private:
   /// The axes ZeRO shards over, major to minor, and their ranks.
   SmallVector<StringAttr> dataAxes_;
   int64_t dataSize_ = 1;
+  /// The mesh's expert axes, and per argument those it was split over
+  /// before ZeRO.
+  SmallVector<StringAttr> expertAxes_;
+  SmallVector<SmallVector<StringAttr>> ownAxes_;
   SmallVector<NamedAttrList> argAttrs_;
 };
 

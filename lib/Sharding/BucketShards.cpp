@@ -98,9 +98,14 @@ void bucketShardCollectives(Block &body, int64_t bucketBytes, bool perPart,
   // another stage than any bucket: left alone.
   bool keyed = perPart || ofMicroBatches;
   for (Operation &op : body) {
+    // Buckets join float tensors (concat); gathered ids (the experts each
+    // token chose) go alone.
     if (!llvm::isa<ReduceScatterOp, AllGatherOp>(op) ||
         op.getAttrOfType<IntegerAttr>("dim").getInt() != 0 ||
-        (perPart && !partOf(&op)))
+        (perPart && !partOf(&op)) ||
+        !llvm::isa<FloatType>(
+            llvm::cast<RankedTensorType>(op.getOperand(0).getType())
+                .getElementType()))
       continue;
     if (auto scatter = llvm::dyn_cast<ReduceScatterOp>(op)) {
       // Gradients scattered in the backward (ZeRO-2 and 3) are bucketed per

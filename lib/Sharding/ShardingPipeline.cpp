@@ -15,6 +15,12 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
   preset.functionName = options.function;
   preset.meshText = options.mesh;
   pm.addPass(createApplyPresetPass(preset));
+  std::optional<Mesh> mesh = Mesh::parse(options.mesh, nullptr);
+  if (mesh && mesh->roleSize(AxisRole::Expert) > 1) {
+    ApplyExpertParallelPassOptions experts;
+    experts.functionName = options.function;
+    pm.addPass(createApplyExpertParallelPass(experts));
+  }
   if (options.contextParallel) {
     ApplyContextParallelPassOptions context;
     context.functionName = options.function;

@@ -4,7 +4,8 @@
 // tokens: each token's result is the same whatever the threads);
 // expert_matmul and its weight gradient as one product per expert over
 // its slots' rows, gathered in a stable counting-sort order (token-major,
-// then slot) and scattered back; expert_counts.
+// then slot) and scattered back, for the experts the weight holds (under
+// expert parallelism, the rank's range); expert_counts.
 //
 //===----------------------------------------------------------------------===//
 
@@ -165,20 +166,41 @@ Status runRouteGrad(const KernelArgs &args) {
   return Status::success();
 }
 
-/// The slots [0, experts.size()) sorted by expert, stable: `order` the
-/// slots, `starts[e]` the first of expert e's (starts[count] = all).
-void sortSlots(const Tensor &experts, int64_t count,
+/// The experts an expert op's weight holds: [first, first + count) of
+/// `total` (all of them, or under expert parallelism the range at the
+/// rank's place along the op's axes).
+struct ExpertRange {
+  int64_t first = 0, count = 0, total = 0;
+};
+
+StatusOr<ExpertRange> expertRange(const KernelArgs &args, int64_t held) {
+  StatusOr<int64_t> position = shardPosition(args);
+  if (!position.ok())
+    return position.status();
+  return ExpertRange{*position * held, held, held * shardCount(args)};
+}
+
+/// The slots [0, experts.size()) of the range's experts sorted by expert,
+/// stable: `order` the slots, `starts[e]` the first of the range's e-th
+/// expert's (starts[count]: all of them). Other slots are left out.
+void sortSlots(const Tensor &experts, const ExpertRange &range,
                std::vector<int64_t> &order, std::vector<int64_t> &starts) {
   const int32_t *ids = experts.i32();
-  starts.assign(count + 1, 0);
+  auto local = [&](int64_t s) { return ids[s] - range.first; };
+  auto held = [&](int64_t s) {
+    return local(s) >= 0 && local(s) < range.count;
+  };
+  starts.assign(range.count + 1, 0);
   for (int64_t s = 0; s < experts.size(); ++s)
-    ++starts[ids[s] + 1];
-  for (int64_t e = 0; e < count; ++e)
+    if (held(s))
+      ++starts[local(s) + 1];
+  for (int64_t e = 0; e < range.count; ++e)
     starts[e + 1] += starts[e];
   std::vector<int64_t> next(starts.begin(), starts.end() - 1);
-  order.resize(experts.size());
+  order.resize(starts.back());
   for (int64_t s = 0; s < experts.size(); ++s)
-    order[next[ids[s]]++] = s;
+    if (held(s))
+      order[next[local(s)]++] = s;
 }
 
 /// Copies the rows of `source` [rows, width] that the sorted slots read
@@ -202,13 +224,16 @@ Status runExpertMatmul(const KernelArgs &args) {
   const Tensor &lhs = args.in(0), &weight = args.in(1), &experts = args.in(2);
   Tensor &out = args.out(0);
   bool transposed = args.instruction.flag("transpose_rhs");
-  int64_t count = weight.shape()[0];
+  StatusOr<ExpertRange> range = expertRange(args, weight.shape()[0]);
+  if (!range.ok())
+    return range.status();
+  int64_t count = range->count;
   int64_t k = experts.shape().back();
   int64_t depth = lhs.shape().back(), width = out.shape().back();
   bool perToken = lhs.shape().size() == experts.shape().size();
-  TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, count));
+  TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, range->total));
   std::vector<int64_t> order, starts;
-  sortSlots(experts, count, order, starts);
+  sortSlots(experts, *range, order, starts);
   std::vector<float> rows, products(order.size() * width);
   gatherRows(lhs.f32(), depth, perToken, k, order, rows);
   for (int64_t e = 0; e < count; ++e) {
@@ -229,6 +254,9 @@ Status runExpertMatmul(const KernelArgs &args) {
   }
   int64_t slots = static_cast<int64_t>(order.size());
   float *result = out.f32();
+  // Slots of experts held elsewhere are zeros.
+  if (slots < experts.size())
+    std::fill(result, result + out.size(), 0.0f);
 #pragma omp parallel for schedule(static) if (slots * width >=                 \
                                               kParallelElements)
   for (int64_t r = 0; r < slots; ++r)
@@ -241,13 +269,16 @@ Status runExpertWeightGrad(const KernelArgs &args) {
   const Tensor &lhs = args.in(0), &grad = args.in(1), &experts = args.in(2);
   Tensor &out = args.out(0);
   bool transposed = args.instruction.flag("transpose_rhs");
-  int64_t count = out.shape()[0];
+  StatusOr<ExpertRange> range = expertRange(args, out.shape()[0]);
+  if (!range.ok())
+    return range.status();
+  int64_t count = range->count;
   int64_t k = experts.shape().back();
   int64_t depth = lhs.shape().back(), width = grad.shape().back();
   bool perToken = lhs.shape().size() == experts.shape().size();
-  TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, count));
+  TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, range->total));
   std::vector<int64_t> order, starts;
-  sortSlots(experts, count, order, starts);
+  sortSlots(experts, *range, order, starts);
   std::vector<float> rows, grads;
   gatherRows(lhs.f32(), depth, perToken, k, order, rows);
   gatherRows(grad.f32(), width, /*perToken=*/false, k, order, grads);

@@ -39,7 +39,7 @@ struct CompileOptions {
   // Parallelism.
   std::optional<std::string> mesh;
   std::optional<int64_t> dataParallel, tensorParallel, pipeline,
-      contextParallel;
+      contextParallel, expertParallel;
   std::optional<std::string> schedule;
   std::optional<int64_t> chunks;
   std::optional<std::string> stageLayers;

@@ -101,6 +101,32 @@ def ApplyZeroPass : Pass<"trellis-apply-zero", "::mlir::ModuleOp"> {
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
 
+def ApplyExpertParallelPass
+    : Pass<"trellis-apply-expert-parallel", "::mlir::ModuleOp"> {
+  let summary = "Annotates a training step for expert parallelism";
+  let description = [{
+    Splits each mixture-of-experts weight (the `weight` of an
+    expert_matmul, through casts) and its optimizer states along their
+    expert dimension over @mesh's expert axes, and marks every
+    expert_matmul and expert_matmul_weight_grad with those `axes`: each
+    rank holds a contiguous range of the experts and computes the slots
+    routed to them. The tokens split over the expert axes as over data
+    axes; the expert ops read theirs whole over the expert axes
+    (constraints: the partitioner all-gathers them), and each
+    expert_matmul's result, partial over the expert axes (zeros where the
+    slot's expert lives elsewhere), is constrained back to the batch's
+    split (a reduce_scatter). The expert weights' gradients are then
+    partial over the data axes only: their reductions run over the experts'
+    own group. The expert count must divide by the expert axes' size, and
+    a mesh with expert axes needs a model with experts: errors name both.
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The training step">
+  ];
+  let dependentDialects = ["::trellis::TrellisDialect"];
+}
+
 def ApplySequenceParallelPass
     : Pass<"trellis-apply-sequence-parallel", "::mlir::ModuleOp"> {
   let summary = "Annotates a training step for Megatron sequence parallelism";

@@ -132,3 +132,22 @@ LogicalResult AttentionGradOp::localizeAttributes(TypeRange,
     setAxesAttr(queryAxes);
   return success();
 }
+
+// Under expert parallelism each rank holds a range of the experts: the
+// axes the expert dimension is split over place it (the weight's for the
+// product, the result's for the weight gradient, which also counts only
+// the rank's experts).
+LogicalResult ExpertMatmulOp::localizeAttributes(TypeRange,
+                                                 ArrayRef<ArrayAttr> axes) {
+  // A weight gathered whole holds every expert.
+  setAxesAttr(splitAxes(axes, 1, 0));
+  return success();
+}
+
+LogicalResult
+ExpertMatmulWeightGradOp::localizeAttributes(TypeRange,
+                                             ArrayRef<ArrayAttr> axes) {
+  setNumExperts(resultShape(*this)[0]);
+  setAxesAttr(splitAxes(axes, getNumOperands(), 0));
+  return success();
+}

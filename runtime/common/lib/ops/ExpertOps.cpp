@@ -105,8 +105,9 @@ void weightSizes(const Shape &weight, bool transposed, int64_t &k, int64_t &n) {
 }
 
 /// Token dimensions, then the slot, the contracted K and the produced N
-/// of an expert product; the experts stay whole (a split would need each
-/// rank's range of experts: the expert-parallel lowering's business).
+/// of an expert product, and the experts: whole, unless the op has `axes`
+/// (expert parallelism: the rank holds a range of the experts, the one at
+/// its place along them).
 struct ExpertFactors {
   std::vector<int64_t> tokens;
   int64_t slot, k, n, experts;
@@ -114,7 +115,7 @@ struct ExpertFactors {
 
 ExpertFactors addExpertFactors(ShardingRule &rule, const Shape &slots,
                                int64_t experts, int64_t k, int64_t n,
-                               FactorKind rowKind) {
+                               FactorKind rowKind, FactorKind expertKind) {
   ExpertFactors factors;
   factors.tokens = rule.addFactors(tokenShape(slots), rowKind);
   factors.slot = rule.addFactor(slots.back(), rowKind);
@@ -122,7 +123,7 @@ ExpertFactors addExpertFactors(ShardingRule &rule, const Shape &slots,
       rule.addFactor(k, rowKind == FactorKind::Parallel ? FactorKind::Reduction
                                                         : FactorKind::Parallel);
   factors.n = rule.addFactor(n, FactorKind::Parallel);
-  factors.experts = rule.addFactor(experts, FactorKind::Whole);
+  factors.experts = rule.addFactor(experts, expertKind);
   return factors;
 }
 
@@ -205,11 +206,14 @@ void addExpertOps(TableBuilder &table) {
   // Each slot's row times its expert's matrix: lhs [..., K] (one row per
   // token, used by each of its slots) or [..., k, K] (one per slot),
   // weight [E, K, N] ([E, N, K] with transpose_rhs, nn.Linear's layout),
-  // experts [..., k] in [0, E); the result is [..., k, N].
+  // experts [..., k] in [0, E); the result is [..., k, N]. With `axes`
+  // (expert parallelism) the weight holds experts [p E, (p + 1) E) of the
+  // group's E x size, p the rank's place along the axes, and slots routed
+  // to other experts give zeros.
   table
       .add("expert_matmul",
            {{"lhs"}, {"weight"}, {"experts", OperandKind::Index}}, 1,
-           {{"transpose_rhs", K::Bool, false}},
+           {{"transpose_rhs", K::Bool, false}, kOptionalAxes},
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(expectSlots(op, 2));
              bool perToken = false;
@@ -233,8 +237,11 @@ void addExpertOps(TableBuilder &table) {
         lhsRows(op, 0, 2, perToken);
         int64_t k = 0, n = 0;
         weightSizes(op.shape(1), transposed, k, n);
-        ExpertFactors f = addExpertFactors(rule, op.shape(2), op.shape(1)[0], k,
-                                           n, FactorKind::Parallel);
+        // With `axes`, slots whose expert lives elsewhere give zeros: a
+        // split of the experts leaves the result partial.
+        ExpertFactors f = addExpertFactors(
+            rule, op.shape(2), op.shape(1)[0], k, n, FactorKind::Parallel,
+            op.has("axes") ? FactorKind::Reduction : FactorKind::Whole);
         rule.operandFactors = {lhsFactors(f, perToken),
                                weightFactors(f, transposed), slotFactors(f)};
         rule.resultFactors = {slotFactors(f, f.n)};
@@ -247,11 +254,14 @@ void addExpertOps(TableBuilder &table) {
       });
   // The weight's gradient: for each expert, its slots' lhs rows times
   // their result gradients, summed over the slots in token order (an
-  // expert no slot chose gets zeros). In the weight's layout.
+  // expert no slot chose gets zeros). In the weight's layout; with `axes`,
+  // of the rank's range of the experts, as expert_matmul's.
   table
       .add("expert_matmul_weight_grad",
            {{"lhs"}, {"result_grad"}, {"experts", OperandKind::Index}}, 1,
-           {{"num_experts", K::Int, true}, {"transpose_rhs", K::Bool, false}},
+           {{"num_experts", K::Int, true},
+            {"transpose_rhs", K::Bool, false},
+            kOptionalAxes},
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(expectSlots(op, 2));
              bool perToken = false;
@@ -275,9 +285,11 @@ void addExpertOps(TableBuilder &table) {
         ShardingRule rule;
         bool perToken = false, transposed = op.flag("transpose_rhs");
         lhsRows(op, 0, 2, perToken);
+        // With `axes`, each rank computes its own experts' gradients.
         ExpertFactors f = addExpertFactors(
             rule, op.shape(2), op.integer("num_experts"), op.shape(0).back(),
-            op.shape(1).back(), FactorKind::Reduction);
+            op.shape(1).back(), FactorKind::Reduction,
+            op.has("axes") ? FactorKind::Parallel : FactorKind::Whole);
         rule.operandFactors = {lhsFactors(f, perToken), slotFactors(f, f.n),
                                slotFactors(f)};
         rule.resultFactors = {weightFactors(f, transposed)};

@@ -650,7 +650,8 @@ def Graph_MoeRouteGradOp : Graph_Op<"moe_route_grad"> {
   }];
 }
 
-def Graph_ExpertMatmulOp : Graph_Op<"expert_matmul"> {
+def Graph_ExpertMatmulOp : Graph_Op<"expert_matmul", [],
+    ["localizeAttributes"]> {
   let summary = "Each slot's row times the matrix of the expert it chose";
   let description = [{
     ```mlir
@@ -662,26 +663,34 @@ def Graph_ExpertMatmulOp : Graph_Op<"expert_matmul"> {
     one row per slot; `weight` is [E, K, N] ([E, N, K] with
     `transpose_rhs`). The result [..., k, N] holds row (t, j) times
     weight[experts[t, j]]. An expert id outside [0, E) is an error when the
-    kernel runs.
+    kernel runs. Under expert parallelism (`axes`, set by
+    -trellis-apply-expert-parallel), `weight` holds experts [p E, (p + 1) E)
+    of the E x (group size) the ids name, p the rank's place along `axes`;
+    slots routed to other experts give zeros.
   }];
   let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$weight,
-                       Graph_IndexTensor:$experts, UnitAttr:$transpose_rhs);
+                       Graph_IndexTensor:$experts, UnitAttr:$transpose_rhs,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = [{
     $lhs `,` $weight (`transposed` $transpose_rhs^)? `,` $experts attr-dict `:` type($lhs) `,` type($weight) `,` type($experts)
   }];
 }
 
-def Graph_ExpertMatmulWeightGradOp : Graph_Op<"expert_matmul_weight_grad"> {
+def Graph_ExpertMatmulWeightGradOp : Graph_Op<"expert_matmul_weight_grad", [],
+    ["localizeAttributes"]> {
   let summary = "Gradient of expert_matmul for its weight";
   let description = [{
     For each of the `num_experts` experts, the sum over the slots that chose
     it, in token order, of lhs row times result_grad row; zeros for an
-    expert no slot chose. In the weight's layout (`transpose_rhs`).
+    expert no slot chose. In the weight's layout (`transpose_rhs`). With
+    `axes`, `num_experts` is the rank's range of experts, as expert_matmul
+    holds them.
   }];
   let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$result_grad,
                        Graph_IndexTensor:$experts, I64Attr:$num_experts,
-                       UnitAttr:$transpose_rhs);
+                       UnitAttr:$transpose_rhs,
+                       OptionalAttr<StrArrayAttr>:$axes);
   let results = (outs Graph_FloatTensor:$weight_grad);
   let assemblyFormat = [{
     $lhs `,` $result_grad `,` $experts `experts` $num_experts attr-dict `:` type($lhs) `,` type($result_grad) `,` type($experts)
