@@ -18,7 +18,10 @@
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+
+#include <tuple>
 
 namespace trellis {
 #define GEN_PASS_DEF_APPLYEXPERTPARALLELPASS
@@ -55,7 +58,9 @@ struct ApplyExpertParallelPass
       for (StringAttr axis : mesh_.getAxesWithRole(AxisRole::Context))
         if (mesh_.getGroupSize(axis) > 1)
           context_.push_back(axis);
-      batch_ = mesh_.getBatchAxes();
+      for (StringAttr axis : mesh_.getBatchAxes())
+        if (mesh_.getGroupSize(axis) > 1)
+          batch_.push_back(axis);
     }
     if (experts_.empty())
       return;
@@ -78,7 +83,7 @@ struct ApplyExpertParallelPass
       if (failed(annotate(function, op, ep, weightNames)))
         return signalPassFailure();
     }
-    if (failed(splitWeights(function, weightNames, ep)))
+    if (failed(splitWeights(function, weightNames)))
       return signalPassFailure();
   }
 
@@ -110,14 +115,23 @@ private:
                              dims);
   }
 
-  /// A constraint on `value` as `op` reads it (operand `index`).
+  /// A constraint on `value` as `op` reads it (operand `index`): one per
+  /// value, layout and phase, before its first reader there, so that the
+  /// readers of a phase share one gather (the ids every expert op reads)
+  /// and no gathered copy lives from the forward into the backward.
   void constrainOperand(Operation *op, unsigned index, ShardingAttr layout) {
-    OpBuilder builder(op);
     Value value = op->getOperand(index);
-    auto constraint =
-        ShardOp::create(builder, op->getLoc(), value.getType(), value, layout);
-    copyPlacement(op, constraint);
-    op->setOperand(index, constraint.getResult());
+    Attribute phase = op->getAttr(graph::GraphDialect::kPhaseAttrName);
+    auto [it, inserted] =
+        constrained_.try_emplace(std::make_tuple(value, layout, phase));
+    if (inserted) {
+      OpBuilder builder(op);
+      auto constraint = ShardOp::create(builder, op->getLoc(), value.getType(),
+                                        value, layout);
+      copyPlacement(op, constraint);
+      it->second = constraint.getResult();
+    }
+    op->setOperand(index, it->second);
   }
 
   /// A constraint on `value` where `op` makes it, for every reader.
@@ -189,9 +203,9 @@ private:
 
   /// Splits the expert weights and their optimizer states (arguments of
   /// the same name) along the expert dimension.
+  /// (The expert ops checked that the expert count divides.)
   LogicalResult splitWeights(func::FuncOp function,
-                             const llvm::SetVector<StringAttr> &weightNames,
-                             int64_t ep) {
+                             const llvm::SetVector<StringAttr> &weightNames) {
     MLIRContext *context = &getContext();
     for (unsigned i = 0; i < function.getNumArguments(); ++i) {
       auto name = function.getArgAttrOfType<StringAttr>(
@@ -213,11 +227,6 @@ private:
                       "over "
                    << axesText();
       }
-      if (type.getRank() < 1 || type.getDimSize(0) % ep != 0)
-        return function.emitError()
-               << "expert weight \"" << name.getValue() << "\" (" << type
-               << "): expected its expert dimension divisible by " << axesText()
-               << " = " << ep;
       SmallVector<DimShardingAttr> dims(
           type.getRank(), DimShardingAttr::get(context, {}, false));
       dims[0] = DimShardingAttr::get(context, experts_, false);
@@ -230,7 +239,11 @@ private:
   }
 
   MeshAttr mesh_;
+  /// The mesh's axes of more than one rank: expert, data, context, and
+  /// the batch's (data and expert), major to minor.
   SmallVector<StringAttr> experts_, data_, context_, batch_;
+  /// The constraints made so far, by value, layout and phase.
+  DenseMap<std::tuple<Value, Attribute, Attribute>, Value> constrained_;
 };
 
 } // namespace

@@ -200,9 +200,6 @@ readStackedTensor(const SafetensorsFile &file, const std::string &path,
                   const std::string &name, const std::vector<int64_t> &shape) {
   SafetensorsEntry stacked;
   stacked.shape = shape;
-  if (shape.empty())
-    return Status::error(path + ": stacked tensor \"" + name +
-                         "\" has no first dimension to stack along");
   std::vector<int64_t> pieceShape(shape.begin() + 1, shape.end());
   int64_t pieceSize = 1;
   for (int64_t size : pieceShape)

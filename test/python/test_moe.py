@@ -170,7 +170,15 @@ def test_hub_checkpoints_load_and_export(tmp_path, trellis_bin: str) -> None:
     with trellis.Session(plan) as session:
         session.load_weights(path)
         assert session.step(*data[0]) == expected
-    # A missing expert is named.
+    # An expert more than the model has, or one missing, is named.
+    extra = dict(hub)
+    extra["model.layers.0.block_sparse_moe.experts.8.w1.weight"] = hub[
+        "model.layers.0.block_sparse_moe.experts.7.w1.weight"]
+    safetensors_numpy.save_file(extra, path)
+    with trellis.Session(plan) as session:
+        with pytest.raises(RuntimeError, match=r"experts\.8\.w1\.weight\" is "
+                           r"slice 8 of .*, which the model has 8 of"):
+            session.load_weights(path)
     del hub["model.layers.1.block_sparse_moe.experts.7.w2.weight"]
     safetensors_numpy.save_file(hub, path)
     with trellis.Session(plan) as session:

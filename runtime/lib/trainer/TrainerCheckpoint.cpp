@@ -355,7 +355,8 @@ Status Trainer::loadWeights(const std::string &path) {
                    argument.role == ArgumentRole::Master;
     if (!weights || !plan.holds(argument.stages))
       continue;
-    if (isStackedName(argument.name) && !file->tensors.count(argument.name)) {
+    if (isStackedName(argument.name) && !layoutOf(i).globalShape.empty() &&
+        !file->tensors.count(argument.name)) {
       StatusOr<SafetensorsEntry> entry = readStackedTensor(
           *file, path, argument.name, layoutOf(i).globalShape);
       if (!entry.ok())

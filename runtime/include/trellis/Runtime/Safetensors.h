@@ -46,8 +46,9 @@ bool isStackedName(const std::string &name);
 /// The name of slice `index` of stacked tensor `name`.
 std::string stackedPieceName(const std::string &name, int64_t index);
 
-/// The stacked tensor `name` of `shape` assembled from its pieces in
-/// `file`, or what is missing or misshapen (`path` names the file).
+/// The stacked tensor `name` of `shape` (rank >= 1) assembled from its
+/// pieces in `file`, or what is missing, misshapen or extra (`path` names
+/// the file).
 StatusOr<SafetensorsEntry> readStackedTensor(const SafetensorsFile &file,
                                              const std::string &path,
                                              const std::string &name,

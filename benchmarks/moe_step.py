@@ -1,0 +1,157 @@
+"""Step time of a Mixtral-shaped model (examples/configs/mixtral-small.json:
+8 experts, top-2, 4 layers, hidden 256) on this machine: Trellis on one
+rank, Trellis with expert parallelism over 2 ranks (--ep 2, one thread
+each), and PyTorch eager (transformers' MixtralForCausalLM, torch AdamW)
+on the same weights, batch and threads, in interleaved rounds (medians).
+Also the bytes each ep = 2 rank hands to collectives per step, from the
+plan's report, against the dispatch's formula (docs/MoE.md).
+
+Needs torch and transformers (a venv: never a test dependency) and the
+build's Python package on PYTHONPATH.
+
+Usage: moe_step.py [rounds] [steps] [threads]   (TRELLIS: the CLI)
+"""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import transformers
+
+import trellis
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRELLIS = os.environ.get("TRELLIS", os.path.join(ROOT, "build", "bin",
+                                                 "trellis"))
+CONFIG = os.path.join(ROOT, "examples", "configs", "mixtral-small.json")
+BATCH, SEQ = 8, 128
+
+rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+threads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+transformers.logging.set_verbosity_error()
+torch.set_num_threads(threads)
+fields = json.load(open(CONFIG))
+torch.manual_seed(0)
+module = transformers.MixtralForCausalLM(
+    transformers.MixtralConfig(**fields, attn_implementation="sdpa"))
+module.train()
+size = fields["intermediate_size"]
+weights = {}
+for name, tensor in module.state_dict().items():
+    value = tensor.detach().numpy()
+    if name.endswith(".mlp.experts.gate_up_proj"):
+        prefix = name.replace(".mlp.experts.gate_up_proj",
+                              ".block_sparse_moe.experts.*.")
+        weights[prefix + "w1.weight"] = np.ascontiguousarray(value[:, :size])
+        weights[prefix + "w3.weight"] = np.ascontiguousarray(value[:, size:])
+    elif name.endswith(".mlp.experts.down_proj"):
+        weights[name.replace(".mlp.experts.down_proj",
+                             ".block_sparse_moe.experts.*.w2.weight")] = value
+    elif ".mlp.gate." in name:
+        weights[name.replace(".mlp.gate.", ".block_sparse_moe.gate.")] = value
+    else:
+        weights[name] = value
+rng = np.random.default_rng(0)
+ids = rng.integers(0, fields["vocab_size"], (BATCH, SEQ + 1), dtype=np.int32)
+tokens, targets = ids[:, :-1], ids[:, 1:]
+work = tempfile.mkdtemp()
+weights_path = os.path.join(work, "weights.safetensors")
+import safetensors.numpy  # noqa: E402
+safetensors.numpy.save_file(weights, weights_path)
+
+
+def compile_plan(name, *flags):
+    path = os.path.join(work, name + ".plan")
+    report = subprocess.run(
+        [TRELLIS, "compile", CONFIG, "--batch", str(BATCH), "--seq", str(SEQ),
+         "--report", *flags, "-o", path], check=True, capture_output=True,
+        text=True).stdout
+    return path, report
+
+
+one_plan, _ = compile_plan("one")
+ep_plan, ep_report = compile_plan("ep2", "--ep", "2")
+
+
+def trellis_one():
+    plan = trellis.Plan.load(one_plan)
+    with trellis.Session(plan, weights=weights, threads=threads) as session:
+        session.step(tokens, targets)
+        start = time.perf_counter()
+        for _ in range(steps):
+            session.step(tokens, targets)
+        return (time.perf_counter() - start) / steps
+
+
+def trellis_ep():
+    # Two processes of threads / 2 threads each: the same cores.
+    out = subprocess.run(
+        [TRELLIS, "run", ep_plan, "--nproc", "2", "--steps", str(steps + 1),
+         "--threads", str(max(1, threads // 2)), "--weights", weights_path,
+         "--log-every", "1"], check=True, capture_output=True,
+        text=True).stdout
+    times = [float(m) for m in re.findall(r"step \d+: .*?(\d+\.\d+) ms", out)]
+    return statistics.mean(times[1:]) / 1000 if len(times) > 1 else float("nan")
+
+
+def torch_eager():
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
+                                  weight_decay=0.0)
+    inputs = torch.as_tensor(tokens, dtype=torch.long)
+    labels = torch.as_tensor(targets, dtype=torch.long)
+
+    def step():
+        logits = module(inputs).logits
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1),
+                                                 labels.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
+
+
+results = {"trellis 1 rank": [], "trellis ep=2": [], "pytorch eager": []}
+for _ in range(rounds):
+    results["trellis 1 rank"].append(trellis_one())
+    results["trellis ep=2"].append(trellis_ep())
+    results["pytorch eager"].append(torch_eager())
+tokens_per_step = BATCH * SEQ
+print(f"Mixtral-shaped: {fields['num_hidden_layers']} layers, hidden "
+      f"{fields['hidden_size']}, {fields['num_local_experts']} experts of "
+      f"{size}, top-{fields['num_experts_per_tok']}; batch {BATCH} x {SEQ}; "
+      f"{threads} threads; medians of {rounds} interleaved rounds of "
+      f"{steps} steps")
+for name, times in results.items():
+    median = statistics.median(times)
+    print(f"  {name:16s} {median * 1000:8.1f} ms/step  "
+          f"{tokens_per_step / median:8.0f} tokens/s")
+
+# The dispatch's bytes: the report's collectives over ep against the
+# formula (docs/MoE.md), per rank and step, fp32.
+print("communication per step and rank (--ep 2, from the report):")
+for line in ep_report.splitlines():
+    if " over ep" in line or " over dp" in line:
+        print("  " + line.strip())
+g, h, k = 2, fields["hidden_size"], fields["num_experts_per_tok"]
+t = BATCH * SEQ // g
+layers = fields["num_hidden_layers"]
+f = size
+# Forward: tokens and ids gathered, gate and up and down results scattered,
+# the activation gathered for the down projection; backward: the same
+# exchanges for the transposed products and the weight gradients' inputs.
+forward = (g - 1) * t * (h * 4 + k * 4 + k * 4) + (g - 1) * t * k * (
+    2 * f + f + h) * 4
+print(f"  formula, forward exchanges alone: {layers * forward / 2**20:.2f} MiB "
+      "handed over per rank")
