@@ -142,16 +142,12 @@ for name, times in results.items():
 # formula (docs/MoE.md), per rank and step, fp32.
 print("communication per step and rank (--ep 2, from the report):")
 for line in ep_report.splitlines():
-    if " over ep" in line or " over dp" in line:
+    if " over ep" in line:
         print("  " + line.strip())
 g, h, k = 2, fields["hidden_size"], fields["num_experts_per_tok"]
 t = BATCH * SEQ // g
 layers = fields["num_hidden_layers"]
-f = size
-# Forward: tokens and ids gathered, gate and up and down results scattered,
-# the activation gathered for the down projection; backward: the same
-# exchanges for the transposed products and the weight gradients' inputs.
-forward = (g - 1) * t * (h * 4 + k * 4 + k * 4) + (g - 1) * t * k * (
-    2 * f + f + h) * 4
-print(f"  formula, forward exchanges alone: {layers * forward / 2**20:.2f} MiB "
-      "handed over per rank")
+# docs/MoE.md: per MoE layer, step and rank, (G - 1) T 4 (2H + 3k + 9kF +
+# 5kH) bytes sent by the all-gather / reduce-scatter dispatch.
+sent = layers * (g - 1) * t * 4 * (2 * h + 3 * k + 9 * k * size + 5 * k * h)
+print(f"  formula (docs/MoE.md): {sent / 2**10:.1f} KiB sent over ep per rank")

@@ -219,3 +219,80 @@ def test_hub_checkpoints_load_and_export(tmp_path, trellis_bin: str) -> None:
         session.load_weights(os.path.join(exported, "model.safetensors"))
         assert session.step(tokens, targets) == pytest.approx(hf_loss,
                                                               rel=1e-5)
+
+
+def train_and_read(session, data):
+    """A rank's losses over `data` and the whole tensors after."""
+    losses = [session.step(*batch) for batch in data]
+    return losses, session.state_dict()
+
+
+def test_tied_router_scores_send_every_token_to_the_first_experts() -> None:
+    """A zero router ties every score: each token takes experts 0 and 1
+    (ties to the lower index), so under ep = 2 every slot is on rank 0's
+    experts and experts 2-7 receive no token. A step leaves their weights
+    as they were (no gradient, no decay), and ep = 2 and 4 step as one
+    rank. (The step moves the router: later steps route elsewhere.)"""
+    fields = config("mixtral")
+    module = hugging_face("mixtral", fields)
+    weights = trellis_weights("mixtral", module, fields)
+    for name in weights:
+        if name.endswith("block_sparse_moe.gate.weight"):
+            weights[name] = np.zeros_like(weights[name])
+    data = batches(fields["vocab_size"], BATCH, SEQ, 1, seed=6)
+    model = trellis.Model.from_config(fields)
+    results = {}
+    for ep in (1, 2, 4):
+        plan = trellis.compile(model, batch=BATCH, seq=SEQ, adam_eps=EPSILON,
+                               mesh=f"ep={ep}" if ep > 1 else None)
+        results[ep] = trellis.launch(plan, fn=train_and_read, args=(data,),
+                                     weights=weights)[0]
+    losses, found = results[1]
+    for ep in (2, 4):
+        np.testing.assert_allclose(results[ep][0], losses, rtol=1e-5)
+        for name, value in results[ep][1].items():
+            np.testing.assert_allclose(value, found[name], rtol=1e-5,
+                                       atol=1e-6, err_msg=f"ep={ep} {name}")
+    w1 = "model.layers.0.block_sparse_moe.experts.*.w1.weight"
+    start, trained = weights[w1], found[w1]
+    assert not np.array_equal(trained[:2], start[:2])
+    np.testing.assert_array_equal(trained[2:], start[2:])
+
+
+@pytest.mark.parametrize("kind", ["mixtral", "qwen3_moe"])
+def test_from_module_converts_transformers_moe(kind: str) -> None:
+    """trellis.torch.from_module: transformers' sparse MoE blocks (a loop
+    over the experts hit, which torch.export cannot trace) convert through
+    the router and expert ops; 3 AdamW steps equal the module's own
+    training (the cross-entropy loss: from_module's default), losses and
+    parameters, under the module's own names. The blocks' forwards are the
+    module's again after."""
+    import trellis.torch as trellis_torch
+    fields = dict(config(kind), output_router_logits=False)
+    module = hugging_face(kind, fields)
+    data = batches(fields["vocab_size"], BATCH, SEQ, 3, seed=8)
+    model = trellis_torch.from_module(
+        module, (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2)
+    assert "graph.moe_route" in model.mlir()
+    assert not any("forward" in vars(child) for child in module.modules())
+    plan = trellis.compile(model, batch=BATCH, seq=SEQ, adam_eps=EPSILON)
+    with trellis.Session(plan, weights=model.weights) as session:
+        losses = [session.step(*batch) for batch in data]
+        found = session.state_dict()
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
+                                  betas=(0.9, 0.999), eps=EPSILON,
+                                  weight_decay=0.0)
+    expected = []
+    for tokens, targets in data:
+        logits = module(torch.as_tensor(tokens, dtype=torch.long)).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1),
+            torch.as_tensor(targets, dtype=torch.long).flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    for name, value in module.state_dict().items():
+        np.testing.assert_allclose(found[name], value.detach().numpy(),
+                                   rtol=1e-5, atol=1e-6, err_msg=name)

@@ -37,6 +37,7 @@ __all__ = ["TorchModel", "from_module", "SUPPORTED_OPS"]
 
 from ._converter import _Converter, _describe, _Tensor  # first: see its end
 from ._aten import SUPPORTED_OPS
+from ._moe import traceable_experts
 
 
 class TorchModel(Model):
@@ -165,8 +166,11 @@ def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
                     f"{type(forward).__name__}")
     wrapper = _WithLoss(module, loss or _default_loss, forward)
     try:
-        exported = torch.export.export(wrapper, (tokens, targets),
-                                       dynamic_shapes=dynamic_shapes)
+        with traceable_experts(module):
+            exported = torch.export.export(wrapper, (tokens, targets),
+                                           dynamic_shapes=dynamic_shapes)
+    except Error:
+        raise
     except Exception as error:  # torch's own message says what failed
         raise Error(f"from_module: torch.export failed: "
                     f"{type(error).__name__}: {error}") from None

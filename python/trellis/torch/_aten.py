@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .. import Attr, Error
+from . import _moe  # noqa: F401 (defines torch.ops.trellis)
 from ._converter import (_Constant, _Converter, _is_causal_mask,
                          _normalize_dim, _Tensor)
 
@@ -444,6 +445,21 @@ def _assert_metadata(c: _Converter, node: Any, *args: Any, **kwargs: Any) -> Any
     return None
 
 
+# -- mixture of experts (the custom ops of _moe.py) ------------------------
+
+def _moe_route(c: _Converter, node: Any, logits: Any, top_k: int,
+               normalize: bool) -> Any:
+    weights, experts = c.op("moe_route", logits, top_k=top_k,
+                            normalize=normalize)
+    return (_Tensor(weights), _Tensor(experts))
+
+
+def _expert_matmul(c: _Converter, node: Any, lhs: Any, weight: Any,
+                   experts: Any, transpose_rhs: bool) -> Any:
+    return _Tensor(c.op("expert_matmul", lhs, weight, experts,
+                        transpose_rhs=transpose_rhs))
+
+
 _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.embedding.default: _embedding,
     aten.linear.default: _linear,
@@ -508,6 +524,8 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.clone.default: _identity,
     aten.detach.default: _identity,
     aten._assert_tensor_metadata.default: _assert_metadata,
+    torch.ops.trellis.moe_route.default: _moe_route,
+    torch.ops.trellis.expert_matmul.default: _expert_matmul,
 }
 
 # Python's operator.getitem picks a piece of split.

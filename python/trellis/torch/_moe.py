@@ -1,0 +1,121 @@
+"""trellis.torch's mixture-of-experts layers: transformers' sparse MoE
+blocks (Mixtral, Qwen2-MoE, Qwen3-MoE) loop over the experts a batch hit,
+a data-dependent loop torch.export cannot trace. While a module is
+exported, each such block computes the same function through two custom
+ops, trellis::moe_route (softmax router, top-k, renormalized where the
+model does) and trellis::expert_matmul (each slot's row times its
+expert's matrix), which the converter translates into the graph ops of
+the same names (docs/MoE.md)."""
+
+import contextlib
+import types
+from typing import Any, Iterator, List, Tuple
+
+import torch
+
+_LIBRARY = torch.library.Library("trellis", "DEF")
+_LIBRARY.define("moe_route(Tensor logits, int top_k, bool normalize) -> "
+                "(Tensor, Tensor)")
+_LIBRARY.define("expert_matmul(Tensor lhs, Tensor weight, Tensor experts, "
+                "bool transpose_rhs) -> Tensor")
+
+
+@torch.library.impl(_LIBRARY, "moe_route", "CompositeExplicitAutograd")
+def _moe_route(logits: torch.Tensor, top_k: int,
+               normalize: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    scores = torch.softmax(logits.float(), dim=-1)
+    weights, experts = torch.topk(scores, top_k, dim=-1)
+    if normalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, experts.to(torch.int32)
+
+
+@torch.library.register_fake("trellis::moe_route")
+def _moe_route_fake(logits: torch.Tensor, top_k: int,
+                    normalize: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    shape = (*logits.shape[:-1], top_k)
+    return (logits.new_empty(shape, dtype=torch.float32),
+            logits.new_empty(shape, dtype=torch.int32))
+
+
+def _expert_matrices(weight: torch.Tensor, experts: torch.Tensor,
+                     transpose_rhs: bool) -> torch.Tensor:
+    chosen = weight[experts.long()]  # [..., k, K, N] or [..., k, N, K]
+    return chosen.transpose(-1, -2) if transpose_rhs else chosen
+
+
+@torch.library.impl(_LIBRARY, "expert_matmul", "CompositeExplicitAutograd")
+def _expert_matmul(lhs: torch.Tensor, weight: torch.Tensor,
+                   experts: torch.Tensor, transpose_rhs: bool) -> torch.Tensor:
+    if lhs.dim() == experts.dim():  # a row per token, for each of its slots
+        lhs = lhs.unsqueeze(-2).expand(*experts.shape, lhs.shape[-1])
+    matrices = _expert_matrices(weight, experts, transpose_rhs)
+    return torch.matmul(lhs.unsqueeze(-2), matrices).squeeze(-2)
+
+
+@torch.library.register_fake("trellis::expert_matmul")
+def _expert_matmul_fake(lhs: torch.Tensor, weight: torch.Tensor,
+                        experts: torch.Tensor,
+                        transpose_rhs: bool) -> torch.Tensor:
+    width = weight.shape[1] if transpose_rhs else weight.shape[2]
+    return lhs.new_empty((*experts.shape, width))
+
+
+def _sparse_forward(block: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """A transformers sparse MoE block's forward through the custom ops:
+    the router's logits, each token's top-k, the experts' gated MLP, the
+    slots weighted and summed, plus Qwen2-MoE's gated shared expert."""
+    gate, experts = block.gate, block.experts
+    logits = torch.nn.functional.linear(hidden, gate.weight)
+    normalize = bool(getattr(gate, "norm_topk_prob", True))
+    weights, chosen = torch.ops.trellis.moe_route(logits, gate.top_k,
+                                                  normalize)
+    size = experts.gate_up_proj.shape[1] // 2
+    gate_proj = experts.gate_up_proj[:, :size]
+    up_proj = experts.gate_up_proj[:, size:]
+    gated = torch.ops.trellis.expert_matmul(hidden, gate_proj, chosen, True)
+    up = torch.ops.trellis.expert_matmul(hidden, up_proj, chosen, True)
+    down = torch.ops.trellis.expert_matmul(experts.act_fn(gated) * up,
+                                           experts.down_proj, chosen, True)
+    output = (down * weights.unsqueeze(-1)).sum(dim=-2)
+    if hasattr(block, "shared_expert"):
+        shared = block.shared_expert(hidden)
+        output = output + torch.sigmoid(
+            block.shared_expert_gate(hidden)) * shared
+    return output
+
+
+def _sparse_blocks(module: torch.nn.Module) -> List[torch.nn.Module]:
+    """transformers' sparse MoE blocks: a top-k router `gate` and fused
+    `experts` (gate_up_proj [E, 2F, H], down_proj [E, H, F])."""
+    found = []
+    for child in module.modules():
+        gate = getattr(child, "gate", None)
+        experts = getattr(child, "experts", None)
+        if (gate is not None and hasattr(gate, "top_k") and
+                experts is not None and hasattr(experts, "gate_up_proj") and
+                hasattr(experts, "down_proj")):
+            found.append(child)
+    return found
+
+
+@contextlib.contextmanager
+def traceable_experts(module: torch.nn.Module) -> Iterator[int]:
+    """While inside, every sparse MoE block of `module` computes through the
+    custom ops (their count is yielded); their forwards are restored
+    after."""
+    blocks = _sparse_blocks(module)
+    for block in blocks:
+        # Mixtral's router noise applies in training mode only.
+        jitter = getattr(block, "jitter_noise", 0)
+        if jitter and block.training:
+            from .. import Error
+            raise Error(f"a mixture-of-experts block in training mode with "
+                        f"router jitter noise ({jitter}): random noise has no "
+                        "place in a plan (put the module in eval mode)")
+        block.forward = types.MethodType(_sparse_forward, block)
+    try:
+        yield len(blocks)
+    finally:
+        for block in blocks:
+            del block.forward
