@@ -72,8 +72,8 @@ def compile_plan(name, *flags):
     report = subprocess.run(
         [TRELLIS, "compile", CONFIG, "--batch", str(BATCH), "--seq", str(SEQ),
          "--report", *flags, "-o", path], check=True, capture_output=True,
-        text=True).stdout
-    return path, report
+        text=True)
+    return path, report.stdout + report.stderr
 
 
 one_plan, _ = compile_plan("one")
@@ -97,8 +97,10 @@ def trellis_ep():
          "--threads", str(max(1, threads // 2)), "--weights", weights_path,
          "--log-every", "1"], check=True, capture_output=True,
         text=True).stdout
-    times = [float(m) for m in re.findall(r"step \d+: .*?(\d+\.\d+) ms", out)]
-    return statistics.mean(times[1:]) / 1000 if len(times) > 1 else float("nan")
+    # The step lines' times ("step N | ... | 488.8 ms"), the first left out.
+    times = [float(m) for m in re.findall(r"^step \d+ \|.*\| ([\d.]+) ms$",
+                                          out, re.MULTILINE)]
+    return statistics.mean(times[1:]) / 1000
 
 
 def torch_eager():

@@ -144,11 +144,50 @@ StepReport computeStepReport(func::FuncOp step) {
 
 namespace {
 
+/// The arguments that are mixture-of-experts weights: the `weight` of an
+/// expert_matmul, through casts and gathers. Sets the experts per layer
+/// the rank holds and the model has.
+llvm::DenseSet<int64_t> expertWeights(StepReport &report, func::FuncOp step) {
+  llvm::DenseSet<int64_t> found;
+  if (step.isExternal())
+    return found;
+  step.walk([&](graph::ExpertMatmulOp op) {
+    Value weight = op.getWeight();
+    while (Operation *producer = weight.getDefiningOp()) {
+      if (!llvm::isa<graph::CastOp, AllGatherOp, ShardOp>(producer))
+        break;
+      weight = producer->getOperand(0);
+    }
+    auto argument = llvm::dyn_cast<BlockArgument>(weight);
+    if (!argument || argument.getOwner()->getParentOp() != step)
+      return;
+    found.insert(argument.getArgNumber());
+    int64_t held =
+        llvm::cast<RankedTensorType>(argument.getType()).getDimSize(0);
+    report.expertsPerLayer = std::max(report.expertsPerLayer, held);
+    // The model's: the held experts times the ranks the first dimension
+    // is split over.
+    int64_t ranks = 1;
+    auto sharding = step.getArgAttrOfType<ShardingAttr>(
+        argument.getArgNumber(), TrellisDialect::kShardingAttrName);
+    auto mesh = sharding ? SymbolTable::lookupNearestSymbolFrom<MeshOp>(
+                               step, sharding.getMeshName().getAttr())
+                         : MeshOp();
+    if (mesh && !sharding.getDims().empty())
+      for (StringAttr axis : sharding.getDims()[0].getAxes())
+        ranks *= mesh.getMesh().getAxisSize(axis.getValue());
+    report.modelExpertsPerLayer =
+        std::max(report.modelExpertsPerLayer, held * ranks);
+  });
+  return found;
+}
+
 /// Model states: the parameters and optimizer states among the arguments
 /// this rank holds, and every argument's bytes (inputs once per
 /// micro-batch).
 void addModelStates(StepReport &report, func::FuncOp step,
                     ArrayRef<int64_t> arguments, int64_t microBatches) {
+  llvm::DenseSet<int64_t> experts = expertWeights(report, step);
   for (int64_t i : arguments) {
     auto role = step.getArgAttrOfType<StringAttr>(
         i, graph::GraphDialect::kRoleAttrName);
@@ -159,6 +198,9 @@ void addModelStates(StepReport &report, func::FuncOp step,
       report.parameterCount +=
           llvm::cast<RankedTensorType>(type).getNumElements();
       report.stageParameterCount += globalElements(step, i);
+      if (experts.contains(i))
+        report.expertParameterCount +=
+            llvm::cast<RankedTensorType>(type).getNumElements();
     } else if (role && isOptimizerStateRole(role.getValue())) {
       report.optimizerStateBytes += bytes;
     }
@@ -405,6 +447,11 @@ void StepReport::print(llvm::raw_ostream &os) const {
                       "other temporaries)\n",
                       formatBytes(totalPeakBytes), formatBytes(persistentBytes),
                       formatBytes(arenaBytes));
+  if (expertsPerLayer > 0)
+    os << llvm::formatv("experts: {0} of each MoE layer's {1} per rank; "
+                        "expert parameters {2} of the {3} per rank\n",
+                        expertsPerLayer, modelExpertsPerLayer,
+                        expertParameterCount, parameterCount);
   os << llvm::formatv("compute per step: {0:F3} GFLOP per rank\n", flops / 1e9);
   if (!savedActivationBytes.empty()) {
     os << "activations kept for the backward (one micro-batch):";
@@ -433,6 +480,8 @@ llvm::json::Object StepReport::toJson() const {
     saved[part] = bytes;
   return llvm::json::Object{
       {"parameters", parameterCount},
+      {"expert_parameters", expertParameterCount},
+      {"experts_per_layer", expertsPerLayer},
       {"flops", flops},
       {"stage_parameters", stageParameterCount},
       {"bytes", llvm::json::Object{{"params", parameterBytes},

@@ -27,6 +27,12 @@ struct StepReport {
   /// whole parameters those are pieces of (the model part it runs).
   int64_t parameterCount = 0;
   int64_t stageParameterCount = 0;
+  /// Of `parameterCount`, the elements of mixture-of-experts weights; the
+  /// experts of one MoE layer this rank holds (expert parallelism splits
+  /// them) and the model has (0: no MoE layer).
+  int64_t expertParameterCount = 0;
+  int64_t expertsPerLayer = 0;
+  int64_t modelExpertsPerLayer = 0;
   /// Bytes of the pieces this rank holds.
   int64_t parameterBytes = 0;
   /// The gradients as the step keeps them: each value a micro-batch hands
