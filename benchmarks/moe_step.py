@@ -98,7 +98,7 @@ def trellis_ep():
          "--log-every", "1"], check=True, capture_output=True,
         text=True).stdout
     # The step lines' times ("step N | ... | 488.8 ms"), the first left out.
-    times = [float(m) for m in re.findall(r"^step \d+ \|.*\| ([\d.]+) ms$",
+    times = [float(m) for m in re.findall(r"^step \d+ \|.*?\| ([\d.]+) ms(?: \||$)",
                                           out, re.MULTILINE)]
     return statistics.mean(times[1:]) / 1000
 

@@ -405,6 +405,19 @@ public:
     check(trellisSessionGetGradNorm(handle_, &norm, &present));
     return present ? std::optional<double>(norm) : std::nullopt;
   }
+  /// The last step's expert load, [layers, experts], or an empty array.
+  nb::ndarray<nb::numpy, float, nb::ndim<2>> expertLoad() const {
+    int64_t layers = 0, experts = 0;
+    check(trellisSessionGetExpertLoad(handle_, nullptr, 0, &layers, &experts));
+    auto *counts = new float[std::max<int64_t>(1, layers * experts)];
+    nb::capsule owner(
+        counts, [](void *p) noexcept { delete[] static_cast<float *>(p); });
+    check(trellisSessionGetExpertLoad(handle_, counts, layers * experts,
+                                      &layers, &experts));
+    return nb::ndarray<nb::numpy, float, nb::ndim<2>>(
+        counts, {static_cast<size_t>(layers), static_cast<size_t>(experts)},
+        owner);
+  }
   std::vector<std::string> tensorNames() const {
     int64_t count;
     check(trellisSessionGetNumTensors(handle_, &count));
@@ -572,6 +585,7 @@ NB_MODULE(_trellis, m) {
       .def("loss", &Session::loss)
       .def("learning_rate", &Session::learningRate)
       .def("grad_norm", &Session::gradNorm)
+      .def("expert_load", &Session::expertLoad)
       .def("tensor_names", &Session::tensorNames)
       .def("tensor_shape", &Session::tensorShape, nb::arg("name"))
       .def("read", &Session::read, nb::arg("name"))

@@ -61,6 +61,11 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
       pm.addPass(createClipGradientsPass(clip));
     }
   }
+  // Mixtures of experts report how evenly their tokens spread (the step
+  // returns its gradients, @gradients, without an optimizer).
+  ExpertLoadPassOptions load;
+  load.functionName = options.optimizer ? "train_step" : "gradients";
+  pm.addPass(createExpertLoadPass(load));
 }
 
 namespace {

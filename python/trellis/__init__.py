@@ -406,6 +406,14 @@ class Session:
         return self._live().learning_rate()
 
     @property
+    def expert_load(self) -> Optional[np.ndarray]:
+        """For a plan with mixture-of-experts layers, after a step: how many
+        of its slots chose each expert, [layers, experts] (every micro-batch
+        and rank counted), on the ranks that hold it; else None."""
+        load = self._live().expert_load()
+        return load if load.size else None
+
+    @property
     def grad_norm(self) -> Optional[float]:
         """The last step's global gradient norm before clipping, for plans
         compiled with clip_grad=...; nan for a step an fp16 overflow

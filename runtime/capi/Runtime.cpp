@@ -348,6 +348,26 @@ TrellisStatus trellisSessionGetGradNorm(TrellisSession handle, double *norm,
   return getStepFigure(handle, norm, present, &runtime::Trainer::lastGradNorm);
 }
 
+TrellisStatus trellisSessionGetExpertLoad(TrellisSession handle, float *counts,
+                                          int64_t capacity, int64_t *layers,
+                                          int64_t *experts) {
+  TRELLIS_CAPI_REQUIRE(layers);
+  TRELLIS_CAPI_REQUIRE(experts);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  const std::vector<float> &load = session->trainer->lastExpertLoad();
+  *layers = load.empty() ? 0 : session->trainer->expertLoadLayers();
+  *experts = *layers ? static_cast<int64_t>(load.size()) / *layers : 0;
+  if (counts) {
+    if (capacity < static_cast<int64_t>(load.size()))
+      return errorStatus("trellisSessionGetExpertLoad: capacity " +
+                         std::to_string(capacity) + " holds fewer than the " +
+                         std::to_string(load.size()) + " counts");
+    std::copy(load.begin(), load.end(), counts);
+  }
+  return nullptr;
+}
+
 TrellisStatus trellisSessionGetNumTensors(TrellisSession handle,
                                           int64_t *count) {
   TRELLIS_CAPI_REQUIRE(count);

@@ -74,6 +74,8 @@ Trainer::Trainer(std::unique_ptr<Device> device,
   for (size_t i = 0; i < p.results.size(); ++i)
     if (p.results[i].metric == "grad_norm")
       gradNormResult_ = i;
+    else if (p.results[i].metric == "expert_load")
+      expertLoadResult_ = i;
   if (!tokensArgs_.empty()) {
     // The data source produces the global batch; each rank takes its shard
     // of each micro-batch's rows.
@@ -449,6 +451,15 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
         executor_->readResultValues(gradNormResult_, &norm));
     lastGradNorm_ = norm;
   }
+  if (expertLoadResult_ >= 0 &&
+      plan.holds(plan.results[expertLoadResult_].stages)) {
+    const std::vector<int64_t> &shape =
+        plan.buffers[plan.results[expertLoadResult_].buffer].shape;
+    lastExpertLoad_.resize(shape[0] * shape[1]);
+    expertLoadLayers_ = shape[0];
+    TRELLIS_RETURN_IF_ERROR(
+        executor_->readResultValues(expertLoadResult_, lastExpertLoad_.data()));
+  }
   TRELLIS_RETURN_IF_ERROR(collectLoss().withContext(stepName));
   ++completedSteps_;
   dataPosition_ += batch_;
@@ -603,6 +614,24 @@ StatusOr<bool> Trainer::updatesAreFinite() const {
   float finite = *first < 0 ? 1.0f : 0.0f;
   TRELLIS_RETURN_IF_ERROR(minimumOverMesh(&finite, 1));
   return finite == 1.0f;
+}
+
+std::optional<double> Trainer::lastExpertImbalance() const {
+  if (lastExpertLoad_.empty() || expertLoadLayers_ == 0)
+    return std::nullopt;
+  size_t experts = lastExpertLoad_.size() / expertLoadLayers_;
+  double worst = 0;
+  for (int64_t layer = 0; layer < expertLoadLayers_; ++layer) {
+    const float *row = lastExpertLoad_.data() + layer * experts;
+    double sum = 0, most = 0;
+    for (size_t e = 0; e < experts; ++e) {
+      sum += row[e];
+      most = std::max<double>(most, row[e]);
+    }
+    if (sum > 0)
+      worst = std::max(worst, most / (sum / experts));
+  }
+  return worst;
 }
 
 } // namespace trellis::runtime

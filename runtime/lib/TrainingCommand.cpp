@@ -271,6 +271,17 @@ int runTrainingCommand(const TrainOptions &given) {
         record["loss_scale"] = scale->scale;
         record["skipped_steps"] = scale->skippedSteps;
       }
+      if (std::optional<double> balance = trainer.lastExpertImbalance()) {
+        record["expert_load_max_over_mean"] = *balance;
+        size_t experts =
+            trainer.lastExpertLoad().size() / trainer.expertLoadLayers();
+        nlohmann::json layers = nlohmann::json::array();
+        for (int64_t layer = 0; layer < trainer.expertLoadLayers(); ++layer)
+          layers.push_back(std::vector<float>(
+              trainer.lastExpertLoad().begin() + layer * experts,
+              trainer.lastExpertLoad().begin() + (layer + 1) * experts));
+        record["expert_load"] = std::move(layers);
+      }
       if (evalLoss)
         record["eval_loss"] = *evalLoss;
       metrics << record.dump() << "\n" << std::flush;
@@ -291,6 +302,8 @@ int runTrainingCommand(const TrainOptions &given) {
       if (const DynamicLossScale *scale = trainer.lossScale())
         std::printf(" | loss scale %g | skipped %lld", scale->scale,
                     static_cast<long long>(scale->skippedSteps));
+      if (std::optional<double> balance = trainer.lastExpertImbalance())
+        std::printf(" | expert load max/mean %.3f", *balance);
       std::printf("\n");
     }
     if (printing && evalLoss)

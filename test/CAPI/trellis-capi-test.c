@@ -6,7 +6,8 @@
 |* "FAILED:" when one is off.                                                 *|
 |*                                                                            *|
 |*   builder            a model built op by op equals the same MLIR text      *|
-|*   session CONFIG DIR  compile, report, plan files, tensors, checkpoints     *|
+|*   session CONFIG DIR  compile, report, plan files, tensors, checkpoints *|
+|*   experts CONFIG      a mixture of experts' load after a step              *|
 |*   distributed DIR    dp=2, tp=2, pp=2 sessions equal the one-rank run      *|
 |*   errors DIR         every refusal, with its message                       *|
 |*                                                                            *|
@@ -863,6 +864,49 @@ static int runErrors(const char *config, const char *dir) {
   return 0;
 }
 
+/*===----------------------------------------------------------------------===*
+ * experts: a mixture of experts' load after a step
+ *===----------------------------------------------------------------------===*/
+
+static int runExperts(const char *config) {
+  TrellisModel model;
+  CHECK_OK(trellisModelCreateFromFile(config, &model));
+  TrellisCompileOptions options;
+  CHECK_OK(trellisCompileOptionsCreate(&options));
+  CHECK_OK(trellisCompileOptionsSetInt(options, "batch", 4));
+  CHECK_OK(trellisCompileOptionsSetInt(options, "seq", 16));
+  TrellisCompilation compilation;
+  CHECK_OK(trellisCompile(model, options, &compilation));
+  trellisCompileOptionsDestroy(options);
+  TrellisPlan plan = planOf(compilation);
+  TrellisSession session = openSession(plan, -1, NULL);
+  int64_t layers = -1, experts = -1;
+  CHECK_OK(trellisSessionGetExpertLoad(session, NULL, 0, &layers, &experts));
+  printf("before a step: %lld x %lld\n", (long long)layers, (long long)experts);
+  float loss;
+  train(session, 1, &loss);
+  CHECK_OK(trellisSessionGetExpertLoad(session, NULL, 0, &layers, &experts));
+  float *counts = malloc(sizeof(float) * layers * experts);
+  CHECK_OK(trellisSessionGetExpertLoad(session, counts, layers * experts,
+                                       &layers, &experts));
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    double sum = 0;
+    for (int64_t e = 0; e < experts; ++e)
+      sum += counts[layer * experts + e];
+    printf("layer %lld: %lld experts, %g slots\n", (long long)layer,
+           (long long)experts, sum);
+  }
+  expectError(
+      "small capacity",
+      trellisSessionGetExpertLoad(session, counts, experts, &layers, &experts));
+  free(counts);
+  trellisSessionDestroy(session);
+  trellisPlanDestroy(plan);
+  trellisCompilationDestroy(compilation);
+  trellisModelDestroy(model);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 3 && strcmp(argv[1], "builder") == 0)
@@ -873,7 +917,10 @@ int main(int argc, char **argv) {
     return runDistributed(argv[2], argv[3]);
   if (argc == 4 && strcmp(argv[1], "errors") == 0)
     return runErrors(argv[2], argv[3]);
+  if (argc == 3 && strcmp(argv[1], "experts") == 0)
+    return runExperts(argv[2]);
   fprintf(stderr, "usage: trellis-capi-test builder EXAMPLES | session CONFIG "
-                  "DIR | distributed CONFIG DIR | errors CONFIG DIR\n");
+                  "DIR | distributed CONFIG DIR | errors CONFIG DIR | experts "
+                  "CONFIG\n");
   return 2;
 }

@@ -222,9 +222,10 @@ def test_hub_checkpoints_load_and_export(tmp_path, trellis_bin: str) -> None:
 
 
 def train_and_read(session, data):
-    """A rank's losses over `data` and the whole tensors after."""
+    """A rank's losses over `data`, the whole tensors after and the last
+    step's expert load."""
     losses = [session.step(*batch) for batch in data]
-    return losses, session.state_dict()
+    return losses, session.state_dict(), session.expert_load
 
 
 def test_tied_router_scores_send_every_token_to_the_first_experts() -> None:
@@ -247,12 +248,17 @@ def test_tied_router_scores_send_every_token_to_the_first_experts() -> None:
                                mesh=f"ep={ep}" if ep > 1 else None)
         results[ep] = trellis.launch(plan, fn=train_and_read, args=(data,),
                                      weights=weights)[0]
-    losses, found = results[1]
+    losses, found, _ = results[1]
     for ep in (2, 4):
         np.testing.assert_allclose(results[ep][0], losses, rtol=1e-5)
         for name, value in results[ep][1].items():
             np.testing.assert_allclose(value, found[name], rtol=1e-5,
                                        atol=1e-6, err_msg=f"ep={ep} {name}")
+    # The step's load, every rank's tokens counted: experts 0 and 1 took
+    # every token of both layers.
+    for ep in (1, 2, 4):
+        np.testing.assert_array_equal(
+            results[ep][2], [[BATCH * SEQ] * 2 + [0] * 6] * 2)
     w1 = "model.layers.0.block_sparse_moe.experts.*.w1.weight"
     start, trained = weights[w1], found[w1]
     assert not np.array_equal(trained[:2], start[:2])

@@ -330,4 +330,22 @@ def ClipGradientsPass : Pass<"trellis-clip-gradients", "::mlir::ModuleOp"> {
   let dependentDialects = ["::trellis::graph::GraphDialect"];
 }
 
+def ExpertLoadPass : Pass<"trellis-expert-load", "::mlir::ModuleOp"> {
+  let summary = "Returns the tokens each expert received in the step as a metric";
+  let description = [{
+    For a training step with mixture-of-experts layers: per layer (each
+    graph.moe_route, in step order), how many of the step's slots chose
+    each expert, [layers, experts] f32, summed over the micro-batches (and,
+    once partitioned, over the data-parallel ranks), returned as a result
+    marked `graph.metric = "expert_load"`. It reuses the layer's
+    graph.expert_counts (the load-balancing loss's) or adds one. Every
+    layer must route over the same number of experts.
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The training step">,
+  ];
+  let dependentDialects = ["::trellis::graph::GraphDialect"];
+}
+
 #endif // TRELLIS_AUTODIFF_PASSES_TD

@@ -134,6 +134,15 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetLearningRate(
  * hold it (every rank, or pipeline stage 0), else `*present` is 0. */
 TRELLIS_CAPI_EXPORTED TrellisStatus
 trellisSessionGetGradNorm(TrellisSession session, double *norm, int *present);
+/** How many slots of the last step chose each expert, for a plan with
+ * mixture-of-experts layers, on the ranks that hold it (every rank, or the
+ * last pipeline stage): `*layers` x `*experts` counts, row-major, into
+ * `counts` when `capacity` holds them (`counts` may be null to ask the
+ * sizes). Both sizes are 0 when the plan has no such layers or before the
+ * first step. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetExpertLoad(
+    TrellisSession session, float *counts, int64_t capacity, int64_t *layers,
+    int64_t *experts);
 
 /** The named tensors: parameters by their names, then optimizer states as
  * "adam_m.NAME", "adam_v.NAME" and fp32 master weights as "master.NAME"

@@ -658,15 +658,19 @@ Status PlanReader::readResults(const json &array) {
     result.isLoss = entry.value("role", "") == "loss";
     if (entry.contains("metric")) {
       const json &metric = entry["metric"];
-      if (!metric.is_string() || metric.get<std::string>() != "grad_norm")
+      if (!metric.is_string() || (metric.get<std::string>() != "grad_norm" &&
+                                  metric.get<std::string>() != "expert_load"))
         return Status::error(where +
-                             ": field \"metric\": expected "
-                             "\"grad_norm\", found " +
+                             ": field \"metric\": expected \"grad_norm\" or "
+                             "\"expert_load\", found " +
                              describe(metric));
       const BufferDesc &value = plan_.buffers[result.buffer];
-      if (!value.shape.empty() || value.dtype != DType::F32)
-        return Status::error(where + ": the grad_norm metric must be an f32 "
-                                     "scalar");
+      bool norm = metric.get<std::string>() == "grad_norm";
+      if (value.dtype != DType::F32 || value.shape.size() != (norm ? 0 : 2))
+        return Status::error(where + (norm ? ": the grad_norm metric must be "
+                                             "an f32 scalar"
+                                           : ": the expert_load metric must "
+                                             "be f32 [layers, experts]"));
       result.metric = metric.get<std::string>();
     }
     TRELLIS_RETURN_IF_ERROR(readStageList(entry, where, result.stages));

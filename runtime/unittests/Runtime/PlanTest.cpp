@@ -510,7 +510,7 @@ TEST(PlanTest, RejectsMalformedSequenceChunks) {
                  "rank >= 2 (dimension 1 the sequence), found shape [8]");
 }
 
-TEST(PlanTest, ReadsTheGradNormMetricAndRejectsOthers) {
+TEST(PlanTest, ReadsTheMetricsAndRejectsOthers) {
   auto withMetric = [](const std::string &metric, int64_t buffer) {
     return replace(kValidPlan, R"([{"buffer": 3, "role": "loss"}])",
                    R"([{"buffer": 3, "role": "loss"}, {"buffer": )" +
@@ -521,10 +521,14 @@ TEST(PlanTest, ReadsTheGradNormMetricAndRejectsOthers) {
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(plan->results[1].metric, "grad_norm");
   expectRejected(withMetric(R"("loss_rate")", 3),
-                 "result 1: field \"metric\": expected \"grad_norm\", "
-                 "found \"loss_rate\"");
+                 "result 1: field \"metric\": expected \"grad_norm\" or "
+                 "\"expert_load\", found \"loss_rate\"");
   expectRejected(withMetric(R"("grad_norm")", 2),
                  "result 1: the grad_norm metric must be an f32 scalar");
+  // The expert load is [layers, experts]: not a scalar.
+  expectRejected(withMetric(R"("expert_load")", 3),
+                 "result 1: the expert_load metric must be f32 [layers, "
+                 "experts]");
 }
 
 TEST(PlanTest, RejectsAResultMadeOnOtherStagesThanItsArgument) {

@@ -115,6 +115,13 @@ public:
   /// that clip (--clip-grad) on the ranks that hold it (every rank, or
   /// pipeline stage 0); nullopt otherwise.
   std::optional<double> lastGradNorm() const { return lastGradNorm_; }
+  /// For plans with mixture-of-experts layers, on the ranks that hold the
+  /// metric: how many slots of the last step chose each expert,
+  /// [layers x experts] row-major (empty otherwise), and the balance: the
+  /// largest over the layers of (max over experts) / (mean over experts).
+  const std::vector<float> &lastExpertLoad() const { return lastExpertLoad_; }
+  int64_t expertLoadLayers() const { return expertLoadLayers_; }
+  std::optional<double> lastExpertImbalance() const;
   /// The dynamic loss scale, for plans that scale their loss (fp16).
   const DynamicLossScale *lossScale() const {
     return lossScaleArg_ >= 0 ? &lossScale_ : nullptr;
@@ -227,6 +234,11 @@ private:
   std::optional<LrSchedule> schedule_;
   std::optional<double> lastLearningRate_;
   std::optional<double> lastGradNorm_;
+  /// The plan's result with the expert_load metric, or -1; its last value
+  /// and rows.
+  int64_t expertLoadResult_ = -1;
+  std::vector<float> lastExpertLoad_;
+  int64_t expertLoadLayers_ = 0;
   int64_t lossScaleArg_ = -1;
   /// The plan's result with the grad_norm metric (--clip-grad), or -1.
   int64_t gradNormResult_ = -1;

@@ -1,0 +1,117 @@
+//===- ExpertLoad.cpp - The tokens each expert receives, as a metric ------===//
+//
+// Adds to a training step a result with the metric "expert_load": per
+// mixture-of-experts layer (each moe_route, in step order), how many slots
+// chose each expert over the whole step (every micro-batch, every
+// data-parallel rank), [layers, experts] f32. The runtime reports the
+// load's balance (the largest max/mean over the layers) with each step.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Autodiff/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
+
+namespace trellis {
+#define GEN_PASS_DEF_EXPERTLOADPASS
+#include "trellis/Autodiff/Passes.h.inc"
+} // namespace trellis
+
+using namespace mlir;
+using namespace trellis;
+using namespace trellis::graph;
+
+namespace {
+
+struct ExpertLoadPass
+    : public trellis::impl::ExpertLoadPassBase<ExpertLoadPass> {
+  using ExpertLoadPassBase::ExpertLoadPassBase;
+
+  void runOnOperation() override {
+    auto step = getOperation().lookupSymbol<func::FuncOp>(functionName);
+    if (!step || step.isExternal()) {
+      getOperation().emitError() << "expected a training step @" << functionName
+                                 << " to count its experts' tokens, found none";
+      return signalPassFailure();
+    }
+    SmallVector<MoeRouteOp> routes;
+    step.walk([&](MoeRouteOp route) { routes.push_back(route); });
+    if (routes.empty())
+      return;
+    int64_t experts = routeExperts(routes.front());
+    for (MoeRouteOp route : routes)
+      if (routeExperts(route) != experts) {
+        route.emitOpError() << "routes over " << routeExperts(route)
+                            << " experts, another layer over " << experts
+                            << ": expected one expert count for the "
+                               "expert_load metric";
+        return signalPassFailure();
+      }
+    OpBuilder builder(&getContext());
+    Block &body = step.getBody().front();
+    Operation *terminator = body.getTerminator();
+    bool microBatched = step->hasAttr(GraphDialect::kMicroBatchesAttrName);
+    SmallVector<Value> rows;
+    for (MoeRouteOp route : routes) {
+      Value counts = existingCounts(route, experts);
+      if (!counts) {
+        builder.setInsertionPointAfter(route);
+        auto made = ExpertCountsOp::create(builder, route.getLoc(),
+                                           route.getExperts(), experts);
+        copyPlacement(route, made);
+        counts = made;
+      }
+      builder.setInsertionPoint(terminator);
+      // A micro-batch's counts, summed over the step's micro-batches.
+      if (microBatched &&
+          counts.getDefiningOp()->hasAttr(GraphDialect::kPhaseAttrName)) {
+        auto total = MicrobatchSumOp::create(builder, route.getLoc(), counts);
+        setModelPart(total, getModelPart(route));
+        counts = total;
+      }
+      auto row = ReshapeOp::create(builder, route.getLoc(), counts,
+                                   ArrayRef<int64_t>{1, experts});
+      setModelPart(row, getModelPart(route));
+      rows.push_back(row);
+    }
+    Value load =
+        rows.size() == 1
+            ? rows.front()
+            : ConcatOp::create(builder, step.getLoc(), rows, 0).getResult();
+    terminator->insertOperands(terminator->getNumOperands(), load);
+    SmallVector<Type> results(step.getResultTypes());
+    results.push_back(load.getType());
+    SmallVector<DictionaryAttr> resultAttrs;
+    step.getAllResultAttrs(resultAttrs);
+    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        GraphDialect::kMetricAttrName, builder.getStringAttr("expert_load"))));
+    step.setType(builder.getFunctionType(step.getArgumentTypes(), results));
+    step.setAllResultAttrs(resultAttrs);
+  }
+
+private:
+  static int64_t routeExperts(MoeRouteOp route) {
+    return llvm::cast<RankedTensorType>(route.getLogits().getType())
+        .getShape()
+        .back();
+  }
+
+  /// The counts the model computes already (its load-balancing loss).
+  static Value existingCounts(MoeRouteOp route, int64_t experts) {
+    for (Operation *user : route.getExperts().getUsers())
+      if (auto counts = llvm::dyn_cast<ExpertCountsOp>(user))
+        if (counts.getNumExperts() == experts)
+          return counts;
+    return {};
+  }
+
+  static void copyPlacement(Operation *from, Operation *to) {
+    if (Attribute phase = from->getAttr(GraphDialect::kPhaseAttrName))
+      to->setAttr(GraphDialect::kPhaseAttrName, phase);
+    if (PartAttr part = getModelPart(from))
+      setModelPart(to, part);
+  }
+};
+
+} // namespace
