@@ -26,6 +26,8 @@ namespace {
 /// for an MLIR model, whose limits the compiler finds).
 struct ModelFacts {
   int64_t layers = 0, heads = 0, kvHeads = 0, hidden = 0, headDim = 0;
+  /// A mixture of experts' experts per layer (0: dense).
+  int64_t experts = 0;
 };
 
 ModelFacts readFacts(const PlanRequest &request) {
@@ -53,6 +55,7 @@ ModelFacts readFacts(const PlanRequest &request) {
     facts.kvHeads = facts.heads;
   facts.hidden = integer({"hidden_size", "n_embd"});
   facts.headDim = integer({"head_dim"});
+  facts.experts = integer({"num_local_experts", "num_experts"});
   if (!facts.headDim && facts.heads)
     facts.headDim = facts.hidden / facts.heads;
   return facts;
@@ -256,46 +259,53 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
             (facts.heads && cp > 1 && (facts.heads / tp) % cp))
           continue;
         int64_t dp = gpus / tp / pp / cp;
-        if (!allowed(fixed.dp, dp) || request.globalBatch % dp)
+        if (request.globalBatch % dp)
           continue;
-        for (int64_t micro : {1, 2, 4, 8, 16}) {
-          if (!allowed(fixed.microBatchSize, micro) ||
-              (request.globalBatch / dp) % micro)
+        // Of the batch's ranks, those that also split the experts.
+        for (int64_t ep : divisorsOf(dp)) {
+          if (!allowed(fixed.ep, ep) || !allowed(fixed.dp, dp / ep) ||
+              (ep > 1 && (!facts.experts || facts.experts % ep)))
             continue;
-          int64_t microBatches = request.globalBatch / dp / micro;
-          if (pp > 1 && microBatches < pp && !fixed.microBatchSize)
-            continue;
-          std::vector<std::pair<std::string, int64_t>> schedules;
-          if (pp == 1)
-            schedules.push_back({"1f1b", 1});
-          else
-            for (const char *name : {"1f1b", "interleaved", "zb-h1"}) {
-              if (fixed.schedule && *fixed.schedule != name)
-                continue;
-              if (std::string(name) != "interleaved") {
-                schedules.push_back({name, 1});
-                continue;
+          for (int64_t micro : {1, 2, 4, 8, 16}) {
+            if (!allowed(fixed.microBatchSize, micro) ||
+                (request.globalBatch / dp) % micro)
+              continue;
+            int64_t microBatches = request.globalBatch / dp / micro;
+            if (pp > 1 && microBatches < pp && !fixed.microBatchSize)
+              continue;
+            std::vector<std::pair<std::string, int64_t>> schedules;
+            if (pp == 1)
+              schedules.push_back({"1f1b", 1});
+            else
+              for (const char *name : {"1f1b", "interleaved", "zb-h1"}) {
+                if (fixed.schedule && *fixed.schedule != name)
+                  continue;
+                if (std::string(name) != "interleaved") {
+                  schedules.push_back({name, 1});
+                  continue;
+                }
+                for (int64_t chunks = 2; chunks <= 8; ++chunks)
+                  if (allowed(fixed.chunks, chunks) && microBatches % pp == 0 &&
+                      (!facts.layers || facts.layers % (pp * chunks) == 0))
+                    schedules.push_back({name, chunks});
               }
-              for (int64_t chunks = 2; chunks <= 8; ++chunks)
-                if (allowed(fixed.chunks, chunks) && microBatches % pp == 0 &&
-                    (!facts.layers || facts.layers % (pp * chunks) == 0))
-                  schedules.push_back({name, chunks});
+            for (const auto &[schedule, chunks] : schedules) {
+              PlanChoice choice;
+              choice.dp = dp / ep;
+              choice.ep = ep;
+              choice.tp = tp;
+              choice.pp = pp;
+              choice.cp = cp;
+              choice.microBatchSize = micro;
+              choice.schedule = schedule;
+              choice.chunks = chunks;
+              choice.sequenceParallel =
+                  tp > 1 && fixed.sequenceParallel.value_or(true);
+              choice.contextKind = fixed.contextKind.value_or("ulysses");
+              choice.zero = fixed.zero.value_or(dp > 1 ? 1 : 0);
+              choice.recompute = fixed.recompute.value_or("none");
+              candidates.push_back(choice);
             }
-          for (const auto &[schedule, chunks] : schedules) {
-            PlanChoice choice;
-            choice.dp = dp;
-            choice.tp = tp;
-            choice.pp = pp;
-            choice.cp = cp;
-            choice.microBatchSize = micro;
-            choice.schedule = schedule;
-            choice.chunks = chunks;
-            choice.sequenceParallel =
-                tp > 1 && fixed.sequenceParallel.value_or(true);
-            choice.contextKind = fixed.contextKind.value_or("ulysses");
-            choice.zero = fixed.zero.value_or(dp > 1 ? 1 : 0);
-            choice.recompute = fixed.recompute.value_or("none");
-            candidates.push_back(choice);
           }
         }
       }
@@ -310,7 +320,7 @@ std::vector<PlanChoice> escalations(const PlanChoice &choice,
                                     const PlanConstraints &fixed) {
   std::vector<PlanChoice> more;
   std::vector<int64_t> stages{choice.zero};
-  if (!fixed.zero && choice.dp > 1 && choice.pp == 1)
+  if (!fixed.zero && choice.batchRanks() > 1 && choice.pp == 1)
     stages = {choice.zero, 2, 3};
   std::vector<std::string> recomputes{choice.recompute};
   if (!fixed.recompute && choice.recompute != "full")
@@ -335,9 +345,12 @@ void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
   options.dataParallel.reset();
   options.tensorParallel.reset();
   options.contextParallel.reset();
+  options.expertParallel.reset();
   options.pipeline.reset();
   if (choice.dp > 1)
     options.dataParallel = choice.dp;
+  if (choice.ep > 1)
+    options.expertParallel = choice.ep;
   if (choice.tp > 1)
     options.tensorParallel = choice.tp;
   if (choice.cp > 1) {
@@ -350,7 +363,7 @@ void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
     if (choice.schedule == "interleaved")
       options.chunks = choice.chunks;
   }
-  options.zero = choice.dp > 1 ? choice.zero : 0;
+  options.zero = choice.batchRanks() > 1 ? choice.zero : 0;
   options.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
   options.recompute = choice.recompute;
 }
@@ -364,6 +377,8 @@ std::string formatBytes(double bytes) {
 
 std::string PlanChoice::text() const {
   std::string text = llvm::formatv("pp={0},dp={1},", pp, dp).str();
+  if (ep > 1)
+    text += llvm::formatv("ep={0},", ep).str();
   if (cp > 1)
     text += llvm::formatv("cp={0},cp-kind={1},", cp, contextKind).str();
   text += llvm::formatv("tp={0},", tp).str();
@@ -392,13 +407,15 @@ std::string PlanChoice::flags(int64_t globalBatch, int64_t seq,
     flags += llvm::formatv(" --chunks {0}", chunks).str();
   if (dp > 1)
     flags += llvm::formatv(" --dp {0}", dp).str();
+  if (ep > 1)
+    flags += llvm::formatv(" --ep {0}", ep).str();
   if (cp > 1)
     flags += llvm::formatv(" --cp {0} --cp-kind {1}", cp, contextKind).str();
   if (tp > 1)
     flags += llvm::formatv(" --tp {0}", tp).str();
   if (sequenceParallel && tp > 1)
     flags += " --sp";
-  if (dp > 1 && zero > 0)
+  if (batchRanks() > 1 && zero > 0)
     flags += llvm::formatv(" --zero {0}", zero).str();
   if (recompute != "none")
     flags += " --recompute " + recompute;
@@ -454,6 +471,8 @@ std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
       ok = number(constraints.pp, 1);
     else if (key == "cp")
       ok = number(constraints.cp, 1);
+    else if (key == "ep")
+      ok = number(constraints.ep, 1);
     else if (key == "micro-batch")
       ok = number(constraints.microBatchSize, 1);
     else if (key == "chunks")
@@ -477,7 +496,7 @@ std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
       ok = word(constraints.contextKind, {"ulysses", "allgather", "ring"});
     else {
       error = llvm::formatv("'{0}': unknown setting '{1}' (expected dp, tp, "
-                            "pp, cp, cp-kind, sp, no-sp, zero, schedule, "
+                            "pp, cp, cp-kind, ep, sp, no-sp, zero, schedule, "
                             "chunks, micro-batch or recompute)",
                             item, key)
                   .str();
@@ -534,6 +553,7 @@ llvm::json::Object PlanEvaluation::toJson(int64_t globalBatch, int64_t seq,
   return llvm::json::Object{
       {"mesh", llvm::json::Object{{"pp", choice.pp},
                                   {"dp", choice.dp},
+                                  {"ep", choice.ep},
                                   {"cp", choice.cp},
                                   {"tp", choice.tp}}},
       {"plan", choice.text()},
@@ -556,7 +576,7 @@ llvm::json::Object PlanChoice::compileKeywords(int64_t globalBatch) const {
                               {"pp", pp},
                               {"cp", cp},
                               {"microbatches", microBatches(globalBatch)},
-                              {"zero", dp > 1 ? zero : 0},
+                              {"zero", batchRanks() > 1 ? zero : 0},
                               {"sp", sequenceParallel && tp > 1},
                               {"recompute", recompute}};
   if (pp > 1)
@@ -565,6 +585,8 @@ llvm::json::Object PlanChoice::compileKeywords(int64_t globalBatch) const {
     keywords["chunks"] = chunks;
   if (cp > 1)
     keywords["cp_kind"] = contextKind;
+  if (ep > 1)
+    keywords["ep"] = ep;
   return keywords;
 }
 
@@ -620,22 +642,31 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
   auto start = std::chrono::steady_clock::now();
   // Degrees the constraints fix must make (with dp) or divide the GPUs.
   int64_t fixed = constraints.dp.value_or(1) * constraints.tp.value_or(1) *
-                  constraints.pp.value_or(1) * constraints.cp.value_or(1);
+                  constraints.pp.value_or(1) * constraints.cp.value_or(1) *
+                  constraints.ep.value_or(1);
   if (constraints.dp && fixed != request.gpus) {
-    error = llvm::formatv("the fixed dp x tp x pp x cp = {0}, but the plan is "
-                          "for {1} GPUs",
-                          fixed, request.gpus)
+    error = llvm::formatv("the fixed dp x tp x pp x cp{0} = {1}, but the plan "
+                          "is for {2} GPUs",
+                          constraints.ep ? " x ep" : "", fixed, request.gpus)
                 .str();
     return std::nullopt;
   }
   if (request.gpus % fixed) {
-    error = llvm::formatv("the fixed tp x pp x cp = {0} does not divide the "
-                          "{1} GPUs",
-                          fixed, request.gpus)
+    error = llvm::formatv("the fixed tp x pp x cp{0} = {1} does not divide "
+                          "the {2} GPUs",
+                          constraints.ep ? " x ep" : "", fixed, request.gpus)
                 .str();
     return std::nullopt;
   }
   ModelFacts facts = readFacts(request);
+  if (constraints.ep.value_or(1) > 1 && !facts.experts) {
+    error = llvm::formatv("ep={0} splits a mixture of experts' experts: "
+                          "expected a config with num_local_experts or "
+                          "num_experts, found a model without experts",
+                          *constraints.ep)
+                .str();
+    return std::nullopt;
+  }
   if (facts.layers && facts.heads) {
     int64_t usable = facts.layers * facts.heads * 8 * request.globalBatch;
     if (request.gpus > usable) {

@@ -158,9 +158,9 @@ void printCompileMessage(MessageKind kind, const llvm::Twine &message) {
 
 /// The options --auto chooses: none of them may be given with it.
 constexpr const char *kChosenByAuto[] = {
-    "mesh",      "dp",       "tp",        "pp",          "cp",
-    "cp-kind",   "schedule", "chunks",    "pp-layers",   "zero",
-    "zero-axes", "sp",       "recompute", "microbatches"};
+    "mesh", "dp",        "tp",       "pp",        "cp",
+    "ep",   "cp-kind",   "schedule", "chunks",    "pp-layers",
+    "zero", "zero-axes", "sp",       "recompute", "microbatches"};
 
 /// --auto: the planner's fastest plan that fits, set into `options`;
 /// prints it. Returns false after reporting why there is none.

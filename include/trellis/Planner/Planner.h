@@ -25,7 +25,9 @@ namespace trellis::planner {
 
 /// One plan: what `trellis compile` is told.
 struct PlanChoice {
-  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  /// The data, tensor, pipeline and context axes, and the expert axis
+  /// (mixtures of experts: it splits the experts, and the batch as dp does).
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
   /// Sequences per micro-batch on each data-parallel rank.
   int64_t microBatchSize = 1;
   int64_t zero = 0;
@@ -35,10 +37,12 @@ struct PlanChoice {
   std::string recompute = "none";
   std::string contextKind = "ulysses";
 
-  int64_t gpus() const { return dp * tp * pp * cp; }
+  int64_t gpus() const { return dp * ep * tp * pp * cp; }
+  /// The ranks the batch splits over (data and expert axes).
+  int64_t batchRanks() const { return dp * ep; }
   /// Micro-batches per step for `globalBatch` sequences.
   int64_t microBatches(int64_t globalBatch) const {
-    return globalBatch / (dp * microBatchSize);
+    return globalBatch / (batchRanks() * microBatchSize);
   }
   /// `trellis compile`'s flags for this plan.
   std::string flags(int64_t globalBatch, int64_t seq,
@@ -53,13 +57,13 @@ struct PlanChoice {
 
 /// What an --evaluate string fixes; the rest the planner chooses.
 struct PlanConstraints {
-  std::optional<int64_t> dp, tp, pp, cp, microBatchSize, zero, chunks;
+  std::optional<int64_t> dp, tp, pp, cp, ep, microBatchSize, zero, chunks;
   std::optional<bool> sequenceParallel;
   std::optional<std::string> schedule, recompute, contextKind;
 };
 
 /// Parses `pp=8,dp=16,tp=8,sp,zero=1,schedule=interleaved,chunks=4,
-/// micro-batch=1,recompute=full` (also `cp=`, `cp-kind=`). Unknown keys,
+/// micro-batch=1,recompute=full` (also `cp=`, `cp-kind=`, `ep=`). Unknown keys,
 /// malformed numbers and impossible values are errors naming them.
 std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
                                                     std::string &error);
