@@ -33,6 +33,10 @@ struct MegatronSplit {
 
 /// The Megatron layout, by the suffix of a parameter's Hugging Face name.
 std::optional<MegatronSplit> megatronSplit(StringRef name) {
+  // A mixture of experts' stacked weights ([E, out, in], "experts.*."):
+  // experts stay whole over tp (expert parallelism splits them).
+  if (name.contains(".experts.*."))
+    return std::nullopt;
   // Llama (nn.Linear weights are [out, in]).
   for (StringRef columns :
        {".q_proj.weight", ".k_proj.weight", ".v_proj.weight",
