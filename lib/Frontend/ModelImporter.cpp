@@ -837,7 +837,10 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
     // The load-balancing loss's per-layer terms: how many slots chose each
     // expert, and the sum of each expert's softmax score over the tokens.
     Value counts = ExpertCountsOp::create(builder_, loc_, chosen, count);
-    Value scores = SoftmaxOp::create(builder_, loc_, logits);
+    // In fp32 under mixed precision too (the cast keeps the branch f32):
+    // the loss it adds to stays f32, as the cross-entropy's is.
+    Value scores = SoftmaxOp::create(
+        builder_, loc_, CastOp::create(builder_, loc_, logits, "f32"));
     Value scoreSums = ReduceSumOp::create(builder_, loc_, scores,
                                           ArrayRef<int64_t>{0, 1}, false);
     routerCounts_.push_back(counts);
