@@ -248,8 +248,8 @@ llvm::Error readGpt2(ConfigReader &reader, TransformerConfig &config) {
 
 using RopeScaling = TransformerConfig::RopeScaling;
 
-/// Reads the mixture-of-experts fields of a Mixtral, Qwen2-MoE or
-/// Qwen3-MoE config (transformers' configuration files name them).
+/// Reads the mixture-of-experts fields of a Mixtral, Qwen2-MoE, Qwen3-MoE
+/// or OLMoE config (transformers' configuration files name them).
 llvm::Error readExperts(ConfigReader &reader, TransformerConfig &config,
                         llvm::StringRef type) {
   TransformerConfig::Experts &experts = config.experts;
@@ -266,6 +266,10 @@ llvm::Error readExperts(ConfigReader &reader, TransformerConfig &config,
   if (mixtral) {
     experts.intermediateSize = config.intermediateSize;
     experts.normalize = true;
+  } else if (type == "olmoe") {
+    // OLMoE: every layer sparse, experts of intermediate_size.
+    experts.intermediateSize = config.intermediateSize;
+    TRY_ASSIGN(experts.normalize, reader.booleanOr("norm_topk_prob", false));
   } else {
     TRY_ASSIGN(experts.intermediateSize,
                reader.integer("moe_intermediate_size"));
@@ -307,7 +311,9 @@ llvm::Error readExperts(ConfigReader &reader, TransformerConfig &config,
 /// Reads a Llama-family config: `type` "llama", or "mistral" (Llama with a
 /// sliding window), "qwen2" (Llama with query, key and value biases and a
 /// sliding window it may turn on) or "qwen3" (Llama with RMSNorms over each
-/// head's query and key, and Qwen2's sliding window).
+/// head's query and key, and Qwen2's sliding window); and their mixtures of
+/// experts, "mixtral", "qwen2_moe", "qwen3_moe", and "olmoe" (RMSNorms over
+/// the whole query and key projections).
 llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
                       llvm::StringRef type) {
   RopeScaling &scaling = config.ropeScaling;
@@ -326,6 +332,8 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
     architectures = {"Qwen2MoeForCausalLM", "Qwen2MoeModel"};
   else if (type == "qwen3_moe")
     architectures = {"Qwen3MoeForCausalLM", "Qwen3MoeModel"};
+  else if (type == "olmoe")
+    architectures = {"OlmoeForCausalLM", "OlmoeModel"};
   if (llvm::Error error = checkArchitectures(reader, type, architectures))
     return error;
   bool qwen2 = type == "qwen2" || type == "qwen2_moe";
@@ -352,6 +360,20 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
       TRY_ASSIGN(window, reader.integer("sliding_window"));
       config.slidingWindow = window;
     }
+  } else if (type == "olmoe") {
+    // OLMoE normalizes the whole query and key projections; clip_qkv
+    // (clamping them) and biases are not built.
+    config.projectionNorm = true;
+    if (llvm::Error error = reader.refuseFlag(
+            "attention_bias", false, "OLMoE's projections have no biases"))
+      return error;
+    double clip = 0;
+    TRY_ASSIGN(clip, reader.nonNegativeOr("clip_qkv", 0));
+    if (clip != 0)
+      return configError(llvm::formatv(
+          "field \"clip_qkv\": expected null (no clamping of the query, key "
+          "and value projections), found {0}",
+          clip));
   } else {
     for (llvm::StringRef flag : {"attention_bias", "mlp_bias"})
       if (llvm::Error error = reader.refuseFlag(
@@ -417,7 +439,8 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
     return configError(llvm::formatv(
         "head dimension {0} is odd: rotary embeddings need an even one",
         config.headDim));
-  if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe")
+  if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
+      type == "olmoe")
     if (llvm::Error error = readExperts(reader, config, type))
       return error;
   // RoPE: transformers 5 writes rope_parameters (rope_type, rope_theta and
@@ -521,7 +544,7 @@ constexpr int64_t kMaxLayers = 4096;
 /// The model types Trellis builds, for messages.
 constexpr const char *kModelTypes =
     "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", "
-    "\"qwen2_moe\" or \"qwen3_moe\"";
+    "\"qwen2_moe\", \"qwen3_moe\" or \"olmoe\"";
 
 llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
   if (std::string why = checkJsonShape(json, kMaxConfigDepth); !why.empty())
@@ -541,7 +564,7 @@ llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
       return std::move(error);
   } else if (type == "llama" || type == "mistral" || type == "qwen2" ||
              type == "qwen3" || type == "mixtral" || type == "qwen2_moe" ||
-             type == "qwen3_moe") {
+             type == "qwen3_moe" || type == "olmoe") {
     if (llvm::Error error = readLlama(reader, parsed, type))
       return std::move(error);
   } else if (type.empty()) {
@@ -739,6 +762,11 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
   Value q = project("q_proj", hq * d);
   Value k = project("k_proj", hkv * d);
   Value v = project("v_proj", hkv * d);
+  // OLMoE: the whole projections normalized, all heads together.
+  if (config_.projectionNorm) {
+    q = rmsNorm(q, prefix + ".self_attn.q_norm.weight", hq * d);
+    k = rmsNorm(k, prefix + ".self_attn.k_norm.weight", hkv * d);
+  }
   Value qHeads = reshape(q, {b, s, hq, d}), kHeads = reshape(k, {b, s, hkv, d});
   // Qwen3: each head's query and key normalized over head_dim.
   if (config_.queryKeyNorm) {
@@ -970,6 +998,8 @@ int64_t TransformerConfig::numParameters() const {
       perLayer += numHeads * d + 2 * numKvHeads * d;
     if (queryKeyNorm)
       perLayer += 2 * d;
+    if (projectionNorm)
+      perLayer += (numHeads + numKvHeads) * d;
     for (int64_t layer = 0; layer < numLayers; ++layer) {
       if (!isSparseLayer(layer)) {
         params += 3 * e * intermediateSize;

@@ -51,6 +51,8 @@ const std::map<std::string, ModelTypeFacts> &modelTypes() {
        {"Qwen2MoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"qwen3_moe",
        {"Qwen3MoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"olmoe",
+       {"OlmoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
   };
   return types;
 }
@@ -147,8 +149,8 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
   if (facts == modelTypes().end())
     return Status::error("config '" + configPath +
                          "': expected model_type gpt2, llama, mistral, "
-                         "qwen2, qwen3, mixtral, qwen2_moe or qwen3_moe, "
-                         "found '" +
+                         "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe or "
+                         "olmoe, found '" +
                          modelType + "'");
 
   StatusOr<SafetensorsFile> model =

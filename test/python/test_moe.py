@@ -1,6 +1,7 @@
 """Mixture-of-experts models from their configs against transformers:
-Mixtral, Qwen2-MoE (a shared expert) and Qwen3-MoE (dense layers among
-the sparse ones), with the router's load-balancing loss, trained by
+Mixtral, Qwen2-MoE (a shared expert), Qwen3-MoE (dense layers among the
+sparse ones) and OLMoE (norms over the whole query and key projections),
+with the router's load-balancing loss, trained by
 AdamW as torch trains them; and their weights read from and written to
 the per-expert tensors of Hugging Face checkpoints."""
 
@@ -38,6 +39,9 @@ def config(kind: str) -> dict:
         "router_aux_loss_coef")}
     common.update(num_experts=8, moe_intermediate_size=48,
                   intermediate_size=96, use_sliding_window=False)
+    if kind == "olmoe":
+        return dict(common, model_type="olmoe",
+                    architectures=["OlmoeForCausalLM"], norm_topk_prob=False)
     if kind == "qwen2_moe":
         return dict(common, model_type="qwen2_moe",
                     architectures=["Qwen2MoeForCausalLM"],
@@ -57,6 +61,7 @@ def hugging_face(kind: str, fields: dict) -> "torch.nn.Module":
                       transformers.Qwen2MoeConfig),
         "qwen3_moe": (transformers.Qwen3MoeForCausalLM,
                       transformers.Qwen3MoeConfig),
+        "olmoe": (transformers.OlmoeForCausalLM, transformers.OlmoeConfig),
     }
     model, settings = classes[kind]
     torch.manual_seed(0)
@@ -74,7 +79,8 @@ def trellis_weights(kind: str, module: "torch.nn.Module",
     [E, 2F, H] gate and up projections as two stacked parameters, the
     experts' `*` standing for their index as in the Hub's files."""
     mixtral = kind == "mixtral"
-    size = fields["intermediate_size" if mixtral else "moe_intermediate_size"]
+    size = fields["intermediate_size" if kind in ("mixtral", "olmoe") else
+                  "moe_intermediate_size"]
     gate, up, down = ("w1", "w3", "w2") if mixtral else (
         "gate_proj", "up_proj", "down_proj")
     weights = {}
@@ -125,7 +131,8 @@ def torch_training(module, fields: dict, data: list, microbatches: int):
 
 
 @pytest.mark.parametrize("kind,microbatches", [
-    ("mixtral", 1), ("mixtral", 2), ("qwen2_moe", 1), ("qwen3_moe", 2)])
+    ("mixtral", 1), ("mixtral", 2), ("qwen2_moe", 1), ("qwen3_moe", 2),
+    ("olmoe", 1)])
 def test_moe_trains_like_hugging_face(kind: str, microbatches: int) -> None:
     """5 AdamW steps: losses (the load-balancing loss included) and every
     parameter equal transformers + torch AdamW within 1e-5."""
@@ -265,7 +272,7 @@ def test_tied_router_scores_send_every_token_to_the_first_experts() -> None:
     np.testing.assert_array_equal(trained[2:], start[2:])
 
 
-@pytest.mark.parametrize("kind", ["mixtral", "qwen3_moe"])
+@pytest.mark.parametrize("kind", ["mixtral", "qwen3_moe", "olmoe"])
 def test_from_module_converts_transformers_moe(kind: str) -> None:
     """trellis.torch.from_module: transformers' sparse MoE blocks (a loop
     over the experts hit, which torch.export cannot trace) convert through

@@ -46,6 +46,9 @@ struct TransformerConfig {
   /// RMSNorms over each head's query and key before the rotary embedding,
   /// one gain of head_dim each per layer (Qwen3's q_norm and k_norm).
   bool queryKeyNorm = false;
+  /// RMSNorms over the whole query and key projections (all heads
+  /// together) before they are cut into heads: OLMoE's q_norm and k_norm.
+  bool projectionNorm = false;
   /// Sliding-window attention (Mistral, Qwen2): each token attends to the
   /// last this many positions. Built only where the window covers the
   /// sequence (then it is causal attention); unset: none.
