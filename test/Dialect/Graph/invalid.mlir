@@ -252,3 +252,66 @@ func.func @fused_mixed_dtypes(%x: tensor<4xf32>, %y: tensor<4xbf16>) {
   %0 = graph.fused_elementwise %x, %y ["add %0 %1"] : (tensor<4xf32>, tensor<4xbf16>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+// Tests that a router takes at most as many experts as it has.
+func.func @route_top_k(%logits: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{expected top_k in [1, 4] (the expert count), found 5}}
+  %w, %e = graph.moe_route %logits top_k 5 : tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+// Tests that a router's scoring is softmax or sigmoid.
+func.func @route_scoring(%logits: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{expected scoring "softmax" or "sigmoid", found "relu"}}
+  %w, %e = graph.moe_route %logits top_k 2 {scoring = "relu"} : tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+// Tests that a router's scaling is positive.
+func.func @route_scaling(%logits: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{expected scaling > 0, found -1.0}}
+  %w, %e = graph.moe_route %logits top_k 2 {scaling = -1.0 : f64} : tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+// Tests that an expert product's rows are a token's or a slot's.
+func.func @expert_rows(%x: tensor<2x5x8xf32>, %w: tensor<4x8x6xf32>, %ids: tensor<2x3x2xi32>) {
+  // expected-error @+1 {{expected lhs of shape [2, 3] + [K] (a row per token) or [2, 3, 2] + [K] (a row per slot), found [2, 5, 8]}}
+  %0 = graph.expert_matmul %x, %w, %ids : tensor<2x5x8xf32>, tensor<4x8x6xf32>, tensor<2x3x2xi32>
+  return
+}
+
+// -----
+
+// Tests that an expert product contracts equal sizes.
+func.func @expert_contracting(%x: tensor<2x3x8xf32>, %w: tensor<4x7x6xf32>, %ids: tensor<2x3x2xi32>) {
+  // expected-error @+1 {{contracting sizes differ: lhs [2, 3, 8] has 8, weight [4, 7, 6] has 7}}
+  %0 = graph.expert_matmul %x, %w, %ids : tensor<2x3x8xf32>, tensor<4x7x6xf32>, tensor<2x3x2xi32>
+  return
+}
+
+// -----
+
+// Tests that the expert weight gradient's result gradient has the slots.
+func.func @expert_grad_shape(%x: tensor<2x3x8xf32>, %g: tensor<2x3x6xf32>, %ids: tensor<2x3x2xi32>) {
+  // expected-error @+1 {{expected result_grad of shape experts [2, 3, 2] + [N], found [2, 3, 6]}}
+  %0 = graph.expert_matmul_weight_grad %x, %g, %ids experts 4 : tensor<2x3x8xf32>, tensor<2x3x6xf32>, tensor<2x3x2xi32>
+  return
+}
+
+// -----
+
+// Tests that expert counts count at least one expert.
+func.func @expert_counts_none(%ids: tensor<2x3x2xi32>) {
+  // expected-error @+1 {{expected num_experts >= 1, found 0}}
+  %0 = graph.expert_counts %ids experts 0 : tensor<2x3x2xi32>
+  return
+}

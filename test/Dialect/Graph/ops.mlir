@@ -113,3 +113,21 @@ func.func @layers(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>, %ids: tensor<2x8xi
   %ns = graph.sgd %w, %w {learning_rate = 0.1, weight_decay = 0.0} : tensor<16xf32>
   return %loss : tensor<f32>
 }
+
+// CHECK-LABEL: func.func @experts
+func.func @experts(%x: tensor<2x3x8xf32>, %router: tensor<8x4xf32>, %w: tensor<4x6x8xf32>, %down: tensor<4x8x6xf32>) -> (tensor<2x3x2x8xf32>, tensor<4x6x8xf32>, tensor<2x3x4xf32>, tensor<4xf32>) {
+  %logits = graph.matmul %x, %router : tensor<2x3x8xf32>, tensor<8x4xf32>
+  // CHECK: %[[W:.*]], %[[E:.*]] = graph.moe_route %{{.*}} top_k 2 {normalize, scaling = 2.500000e+00 : f64, scoring = "sigmoid"} : tensor<2x3x4xf32>
+  %weights, %experts = graph.moe_route %logits top_k 2 {scoring = "sigmoid", normalize, scaling = 2.5 : f64} : tensor<2x3x4xf32>
+  // CHECK: graph.expert_matmul %{{.*}}, %{{.*}} transposed, %[[E]] : tensor<2x3x8xf32>, tensor<4x6x8xf32>, tensor<2x3x2xi32>
+  %h = graph.expert_matmul %x, %w transposed, %experts : tensor<2x3x8xf32>, tensor<4x6x8xf32>, tensor<2x3x2xi32>
+  // CHECK: graph.expert_matmul %{{.*}}, %{{.*}} transposed, %[[E]] {axes = ["ep"]} : tensor<2x3x2x6xf32>, tensor<4x8x6xf32>, tensor<2x3x2xi32>
+  %y = graph.expert_matmul %h, %down transposed, %experts {axes = ["ep"]} : tensor<2x3x2x6xf32>, tensor<4x8x6xf32>, tensor<2x3x2xi32>
+  // CHECK: graph.expert_matmul_weight_grad %{{.*}}, %{{.*}}, %[[E]] experts 4 {transpose_rhs} : tensor<2x3x8xf32>, tensor<2x3x2x6xf32>, tensor<2x3x2xi32>
+  %dw = graph.expert_matmul_weight_grad %x, %h, %experts experts 4 {transpose_rhs} : tensor<2x3x8xf32>, tensor<2x3x2x6xf32>, tensor<2x3x2xi32>
+  // CHECK: graph.moe_route_grad %{{.*}}, %[[E]], %[[W]] top_k 2 : tensor<2x3x4xf32>, tensor<2x3x2xi32>, tensor<2x3x2xf32>
+  %dl = graph.moe_route_grad %logits, %experts, %weights top_k 2 : tensor<2x3x4xf32>, tensor<2x3x2xi32>, tensor<2x3x2xf32>
+  // CHECK: graph.expert_counts %[[E]] experts 4 : tensor<2x3x2xi32>
+  %counts = graph.expert_counts %experts experts 4 : tensor<2x3x2xi32>
+  return %y, %dw, %dl, %counts : tensor<2x3x2x8xf32>, tensor<4x6x8xf32>, tensor<2x3x4xf32>, tensor<4xf32>
+}

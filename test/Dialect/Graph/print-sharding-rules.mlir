@@ -58,3 +58,25 @@ func.func @norm_and_optimizer(%x: tensor<4x64xf32>, %w: tensor<64xf32>, %s: tens
   %1:3 = graph.adamw %w, %w, %w, %w, %s {learning_rate = 1.0e-3, beta1 = 0.9, beta2 = 0.999, epsilon = 1.0e-8, weight_decay = 0.0} : tensor<64xf32>
   return
 }
+
+// -----
+
+// Tests the experts' rules: tokens and slots split freely; the experts stay
+// whole, unless the op has axes (expert parallelism): then the product's
+// expert factor is a reduction (slots of other ranks' experts give zeros)
+// and the weight gradient's is parallel (each rank its own experts).
+func.func @experts(%x: tensor<2x3x8xf32>, %w: tensor<4x6x8xf32>, %ids: tensor<2x3x2xi32>, %g: tensor<2x3x2x6xf32>, %l: tensor<2x3x4xf32>) {
+  // expected-remark @+1 {{sharding rule: ([f0, f1, f3], [f5, f4, f3], [f0, f1, f2]) -> ([f0, f1, f2, f4]) {f0=2 parallel, f1=3 parallel, f2=2 parallel, f3=8 reduction, f4=6 parallel, f5=4 whole}}}
+  %h = graph.expert_matmul %x, %w transposed, %ids : tensor<2x3x8xf32>, tensor<4x6x8xf32>, tensor<2x3x2xi32>
+  // expected-remark @+1 {{sharding rule: ([f0, f1, f3], [f5, f4, f3], [f0, f1, f2]) -> ([f0, f1, f2, f4]) {f0=2 parallel, f1=3 parallel, f2=2 parallel, f3=8 reduction, f4=6 parallel, f5=4 reduction}}}
+  %e = graph.expert_matmul %x, %w transposed, %ids {axes = ["ep"]} : tensor<2x3x8xf32>, tensor<4x6x8xf32>, tensor<2x3x2xi32>
+  // expected-remark @+1 {{sharding rule: ([f0, f1, f3], [f0, f1, f2, f4], [f0, f1, f2]) -> ([f5, f4, f3]) {f0=2 reduction, f1=3 reduction, f2=2 reduction, f3=8 parallel, f4=6 parallel, f5=4 whole}}}
+  %dw = graph.expert_matmul_weight_grad %x, %g, %ids experts 4 {transpose_rhs} : tensor<2x3x8xf32>, tensor<2x3x2x6xf32>, tensor<2x3x2xi32>
+  // expected-remark @+1 {{sharding rule: ([f0, f1, f3], [f0, f1, f2, f4], [f0, f1, f2]) -> ([f5, f4, f3]) {f0=2 reduction, f1=3 reduction, f2=2 reduction, f3=8 parallel, f4=6 parallel, f5=4 parallel}}}
+  %dwe = graph.expert_matmul_weight_grad %x, %g, %ids experts 4 {transpose_rhs, axes = ["ep"]} : tensor<2x3x8xf32>, tensor<2x3x2x6xf32>, tensor<2x3x2xi32>
+  // expected-remark @+1 {{sharding rule: ([f0, f1, f2]) -> ([f0, f1, f3], [f0, f1, f3]) {f0=2 parallel, f1=3 parallel, f2=4 whole, f3=2 whole}}}
+  %wt, %ex = graph.moe_route %l top_k 2 : tensor<2x3x4xf32>
+  // expected-remark @+1 {{sharding rule: ([f0, f1, f2]) -> ([f3]) {f0=2 reduction, f1=3 reduction, f2=2 reduction, f3=4 whole}}}
+  %c = graph.expert_counts %ids experts 4 : tensor<2x3x2xi32>
+  return
+}
