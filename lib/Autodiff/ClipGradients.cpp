@@ -2,6 +2,8 @@
 
 #include "trellis/Autodiff/Passes.h"
 
+#include "StepResults.h"
+
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "llvm/Support/Format.h"
@@ -89,16 +91,7 @@ struct ClipGradientsPass
     }
 
     // The norm is a result of the step.
-    Operation *terminator = body.getTerminator();
-    terminator->insertOperands(terminator->getNumOperands(), norm);
-    SmallVector<Type> results(step.getResultTypes());
-    results.push_back(norm.getType());
-    SmallVector<DictionaryAttr> resultAttrs;
-    step.getAllResultAttrs(resultAttrs);
-    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
-        GraphDialect::kMetricAttrName, builder.getStringAttr("grad_norm"))));
-    step.setType(builder.getFunctionType(step.getArgumentTypes(), results));
-    step.setAllResultAttrs(resultAttrs);
+    appendMetricResult(step, norm, "grad_norm");
   }
 };
 

@@ -10,6 +10,8 @@
 
 #include "trellis/Autodiff/Passes.h"
 
+#include "StepResults.h"
+
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 
@@ -59,7 +61,7 @@ struct ExpertLoadPass
         builder.setInsertionPointAfter(route);
         auto made = ExpertCountsOp::create(builder, route.getLoc(),
                                            route.getExperts(), experts);
-        copyPlacement(route, made);
+        graph::copyPlacement(route, made);
         counts = made;
       }
       builder.setInsertionPoint(terminator);
@@ -79,15 +81,7 @@ struct ExpertLoadPass
         rows.size() == 1
             ? rows.front()
             : ConcatOp::create(builder, step.getLoc(), rows, 0).getResult();
-    terminator->insertOperands(terminator->getNumOperands(), load);
-    SmallVector<Type> results(step.getResultTypes());
-    results.push_back(load.getType());
-    SmallVector<DictionaryAttr> resultAttrs;
-    step.getAllResultAttrs(resultAttrs);
-    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
-        GraphDialect::kMetricAttrName, builder.getStringAttr("expert_load"))));
-    step.setType(builder.getFunctionType(step.getArgumentTypes(), results));
-    step.setAllResultAttrs(resultAttrs);
+    appendMetricResult(step, load, "expert_load");
   }
 
 private:
@@ -104,13 +98,6 @@ private:
         if (counts.getNumExperts() == experts)
           return counts;
     return {};
-  }
-
-  static void copyPlacement(Operation *from, Operation *to) {
-    if (Attribute phase = from->getAttr(GraphDialect::kPhaseAttrName))
-      to->setAttr(GraphDialect::kPhaseAttrName, phase);
-    if (PartAttr part = getModelPart(from))
-      setModelPart(to, part);
   }
 };
 

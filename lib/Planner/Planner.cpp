@@ -233,6 +233,30 @@ bool measureMemory(const PlanRequest &request, PlanEvaluation &evaluation,
   return true;
 }
 
+/// The schedules (and chunks) of `pp` stages over `microBatches` that
+/// `fixed` allows: 1F1B alone without a pipeline.
+std::vector<std::pair<std::string, int64_t>>
+pipelineSchedules(int64_t pp, int64_t microBatches,
+                  const PlanConstraints &fixed, const ModelFacts &facts) {
+  std::vector<std::pair<std::string, int64_t>> schedules;
+  if (pp == 1)
+    return {{"1f1b", 1}};
+  for (const char *name : {"1f1b", "interleaved", "zb-h1"}) {
+    if (fixed.schedule && *fixed.schedule != name)
+      continue;
+    if (std::string(name) != "interleaved") {
+      schedules.push_back({name, 1});
+      continue;
+    }
+    for (int64_t chunks = 2; chunks <= 8; ++chunks)
+      if ((!fixed.chunks || *fixed.chunks == chunks) &&
+          microBatches % pp == 0 &&
+          (!facts.layers || facts.layers % (pp * chunks) == 0))
+        schedules.push_back({name, chunks});
+  }
+  return schedules;
+}
+
 /// The structural candidates `constraints` allows: degrees, micro-batch
 /// size, schedule and chunks. ZeRO and recomputation are escalated per
 /// candidate until it fits.
@@ -262,34 +286,21 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
         if (request.globalBatch % dp)
           continue;
         // Of the batch's ranks, those that also split the experts.
-        for (int64_t ep : divisorsOf(dp)) {
-          if (!allowed(fixed.ep, ep) || !allowed(fixed.dp, dp / ep) ||
-              (ep > 1 && (!facts.experts || facts.experts % ep)))
+        std::vector<int64_t> expertSplits;
+        for (int64_t ep : divisorsOf(dp))
+          if (allowed(fixed.ep, ep) && allowed(fixed.dp, dp / ep) &&
+              (ep == 1 || (facts.experts && facts.experts % ep == 0)))
+            expertSplits.push_back(ep);
+        for (int64_t micro : {1, 2, 4, 8, 16}) {
+          if (!allowed(fixed.microBatchSize, micro) ||
+              (request.globalBatch / dp) % micro)
             continue;
-          for (int64_t micro : {1, 2, 4, 8, 16}) {
-            if (!allowed(fixed.microBatchSize, micro) ||
-                (request.globalBatch / dp) % micro)
-              continue;
-            int64_t microBatches = request.globalBatch / dp / micro;
-            if (pp > 1 && microBatches < pp && !fixed.microBatchSize)
-              continue;
-            std::vector<std::pair<std::string, int64_t>> schedules;
-            if (pp == 1)
-              schedules.push_back({"1f1b", 1});
-            else
-              for (const char *name : {"1f1b", "interleaved", "zb-h1"}) {
-                if (fixed.schedule && *fixed.schedule != name)
-                  continue;
-                if (std::string(name) != "interleaved") {
-                  schedules.push_back({name, 1});
-                  continue;
-                }
-                for (int64_t chunks = 2; chunks <= 8; ++chunks)
-                  if (allowed(fixed.chunks, chunks) && microBatches % pp == 0 &&
-                      (!facts.layers || facts.layers % (pp * chunks) == 0))
-                    schedules.push_back({name, chunks});
-              }
-            for (const auto &[schedule, chunks] : schedules) {
+          int64_t microBatches = request.globalBatch / dp / micro;
+          if (pp > 1 && microBatches < pp && !fixed.microBatchSize)
+            continue;
+          for (const auto &[schedule, chunks] :
+               pipelineSchedules(pp, microBatches, fixed, facts))
+            for (int64_t ep : expertSplits) {
               PlanChoice choice;
               choice.dp = dp / ep;
               choice.ep = ep;
@@ -306,7 +317,6 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
               choice.recompute = fixed.recompute.value_or("none");
               candidates.push_back(choice);
             }
-          }
         }
       }
     }

@@ -229,12 +229,7 @@ private:
       builder.setInsertionPointToStart(value.getParentBlock());
     auto constraint =
         ShardOp::create(builder, value.getLoc(), type, value, layout);
-    Operation *placement = producer ? producer : user;
-    if (Attribute phase =
-            placement->getAttr(graph::GraphDialect::kPhaseAttrName))
-      constraint->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
-    if (graph::PartAttr part = graph::getModelPart(placement))
-      graph::setModelPart(constraint, part);
+    graph::copyPlacement(producer ? producer : user, constraint);
     value.replaceAllUsesExcept(constraint.getResult(), constraint);
     return success();
   }

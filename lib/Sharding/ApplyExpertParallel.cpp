@@ -128,7 +128,7 @@ private:
       OpBuilder builder(op);
       auto constraint = ShardOp::create(builder, op->getLoc(), value.getType(),
                                         value, layout);
-      copyPlacement(op, constraint);
+      graph::copyPlacement(op, constraint);
       it->second = constraint.getResult();
     }
     op->setOperand(index, it->second);
@@ -140,15 +140,8 @@ private:
     builder.setInsertionPointAfter(op);
     auto constraint =
         ShardOp::create(builder, op->getLoc(), value.getType(), value, layout);
-    copyPlacement(op, constraint);
+    graph::copyPlacement(op, constraint);
     value.replaceAllUsesExcept(constraint.getResult(), constraint);
-  }
-
-  static void copyPlacement(Operation *from, Operation *to) {
-    if (Attribute phase = from->getAttr(graph::GraphDialect::kPhaseAttrName))
-      to->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
-    if (graph::PartAttr part = graph::getModelPart(from))
-      graph::setModelPart(to, part);
   }
 
   LogicalResult annotate(func::FuncOp function, Operation *op, int64_t ep,

@@ -109,7 +109,7 @@ private:
     builder.setInsertionPointAfter(producer);
     auto constraint = ShardOp::create(builder, producer->getLoc(), type, value,
                                       layoutOf(type, true));
-    copyPlacement(producer, constraint);
+    graph::copyPlacement(producer, constraint);
     value.replaceAllUsesExcept(constraint.getResult(), constraint);
   }
 
@@ -138,20 +138,12 @@ private:
         builder.setInsertionPoint(first);
       auto constraint = ShardOp::create(builder, producer->getLoc(), type,
                                         value, layoutOf(type, false));
-      copyPlacement(producer, constraint);
+      graph::copyPlacement(producer, constraint);
       if (phase)
         constraint->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
       for (OpOperand *use : uses)
         use->set(constraint.getResult());
     }
-  }
-
-  /// The constraint runs where `from` does: its phase and model part.
-  static void copyPlacement(Operation *from, Operation *to) {
-    if (Attribute phase = from->getAttr(graph::GraphDialect::kPhaseAttrName))
-      to->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
-    if (graph::PartAttr part = graph::getModelPart(from))
-      graph::setModelPart(to, part);
   }
 
   FlatSymbolRefAttr meshName_;

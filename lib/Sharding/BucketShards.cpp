@@ -179,11 +179,7 @@ void emitShardBucket(ArrayRef<Operation *> bucket, bool scatters,
     Operation *source;
     void notifyOperationInserted(Operation *op,
                                  OpBuilder::InsertPoint) override {
-      if (Attribute phase =
-              source->getAttr(graph::GraphDialect::kPhaseAttrName))
-        op->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
-      if (graph::PartAttr part = graph::getModelPart(source))
-        graph::setModelPart(op, part);
+      graph::copyPlacement(source, op);
     }
   } copier;
   copier.source = bucket.front();

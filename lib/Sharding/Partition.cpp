@@ -27,12 +27,8 @@ public:
   void setSource(Operation *op) { source_ = op; }
 
   void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
-    if (!source_)
-      return;
-    if (Attribute phase = source_->getAttr(graph::GraphDialect::kPhaseAttrName))
-      op->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
-    if (graph::PartAttr part = graph::getModelPart(source_))
-      graph::setModelPart(op, part);
+    if (source_)
+      graph::copyPlacement(source_, op);
   }
 
 private:

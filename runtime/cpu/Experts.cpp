@@ -220,23 +220,42 @@ void gatherRows(const float *source, int64_t width, bool perToken, int64_t k,
   }
 }
 
-Status runExpertMatmul(const KernelArgs &args) {
-  const Tensor &lhs = args.in(0), &weight = args.in(1), &experts = args.in(2);
-  Tensor &out = args.out(0);
-  bool transposed = args.instruction.flag("transpose_rhs");
-  StatusOr<ExpertRange> range = expertRange(args, weight.shape()[0]);
+/// What both expert products start from: the slots of the experts the
+/// weight holds (`held` of them, under expert parallelism the rank's
+/// range), sorted by expert, and the lhs (operand 0) rows they read, in
+/// that order.
+struct SortedSlots {
+  ExpertRange range;
+  std::vector<int64_t> order, starts;
+  std::vector<float> rows;
+};
+
+StatusOr<SortedSlots> sortAndGather(const KernelArgs &args, int64_t held) {
+  const Tensor &lhs = args.in(0), &experts = args.in(2);
+  StatusOr<ExpertRange> range = expertRange(args, held);
   if (!range.ok())
     return range.status();
-  int64_t count = range->count;
-  int64_t k = experts.shape().back();
-  int64_t depth = lhs.shape().back(), width = out.shape().back();
-  bool perToken = lhs.shape().size() == experts.shape().size();
   TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, range->total));
-  std::vector<int64_t> order, starts;
-  sortSlots(experts, *range, order, starts);
-  std::vector<float> rows, products(order.size() * width);
-  gatherRows(lhs.f32(), depth, perToken, k, order, rows);
-  for (int64_t e = 0; e < count; ++e) {
+  SortedSlots slots;
+  slots.range = *range;
+  sortSlots(experts, slots.range, slots.order, slots.starts);
+  bool perToken = lhs.shape().size() == experts.shape().size();
+  gatherRows(lhs.f32(), lhs.shape().back(), perToken, experts.shape().back(),
+             slots.order, slots.rows);
+  return slots;
+}
+
+Status runExpertMatmul(const KernelArgs &args) {
+  const Tensor &weight = args.in(1), &experts = args.in(2);
+  Tensor &out = args.out(0);
+  bool transposed = args.instruction.flag("transpose_rhs");
+  StatusOr<SortedSlots> sorted = sortAndGather(args, weight.shape()[0]);
+  if (!sorted.ok())
+    return sorted.status();
+  const std::vector<int64_t> &order = sorted->order, &starts = sorted->starts;
+  int64_t depth = args.in(0).shape().back(), width = out.shape().back();
+  std::vector<float> products(order.size() * width);
+  for (int64_t e = 0; e < sorted->range.count; ++e) {
     int64_t first = starts[e], n = starts[e + 1] - first;
     if (n == 0)
       continue;
@@ -247,7 +266,7 @@ Status runExpertMatmul(const KernelArgs &args) {
     }
     const float *matrix = weight.f32() + e * depth * width;
     if (!gemm(false, transposed, n, width, depth, 1.0f,
-              rows.data() + first * depth, depth, matrix,
+              sorted->rows.data() + first * depth, depth, matrix,
               transposed ? depth : width, 0.0f, products.data() + first * width,
               width))
       return gemmFailure("expert_matmul");
@@ -266,32 +285,26 @@ Status runExpertMatmul(const KernelArgs &args) {
 }
 
 Status runExpertWeightGrad(const KernelArgs &args) {
-  const Tensor &lhs = args.in(0), &grad = args.in(1), &experts = args.in(2);
+  const Tensor &grad = args.in(1);
   Tensor &out = args.out(0);
   bool transposed = args.instruction.flag("transpose_rhs");
-  StatusOr<ExpertRange> range = expertRange(args, out.shape()[0]);
-  if (!range.ok())
-    return range.status();
-  int64_t count = range->count;
-  int64_t k = experts.shape().back();
-  int64_t depth = lhs.shape().back(), width = grad.shape().back();
-  bool perToken = lhs.shape().size() == experts.shape().size();
-  TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, range->total));
-  std::vector<int64_t> order, starts;
-  sortSlots(experts, *range, order, starts);
-  std::vector<float> rows, grads;
-  gatherRows(lhs.f32(), depth, perToken, k, order, rows);
-  gatherRows(grad.f32(), width, /*perToken=*/false, k, order, grads);
+  StatusOr<SortedSlots> sorted = sortAndGather(args, out.shape()[0]);
+  if (!sorted.ok())
+    return sorted.status();
+  const std::vector<int64_t> &starts = sorted->starts;
+  int64_t depth = args.in(0).shape().back(), width = grad.shape().back();
+  std::vector<float> grads;
+  gatherRows(grad.f32(), width, /*perToken=*/false, 1, sorted->order, grads);
   float *result = out.f32();
   int64_t matrix = depth * width;
-  for (int64_t e = 0; e < count; ++e) {
+  for (int64_t e = 0; e < sorted->range.count; ++e) {
     int64_t first = starts[e], n = starts[e + 1] - first;
     float *dw = result + e * matrix;
     if (n == 0 || matrix == 0) {
       std::fill(dw, dw + matrix, 0.0f);
       continue;
     }
-    const float *a = rows.data() + first * depth;
+    const float *a = sorted->rows.data() + first * depth;
     const float *g = grads.data() + first * width;
     bool ok = transposed ? gemm(true, false, width, depth, n, 1.0f, g, width, a,
                                 depth, 0.0f, dw, depth)

@@ -109,6 +109,13 @@ void trellis::graph::setModelPart(Operation *op, PartAttr part) {
     op->removeAttr(GraphDialect::kPartAttrName);
 }
 
+void trellis::graph::copyPlacement(Operation *from, Operation *to) {
+  if (Attribute phase = from->getAttr(GraphDialect::kPhaseAttrName))
+    to->setAttr(GraphDialect::kPhaseAttrName, phase);
+  if (PartAttr part = getModelPart(from))
+    setModelPart(to, part);
+}
+
 //===----------------------------------------------------------------------===//
 // Op attributes of the dialect
 //===----------------------------------------------------------------------===//

@@ -22,6 +22,11 @@ PartAttr getModelPart(mlir::Operation *op);
 /// Marks `op` as belonging to `part`; a null `part` removes the mark.
 void setModelPart(mlir::Operation *op, PartAttr part);
 
+/// Gives `to` (an op a pass makes for `from`) the micro-batch phase
+/// (graph.phase) and model part of `from`, where `from` has them: it runs
+/// in the same action.
+void copyPlacement(mlir::Operation *from, mlir::Operation *to);
+
 /// The argument a training step's result belongs to: the one it updates
 /// (graph.updates) or whose gradient it is (graph.gradient_of); -1 for
 /// neither (the loss, metrics).
