@@ -305,6 +305,76 @@ llvm::Error readExperts(ConfigReader &reader, TransformerConfig &config,
   if (auxLoss)
     TRY_ASSIGN(experts.auxLossCoefficient,
                reader.nonNegativeOr("router_aux_loss_coef", 0.001));
+  // Trellis's choice of the load-balancing loss's form (transformers'
+  // pooled one unless "per_layer", Megatron-Core's) and the router z-loss
+  // (Switch Transformers' config name).
+  std::string kind;
+  TRY_ASSIGN(kind, reader.stringOr("router_aux_loss_kind", "pooled"));
+  if (kind != "pooled" && kind != "per_layer")
+    return configError(llvm::formatv(
+        "field \"router_aux_loss_kind\": expected \"pooled\" (transformers' "
+        "loss over all layers' routers) or \"per_layer\" (Megatron-Core's "
+        "aux_loss, summed over the layers), found \"{0}\"",
+        kind));
+  if (kind == "per_layer")
+    experts.auxLoss = TransformerConfig::Experts::AuxLoss::PerLayer;
+  TRY_ASSIGN(experts.zLossCoefficient,
+             reader.nonNegativeOr("router_z_loss_coef", 0));
+  return llvm::Error::success();
+}
+
+/// Reads which layers attend through a sliding window, as transformers
+/// does per model type: Mistral and Mixtral every layer when
+/// `sliding_window` is set; the Qwen types only with `use_sliding_window`,
+/// then the layers `layer_types` marks "sliding_attention" or, without
+/// it, Qwen2's layers from `max_window_layers` on, Qwen2-MoE's even layers
+/// below it, every Qwen3-MoE layer. Needs numLayers.
+llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
+                              llvm::StringRef type) {
+  int64_t layers = config.numLayers;
+  if (type == "mistral" || type == "mixtral") {
+    int64_t window = -1;
+    TRY_ASSIGN(window, reader.integerOr("sliding_window", -1));
+    if (window > 0) {
+      config.slidingWindow = window;
+      config.slidingLayers.assign(layers, true);
+    }
+    return llvm::Error::success();
+  }
+  if (!type.starts_with("qwen"))
+    return llvm::Error::success();
+  bool sliding = false;
+  TRY_ASSIGN(sliding, reader.booleanOr("use_sliding_window", false));
+  if (!sliding)
+    return llvm::Error::success();
+  int64_t window = 0;
+  TRY_ASSIGN(window, reader.integer("sliding_window"));
+  config.slidingWindow = window;
+  std::vector<std::string> kinds;
+  TRY_ASSIGN(kinds, reader.strings("layer_types"));
+  if (!kinds.empty()) {
+    if (static_cast<int64_t>(kinds.size()) != layers)
+      return configError(llvm::formatv(
+          "field \"layer_types\": expected one entry per layer ({0}), found "
+          "{1}",
+          layers, kinds.size()));
+    for (const std::string &kind : kinds) {
+      if (kind != "sliding_attention" && kind != "full_attention")
+        return configError(llvm::formatv(
+            "field \"layer_types\": expected \"sliding_attention\" or "
+            "\"full_attention\", found \"{0}\"",
+            kind));
+      config.slidingLayers.push_back(kind == "sliding_attention");
+    }
+    return llvm::Error::success();
+  }
+  int64_t windowLayers = 0;
+  TRY_ASSIGN(windowLayers, reader.integerOr("max_window_layers", 28, 0));
+  for (int64_t layer = 0; layer < layers; ++layer)
+    config.slidingLayers.push_back(type == "qwen3_moe" ? true
+                                   : type == "qwen2_moe"
+                                       ? layer % 2 == 0 && layer < windowLayers
+                                       : layer >= windowLayers);
   return llvm::Error::success();
 }
 
@@ -353,13 +423,6 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
               "are not built"))
         return error;
     }
-    bool sliding = false;
-    TRY_ASSIGN(sliding, reader.booleanOr("use_sliding_window", false));
-    if (sliding) {
-      int64_t window = 0;
-      TRY_ASSIGN(window, reader.integer("sliding_window"));
-      config.slidingWindow = window;
-    }
   } else if (type == "olmoe") {
     // OLMoE normalizes the whole query and key projections; clip_qkv
     // (clamping them) and biases are not built.
@@ -385,13 +448,9 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
                   .str()))
         return error;
   }
-  if (type == "mistral" || type == "mixtral") {
-    int64_t window = -1;
-    TRY_ASSIGN(window, reader.integerOr("sliding_window", -1));
-    if (window > 0)
-      config.slidingWindow = window;
-  }
   TRY_ASSIGN(config.numLayers, reader.integer("num_hidden_layers"));
+  if (llvm::Error error = readSlidingWindow(reader, config, type))
+    return error;
   TRY_ASSIGN(config.numHeads, reader.integer("num_attention_heads"));
   TRY_ASSIGN(config.numKvHeads,
              reader.integerOr("num_key_value_heads", config.numHeads));
@@ -625,8 +684,13 @@ private:
   /// A mixture-of-experts MLP: router, experts, Qwen2-MoE's shared expert.
   Value expertsMlp(Value x, StringRef layerPrefix);
   /// The router's load-balancing loss over the MoE layers built so far,
-  /// times its coefficient.
+  /// times its coefficient: pooled over the layers (transformers') or one
+  /// per layer, summed (Megatron-Core's).
   Value loadBalancingLoss();
+  Value perLayerBalancingLoss();
+  /// One layer's router z-loss from its logits [b, s, E], times its
+  /// coefficient.
+  Value zLoss(Value logits);
 
   const TransformerConfig &config_;
   BatchShape shape_;
@@ -640,6 +704,8 @@ private:
   /// Per MoE layer: slots per expert [E] and the router's scores summed
   /// over the tokens [E] (the load-balancing loss's terms).
   SmallVector<Value> routerCounts_, routerScores_;
+  /// Per MoE layer: its router z-loss (scalar).
+  SmallVector<Value> routerZLosses_;
 };
 
 Value TransformerBuilder::param(StringRef name, ArrayRef<int64_t> shape,
@@ -719,7 +785,7 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
       AttentionOp::create(builder_, loc_, query, key, value,
                           builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
                           builder_.getBoolAttr(true), ArrayAttr(),
-                          IntegerAttr());
+                          IntegerAttr(), IntegerAttr(), FloatAttr());
   Value projWeight = param(prefix + ".attn.c_proj.weight", {e, e}, residual);
   Value projBias = param(prefix + ".attn.c_proj.bias", {e}, "zeros");
   x = AddOp::create(
@@ -779,10 +845,16 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
   Value kRotated =
       RopeOp::create(builder_, loc_, kHeads, frequencies,
                      builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr());
+  // A sliding window that covers the sequence is causal attention.
+  std::optional<int64_t> window = config_.windowOf(layer);
+  IntegerAttr windowAttr;
+  if (window && *window < s)
+    windowAttr = builder_.getI64IntegerAttr(*window);
   Value attention = AttentionOp::create(
       builder_, loc_, qRotated, kRotated, reshape(v, {b, s, hkv, d}),
       builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
-      builder_.getBoolAttr(true), ArrayAttr(), IntegerAttr());
+      builder_.getBoolAttr(true), ArrayAttr(), IntegerAttr(), windowAttr,
+      FloatAttr());
   Value output = linear(
       reshape(attention, {b, s, hq * d}),
       param(prefix + ".self_attn.o_proj.weight", {e, hq * d}, normal), true);
@@ -874,7 +946,65 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
     routerCounts_.push_back(counts);
     routerScores_.push_back(scoreSums);
   }
+  if (experts.zLossCoefficient > 0)
+    routerZLosses_.push_back(zLoss(logits));
   return output;
+}
+
+Value TransformerBuilder::zLoss(Value logits) {
+  // coefficient / T * sum over the T tokens of logsumexp(logits)^2, in
+  // fp32 (as the load-balancing loss); logsumexp shifted by the row's
+  // maximum. A step of M micro-batches adds each one's mean / M: the sum
+  // over its tokens divided by the whole batch's T, whatever the split.
+  int64_t b = shape_.batch, s = shape_.seq, count = config_.experts.count;
+  Value wide = CastOp::create(builder_, loc_, logits, "f32");
+  Value maxima = ReduceMaxOp::create(builder_, loc_, wide, ArrayRef<int64_t>{2},
+                                     /*keepdim=*/true);
+  Value shifted =
+      SubOp::create(builder_, loc_, wide,
+                    BroadcastToOp::create(builder_, loc_, maxima,
+                                          ArrayRef<int64_t>{b, s, count}));
+  Value sums = ReduceSumOp::create(builder_, loc_,
+                                   ExpOp::create(builder_, loc_, shifted),
+                                   ArrayRef<int64_t>{2}, false);
+  Value logSumExp =
+      AddOp::create(builder_, loc_, LogOp::create(builder_, loc_, sums),
+                    reshape(maxima, {b, s}));
+  Value total = ReduceSumOp::create(
+      builder_, loc_, MulOp::create(builder_, loc_, logSumExp, logSumExp),
+      ArrayRef<int64_t>{0, 1}, false);
+  return ScaleOp::create(builder_, loc_, total,
+                         builder_.getF64FloatAttr(
+                             config_.experts.zLossCoefficient / double(b * s)));
+}
+
+Value TransformerBuilder::perLayerBalancingLoss() {
+  // Megatron-Core's switch_load_balancing_loss_func per MoE layer, summed:
+  // E * coefficient / (k T^2) * sum_e counts_e scores_e over the T tokens
+  // of a micro-batch. A step of M micro-batches adds each one's / M, which
+  // is E * coefficient / (k T_batch) * sum_e counts_e scores_e / T_micro,
+  // T_micro from the counts themselves (their sum / k), as in
+  // loadBalancingLoss.
+  const TransformerConfig::Experts &experts = config_.experts;
+  Value total;
+  for (size_t i = 0; i < routerCounts_.size(); ++i) {
+    Value counts = routerCounts_[i];
+    Value product = ReduceSumOp::create(
+        builder_, loc_, MulOp::create(builder_, loc_, counts, routerScores_[i]),
+        ArrayRef<int64_t>{0}, false);
+    Value rows =
+        ScaleOp::create(builder_, loc_,
+                        ReduceSumOp::create(builder_, loc_, counts,
+                                            ArrayRef<int64_t>{0}, false),
+                        builder_.getF64FloatAttr(1.0 / experts.topK));
+    Value layer = DivOp::create(builder_, loc_, product, rows);
+    total = total ? AddOp::create(builder_, loc_, total, layer) : layer;
+  }
+  double tokens = double(shape_.batch) * shape_.seq;
+  return ScaleOp::create(
+      builder_, loc_, total,
+      builder_.getF64FloatAttr(experts.count * experts.auxLossCoefficient /
+                               (experts.topK * tokens)));
 }
 
 Value TransformerBuilder::loadBalancingLoss() {
@@ -970,7 +1100,13 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
   Value loss = CrossEntropyOp::create(builder_, loc_, logits, targets, 0,
                                       /*axes=*/nullptr);
   if (!routerCounts_.empty())
-    loss = AddOp::create(builder_, loc_, loss, loadBalancingLoss());
+    loss = AddOp::create(builder_, loc_, loss,
+                         config_.experts.auxLoss ==
+                                 TransformerConfig::Experts::AuxLoss::PerLayer
+                             ? perLayerBalancingLoss()
+                             : loadBalancingLoss());
+  for (Value zLoss : routerZLosses_)
+    loss = AddOp::create(builder_, loc_, loss, zLoss);
   partMarker_.setPart({});
   func::ReturnOp::create(builder_, loc_, loss);
 
@@ -1014,6 +1150,13 @@ int64_t TransformerConfig::numParameters() const {
   return params + numLayers * perLayer;
 }
 
+std::optional<int64_t> TransformerConfig::windowOf(int64_t layer) const {
+  if (!slidingWindow || layer >= static_cast<int64_t>(slidingLayers.size()) ||
+      !slidingLayers[layer])
+    return std::nullopt;
+  return slidingWindow;
+}
+
 bool TransformerConfig::isSparseLayer(int64_t layer) const {
   return experts.count > 0 && !llvm::is_contained(experts.denseLayers, layer);
 }
@@ -1036,12 +1179,5 @@ trellis::importTransformer(MLIRContext &context,
     return configError(
         llvm::formatv("sequence length {0} exceeds the model's {1} positions",
                       shape.seq, config.maxPositions));
-  // A window that covers the sequence is causal attention.
-  if (config.slidingWindow && *config.slidingWindow < shape.seq)
-    return configError(llvm::formatv(
-        "field \"sliding_window\": a window of {0} positions, shorter than "
-        "the sequence of {1}, is not built: expected a sequence of at most "
-        "{0}",
-        *config.slidingWindow, shape.seq));
   return TransformerBuilder(context, config, shape).build();
 }

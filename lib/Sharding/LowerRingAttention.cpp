@@ -91,6 +91,8 @@ public:
     if (!causal_)
       causal_ = builder_.getBoolAttr(true);
     chunks_ = anchor->getAttrOfType<IntegerAttr>("chunks");
+    window_ = anchor->getAttrOfType<IntegerAttr>("window");
+    softcap_ = anchor->getAttrOfType<FloatAttr>("softcap");
   }
 
   RingResult forward() {
@@ -100,7 +102,8 @@ public:
       auto [nextKey, nextValue] = passOn(step, key, value);
       auto block = mark(graph::AttentionBlockOp::create(
           builder_, loc_, match_.query, key, value, scale_, causal_,
-          match_.axes, builder_.getI64IntegerAttr(step), chunks_));
+          match_.axes, builder_.getI64IntegerAttr(step), chunks_, window_,
+          softcap_));
       if (step == 0) {
         ring = {block.getResult(), block.getLogSumExp()};
       } else {
@@ -132,7 +135,7 @@ public:
       auto block = mark(graph::AttentionBlockGradOp::create(
           builder_, loc_, match_.query, key, value, forward.result,
           forward.logSumExp, resultGrad, scale_, causal_, match_.axes,
-          builder_.getI64IntegerAttr(step), chunks_));
+          builder_.getI64IntegerAttr(step), chunks_, window_, softcap_));
       if (step == 0) {
         queryGrad = block.getQueryGrad();
         keyGrad = block.getKeyGrad();
@@ -187,7 +190,8 @@ private:
   SmallVector<NamedAttribute> marks_;
   FloatAttr scale_;
   BoolAttr causal_;
-  IntegerAttr chunks_;
+  IntegerAttr chunks_, window_;
+  FloatAttr softcap_;
 };
 
 /// The reduce_scatters of `grad` back to this rank's block (every user of

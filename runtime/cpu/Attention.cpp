@@ -8,13 +8,16 @@
 // log-sum-exp first. A piece of the queries (context parallelism:
 // split over the instruction's axes) sits at its place in the keys'
 // sequence; with `chunks` the stored sequence is in zigzag order and the
-// causal mask compares positions.
+// causal mask compares positions. A sliding `window` narrows the mask; a
+// `softcap` bends the scores (c tanh(s / c)) before it.
 //
 //===----------------------------------------------------------------------===//
 
 #include "BlockedAttention.h"
 
 #include "trellis/Common/SequenceChunks.h"
+
+#include <cmath>
 
 namespace trellis::runtime::cpu {
 
@@ -35,9 +38,7 @@ Status runAttention(const KernelArgs &args) {
             kAttentionTile),
       tiled(positionRuns(sequencePositions(0, s.keySeq, s.keySeq, chunks)),
             kAttentionTile)};
-  AttentionTensors t{args.in(0).f32(), args.in(1).f32(), args.in(2).f32(),
-                     static_cast<float>(args.instruction.real("scale")),
-                     args.instruction.flag("causal", true)};
+  AttentionTensors t = attentionTensors(args);
   if (args.instruction.op == "attention")
     return blockedAttention(s, runs, t, args.out(0).f32(), nullptr);
   // The backward reads the forward's result and log-sum-exp: recomputed
@@ -69,6 +70,30 @@ std::vector<PositionRun> positionRuns(const std::vector<int64_t> &positions) {
       runs.push_back({i, 1, positions[i]});
   }
   return runs;
+}
+
+AttentionMask AttentionMask::of(const KernelArgs &args) {
+  return {args.instruction.flag("causal", true),
+          args.instruction.integer("window")};
+}
+
+void softCapRow(float *x, int64_t n, float cap, float *slopes) {
+  float inverse = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) {
+    float t = std::tanh(x[i] * inverse);
+    x[i] = cap * t;
+    if (slopes)
+      slopes[i] = 1.0f - t * t;
+  }
+}
+
+AttentionTensors attentionTensors(const KernelArgs &args) {
+  return {args.in(0).f32(),
+          args.in(1).f32(),
+          args.in(2).f32(),
+          static_cast<float>(args.instruction.real("scale")),
+          AttentionMask::of(args),
+          static_cast<float>(args.instruction.real("softcap"))};
 }
 
 Status runPositions(const KernelArgs &args) {

@@ -16,18 +16,50 @@ namespace {
 
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 
-enum class Visibility { None, All, Diagonal };
+enum class Visibility { None, All, Partial };
 
-/// Which keys of run `keys` the queries of run `queries` see.
+/// Which keys of run `keys` the queries of run `queries` see: none, all,
+/// or a range per query (the causal diagonal, a sliding window's edge).
 Visibility visibility(const PositionRun &queries, const PositionRun &keys,
-                      bool causal) {
-  if (!causal)
+                      const AttentionMask &mask) {
+  if (!mask.causal)
     return Visibility::All;
-  if (keys.position > queries.position + queries.count - 1)
+  int64_t firstQuery = queries.position,
+          lastQuery = queries.position + queries.count - 1;
+  int64_t firstKey = keys.position, lastKey = keys.position + keys.count - 1;
+  if (firstKey > lastQuery)
     return Visibility::None;
-  if (keys.position + keys.count - 1 <= queries.position)
-    return Visibility::All;
-  return Visibility::Diagonal;
+  if (mask.window > 0 && lastKey <= firstQuery - mask.window)
+    return Visibility::None;
+  bool causalWhole = lastKey <= firstQuery;
+  bool windowWhole = mask.window <= 0 || firstKey > lastQuery - mask.window;
+  return causalWhole && windowWhole ? Visibility::All : Visibility::Partial;
+}
+
+/// The keys [begin, end) of a tile that one query row sees: positions run
+/// consecutively within a tile, so they are a range.
+struct KeyRange {
+  int64_t begin, end;
+  int64_t count() const { return end - begin; }
+};
+
+KeyRange visibleKeys(const PositionRun &queries, const PositionRun &keys,
+                     Visibility seen, const AttentionMask &mask, int64_t i) {
+  if (seen != Visibility::Partial)
+    return {0, keys.count};
+  int64_t query = queries.position + i;
+  int64_t end = std::clamp<int64_t>(query - keys.position + 1, 0, keys.count);
+  int64_t begin =
+      mask.window > 0
+          ? std::clamp<int64_t>(query - mask.window + 1 - keys.position, 0, end)
+          : 0;
+  return {begin, end};
+}
+
+/// Zeroes row[0, keys) outside `range`.
+void clearOutside(float *row, int64_t keys, KeyRange range) {
+  std::fill(row, row + range.begin, 0.0f);
+  std::fill(row + range.end, row + keys, 0.0f);
 }
 
 /// Set by any thread whose matrix product failed; the kernel reports it
@@ -53,16 +85,6 @@ void tileScores(const BlockShape &s, const float *q, const float *k,
         failure);
 }
 
-/// How many of the tile's keys query row i sees: a prefix, since
-/// positions run consecutively within a tile.
-int64_t visibleKeys(const PositionRun &queries, const PositionRun &keys,
-                    Visibility seen, int64_t i) {
-  if (seen != Visibility::Diagonal)
-    return keys.count;
-  return std::clamp<int64_t>(queries.position + i - keys.position + 1, 0,
-                             keys.count);
-}
-
 /// One head's forward over one tile of queries: online softmax over the
 /// key tiles, the result rows rescaled as the maxima grow.
 void forwardTile(const BlockShape &s, const AttentionRuns &runs,
@@ -77,7 +99,7 @@ void forwardTile(const BlockShape &s, const AttentionRuns &runs,
     std::fill(outRows + i * s.queryStride(),
               outRows + i * s.queryStride() + s.dim, 0.0f);
   for (const PositionRun &keys : runs.keys) {
-    Visibility seen = visibility(queries, keys, t.causal);
+    Visibility seen = visibility(queries, keys, t.mask);
     if (seen == Visibility::None)
       continue;
     scores.resize(queries.count * keys.count);
@@ -86,14 +108,17 @@ void forwardTile(const BlockShape &s, const AttentionRuns &runs,
                scores.data(), failure);
     for (int64_t i = 0; i < queries.count; ++i) {
       float *row = scores.data() + i * keys.count;
-      int64_t visible = visibleKeys(queries, keys, seen, i);
-      std::fill(row + visible, row + keys.count, 0.0f);
-      if (visible == 0)
+      KeyRange visible = visibleKeys(queries, keys, seen, t.mask, i);
+      clearOutside(row, keys.count, visible);
+      if (visible.count() == 0)
         continue;
-      float max = std::max(maxima[i], rowMax(row, visible));
+      float *shown = row + visible.begin;
+      if (t.softcap > 0)
+        softCapRow(shown, visible.count(), t.softcap, nullptr);
+      float max = std::max(maxima[i], rowMax(shown, visible.count()));
       float rescale =
           maxima[i] == kMinusInfinity ? 0.0f : std::exp(maxima[i] - max);
-      double sum = expShifted(row, row, visible, max);
+      double sum = expShifted(shown, shown, visible.count(), max);
       sums[i] = sums[i] * rescale + sum;
       maxima[i] = max;
       float *outRow = outRows + i * s.queryStride();
@@ -165,7 +190,7 @@ Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
   // kv heads and adds their query heads, tiles and key tiles in order.
 #pragma omp parallel
   {
-    std::vector<float> p, dp, rowDots(s.querySeq);
+    std::vector<float> p, dp, slopes, rowDots(s.querySeq);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t kv = 0; kv < s.kvHeads; ++kv)
@@ -180,7 +205,7 @@ Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
           const float *rowSums = logSumExp + s.rowOffset(b, h);
           for (const PositionRun &queries : runs.queries)
             for (const PositionRun &keys : runs.keys) {
-              Visibility seen = visibility(queries, keys, t.causal);
+              Visibility seen = visibility(queries, keys, t.mask);
               if (seen == Visibility::None)
                 continue;
               int64_t qn = queries.count, kn = keys.count, dim = s.dim;
@@ -190,22 +215,31 @@ Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
               dp.resize(queries.count * keys.count);
               tileScores(s, t.query + qo, t.key + ko, t.scale, queries, keys,
                          p.data(), failure);
+              // Soft-capped scores and their slopes (the cap's
+              // derivative, which the scores' gradient takes on).
+              if (t.softcap > 0) {
+                slopes.resize(queries.count * keys.count);
+                softCapRow(p.data(), qn * kn, t.softcap, slopes.data());
+              }
               // P = exp(scores - lse): the tile's probabilities.
               for (int64_t i = 0; i < queries.count; ++i) {
                 float lse = rowSums[queries.begin + i];
                 float *row = p.data() + i * keys.count;
-                int64_t visible = lse == kMinusInfinity
-                                      ? 0
-                                      : visibleKeys(queries, keys, seen, i);
-                expShifted(row, row, visible, lse);
-                std::fill(row + visible, row + keys.count, 0.0f);
+                KeyRange visible =
+                    lse == kMinusInfinity
+                        ? KeyRange{0, 0}
+                        : visibleKeys(queries, keys, seen, t.mask, i);
+                expShifted(row + visible.begin, row + visible.begin,
+                           visible.count(), lse);
+                clearOutside(row, keys.count, visible);
               }
               // dV += P^T dO
               check(gemm(true, false, kn, dim, qn, 1.0f, p.data(), kn,
                          resultGrad + qo, s.queryStride(), 1.0f, dv + ko,
                          s.kvStride()),
                     failure);
-              // dP = dO V^T;  dS = P * (dP - rowsum(dO * O))
+              // dP = dO V^T;  dS = P * (dP - rowsum(dO * O)), times the
+              // soft-cap's slope
               check(gemm(false, true, qn, kn, dim, 1.0f, resultGrad + qo,
                          s.queryStride(), t.value + ko, s.kvStride(), 0.0f,
                          dp.data(), kn),
@@ -216,6 +250,11 @@ Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
                       *dRow = dp.data() + i * keys.count;
                 for (int64_t j = 0; j < keys.count; ++j)
                   dRow[j] = pRow[j] * (dRow[j] - dot);
+                if (t.softcap > 0) {
+                  const float *slope = slopes.data() + i * keys.count;
+                  for (int64_t j = 0; j < keys.count; ++j)
+                    dRow[j] *= slope[j];
+                }
               }
               // dQ += scale dS K;  dK += scale dS^T Q
               check(gemm(false, false, qn, dim, kn, t.scale, dp.data(), kn,

@@ -2,8 +2,9 @@
 //
 // The attention kernels' shared core (FlashAttention-2's algorithm on the
 // CPU): queries and keys in runs of consecutive positions, cut into tiles;
-// a pair of tiles is skipped when the causal mask hides it whole, computed
-// fully when it shows it whole, masked per element on the diagonal. The
+// a pair of tiles is skipped when the mask (causal, perhaps a sliding
+// window) hides it whole, computed fully when it shows it whole, masked
+// per row to a range of keys on its edges. The
 // forward keeps a running maximum and sum per row (online softmax), never
 // an S x S matrix; the backward recomputes each tile's probabilities from
 // the rows' log-sum-exp. Heads split over the device's OpenMP threads (the
@@ -50,13 +51,20 @@ constexpr int64_t kAttentionTile = 128;
 std::vector<PositionRun> tiled(const std::vector<PositionRun> &runs,
                                int64_t tile);
 
+/// An attention instruction's operands and score rule: scores are
+/// scale q k^T, soft-capped when softcap > 0, then masked.
 struct AttentionTensors {
   const float *query, *key, *value;
   float scale;
-  bool causal;
+  AttentionMask mask;
+  float softcap = 0;
 };
 
-/// out = softmax(scale q k^T [+ causal mask]) v, rows without a visible
+/// The first three operands and the attributes of an attention
+/// instruction (attention, attention_grad, attention_block and its grad).
+AttentionTensors attentionTensors(const KernelArgs &args);
+
+/// out = softmax(mask(softcap(scale q k^T))) v, rows without a visible
 /// key zero; logSumExp (may be null) the rows' log-sum-exp, -inf for
 /// those.
 Status blockedAttention(const BlockShape &s, const AttentionRuns &runs,

@@ -4,10 +4,11 @@
 // matrix at once (one sgemm for q k^T, a softmax per row over its visible
 // keys, one sgemm for p v), which is as fast as the blocked kernels there
 // or faster: the backward computes the probabilities' gradient from the
-// probabilities themselves, without recomputing the forward's result. Heads split over
-// the device's OpenMP threads (the backward by kv head). A piece of the
-// queries (context parallelism) sits at its place in the keys' sequence;
-// with `chunks` the causal mask compares the zigzag order's positions.
+// probabilities themselves, without recomputing the forward's result. Heads
+// split over the device's OpenMP threads (the backward by kv head). A piece of
+// the queries (context parallelism) sits at its place in the keys' sequence;
+// with `chunks` the causal mask compares the zigzag order's positions. A
+// sliding `window` narrows the mask; a `softcap` bends the scores first.
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,45 +43,56 @@ struct AttentionShape {
 };
 
 /// Which keys each query sees: with the sequence in natural order, a
-/// prefix; in zigzag order, the keys whose positions do not follow the
-/// query's.
-struct CausalMask {
-  bool causal = true;
+/// range (a prefix, cut to its last `window` positions); in zigzag order,
+/// the keys whose positions the mask shows the query's.
+struct KeyMask {
+  AttentionMask mask;
   int64_t chunks = 0;
   std::vector<int64_t> queryPositions, keyPositions;
 
-  CausalMask(const AttentionShape &s, bool causal, int64_t chunks)
-      : causal(causal), chunks(chunks) {
+  KeyMask(const AttentionShape &s, AttentionMask mask, int64_t chunks)
+      : mask(mask), chunks(chunks) {
     if (chunks > 1) {
       queryPositions = sequencePositions(s.first, s.seq, s.keySeq, chunks);
       keyPositions = sequencePositions(0, s.keySeq, s.keySeq, chunks);
     }
   }
-  /// The keys of query i form a prefix of this length (natural order).
-  int64_t prefix(const AttentionShape &s, int64_t i) const {
-    return causal ? std::min(s.first + i + 1, s.keySeq) : s.keySeq;
+  bool isRange() const { return !mask.causal || chunks <= 1; }
+  /// The keys [begin, end) of query i (natural order).
+  std::pair<int64_t, int64_t> range(const AttentionShape &s, int64_t i) const {
+    if (!mask.causal)
+      return {0, s.keySeq};
+    int64_t query = s.first + i;
+    int64_t end = std::min(query + 1, s.keySeq);
+    int64_t begin = mask.window > 0
+                        ? std::clamp<int64_t>(query - mask.window + 1, 0, end)
+                        : 0;
+    return {begin, end};
   }
-  bool isPrefix() const { return !causal || chunks <= 1; }
   bool sees(int64_t i, int64_t j) const {
-    return keyPositions[j] <= queryPositions[i];
+    return mask.sees(queryPositions[i], keyPositions[j]);
   }
 };
 
-/// probabilities = softmax(scale * q k^T + causal mask), row by row
-/// ([seq, keySeq]).
-/// False when the scores' product failed.
+/// probabilities = softmax(mask(softcap(scale * q k^T))), row by row
+/// ([seq, keySeq]); slopes (when not null) the soft-cap's derivative per
+/// score. False when the scores' product failed.
 bool attentionProbabilities(const AttentionShape &s, const float *q,
-                            const float *k, float scale,
-                            const CausalMask &mask, float *probabilities) {
+                            const float *k, float scale, float softcap,
+                            const KeyMask &mask, float *probabilities,
+                            float *slopes) {
   if (!gemm(false, true, s.seq, s.keySeq, s.dim, scale, q, s.queryStride(), k,
             s.kvStride(), 0.0f, probabilities, s.keySeq))
     return false;
+  if (softcap > 0)
+    softCapRow(probabilities, s.seq * s.keySeq, softcap, slopes);
   for (int64_t i = 0; i < s.seq; ++i) {
     float *row = probabilities + i * s.keySeq;
-    if (mask.isPrefix()) {
-      int64_t visible = mask.prefix(s, i);
-      softmaxRow(row, row, visible);
-      std::fill(row + visible, row + s.keySeq, 0.0f);
+    if (mask.isRange()) {
+      auto [begin, end] = mask.range(s, i);
+      softmaxRow(row + begin, row + begin, end - begin);
+      std::fill(row, row + begin, 0.0f);
+      std::fill(row + end, row + s.keySeq, 0.0f);
       continue;
     }
     // Every query sees its own position, so the row has a visible key.
@@ -107,8 +119,8 @@ Status runDenseAttention(const KernelArgs &args) {
     return position.status();
   AttentionShape s{qs[0], qs[1], qs[2], ks[2], qs[3], ks[1], *position * qs[1]};
   float scale = static_cast<float>(args.instruction.real("scale"));
-  CausalMask mask(s, args.instruction.flag("causal", true),
-                  args.instruction.integer("chunks"));
+  float softcap = static_cast<float>(args.instruction.real("softcap"));
+  KeyMask mask(s, AttentionMask::of(args), args.instruction.integer("chunks"));
   const float *q = args.in(0).f32(), *k = args.in(1).f32(),
               *v = args.in(2).f32();
   int64_t seq = s.seq, dim = s.dim, keys = s.keySeq;
@@ -134,8 +146,8 @@ Status runDenseAttention(const KernelArgs &args) {
       for (int64_t b = 0; b < s.batch; ++b)
         for (int64_t h = 0; h < s.queryHeads; ++h) {
           check(attentionProbabilities(s, q + s.queryOffset(b, h),
-                                       k + s.kvOffset(b, h), scale, mask,
-                                       probabilities.data()));
+                                       k + s.kvOffset(b, h), scale, softcap,
+                                       mask, probabilities.data(), nullptr));
           check(gemm(false, false, seq, dim, keys, 1.0f, probabilities.data(),
                      keys, v + s.kvOffset(b, h), s.kvStride(), 0.0f,
                      out + s.queryOffset(b, h), s.queryStride()));
@@ -156,26 +168,32 @@ Status runDenseAttention(const KernelArgs &args) {
 #pragma omp parallel
   {
     std::vector<float> probabilities(s.seq * s.keySeq),
-        dScores(s.seq * s.keySeq);
+        dScores(s.seq * s.keySeq), slopes(softcap > 0 ? s.seq * s.keySeq : 0);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t kv = 0; kv < s.kvHeads; ++kv)
         for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
       int64_t qo = s.queryOffset(b, h), ko = s.kvOffset(b, h);
       float *p = probabilities.data(), *ds = dScores.data();
-      check(attentionProbabilities(s, q + qo, k + ko, scale, mask, p));
+      check(attentionProbabilities(s, q + qo, k + ko, scale, softcap, mask, p,
+                                   slopes.data()));
       // dV += P^T dO
       check(gemm(true, false, keys, dim, seq, 1.0f, p, keys, dOut + qo,
                  s.queryStride(), 1.0f, dv + ko, s.kvStride()));
       // dP = dO V^T
       check(gemm(false, true, seq, keys, dim, 1.0f, dOut + qo,
                  s.queryStride(), v + ko, s.kvStride(), 0.0f, ds, keys));
-      // dS = P * (dP - rowsum(dP * P))
+      // dS = P * (dP - rowsum(dP * P)), times the soft-cap's slope
       for (int64_t i = 0; i < s.seq; ++i) {
         float *pRow = p + i * s.keySeq, *dRow = ds + i * s.keySeq;
         float dot = static_cast<float>(rowDot(pRow, dRow, s.keySeq));
         for (int64_t j = 0; j < s.keySeq; ++j)
           dRow[j] = pRow[j] * (dRow[j] - dot);
+        if (softcap > 0) {
+          const float *slope = slopes.data() + i * s.keySeq;
+          for (int64_t j = 0; j < s.keySeq; ++j)
+            dRow[j] *= slope[j];
+        }
       }
       // dQ = scale dS K;  dK += scale dS^T Q
       check(gemm(false, false, seq, dim, keys, scale, ds, keys, k + ko,

@@ -162,6 +162,23 @@ struct PositionRun {
 };
 std::vector<PositionRun> positionRuns(const std::vector<int64_t> &positions);
 
+/// Which keys an attention query sees, by position: every key unless
+/// `causal`; then those at or before the query's position and, with a
+/// `window` W > 0, after its position - W (the attention ops' attributes).
+struct AttentionMask {
+  bool causal = true;
+  int64_t window = 0;
+
+  static AttentionMask of(const KernelArgs &args);
+  bool sees(int64_t query, int64_t key) const {
+    return !causal || (key <= query && (window <= 0 || key > query - window));
+  }
+};
+
+/// Gemma 2's soft-capping of a row of scores: x[i] = cap * tanh(x[i] /
+/// cap) for i < n; slopes[i] (when not null) the derivative, 1 - tanh^2.
+void softCapRow(float *x, int64_t n, float cap, float *slopes);
+
 /// y[0, n) = softmax(x[0, n)), with the sum in double. `x` may equal `y`.
 void softmaxRow(const float *x, float *y, int64_t n);
 

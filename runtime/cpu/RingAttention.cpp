@@ -84,9 +84,7 @@ Status runRingAttention(const KernelArgs &args) {
   StatusOr<AttentionRuns> runs = blockRuns(args, s.querySeq);
   if (!runs.ok())
     return runs.status();
-  AttentionTensors t{args.in(0).f32(), args.in(1).f32(), args.in(2).f32(),
-                     static_cast<float>(args.instruction.real("scale")),
-                     args.instruction.flag("causal", true)};
+  AttentionTensors t = attentionTensors(args);
   if (args.instruction.op == "attention_block")
     return blockedAttention(s, *runs, t, args.out(0).f32(), args.out(1).f32());
   return blockedAttentionGrad(s, *runs, t, args.in(3).f32(), args.in(4).f32(),

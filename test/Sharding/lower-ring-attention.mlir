@@ -92,3 +92,25 @@ func.func @gradient_used_whole(%q: tensor<1x4x2x8xf32>, %k: tensor<1x4x2x8xf32>,
   %dvl = trellis.reduce_scatter %dv over @mesh ["cp"] dim 1 sum : tensor<1x8x2x8xf32> -> tensor<1x4x2x8xf32>
   return %dq, %dkw, %dvl : tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x4x2x8xf32>
 }
+
+// -----
+
+// Tests that a sliding window and soft-capping ride on every ring step, forward
+// and backward: each block masks and caps as the whole attention does.
+trellis.mesh @mesh = <["cp"=2]>
+
+// CHECK-LABEL: func.func @windowed
+// CHECK-COUNT-2: graph.attention_block {{.*}} {axes = ["cp"], softcap = 5.000000e+01 : f64, window = 3 : i64}
+// CHECK-COUNT-2: graph.attention_block_grad {{.*}} {axes = ["cp"], softcap = 5.000000e+01 : f64, window = 3 : i64}
+func.func @windowed(%q: tensor<1x4x2x8xf32>, %k: tensor<1x4x2x8xf32>,
+                    %v: tensor<1x4x2x8xf32>, %dout: tensor<1x4x2x8xf32>)
+    -> (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>,
+        tensor<1x4x2x8xf32>) attributes {trellis.partitioned} {
+  %kg = trellis.all_gather %k over @mesh ["cp"] dim 1 : tensor<1x4x2x8xf32> -> tensor<1x8x2x8xf32>
+  %vg = trellis.all_gather %v over @mesh ["cp"] dim 1 : tensor<1x4x2x8xf32> -> tensor<1x8x2x8xf32>
+  %o = graph.attention %q, %kg, %vg scale 0.25 {axes = ["cp"], softcap = 50.0, window = 3 : i64} : tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>
+  %dq, %dk, %dv = graph.attention_grad %q, %kg, %vg, %dout scale 0.25 {axes = ["cp"], softcap = 50.0, window = 3 : i64} : tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>
+  %dkl = trellis.reduce_scatter %dk over @mesh ["cp"] dim 1 sum : tensor<1x8x2x8xf32> -> tensor<1x4x2x8xf32>
+  %dvl = trellis.reduce_scatter %dv over @mesh ["cp"] dim 1 sum : tensor<1x8x2x8xf32> -> tensor<1x4x2x8xf32>
+  return %o, %dq, %dkl, %dvl : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>
+}

@@ -31,6 +31,10 @@ def config(kind: str) -> dict:
         fields = json.load(file)
     if kind == "mixtral":
         return fields
+    if kind == "mixtral_megatron":
+        # Megatron-Core's per-layer load-balancing loss and the z-loss.
+        return dict(fields, router_aux_loss_kind="per_layer",
+                    router_z_loss_coef=0.01)
     common = {k: fields[k] for k in (
         "hidden_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "vocab_size", "max_position_embeddings",
@@ -63,7 +67,7 @@ def hugging_face(kind: str, fields: dict) -> "torch.nn.Module":
                       transformers.Qwen3MoeConfig),
         "olmoe": (transformers.OlmoeForCausalLM, transformers.OlmoeConfig),
     }
-    model, settings = classes[kind]
+    model, settings = classes[kind.removesuffix("_megatron")]
     torch.manual_seed(0)
     module = model(settings(**fields, attn_implementation="eager"))
     # Scales where the router's choices differ between tokens and steps.
@@ -78,8 +82,8 @@ def trellis_weights(kind: str, module: "torch.nn.Module",
     """The module's weights under Trellis's names: transformers' fused
     [E, 2F, H] gate and up projections as two stacked parameters, the
     experts' `*` standing for their index as in the Hub's files."""
-    mixtral = kind == "mixtral"
-    size = fields["intermediate_size" if kind in ("mixtral", "olmoe") else
+    mixtral = kind.startswith("mixtral")
+    size = fields["intermediate_size" if mixtral or kind == "olmoe" else
                   "moe_intermediate_size"]
     gate, up, down = ("w1", "w3", "w2") if mixtral else (
         "gate_proj", "up_proj", "down_proj")
@@ -104,9 +108,29 @@ def trellis_weights(kind: str, module: "torch.nn.Module",
     return weights
 
 
+def megatron_router_losses(fields: dict, router_logits: tuple) -> "torch.Tensor":
+    """Megatron-Core's switch_load_balancing_loss_func and z_loss_func for
+    each layer's router logits [tokens, E], summed over the layers."""
+    experts, k = fields["num_local_experts"], fields["num_experts_per_tok"]
+    total = 0.0
+    for logits in router_logits:
+        logits = logits.float()
+        tokens = logits.shape[0]
+        probs = torch.softmax(logits, dim=-1)
+        chosen = torch.topk(probs, k, dim=-1).indices
+        counts = torch.nn.functional.one_hot(chosen, experts).sum((0, 1))
+        total = total + (probs.sum(0) * counts).sum() * (
+            experts * fields["router_aux_loss_coef"] / (k * tokens * tokens))
+        total = total + fields["router_z_loss_coef"] * torch.logsumexp(
+            logits, dim=-1).square().mean()
+    return total
+
+
 def torch_training(module, fields: dict, data: list, microbatches: int):
     """AdamW steps as transformers trains: the loss with the router's
-    auxiliary loss, micro-batches accumulated as the mean of their losses."""
+    auxiliary loss (transformers' or, for router_aux_loss_kind per_layer,
+    Megatron-Core's with the z-loss), micro-batches accumulated as the mean
+    of their losses."""
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
                                   betas=(0.9, 0.999), eps=EPSILON,
                                   weight_decay=0.0)
@@ -122,7 +146,10 @@ def torch_training(module, fields: dict, data: list, microbatches: int):
             loss = torch.nn.functional.cross_entropy(
                 out.logits.flatten(0, 1),
                 torch.as_tensor(targets[piece], dtype=torch.long).flatten())
-            loss = loss + fields["router_aux_loss_coef"] * out.aux_loss
+            if fields.get("router_aux_loss_kind") == "per_layer":
+                loss = loss + megatron_router_losses(fields, out.router_logits)
+            else:
+                loss = loss + fields["router_aux_loss_coef"] * out.aux_loss
             (loss / microbatches).backward()
             total += loss.item() / microbatches
         optimizer.step()
@@ -132,7 +159,7 @@ def torch_training(module, fields: dict, data: list, microbatches: int):
 
 @pytest.mark.parametrize("kind,microbatches", [
     ("mixtral", 1), ("mixtral", 2), ("qwen2_moe", 1), ("qwen3_moe", 2),
-    ("olmoe", 1)])
+    ("olmoe", 1), ("mixtral_megatron", 2)])
 def test_moe_trains_like_hugging_face(kind: str, microbatches: int) -> None:
     """5 AdamW steps: losses (the load-balancing loss included) and every
     parameter equal transformers + torch AdamW within 1e-5."""

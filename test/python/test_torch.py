@@ -36,6 +36,15 @@ def config(kind: str) -> dict:
     elif kind == "qwen2":
         fields.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"],
                       use_sliding_window=False)
+    elif kind == "mistral_window":
+        # A window of 6 positions over sequences of 16.
+        fields.update(model_type="mistral",
+                      architectures=["MistralForCausalLM"], sliding_window=6)
+    elif kind == "qwen2_window":
+        # The window on the layers from max_window_layers on: layer 1.
+        fields.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"],
+                      use_sliding_window=True, sliding_window=6,
+                      max_window_layers=1)
     elif kind == "qwen3":
         fields.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"],
                       use_sliding_window=False, head_dim=32)
@@ -52,7 +61,7 @@ def causal_lm(kind: str, **fields: Any) -> "torch.nn.Module":
         "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config),
         "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config),
     }
-    model, settings = classes[kind]
+    model, settings = classes[kind.removesuffix("_window")]
     return model(settings(**fields))
 
 
@@ -194,12 +203,13 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2",
-                                  "qwen3"])
+                                  "qwen3", "mistral_window", "qwen2_window"])
 def test_trained_parameters_equal_pytorch(kind: str) -> None:
     """Every parameter after 3 AdamW steps with weight decay equals
     PyTorch's, not only the losses: GPT-2's fused QKV bias is a 1-D bias
     (not decayed), Llama's padding row (pad_token_id 0, in every batch)
-    gets no gradient, Mistral builds as Llama without a window, Qwen2's
+    gets no gradient, Mistral builds as Llama without a window and with
+    one shorter than the sequence (Qwen2's on the layers it names), Qwen2's
     query, key and value biases and Qwen3's query and key norms train, from
     the config importer and from the module alike.
     AdamW's epsilon is 1e-4: at 1e-8 its division turns the roundoff of a
@@ -366,6 +376,14 @@ def architecture(kind: str) -> "torch.nn.Module":
         # LayerNorms without weight or bias.
         "olmo": (transformers.OlmoForCausalLM, transformers.OlmoConfig,
                  sized),
+        # Soft-capped attention scores and logits, a sliding window on
+        # every other layer, RMSNorms around both halves of each layer.
+        # Caps small enough to bend the tiny model's scores.
+        "gemma2": (transformers.Gemma2ForCausalLM, transformers.Gemma2Config,
+                   dict(sized, head_dim=16, num_key_value_heads=2,
+                        query_pre_attn_scalar=16, sliding_window=6,
+                        attn_logit_softcapping=0.5,
+                        final_logit_softcapping=2.0)),
     }
     model, settings, extra = classes[kind]
     torch.manual_seed(0)
@@ -377,10 +395,11 @@ def architecture(kind: str) -> "torch.nn.Module":
 
 
 @pytest.mark.parametrize("kind", ["gpt_neox", "phi3", "falcon", "opt",
-                                  "olmo"])
+                                  "olmo", "gemma2"])
 def test_more_architectures_train_like_pytorch(kind: str) -> None:
     """GPT-NeoX and Phi-3 (their fused projections split by aten.chunk),
-    Falcon, OPT and OLMo: losses and every parameter after 3 AdamW steps
+    Falcon, OPT, OLMo and Gemma 2 (soft-capping, sliding windows): losses
+    and every parameter after 3 AdamW steps
     with weight decay equal PyTorch's, and dp=2 and tp=2 (the preset knows
     no name of theirs: replicated) train as one rank."""
     module = architecture(kind)

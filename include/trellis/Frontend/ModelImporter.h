@@ -49,10 +49,14 @@ struct TransformerConfig {
   /// RMSNorms over the whole query and key projections (all heads
   /// together) before they are cut into heads: OLMoE's q_norm and k_norm.
   bool projectionNorm = false;
-  /// Sliding-window attention (Mistral, Qwen2): each token attends to the
-  /// last this many positions. Built only where the window covers the
-  /// sequence (then it is causal attention); unset: none.
+  /// Sliding-window attention (Mistral, Mixtral, the Qwen types): each
+  /// token of the layers `slidingLayers` marks attends to the last this
+  /// many positions (its own included); unset: none.
   std::optional<int64_t> slidingWindow;
+  std::vector<bool> slidingLayers;
+
+  /// Layer `layer`'s sliding window, if it has one.
+  std::optional<int64_t> windowOf(int64_t layer) const;
 
   /// Mixture-of-experts MLPs (Mixtral, Qwen2-MoE, Qwen3-MoE). `count` 0:
   /// every layer's MLP is dense.
@@ -74,10 +78,17 @@ struct TransformerConfig {
     /// Layers whose MLP is dense (Qwen's mlp_only_layers, and the layers
     /// decoder_sparse_step skips).
     std::vector<int64_t> denseLayers;
-    /// The load-balancing loss (Hugging Face's, pooled over the layers) is
-    /// added to the loss times this; 0: not built (output_router_logits
-    /// false).
+    /// The load-balancing loss is added to the loss times this; 0: not
+    /// built (output_router_logits false).
     double auxLossCoefficient = 0;
+    /// Its form: Hugging Face's, pooled over the layers (the default), or
+    /// Megatron-Core's aux_loss, one per layer, summed
+    /// (`router_aux_loss_kind` "per_layer").
+    enum class AuxLoss { Pooled, PerLayer } auxLoss = AuxLoss::Pooled;
+    /// The router z-loss (ST-MoE; Megatron-Core's moe_z_loss_coeff): this
+    /// times the mean over tokens of logsumexp(router logits)^2, per layer,
+    /// summed; 0: not built (`router_z_loss_coef`).
+    double zLossCoefficient = 0;
   } experts;
 
   /// Whether layer `layer`'s MLP is a mixture of experts.

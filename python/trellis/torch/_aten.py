@@ -10,7 +10,7 @@ import torch
 
 from .. import Attr, Error
 from . import _moe  # noqa: F401 (defines torch.ops.trellis)
-from ._converter import (_Constant, _Converter, _is_causal_mask,
+from ._converter import (_causal_window, _Constant, _Converter,
                          _normalize_dim, _Tensor)
 
 aten = torch.ops.aten
@@ -404,37 +404,48 @@ def _sdpa(c: _Converter, node: Any, query: Any, key: Any, value: Any,
     if dropout_p:
         raise Error(f"attention dropout {dropout_p}: call module.eval()")
     causal = bool(is_causal)
+    window = 0
     if attn_mask is not None:
         if not isinstance(attn_mask, _Constant):
             raise Error("scaled_dot_product_attention with a mask computed "
                         "from the inputs (a padding mask): graph.attention "
-                        "masks causally or not at all")
-        if not _is_causal_mask(attn_mask.tensor, query.shape[-2],
-                               key.shape[-2]):
+                        "masks causally (perhaps with a sliding window) or "
+                        "not at all")
+        window = _causal_window(attn_mask.tensor, query.shape[-2],
+                                key.shape[-2])
+        if window is None:
             kind = ("boolean" if attn_mask.tensor.dtype == torch.bool
                     else "additive")
             raise Error(f"scaled_dot_product_attention with a {kind} mask "
-                        "that is not the causal mask (a sliding window or "
-                        "another pattern): graph.attention masks causally or "
-                        "not at all")
+                        "that is neither causal nor a causal sliding window: "
+                        "graph.attention masks causally (perhaps with a "
+                        "sliding window) or not at all")
         causal = True
     head_dim = query.shape[-1]
     return _attention(c, node, query, key, value,
                       scale if scale is not None else 1 / math.sqrt(head_dim),
-                      causal)
+                      causal, window)
 
 
 def _attention(c: _Converter, node: Any, query: Any, key: Any, value: Any,
-               scale: float, causal: bool) -> _Tensor:
+               scale: float, causal: bool, window: int = 0,
+               softcap: Optional[float] = None) -> _Tensor:
     """graph.attention on logical [batch, heads, seq, dim] operands; the
-    result is logical [batch, heads, seq, dim] too."""
+    result is logical [batch, heads, seq, dim] too. `window` > 0: a causal
+    sliding window; `softcap`: scores soft-capped (Gemma 2)."""
     to_bshd = (0, 2, 1, 3)
 
     def operand(v: Any) -> Any:
         return c.materialize(_permute(c, node, v, to_bshd))
 
+    attrs: Dict[str, Any] = {"scale": float(scale),
+                             "causal": Attr("true" if causal else "false")}
+    if window:
+        attrs["window"] = int(window)
+    if softcap is not None:
+        attrs["softcap"] = float(softcap)
     out = c.emit("attention", operand(query), operand(key), operand(value),
-                 scale=float(scale), causal=Attr("true" if causal else "false"))
+                 **attrs)
     return _Tensor(out, to_bshd)
 
 

@@ -68,19 +68,29 @@ def _normalize_dim(dim: int, rank: int) -> int:
     return dim + rank if dim < 0 else dim
 
 
-def _is_causal_mask(mask: Any, rows: int, cols: int) -> bool:
-    """In every batch, an additive mask 0 on and below the diagonal and at
-    most -1e30 above, or a boolean one (scaled_dot_product_attention's: True
-    attends) True on and below and False above."""
+def _causal_window(mask: Any, rows: int, cols: int) -> Optional[int]:
+    """The causal mask a constant mask is, in every batch: 0 for causal
+    attention, W > 0 for a sliding window of W positions (each query sees
+    its own and the W - 1 before; Mistral, Gemma 2), None for any other
+    mask. Additive masks are 0 where they attend and at most -1e30
+    elsewhere; boolean ones (scaled_dot_product_attention's) True where
+    they attend. The queries are the last `rows` of the `cols` keys."""
     if mask.dim() < 2 or mask.shape[-2:] != (rows, cols):
-        return False
-    allowed = torch.ones(rows, cols, dtype=torch.bool).tril(cols - rows)
+        return None
     if mask.dtype == torch.bool:
-        flat = mask.reshape(-1, rows, cols)
-        return bool(flat[:, allowed].all() and not flat[:, ~allowed].any())
-    flat = mask.reshape(-1, rows, cols).to(torch.float64)
-    return bool((flat[:, allowed] == 0).all() and
-                (flat[:, ~allowed] <= -1e30).all())
+        attends = mask.reshape(-1, rows, cols)
+    else:
+        flat = mask.reshape(-1, rows, cols).to(torch.float64)
+        attends = flat == 0
+        if not bool((attends | (flat <= -1e30)).all()):
+            return None
+    window = int(attends.sum(dim=-1).max())
+    causal = torch.ones(rows, cols, dtype=torch.bool).tril(cols - rows)
+    band = causal & ~torch.ones(rows, cols, dtype=torch.bool).tril(
+        cols - rows - window)
+    if window < 1 or not bool((attends == band).all()):
+        return None
+    return 0 if bool((band == causal).all()) else window
 
 
 class _Converter:

@@ -10,7 +10,7 @@ import torch
 
 from .. import Error
 from ._aten import _attention, _matmul_flags, _permute, _scalar
-from ._converter import (_Constant, _Converter, _is_causal_mask,
+from ._converter import (_causal_window, _Constant, _Converter,
                          _normalize_dim, _Tensor)
 
 aten = torch.ops.aten
@@ -156,8 +156,22 @@ def _unrepeated(node: Any) -> Any:
     return unsqueeze.args[0]
 
 
+def _soft_cap(c: _Converter, node: Any) -> Optional[Tuple[Any, float]]:
+    """(x, c) when `node` is tanh(x / c) * c (Gemma 2's soft-capping)."""
+    outer = _producer(node, aten.mul.Tensor)
+    if outer is None or _scalar(c.arg(outer.args[1])) is None:
+        return None
+    tanh = _producer(outer.args[0], aten.tanh.default)
+    inner = tanh and _producer(tanh.args[0], aten.div.Tensor)
+    if inner is None or _scalar(c.arg(inner.args[1])) != \
+            _scalar(c.arg(outer.args[1])):
+        return None
+    return inner.args[0], _scalar(c.arg(outer.args[1]))
+
+
 def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
-    """matmul(softmax(matmul(q, k^T) * scale [+ mask]), v)."""
+    """matmul(softmax(softcap(matmul(q, k^T) * scale) [+ mask]), v), the
+    soft-cap optional."""
     softmax = _producer(_through(node.args[0]), aten.softmax.int,
                         aten._softmax.default)
     if not softmax:
@@ -167,6 +181,10 @@ def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
     add = _producer(scores, aten.add.Tensor)
     if add is not None:
         scores, mask = add.args
+    softcap = None
+    capped = _soft_cap(c, scores)
+    if capped is not None:
+        scores, softcap = capped
     scale = 1.0
     scaled = _producer(scores, aten.mul.Tensor, aten.div.Tensor)
     if scaled is not None and _scalar(c.arg(scaled.args[1])) is not None:
@@ -187,15 +205,20 @@ def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
     if any(not isinstance(v, _Tensor) or len(v.shape) != 4
            for v in (query, key, value)):
         return None
-    causal = False
+    causal, window = False, 0
     if mask is not None:
         mask_value = c.convert(mask) if isinstance(mask, torch.fx.Node) else mask
-        if not (isinstance(mask_value, _Constant) and _is_causal_mask(
-                mask_value.tensor, query.shape[2], key.shape[2])):
-            raise Error("attention adds a mask that is not the causal mask: "
-                        "graph.attention masks causally or not at all")
+        window = (_causal_window(mask_value.tensor, query.shape[2],
+                                 key.shape[2])
+                  if isinstance(mask_value, _Constant) else None)
+        if window is None:
+            raise Error("attention adds a mask that is neither causal nor a "
+                        "causal sliding window: graph.attention masks "
+                        "causally (perhaps with a sliding window) or not at "
+                        "all")
         causal = True
-    return _attention(c, node, query, key, value, scale, causal)
+    return _attention(c, node, query, key, value, scale, causal, window,
+                      softcap)
 
 
 def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:

@@ -179,6 +179,18 @@ std::map<std::string, std::vector<Sample>> samples() {
                          {values({2, 7, 4, 8}), values({2, 7, 2, 8}),
                           values({2, 7, 2, 8}), values({2, 7, 4, 8})},
                          attention});
+  AttrMap windowed = {{"scale", real(0.35)},
+                      {"causal", flag(true)},
+                      {"window", integer(3)},
+                      {"softcap", real(1.5)}};
+  add("attention",
+      {"sliding window, soft-capped",
+       {values({2, 7, 4, 8}), values({2, 7, 2, 8}), values({2, 7, 2, 8})},
+       windowed});
+  add("attention_grad", {"sliding window, soft-capped",
+                         {values({2, 7, 4, 8}), values({2, 7, 2, 8}),
+                          values({2, 7, 2, 8}), values({2, 7, 4, 8})},
+                         windowed});
   AttrMap block = {
       {"scale", real(0.35)}, {"causal", flag(true)}, {"shift", integer(0)}};
   add("attention_block",

@@ -72,34 +72,39 @@ TEST_P(RingAttentionTest, ZigzagOrderHoldsEarlyAndLateChunks) {
 
 // The block kernels over a sequence stored in zigzag order of 4 chunks,
 // grouped-query heads: the causal mask meets empty, full and diagonal
-// pairs of position runs.
+// pairs of position runs; with a sliding window and soft-capping too.
 TEST_P(RingAttentionTest, BlockEqualsAttentionOverAZigzagSequence) {
-  for (int64_t chunks : {0, 4}) {
-    Kernels k(GetParam());
-    const std::vector<int64_t> qShape{2, 12, 4, 8}, kvShape{2, 12, 2, 8};
-    int64_t q = k.add(qShape, 1), key = k.add(kvShape, 2),
-            value = k.add(kvShape, 3), dOut = k.add(qShape, 4);
-    std::map<std::string, AttrValue> attrs = {{"scale", real(0.35)},
-                                              {"causal", flag(true)}};
-    if (chunks)
-      attrs["chunks"] = integer(chunks);
-    int64_t expected = k.add(qShape);
-    k.run("attention", {q, key, value}, {expected}, attrs);
-    int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
-    k.run("attention_grad", {q, key, value, dOut}, {dq, dk, dv}, attrs);
+  for (int64_t chunks : {0, 4})
+    for (bool shaped : {false, true}) {
+      Kernels k(GetParam());
+      const std::vector<int64_t> qShape{2, 12, 4, 8}, kvShape{2, 12, 2, 8};
+      int64_t q = k.add(qShape, 1), key = k.add(kvShape, 2),
+              value = k.add(kvShape, 3), dOut = k.add(qShape, 4);
+      std::map<std::string, AttrValue> attrs = {{"scale", real(0.35)},
+                                                {"causal", flag(true)}};
+      if (chunks)
+        attrs["chunks"] = integer(chunks);
+      if (shaped) {
+        attrs["window"] = integer(5);
+        attrs["softcap"] = real(1.0);
+      }
+      int64_t expected = k.add(qShape);
+      k.run("attention", {q, key, value}, {expected}, attrs);
+      int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
+      k.run("attention_grad", {q, key, value, dOut}, {dq, dk, dv}, attrs);
 
-    std::map<std::string, AttrValue> blockAttrs = attrs;
-    blockAttrs["shift"] = integer(0);
-    int64_t out = k.add(qShape), logSumExp = k.add({2, 4, 12});
-    k.run("attention_block", {q, key, value}, {out, logSumExp}, blockAttrs);
-    k.expectNear(expected, out, "result");
-    int64_t bq = k.add(qShape), bk = k.add(kvShape), bv = k.add(kvShape);
-    k.run("attention_block_grad", {q, key, value, out, logSumExp, dOut},
-          {bq, bk, bv}, blockAttrs);
-    k.expectNear(dq, bq, "query gradient");
-    k.expectNear(dk, bk, "key gradient");
-    k.expectNear(dv, bv, "value gradient");
-  }
+      std::map<std::string, AttrValue> blockAttrs = attrs;
+      blockAttrs["shift"] = integer(0);
+      int64_t out = k.add(qShape), logSumExp = k.add({2, 4, 12});
+      k.run("attention_block", {q, key, value}, {out, logSumExp}, blockAttrs);
+      k.expectNear(expected, out, "result");
+      int64_t bq = k.add(qShape), bk = k.add(kvShape), bv = k.add(kvShape);
+      k.run("attention_block_grad", {q, key, value, out, logSumExp, dOut},
+            {bq, bk, bv}, blockAttrs);
+      k.expectNear(dq, bq, "query gradient");
+      k.expectNear(dk, bk, "key gradient");
+      k.expectNear(dv, bv, "value gradient");
+    }
 }
 
 // Without a mask, two key blocks merged by log-sum-exp are attention over
@@ -135,13 +140,16 @@ TEST_P(RingAttentionTest, MergedBlocksEqualAttentionOverBoth) {
   k.expectNear(merged, swapped, "merged in the other order");
 }
 
-/// softmax(scale q k^T + causal mask over `positions`) v per head in
-/// double, and its gradients for q, k and v given dOut ([S, heads, D]
-/// with one kv head per two query heads).
+/// softmax(mask(softcap(scale q k^T))) v per head in double, the mask
+/// causal over `positions` (and a sliding window when window > 0), and its
+/// gradients for q, k and v given dOut ([S, heads, D] with one kv head per
+/// two query heads).
 struct Reference {
   int64_t seq, heads, kvHeads, dim;
   double scale;
   std::vector<int64_t> positions;
+  int64_t window = 0;
+  double softcap = 0;
 
   int64_t q(int64_t i, int64_t h, int64_t d) const {
     return (i * heads + h) * dim + d;
@@ -149,85 +157,125 @@ struct Reference {
   int64_t kv(int64_t j, int64_t h, int64_t d) const {
     return (j * kvHeads + h / (heads / kvHeads)) * dim + d;
   }
-  /// Probabilities of head h, row i.
+  bool sees(int64_t i, int64_t j) const {
+    int64_t query = positions[i], key = positions[j];
+    return key <= query && (window <= 0 || key > query - window);
+  }
+  /// Probabilities of head h, row i; slopes[j] the score's derivative
+  /// through the soft-cap.
   std::vector<double> row(const std::vector<float> &qs,
-                          const std::vector<float> &ks, int64_t h,
-                          int64_t i) const {
+                          const std::vector<float> &ks, int64_t h, int64_t i,
+                          std::vector<double> &slopes) const {
     std::vector<double> p(seq, 0.0);
+    slopes.assign(seq, 1.0);
     double max = -1e300, sum = 0;
     for (int64_t j = 0; j < seq; ++j) {
-      if (positions[j] > positions[i])
+      if (!sees(i, j))
         continue;
       double dot = 0;
       for (int64_t d = 0; d < dim; ++d)
         dot += double(qs[q(i, h, d)]) * ks[kv(j, h, d)];
       p[j] = dot * scale;
+      if (softcap > 0) {
+        double t = std::tanh(p[j] / softcap);
+        p[j] = softcap * t;
+        slopes[j] = 1 - t * t;
+      }
       max = std::max(max, p[j]);
     }
     for (int64_t j = 0; j < seq; ++j)
-      sum += (p[j] = positions[j] > positions[i] ? 0 : std::exp(p[j] - max));
+      sum += (p[j] = sees(i, j) ? std::exp(p[j] - max) : 0);
     for (double &value : p)
       value /= sum;
     return p;
   }
 };
 
-TEST_P(RingAttentionTest, LongSequencesRunInTilesLikeADoubleReference) {
-  for (int64_t chunks : {0, 6}) {
-    Kernels k(GetParam());
-    const int64_t seq = 3 * 128 + 18; // 3 full tiles and a short one
-    const std::vector<int64_t> qShape{1, seq, 4, 8}, kvShape{1, seq, 2, 8};
-    int64_t q = k.add(qShape, 11), key = k.add(kvShape, 12),
-            value = k.add(kvShape, 13), dOut = k.add(qShape, 14);
-    std::map<std::string, AttrValue> attrs = {{"scale", real(0.35)},
-                                              {"causal", flag(true)}};
-    if (chunks)
-      attrs["chunks"] = integer(chunks);
-    int64_t out = k.add(qShape);
-    k.run("attention", {q, key, value}, {out}, attrs);
-    int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
-    k.run("attention_grad", {q, key, value, dOut}, {dq, dk, dv}, attrs);
+/// attention and attention_grad over `seq` positions (stored in zigzag
+/// order of `chunks`) against Reference, forward and backward.
+void expectLikeReference(const std::string &backend, int64_t seq,
+                         int64_t chunks, int64_t window, double softcap) {
+  SCOPED_TRACE(::testing::Message()
+               << "seq " << seq << ", chunks " << chunks << ", window "
+               << window << ", softcap " << softcap);
+  Kernels k(backend);
+  const std::vector<int64_t> qShape{1, seq, 4, 8}, kvShape{1, seq, 2, 8};
+  int64_t q = k.add(qShape, 11), key = k.add(kvShape, 12),
+          value = k.add(kvShape, 13), dOut = k.add(qShape, 14);
+  std::map<std::string, AttrValue> attrs = {{"scale", real(0.35)},
+                                            {"causal", flag(true)}};
+  if (chunks)
+    attrs["chunks"] = integer(chunks);
+  if (window)
+    attrs["window"] = integer(window);
+  if (softcap)
+    attrs["softcap"] = real(softcap);
+  int64_t out = k.add(qShape);
+  k.run("attention", {q, key, value}, {out}, attrs);
+  int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
+  k.run("attention_grad", {q, key, value, dOut}, {dq, dk, dv}, attrs);
 
-    Reference ref{seq, 4, 2, 8, 0.35, {}};
-    for (int64_t i = 0; i < seq; ++i)
-      ref.positions.push_back(sequencePosition(i, seq, chunks));
-    std::vector<float> qs = k.read(q), ks = k.read(key), vs = k.read(value),
-                       gs = k.read(dOut), os = k.read(out), dqs = k.read(dq),
-                       dks = k.read(dk), dvs = k.read(dv);
-    std::vector<double> eq(qs.size()), ek(ks.size()), ev(vs.size());
-    for (int64_t h = 0; h < 4; ++h)
-      for (int64_t i = 0; i < seq; ++i) {
-        std::vector<double> p = ref.row(qs, ks, h, i);
-        double rowDot = 0;
-        std::vector<double> dp(seq, 0.0);
-        for (int64_t d = 0; d < 8; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j < seq; ++j)
-            o += p[j] * vs[ref.kv(j, h, d)];
-          ASSERT_NEAR(os[ref.q(i, h, d)], o, 2e-5)
-              << "result, chunks " << chunks << ", row " << i;
-          rowDot += o * gs[ref.q(i, h, d)];
-        }
+  Reference ref{seq, 4, 2, 8, 0.35, {}, window, softcap};
+  for (int64_t i = 0; i < seq; ++i)
+    ref.positions.push_back(sequencePosition(i, seq, chunks));
+  std::vector<float> qs = k.read(q), ks = k.read(key), vs = k.read(value),
+                     gs = k.read(dOut), os = k.read(out), dqs = k.read(dq),
+                     dks = k.read(dk), dvs = k.read(dv);
+  std::vector<double> eq(qs.size()), ek(ks.size()), ev(vs.size()), slopes;
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t i = 0; i < seq; ++i) {
+      std::vector<double> p = ref.row(qs, ks, h, i, slopes);
+      double rowDot = 0;
+      std::vector<double> dp(seq, 0.0);
+      for (int64_t d = 0; d < 8; ++d) {
+        double o = 0;
         for (int64_t j = 0; j < seq; ++j)
-          for (int64_t d = 0; d < 8; ++d) {
-            dp[j] += double(gs[ref.q(i, h, d)]) * vs[ref.kv(j, h, d)];
-            ev[ref.kv(j, h, d)] += p[j] * gs[ref.q(i, h, d)];
-          }
-        for (int64_t j = 0; j < seq; ++j) {
-          double ds = p[j] * (dp[j] - rowDot) * 0.35;
-          for (int64_t d = 0; d < 8; ++d) {
-            eq[ref.q(i, h, d)] += ds * ks[ref.kv(j, h, d)];
-            ek[ref.kv(j, h, d)] += ds * qs[ref.q(i, h, d)];
-          }
+          o += p[j] * vs[ref.kv(j, h, d)];
+        ASSERT_NEAR(os[ref.q(i, h, d)], o, 2e-5) << "result, row " << i;
+        rowDot += o * gs[ref.q(i, h, d)];
+      }
+      for (int64_t j = 0; j < seq; ++j)
+        for (int64_t d = 0; d < 8; ++d) {
+          dp[j] += double(gs[ref.q(i, h, d)]) * vs[ref.kv(j, h, d)];
+          ev[ref.kv(j, h, d)] += p[j] * gs[ref.q(i, h, d)];
+        }
+      for (int64_t j = 0; j < seq; ++j) {
+        double ds = p[j] * (dp[j] - rowDot) * slopes[j] * 0.35;
+        for (int64_t d = 0; d < 8; ++d) {
+          eq[ref.q(i, h, d)] += ds * ks[ref.kv(j, h, d)];
+          ek[ref.kv(j, h, d)] += ds * qs[ref.q(i, h, d)];
         }
       }
-    for (size_t i = 0; i < eq.size(); ++i)
-      ASSERT_NEAR(dqs[i], eq[i], 2e-5) << "query gradient " << i;
-    for (size_t i = 0; i < ek.size(); ++i) {
-      ASSERT_NEAR(dks[i], ek[i], 2e-5) << "key gradient " << i;
-      ASSERT_NEAR(dvs[i], ev[i], 2e-5) << "value gradient " << i;
     }
+  for (size_t i = 0; i < eq.size(); ++i)
+    ASSERT_NEAR(dqs[i], eq[i], 2e-5) << "query gradient " << i;
+  for (size_t i = 0; i < ek.size(); ++i) {
+    ASSERT_NEAR(dks[i], ek[i], 2e-5) << "key gradient " << i;
+    ASSERT_NEAR(dvs[i], ev[i], 2e-5) << "value gradient " << i;
   }
+}
+
+TEST_P(RingAttentionTest, LongSequencesRunInTilesLikeADoubleReference) {
+  const int64_t seq = 3 * 128 + 18; // 3 full tiles and a short one
+  for (int64_t chunks : {0, 6})
+    expectLikeReference(GetParam(), seq, chunks, 0, 0);
+}
+
+// A sliding window (Mistral, Gemma 2) skips the tiles before it and cuts
+// rows on its edge; soft-capping (Gemma 2) bends the scores and their
+// gradient. Tiled (long) and dense (short) kernels, natural and zigzag
+// order.
+TEST_P(RingAttentionTest, SlidingWindowsAndSoftCapsLikeADoubleReference) {
+  const int64_t seq = 3 * 128 + 18;
+  for (int64_t chunks : {0, 6}) {
+    expectLikeReference(GetParam(), seq, chunks, 150, 0);
+    expectLikeReference(GetParam(), seq, chunks, 0, 1.0);
+    expectLikeReference(GetParam(), seq, chunks, 129, 1.0);
+    expectLikeReference(GetParam(), 40, chunks / 3, 7, 0);
+    expectLikeReference(GetParam(), 40, chunks / 3, 9, 1.5);
+  }
+  // A window of one position: each query sees only itself.
+  expectLikeReference(GetParam(), 20, 0, 1, 0);
 }
 
 } // namespace

@@ -90,6 +90,32 @@ func.func @attention_heads(%q: tensor<1x4x6x8xf32>, %kv: tensor<1x4x4x8xf32>) {
 
 // -----
 
+// Tests that a sliding window holds at least one position and is causal, and
+// that a soft-cap is positive.
+func.func @attention_window(%q: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{expected window >= 1 (the positions each query sees), found 0}}
+  %0 = graph.attention %q, %q, %q scale 1.0 {window = 0 : i64} : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_window_causal(%q: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{expected causal attention with a sliding window (each query sees the window's positions up to its own), found causal = false}}
+  %0 = graph.attention %q, %q, %q scale 1.0 {causal = false, window = 2 : i64} : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_softcap(%q: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{expected softcap > 0, found -1.000000}}
+  %0 = graph.attention_grad %q, %q, %q, %q scale 1.0 {softcap = -1.0} : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
 // Tests that rope needs half a head dimension of frequencies.
 func.func @rope_frequencies(%x: tensor<1x4x2x8xf32>) {
   // expected-error @+1 {{expected 4 frequencies (half the head dimension), found 2}}

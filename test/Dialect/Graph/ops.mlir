@@ -101,6 +101,8 @@ func.func @layers(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>, %ids: tensor<2x8xi
   %r = graph.rope %q frequencies [1.0, 0.01] {inverse = true} : tensor<2x8x4x4xf32>
   // CHECK: graph.attention %{{.*}}, %{{.*}}, %{{.*}} scale 5.000000e-01 : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
   %a = graph.attention %r, %kv, %kv scale 0.5 : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
+  // CHECK: graph.attention %{{.*}} scale 5.000000e-01 {softcap = 3.000000e+01 : f64, window = 4 : i64}
+  %windowed = graph.attention %r, %kv, %kv scale 0.5 {window = 4 : i64, softcap = 30.0} : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
   // CHECK: graph.attention_grad %{{.*}} scale 5.000000e-01 {causal = false}
   %dq, %dk, %dv = graph.attention_grad %r, %kv, %kv, %a scale 0.5 {causal = false} : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
   // CHECK: graph.cross_entropy %{{.*}}, %{{.*}} : tensor<2x8x32xf32>, tensor<2x8xi32>

@@ -372,10 +372,10 @@ LogicalResult RopeOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
 
 LogicalResult AttentionOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                           SmallVectorImpl<Value> &grads) {
-  auto grad =
-      AttentionGradOp::create(b, getLoc(), getQuery(), getKey(), getValue(),
-                              dy[0], getScaleAttr(), getCausalAttr(),
-                              ArrayAttr(), getChunksAttr());
+  auto grad = AttentionGradOp::create(
+      b, getLoc(), getQuery(), getKey(), getValue(), dy[0], getScaleAttr(),
+      getCausalAttr(), ArrayAttr(), getChunksAttr(), getWindowAttr(),
+      getSoftcapAttr());
   grads.append({grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()});
   return success();
 }

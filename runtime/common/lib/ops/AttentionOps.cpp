@@ -23,6 +23,25 @@ Diagnostic attentionRanks(const OpInstance &op) {
   return expectSameShape(op, 2, "value", 1, "key");
 }
 
+/// The score's optional shaping: a sliding `window` (each query sees its
+/// last `window` positions; causal only) and a `softcap` (scores become
+/// softcap * tanh(score / softcap), Gemma 2's logit soft-capping).
+Diagnostic attentionMask(const OpInstance &op) {
+  if (op.has("window")) {
+    int64_t window = op.integer("window");
+    if (window < 1)
+      return "expected window >= 1 (the positions each query sees), found " +
+             text(window);
+    if (op.has("causal") && !op.flag("causal"))
+      return "expected causal attention with a sliding window (each query "
+             "sees the window's positions up to its own), found causal = "
+             "false";
+  }
+  if (op.has("softcap") && !(op.real("softcap") > 0))
+    return "expected softcap > 0, found " + std::to_string(op.real("softcap"));
+  return std::nullopt;
+}
+
 Diagnostic expectKvHeadsDividing(const Shape &q, const Shape &k) {
   if (k[2] == 0 || q[2] % k[2] != 0)
     return "expected kv heads (" + text(k[2]) + ") to divide query heads (" +
@@ -32,6 +51,7 @@ Diagnostic expectKvHeadsDividing(const Shape &q, const Shape &k) {
 
 Diagnostic attentionOperands(const OpInstance &op) {
   TRELLIS_CHECK(attentionRanks(op));
+  TRELLIS_CHECK(attentionMask(op));
   const Shape &q = op.shape(0), &k = op.shape(1);
   // Queries split over mesh axes (context parallelism) are a piece of the
   // keys' sequence: one of the group's when it is known (the plan), some
@@ -52,6 +72,7 @@ Diagnostic attentionOperands(const OpInstance &op) {
 /// [B, S, Hkv, D] of one equal block of the sequence.
 Diagnostic attentionBlockOperands(const OpInstance &op) {
   TRELLIS_CHECK(attentionRanks(op));
+  TRELLIS_CHECK(attentionMask(op));
   const Shape &q = op.shape(0), &k = op.shape(1);
   if (q[0] != k[0] || q[1] != k[1] || q[3] != k[3])
     return "expected a key block of shape [" + text(q[0]) + ", " + text(q[1]) +
@@ -124,12 +145,20 @@ ShardingRule attentionBlockFactors(const OpInstance &op) {
 
 /// Multiply-adds of q k^T and p v over every head (4 B Hq S_q S_k D),
 /// times `products` / 2: 2 for the forward; 5 for a backward, which
-/// recomputes q k^T, then forms dV, dP, dQ and dK.
+/// recomputes q k^T, then forms dV, dP, dQ and dK. Causal attention is
+/// priced whole (the planner halves it); a sliding window W shorter than
+/// the S keys shows W S - W (W - 1) / 2 of the causal S (S + 1) / 2
+/// pairs, which scales the FLOPs by that share.
 CostRule attentionCost(double products) {
   return [products](const OpInstance &op) {
     const Shape &q = op.shape(0), &k = op.shape(1);
     OpCost cost = elementwiseCost(op, 0);
     cost.flops = products / 2 * 4.0 * q[0] * q[2] * q[1] * k[1] * q[3];
+    double keys = static_cast<double>(k[1]);
+    double window = static_cast<double>(op.integer("window"));
+    if (window > 0 && window < keys)
+      cost.flops *=
+          (window * keys - window * (window - 1) / 2) / (keys * (keys + 1) / 2);
     return cost;
   };
 }
@@ -141,7 +170,9 @@ void addAttentionOps(TableBuilder &table) {
   const std::vector<AttrSpec> attrs = {{"scale", K::Real, true},
                                        {"causal", K::Bool, false},
                                        kOptionalAxes,
-                                       kChunks};
+                                       kChunks,
+                                       {"window", K::Int, false},
+                                       {"softcap", K::Real, false}};
   table
       .add("attention", {{"query"}, {"key"}, {"value"}}, 1, attrs,
            [](const OpInstance &op, Results &out) -> Diagnostic {
@@ -169,7 +200,9 @@ void addAttentionOps(TableBuilder &table) {
                                             {"causal", K::Bool, false},
                                             kOptionalAxes,
                                             {"shift", K::Int, true},
-                                            kChunks};
+                                            kChunks,
+                                            {"window", K::Int, false},
+                                            {"softcap", K::Real, false}};
   table
       .add("attention_block", {{"query"}, {"key"}, {"value"}}, 2, blockAttrs,
            [](const OpInstance &op, Results &out) -> Diagnostic {

@@ -457,13 +457,18 @@ def Graph_AttentionOp : Graph_Op<"attention", [
     piece is then at position (the rank's position along `axes`) * Sq + i,
     and sees the keys up to it. With `chunks`, queries and keys are stored
     in zigzag order (see rope): the causal mask compares the positions
-    that order gives them.
+    that order gives them. With `window` W (causal only), query position p
+    sees the keys at positions p - W + 1 ... p (a sliding window: Mistral,
+    Gemma 2). With `softcap` c, each score s = q k^T * scale becomes
+    c * tanh(s / c) before the mask and softmax (Gemma 2's soft-capping).
   }];
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
                        Graph_FloatTensor:$value, F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
                        OptionalAttr<StrArrayAttr>:$axes,
-                       OptionalAttr<I64Attr>:$chunks);
+                       OptionalAttr<I64Attr>:$chunks,
+                       OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value `scale` $scale attr-dict `:` type($query) `,` type($key)
@@ -482,7 +487,9 @@ def Graph_AttentionGradOp : Graph_Op<"attention_grad", [
                        F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
                        OptionalAttr<StrArrayAttr>:$axes,
-                       OptionalAttr<I64Attr>:$chunks);
+                       OptionalAttr<I64Attr>:$chunks,
+                       OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Graph_FloatTensor:$query_grad,
                       Graph_FloatTensor:$key_grad,
                       Graph_FloatTensor:$value_grad);
@@ -503,13 +510,16 @@ def Graph_AttentionBlockOp : Graph_Op<"attention_block", [
     rows' log-sum-exp [B, Hq, S] (f32; -inf and a zero row where the mask
     hides the whole block): attention_merge combines blocks exactly. With
     `chunks`, the sequence is stored in zigzag order (see rope), and the
-    causal mask compares the positions that order gives.
+    causal mask compares the positions that order gives; `window` and
+    `softcap` as in attention.
   }];
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
                        Graph_FloatTensor:$value, F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
                        OptionalAttr<StrArrayAttr>:$axes, I64Attr:$shift,
-                       OptionalAttr<I64Attr>:$chunks);
+                       OptionalAttr<I64Attr>:$chunks,
+                       OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Graph_FloatTensor:$result, Graph_F32Tensor:$log_sum_exp);
   let assemblyFormat = [{
     $query `,` $key `,` $value `scale` $scale `shift` $shift attr-dict `:` type($query) `,` type($key)
@@ -553,7 +563,9 @@ def Graph_AttentionBlockGradOp : Graph_Op<"attention_block_grad", [
                        Graph_FloatTensor:$result_grad, F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
                        OptionalAttr<StrArrayAttr>:$axes, I64Attr:$shift,
-                       OptionalAttr<I64Attr>:$chunks);
+                       OptionalAttr<I64Attr>:$chunks,
+                       OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Graph_FloatTensor:$query_grad,
                       Graph_FloatTensor:$key_grad,
                       Graph_FloatTensor:$value_grad);
