@@ -158,6 +158,20 @@ def test_three_ways_train_on_meshes(kind: str) -> None:
                                            err_msg=f"{way} {mesh}")
 
 
+def test_grouped_query_heads_stay_grouped() -> None:
+    """transformers' repeat_kv (traced as unsqueeze, expand, a contiguous
+    clone and _unsafe_view) is undone: graph.attention reads Llama's 2 kv
+    heads, not 4 copies of them."""
+    model = trellis_torch.from_module(
+        hugging_face("llama"), (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2)
+    lines = [line for line in model.mlir().splitlines()
+             if "graph.attention " in line]
+    assert len(lines) == 2
+    for line in lines:
+        assert line.endswith(f"tensor<{BATCH}x{SEQ}x4x16xf32>, "
+                             f"tensor<{BATCH}x{SEQ}x2x16xf32>"), line
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_default_attention_converts(kind: str) -> None:
     """transformers' default attention (scaled_dot_product_attention with a

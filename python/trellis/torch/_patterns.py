@@ -143,11 +143,16 @@ def _through(node: Any) -> Any:
 
 def _unrepeated(node: Any) -> Any:
     """Hugging Face's repeat_kv (unsqueeze, expand, reshape) undone: the
-    key/value heads graph.attention reads directly."""
-    reshape = _producer(node, aten.reshape.default, aten.view.default)
+    key/value heads graph.attention reads directly. torch.export writes
+    the reshape of the expanded tensor as a contiguous clone and an
+    _unsafe_view."""
+    reshape = _producer(node, aten.reshape.default, aten.view.default,
+                        aten._unsafe_view.default)
     if not reshape:
         return node
-    expand = _producer(reshape.args[0], aten.expand.default)
+    copied = _producer(reshape.args[0], aten.clone.default)
+    expand = _producer(copied.args[0] if copied else reshape.args[0],
+                       aten.expand.default)
     if not expand:
         return node
     unsqueeze = _producer(expand.args[0], aten.unsqueeze.default)
