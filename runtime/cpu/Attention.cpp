@@ -17,6 +17,7 @@
 
 #include "trellis/Common/SequenceChunks.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace trellis::runtime::cpu {
@@ -75,6 +76,16 @@ std::vector<PositionRun> positionRuns(const std::vector<int64_t> &positions) {
 AttentionMask AttentionMask::of(const KernelArgs &args) {
   return {args.instruction.flag("causal", true),
           args.instruction.integer("window")};
+}
+
+std::pair<int64_t, int64_t> AttentionMask::range(int64_t query, int64_t first,
+                                                 int64_t count) const {
+  if (!causal)
+    return {0, count};
+  int64_t end = std::clamp<int64_t>(query - first + 1, 0, count);
+  int64_t begin =
+      window > 0 ? std::clamp<int64_t>(query - window + 1 - first, 0, end) : 0;
+  return {begin, end};
 }
 
 void softCapRow(float *x, int64_t n, float cap, float *slopes) {

@@ -47,12 +47,8 @@ KeyRange visibleKeys(const PositionRun &queries, const PositionRun &keys,
                      Visibility seen, const AttentionMask &mask, int64_t i) {
   if (seen != Visibility::Partial)
     return {0, keys.count};
-  int64_t query = queries.position + i;
-  int64_t end = std::clamp<int64_t>(query - keys.position + 1, 0, keys.count);
-  int64_t begin =
-      mask.window > 0
-          ? std::clamp<int64_t>(query - mask.window + 1 - keys.position, 0, end)
-          : 0;
+  auto [begin, end] =
+      mask.range(queries.position + i, keys.position, keys.count);
   return {begin, end};
 }
 

@@ -60,14 +60,7 @@ struct KeyMask {
   bool isRange() const { return !mask.causal || chunks <= 1; }
   /// The keys [begin, end) of query i (natural order).
   std::pair<int64_t, int64_t> range(const AttentionShape &s, int64_t i) const {
-    if (!mask.causal)
-      return {0, s.keySeq};
-    int64_t query = s.first + i;
-    int64_t end = std::min(query + 1, s.keySeq);
-    int64_t begin = mask.window > 0
-                        ? std::clamp<int64_t>(query - mask.window + 1, 0, end)
-                        : 0;
-    return {begin, end};
+    return mask.range(s.first + i, 0, s.keySeq);
   }
   bool sees(int64_t i, int64_t j) const {
     return mask.sees(queryPositions[i], keyPositions[j]);

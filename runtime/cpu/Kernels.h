@@ -173,6 +173,10 @@ struct AttentionMask {
   bool sees(int64_t query, int64_t key) const {
     return !causal || (key <= query && (window <= 0 || key > query - window));
   }
+  /// The keys a query at position `query` sees among `count` keys at
+  /// consecutive positions first, first + 1, ...: [begin, end) from 0.
+  std::pair<int64_t, int64_t> range(int64_t query, int64_t first,
+                                    int64_t count) const;
 };
 
 /// Gemma 2's soft-capping of a row of scores: x[i] = cap * tanh(x[i] /

@@ -172,23 +172,20 @@ def test_grouped_query_heads_stay_grouped() -> None:
                              f"tensor<{BATCH}x{SEQ}x2x16xf32>"), line
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral_window"])
 def test_default_attention_converts(kind: str) -> None:
     """transformers' default attention (scaled_dot_product_attention with a
-    boolean causal mask) converts and equals PyTorch."""
+    boolean causal mask, or Mistral's sliding-window one) converts and
+    equals PyTorch."""
     torch.manual_seed(0)
     fields = dict(config(kind), bos_token_id=0, eos_token_id=0)
-    if kind == "gpt2":
-        module = transformers.GPT2LMHeadModel(transformers.GPT2Config(**fields))
-    else:
-        module = transformers.LlamaForCausalLM(
-            transformers.LlamaConfig(**fields))
-    module.eval()
+    module = causal_lm(kind, **fields).eval()
     assert module.config._attn_implementation == "sdpa"
     model = trellis_torch.from_module(
         module, (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2)
     mlir = model.mlir()
     assert "graph.attention" in mlir and "causal = false" not in mlir
+    assert ("window = 6 : i64" in mlir) == (kind == "mistral_window")
     data = batches(256, BATCH, SEQ, STEPS, seed=4)
     plan = trellis.compile(model, batch=BATCH, seq=SEQ)
     with trellis.Session(plan, weights=model.weights) as session:

@@ -164,14 +164,12 @@ def _unrepeated(node: Any) -> Any:
 def _soft_cap(c: _Converter, node: Any) -> Optional[Tuple[Any, float]]:
     """(x, c) when `node` is tanh(x / c) * c (Gemma 2's soft-capping)."""
     outer = _producer(node, aten.mul.Tensor)
-    if outer is None or _scalar(c.arg(outer.args[1])) is None:
-        return None
-    tanh = _producer(outer.args[0], aten.tanh.default)
+    cap = outer and _scalar(c.arg(outer.args[1]))
+    tanh = cap and _producer(outer.args[0], aten.tanh.default)
     inner = tanh and _producer(tanh.args[0], aten.div.Tensor)
-    if inner is None or _scalar(c.arg(inner.args[1])) != \
-            _scalar(c.arg(outer.args[1])):
+    if not inner or _scalar(c.arg(inner.args[1])) != cap:
         return None
-    return inner.args[0], _scalar(c.arg(outer.args[1]))
+    return inner.args[0], abs(cap)  # c tanh(x / c) is even in c
 
 
 def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:

@@ -56,6 +56,21 @@ public:
   }
 };
 
+/// Causal attention's attributes at scale 0.35; chunks, window and
+/// softcap only where non-zero.
+std::map<std::string, AttrValue> causalAttrs(int64_t chunks, int64_t window,
+                                             double softcap) {
+  std::map<std::string, AttrValue> attrs = {{"scale", real(0.35)},
+                                            {"causal", flag(true)}};
+  if (chunks)
+    attrs["chunks"] = integer(chunks);
+  if (window)
+    attrs["window"] = integer(window);
+  if (softcap)
+    attrs["softcap"] = real(softcap);
+  return attrs;
+}
+
 class RingAttentionTest : public EveryBackend {};
 TRELLIS_ON_EVERY_BACKEND(RingAttentionTest);
 
@@ -80,14 +95,8 @@ TEST_P(RingAttentionTest, BlockEqualsAttentionOverAZigzagSequence) {
       const std::vector<int64_t> qShape{2, 12, 4, 8}, kvShape{2, 12, 2, 8};
       int64_t q = k.add(qShape, 1), key = k.add(kvShape, 2),
               value = k.add(kvShape, 3), dOut = k.add(qShape, 4);
-      std::map<std::string, AttrValue> attrs = {{"scale", real(0.35)},
-                                                {"causal", flag(true)}};
-      if (chunks)
-        attrs["chunks"] = integer(chunks);
-      if (shaped) {
-        attrs["window"] = integer(5);
-        attrs["softcap"] = real(1.0);
-      }
+      std::map<std::string, AttrValue> attrs =
+          causalAttrs(chunks, shaped ? 5 : 0, shaped ? 1.0 : 0.0);
       int64_t expected = k.add(qShape);
       k.run("attention", {q, key, value}, {expected}, attrs);
       int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
@@ -202,14 +211,7 @@ void expectLikeReference(const std::string &backend, int64_t seq,
   const std::vector<int64_t> qShape{1, seq, 4, 8}, kvShape{1, seq, 2, 8};
   int64_t q = k.add(qShape, 11), key = k.add(kvShape, 12),
           value = k.add(kvShape, 13), dOut = k.add(qShape, 14);
-  std::map<std::string, AttrValue> attrs = {{"scale", real(0.35)},
-                                            {"causal", flag(true)}};
-  if (chunks)
-    attrs["chunks"] = integer(chunks);
-  if (window)
-    attrs["window"] = integer(window);
-  if (softcap)
-    attrs["softcap"] = real(softcap);
+  std::map<std::string, AttrValue> attrs = causalAttrs(chunks, window, softcap);
   int64_t out = k.add(qShape);
   k.run("attention", {q, key, value}, {out}, attrs);
   int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
