@@ -10,7 +10,9 @@
 
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace trellis {
 #define GEN_PASS_DEF_APPLYPRESETPASS
@@ -22,49 +24,107 @@ using namespace trellis;
 
 namespace {
 
-/// Where the Megatron layout splits a parameter over the tensor axis: the
-/// dimension, and the rank of the tensor it expects (the layout the
-/// model's importer or converter holds it in, named for messages).
+/// How a projection's weight is held: nn.Linear's [..., out, in] (the
+/// forward reads it transposed) or GPT-2 Conv1D's [..., in, out].
+enum class Orientation { OutIn, InOut };
+
+/// Where the Megatron layout splits a parameter over the tensor axis: its
+/// output features (column parallel), its input features (row parallel),
+/// or a fixed dimension; the rank of the tensor it expects and the
+/// orientation its name implies where the program does not show one
+/// (named for messages).
 struct MegatronSplit {
+  enum class Kind { Output, Input, Fixed } kind = Kind::Fixed;
   int64_t dim = 0;
   int64_t rank = 2;
+  Orientation named = Orientation::OutIn;
   const char *layout = "";
+
+  /// The dimension to split for a weight held in `orientation`.
+  int64_t dimension(Orientation orientation) const {
+    bool outIn = orientation == Orientation::OutIn;
+    switch (kind) {
+    case Kind::Output:
+      return outIn ? rank - 2 : rank - 1;
+    case Kind::Input:
+      return outIn ? rank - 1 : rank - 2;
+    case Kind::Fixed:
+      break;
+    }
+    return dim;
+  }
 };
 
 /// The Megatron layout, by the suffix of a parameter's Hugging Face name.
 std::optional<MegatronSplit> megatronSplit(StringRef name) {
+  using Kind = MegatronSplit::Kind;
   // A mixture of experts' stacked weights ([E, out, in], "experts.*."):
   // experts stay whole over tp (expert parallelism splits them).
   if (name.contains(".experts.*."))
     return std::nullopt;
-  // Llama (nn.Linear weights are [out, in]).
+  // Llama (nn.Linear weights).
   for (StringRef columns :
        {".q_proj.weight", ".k_proj.weight", ".v_proj.weight",
         ".gate_proj.weight", ".up_proj.weight"})
     if (name.ends_with(columns))
-      return MegatronSplit{0, 2, "an nn.Linear weight [out, in]"};
+      return MegatronSplit{Kind::Output, 0, 2, Orientation::OutIn,
+                           "a projection weight"};
   for (StringRef rows : {".o_proj.weight", ".down_proj.weight"})
     if (name.ends_with(rows))
-      return MegatronSplit{1, 2, "an nn.Linear weight [out, in]"};
+      return MegatronSplit{Kind::Input, 0, 2, Orientation::OutIn,
+                           "a projection weight"};
   // Vocabulary parallel: embedding tables and the LM head split by rows.
   if (name.ends_with("embed_tokens.weight") || name == "lm_head.weight" ||
       name.ends_with(".wte.weight"))
-    return MegatronSplit{0, 2, "a table [vocab, hidden]"};
-  // GPT-2 (Conv1D weights are [in, out]).
+    return MegatronSplit{Kind::Fixed, 0, 2, Orientation::OutIn,
+                         "a table [vocab, hidden]"};
+  // GPT-2's names (Conv1D weights unless the program reads them as
+  // nn.Linear's, as nanoGPT's).
   if (name.ends_with(".mlp.c_fc.weight"))
-    return MegatronSplit{1, 2, "GPT-2's Conv1D weight [in, out]"};
-  // The fused QKV, held as [E, 3, E] (bias [3, E]): output columns by heads.
+    return MegatronSplit{Kind::Output, 0, 2, Orientation::InOut,
+                         "a projection weight"};
+  // The fused QKV, held as [E, 3, E] (Conv1D) or [3, E, E] (nn.Linear),
+  // its bias as [3, E]: each piece's output features by heads.
   if (name.ends_with(".attn.c_attn.weight"))
-    return MegatronSplit{2, 3,
-                         "GPT-2's fused QKV Conv1D weight held as [E, 3, E]"};
+    return MegatronSplit{Kind::Output, 0, 3, Orientation::InOut,
+                         "a fused QKV weight held as [E, 3, E] (Conv1D) or "
+                         "[3, E, E] (nn.Linear)"};
   if (name.ends_with(".attn.c_attn.bias"))
-    return MegatronSplit{1, 2, "GPT-2's fused QKV bias held as [3, E]"};
+    return MegatronSplit{Kind::Fixed, 1, 2, Orientation::InOut,
+                         "a fused QKV bias held as [3, E]"};
   if (name.ends_with(".mlp.c_fc.bias"))
-    return MegatronSplit{0, 1, "a bias [out]"};
+    return MegatronSplit{Kind::Fixed, 0, 1, Orientation::InOut, "a bias [out]"};
   if (name.ends_with(".mlp.c_proj.weight") ||
       name.ends_with(".attn.c_proj.weight"))
-    return MegatronSplit{0, 2, "GPT-2's Conv1D weight [in, out]"};
+    return MegatronSplit{Kind::Input, 0, 2, Orientation::InOut,
+                         "a projection weight"};
   return std::nullopt;
+}
+
+/// The orientation the forward reads `weight` in: that of the first
+/// matmul (in block order: the forward's, before any gradient's) taking
+/// it, through reshapes, slices and casts, as its right operand; none when
+/// no matmul does.
+std::optional<Orientation> readOrientation(Value weight) {
+  graph::MatmulOp first;
+  SmallVector<Value> work = {weight};
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (isa<graph::ReshapeOp, graph::SliceOp, graph::CastOp>(user)) {
+        work.push_back(user->getResult(0));
+        continue;
+      }
+      auto matmul = dyn_cast<graph::MatmulOp>(user);
+      if (matmul && use.getOperandNumber() == 1 &&
+          (!first || matmul->isBeforeInBlock(first)))
+        first = matmul;
+    }
+  }
+  if (!first)
+    return std::nullopt;
+  return first.getTransposeRhs() ? Orientation::OutIn : Orientation::InOut;
 }
 
 /// Names of mesh axes joined for messages: `dp`, `replica x shard`.
@@ -234,6 +294,20 @@ struct ApplyPresetPass
                       ShardingAttr::get(context, meshName, dims));
       return success();
     };
+    // How the forward reads each parameter (its optimizer's copies and
+    // moments follow it by name).
+    llvm::StringMap<std::optional<Orientation>> orientations;
+    for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+      auto role = function.getArgAttrOfType<StringAttr>(
+          i, graph::GraphDialect::kRoleAttrName);
+      auto name = function.getArgAttrOfType<StringAttr>(
+          i, graph::GraphDialect::kParamNameAttrName);
+      if (role && name &&
+          (role.getValue() == "param" || role.getValue() == "master"))
+        if (std::optional<Orientation> read =
+                readOrientation(function.getArgument(i)))
+          orientations[name.getValue()] = read;
+    }
     bool sawInput = false;
     for (unsigned i = 0; i < function.getNumArguments(); ++i) {
       auto role = function.getArgAttrOfType<StringAttr>(
@@ -267,20 +341,22 @@ struct ApplyPresetPass
       if (tp == 1 || !parameterLike || !name)
         continue;
       if (std::optional<MegatronSplit> rule = megatronSplit(name.getValue())) {
-        // A weight of another layout under a known name (nanoGPT's
-        // nn.Linear c_attn, [3E, E]) would be split across heads.
+        // A weight of another layout under a known name (a fused QKV held
+        // whole, [3E, E]) would be split across heads.
         auto type =
             llvm::cast<RankedTensorType>(function.getArgumentTypes()[i]);
         if (type.getRank() != rule->rank) {
           function.emitError()
               << "the Megatron layout splits \"" << name.getValue() << "\" as "
               << rule->layout << " (rank " << rule->rank << "), found " << type
-              << ": a weight of another layout under that name (nn.Linear "
-                 "instead of Conv1D?) cannot be split by heads; train this "
-                 "model with dp, pp or ZeRO instead of tp";
+              << ": a weight of another layout under that name cannot be "
+                 "split by heads; train this model with dp, pp or ZeRO "
+                 "instead of tp";
           return signalPassFailure();
         }
-        if (failed(split(i, rule->dim, tensorAxes, tp)))
+        Orientation orientation =
+            orientations.lookup(name.getValue()).value_or(rule->named);
+        if (failed(split(i, rule->dimension(orientation), tensorAxes, tp)))
           return signalPassFailure();
       }
     }

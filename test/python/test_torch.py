@@ -515,8 +515,7 @@ class NanoGpt(torch.nn.Module):
 def test_nanogpt_converts_as_written() -> None:
     """A model that computes its own loss converts with forward=: nanoGPT's
     GPT (LayerNorm without bias, nn.Linear fused QKV, tied head) trains
-    like PyTorch, parameters included, and dp=2 as one rank; tp is refused
-    with the reason."""
+    like PyTorch, parameters included, and dp=2 and tp=2 as one rank."""
     torch.manual_seed(0)
     module = NanoGpt().eval()
     example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
@@ -555,13 +554,15 @@ def test_nanogpt_converts_as_written() -> None:
                                    err_msg=name)
     with pytest.raises(trellis.Error, match="forward must be callable"):
         trellis_torch.from_module(module, example, forward=1)
-    # Its nn.Linear QKV, [3E, E], carries GPT-2's name: the Megatron preset
-    # refuses to split it across heads, saying why.
-    with pytest.raises(trellis.Error, match=r"the Megatron layout splits "
-                       r"\"transformer.h.0.attn.c_attn.weight\" as GPT-2's "
-                       r"fused QKV Conv1D weight held as \[E, 3, E\] \(rank "
-                       r"3\), found 'tensor<192x64xf32>'"):
-        trellis.compile(converted, batch=BATCH, seq=SEQ, mesh="tp=2")
+    # Its nn.Linear weights carry GPT-2's names with the other orientation,
+    # and its QKV is held as [3, E, E]: the Megatron preset splits each by
+    # the features the forward reads, and tp=2 trains as one rank.
+    assert "tensor<3x64x64xf32>" in converted.mlir()
+    tp2 = trellis.compile(converted, batch=BATCH, seq=SEQ, mesh="tp=2",
+                          weight_decay=0.1, adam_eps=EPSILON)
+    np.testing.assert_allclose(
+        trellis.launch(tp2, batches=data, weights=converted.weights)[0],
+        losses, rtol=1e-5)
 
 
 class ShapeOps(torch.nn.Module):

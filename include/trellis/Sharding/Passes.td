@@ -19,15 +19,21 @@ def ApplyPresetPass : Pass<"trellis-apply-preset", "::mlir::ModuleOp"> {
       minor.
     - context axis: the inputs' sequence is split over it.
     - tensor axis (Megatron layout, by Hugging Face parameter name):
-      attention q/k/v and MLP up/gate weights split by output columns,
-      attention output and MLP down weights by input rows (GPT-2's Conv1D
-      weights are [in, out], Llama's Linear weights [out, in]); the MLP up
-      bias with its columns; embedding tables and the LM head by vocabulary
-      rows (the lookup masks ids outside a rank's rows, the loss combines
-      the split logits without gathering them). Optimizer moments follow
-      their parameter. GPT-2's fused QKV weight, held as [E, 3, E] (bias
-      [3, E]), splits its last dimension: each rank gets its heads of q, k
-      and v.
+      attention q/k/v and MLP up/gate weights split by their output
+      features, attention output and MLP down weights by their input
+      features; which dimension that is, the program says: the first
+      matmul (in block order: the forward's) that reads the weight, through
+      reshapes, slices and casts, reads it transposed for nn.Linear's
+      [out, in] and untransposed for Conv1D's [in, out] (GPT-2's names on
+      nanoGPT's nn.Linear weights split as nn.Linear); without such a
+      matmul, the layout the name implies (Llama's Linear, GPT-2's Conv1D).
+      The MLP up bias with its columns; embedding tables and the LM head
+      by vocabulary rows (the lookup masks ids outside a rank's rows, the
+      loss combines the split logits without gathering them). Optimizer
+      moments follow their parameter. A fused QKV weight, held as
+      [E, 3, E] (Conv1D) or [3, E, E] (nn.Linear), bias [3, E], splits each
+      piece's output features: each rank gets its heads of q, k and v; one
+      held whole ([3E, E]) is an error.
 
     Arguments that already carry a `trellis.sharding` (the user's) keep it.
 

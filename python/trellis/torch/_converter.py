@@ -121,11 +121,11 @@ class _Converter:
         for node in self.graph_module.graph.nodes:
             fused = _patterns._fused_split(self, node)
             if fused is not None:
-                _, weight, bias, pieces, size = fused
-                rows = weight.meta["val"].shape[0]
-                self.layouts[weight] = ((rows, pieces, size),
-                                        (rows, pieces * size))
-                self.layouts[bias] = ((pieces, size), (pieces * size,))
+                self.layouts[fused.weight] = fused.weight_layout()
+                if fused.bias is not None:
+                    self.layouts[fused.bias] = (
+                        (fused.pieces, fused.size),
+                        (fused.pieces * fused.size,))
 
     # -- where ops come from --------------------------------------------
 

@@ -4,7 +4,7 @@ layers and losses, fused q/k/v splits), tried before a node's operands are
 converted."""
 
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -31,12 +31,37 @@ def _match_flat_cross_entropy(c: _Converter, node: Any) -> Optional[_Tensor]:
     return _Tensor(c.op("cross_entropy", logits, targets))
 
 
-def _fused_split(c: _Converter, node: Any) -> Optional[Tuple[Any, ...]]:
-    """split(view(addmm(b, view(x, [-1, K]), W), [..., N]), N / p, -1): a
-    fused projection (GPT-2's QKV) whose p outputs are used apart; returns
-    (x, W, b, p, N / p). Its weight is then held as [K, p, N / p] and its
-    bias as [p, N / p], as the importer holds them, so that a preset splits
-    each piece by heads."""
+class _FusedProjection(NamedTuple):
+    """A projection of `source` whose output is split into `pieces` of
+    `size` used apart (GPT-2's and nanoGPT's QKV): its weight, Conv1D's
+    [K, N] or, `linear`, nn.Linear's [N, K], and its bias [N] or None."""
+    source: Any
+    weight: Any
+    bias: Optional[Any]
+    pieces: int
+    size: int
+    linear: bool
+
+    @property
+    def inputs(self) -> int:
+        """K, the features the projection reads."""
+        shape = self.weight.meta["val"].shape
+        return int(shape[-1] if self.linear else shape[0])
+
+    def weight_layout(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+        """(held, the module's) shapes of the weight: each piece apart,
+        [K, p, N / p] or [p, N / p, K], as the importer holds GPT-2's, so
+        that a preset splits each piece by heads."""
+        k, p, n = self.inputs, self.pieces, self.size
+        if self.linear:
+            return (p, n, k), (p * n, k)
+        return (k, p, n), (k, p * n)
+
+
+def _fused_split(c: _Converter, node: Any) -> Optional[_FusedProjection]:
+    """split(view(addmm(b, view(x, [-1, K]), W), [..., N]), N / p, -1)
+    (Conv1D) or split(linear(x, W [, b]), N / p, -1) (nn.Linear): a fused
+    projection whose p outputs are used apart."""
     if _producer(node, aten.split.Tensor) is None or len(node.args) < 2:
         return None
     value, size = node.args[0], node.args[1]
@@ -47,42 +72,60 @@ def _fused_split(c: _Converter, node: Any) -> Optional[Tuple[Any, ...]]:
     if _normalize_dim(dim, len(shape)) != len(shape) - 1 or \
             shape[-1] % size or shape[-1] // size < 2:
         return None
-    view = _producer(value, aten.view.default, aten.reshape.default)
-    addmm = _producer(view.args[0], aten.addmm.default) if view else None
-    if not addmm or len(addmm.args) > 3 or addmm.kwargs:
-        return None
-    inner = _producer(addmm.args[1], aten.view.default, aten.reshape.default)
-    bias, weight = addmm.args[0], addmm.args[2]
+    linear = _producer(value, aten.linear.default)
+    if linear is not None:
+        source, weight = linear.args[0], linear.args[1]
+        bias = linear.args[2] if len(linear.args) > 2 else None
+        expected = (shape[-1], source.meta["val"].shape[-1])
+    else:
+        view = _producer(value, aten.view.default, aten.reshape.default)
+        addmm = _producer(view.args[0], aten.addmm.default) if view else None
+        if not addmm or len(addmm.args) > 3 or addmm.kwargs:
+            return None
+        inner = _producer(addmm.args[1], aten.view.default,
+                          aten.reshape.default)
+        if not inner:
+            return None
+        source, weight, bias = inner.args[0], addmm.args[2], addmm.args[0]
+        expected = (source.meta["val"].shape[-1], shape[-1])
     parameters = c.signature.inputs_to_parameters
-    if not inner or not all(
-            isinstance(p, torch.fx.Node) and p.name in parameters and
-            len(p.users) == 1 for p in (bias, weight)):
+    if not all(isinstance(p, torch.fx.Node) and p.name in parameters and
+               len(p.users) == 1 for p in (weight, bias) if p is not None):
         return None
-    source = inner.args[0]
     if tuple(source.meta["val"].shape)[:-1] != shape[:-1] or \
-            tuple(weight.meta["val"].shape) != (source.meta["val"].shape[-1],
-                                                shape[-1]):
+            tuple(weight.meta["val"].shape) != expected:
         return None
-    return source, weight, bias, shape[-1] // size, size
+    return _FusedProjection(source, weight, bias, shape[-1] // size, size,
+                            linear is not None)
 
 
 def _match_fused_split(c: _Converter, node: Any) -> Optional[List[_Tensor]]:
     fused = _fused_split(c, node)
     if fused is None:
         return None
-    source, weight_node, bias_node, pieces, size = fused
-    x = c.materialize(c.convert(source))
-    weight = c.convert(weight_node).value
-    bias = c.convert(bias_node).value
-    rows = weight.shape[0]
+    x = c.materialize(c.convert(fused.source))
+    weight = c.convert(fused.weight).value
+    bias = c.convert(fused.bias).value if fused.bias is not None else None
+    rows, size = fused.inputs, fused.size
     outputs = []
-    for piece in range(pieces):
-        w = c.emit("reshape", c.emit("slice", weight, offsets=[0, piece, 0],
-                                     sizes=[rows, 1, size]),
-                   shape=[rows, size])
-        b = c.emit("reshape", c.emit("slice", bias, offsets=[piece, 0],
-                                     sizes=[1, size]), shape=[size])
-        outputs.append(_Tensor(c.emit("add", c.emit("matmul", x, w), b)))
+    for piece in range(fused.pieces):
+        if fused.linear:
+            w = c.emit("reshape", c.emit("slice", weight,
+                                         offsets=[piece, 0, 0],
+                                         sizes=[1, size, rows]),
+                       shape=[size, rows])
+            out = c.emit("matmul", x, w, transpose_rhs=True)
+        else:
+            w = c.emit("reshape", c.emit("slice", weight,
+                                         offsets=[0, piece, 0],
+                                         sizes=[rows, 1, size]),
+                       shape=[rows, size])
+            out = c.emit("matmul", x, w)
+        if bias is not None:
+            b = c.emit("reshape", c.emit("slice", bias, offsets=[piece, 0],
+                                         sizes=[1, size]), shape=[size])
+            out = c.emit("add", out, b)
+        outputs.append(_Tensor(out))
     return outputs
 
 
