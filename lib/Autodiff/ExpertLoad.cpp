@@ -51,27 +51,10 @@ struct ExpertLoadPass
         return signalPassFailure();
       }
     OpBuilder builder(&getContext());
-    Block &body = step.getBody().front();
-    Operation *terminator = body.getTerminator();
-    bool microBatched = step->hasAttr(GraphDialect::kMicroBatchesAttrName);
+    builder.setInsertionPoint(step.getBody().front().getTerminator());
     SmallVector<Value> rows;
     for (MoeRouteOp route : routes) {
-      Value counts = existingCounts(route, experts);
-      if (!counts) {
-        builder.setInsertionPointAfter(route);
-        auto made = ExpertCountsOp::create(builder, route.getLoc(),
-                                           route.getExperts(), experts);
-        graph::copyPlacement(route, made);
-        counts = made;
-      }
-      builder.setInsertionPoint(terminator);
-      // A micro-batch's counts, summed over the step's micro-batches.
-      if (microBatched &&
-          counts.getDefiningOp()->hasAttr(GraphDialect::kPhaseAttrName)) {
-        auto total = MicrobatchSumOp::create(builder, route.getLoc(), counts);
-        setModelPart(total, getModelPart(route));
-        counts = total;
-      }
+      Value counts = stepExpertCounts(builder, route, experts);
       auto row = ReshapeOp::create(builder, route.getLoc(), counts,
                                    ArrayRef<int64_t>{1, experts});
       setModelPart(row, getModelPart(route));
@@ -89,15 +72,6 @@ private:
     return llvm::cast<RankedTensorType>(route.getLogits().getType())
         .getShape()
         .back();
-  }
-
-  /// The counts the model computes already (its load-balancing loss).
-  static Value existingCounts(MoeRouteOp route, int64_t experts) {
-    for (Operation *user : route.getExperts().getUsers())
-      if (auto counts = llvm::dyn_cast<ExpertCountsOp>(user))
-        if (counts.getNumExperts() == experts)
-          return counts;
-    return {};
   }
 };
 

@@ -152,19 +152,21 @@ struct ReverseModePass
              << type.getResults();
     for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
       StringAttr role = roleOf(forward, i);
-      if (!role || (role.getValue() != "param" && role.getValue() != "input" &&
-                    role.getValue() != "loss_scale"))
+      if (!role ||
+          !llvm::is_contained({"param", "input", "loss_scale", "state"},
+                              role.getValue()))
         return forward.emitError()
                << "argument " << i
-               << " needs graph.role \"param\", \"input\" or \"loss_scale\", "
-                  "found "
+               << " needs graph.role \"param\", \"input\", \"loss_scale\" "
+                  "or \"state\", found "
                << (role ? role.getValue() : StringRef("none"));
-      if (role.getValue() == "param" &&
+      if ((role.getValue() == "param" || role.getValue() == "state") &&
           !llvm::cast<ShapedType>(forward.getArgumentTypes()[i])
                .getElementType()
                .isF32())
         return forward.emitError()
-               << "parameter argument " << i << " must be an f32 tensor, found "
+               << (role.getValue() == "param" ? "parameter" : "state")
+               << " argument " << i << " must be an f32 tensor, found "
                << forward.getArgumentTypes()[i];
     }
     return success();

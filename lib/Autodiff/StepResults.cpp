@@ -2,13 +2,14 @@
 
 #include "StepResults.h"
 
-#include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
 
 using namespace mlir;
+using namespace trellis::graph;
 
-void trellis::appendMetricResult(func::FuncOp step, Value value,
-                                 llvm::StringRef metric) {
+void trellis::appendStepResult(func::FuncOp step, Value value,
+                               DictionaryAttr attrs) {
   Builder builder(step.getContext());
   Operation *terminator = step.getBody().front().getTerminator();
   terminator->insertOperands(terminator->getNumOperands(), value);
@@ -16,8 +17,42 @@ void trellis::appendMetricResult(func::FuncOp step, Value value,
   results.push_back(value.getType());
   SmallVector<DictionaryAttr> resultAttrs;
   step.getAllResultAttrs(resultAttrs);
-  resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
-      graph::GraphDialect::kMetricAttrName, builder.getStringAttr(metric))));
+  resultAttrs.push_back(attrs);
   step.setType(builder.getFunctionType(step.getArgumentTypes(), results));
   step.setAllResultAttrs(resultAttrs);
+}
+
+void trellis::appendMetricResult(func::FuncOp step, Value value,
+                                 llvm::StringRef metric) {
+  Builder builder(step.getContext());
+  appendStepResult(
+      step, value,
+      builder.getDictionaryAttr(builder.getNamedAttr(
+          GraphDialect::kMetricAttrName, builder.getStringAttr(metric))));
+}
+
+Value trellis::stepExpertCounts(OpBuilder &builder, MoeRouteOp route,
+                                int64_t experts) {
+  Value counts;
+  for (Operation *user : route.getExperts().getUsers())
+    if (auto existing = llvm::dyn_cast<ExpertCountsOp>(user))
+      if (existing.getNumExperts() == experts)
+        counts = existing;
+  if (!counts) {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointAfter(route);
+    auto made = ExpertCountsOp::create(builder, route.getLoc(),
+                                       route.getExperts(), experts);
+    copyPlacement(route, made);
+    counts = made;
+  }
+  // A micro-batch's counts, summed over the step's micro-batches.
+  auto step = route->getParentOfType<func::FuncOp>();
+  if (step->hasAttr(GraphDialect::kMicroBatchesAttrName) &&
+      counts.getDefiningOp()->hasAttr(GraphDialect::kPhaseAttrName)) {
+    auto total = MicrobatchSumOp::create(builder, route.getLoc(), counts);
+    setModelPart(total, getModelPart(route));
+    counts = total;
+  }
+  return counts;
 }

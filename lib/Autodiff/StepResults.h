@@ -4,14 +4,30 @@
 #define TRELLIS_LIB_AUTODIFF_STEPRESULTS_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringRef.h"
 
 namespace trellis {
+namespace graph {
+class MoeRouteOp;
+} // namespace graph
+
+/// Appends `value` to `step`'s results with the result attributes `attrs`.
+void appendStepResult(mlir::func::FuncOp step, mlir::Value value,
+                      mlir::DictionaryAttr attrs);
 
 /// Appends `value` to `step`'s results, marked graph.metric = `metric`
 /// (the runtime reports it with each step: grad_norm, expert_load).
 void appendMetricResult(mlir::func::FuncOp step, mlir::Value value,
                         llvm::StringRef metric);
+
+/// How many of the step's slots `route` sent to each of its `experts`
+/// ([experts] f32, summed over the micro-batches of a micro-batched step):
+/// the layer's graph.expert_counts (its load-balancing loss's) or a new
+/// one after the route, the sum over micro-batches at `builder`'s
+/// insertion point (the step's end).
+mlir::Value stepExpertCounts(mlir::OpBuilder &builder, graph::MoeRouteOp route,
+                             int64_t experts);
 
 } // namespace trellis
 

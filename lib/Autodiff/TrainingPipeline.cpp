@@ -66,6 +66,11 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
   ExpertLoadPassOptions load;
   load.functionName = options.optimizer ? "train_step" : "gradients";
   pm.addPass(createExpertLoadPass(load));
+  if (options.optimizer && options.expertBiasUpdate) {
+    ExpertBiasUpdatePassOptions bias;
+    bias.rate = *options.expertBiasUpdate;
+    pm.addPass(createExpertBiasUpdatePass(bias));
+  }
 }
 
 namespace {

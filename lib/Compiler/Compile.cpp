@@ -310,6 +310,18 @@ std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
                   "expected --optimizer adamw or sgd, found none");
     training.clipGradNorm = options.clipGradNorm;
   }
+  if (options.expertBiasUpdate) {
+    if (!std::isfinite(*options.expertBiasUpdate) ||
+        *options.expertBiasUpdate <= 0)
+      return fail(
+          "--expert-bias-update: expected a finite number > 0, found " +
+          llvm::formatv("{0}", llvm::format("%g", *options.expertBiasUpdate))
+              .str());
+    if (!training.optimizer)
+      return fail("--expert-bias-update: moves the biases each training "
+                  "step: expected --optimizer adamw or sgd, found none");
+    training.expertBiasUpdate = options.expertBiasUpdate;
+  }
   if (options.precision == "bf16")
     training.precision = LowPrecision::BF16;
   else if (options.precision == "fp16")

@@ -141,6 +141,14 @@ const std::vector<OptionRow<CompileOptions>> &compileOptionTable() {
        "min(1, N / (norm + 1e-6)); the step reports the norm (default: no "
        "clipping)",
        "N"},
+      {"expert-bias-update", OptionType::Double,
+       [](O &o, const V &v) { o.expertBiasUpdate = v.number; }, kOptimizer,
+       "Move each router's score bias (DeepSeek-V3's "
+       "e_score_correction_bias) by R per step towards the mean load: bias "
+       "+ R * sign(mean - slots per expert), as DeepSeek-V3 balances its "
+       "experts without an auxiliary loss (its R: 0.001; default: the "
+       "biases stay as loaded)",
+       "R"},
       {"decay-1d", OptionType::Bool,
        [](O &o, const V &v) { o.decayOneDimensional = v.flag; }, kOptimizer,
        "Apply --weight-decay to 1-D parameters (biases, norm gains) too; by "

@@ -1,15 +1,16 @@
 //===- ModelImporter.cpp - Hugging Face configs to graph MLIR -------------===//
+//
+// Builds a decoder's forward pass and loss, op by op, from its parsed
+// config (ModelConfig.cpp reads config.json).
+//
+//===----------------------------------------------------------------------===//
 
 #include "trellis/Frontend/ModelImporter.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
-#include "trellis/Common/JsonShape.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
-#include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/JSON.h"
 
 #include <cmath>
 
@@ -21,624 +22,6 @@ namespace {
 
 llvm::Error configError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
-
-/// Reads typed fields of a config object; every error names the field.
-class ConfigReader {
-public:
-  explicit ConfigReader(const llvm::json::Object &object) : object_(object) {}
-
-  /// A required integer >= `minimum`.
-  llvm::Expected<int64_t> integer(llvm::StringRef key, int64_t minimum = 1) {
-    const llvm::json::Value *value = object_.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return configError(llvm::formatv(
-          "missing field \"{0}\": expected an integer >= {1}", key, minimum));
-    return checkInteger(key, *value, minimum);
-  }
-
-  /// An optional integer >= `minimum`; `fallback` when absent or null.
-  llvm::Expected<int64_t> integerOr(llvm::StringRef key, int64_t fallback,
-                                    int64_t minimum = 1) {
-    const llvm::json::Value *value = object_.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return fallback;
-    return checkInteger(key, *value, minimum);
-  }
-
-  /// An optional positive number; `fallback` when absent or null.
-  llvm::Expected<double> numberOr(llvm::StringRef key, double fallback) {
-    const llvm::json::Value *value = object_.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return fallback;
-    std::optional<double> number = value->getAsNumber();
-    if (!number || !(*number > 0) || !std::isfinite(*number))
-      return configError(
-          llvm::formatv("field \"{0}\": expected a positive number, found {1}",
-                        key, describe(*value)));
-    return *number;
-  }
-
-  /// An optional number >= 0; `fallback` when absent or null.
-  llvm::Expected<double> nonNegativeOr(llvm::StringRef key, double fallback) {
-    const llvm::json::Value *value = object_.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return fallback;
-    std::optional<double> number = value->getAsNumber();
-    if (!number || !(*number >= 0) || !std::isfinite(*number))
-      return configError(
-          llvm::formatv("field \"{0}\": expected a number >= 0, found {1}", key,
-                        describe(*value)));
-    return *number;
-  }
-
-  /// An optional list of integers (empty when absent or null).
-  llvm::Expected<std::vector<int64_t>> integers(llvm::StringRef key) {
-    const llvm::json::Value *value = object_.get(key);
-    std::vector<int64_t> list;
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return list;
-    const llvm::json::Array *array = value->getAsArray();
-    for (size_t i = 0; array && i < array->size(); ++i) {
-      std::optional<int64_t> number = (*array)[i].getAsInteger();
-      if (!number)
-        break;
-      list.push_back(*number);
-    }
-    if (!array || list.size() != array->size())
-      return configError(
-          llvm::formatv("field \"{0}\": expected a list of integers, found "
-                        "{1}",
-                        key, describe(*value)));
-    return list;
-  }
-
-  llvm::Expected<bool> booleanOr(llvm::StringRef key, bool fallback) {
-    const llvm::json::Value *value = object_.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return fallback;
-    std::optional<bool> flag = value->getAsBoolean();
-    if (!flag)
-      return configError(
-          llvm::formatv("field \"{0}\": expected true or false, found {1}", key,
-                        describe(*value)));
-    return *flag;
-  }
-
-  /// An optional string; `fallback` when absent.
-  llvm::Expected<std::string> stringOr(llvm::StringRef key,
-                                       llvm::StringRef fallback) {
-    const llvm::json::Value *value = object_.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return fallback.str();
-    std::optional<llvm::StringRef> text = value->getAsString();
-    if (!text)
-      return configError(
-          llvm::formatv("field \"{0}\": expected a string, found {1}", key,
-                        describe(*value)));
-    return text->str();
-  }
-
-  const llvm::json::Object *object(llvm::StringRef key) {
-    return object_.getObject(key);
-  }
-
-  /// An optional list of strings (empty when absent or null).
-  llvm::Expected<std::vector<std::string>> strings(llvm::StringRef key) {
-    const llvm::json::Value *value = object_.get(key);
-    std::vector<std::string> list;
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return list;
-    const llvm::json::Array *array = value->getAsArray();
-    for (size_t i = 0; array && i < array->size(); ++i) {
-      std::optional<llvm::StringRef> text = (*array)[i].getAsString();
-      if (!text)
-        break;
-      list.push_back(text->str());
-    }
-    if (!array || list.size() != array->size())
-      return configError(
-          llvm::formatv("field \"{0}\": expected a list of strings, found {1}",
-                        key, describe(*value)));
-    return list;
-  }
-
-  /// Refuses a flag set to what Trellis does not build: `expected` is the
-  /// value it builds, `meaning` what the other value would add.
-  llvm::Error refuseFlag(llvm::StringRef key, bool expected,
-                         llvm::StringRef meaning) {
-    llvm::Expected<bool> flag = booleanOr(key, expected);
-    if (!flag)
-      return flag.takeError();
-    if (*flag == expected)
-      return llvm::Error::success();
-    return configError(llvm::formatv(
-        "field \"{0}\": expected {1} ({2}), found {3}", key,
-        expected ? "true" : "false", meaning, *flag ? "true" : "false"));
-  }
-
-  static std::string describe(const llvm::json::Value &value) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << value;
-    return text.size() > 40 ? text.substr(0, 40) + "..." : text;
-  }
-
-private:
-  llvm::Expected<int64_t> checkInteger(llvm::StringRef key,
-                                       const llvm::json::Value &value,
-                                       int64_t minimum) {
-    std::optional<int64_t> number = value.getAsInteger();
-    if (!number || *number < minimum)
-      return configError(
-          llvm::formatv("field \"{0}\": expected an integer >= {1}, found {2}",
-                        key, minimum, describe(value)));
-    return *number;
-  }
-
-  const llvm::json::Object &object_;
-};
-
-#define TRY_ASSIGN(target, expr)                                               \
-  do {                                                                         \
-    auto valueOrError = (expr);                                                \
-    if (!valueOrError)                                                         \
-      return valueOrError.takeError();                                         \
-    target = *valueOrError;                                                    \
-  } while (false)
-
-/// Refuses a config whose `architectures` name a model other than
-/// `model_type`'s (a Qwen2 config relabelled llama would lose its biases).
-llvm::Error checkArchitectures(ConfigReader &reader, llvm::StringRef type,
-                               llvm::ArrayRef<llvm::StringRef> known) {
-  std::vector<std::string> architectures;
-  TRY_ASSIGN(architectures, reader.strings("architectures"));
-  for (const std::string &architecture : architectures)
-    if (!llvm::is_contained(known, architecture))
-      return configError(llvm::formatv(
-          "field \"architectures\": model_type \"{0}\" builds {1}, found "
-          "\"{2}\" (another model's layers read as {0}'s)",
-          type, llvm::join(known, " or "), architecture));
-  return llvm::Error::success();
-}
-
-llvm::Error readGpt2(ConfigReader &reader, TransformerConfig &config) {
-  config.family = TransformerConfig::Family::Gpt2;
-  if (llvm::Error error = checkArchitectures(
-          reader, "gpt2", {"GPT2LMHeadModel", "GPT2Model"}))
-    return error;
-  if (llvm::Error error = reader.refuseFlag(
-          "scale_attn_by_inverse_layer_idx", false,
-          "attention scores divided by the layer's index too"))
-    return error;
-  if (llvm::Error error = reader.refuseFlag(
-          "scale_attn_weights", true,
-          "attention scores scaled by 1/sqrt(head dim)"))
-    return error;
-  TRY_ASSIGN(config.numLayers, reader.integer("n_layer"));
-  TRY_ASSIGN(config.numHeads, reader.integer("n_head"));
-  TRY_ASSIGN(config.hiddenSize, reader.integer("n_embd"));
-  TRY_ASSIGN(config.vocabSize, reader.integer("vocab_size"));
-  int64_t context = 0;
-  TRY_ASSIGN(context, reader.integerOr("n_ctx", 0, 0));
-  TRY_ASSIGN(config.maxPositions, context
-                                      ? reader.integerOr("n_positions", context)
-                                      : reader.integer("n_positions"));
-  TRY_ASSIGN(config.intermediateSize,
-             reader.integerOr("n_inner", 4 * config.hiddenSize));
-  TRY_ASSIGN(config.normEpsilon, reader.numberOr("layer_norm_epsilon", 1e-5));
-  TRY_ASSIGN(config.initializerRange,
-             reader.numberOr("initializer_range", 0.02));
-  std::string activation;
-  TRY_ASSIGN(activation, reader.stringOr("activation_function", "gelu_new"));
-  if (activation != "gelu_new")
-    return configError(llvm::formatv(
-        "field \"activation_function\": expected \"gelu_new\" (GPT-2's tanh "
-        "GELU), found \"{0}\"",
-        activation));
-  config.numKvHeads = config.numHeads;
-  config.tieWordEmbeddings = true;
-  if (config.hiddenSize % config.numHeads != 0)
-    return configError(
-        llvm::formatv("n_head ({0}) does not divide n_embd ({1})",
-                      config.numHeads, config.hiddenSize));
-  config.headDim = config.hiddenSize / config.numHeads;
-  return llvm::Error::success();
-}
-
-using RopeScaling = TransformerConfig::RopeScaling;
-
-/// Reads the mixture-of-experts fields of a Mixtral, Qwen2-MoE, Qwen3-MoE
-/// or OLMoE config (transformers' configuration files name them).
-llvm::Error readExperts(ConfigReader &reader, TransformerConfig &config,
-                        llvm::StringRef type) {
-  TransformerConfig::Experts &experts = config.experts;
-  bool mixtral = type == "mixtral";
-  experts.mixtralNames = mixtral;
-  llvm::StringRef countField = mixtral ? "num_local_experts" : "num_experts";
-  TRY_ASSIGN(experts.count, reader.integer(countField));
-  TRY_ASSIGN(experts.topK, reader.integer("num_experts_per_tok"));
-  if (experts.topK > experts.count)
-    return configError(llvm::formatv(
-        "field \"num_experts_per_tok\": expected at most {0} ({1}), found "
-        "{2}",
-        experts.count, countField, experts.topK));
-  if (mixtral) {
-    experts.intermediateSize = config.intermediateSize;
-    experts.normalize = true;
-  } else if (type == "olmoe") {
-    // OLMoE: every layer sparse, experts of intermediate_size.
-    experts.intermediateSize = config.intermediateSize;
-    TRY_ASSIGN(experts.normalize, reader.booleanOr("norm_topk_prob", false));
-  } else {
-    TRY_ASSIGN(experts.intermediateSize,
-               reader.integer("moe_intermediate_size"));
-    TRY_ASSIGN(experts.normalize, reader.booleanOr("norm_topk_prob", false));
-    int64_t step = 1;
-    TRY_ASSIGN(step, reader.integerOr("decoder_sparse_step", 1));
-    std::vector<int64_t> denseLayers;
-    TRY_ASSIGN(denseLayers, reader.integers("mlp_only_layers"));
-    for (int64_t layer = 0; layer < config.numLayers; ++layer)
-      if (llvm::is_contained(denseLayers, layer) || (layer + 1) % step != 0)
-        experts.denseLayers.push_back(layer);
-    for (int64_t layer : denseLayers)
-      if (layer < 0 || layer >= config.numLayers)
-        return configError(llvm::formatv(
-            "field \"mlp_only_layers\": expected layers in [0, {0}), found "
-            "{1}",
-            config.numLayers, layer));
-  }
-  if (type == "qwen2_moe")
-    TRY_ASSIGN(experts.sharedIntermediateSize,
-               reader.integer("shared_expert_intermediate_size"));
-  // The router's noise (Mixtral's router_jitter_noise) is random: not
-  // built.
-  double jitter = 0;
-  TRY_ASSIGN(jitter, reader.nonNegativeOr("router_jitter_noise", 0));
-  if (jitter != 0)
-    return configError(llvm::formatv(
-        "field \"router_jitter_noise\": expected 0 (no random noise on the "
-        "router's inputs), found {0}",
-        jitter));
-  bool auxLoss = false;
-  TRY_ASSIGN(auxLoss, reader.booleanOr("output_router_logits", false));
-  if (auxLoss)
-    TRY_ASSIGN(experts.auxLossCoefficient,
-               reader.nonNegativeOr("router_aux_loss_coef", 0.001));
-  // Trellis's choice of the load-balancing loss's form (transformers'
-  // pooled one unless "per_layer", Megatron-Core's) and the router z-loss
-  // (Switch Transformers' config name).
-  std::string kind;
-  TRY_ASSIGN(kind, reader.stringOr("router_aux_loss_kind", "pooled"));
-  if (kind != "pooled" && kind != "per_layer")
-    return configError(llvm::formatv(
-        "field \"router_aux_loss_kind\": expected \"pooled\" (transformers' "
-        "loss over all layers' routers) or \"per_layer\" (Megatron-Core's "
-        "aux_loss, summed over the layers), found \"{0}\"",
-        kind));
-  if (kind == "per_layer")
-    experts.auxLoss = TransformerConfig::Experts::AuxLoss::PerLayer;
-  TRY_ASSIGN(experts.zLossCoefficient,
-             reader.nonNegativeOr("router_z_loss_coef", 0));
-  return llvm::Error::success();
-}
-
-/// Reads which layers attend through a sliding window, as transformers
-/// does per model type: Mistral and Mixtral every layer when
-/// `sliding_window` is set; the Qwen types only with `use_sliding_window`,
-/// then the layers `layer_types` marks "sliding_attention" or, without
-/// it, Qwen2's layers from `max_window_layers` on, Qwen2-MoE's even layers
-/// below it, every Qwen3-MoE layer. Needs numLayers.
-llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
-                              llvm::StringRef type) {
-  int64_t layers = config.numLayers;
-  if (type == "mistral" || type == "mixtral") {
-    int64_t window = -1;
-    TRY_ASSIGN(window, reader.integerOr("sliding_window", -1));
-    if (window > 0) {
-      config.slidingWindow = window;
-      config.slidingLayers.assign(layers, true);
-    }
-    return llvm::Error::success();
-  }
-  if (!type.starts_with("qwen"))
-    return llvm::Error::success();
-  bool sliding = false;
-  TRY_ASSIGN(sliding, reader.booleanOr("use_sliding_window", false));
-  if (!sliding)
-    return llvm::Error::success();
-  int64_t window = 0;
-  TRY_ASSIGN(window, reader.integer("sliding_window"));
-  config.slidingWindow = window;
-  std::vector<std::string> kinds;
-  TRY_ASSIGN(kinds, reader.strings("layer_types"));
-  if (!kinds.empty()) {
-    if (static_cast<int64_t>(kinds.size()) != layers)
-      return configError(llvm::formatv(
-          "field \"layer_types\": expected one entry per layer ({0}), found "
-          "{1}",
-          layers, kinds.size()));
-    for (const std::string &kind : kinds) {
-      if (kind != "sliding_attention" && kind != "full_attention")
-        return configError(llvm::formatv(
-            "field \"layer_types\": expected \"sliding_attention\" or "
-            "\"full_attention\", found \"{0}\"",
-            kind));
-      config.slidingLayers.push_back(kind == "sliding_attention");
-    }
-    return llvm::Error::success();
-  }
-  int64_t windowLayers = 0;
-  TRY_ASSIGN(windowLayers, reader.integerOr("max_window_layers", 28, 0));
-  for (int64_t layer = 0; layer < layers; ++layer)
-    config.slidingLayers.push_back(type == "qwen3_moe" ? true
-                                   : type == "qwen2_moe"
-                                       ? layer % 2 == 0 && layer < windowLayers
-                                       : layer >= windowLayers);
-  return llvm::Error::success();
-}
-
-/// Reads a Llama-family config: `type` "llama", or "mistral" (Llama with a
-/// sliding window), "qwen2" (Llama with query, key and value biases and a
-/// sliding window it may turn on) or "qwen3" (Llama with RMSNorms over each
-/// head's query and key, and Qwen2's sliding window); and their mixtures of
-/// experts, "mixtral", "qwen2_moe", "qwen3_moe", and "olmoe" (RMSNorms over
-/// the whole query and key projections).
-llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
-                      llvm::StringRef type) {
-  RopeScaling &scaling = config.ropeScaling;
-  config.family = TransformerConfig::Family::Llama;
-  llvm::SmallVector<llvm::StringRef, 2> architectures = {"LlamaForCausalLM",
-                                                         "LlamaModel"};
-  if (type == "mistral")
-    architectures = {"MistralForCausalLM", "MistralModel"};
-  else if (type == "qwen2")
-    architectures = {"Qwen2ForCausalLM", "Qwen2Model"};
-  else if (type == "qwen3")
-    architectures = {"Qwen3ForCausalLM", "Qwen3Model"};
-  else if (type == "mixtral")
-    architectures = {"MixtralForCausalLM", "MixtralModel"};
-  else if (type == "qwen2_moe")
-    architectures = {"Qwen2MoeForCausalLM", "Qwen2MoeModel"};
-  else if (type == "qwen3_moe")
-    architectures = {"Qwen3MoeForCausalLM", "Qwen3MoeModel"};
-  else if (type == "olmoe")
-    architectures = {"OlmoeForCausalLM", "OlmoeModel"};
-  if (llvm::Error error = checkArchitectures(reader, type, architectures))
-    return error;
-  bool qwen2 = type == "qwen2" || type == "qwen2_moe";
-  bool qwen3 = type == "qwen3" || type == "qwen3_moe";
-  if (qwen2 || qwen3) {
-    // Qwen2's query, key and value projections have biases (Qwen2-MoE's
-    // qkv_bias); Qwen3 normalizes each head's query and key instead
-    // (attention_bias, which would put biases on all four projections, is
-    // not built).
-    if (qwen2) {
-      TRY_ASSIGN(config.attentionBias, reader.booleanOr("qkv_bias", true));
-    } else {
-      config.queryKeyNorm = true;
-      if (llvm::Error error = reader.refuseFlag(
-              "attention_bias", false,
-              "biases on Qwen3's query, key, value and output projections "
-              "are not built"))
-        return error;
-    }
-  } else if (type == "olmoe") {
-    // OLMoE normalizes the whole query and key projections; clip_qkv
-    // (clamping them) and biases are not built.
-    config.projectionNorm = true;
-    if (llvm::Error error = reader.refuseFlag(
-            "attention_bias", false, "OLMoE's projections have no biases"))
-      return error;
-    double clip = 0;
-    TRY_ASSIGN(clip, reader.nonNegativeOr("clip_qkv", 0));
-    if (clip != 0)
-      return configError(llvm::formatv(
-          "field \"clip_qkv\": expected null (no clamping of the query, key "
-          "and value projections), found {0}",
-          clip));
-  } else {
-    for (llvm::StringRef flag : {"attention_bias", "mlp_bias"})
-      if (llvm::Error error = reader.refuseFlag(
-              flag, false,
-              llvm::formatv("{0}'s projections have no biases",
-                            type == "llama"     ? "Llama"
-                            : type == "mistral" ? "Mistral"
-                                                : "Mixtral")
-                  .str()))
-        return error;
-  }
-  TRY_ASSIGN(config.numLayers, reader.integer("num_hidden_layers"));
-  if (llvm::Error error = readSlidingWindow(reader, config, type))
-    return error;
-  TRY_ASSIGN(config.numHeads, reader.integer("num_attention_heads"));
-  TRY_ASSIGN(config.numKvHeads,
-             reader.integerOr("num_key_value_heads", config.numHeads));
-  TRY_ASSIGN(config.hiddenSize, reader.integer("hidden_size"));
-  TRY_ASSIGN(config.intermediateSize, reader.integer("intermediate_size"));
-  TRY_ASSIGN(config.vocabSize, reader.integer("vocab_size"));
-  TRY_ASSIGN(config.maxPositions, reader.integer("max_position_embeddings"));
-  TRY_ASSIGN(config.normEpsilon, reader.numberOr("rms_norm_eps", 1e-6));
-  TRY_ASSIGN(config.ropeTheta, reader.numberOr("rope_theta", 10000.0));
-  TRY_ASSIGN(config.initializerRange,
-             reader.numberOr("initializer_range", 0.02));
-  TRY_ASSIGN(config.tieWordEmbeddings,
-             reader.booleanOr("tie_word_embeddings", false));
-  // The padding row: PyTorch's nn.Embedding(padding_idx=pad_token_id)
-  // gives it no gradient.
-  int64_t padding = -1;
-  TRY_ASSIGN(padding, reader.integerOr("pad_token_id", -1, 0));
-  if (padding >= config.vocabSize)
-    return configError(llvm::formatv(
-        "field \"pad_token_id\": expected a token id below vocab_size ({0}), "
-        "found {1}",
-        config.vocabSize, padding));
-  if (padding >= 0)
-    config.paddingIdx = padding;
-  std::string activation;
-  TRY_ASSIGN(activation, reader.stringOr("hidden_act", "silu"));
-  if (activation != "silu")
-    return configError(llvm::formatv(
-        "field \"hidden_act\": expected \"silu\", found \"{0}\"", activation));
-  if (config.hiddenSize % config.numHeads != 0)
-    return configError(llvm::formatv(
-        "num_attention_heads ({0}) does not divide hidden_size ({1})",
-        config.numHeads, config.hiddenSize));
-  if (config.numHeads % config.numKvHeads != 0)
-    return configError(llvm::formatv(
-        "num_key_value_heads ({0}) does not divide num_attention_heads ({1})",
-        config.numKvHeads, config.numHeads));
-  // Qwen3's head_dim defaults to 128 (transformers' Qwen3Config), the
-  // others' to hidden_size / num_attention_heads.
-  TRY_ASSIGN(
-      config.headDim,
-      reader.integerOr("head_dim",
-                       qwen3 ? 128 : config.hiddenSize / config.numHeads));
-  if (config.headDim % 2 != 0)
-    return configError(llvm::formatv(
-        "head dimension {0} is odd: rotary embeddings need an even one",
-        config.headDim));
-  if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
-      type == "olmoe")
-    if (llvm::Error error = readExperts(reader, config, type))
-      return error;
-  // RoPE: transformers 5 writes rope_parameters (rope_type, rope_theta and
-  // the scaling's fields); earlier ones rope_theta and rope_scaling.
-  const llvm::json::Object *ropeScaling = reader.object("rope_scaling");
-  llvm::StringRef ropeField = "rope_scaling";
-  if (const llvm::json::Object *parameters =
-          reader.object("rope_parameters")) {
-    ConfigReader sub(*parameters);
-    // The older fields may repeat what rope_parameters says, never differ.
-    double theta = 0, olderTheta = 0;
-    TRY_ASSIGN(olderTheta, reader.numberOr("rope_theta", 0));
-    TRY_ASSIGN(theta, sub.numberOr("rope_theta", config.ropeTheta));
-    if (ropeScaling || (olderTheta && olderTheta != theta))
-      return configError(llvm::formatv(
-          "field \"rope_parameters\" (rope_theta {0}) and {1} disagree: "
-          "expected one description of the rotary embedding",
-          llvm::format("%g", theta),
-          ropeScaling ? "\"rope_scaling\""
-                      : llvm::formatv("\"rope_theta\" ({0})",
-                                      llvm::format("%g", olderTheta))
-                            .str()));
-    config.ropeTheta = theta;
-    std::string type;
-    TRY_ASSIGN(type, sub.stringOr("rope_type", "default"));
-    if (type != "default" && type != "llama3")
-      return configError(llvm::formatv(
-          "field \"rope_parameters\": expected rope_type \"default\" or "
-          "\"llama3\", found \"{0}\"",
-          type));
-    if (type == "llama3") {
-      ropeScaling = parameters;
-      ropeField = "rope_parameters";
-    }
-  }
-  if (ropeScaling) {
-    ConfigReader sub(*ropeScaling);
-    std::string type;
-    TRY_ASSIGN(type, sub.stringOr("rope_type", ""));
-    if (type.empty())
-      TRY_ASSIGN(type, sub.stringOr("type", ""));
-    if (type != "llama3")
-      return configError(llvm::formatv(
-          "field \"rope_scaling\": expected rope_type \"llama3\", found "
-          "\"{0}\"",
-          type));
-    scaling.enabled = true;
-    TRY_ASSIGN(scaling.factor, sub.numberOr("factor", 8));
-    TRY_ASSIGN(scaling.lowFrequencyFactor, sub.numberOr("low_freq_factor", 1));
-    TRY_ASSIGN(scaling.highFrequencyFactor,
-               sub.numberOr("high_freq_factor", 4));
-    TRY_ASSIGN(scaling.originalMaxPositions,
-               sub.integerOr("original_max_position_embeddings", 8192));
-    if (scaling.highFrequencyFactor <= scaling.lowFrequencyFactor)
-      return configError(llvm::formatv(
-          "field \"{2}\": expected high_freq_factor ({0}) > "
-          "low_freq_factor ({1})",
-          scaling.highFrequencyFactor, scaling.lowFrequencyFactor, ropeField));
-  }
-  return llvm::Error::success();
-}
-
-/// Per-pair inverse frequencies theta^(-2i/d), with Llama 3 scaling.
-SmallVector<double> ropeFrequencies(const TransformerConfig &config) {
-  const RopeScaling &scaling = config.ropeScaling;
-  SmallVector<double> frequencies;
-  int64_t dim = config.headDim;
-  for (int64_t i = 0; i < dim / 2; ++i) {
-    double frequency = std::pow(config.ropeTheta, -2.0 * i / dim);
-    if (scaling.enabled) {
-      double wavelength = 2 * M_PI / frequency;
-      double lowWavelength =
-          scaling.originalMaxPositions / scaling.lowFrequencyFactor;
-      double highWavelength =
-          scaling.originalMaxPositions / scaling.highFrequencyFactor;
-      if (wavelength > lowWavelength) {
-        frequency /= scaling.factor;
-      } else if (wavelength >= highWavelength) {
-        double smooth =
-            (scaling.originalMaxPositions / wavelength -
-             scaling.lowFrequencyFactor) /
-            (scaling.highFrequencyFactor - scaling.lowFrequencyFactor);
-        frequency =
-            (1 - smooth) * frequency / scaling.factor + smooth * frequency;
-      }
-    }
-    frequencies.push_back(frequency);
-  }
-  return frequencies;
-}
-
-/// A config.json is a flat object (rope_scaling one level down): deeper
-/// nesting is refused before the recursive parser could overflow the
-/// stack.
-constexpr int kMaxConfigDepth = 32;
-
-/// The most layers a config may ask for (the largest published models
-/// have about 128): each is built op by op.
-constexpr int64_t kMaxLayers = 4096;
-
-/// The model types Trellis builds, for messages.
-constexpr const char *kModelTypes =
-    "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", "
-    "\"qwen2_moe\", \"qwen3_moe\" or \"olmoe\"";
-
-llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
-  if (std::string why = checkJsonShape(json, kMaxConfigDepth); !why.empty())
-    return configError(why);
-  llvm::Expected<llvm::json::Value> root = llvm::json::parse(json);
-  if (!root)
-    return configError("malformed JSON: " + llvm::toString(root.takeError()));
-  const llvm::json::Object *object = root->getAsObject();
-  if (!object)
-    return configError("expected a JSON object at the top level");
-  ConfigReader reader(*object);
-  std::string type;
-  TRY_ASSIGN(type, reader.stringOr("model_type", ""));
-  TransformerConfig parsed;
-  if (type == "gpt2") {
-    if (llvm::Error error = readGpt2(reader, parsed))
-      return std::move(error);
-  } else if (type == "llama" || type == "mistral" || type == "qwen2" ||
-             type == "qwen3" || type == "mixtral" || type == "qwen2_moe" ||
-             type == "qwen3_moe" || type == "olmoe") {
-    if (llvm::Error error = readLlama(reader, parsed, type))
-      return std::move(error);
-  } else if (type.empty()) {
-    return configError("missing field \"model_type\": expected " +
-                       std::string(kModelTypes));
-  } else {
-    return configError(llvm::formatv(
-        "unsupported model_type \"{0}\": expected {1}", type, kModelTypes));
-  }
-  if (parsed.numLayers > kMaxLayers)
-    return configError(
-        llvm::formatv("field \"{0}\": expected at most {1} layers, found {2}",
-                      type == "gpt2" ? "n_layer" : "num_hidden_layers",
-                      kMaxLayers, parsed.numLayers));
-  return parsed;
 }
 
 /// Builds the forward function op by op.
@@ -663,6 +46,11 @@ private:
   /// same row-major elements under (Hugging Face's).
   Value param(StringRef name, ArrayRef<int64_t> shape, StringRef init,
               ArrayRef<int64_t> fileShape = {});
+  /// Declares a state argument (read, never trained), zeros at first.
+  Value state(StringRef name, ArrayRef<int64_t> shape);
+  /// Declares an argument of `role`.
+  Value argument(StringRef role, StringRef name, ArrayRef<int64_t> shape,
+                 StringRef init, ArrayRef<int64_t> fileShape);
   std::string normalInit(double std) const {
     return llvm::formatv("normal:{0}", std).str();
   }
@@ -671,8 +59,26 @@ private:
   Value linear(Value x, Value weight, bool weightIsOutIn, Value bias = {});
   Value layerNorm(Value x, StringRef prefix);
   /// An RMSNorm over the last dimension, its gain `name` of `size` (0:
-  /// the hidden size).
-  Value rmsNorm(Value x, StringRef name, int64_t size = 0);
+  /// the hidden size), epsilon `epsilon` (0: the config's).
+  Value rmsNorm(Value x, StringRef name, int64_t size = 0, double epsilon = 0);
+  /// The rotary embedding on [b, s, heads, d], its cos and sin scaled by
+  /// YaRN's attention factor.
+  Value rope(Value x);
+  /// x [b, s, heads, d] with the last dimension's interleaved pairs
+  /// (x0, x1), (x2, x3), ... regrouped as (x0, x2, ..., x1, x3, ...): the
+  /// rotate-half layout of DeepSeek's interleaved rotary features.
+  Value deinterleave(Value x);
+  /// Layer `layer`'s self-attention through its output projection.
+  Value attention(Value hidden, StringRef prefix, int64_t layer);
+  /// DeepSeek-V3's multi-head latent attention through its output
+  /// projection.
+  Value latentAttention(Value hidden, StringRef prefix, int64_t layer);
+  /// The attention op over [b, s, heads, d] queries and keys and [b, s,
+  /// heads, dv] values, with layer `layer`'s sliding window, if any; a
+  /// value head size other than the query's is zero-padded to the larger
+  /// and the result cut back to dv.
+  Value attend(Value query, Value key, Value value, double scale,
+               int64_t layer);
   Value reshape(Value x, ArrayRef<int64_t> shape) {
     return ReshapeOp::create(builder_, loc_, x, shape);
   }
@@ -710,11 +116,21 @@ private:
 
 Value TransformerBuilder::param(StringRef name, ArrayRef<int64_t> shape,
                                 StringRef init, ArrayRef<int64_t> fileShape) {
+  return argument("param", name, shape, init, fileShape);
+}
+
+Value TransformerBuilder::state(StringRef name, ArrayRef<int64_t> shape) {
+  return argument("state", name, shape, "zeros", {});
+}
+
+Value TransformerBuilder::argument(StringRef role, StringRef name,
+                                   ArrayRef<int64_t> shape, StringRef init,
+                                   ArrayRef<int64_t> fileShape) {
   RankedTensorType type = f32(shape);
   argTypes_.push_back(type);
   SmallVector<NamedAttribute> attrs = {
       builder_.getNamedAttr(GraphDialect::kRoleAttrName,
-                            builder_.getStringAttr("param")),
+                            builder_.getStringAttr(role)),
       builder_.getNamedAttr(GraphDialect::kParamNameAttrName,
                             builder_.getStringAttr(name)),
       builder_.getNamedAttr(GraphDialect::kInitAttrName,
@@ -744,10 +160,66 @@ Value TransformerBuilder::layerNorm(Value x, StringRef prefix) {
                              builder_.getF64FloatAttr(config_.normEpsilon));
 }
 
-Value TransformerBuilder::rmsNorm(Value x, StringRef name, int64_t size) {
+Value TransformerBuilder::rmsNorm(Value x, StringRef name, int64_t size,
+                                  double epsilon) {
   Value weight = param(name, {size ? size : config_.hiddenSize}, "ones");
-  return RmsNormOp::create(builder_, loc_, x, weight,
-                           builder_.getF64FloatAttr(config_.normEpsilon));
+  return RmsNormOp::create(
+      builder_, loc_, x, weight,
+      builder_.getF64FloatAttr(epsilon ? epsilon : config_.normEpsilon));
+}
+
+Value TransformerBuilder::rope(Value x) {
+  Value rotated =
+      RopeOp::create(builder_, loc_, x,
+                     builder_.getDenseF64ArrayAttr(config_.ropeFrequencies()),
+                     builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr());
+  double factor = config_.ropeScaling.attentionFactor;
+  if (factor == 1)
+    return rotated;
+  return ScaleOp::create(builder_, loc_, rotated,
+                         builder_.getF64FloatAttr(factor));
+}
+
+Value TransformerBuilder::deinterleave(Value x) {
+  ArrayRef<int64_t> shape =
+      llvm::cast<RankedTensorType>(x.getType()).getShape();
+  int64_t b = shape[0], s = shape[1], h = shape[2], d = shape[3];
+  Value pairs = reshape(x, {b, s, h, d / 2, 2});
+  Value split = TransposeOp::create(builder_, loc_, pairs,
+                                    ArrayRef<int64_t>{0, 1, 2, 4, 3});
+  return reshape(split, {b, s, h, d});
+}
+
+Value TransformerBuilder::attend(Value query, Value key, Value value,
+                                 double scale, int64_t layer) {
+  auto shapeOf = [](Value v) {
+    return llvm::cast<RankedTensorType>(v.getType()).getShape();
+  };
+  int64_t d = shapeOf(query)[3], dv = shapeOf(value)[3];
+  int64_t width = std::max(d, dv);
+  // Zeros after the features change no score and no output feature.
+  auto padTo = [&](Value v, int64_t from) -> Value {
+    if (from == width)
+      return v;
+    return PadOp::create(builder_, loc_, v, ArrayRef<int64_t>{0, 0, 0, 0},
+                         ArrayRef<int64_t>{0, 0, 0, width - from})
+        .getResult();
+  };
+  // A sliding window that covers the sequence is causal attention.
+  std::optional<int64_t> window = config_.windowOf(layer);
+  IntegerAttr windowAttr;
+  if (window && *window < shape_.seq)
+    windowAttr = builder_.getI64IntegerAttr(*window);
+  Value result = AttentionOp::create(
+      builder_, loc_, padTo(query, d), padTo(key, d), padTo(value, dv),
+      builder_.getF64FloatAttr(scale), builder_.getBoolAttr(true), ArrayAttr(),
+      IntegerAttr(), windowAttr, FloatAttr());
+  if (dv == width)
+    return result;
+  SmallVector<int64_t> sizes(shapeOf(result));
+  sizes[3] = dv;
+  return SliceOp::create(builder_, loc_, result, ArrayRef<int64_t>{0, 0, 0, 0},
+                         sizes);
 }
 
 Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
@@ -804,17 +276,28 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
 }
 
 Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
-  int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
-  int64_t hq = config_.numHeads, hkv = config_.numKvHeads;
-  int64_t d = config_.headDim, f = config_.intermediateSize;
+  int64_t f = config_.intermediateSize;
   std::string prefix = llvm::formatv("model.layers.{0}", layer).str();
   loc_ = NameLoc::get(builder_.getStringAttr(prefix));
   partMarker_.setPart(PartAttr::getLayer(builder_.getContext(), layer));
-  std::string normal = normalInit(config_.initializerRange);
-  DenseF64ArrayAttr frequencies =
-      builder_.getDenseF64ArrayAttr(ropeFrequencies(config_));
 
   Value hidden = rmsNorm(x, prefix + ".input_layernorm.weight");
+  Value output = config_.isLatent() ? latentAttention(hidden, prefix, layer)
+                                    : attention(hidden, prefix, layer);
+  x = AddOp::create(builder_, loc_, x, output);
+
+  hidden = rmsNorm(x, prefix + ".post_attention_layernorm.weight");
+  Value mlp = config_.isSparseLayer(layer) ? expertsMlp(hidden, prefix)
+                                           : swiGlu(hidden, prefix + ".mlp", f);
+  return AddOp::create(builder_, loc_, x, mlp);
+}
+
+Value TransformerBuilder::attention(Value hidden, StringRef prefix,
+                                    int64_t layer) {
+  int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
+  int64_t hq = config_.numHeads, hkv = config_.numKvHeads;
+  int64_t d = config_.headDim;
+  std::string normal = normalInit(config_.initializerRange);
   // The query, key and value projections (with biases: Qwen2).
   auto project = [&](StringRef name, int64_t rows) {
     std::string weight = (prefix + ".self_attn." + name + ".weight").str();
@@ -830,40 +313,89 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
   Value v = project("v_proj", hkv * d);
   // OLMoE: the whole projections normalized, all heads together.
   if (config_.projectionNorm) {
-    q = rmsNorm(q, prefix + ".self_attn.q_norm.weight", hq * d);
-    k = rmsNorm(k, prefix + ".self_attn.k_norm.weight", hkv * d);
+    q = rmsNorm(q, (prefix + ".self_attn.q_norm.weight").str(), hq * d);
+    k = rmsNorm(k, (prefix + ".self_attn.k_norm.weight").str(), hkv * d);
   }
   Value qHeads = reshape(q, {b, s, hq, d}), kHeads = reshape(k, {b, s, hkv, d});
   // Qwen3: each head's query and key normalized over head_dim.
   if (config_.queryKeyNorm) {
-    qHeads = rmsNorm(qHeads, prefix + ".self_attn.q_norm.weight", d);
-    kHeads = rmsNorm(kHeads, prefix + ".self_attn.k_norm.weight", d);
+    qHeads = rmsNorm(qHeads, (prefix + ".self_attn.q_norm.weight").str(), d);
+    kHeads = rmsNorm(kHeads, (prefix + ".self_attn.k_norm.weight").str(), d);
   }
-  Value qRotated =
-      RopeOp::create(builder_, loc_, qHeads, frequencies,
-                     builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr());
-  Value kRotated =
-      RopeOp::create(builder_, loc_, kHeads, frequencies,
-                     builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr());
-  // A sliding window that covers the sequence is causal attention.
-  std::optional<int64_t> window = config_.windowOf(layer);
-  IntegerAttr windowAttr;
-  if (window && *window < s)
-    windowAttr = builder_.getI64IntegerAttr(*window);
-  Value attention = AttentionOp::create(
-      builder_, loc_, qRotated, kRotated, reshape(v, {b, s, hkv, d}),
-      builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
-      builder_.getBoolAttr(true), ArrayAttr(), IntegerAttr(), windowAttr,
-      FloatAttr());
-  Value output = linear(
-      reshape(attention, {b, s, hq * d}),
-      param(prefix + ".self_attn.o_proj.weight", {e, hq * d}, normal), true);
-  x = AddOp::create(builder_, loc_, x, output);
+  Value result = attend(rope(qHeads), rope(kHeads), reshape(v, {b, s, hkv, d}),
+                        1.0 / std::sqrt(double(d)), layer);
+  return linear(
+      reshape(result, {b, s, hq * d}),
+      param((prefix + ".self_attn.o_proj.weight").str(), {e, hq * d}, normal),
+      true);
+}
 
-  hidden = rmsNorm(x, prefix + ".post_attention_layernorm.weight");
-  Value mlp = config_.isSparseLayer(layer) ? expertsMlp(hidden, prefix)
-                                           : swiGlu(hidden, prefix + ".mlp", f);
-  return AddOp::create(builder_, loc_, x, mlp);
+Value TransformerBuilder::latentAttention(Value hidden, StringRef prefix,
+                                          int64_t layer) {
+  const TransformerConfig::LatentAttention &latent = config_.latent;
+  int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
+  int64_t h = config_.numHeads, dn = latent.nopeDim, dr = latent.ropeDim,
+          dv = latent.valueDim, d = dn + dr;
+  std::string normal = normalInit(config_.initializerRange);
+  std::string attn = (prefix + ".self_attn.").str();
+  auto weight = [&](StringRef name, int64_t rows, int64_t columns) {
+    return param(attn + name.str() + ".weight", {rows, columns}, normal);
+  };
+  // transformers' DeepseekV3RMSNorm of the latents keeps its default
+  // epsilon, not rms_norm_eps.
+  constexpr double kLatentNormEpsilon = 1e-6;
+  auto slice = [&](Value v, int64_t offset, int64_t size) {
+    SmallVector<int64_t> sizes(
+        llvm::cast<RankedTensorType>(v.getType()).getShape());
+    SmallVector<int64_t> offsets(sizes.size(), 0);
+    offsets.back() = offset;
+    sizes.back() = size;
+    return SliceOp::create(builder_, loc_, v, offsets, sizes).getResult();
+  };
+  auto rotate = [&](Value v) {
+    return rope(latent.interleaved ? deinterleave(v) : v);
+  };
+
+  // Queries: through the rank-q_lora_rank bottleneck, or one projection.
+  Value q;
+  if (latent.queryRank) {
+    Value compressed = linear(hidden, weight("q_a_proj", latent.queryRank, e),
+                              /*weightIsOutIn=*/true);
+    compressed = rmsNorm(compressed, attn + "q_a_layernorm.weight",
+                         latent.queryRank, kLatentNormEpsilon);
+    q = linear(compressed, weight("q_b_proj", h * d, latent.queryRank), true);
+  } else {
+    q = linear(hidden, weight("q_proj", h * d, e), true);
+  }
+  Value qHeads = reshape(q, {b, s, h, d});
+  Value query = ConcatOp::create(
+      builder_, loc_,
+      ValueRange{slice(qHeads, 0, dn), rotate(slice(qHeads, dn, dr))}, 3);
+
+  // Keys and values: one latent (normalized) and one rotated key part
+  // every head shares.
+  Value compressed =
+      linear(hidden, weight("kv_a_proj_with_mqa", latent.kvRank + dr, e), true);
+  Value kvLatent = rmsNorm(slice(compressed, 0, latent.kvRank),
+                           attn + "kv_a_layernorm.weight", latent.kvRank,
+                           kLatentNormEpsilon);
+  Value sharedKey =
+      rotate(reshape(slice(compressed, latent.kvRank, dr), {b, s, 1, dr}));
+  Value kv = reshape(
+      linear(kvLatent, weight("kv_b_proj", h * (dn + dv), latent.kvRank), true),
+      {b, s, h, dn + dv});
+  Value key = ConcatOp::create(
+      builder_, loc_,
+      ValueRange{slice(kv, 0, dn),
+                 BroadcastToOp::create(builder_, loc_, sharedKey,
+                                       ArrayRef<int64_t>{b, s, h, dr})},
+      3);
+  Value value = slice(kv, dn, dv);
+
+  double scale = config_.ropeScaling.softmaxFactor / std::sqrt(double(d));
+  Value result = attend(query, key, value, scale, layer);
+  return linear(reshape(result, {b, s, h * dv}), weight("o_proj", e, h * dv),
+                true);
 }
 
 Value TransformerBuilder::swiGlu(Value x, StringRef prefix,
@@ -889,12 +421,24 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
   std::string prefix =
       (layerPrefix + (experts.mixtralNames ? ".block_sparse_moe" : ".mlp"))
           .str();
-  // The router: softmax scores of [b, s, E] logits, the top k.
+  // The router: softmax (DeepSeek-V3: sigmoid) scores of [b, s, E]
+  // logits, the top k (DeepSeek-V3: by score + e_score_correction_bias,
+  // among the best groups' experts).
   Value logits =
       linear(x, param(prefix + ".gate.weight", {count, e}, normal), true);
+  Value bias = experts.correctionBias
+                   ? state(prefix + ".gate.e_score_correction_bias", {count})
+                   : Value();
+  bool grouped = experts.groups > 1;
   auto route = MoeRouteOp::create(
-      builder_, loc_, logits, builder_.getI64IntegerAttr(k), StringAttr(),
-      experts.normalize ? builder_.getUnitAttr() : UnitAttr(), FloatAttr());
+      builder_, loc_, logits, bias, builder_.getI64IntegerAttr(k),
+      experts.sigmoidScores ? builder_.getStringAttr("sigmoid") : StringAttr(),
+      experts.normalize ? builder_.getUnitAttr() : UnitAttr(),
+      experts.routedScaling != 1
+          ? builder_.getF64FloatAttr(experts.routedScaling)
+          : FloatAttr(),
+      grouped ? builder_.getI64IntegerAttr(experts.groups) : IntegerAttr(),
+      grouped ? builder_.getI64IntegerAttr(experts.topGroups) : IntegerAttr());
   Value weights = route.getWeights(), chosen = route.getExperts();
   // The experts' stacked weights: one parameter [E, ...] per projection,
   // stored per expert (`*` is the expert's index in checkpoints' names).
@@ -923,15 +467,19 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
   Value output = ReduceSumOp::create(builder_, loc_, weighted,
                                      ArrayRef<int64_t>{2}, false);
   if (experts.sharedIntermediateSize) {
-    // Qwen2-MoE's shared expert, scaled by a sigmoid gate of the token.
-    Value shared =
-        swiGlu(x, prefix + ".shared_expert", experts.sharedIntermediateSize);
-    Value shareGate = SigmoidOp::create(
-        builder_, loc_,
-        linear(x, param(prefix + ".shared_expert_gate.weight", {1, e}, normal),
-               true));
-    output = AddOp::create(builder_, loc_, output,
-                           MulOp::create(builder_, loc_, shareGate, shared));
+    // The shared expert; Qwen2-MoE's scaled by a sigmoid gate of the token.
+    Value shared = swiGlu(x, prefix + "." + experts.sharedName,
+                          experts.sharedIntermediateSize);
+    if (experts.sharedGate)
+      shared = MulOp::create(
+          builder_, loc_,
+          SigmoidOp::create(builder_, loc_,
+                            linear(x,
+                                   param(prefix + ".shared_expert_gate.weight",
+                                         {1, e}, normal),
+                                   true)),
+          shared);
+    output = AddOp::create(builder_, loc_, output, shared);
   }
   if (experts.auxLossCoefficient > 0) {
     // The load-balancing loss's per-layer terms: how many slots chose each
@@ -1116,55 +664,6 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
 }
 
 } // namespace
-
-int64_t TransformerConfig::numParameters() const {
-  int64_t e = hiddenSize, d = headDim;
-  int64_t params = vocabSize * e;
-  if (!tieWordEmbeddings)
-    params += vocabSize * e;
-  int64_t perLayer = 0;
-  if (family == Family::Gpt2) {
-    params += maxPositions * e + 2 * e;
-    perLayer = 4 * e + e * 3 * e + 3 * e + e * e + e + e * intermediateSize +
-               intermediateSize + intermediateSize * e + e;
-  } else {
-    params += e;
-    perLayer = 2 * e + numHeads * d * e * 2 + 2 * numKvHeads * d * e;
-    if (attentionBias)
-      perLayer += numHeads * d + 2 * numKvHeads * d;
-    if (queryKeyNorm)
-      perLayer += 2 * d;
-    if (projectionNorm)
-      perLayer += (numHeads + numKvHeads) * d;
-    for (int64_t layer = 0; layer < numLayers; ++layer) {
-      if (!isSparseLayer(layer)) {
-        params += 3 * e * intermediateSize;
-        continue;
-      }
-      params +=
-          experts.count * e + 3 * e * experts.intermediateSize * experts.count;
-      if (experts.sharedIntermediateSize)
-        params += 3 * e * experts.sharedIntermediateSize + e;
-    }
-  }
-  return params + numLayers * perLayer;
-}
-
-std::optional<int64_t> TransformerConfig::windowOf(int64_t layer) const {
-  if (!slidingWindow || layer >= static_cast<int64_t>(slidingLayers.size()) ||
-      !slidingLayers[layer])
-    return std::nullopt;
-  return slidingWindow;
-}
-
-bool TransformerConfig::isSparseLayer(int64_t layer) const {
-  return experts.count > 0 && !llvm::is_contained(experts.denseLayers, layer);
-}
-
-llvm::Expected<TransformerConfig>
-trellis::parseTransformerConfig(llvm::StringRef json) {
-  return parseConfig(json);
-}
 
 llvm::Expected<OwningOpRef<ModuleOp>>
 trellis::importTransformer(MLIRContext &context,

@@ -102,6 +102,11 @@ struct ApplyContextParallelPass
         auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
         if (!type || type.getRank() != 4 || done.contains(value))
           continue;
+        // A rope over one head (latent attention's key part, which every
+        // head shares after a broadcast) rotates this rank's piece of the
+        // sequence where it is: only the attention needs the heads split.
+        if (isa<graph::RopeOp>(op) && type.getDimSize(2) == 1)
+          continue;
         if (failed(constrain(op, value, /*headsOverContext=*/true)))
           return signalPassFailure();
         done.insert(value);

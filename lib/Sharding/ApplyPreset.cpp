@@ -62,10 +62,14 @@ std::optional<MegatronSplit> megatronSplit(StringRef name) {
   // experts stay whole over tp (expert parallelism splits them).
   if (name.contains(".experts.*."))
     return std::nullopt;
-  // Llama (nn.Linear weights).
+  // Llama (nn.Linear weights); DeepSeek-V3's latent attention splits the
+  // projections out of its query and key-value latents by heads (the
+  // latents' own projections, q_a_proj and kv_a_proj_with_mqa, stay whole,
+  // as Megatron-Core's MLA keeps its down projections).
   for (StringRef columns :
        {".q_proj.weight", ".k_proj.weight", ".v_proj.weight",
-        ".gate_proj.weight", ".up_proj.weight"})
+        ".gate_proj.weight", ".up_proj.weight", ".q_b_proj.weight",
+        ".kv_b_proj.weight"})
     if (name.ends_with(columns))
       return MegatronSplit{Kind::Output, 0, 2, Orientation::OutIn,
                            "a projection weight"};

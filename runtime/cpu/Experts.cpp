@@ -5,7 +5,8 @@
 // expert_matmul and its weight gradient as one product per expert over
 // its slots' rows, gathered in a stable counting-sort order (token-major,
 // then slot) and scattered back, for the experts the weight holds (under
-// expert parallelism, the rank's range); expert_counts.
+// expert parallelism, the rank's range); expert_counts; the score bias's
+// update from the step's counts.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace trellis::runtime::cpu {
@@ -26,12 +28,17 @@ struct RouteOptions {
   bool sigmoid = false;
   bool normalize = false;
   double scaling = 1;
+  /// Grouped routing (0: none): experts in `groups` contiguous groups, the
+  /// choice among those of the `topGroups` best.
+  int64_t groups = 0, topGroups = 0;
 
   explicit RouteOptions(const Instruction &instruction)
       : topK(instruction.integer("top_k")),
         sigmoid(instruction.text("scoring") == "sigmoid"),
         normalize(instruction.flag("normalize")),
-        scaling(instruction.real("scaling", 1.0)) {}
+        scaling(instruction.real("scaling", 1.0)),
+        groups(instruction.integer("groups")),
+        topGroups(instruction.integer("top_groups")) {}
 };
 
 /// A token's scores from its `experts` logits: softmax (max-shifted, the
@@ -69,9 +76,32 @@ void topExperts(const float *scores, int64_t experts, int64_t k,
   }
 }
 
+/// DeepSeek-V3's group limit on `choice` [experts]: each of the `groups`
+/// contiguous groups ranked by the sum of its two highest entries, the
+/// entries outside the `kept` best groups (ties to the lower group) set to
+/// -inf.
+void limitToGroups(float *choice, int64_t experts, int64_t groups,
+                   int64_t kept) {
+  int64_t size = experts / groups;
+  std::vector<float> groupScores(groups);
+  for (int64_t g = 0; g < groups; ++g) {
+    int32_t best[2];
+    topExperts(choice + g * size, size, 2, best);
+    groupScores[g] = choice[g * size + best[0]] + choice[g * size + best[1]];
+  }
+  std::vector<int32_t> keptGroups(kept);
+  topExperts(groupScores.data(), groups, kept, keptGroups.data());
+  for (int64_t g = 0; g < groups; ++g)
+    if (std::find(keptGroups.begin(), keptGroups.end(), g) == keptGroups.end())
+      std::fill(choice + g * size, choice + (g + 1) * size,
+                -std::numeric_limits<float>::infinity());
+}
+
 Status runRoute(const KernelArgs &args) {
   RouteOptions options(args.instruction);
   const Tensor &logits = args.in(0);
+  const float *bias =
+      args.instruction.inputs.size() > 1 ? args.in(1).f32() : nullptr;
   int64_t experts = logits.shape().back();
   int64_t tokens = experts ? logits.size() / experts : 0;
   int64_t k = options.topK;
@@ -79,13 +109,20 @@ Status runRoute(const KernelArgs &args) {
   int32_t *chosen = args.out(1).i32();
 #pragma omp parallel if (tokens * experts >= kParallelElements)
   {
-    std::vector<float> scores(experts);
+    std::vector<float> scores(experts), choice(experts);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
       routeScores(logits.f32() + t * experts, experts, options.sigmoid,
                   scores.data());
+      // The choice ranks score + bias within the kept groups; the weights
+      // are the scores.
+      for (int64_t e = 0; e < experts; ++e)
+        choice[e] = bias ? scores[e] + bias[e] : scores[e];
+      if (options.groups)
+        limitToGroups(choice.data(), experts, options.groups,
+                      options.topGroups);
       int32_t *ids = chosen + t * k;
-      topExperts(scores.data(), experts, k, ids);
+      topExperts(choice.data(), experts, k, ids);
       double sum = 0;
       for (int64_t j = 0; j < k; ++j)
         sum += scores[ids[j]];
@@ -329,6 +366,21 @@ Status runExpertCounts(const KernelArgs &args) {
   return Status::success();
 }
 
+Status runExpertBiasUpdate(const KernelArgs &args) {
+  const Tensor &bias = args.in(0), &counts = args.in(1);
+  int64_t count = bias.size();
+  double total = 0;
+  for (int64_t e = 0; e < count; ++e)
+    total += counts.f32()[e];
+  double mean = count ? total / count : 0, rate = args.instruction.real("rate");
+  for (int64_t e = 0; e < count; ++e) {
+    double offset = mean - counts.f32()[e];
+    double sign = offset > 0 ? 1 : offset < 0 ? -1 : 0;
+    args.out(0).f32()[e] = static_cast<float>(bias.f32()[e] + rate * sign);
+  }
+  return Status::success();
+}
+
 } // namespace
 
 void registerExpertKernels(KernelTable &table) {
@@ -337,6 +389,7 @@ void registerExpertKernels(KernelTable &table) {
   table.add({"expert_matmul"}, runExpertMatmul);
   table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad);
   table.add({"expert_counts"}, runExpertCounts);
+  table.add({"expert_bias_update"}, runExpertBiasUpdate);
 }
 
 } // namespace trellis::runtime::cpu

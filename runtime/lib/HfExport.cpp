@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -26,12 +28,14 @@ using json = nlohmann::json;
 const char *const kMasterPrefix = "master.";
 
 /// Per model type: the architecture transformers builds for causal LM,
-/// the embedding table's name, and the config keys of the vocabulary and
-/// the width.
+/// the embedding table's name, the config keys of the vocabulary and the
+/// width, and the endings of the names of tensors transformers keeps in
+/// fp32 whatever the dtype (`_keep_in_fp32_modules_strict`).
 struct ModelTypeFacts {
   const char *architecture;
   const char *embedding;
   const char *width;
+  std::vector<std::string> keptInF32 = {};
 };
 
 const std::map<std::string, ModelTypeFacts> &modelTypes() {
@@ -53,8 +57,19 @@ const std::map<std::string, ModelTypeFacts> &modelTypes() {
        {"Qwen3MoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"olmoe",
        {"OlmoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      // The routers (weights and score correction biases) stay fp32.
+      {"deepseek_v3",
+       {"DeepseekV3ForCausalLM",
+        "model.embed_tokens.weight",
+        "hidden_size",
+        {".mlp.gate.weight", ".mlp.gate.e_score_correction_bias"}}},
   };
   return types;
+}
+
+bool endsWith(const std::string &text, const std::string &suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// Writes `text` to `path` under a temporary name, then renames it.
@@ -149,8 +164,8 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
   if (facts == modelTypes().end())
     return Status::error("config '" + configPath +
                          "': expected model_type gpt2, llama, mistral, "
-                         "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe or "
-                         "olmoe, found '" +
+                         "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe "
+                         "or deepseek_v3, found '" +
                          modelType + "'");
 
   StatusOr<SafetensorsFile> model =
@@ -207,7 +222,10 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
   SafetensorsFile exported;
   exported.metadata = {{"format", "pt"}};
   for (auto &[name, entry] : model->tensors) {
-    entry.dtype = dtype->safetensors;
+    bool kept = false;
+    for (const std::string &ending : facts->second.keptInF32)
+      kept |= endsWith(name, ending);
+    entry.dtype = kept ? "F32" : dtype->safetensors;
     summary.parameters += static_cast<int64_t>(entry.values.size());
     ++summary.tensors;
     exported.tensors[name] = std::move(entry);

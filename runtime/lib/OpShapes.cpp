@@ -52,15 +52,11 @@ Status validateInstruction(const Instruction &instruction,
     return Status::error("unknown op '" + instruction.op + "'");
   size_t inputs = instruction.inputs.size();
   size_t outputs = instruction.outputs.size();
-  size_t expectedInputs = contract->operands.size();
-  if ((contract->variadic ? inputs < 1 : inputs != expectedInputs) ||
-      outputs != contract->results)
-    return Status::error(
-        "expected " +
-        (contract->variadic ? "at least 1" : std::to_string(expectedInputs)) +
-        " inputs and " + std::to_string(contract->results) +
-        " outputs, found " + std::to_string(inputs) + " and " +
-        std::to_string(outputs));
+  if (!contract->acceptsOperandCount(inputs) || outputs != contract->results)
+    return Status::error("expected " + contract->operandCountText() +
+                         " inputs and " + std::to_string(contract->results) +
+                         " outputs, found " + std::to_string(inputs) + " and " +
+                         std::to_string(outputs));
   // Every attribute is one the op declares (a misspelt optional one would
   // otherwise be ignored silently).
   for (const auto &[name, value] : instruction.attrs) {

@@ -513,7 +513,8 @@ std::string Trainer::fingerprint() const {
   uint64_t hash = 0;
   const Plan &plan = executor_->plan();
   for (const Argument &argument : plan.arguments) {
-    if (argument.role != ArgumentRole::Param)
+    if (argument.role != ArgumentRole::Param &&
+        argument.role != ArgumentRole::State)
       continue;
     hash = mix64(hash ^ streamKey(0, argument.name));
     // Global shapes: a checkpoint serves every layout of the same model.

@@ -9,7 +9,7 @@ func.func @forward(%w: tensor<2xf32> {graph.role = "param", graph.param = "w", g
 // -----
 
 // Tests that every argument needs a role.
-// expected-error @+1 {{argument 0 needs graph.role "param", "input" or "loss_scale", found none}}
+// expected-error @+1 {{argument 0 needs graph.role "param", "input", "loss_scale" or "state", found none}}
 func.func @forward(%w: tensor<2xf32>) -> tensor<f32> {
   %l = graph.reduce_sum %w dims [0] : tensor<2xf32>
   return %l : tensor<f32>

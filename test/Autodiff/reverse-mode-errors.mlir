@@ -20,6 +20,16 @@ func.func @forward(%w: tensor<4xbf16> {graph.role = "param", graph.param = "w", 
 
 // -----
 
+// Tests that a state (read by the step, never trained) is an f32 tensor.
+// expected-error @+1 {{state argument 0 must be an f32 tensor, found 'tensor<4xbf16>'}}
+func.func @forward(%s: tensor<4xbf16> {graph.role = "state", graph.param = "s", graph.init = "zeros"}) -> tensor<f32> {
+  %c = graph.cast %s to "f32" : tensor<4xbf16>
+  %l = graph.reduce_sum %c dims [0] : tensor<4xf32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // Tests that an op without a gradient rule is named.
 trellis.mesh @mesh = <["dp"=2]>
 func.func @forward(%w: tensor<4xf32> {graph.role = "param", graph.param = "w", graph.init = "ones"}) -> tensor<f32> {

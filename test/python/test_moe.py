@@ -1,14 +1,16 @@
 """Mixture-of-experts models from their configs against transformers:
 Mixtral, Qwen2-MoE (a shared expert), Qwen3-MoE (dense layers among the
-sparse ones) and OLMoE (norms over the whole query and key projections),
-with the router's load-balancing loss, trained by
+sparse ones), OLMoE (norms over the whole query and key projections) and
+DeepSeek-V3 (latent attention, grouped sigmoid routing with a score
+correction bias, shared experts), with the router's load-balancing loss
+where transformers has one, trained by
 AdamW as torch trains them; and their weights read from and written to
 the per-expert tensors of Hugging Face checkpoints."""
 
 import json
 import os
 import subprocess
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 import numpy as np
 import pytest
@@ -25,7 +27,26 @@ EPSILON = 1e-4
 
 
 def config(kind: str) -> dict:
-    """Tiny configs: mixtral-tiny.json, and Qwen's on the same sizes."""
+    """Tiny configs: mixtral-tiny.json, deepseek-v3-tiny.json, and Qwen's
+    on Mixtral's sizes."""
+    if kind.startswith("deepseek_v3"):
+        with open(os.path.join(ROOT, "examples", "configs",
+                               "deepseek-v3-tiny.json")) as file:
+            fields = json.load(file)
+        if kind == "deepseek_v3":
+            return fields
+        # The other forms: queries through one projection, rotary features
+        # not interleaved, YaRN (its cos/sin factor and DeepSeek's softmax
+        # factor), values wider than queries and keys, two shared experts,
+        # every layer sparse.
+        del fields["rope_theta"]
+        return dict(fields, q_lora_rank=None, rope_interleave=False,
+                    v_head_dim=32, n_shared_experts=2,
+                    first_k_dense_replace=0, rope_parameters={
+                        "rope_type": "yarn", "rope_theta": 10000.0,
+                        "factor": 4.0, "original_max_position_embeddings": 32,
+                        "mscale": 1.0, "mscale_all_dim": 0.7,
+                        "beta_fast": 32, "beta_slow": 1})
     with open(os.path.join(ROOT, "examples", "configs",
                            "mixtral-tiny.json")) as file:
         fields = json.load(file)
@@ -66,14 +87,22 @@ def hugging_face(kind: str, fields: dict) -> "torch.nn.Module":
         "qwen3_moe": (transformers.Qwen3MoeForCausalLM,
                       transformers.Qwen3MoeConfig),
         "olmoe": (transformers.OlmoeForCausalLM, transformers.OlmoeConfig),
+        "deepseek_v3": (transformers.DeepseekV3ForCausalLM,
+                        transformers.DeepseekV3Config),
     }
-    model, settings = classes[kind.removesuffix("_megatron")]
+    model, settings = classes[kind.removesuffix("_megatron").removesuffix(
+        "_variant")]
     torch.manual_seed(0)
     module = model(settings(**fields, attn_implementation="eager"))
     # Scales where the router's choices differ between tokens and steps.
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.normal_(0.0, 0.1)
+        # DeepSeek-V3's score correction bias (a buffer): large enough to
+        # change which experts and groups win.
+        for name, buffer in module.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.normal_(0.0, 0.05)
     return module.eval()
 
 
@@ -126,11 +155,12 @@ def megatron_router_losses(fields: dict, router_logits: tuple) -> "torch.Tensor"
     return total
 
 
-def torch_training(module, fields: dict, data: list, microbatches: int):
+def torch_training(module, fields: dict, data: list, microbatches: int,
+                   after_step: Optional[Callable[[], None]] = None):
     """AdamW steps as transformers trains: the loss with the router's
     auxiliary loss (transformers' or, for router_aux_loss_kind per_layer,
     Megatron-Core's with the z-loss), micro-batches accumulated as the mean
-    of their losses."""
+    of their losses; `after_step` runs after each optimizer step."""
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
                                   betas=(0.9, 0.999), eps=EPSILON,
                                   weight_decay=0.0)
@@ -148,18 +178,22 @@ def torch_training(module, fields: dict, data: list, microbatches: int):
                 torch.as_tensor(targets[piece], dtype=torch.long).flatten())
             if fields.get("router_aux_loss_kind") == "per_layer":
                 loss = loss + megatron_router_losses(fields, out.router_logits)
-            else:
+            elif fields["model_type"] != "deepseek_v3":
+                # (transformers adds no load-balancing loss for DeepSeek-V3.)
                 loss = loss + fields["router_aux_loss_coef"] * out.aux_loss
             (loss / microbatches).backward()
             total += loss.item() / microbatches
         optimizer.step()
+        if after_step:
+            after_step()
         losses.append(total)
     return losses
 
 
 @pytest.mark.parametrize("kind,microbatches", [
     ("mixtral", 1), ("mixtral", 2), ("qwen2_moe", 1), ("qwen3_moe", 2),
-    ("olmoe", 1), ("mixtral_megatron", 2)])
+    ("olmoe", 1), ("mixtral_megatron", 2), ("deepseek_v3", 1),
+    ("deepseek_v3", 2), ("deepseek_v3_variant", 1)])
 def test_moe_trains_like_hugging_face(kind: str, microbatches: int) -> None:
     """5 AdamW steps: losses (the load-balancing loss included) and every
     parameter equal transformers + torch AdamW within 1e-5."""
@@ -180,6 +214,58 @@ def test_moe_trains_like_hugging_face(kind: str, microbatches: int) -> None:
     for name, value in found.items():
         np.testing.assert_allclose(value, trained[name], rtol=1e-5,
                                    atol=1e-6, err_msg=name)
+
+
+def test_deepseek_bias_update_balances_as_deepseek() -> None:
+    """DeepSeek-V3's auxiliary-loss-free balancing (expert_bias_update):
+    after each step every router's e_score_correction_bias moves by the
+    rate towards the mean load of the step (both micro-batches), the rule
+    of DeepSeek-V3 and Megatron-Core's get_updated_expert_bias, written
+    here in torch around transformers' model. 5 AdamW steps: losses,
+    parameters and the biases equal within 1e-5 (a rate large enough to
+    change which experts win)."""
+    fields = config("deepseek_v3")
+    module = hugging_face("deepseek_v3", fields)
+    weights = trellis_weights("deepseek_v3", module, fields)
+    rate, microbatches = 0.02, 2
+    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+    # (The arrays share the module's memory, which training moves.)
+    initial = weights[bias].copy()
+    data = batches(fields["vocab_size"], BATCH, SEQ, STEPS, seed=5)
+    plan = trellis.compile(trellis.Model.from_config(fields), batch=BATCH,
+                           seq=SEQ, adam_eps=EPSILON,
+                           microbatches=microbatches,
+                           expert_bias_update=rate)
+    with trellis.Session(plan, weights=weights) as session:
+        losses = [session.step(*batch) for batch in data]
+        found = session.state_dict()
+
+    routers = [m for m in module.modules()
+               if type(m).__name__ == "DeepseekV3TopkRouter"]
+    chosen = {router: [] for router in routers}
+    for router in routers:
+        router.register_forward_hook(
+            lambda router, inputs, output: chosen[router].append(output[2]))
+
+    def update_biases() -> None:
+        with torch.no_grad():
+            for router in routers:
+                counts = torch.bincount(
+                    torch.cat(chosen[router]).flatten(),
+                    minlength=router.num_experts).float()
+                router.e_score_correction_bias += rate * torch.sign(
+                    counts.mean() - counts)
+                chosen[router].clear()
+
+    expected = torch_training(module, fields, data, microbatches,
+                              after_step=update_biases)
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    trained = trellis_weights("deepseek_v3", module, fields)
+    assert found.keys() == trained.keys()
+    for name, value in found.items():
+        np.testing.assert_allclose(value, trained[name], rtol=1e-5,
+                                   atol=1e-6, err_msg=name)
+    assert not np.allclose(found[bias], initial)
 
 
 def test_hub_checkpoints_load_and_export(tmp_path, trellis_bin: str) -> None:
@@ -253,6 +339,81 @@ def test_hub_checkpoints_load_and_export(tmp_path, trellis_bin: str) -> None:
         session.load_weights(os.path.join(exported, "model.safetensors"))
         assert session.step(tokens, targets) == pytest.approx(hf_loss,
                                                               rel=1e-5)
+
+
+def test_deepseek_hub_checkpoint_loads_and_exports(tmp_path,
+                                                  trellis_bin: str) -> None:
+    """DeepSeek-V3's Hub layout (per-expert tensors, the routers'
+    e_score_correction_bias beside the weights) loads, and gives
+    transformers' loss; after training with the bias update, the export
+    loads into transformers (the moved biases included), which computes
+    Trellis's loss."""
+    fields = config("deepseek_v3")
+    module = hugging_face("deepseek_v3", fields)
+    hub = {}
+    for name, value in trellis_weights("deepseek_v3", module, fields).items():
+        for index in range(value.shape[0] if "*" in name else 0):
+            hub[name.replace("*", str(index))] = value[index]
+        if "*" not in name:
+            hub[name] = value
+    path = str(tmp_path / "hub.safetensors")
+    safetensors_numpy.save_file(hub, path)
+    tokens, targets = batches(fields["vocab_size"], BATCH, SEQ, 1, seed=4)[0]
+
+    def hugging_face_loss(model) -> float:
+        with torch.no_grad():
+            logits = model(torch.from_numpy(tokens).long()).logits
+            return torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1),
+                torch.from_numpy(targets).long().flatten()).item()
+
+    plan = trellis.compile(trellis.Model.from_config(fields), batch=BATCH,
+                           seq=SEQ, optimizer="none")
+    with trellis.Session(plan) as session:
+        session.load_weights(path)
+        assert session.step(tokens, targets) == pytest.approx(
+            hugging_face_loss(module), rel=1e-5)
+
+    config_path = str(tmp_path / "config.json")
+    with open(config_path, "w") as file:
+        json.dump(fields, file)
+    plan_path = str(tmp_path / "train.plan")
+    subprocess.run([trellis_bin, "compile", config_path, "--batch",
+                    str(BATCH), "--seq", str(SEQ), "--expert-bias-update",
+                    "0.01", "-o", plan_path], check=True)
+    checkpoint = str(tmp_path / "checkpoint")
+    subprocess.run([trellis_bin, "run", plan_path, "--steps", "2",
+                    "--weights", path, "--save", checkpoint], check=True,
+                   stdout=subprocess.DEVNULL)
+    exported = str(tmp_path / "hf")
+    subprocess.run([trellis_bin, "export", checkpoint, "--hf", exported],
+                   check=True, stdout=subprocess.DEVNULL)
+    stored = safetensors_numpy.load_file(os.path.join(exported,
+                                                      "model.safetensors"))
+    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+    assert "model.layers.2.mlp.experts.7.down_proj.weight" in stored
+    assert not np.allclose(stored[bias], hub[bias])
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(exported)
+    loaded.eval()
+    np.testing.assert_array_equal(
+        loaded.model.layers[1].mlp.gate.e_score_correction_bias.numpy(),
+        stored[bias])
+    # Exported in bf16, the routers stay fp32 (as transformers keeps them).
+    subprocess.run([trellis_bin, "export", checkpoint, "--hf",
+                    exported + "-bf16", "--dtype", "bf16"], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(os.path.join(exported + "-bf16", "model.safetensors"),
+              "rb") as file:
+        size = int.from_bytes(file.read(8), "little")
+        header = json.loads(file.read(size))
+    assert header[bias]["dtype"] == "F32"
+    assert header["model.layers.1.mlp.gate.weight"]["dtype"] == "F32"
+    assert header["model.layers.1.mlp.shared_experts.gate_proj.weight"][
+        "dtype"] == "BF16"
+    with trellis.Session(plan) as session:
+        session.load_weights(os.path.join(exported, "model.safetensors"))
+        assert session.step(tokens, targets) == pytest.approx(
+            hugging_face_loss(loaded), rel=1e-5)
 
 
 def train_and_read(session, data):

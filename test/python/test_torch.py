@@ -48,6 +48,15 @@ def config(kind: str) -> dict:
     elif kind == "qwen3":
         fields.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"],
                       use_sliding_window=False, head_dim=32)
+    elif kind == "qwen2_yarn":
+        # YaRN: frequencies blended over the pairs, cos and sin scaled by
+        # 0.1 ln 4 + 1.
+        fields.pop("rope_theta", None)
+        fields.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"],
+                      use_sliding_window=False, rope_parameters={
+                          "rope_type": "yarn", "rope_theta": 10000.0,
+                          "factor": 4.0,
+                          "original_max_position_embeddings": 8})
     return fields
 
 
@@ -61,7 +70,8 @@ def causal_lm(kind: str, **fields: Any) -> "torch.nn.Module":
         "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config),
         "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config),
     }
-    model, settings = classes[kind.removesuffix("_window")]
+    model, settings = classes[kind.removesuffix("_window").removesuffix(
+        "_yarn")]
     return model(settings(**fields))
 
 
@@ -214,7 +224,8 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2",
-                                  "qwen3", "mistral_window", "qwen2_window"])
+                                  "qwen3", "mistral_window", "qwen2_window",
+                                  "qwen2_yarn"])
 def test_trained_parameters_equal_pytorch(kind: str) -> None:
     """Every parameter after 3 AdamW steps with weight decay equals
     PyTorch's, not only the losses: GPT-2's fused QKV bias is a 1-D bias

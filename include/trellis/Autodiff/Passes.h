@@ -62,6 +62,9 @@ struct TrainingOptions {
   double minLearningRate = 0;
   /// Clip the updates' gradients to this global norm (-trellis-clip-gradients).
   std::optional<double> clipGradNorm;
+  /// Move the routers' score biases by this each step
+  /// (-trellis-expert-bias-update).
+  std::optional<double> expertBiasUpdate;
   /// Mixed precision: the forward and backward compute in this dtype, from
   /// fp32 master weights; none: everything in fp32. f16 with an optimizer
   /// also scales the loss dynamically (a loss_scale argument).

@@ -348,4 +348,35 @@ def ExpertLoadPass : Pass<"trellis-expert-load", "::mlir::ModuleOp"> {
   let dependentDialects = ["::trellis::graph::GraphDialect"];
 }
 
+def ExpertBiasUpdatePass
+    : Pass<"trellis-expert-bias-update", "::mlir::ModuleOp"> {
+  let summary = "Moves each router's score bias towards the mean load";
+  let description = [{
+    DeepSeek-V3's auxiliary-loss-free load balancing (Megatron-Core's
+    `moe_router_enable_expert_bias`): for each graph.moe_route whose bias is
+    an argument of role "state" (e_score_correction_bias), the step returns
+    the bias's new value (`graph.updates` = its argument),
+
+      bias + rate * sign(mean_e(counts) - counts)
+
+    with counts [E] the step's slots per expert (every micro-batch, and
+    once partitioned every data-parallel rank: every rank moves the bias
+    alike). Experts that received fewer slots than the mean become more
+    likely to be chosen, those that received more less likely; the weights
+    never see the bias.
+    ```mlir
+    %new = graph.expert_bias_update %bias, %counts rate 1.000000e-03
+        : tensor<8xf32>, tensor<8xf32>
+    return %loss, ..., %new : ...  // {graph.updates = <bias's argument>}
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The training step">,
+    Option<"rate", "rate", "double", "0.001",
+           "How far each step moves a bias (DeepSeek-V3: 0.001)">,
+  ];
+  let dependentDialects = ["::trellis::graph::GraphDialect"];
+}
+
 #endif // TRELLIS_AUTODIFF_PASSES_TD

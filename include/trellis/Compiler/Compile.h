@@ -62,6 +62,9 @@ struct CompileOptions {
   double minLearningRate = 0;
   /// Clip the gradients' global norm to this (unset: no clipping).
   std::optional<double> clipGradNorm;
+  /// Move the routers' score biases by this each step (DeepSeek-V3's
+  /// auxiliary-loss-free balancing; unset: the biases stay as loaded).
+  std::optional<double> expertBiasUpdate;
   // Precision, memory and fusion.
   std::string precision = "fp32";
   std::string gradReduceDtype = "fp32";

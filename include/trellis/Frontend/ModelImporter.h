@@ -58,6 +58,22 @@ struct TransformerConfig {
   /// Layer `layer`'s sliding window, if it has one.
   std::optional<int64_t> windowOf(int64_t layer) const;
 
+  /// Multi-head latent attention (DeepSeek-V3): queries through a rank
+  /// `queryRank` bottleneck with an RMSNorm (0: one projection, q_proj),
+  /// keys and values from a shared `kvRank` latent with an RMSNorm
+  /// (kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj); each head's query and
+  /// key are `nopeDim` features without position and `ropeDim` rotated
+  /// ones (the key's shared by all heads), its value `valueDim` features.
+  /// headDim is nopeDim + ropeDim. `kvRank` 0: not latent.
+  struct LatentAttention {
+    int64_t queryRank = 0, kvRank = 0;
+    int64_t nopeDim = 0, ropeDim = 0, valueDim = 0;
+    /// The rotated features come in interleaved pairs (x0, x1), (x2, x3),
+    /// ...: transformers' rope_interleave, DeepSeek's checkpoints' layout.
+    bool interleaved = true;
+  } latent;
+  bool isLatent() const { return latent.kvRank > 0; }
+
   /// Mixture-of-experts MLPs (Mixtral, Qwen2-MoE, Qwen3-MoE). `count` 0:
   /// every layer's MLP is dense.
   struct Experts {
@@ -72,9 +88,21 @@ struct TransformerConfig {
     /// Mixtral's parameter names (block_sparse_moe, experts' w1, w3, w2);
     /// else Qwen's (mlp, experts' gate_proj, up_proj, down_proj).
     bool mixtralNames = false;
-    /// Qwen2-MoE's shared expert of this intermediate size (0: none), its
-    /// output scaled by sigmoid(shared_expert_gate(x)).
+    /// The shared expert of this intermediate size (0: none) every token
+    /// takes besides: Qwen2-MoE's `shared_expert`, its output scaled by
+    /// sigmoid(shared_expert_gate(x)); DeepSeek-V3's `shared_experts`,
+    /// added as it is.
     int64_t sharedIntermediateSize = 0;
+    bool sharedGate = true;
+    std::string sharedName = "shared_expert";
+    /// DeepSeek-V3's router: sigmoid scores, the choice by score +
+    /// e_score_correction_bias (a state, no gradient trains it) among the
+    /// experts of the `topGroups` best of `groups` groups (0: no groups),
+    /// the weights times `routedScaling`.
+    bool sigmoidScores = false;
+    bool correctionBias = false;
+    int64_t groups = 0, topGroups = 0;
+    double routedScaling = 1;
     /// Layers whose MLP is dense (Qwen's mlp_only_layers, and the layers
     /// decoder_sparse_step skips).
     std::vector<int64_t> denseLayers;
@@ -94,12 +122,28 @@ struct TransformerConfig {
   /// Whether layer `layer`'s MLP is a mixture of experts.
   bool isSparseLayer(int64_t layer) const;
 
-  /// Llama 3's `rope_scaling` (rope_type "llama3"): rescaled frequencies.
+  /// The rotary embedding's scaling (`rope_parameters` or `rope_scaling`):
+  /// Llama 3's rescaled frequencies, or YaRN's (frequencies blended
+  /// between interpolation and extrapolation by a ramp between the
+  /// correction dimensions of betaFast and betaSlow rotations, cos and sin
+  /// times attentionFactor).
   struct RopeScaling {
-    bool enabled = false;
+    enum class Kind { None, Llama3, Yarn } kind = Kind::None;
     double factor = 1, lowFrequencyFactor = 1, highFrequencyFactor = 4;
     int64_t originalMaxPositions = 8192;
+    double betaFast = 32, betaSlow = 1, attentionFactor = 1;
+    bool truncate = true;
+    /// DeepSeek's softmax scale factor: get_mscale(factor, mscale_all_dim)
+    /// squared (1 without mscale_all_dim).
+    double softmaxFactor = 1;
   } ropeScaling;
+
+  /// The rotated features per head: headDim, or latent.ropeDim.
+  int64_t ropeDim() const { return isLatent() ? latent.ropeDim : headDim; }
+
+  /// The rotary embedding's per-pair inverse frequencies theta^(-2i/d)
+  /// over ropeDim() d, with Llama 3's or YaRN's scaling.
+  std::vector<double> ropeFrequencies() const;
 
   /// Parameter count of the model (tied embeddings counted once).
   int64_t numParameters() const;

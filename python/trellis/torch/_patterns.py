@@ -269,7 +269,9 @@ def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
 
 def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
     """x * cos + cat(-x[..., d/2:], x[..., :d/2]) * sin: Hugging Face's
-    rotate-half rotary embedding on x [batch, heads, seq, dim]."""
+    rotate-half rotary embedding on x [batch, heads, seq, dim], its cos and
+    sin perhaps times an attention factor (YaRN's): a rope, then a
+    scale."""
     left = _producer(node.args[0], aten.mul.Tensor)
     right = _producer(node.args[1], aten.mul.Tensor)
     if not left or not right:
@@ -311,17 +313,24 @@ def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
     inverse = _rotary_frequencies(c, cos_node)
     if inverse is not None:
         frequencies = inverse.to(torch.float64)
+    # The attention factor: cos at position 0 (cos 0 = 1 times it).
+    factor = float(table_cos[0, 0])
     angles = torch.arange(seq, dtype=torch.float64)[:, None] * frequencies
-    expected_cos = torch.cat([angles.cos(), angles.cos()], dim=-1)
-    expected_sin = torch.cat([angles.sin(), angles.sin()], dim=-1)
-    if not (torch.allclose(table_cos, expected_cos, atol=1e-5) and
+    expected_cos = factor * torch.cat([angles.cos(), angles.cos()], dim=-1)
+    expected_sin = factor * torch.cat([angles.sin(), angles.sin()], dim=-1)
+    if not (factor > 0 and
+            torch.allclose(table_cos, expected_cos, atol=1e-5) and
             torch.allclose(table_sin, expected_sin, atol=1e-5)):
         raise Error("a rotary embedding whose cos/sin tables are not "
-                    "cos/sin(position * frequency) (attention scaling or "
-                    "position ids other than 0 .. n-1)")
+                    "a * cos/sin(position * frequency) (position ids other "
+                    "than 0 .. n-1)")
     value = c.materialize(_permute(c, node, x, (0, 2, 1, 3)))
     out = c.emit("rope", value,
                      frequencies=[float(f) for f in frequencies])
+    # The tables are rounded to the activations' dtype: a factor of 1
+    # within that is none.
+    if abs(factor - 1) > 1e-6:
+        out = c.emit("scale", out, factor=factor)
     return _Tensor(out, (0, 2, 1, 3))
 
 

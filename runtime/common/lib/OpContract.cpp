@@ -185,15 +185,33 @@ const OpContract *findOpContract(const std::string &name) {
   return it == ids.end() ? nullptr : &opContracts()[it->second];
 }
 
+bool OpContract::acceptsOperandCount(size_t count) const {
+  if (variadic)
+    return count >= 1;
+  size_t required = 0;
+  while (required < operands.size() && !operands[required].optional)
+    ++required;
+  return count >= required && count <= operands.size();
+}
+
+std::string OpContract::operandCountText() const {
+  if (variadic)
+    return "at least 1";
+  size_t required = 0;
+  while (required < operands.size() && !operands[required].optional)
+    ++required;
+  std::string text = std::to_string(required);
+  for (size_t count = required + 1; count <= operands.size(); ++count)
+    text += (count == operands.size() ? " or " : ", ") + std::to_string(count);
+  return text;
+}
+
 Diagnostic inferResults(const OpContract &contract, const OpInstance &instance,
                         std::vector<TensorType> &results) {
-  size_t expected = contract.operands.size();
   size_t found = instance.numInputs();
-  if (contract.variadic ? found < 1 : found != expected)
-    return "expected " +
-           (contract.variadic ? std::string("at least 1")
-                              : std::to_string(expected)) +
-           " operands, found " + std::to_string(found);
+  if (!contract.acceptsOperandCount(found))
+    return "expected " + contract.operandCountText() + " operands, found " +
+           std::to_string(found);
   std::optional<size_t> firstFloat;
   for (size_t i = 0; i < found; ++i) {
     const OperandSpec &spec = contract.operands[contract.variadic ? 0 : i];

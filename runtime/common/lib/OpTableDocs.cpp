@@ -99,7 +99,8 @@ std::string opTableMarkdown() {
       " collectives and transfers (the partitioner and the pipeline split "
       "make them). Operands take `float` (f32, bf16 or f16, one dtype per "
       "op), `f32`, `i32` or `any` element type; a `...` operand repeats. "
-      "Attributes marked `?` are optional. The sharding rule, shape rule "
+      "Operands and attributes marked `?` are optional. The sharding rule, "
+      "shape rule "
       "and cost of each row are code beside it; `trellis-opt "
       "-trellis-print-sharding-rules` and `-trellis-print-op-costs` show "
       "them on a program.\n\n"
@@ -108,7 +109,8 @@ std::string opTableMarkdown() {
   for (const OpContract &contract : table) {
     std::string operands;
     for (const OperandSpec &operand : contract.operands)
-      operands += (operands.empty() ? "" : ", ") + operand.name + ": " +
+      operands += (operands.empty() ? "" : ", ") + operand.name +
+                  (operand.optional ? "?: " : ": ") +
                   operandKindText(operand.kind);
     if (contract.variadic)
       operands += " ...";

@@ -177,10 +177,10 @@ Status PlanReader::readSequenceChunks(const json &value,
 
 Status PlanReader::readArguments(const json &array) {
   static const std::map<std::string, ArgumentRole> roles = {
-      {"param", ArgumentRole::Param},         {"input", ArgumentRole::Input},
-      {"adam_m", ArgumentRole::AdamM},        {"adam_v", ArgumentRole::AdamV},
-      {"master", ArgumentRole::Master},       {"step", ArgumentRole::Step},
-      {"loss_scale", ArgumentRole::LossScale}};
+      {"param", ArgumentRole::Param},          {"input", ArgumentRole::Input},
+      {"adam_m", ArgumentRole::AdamM},         {"adam_v", ArgumentRole::AdamV},
+      {"master", ArgumentRole::Master},        {"step", ArgumentRole::Step},
+      {"loss_scale", ArgumentRole::LossScale}, {"state", ArgumentRole::State}};
   for (size_t i = 0; i < array.size(); ++i) {
     std::string where = "argument " + std::to_string(i);
     const json &entry = array[i];
@@ -196,7 +196,7 @@ Status PlanReader::readArguments(const json &array) {
       return Status::error(where + ": unknown role \"" +
                            entry["role"].get<std::string>() +
                            "\"; expected param, input, adam_m, adam_v, master, "
-                           "step or loss_scale");
+                           "step, loss_scale or state");
     argument.role = role->second;
     if (entry.contains("param")) {
       if (!entry["param"].is_string())
@@ -274,8 +274,8 @@ Status PlanReader::readArguments(const json &array) {
         return Status::error(
             where + (argument.role == ArgumentRole::Param
                          ? ": a parameter must be an f32, bf16 or f16 buffer"
-                         : ": optimizer states and master weights must be "
-                           "f32 buffers"));
+                         : ": optimizer states, master weights and states "
+                           "must be f32 buffers"));
       if (argument.name.empty())
         return Status::error(where + ": a parameter needs a name");
       if (argument.init != "zeros" && argument.init != "ones" &&

@@ -124,6 +124,11 @@ StatusOr<Trainer::CheckpointTensors> Trainer::gatherCheckpoint() const {
       continue;
     SafetensorsEntry entry;
     TRELLIS_RETURN_IF_ERROR(gatherArgument(i, entry));
+    if (argument.role == ArgumentRole::State) {
+      // The model's persistent buffers, f32 beside its weights.
+      model.tensors[argument.name] = std::move(entry);
+      continue;
+    }
     if (argument.role != ArgumentRole::Param) {
       optimizer.tensors[statePrefix(argument.role) + argument.name] =
           std::move(entry);
@@ -261,8 +266,10 @@ Status Trainer::load(const std::string &path) {
       fileName = dir + "/optimizer.safetensors";
       name = kMasterPrefix + argument.name;
     } else if (argument.role == ArgumentRole::Param ||
-               argument.role == ArgumentRole::Master) {
-      // The weights themselves (an fp32 checkpoint's are exact masters).
+               argument.role == ArgumentRole::Master ||
+               argument.role == ArgumentRole::State) {
+      // The weights themselves (an fp32 checkpoint's are exact masters) and
+      // the model's persistent buffers.
       file = &*model;
       fileName = dir + "/model.safetensors";
     } else if (argument.role == ArgumentRole::AdamM ||
@@ -352,7 +359,8 @@ Status Trainer::loadWeights(const std::string &path) {
   for (size_t i = 0; i < plan.arguments.size(); ++i) {
     const Argument &argument = plan.arguments[i];
     bool weights = argument.role == ArgumentRole::Param ||
-                   argument.role == ArgumentRole::Master;
+                   argument.role == ArgumentRole::Master ||
+                   argument.role == ArgumentRole::State;
     if (!weights || !plan.holds(argument.stages))
       continue;
     if (isStackedName(argument.name) && !layoutOf(i).globalShape.empty() &&

@@ -58,6 +58,7 @@ int64_t Trainer::namedArgument(const std::string &name) const {
     std::string prefix;
     switch (argument.role) {
     case ArgumentRole::Param:
+    case ArgumentRole::State:
       break;
     case ArgumentRole::AdamM:
     case ArgumentRole::AdamV:
@@ -77,7 +78,8 @@ std::vector<std::string> Trainer::tensorNames() const {
   const Plan &plan = executor_->plan();
   std::vector<std::string> names;
   for (const Argument &argument : plan.arguments)
-    if (argument.role == ArgumentRole::Param)
+    if (argument.role == ArgumentRole::Param ||
+        argument.role == ArgumentRole::State)
       names.push_back(argument.name);
     else if (argument.role == ArgumentRole::AdamM ||
              argument.role == ArgumentRole::AdamV ||
@@ -89,8 +91,8 @@ std::vector<std::string> Trainer::tensorNames() const {
 namespace {
 Status unknownTensor(const std::string &name) {
   return Status::error("no tensor named \"" + name +
-                       "\": expected a parameter's name, or adam_m., adam_v. "
-                       "or master. and a parameter's name");
+                       "\": expected a parameter's or state's name, or "
+                       "adam_m., adam_v. or master. and a parameter's name");
 }
 } // namespace
 

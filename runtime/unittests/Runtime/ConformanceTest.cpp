@@ -216,6 +216,16 @@ std::map<std::string, std::vector<Sample>> samples() {
                      {"scoring", text("sigmoid")},
                      {"normalize", flag(true)},
                      {"scaling", real(2.5)}}});
+  add("moe_route", {"sigmoid, biased, grouped",
+                    {values({3, 5, 8}), values({8})},
+                    {{"top_k", integer(3)},
+                     {"scoring", text("sigmoid")},
+                     {"normalize", flag(true)},
+                     {"scaling", real(2.5)},
+                     {"groups", integer(4)},
+                     {"top_groups", integer(2)}}});
+  add("expert_bias_update",
+      {"mean load", {values({8}), positive({8})}, {{"rate", real(0.001)}}});
   add("moe_route_grad",
       {"softmax",
        {values({3, 5, 7}), ids({3, 5, 2}, 7), values({3, 5, 2})},

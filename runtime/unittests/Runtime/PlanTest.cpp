@@ -228,7 +228,8 @@ TEST(PlanTest, RejectsADtypeAnOpDoesNotAccept) {
                       "{\"shape\": [2, 3], \"dtype\": \"bf16\"}"),
               "\"role\": \"param\", \"param\": \"a\"",
               "\"role\": \"master\", \"param\": \"a\""),
-      "argument 0: optimizer states and master weights must be f32 buffers");
+      "argument 0: optimizer states, master weights and states must be f32 "
+      "buffers");
   expectRejected(replace(kMixedPlan, "\"inputs\": [0, 4]", "\"inputs\": [0, 1]"),
                  "step instruction 4 (sgd): expected grad of element type f32, "
                  "found bf16");
@@ -408,7 +409,7 @@ TEST(PlanTest, RejectsEveryMalformedField) {
       // Arguments.
       {R"("role": "param", "param": "a")", R"("role": "weights", "param": "a")",
        "argument 0: unknown role \"weights\"; expected param, input, adam_m, "
-       "adam_v, master, step or loss_scale"},
+       "adam_v, master, step, loss_scale or state"},
       {R"("param": "a")", R"("param": 5)",
        "argument 0: field \"param\": expected a name"},
       {R"("init": "ones")", R"("init": 5)",
@@ -470,7 +471,8 @@ TEST(PlanTest, RejectsEveryMalformedField) {
       {R"("schedule": ["step"])", R"("schedule": [5])",
        "schedule entry 0: expected an action name, found 5"},
       // Results.
-      {R"([{"buffer": 3, "role": "loss"}])", R"([{"buffer": 2, "role": "loss"}])",
+      {R"([{"buffer": 3, "role": "loss"}])",
+       R"([{"buffer": 2, "role": "loss"}])",
        "expected the loss to be a scalar f32 buffer"},
       {R"([{"buffer": 3, "role": "loss"}])",
        R"([{"buffer": 3, "role": "loss"}, {"buffer": 2, "updates": 0}])",

@@ -308,6 +308,51 @@ func.func @route_scaling(%logits: tensor<2x3x4xf32>) {
 
 // -----
 
+// Tests that a router's bias has one entry per expert.
+func.func @route_bias(%logits: tensor<2x3x4xf32>, %bias: tensor<3xf32>) {
+  // expected-error @+1 {{expected bias of shape [4] (one per expert), found [3]}}
+  %w, %e = graph.moe_route %logits bias %bias top_k 2 : tensor<2x3x4xf32>, tensor<3xf32>
+  return
+}
+
+// -----
+
+// Tests that a router's groups come with how many it keeps.
+func.func @route_groups_alone(%logits: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{expected groups and top_groups together, found groups alone}}
+  %w, %e = graph.moe_route %logits top_k 2 {groups = 4 : i64} : tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+// Tests that a router's groups hold two experts or more each.
+func.func @route_group_size(%logits: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{expected groups dividing the 8 experts into groups of two or more, found 8}}
+  %w, %e = graph.moe_route %logits top_k 2 {groups = 8 : i64, top_groups = 2 : i64} : tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+// Tests that the kept groups hold top_k experts at least.
+func.func @route_kept_groups(%logits: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{expected top_k (3) at most the 2 experts of top_groups groups}}
+  %w, %e = graph.moe_route %logits top_k 3 {groups = 4 : i64, top_groups = 1 : i64} : tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+// Tests that a router keeps at most its groups.
+func.func @route_top_groups(%logits: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{expected top_groups in [1, 4], found 5}}
+  %w, %e = graph.moe_route %logits top_k 2 {groups = 4 : i64, top_groups = 5 : i64} : tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
 // Tests that an expert product's rows are a token's or a slot's.
 func.func @expert_rows(%x: tensor<2x5x8xf32>, %w: tensor<4x8x6xf32>, %ids: tensor<2x3x2xi32>) {
   // expected-error @+1 {{expected lhs of shape [2, 3] + [K] (a row per token) or [2, 3, 2] + [K] (a row per slot), found [2, 5, 8]}}

@@ -117,10 +117,13 @@ func.func @layers(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>, %ids: tensor<2x8xi
 }
 
 // CHECK-LABEL: func.func @experts
-func.func @experts(%x: tensor<2x3x8xf32>, %router: tensor<8x4xf32>, %w: tensor<4x6x8xf32>, %down: tensor<4x8x6xf32>) -> (tensor<2x3x2x8xf32>, tensor<4x6x8xf32>, tensor<2x3x4xf32>, tensor<4xf32>) {
+func.func @experts(%x: tensor<2x3x8xf32>, %router: tensor<8x4xf32>, %router_bias: tensor<4xf32>, %w: tensor<4x6x8xf32>, %down: tensor<4x8x6xf32>) -> (tensor<2x3x2x8xf32>, tensor<4x6x8xf32>, tensor<2x3x4xf32>, tensor<4xf32>) {
   %logits = graph.matmul %x, %router : tensor<2x3x8xf32>, tensor<8x4xf32>
   // CHECK: %[[W:.*]], %[[E:.*]] = graph.moe_route %{{.*}} top_k 2 {normalize, scaling = 2.500000e+00 : f64, scoring = "sigmoid"} : tensor<2x3x4xf32>
   %weights, %experts = graph.moe_route %logits top_k 2 {scoring = "sigmoid", normalize, scaling = 2.5 : f64} : tensor<2x3x4xf32>
+  // DeepSeek-V3's router: a score bias for the choice, two of two groups.
+  // CHECK: graph.moe_route %{{.*}} bias %{{.*}} top_k 2 {groups = 2 : i64, scoring = "sigmoid", top_groups = 1 : i64} : tensor<2x3x4xf32>, tensor<4xf32>
+  %bw, %be = graph.moe_route %logits bias %router_bias top_k 2 {scoring = "sigmoid", groups = 2 : i64, top_groups = 1 : i64} : tensor<2x3x4xf32>, tensor<4xf32>
   // CHECK: graph.expert_matmul %{{.*}}, %{{.*}} transposed, %[[E]] : tensor<2x3x8xf32>, tensor<4x6x8xf32>, tensor<2x3x2xi32>
   %h = graph.expert_matmul %x, %w transposed, %experts : tensor<2x3x8xf32>, tensor<4x6x8xf32>, tensor<2x3x2xi32>
   // CHECK: graph.expert_matmul %{{.*}}, %{{.*}} transposed, %[[E]] {axes = ["ep"]} : tensor<2x3x2x6xf32>, tensor<4x8x6xf32>, tensor<2x3x2xi32>

@@ -402,6 +402,9 @@ LogicalResult MoeRouteOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                      getNormalizeAttr(), getScalingAttr())
                   .getResult()
             : Value());
+  // The bias only ranks the experts: the weights do not depend on it.
+  if (getBias())
+    grads.push_back(Value());
   return success();
 }
 
@@ -452,6 +455,7 @@ GRAPH_NO_GRADIENT(AttentionBlockGradOp)
 GRAPH_NO_GRADIENT(FusedElementwiseOp)
 GRAPH_NO_GRADIENT(CrossEntropyGradOp)
 GRAPH_NO_GRADIENT(MoeRouteGradOp)
+GRAPH_NO_GRADIENT(ExpertBiasUpdateOp)
 GRAPH_NO_GRADIENT(ExpertMatmulWeightGradOp)
 GRAPH_NO_GRADIENT(AdamWOp)
 GRAPH_NO_GRADIENT(SgdOp)

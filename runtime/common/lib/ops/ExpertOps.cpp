@@ -26,6 +26,16 @@ const std::vector<AttrSpec> kRouteAttrs = {{"top_k", AttrKind::Int, true},
                                            {"normalize", AttrKind::Bool, false},
                                            {"scaling", AttrKind::Real, false}};
 
+/// The forward router's attributes besides: DeepSeek-V3's grouped routing
+/// (experts in `groups` contiguous groups, a token's experts from its
+/// `top_groups` best groups).
+std::vector<AttrSpec> forwardRouteAttrs() {
+  std::vector<AttrSpec> attrs = kRouteAttrs;
+  attrs.push_back({"groups", AttrKind::Int, false});
+  attrs.push_back({"top_groups", AttrKind::Int, false});
+  return attrs;
+}
+
 /// logits [..., E]: 1 <= top_k <= E, scoring softmax (the default) or
 /// sigmoid, a positive scaling when given.
 Diagnostic routeOperands(const OpInstance &op) {
@@ -42,6 +52,33 @@ Diagnostic routeOperands(const OpInstance &op) {
            "\"";
   if (op.has("scaling") && !(op.real("scaling") > 0))
     return "expected scaling > 0, found " + std::to_string(op.real("scaling"));
+  if (op.has("groups") != op.has("top_groups"))
+    return std::string("expected groups and top_groups together, found ") +
+           (op.has("groups") ? "groups alone" : "top_groups alone");
+  if (!op.has("groups"))
+    return std::nullopt;
+  int64_t groups = op.integer("groups"), kept = op.integer("top_groups");
+  // A group's score is the sum of its two highest: two experts at least.
+  if (groups < 1 || experts % groups != 0 || experts / groups < 2)
+    return "expected groups dividing the " + text(experts) +
+           " experts into groups of two or more, found " + text(groups);
+  if (kept < 1 || kept > groups)
+    return "expected top_groups in [1, " + text(groups) + "], found " +
+           text(kept);
+  if (k > kept * (experts / groups))
+    return "expected top_k (" + text(k) + ") at most the " +
+           text(kept * (experts / groups)) + " experts of top_groups groups";
+  return std::nullopt;
+}
+
+/// moe_route's optional score bias: [E] (f32, the operand's kind).
+Diagnostic routeBias(const OpInstance &op) {
+  if (op.numInputs() < 2)
+    return std::nullopt;
+  Shape expected = {op.shape(0).back()};
+  if (op.shape(1) != expected)
+    return "expected bias of shape " + formatShape(expected) +
+           " (one per expert), found " + formatShape(op.shape(1));
   return std::nullopt;
 }
 
@@ -63,11 +100,15 @@ ShardingRule routeFactors(const OpInstance &op) {
   logitFactors.push_back(experts);
   slotFactors.push_back(slots);
   rule.operandFactors = {logitFactors};
+  // moe_route (two results): weights and ids per slot, its bias per
+  // expert; moe_route_grad: ids and weights' gradient in, the logits'
+  // gradient out.
+  bool forward = op.numResults() == 2;
   for (size_t i = 1; i < op.numInputs(); ++i)
-    rule.operandFactors.push_back(slotFactors);
+    rule.operandFactors.push_back(forward ? std::vector<int64_t>{experts}
+                                          : slotFactors);
   for (size_t i = 0; i < op.numResults(); ++i)
-    rule.resultFactors.push_back(i == 0 && op.numInputs() > 1 ? logitFactors
-                                                              : slotFactors);
+    rule.resultFactors.push_back(forward ? slotFactors : logitFactors);
   return rule;
 }
 
@@ -155,11 +196,18 @@ void addExpertOps(TableBuilder &table) {
   // The router: scores from logits (softmax over the experts, or each
   // logit's sigmoid), the top_k highest (ties to the lower expert index)
   // in descending order, their scores as weights (renormalized to sum to
-  // one with `normalize`, times `scaling`). fp32 inside and out.
+  // one with `normalize`, times `scaling`). fp32 inside and out. With a
+  // `bias` [E] (DeepSeek-V3's e_score_correction_bias) the choice ranks
+  // score + bias while the weights stay the scores; with `groups` and
+  // `top_groups` it ranks only the experts of the token's top_groups
+  // groups, a group ranked by the sum of its two highest score + bias.
   table
-      .add("moe_route", {{"logits"}}, 2, kRouteAttrs,
+      .add("moe_route",
+           {{"logits"}, {"bias", OperandKind::Float32, /*optional=*/true}}, 2,
+           forwardRouteAttrs(),
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(routeOperands(op));
+             TRELLIS_CHECK(routeBias(op));
              Shape slots = tokenShape(op.shape(0));
              slots.push_back(op.integer("top_k"));
              out.push_back(f32(slots));
@@ -328,6 +376,38 @@ void addExpertOps(TableBuilder &table) {
       .cost([](const OpInstance &op) {
         OpCost cost = elementwiseCost(op, 0);
         cost.flops = static_cast<double>(elementCount(op.shape(0)));
+        return cost;
+      })
+      .precision(PrecisionPolicy::Float32);
+
+  // DeepSeek's auxiliary-loss-free balancing (Megatron-Core's
+  // moe_router_enable_expert_bias): a router's score bias [E] moved by
+  // `rate` towards the mean load, bias + rate * sign(mean(counts) -
+  // counts), from the step's counts [E] (every micro-batch and rank).
+  table
+      .add("expert_bias_update",
+           {{"bias", OperandKind::Float32}, {"counts", OperandKind::Float32}},
+           1, {{"rate", K::Real, true}},
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(expectRank(op, 0, "bias [experts]", 1));
+             TRELLIS_CHECK(expectSameShape(op, 1, "counts", 0, "bias"));
+             if (!(op.real("rate") > 0))
+               return "expected rate > 0, found " +
+                      std::to_string(op.real("rate"));
+             out.push_back(op.input(0));
+             return std::nullopt;
+           })
+      .factors([](const OpInstance &op) {
+        // The mean load reads every expert's count.
+        ShardingRule rule;
+        int64_t experts = rule.addFactor(op.shape(0)[0], FactorKind::Whole);
+        rule.operandFactors = {{experts}, {experts}};
+        rule.resultFactors = {{experts}};
+        return rule;
+      })
+      .cost([](const OpInstance &op) {
+        OpCost cost = elementwiseCost(op, 0);
+        cost.flops = 3.0 * elementCount(op.shape(0));
         return cost;
       })
       .precision(PrecisionPolicy::Float32);

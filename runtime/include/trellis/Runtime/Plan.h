@@ -67,6 +67,9 @@ struct Instruction {
 };
 
 /// `Param`: a parameter, in f32 or (mixed precision) the compute dtype.
+/// `State`: an f32 tensor the model reads and no gradient trains (a
+/// persistent buffer: DeepSeek-V3's e_score_correction_bias); initialized,
+/// loaded, saved and exported under its name as parameters are.
 /// `Master`: the f32 master weight of a 16-bit parameter of the same name,
 /// which the optimizer updates. `LossScale`: the scalar f32 the loss is
 /// multiplied by before the backward (fp16 mixed precision); the runtime
@@ -78,7 +81,8 @@ enum class ArgumentRole {
   AdamV,
   Master,
   Step,
-  LossScale
+  LossScale,
+  State
 };
 
 struct Argument {

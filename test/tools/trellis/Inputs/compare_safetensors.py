@@ -3,25 +3,9 @@
 # is the tensor's largest magnitude: elementwise relative error, measured
 # against the tensor's scale for elements near zero (whose AdamW updates
 # amplify roundoff). Usage: compare_safetensors.py A B [rtol]
-import array
-import json
-import struct
 import sys
 
-def load(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (size,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + size])
-    header.pop("__metadata__", None)
-    base = 8 + size
-    tensors = {}
-    for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        values = array.array("f")
-        values.frombytes(data[base + begin:base + end])
-        tensors[name] = (entry["shape"], values)
-    return tensors
+from compare_safetensors_io import load
 
 a, b = load(sys.argv[1]), load(sys.argv[2])
 rtol = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-5

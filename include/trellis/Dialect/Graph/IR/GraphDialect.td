@@ -26,7 +26,10 @@ def Graph_Dialect : Dialect {
     /// Registers the dialect's attributes (GraphAttrs.cpp).
     void registerAttributes();
     /// Function argument attribute: the role of a training-step argument
-    /// ("param", "input", "adam_m", "adam_v", "momentum", "step").
+    /// ("param", "input", "adam_m", "adam_v", "momentum", "step", or
+    /// "state": an f32 tensor the model reads that no gradient trains, which
+    /// checkpoints and weight files carry under its graph.param name, as
+    /// PyTorch's persistent buffers: DeepSeek-V3's e_score_correction_bias).
     static constexpr ::llvm::StringLiteral kRoleAttrName = "graph.role";
     /// Function argument attribute: the name of a parameter (Hugging Face
     /// tensor name), also on the optimizer states that belong to it.

@@ -639,12 +639,30 @@ def Graph_MoeRouteOp : Graph_Op<"moe_route"> {
     index, give `experts` [..., top_k] (i32) and their scores `weights`
     [..., top_k] (f32), renormalized to sum to one with `normalize`, times
     `scaling` when given. fp32 inside whatever the logits' dtype.
+
+    DeepSeek-V3's router adds two things. A `bias` [E] (f32; its
+    e_score_correction_bias) shifts the scores for the choice alone: the
+    experts are the top_k of score + bias, their weights still the scores.
+    With `groups` G and `top_groups` g, the E experts form G contiguous
+    groups, each ranked by the sum of its two highest score + bias; the
+    choice ranks only the experts of the g best groups (ties to the lower
+    group).
+    ```mlir
+    %w, %e = graph.moe_route %logits bias %b top_k 8
+        {scoring = "sigmoid", normalize, scaling = 2.5 : f64, groups = 8,
+         top_groups = 4} : tensor<2x8x64xf32>, tensor<64xf32>
+    ```
   }];
-  let arguments = (ins Graph_FloatTensor:$logits, I64Attr:$top_k,
+  let arguments = (ins Graph_FloatTensor:$logits,
+                       Optional<Graph_F32Tensor>:$bias, I64Attr:$top_k,
                        OptionalAttr<StrAttr>:$scoring, UnitAttr:$normalize,
-                       OptionalAttr<F64Attr>:$scaling);
+                       OptionalAttr<F64Attr>:$scaling,
+                       OptionalAttr<I64Attr>:$groups,
+                       OptionalAttr<I64Attr>:$top_groups);
   let results = (outs Graph_F32Tensor:$weights, Graph_IndexTensor:$experts);
-  let assemblyFormat = "$logits `top_k` $top_k attr-dict `:` type($logits)";
+  let assemblyFormat = [{
+    $logits (`bias` $bias^)? `top_k` $top_k attr-dict `:` type($logits) (`,` type($bias)^)?
+  }];
 }
 
 def Graph_MoeRouteGradOp : Graph_Op<"moe_route_grad"> {
@@ -718,6 +736,26 @@ def Graph_ExpertCountsOp : Graph_Op<"expert_counts"> {
   let arguments = (ins Graph_IndexTensor:$experts, I64Attr:$num_experts);
   let results = (outs Graph_F32Tensor:$result);
   let assemblyFormat = "$experts `experts` $num_experts attr-dict `:` type($experts)";
+}
+
+def Graph_ExpertBiasUpdateOp : Graph_Op<"expert_bias_update"> {
+  let summary = "A router's score bias moved towards the mean load";
+  let description = [{
+    ```mlir
+    %new = graph.expert_bias_update %bias, %counts rate 1.0e-3
+        : tensor<8xf32>, tensor<8xf32>
+    ```
+    DeepSeek-V3's auxiliary-loss-free balancing: `bias` [E] (a moe_route's
+    score bias) plus `rate` times the sign of (the mean of `counts` minus
+    each expert's count), `counts` [E] the step's slots per expert. Experts
+    that took fewer than the mean gain, those that took more lose.
+  }];
+  let arguments = (ins Graph_F32Tensor:$bias, Graph_F32Tensor:$counts,
+                       F64Attr:$rate);
+  let results = (outs Graph_F32Tensor:$result);
+  let assemblyFormat = [{
+    $bias `,` $counts `rate` $rate attr-dict `:` type($bias) `,` type($counts)
+  }];
 }
 
 //===----------------------------------------------------------------------===//

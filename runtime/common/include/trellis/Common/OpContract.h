@@ -151,6 +151,9 @@ enum class OperandKind {
 struct OperandSpec {
   std::string name;
   OperandKind kind = OperandKind::Float;
+  /// An operand an instance may leave out; only trailing operands are
+  /// optional (moe_route's score bias).
+  bool optional = false;
 };
 
 /// The precision an op computes in under mixed precision: the policy the
@@ -238,6 +241,12 @@ struct OpContract {
   std::function<OpCost(const OpInstance &)> cost;
 
   bool isUpdate() const { return !effects.replaces.empty(); }
+  /// Whether an instance may have `count` operands (the optional trailing
+  /// ones left out, or a variadic op's one or more).
+  bool acceptsOperandCount(size_t count) const;
+  /// The operand counts an instance may have, for messages ("2", "1 or 2",
+  /// "at least 1").
+  std::string operandCountText() const;
   /// The operand an update's result `result` replaces, or -1.
   int64_t replacedOperand(size_t result) const {
     return result < effects.replaces.size() ? effects.replaces[result] : -1;
