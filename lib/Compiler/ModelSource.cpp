@@ -11,6 +11,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <nlohmann/json.hpp>
+
 using namespace mlir;
 
 namespace trellis {
@@ -65,10 +67,16 @@ loadModelText(MLIRContext &context, llvm::StringRef text, ModelFormat format,
   };
   // The Hugging Face config itself: checkpoints carry it as config.json,
   // from which `trellis export --hf` writes a model transformers loads.
-  if (llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text))
-    model.metadata["hf_config"] = std::move(*parsed);
-  else
-    llvm::consumeError(parsed.takeError());
+  // As text in one canonical form (sorted keys, so that a config from a
+  // file and from a dict compile alike) that keeps each number's kind:
+  // llvm::json prints 2.0 as 2, which transformers' typed configs refuse
+  // for a float field.
+  nlohmann::json parsed = nlohmann::json::parse(
+      text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object())
+    model.metadata["hf_config"] =
+        parsed.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+        "\n";
   return model;
 }
 

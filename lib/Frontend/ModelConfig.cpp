@@ -63,6 +63,15 @@ public:
     return *number;
   }
 
+  /// An optional positive number: `fallback` when absent, 0 when null
+  /// (transformers' "none" for a soft cap).
+  llvm::Expected<double> numberOrNone(llvm::StringRef key, double fallback) {
+    const llvm::json::Value *value = object_.get(key);
+    if (value && value->kind() == llvm::json::Value::Null)
+      return 0.0;
+    return numberOr(key, fallback);
+  }
+
   /// An optional number >= 0; `fallback` when absent or null.
   llvm::Expected<double> nonNegativeOr(llvm::StringRef key, double fallback) {
     const llvm::json::Value *value = object_.get(key);
@@ -406,14 +415,21 @@ llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
     }
     return llvm::Error::success();
   }
-  if (!type.starts_with("qwen"))
+  bool gemma2 = type == "gemma2";
+  if (!type.starts_with("qwen") && !gemma2)
     return llvm::Error::success();
-  bool sliding = false;
-  TRY_ASSIGN(sliding, reader.booleanOr("use_sliding_window", false));
+  // Gemma 2: every layer layer_types marks, else the even ones, with
+  // sliding_window (4096 by default; null: none).
+  bool sliding = gemma2;
+  if (!gemma2)
+    TRY_ASSIGN(sliding, reader.booleanOr("use_sliding_window", false));
   if (!sliding)
     return llvm::Error::success();
   int64_t window = 0;
-  TRY_ASSIGN(window, reader.integer("sliding_window"));
+  TRY_ASSIGN(window, gemma2 ? reader.integerOr("sliding_window", 4096, 0)
+                            : reader.integer("sliding_window"));
+  if (window == 0)
+    return llvm::Error::success();
   config.slidingWindow = window;
   std::vector<std::string> kinds;
   TRY_ASSIGN(kinds, reader.strings("layer_types"));
@@ -434,12 +450,43 @@ llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
     return llvm::Error::success();
   }
   int64_t windowLayers = 0;
-  TRY_ASSIGN(windowLayers, reader.integerOr("max_window_layers", 28, 0));
+  if (!gemma2)
+    TRY_ASSIGN(windowLayers, reader.integerOr("max_window_layers", 28, 0));
   for (int64_t layer = 0; layer < layers; ++layer)
-    config.slidingLayers.push_back(type == "qwen3_moe" ? true
+    config.slidingLayers.push_back(gemma2                ? layer % 2 == 0
+                                   : type == "qwen3_moe" ? true
                                    : type == "qwen2_moe"
                                        ? layer % 2 == 0 && layer < windowLayers
                                        : layer >= windowLayers);
+  return llvm::Error::success();
+}
+
+/// Reads what Gemma ("gemma") and Gemma 2 ("gemma2") add to Llama, with
+/// transformers' defaults: RMSNorms scaling by 1 + weight, embeddings
+/// times sqrt(hidden_size), the tanh GELU; Gemma 2's norms on both
+/// branches' outputs, query_pre_attn_scalar, and soft caps of the scores
+/// and logits (null: none).
+llvm::Error readGemma(ConfigReader &reader, TransformerConfig &config,
+                      llvm::StringRef type) {
+  if (llvm::Error error = reader.refuseFlag(
+          "attention_bias", false, "Gemma's projections have no biases"))
+    return error;
+  if (llvm::Error error = reader.refuseFlag(
+          "use_bidirectional_attention", false,
+          "attention over the whole sequence is not a causal language model"))
+    return error;
+  config.unitOffsetNorms = true;
+  config.scaleEmbeddings = true;
+  if (type != "gemma2")
+    return llvm::Error::success();
+  config.sandwichNorms = true;
+  double scalar = 0;
+  TRY_ASSIGN(scalar, reader.numberOr("query_pre_attn_scalar", 256));
+  config.attentionScale = 1 / std::sqrt(scalar);
+  TRY_ASSIGN(config.attentionSoftcap,
+             reader.numberOrNone("attn_logit_softcapping", 50));
+  TRY_ASSIGN(config.logitSoftcap,
+             reader.numberOrNone("final_logit_softcapping", 30));
   return llvm::Error::success();
 }
 
@@ -583,9 +630,14 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
     architectures = {"OlmoeForCausalLM", "OlmoeModel"};
   else if (type == "deepseek_v3")
     architectures = {"DeepseekV3ForCausalLM", "DeepseekV3Model"};
+  else if (type == "gemma")
+    architectures = {"GemmaForCausalLM", "GemmaModel"};
+  else if (type == "gemma2")
+    architectures = {"Gemma2ForCausalLM", "Gemma2Model"};
   if (llvm::Error error = checkArchitectures(reader, type, architectures))
     return error;
   bool deepSeek = type == "deepseek_v3";
+  bool gemma = type == "gemma" || type == "gemma2";
   bool qwen2 = type == "qwen2" || type == "qwen2_moe";
   bool qwen3 = type == "qwen3" || type == "qwen3_moe";
   if (qwen2 || qwen3) {
@@ -617,6 +669,9 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
           "field \"clip_qkv\": expected null (no clamping of the query, key "
           "and value projections), found {0}",
           clip));
+  } else if (gemma) {
+    if (llvm::Error error = readGemma(reader, config, type))
+      return error;
   } else if (deepSeek) {
     if (llvm::Error error = reader.refuseFlag(
             "attention_bias", false,
@@ -649,11 +704,11 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
   TRY_ASSIGN(config.initializerRange,
              reader.numberOr("initializer_range", 0.02));
   TRY_ASSIGN(config.tieWordEmbeddings,
-             reader.booleanOr("tie_word_embeddings", false));
+             reader.booleanOr("tie_word_embeddings", gemma));
   // The padding row: PyTorch's nn.Embedding(padding_idx=pad_token_id)
   // gives it no gradient.
   int64_t padding = -1;
-  TRY_ASSIGN(padding, reader.integerOr("pad_token_id", -1, 0));
+  TRY_ASSIGN(padding, reader.integerOr("pad_token_id", gemma ? 0 : -1, 0));
   if (padding >= config.vocabSize)
     return configError(llvm::formatv(
         "field \"pad_token_id\": expected a token id below vocab_size ({0}), "
@@ -661,11 +716,19 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
         config.vocabSize, padding));
   if (padding >= 0)
     config.paddingIdx = padding;
+  // The gated MLP's activation: SiLU; Gemma's tanh GELU (Gemma 2 names
+  // the field hidden_activation).
+  llvm::StringRef activationField =
+      type == "gemma2" ? "hidden_activation" : "hidden_act";
+  llvm::StringRef expectedActivation = gemma ? "gelu_pytorch_tanh" : "silu";
   std::string activation;
-  TRY_ASSIGN(activation, reader.stringOr("hidden_act", "silu"));
-  if (activation != "silu")
-    return configError(llvm::formatv(
-        "field \"hidden_act\": expected \"silu\", found \"{0}\"", activation));
+  TRY_ASSIGN(activation, reader.stringOr(activationField, expectedActivation));
+  if (activation != expectedActivation)
+    return configError(
+        llvm::formatv("field \"{0}\": expected \"{1}\", found \"{2}\"",
+                      activationField, expectedActivation, activation));
+  if (gemma)
+    config.activation = TransformerConfig::Activation::GeluTanh;
   if (deepSeek) {
     if (llvm::Error error = readLatentAttention(reader, config))
       return error;
@@ -681,12 +744,12 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
     return configError(llvm::formatv(
         "num_key_value_heads ({0}) does not divide num_attention_heads ({1})",
         config.numKvHeads, config.numHeads));
-  // Qwen3's head_dim defaults to 128 (transformers' Qwen3Config), the
-  // others' to hidden_size / num_attention_heads.
-  TRY_ASSIGN(
-      config.headDim,
-      reader.integerOr("head_dim",
-                       qwen3 ? 128 : config.hiddenSize / config.numHeads));
+  // head_dim defaults to 256 for Gemma, 128 for Qwen3 (transformers'
+  // configs), hidden_size / num_attention_heads for the others.
+  int64_t headDim = gemma   ? 256
+                    : qwen3 ? 128
+                            : config.hiddenSize / config.numHeads;
+  TRY_ASSIGN(config.headDim, reader.integerOr("head_dim", headDim));
   if (config.headDim % 2 != 0)
     return configError(llvm::formatv(
         "head dimension {0} is odd: rotary embeddings need an even one",
@@ -710,7 +773,8 @@ constexpr int64_t kMaxLayers = 4096;
 /// The model types Trellis builds, for messages.
 constexpr const char *kModelTypes =
     "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", "
-    "\"qwen2_moe\", \"qwen3_moe\", \"olmoe\" or \"deepseek_v3\"";
+    "\"qwen2_moe\", \"qwen3_moe\", \"olmoe\", \"deepseek_v3\", \"gemma\" or "
+    "\"gemma2\"";
 
 llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
   if (std::string why = checkJsonShape(json, kMaxConfigDepth); !why.empty())
@@ -730,7 +794,8 @@ llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
       return std::move(error);
   } else if (type == "llama" || type == "mistral" || type == "qwen2" ||
              type == "qwen3" || type == "mixtral" || type == "qwen2_moe" ||
-             type == "qwen3_moe" || type == "olmoe" || type == "deepseek_v3") {
+             type == "qwen3_moe" || type == "olmoe" || type == "deepseek_v3" ||
+             type == "gemma" || type == "gemma2") {
     if (llvm::Error error = readLlama(reader, parsed, type))
       return std::move(error);
   } else if (type.empty()) {
@@ -825,6 +890,8 @@ int64_t TransformerConfig::numParameters() const {
       perLayer += numHeads * d + 2 * numKvHeads * d;
     if (queryKeyNorm)
       perLayer += 2 * d;
+    if (sandwichNorms)
+      perLayer += 2 * e;
     if (projectionNorm)
       perLayer += (numHeads + numKvHeads) * d;
     for (int64_t layer = 0; layer < numLayers; ++layer) {

@@ -85,7 +85,8 @@ private:
 
   Value gpt2Block(Value x, int64_t layer);
   Value llamaBlock(Value x, int64_t layer);
-  /// SiLU-gated MLP (`prefix`.gate_proj, up_proj, down_proj).
+  /// Gated MLP (`prefix`.gate_proj, up_proj, down_proj): SiLU, or
+  /// Gemma's tanh GELU.
   Value swiGlu(Value x, StringRef prefix, int64_t intermediate);
   /// A mixture-of-experts MLP: router, experts, Qwen2-MoE's shared expert.
   Value expertsMlp(Value x, StringRef layerPrefix);
@@ -162,7 +163,17 @@ Value TransformerBuilder::layerNorm(Value x, StringRef prefix) {
 
 Value TransformerBuilder::rmsNorm(Value x, StringRef name, int64_t size,
                                   double epsilon) {
-  Value weight = param(name, {size ? size : config_.hiddenSize}, "ones");
+  int64_t width = size ? size : config_.hiddenSize;
+  Value weight;
+  if (config_.unitOffsetNorms) {
+    // Gemma: the gain is 1 + weight, the weight zeros at first.
+    weight = AddOp::create(
+        builder_, loc_, param(name, {width}, "zeros"),
+        FillOp::create(builder_, loc_, builder_.getDenseI64ArrayAttr({width}),
+                       builder_.getF64FloatAttr(1.0)));
+  } else {
+    weight = param(name, {width}, "ones");
+  }
   return RmsNormOp::create(
       builder_, loc_, x, weight,
       builder_.getF64FloatAttr(epsilon ? epsilon : config_.normEpsilon));
@@ -210,10 +221,13 @@ Value TransformerBuilder::attend(Value query, Value key, Value value,
   IntegerAttr windowAttr;
   if (window && *window < shape_.seq)
     windowAttr = builder_.getI64IntegerAttr(*window);
+  FloatAttr softcap = config_.attentionSoftcap
+                          ? builder_.getF64FloatAttr(config_.attentionSoftcap)
+                          : FloatAttr();
   Value result = AttentionOp::create(
       builder_, loc_, padTo(query, d), padTo(key, d), padTo(value, dv),
       builder_.getF64FloatAttr(scale), builder_.getBoolAttr(true), ArrayAttr(),
-      IntegerAttr(), windowAttr, FloatAttr());
+      IntegerAttr(), windowAttr, softcap);
   if (dv == width)
     return result;
   SmallVector<int64_t> sizes(shapeOf(result));
@@ -281,14 +295,23 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
   loc_ = NameLoc::get(builder_.getStringAttr(prefix));
   partMarker_.setPart(PartAttr::getLayer(builder_.getContext(), layer));
 
+  // Gemma 2 normalizes each branch's output too ("sandwich" norms): its
+  // post_attention_layernorm is the attention's output norm, and
+  // pre_feedforward_layernorm the MLP's input norm.
+  bool sandwich = config_.sandwichNorms;
   Value hidden = rmsNorm(x, prefix + ".input_layernorm.weight");
   Value output = config_.isLatent() ? latentAttention(hidden, prefix, layer)
                                     : attention(hidden, prefix, layer);
+  if (sandwich)
+    output = rmsNorm(output, prefix + ".post_attention_layernorm.weight");
   x = AddOp::create(builder_, loc_, x, output);
 
-  hidden = rmsNorm(x, prefix + ".post_attention_layernorm.weight");
+  hidden = rmsNorm(x, prefix + (sandwich ? ".pre_feedforward_layernorm.weight"
+                                         : ".post_attention_layernorm.weight"));
   Value mlp = config_.isSparseLayer(layer) ? expertsMlp(hidden, prefix)
                                            : swiGlu(hidden, prefix + ".mlp", f);
+  if (sandwich)
+    mlp = rmsNorm(mlp, prefix + ".post_feedforward_layernorm.weight");
   return AddOp::create(builder_, loc_, x, mlp);
 }
 
@@ -322,8 +345,10 @@ Value TransformerBuilder::attention(Value hidden, StringRef prefix,
     qHeads = rmsNorm(qHeads, (prefix + ".self_attn.q_norm.weight").str(), d);
     kHeads = rmsNorm(kHeads, (prefix + ".self_attn.k_norm.weight").str(), d);
   }
+  double scale = config_.attentionScale ? config_.attentionScale
+                                        : 1.0 / std::sqrt(double(d));
   Value result = attend(rope(qHeads), rope(kHeads), reshape(v, {b, s, hkv, d}),
-                        1.0 / std::sqrt(double(d)), layer);
+                        scale, layer);
   return linear(
       reshape(result, {b, s, hq * d}),
       param((prefix + ".self_attn.o_proj.weight").str(), {e, hq * d}, normal),
@@ -406,8 +431,11 @@ Value TransformerBuilder::swiGlu(Value x, StringRef prefix,
       x, param((prefix + ".gate_proj.weight").str(), {f, e}, normal), true);
   Value up = linear(
       x, param((prefix + ".up_proj.weight").str(), {f, e}, normal), true);
-  Value activated =
-      MulOp::create(builder_, loc_, SiluOp::create(builder_, loc_, gate), up);
+  Value activation =
+      config_.activation == TransformerConfig::Activation::GeluTanh
+          ? GeluTanhOp::create(builder_, loc_, gate).getResult()
+          : SiluOp::create(builder_, loc_, gate).getResult();
+  Value activated = MulOp::create(builder_, loc_, activation, up);
   return linear(activated,
                 param((prefix + ".down_proj.weight").str(), {e, f}, normal),
                 true);
@@ -624,6 +652,12 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
                          : IntegerAttr();
   Value x = EmbeddingOp::create(builder_, loc_, embedTable, tokens, 0,
                                 /*axes=*/nullptr, padding);
+  // Gemma scales the embeddings by sqrt(hidden_size), rounded to fp32 as
+  // transformers' normalizer is.
+  if (config_.scaleEmbeddings)
+    x = ScaleOp::create(
+        builder_, loc_, x,
+        builder_.getF64FloatAttr(static_cast<float>(std::sqrt(double(e)))));
   if (gpt2) {
     // Learned positions: the table's rows at the position ids (a split or
     // reordered sequence reads its own rows).
@@ -645,6 +679,14 @@ OwningOpRef<ModuleOp> TransformerBuilder::build() {
                    ? embedTable
                    : param("lm_head.weight", {v, e}, normal);
   Value logits = linear(x, head, /*weightIsOutIn=*/true);
+  // Gemma 2 soft-caps the logits: c tanh(logits / c).
+  if (double cap = config_.logitSoftcap)
+    logits = ScaleOp::create(
+        builder_, loc_,
+        TanhOp::create(builder_, loc_,
+                       ScaleOp::create(builder_, loc_, logits,
+                                       builder_.getF64FloatAttr(1 / cap))),
+        builder_.getF64FloatAttr(cap));
   Value loss = CrossEntropyOp::create(builder_, loc_, logits, targets, 0,
                                       /*axes=*/nullptr);
   if (!routerCounts_.empty())

@@ -57,6 +57,10 @@ const std::map<std::string, ModelTypeFacts> &modelTypes() {
        {"Qwen3MoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"olmoe",
        {"OlmoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"gemma",
+       {"GemmaForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"gemma2",
+       {"Gemma2ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       // The routers (weights and score correction biases) stay fp32.
       {"deepseek_v3",
        {"DeepseekV3ForCausalLM",
@@ -164,8 +168,8 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
   if (facts == modelTypes().end())
     return Status::error("config '" + configPath +
                          "': expected model_type gpt2, llama, mistral, "
-                         "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe "
-                         "or deepseek_v3, found '" +
+                         "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
+                         "olmoe, deepseek_v3, gemma or gemma2, found '" +
                          modelType + "'");
 
   StatusOr<SafetensorsFile> model =

@@ -48,6 +48,24 @@ def config(kind: str) -> dict:
     elif kind == "qwen3":
         fields.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"],
                       use_sliding_window=False, head_dim=32)
+    elif kind == "gemma":
+        # RMSNorms scaling by 1 + weight, embeddings times sqrt(64), the
+        # tanh GELU, heads of 16, the table tied to the head.
+        fields.pop("hidden_act")
+        fields.update(model_type="gemma", architectures=["GemmaForCausalLM"],
+                      hidden_act="gelu_pytorch_tanh", head_dim=16,
+                      tie_word_embeddings=True)
+    elif kind == "gemma2":
+        # Gemma's, with norms around both branches, soft caps small enough
+        # to bend the tiny model's scores and logits, a window of 6 on the
+        # even layers, and a query scale of its own.
+        fields.pop("hidden_act")
+        fields.update(model_type="gemma2",
+                      architectures=["Gemma2ForCausalLM"],
+                      hidden_activation="gelu_pytorch_tanh", head_dim=16,
+                      tie_word_embeddings=True, query_pre_attn_scalar=24,
+                      sliding_window=6, attn_logit_softcapping=0.5,
+                      final_logit_softcapping=2.0)
     elif kind == "qwen2_yarn":
         # YaRN: frequencies blended over the pairs, cos and sin scaled by
         # 0.1 ln 4 + 1.
@@ -69,6 +87,8 @@ def causal_lm(kind: str, **fields: Any) -> "torch.nn.Module":
                     transformers.MistralConfig),
         "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config),
         "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config),
+        "gemma": (transformers.GemmaForCausalLM, transformers.GemmaConfig),
+        "gemma2": (transformers.Gemma2ForCausalLM, transformers.Gemma2Config),
     }
     model, settings = classes[kind.removesuffix("_window").removesuffix(
         "_yarn")]
@@ -225,15 +245,17 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2",
                                   "qwen3", "mistral_window", "qwen2_window",
-                                  "qwen2_yarn"])
+                                  "qwen2_yarn", "gemma", "gemma2"])
 def test_trained_parameters_equal_pytorch(kind: str) -> None:
     """Every parameter after 3 AdamW steps with weight decay equals
     PyTorch's, not only the losses: GPT-2's fused QKV bias is a 1-D bias
     (not decayed), Llama's padding row (pad_token_id 0, in every batch)
     gets no gradient, Mistral builds as Llama without a window and with
     one shorter than the sequence (Qwen2's on the layers it names), Qwen2's
-    query, key and value biases and Qwen3's query and key norms train, from
-    the config importer and from the module alike.
+    query, key and value biases and Qwen3's query and key norms train, as
+    do Gemma's norms (1 + weight) and scaled embeddings, Gemma 2's norms
+    around both branches, soft caps and windows, and YaRN's rotary scaling,
+    from the config importer and from the module alike.
     AdamW's epsilon is 1e-4: at 1e-8 its division turns the roundoff of a
     near-zero gradient into a visible step (zero.test says more)."""
     fields = dict(config(kind), pad_token_id=0)

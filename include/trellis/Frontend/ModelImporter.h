@@ -49,8 +49,25 @@ struct TransformerConfig {
   /// RMSNorms over the whole query and key projections (all heads
   /// together) before they are cut into heads: OLMoE's q_norm and k_norm.
   bool projectionNorm = false;
-  /// Sliding-window attention (Mistral, Mixtral, the Qwen types): each
-  /// token of the layers `slidingLayers` marks attends to the last this
+  /// Gemma's RMSNorms scale by 1 + weight (weights start at zero).
+  bool unitOffsetNorms = false;
+  /// Gemma 2's RMSNorms on the attention's and the MLP's outputs too
+  /// (post_attention_layernorm, post_feedforward_layernorm; the MLP's
+  /// input norm is pre_feedforward_layernorm).
+  bool sandwichNorms = false;
+  /// The embeddings times sqrt(hidden_size) (Gemma's normalizer).
+  bool scaleEmbeddings = false;
+  /// The gated MLP's activation: SiLU, or GELU's tanh approximation
+  /// (Gemma's gelu_pytorch_tanh).
+  enum class Activation { Silu, GeluTanh } activation = Activation::Silu;
+  /// The attention's score scale (Gemma 2: query_pre_attn_scalar^-0.5);
+  /// 0: 1/sqrt(headDim).
+  double attentionScale = 0;
+  /// Soft caps c of the attention scores and of the logits (Gemma 2):
+  /// x -> c tanh(x / c); 0: none.
+  double attentionSoftcap = 0, logitSoftcap = 0;
+  /// Sliding-window attention (Mistral, Mixtral, the Qwen types, Gemma 2):
+  /// each token of the layers `slidingLayers` marks attends to the last this
   /// many positions (its own included); unset: none.
   std::optional<int64_t> slidingWindow;
   std::vector<bool> slidingLayers;

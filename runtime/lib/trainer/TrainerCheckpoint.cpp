@@ -195,12 +195,19 @@ Status Trainer::writeCheckpointFiles(const std::string &partial,
   // what `trellis export --hf` needs besides the weights.
   json metadata =
       json::parse(plan.metadataJson, nullptr, /*allow_exceptions=*/false);
-  if (metadata.is_object() && metadata.contains("hf_config") &&
-      metadata["hf_config"].is_object()) {
+  // The config's text as the compiler read it (plans of earlier versions:
+  // the parsed object).
+  const json *hfConfig = metadata.is_object() && metadata.contains("hf_config")
+                             ? &metadata["hf_config"]
+                             : nullptr;
+  if (hfConfig && (hfConfig->is_string() || hfConfig->is_object())) {
     std::string path = partial + "/config.json";
     errno = 0;
     std::ofstream config(path);
-    config << metadata["hf_config"].dump(2) << "\n";
+    if (hfConfig->is_string())
+      config << hfConfig->get<std::string>();
+    else
+      config << hfConfig->dump(2) << "\n";
     if (!config.flush())
       return Status::error("cannot write '" + path +
                            "': " + std::strerror(errno));
