@@ -99,6 +99,15 @@ private:
   LogicalResult apply(Operation &op, PrecisionPolicy policy) {
     if (policy == PrecisionPolicy::Operands)
       return success();
+    // An op the model keeps in fp32 (graph.precision): its low-precision
+    // operands cast up, its parameters read as they are.
+    if (op.hasAttr(GraphDialect::kPrecisionAttrName)) {
+      Type f32 = Float32Type::get(&getContext());
+      for (OpOperand &operand : op.getOpOperands())
+        if (elementOf(operand.get()) == low_)
+          operand.set(castFor(operand.get(), f32, &op));
+      return reinferResults(op);
+    }
     // Float32 ops widen low-precision operands themselves: no casts, their
     // results follow their operands.
     if (policy == PrecisionPolicy::Float32)

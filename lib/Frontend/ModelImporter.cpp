@@ -454,6 +454,11 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
   // among the best groups' experts).
   Value logits =
       linear(x, param(prefix + ".gate.weight", {count, e}, normal), true);
+  // DeepSeek-V3's router computes in fp32 under mixed precision too (the
+  // hidden states cast up, its weight kept fp32), as transformers does.
+  if (experts.correctionBias)
+    logits.getDefiningOp()->setAttr(GraphDialect::kPrecisionAttrName,
+                                    builder_.getStringAttr("f32"));
   Value bias = experts.correctionBias
                    ? state(prefix + ".gate.e_score_correction_bias", {count})
                    : Value();

@@ -33,6 +33,10 @@ def MixedPrecisionPass : Pass<"trellis-mixed-precision", "::mlir::ModuleOp"> {
       are and compute in fp32 inside: no cast, so no fp32 copy of the
       logits lives until the backward; the loss is f32.
     - `Operands` ops (casts) are left alone.
+    - A `Low` op marked `graph.precision = "f32"` (DeepSeek-V3's router)
+      computes in fp32: its low-precision operands are cast up, its
+      parameters read uncast (they stay fp32 parameters, their own
+      masters).
     The parameters stay f32 here: the gradient of a cast is a cast back, so
     every parameter gradient, the accumulation over micro-batches and the
     optimizer are in fp32; `-trellis-master-weights` later turns the f32

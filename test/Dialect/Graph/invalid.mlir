@@ -214,6 +214,15 @@ func.func @no_micro_batches(%x: tensor<4xf32>) attributes {graph.micro_batches =
 
 // -----
 
+// Tests that only an op computing in the compute dtype can be kept in fp32.
+func.func @kept_precision(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'graph.neg' op expected 'graph.precision' to be "f32" on an op that computes in the compute dtype, found "f64"}}
+  %0 = graph.neg %x {graph.precision = "f64"} : tensor<4xf32>
+  return
+}
+
+// -----
+
 // Tests that a phase mark names a phase of a micro-batch.
 func.func @unknown_phase(%x: tensor<4xf32>) {
   // expected-error @+1 {{'graph.neg' op expected 'graph.phase' to be "forward", "backward" or "weight", found "sideways"}}

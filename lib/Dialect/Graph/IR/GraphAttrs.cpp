@@ -147,6 +147,18 @@ LogicalResult GraphDialect::verifyOperationAttribute(Operation *op,
              << "' to be a unit attribute of a graph.cast";
     return success();
   }
+  if (name == kPrecisionAttrName) {
+    auto precision = llvm::dyn_cast<StringAttr>(attr.getValue());
+    auto policy = llvm::dyn_cast<PrecisionOpInterface>(op);
+    if (!precision || precision.getValue() != "f32" || !policy ||
+        policy.getPrecisionPolicy() != PrecisionPolicy::Low)
+      return op->emitOpError()
+             << "expected '" << kPrecisionAttrName
+             << "' to be \"f32\" on an op that computes in the compute "
+                "dtype, found "
+             << attr.getValue();
+    return success();
+  }
   if (name == kPhaseAttrName) {
     auto phase = llvm::dyn_cast<StringAttr>(attr.getValue());
     if (!phase || !llvm::is_contained(

@@ -61,6 +61,11 @@ def Graph_Dialect : Dialect {
     /// ops of the whole step (loss average, gradient reductions,
     /// optimizer), which run once after every micro-batch.
     static constexpr ::llvm::StringLiteral kPhaseAttrName = "graph.phase";
+    /// Op attribute: "f32" keeps an op that computes in the compute dtype
+    /// in fp32 under mixed precision (its operands cast up, its parameters
+    /// read uncast): DeepSeek-V3's router, as transformers computes it.
+    static constexpr ::llvm::StringLiteral kPrecisionAttrName =
+        "graph.precision";
     /// Unit attribute of a graph.cast: a partial-sum operand is reduced
     /// before the cast, not after it (the cast is not linear for sharding).
     /// On a parameter's compute cast, its gradient's cast back inherits it:
