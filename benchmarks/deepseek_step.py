@@ -23,6 +23,7 @@ import torch
 import transformers
 
 import trellis
+from torch_timing import eager_step_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "deepseek-v3-tiny.json")
@@ -81,32 +82,12 @@ def trellis_step(plan):
         return (time.perf_counter() - start) / steps
 
 
-def torch_step():
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
-                                  weight_decay=0.0)
-    inputs = torch.as_tensor(tokens, dtype=torch.long)
-    labels = torch.as_tensor(targets, dtype=torch.long)
-
-    def step():
-        logits = module(inputs).logits
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1),
-                                                 labels.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-    step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
-
-
 results = {}
 for _ in range(rounds):
     for name, plan in plans.items():
         results.setdefault(name, []).append(trellis_step(plan))
-    results.setdefault("pytorch eager", []).append(torch_step())
+    results.setdefault("pytorch eager", []).append(
+        eager_step_seconds(module, tokens, targets, steps))
 print("DeepSeek-V3-shaped model; "
       f"batch {BATCH} x {SEQ}; {threads} threads; medians of {rounds} "
       f"interleaved rounds of {steps} steps")

@@ -25,6 +25,7 @@ import torch
 import transformers
 
 import trellis
+from torch_timing import eager_step_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRELLIS = os.environ.get("TRELLIS", os.path.join(ROOT, "build", "bin",
@@ -103,32 +104,12 @@ def trellis_ep():
     return statistics.mean(times[1:]) / 1000
 
 
-def torch_eager():
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
-                                  weight_decay=0.0)
-    inputs = torch.as_tensor(tokens, dtype=torch.long)
-    labels = torch.as_tensor(targets, dtype=torch.long)
-
-    def step():
-        logits = module(inputs).logits
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1),
-                                                 labels.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-    step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
-
-
 results = {"trellis 1 rank": [], "trellis ep=2": [], "pytorch eager": []}
 for _ in range(rounds):
     results["trellis 1 rank"].append(trellis_one())
     results["trellis ep=2"].append(trellis_ep())
-    results["pytorch eager"].append(torch_eager())
+    results["pytorch eager"].append(
+        eager_step_seconds(module, tokens, targets, steps))
 tokens_per_step = BATCH * SEQ
 print(f"Mixtral-shaped: {fields['num_hidden_layers']} layers, hidden "
       f"{fields['hidden_size']}, {fields['num_local_experts']} experts of "

@@ -22,6 +22,7 @@ import torch
 import transformers
 
 import trellis
+from torch_timing import eager_step_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "llama-tiny.json")
@@ -60,27 +61,6 @@ def trellis_step(config, weights):
         return (time.perf_counter() - start) / steps
 
 
-def torch_step(module):
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3,
-                                  weight_decay=0.0)
-    inputs = torch.as_tensor(tokens, dtype=torch.long)
-    labels = torch.as_tensor(targets, dtype=torch.long)
-
-    def step():
-        logits = module(inputs).logits
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1),
-                                                 labels.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-    step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
-
-
 cases = {}
 for name, sliding in (("causal", None), (f"window {window}", window)):
     config = fields(sliding)
@@ -97,7 +77,8 @@ for _ in range(rounds):
     for name, (config, weights, module) in cases.items():
         results.setdefault(f"trellis {name}", []).append(
             trellis_step(config, weights))
-        results.setdefault(f"pytorch {name}", []).append(torch_step(module))
+        results.setdefault(f"pytorch {name}", []).append(
+            eager_step_seconds(module, tokens, targets, steps))
 print(f"Mistral-shaped tiny model; batch {BATCH} x {seq}; {threads} threads; "
       f"medians of {rounds} interleaved rounds of {steps} steps")
 for name, times in sorted(results.items()):

@@ -46,10 +46,14 @@ Value trellis::stepExpertCounts(OpBuilder &builder, MoeRouteOp route,
     copyPlacement(route, made);
     counts = made;
   }
-  // A micro-batch's counts, summed over the step's micro-batches.
+  // A micro-batch's counts, summed over the step's micro-batches (once: a
+  // sum another pass made serves again).
   auto step = route->getParentOfType<func::FuncOp>();
   if (step->hasAttr(GraphDialect::kMicroBatchesAttrName) &&
       counts.getDefiningOp()->hasAttr(GraphDialect::kPhaseAttrName)) {
+    for (Operation *user : counts.getUsers())
+      if (auto sum = llvm::dyn_cast<MicrobatchSumOp>(user))
+        return sum;
     auto total = MicrobatchSumOp::create(builder, route.getLoc(), counts);
     setModelPart(total, getModelPart(route));
     counts = total;

@@ -24,8 +24,8 @@ void appendMetricResult(mlir::func::FuncOp step, mlir::Value value,
 /// How many of the step's slots `route` sent to each of its `experts`
 /// ([experts] f32, summed over the micro-batches of a micro-batched step):
 /// the layer's graph.expert_counts (its load-balancing loss's) or a new
-/// one after the route, the sum over micro-batches at `builder`'s
-/// insertion point (the step's end).
+/// one after the route, and its sum over micro-batches (an existing one,
+/// or a new one at `builder`'s insertion point, the step's end).
 mlir::Value stepExpertCounts(mlir::OpBuilder &builder, graph::MoeRouteOp route,
                              int64_t experts);
 

@@ -76,21 +76,23 @@ void topExperts(const float *scores, int64_t experts, int64_t k,
   }
 }
 
-/// DeepSeek-V3's group limit on `choice` [experts]: each of the `groups`
-/// contiguous groups ranked by the sum of its two highest entries, the
-/// entries outside the `kept` best groups (ties to the lower group) set to
-/// -inf.
-void limitToGroups(float *choice, int64_t experts, int64_t groups,
-                   int64_t kept) {
+/// DeepSeek-V3's group limit on `choice` [experts]: each of the
+/// groupScores.size() contiguous groups ranked by the sum of its two
+/// highest entries, the entries outside the keptGroups.size() best groups
+/// (ties to the lower group) set to -inf. The two vectors are the
+/// caller's scratch, sized once per thread.
+void limitToGroups(float *choice, int64_t experts,
+                   std::vector<float> &groupScores,
+                   std::vector<int32_t> &keptGroups) {
+  int64_t groups = static_cast<int64_t>(groupScores.size());
   int64_t size = experts / groups;
-  std::vector<float> groupScores(groups);
   for (int64_t g = 0; g < groups; ++g) {
     int32_t best[2];
     topExperts(choice + g * size, size, 2, best);
     groupScores[g] = choice[g * size + best[0]] + choice[g * size + best[1]];
   }
-  std::vector<int32_t> keptGroups(kept);
-  topExperts(groupScores.data(), groups, kept, keptGroups.data());
+  topExperts(groupScores.data(), groups,
+             static_cast<int64_t>(keptGroups.size()), keptGroups.data());
   for (int64_t g = 0; g < groups; ++g)
     if (std::find(keptGroups.begin(), keptGroups.end(), g) == keptGroups.end())
       std::fill(choice + g * size, choice + (g + 1) * size,
@@ -109,7 +111,9 @@ Status runRoute(const KernelArgs &args) {
   int32_t *chosen = args.out(1).i32();
 #pragma omp parallel if (tokens * experts >= kParallelElements)
   {
-    std::vector<float> scores(experts), choice(experts);
+    std::vector<float> scores(experts), choice(experts),
+        groupScores(options.groups);
+    std::vector<int32_t> keptGroups(options.topGroups);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
       routeScores(logits.f32() + t * experts, experts, options.sigmoid,
@@ -119,8 +123,7 @@ Status runRoute(const KernelArgs &args) {
       for (int64_t e = 0; e < experts; ++e)
         choice[e] = bias ? scores[e] + bias[e] : scores[e];
       if (options.groups)
-        limitToGroups(choice.data(), experts, options.groups,
-                      options.topGroups);
+        limitToGroups(choice.data(), experts, groupScores, keptGroups);
       int32_t *ids = chosen + t * k;
       topExperts(choice.data(), experts, k, ids);
       double sum = 0;

@@ -1,5 +1,6 @@
 // RUN: trellis-opt %s -trellis-expert-bias-update="rate=0.001" | FileCheck %s
 // RUN: trellis-opt %s -trellis-accumulate-micro-batches="micro-batches=2 function=train_step" -trellis-expert-bias-update | FileCheck %s --check-prefix=MICRO
+// RUN: trellis-opt %s -trellis-accumulate-micro-batches="micro-batches=2 function=train_step" -trellis-expert-load -trellis-expert-bias-update | FileCheck %s --check-prefix=SHARED
 // RUN: not trellis-opt %s -trellis-expert-bias-update="function=step" 2>&1 | FileCheck %s --check-prefix=MISSING
 // RUN: not trellis-opt %s -trellis-expert-bias-update="rate=0" 2>&1 | FileCheck %s --check-prefix=RATE
 
@@ -17,6 +18,12 @@
 // CHECK: return %{{.*}}, %[[U]]
 // MICRO: %[[S:.*]] = graph.microbatch_sum %{{.*}} {graph.part = #graph.part<layer 0>}
 // MICRO: graph.expert_bias_update %{{.*}}, %[[S]]
+// After -trellis-expert-load, its sums over the micro-batches serve the
+// update: one per layer.
+// SHARED: %[[S0:.*]] = graph.microbatch_sum %{{.*}} {graph.part = #graph.part<layer 0>} : tensor<4xf32>
+// SHARED: graph.microbatch_sum %{{.*}} {graph.part = #graph.part<layer 1>} : tensor<4xf32>
+// SHARED-NOT: graph.microbatch_sum
+// SHARED: graph.expert_bias_update %arg2, %[[S0]]
 // MISSING: error: expected a training step @step to update its routers' biases in, found none
 // RATE: error: expected a bias update rate > 0, found 0
 func.func @train_step(%x: tensor<2x3x8xf32> {graph.role = "input", graph.param = "x"},

@@ -137,6 +137,19 @@ def trellis_weights(kind: str, module: "torch.nn.Module",
     return weights
 
 
+def hub_tensors(weights: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Trellis's weights as the Hub's checkpoints store them: each stacked
+    expert parameter ("*" in its name) as one tensor per expert."""
+    hub = {}
+    for name, value in weights.items():
+        if "*" not in name:
+            hub[name] = value
+            continue
+        for index in range(value.shape[0]):
+            hub[name.replace("*", str(index))] = value[index]
+    return hub
+
+
 def megatron_router_losses(fields: dict, router_logits: tuple) -> "torch.Tensor":
     """Megatron-Core's switch_load_balancing_loss_func and z_loss_func for
     each layer's router logits [tokens, E], summed over the layers."""
@@ -274,12 +287,7 @@ def test_hub_checkpoints_load_and_export(tmp_path, trellis_bin: str) -> None:
     fields = config("mixtral")
     module = hugging_face("mixtral", fields)
     weights = trellis_weights("mixtral", module, fields)
-    hub = {}
-    for name, value in weights.items():
-        for index in range(value.shape[0] if "*" in name else 0):
-            hub[name.replace("*", str(index))] = value[index]
-        if "*" not in name:
-            hub[name] = value
+    hub = hub_tensors(weights)
     path = str(tmp_path / "hub.safetensors")
     safetensors_numpy.save_file(hub, path)
     data = batches(fields["vocab_size"], BATCH, SEQ, 1, seed=4)
@@ -350,12 +358,7 @@ def test_deepseek_hub_checkpoint_loads_and_exports(tmp_path,
     Trellis's loss."""
     fields = config("deepseek_v3")
     module = hugging_face("deepseek_v3", fields)
-    hub = {}
-    for name, value in trellis_weights("deepseek_v3", module, fields).items():
-        for index in range(value.shape[0] if "*" in name else 0):
-            hub[name.replace("*", str(index))] = value[index]
-        if "*" not in name:
-            hub[name] = value
+    hub = hub_tensors(trellis_weights("deepseek_v3", module, fields))
     path = str(tmp_path / "hub.safetensors")
     safetensors_numpy.save_file(hub, path)
     tokens, targets = batches(fields["vocab_size"], BATCH, SEQ, 1, seed=4)[0]
