@@ -11,6 +11,7 @@
 #include "trellis/Planner/Cluster.h"
 
 #include "trellis/Common/JsonShape.h"
+#include "trellis/Common/OpContract.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -23,6 +24,8 @@ namespace trellis::planner {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+/// The largest share of its roofline an op may be measured at.
+constexpr double kMaxOpEfficiency = 100;
 
 /// What every preset assumes of kernels and links.
 ClusterSpec commonPreset() {
@@ -248,7 +251,7 @@ llvm::json::Value ClusterSpec::toJson() const {
   llvm::json::Object peaks;
   for (const auto &[dtype, rate] : device.peakFlops)
     peaks[dtype] = rate;
-  return llvm::json::Object{
+  llvm::json::Object json{
       {"name", name},
       {"devices_per_node", devicesPerNode},
       {"device",
@@ -269,6 +272,13 @@ llvm::json::Value ClusterSpec::toJson() const {
       {"intra_node", linkJson(intraNode)},
       {"inter_node", linkJson(interNode)},
   };
+  if (!device.opEfficiency.empty()) {
+    llvm::json::Object ops;
+    for (const auto &[op, efficiency] : device.opEfficiency)
+      ops[op] = efficiency;
+    (*json.getObject("device"))["op_efficiency"] = std::move(ops);
+  }
+  return json;
 }
 
 std::vector<std::string> clusterPresetNames() {
@@ -295,7 +305,8 @@ std::optional<ClusterSpec> parseCluster(const llvm::json::Value &json,
   }
   ClusterSpec cluster;
   FieldReader top(root, "", error);
-  top.known({"name", "devices_per_node", "device", "intra_node", "inter_node"});
+  top.known({"name", "devices_per_node", "device", "intra_node", "inter_node",
+             "calibration"});
   top.text("name", cluster.name, /*required=*/false);
   top.integer("devices_per_node", cluster.devicesPerNode);
   if (const llvm::json::Object *device = top.object("device")) {
@@ -304,7 +315,8 @@ std::optional<ClusterSpec> parseCluster(const llvm::json::Value &json,
     reader.known({"name", "memory_bytes", "usable_memory_fraction",
                   "memory_bandwidth", "memory_efficiency", "peak_flops",
                   "gemm_efficiency", "gemm_half_size", "attention_efficiency",
-                  "attention_materializes_scores", "kernel_overhead_s"});
+                  "attention_materializes_scores", "kernel_overhead_s",
+                  "op_efficiency"});
     reader.text("name", spec.name, /*required=*/false);
     reader.number("memory_bytes", spec.memoryBytes);
     reader.number("usable_memory_fraction", spec.usableMemoryFraction, true,
@@ -329,6 +341,30 @@ std::optional<ClusterSpec> parseCluster(const llvm::json::Value &json,
           spec.peakFlops[dtype] = rate;
       }
     }
+    if (device->get("op_efficiency"))
+      if (const llvm::json::Object *ops = reader.object("op_efficiency")) {
+        // Kernels whose data stays in caches may beat the memory
+        // bandwidth; a hundredfold would be a measuring error.
+        FieldReader shares(ops, "device.op_efficiency.", error);
+        for (const auto &entry : *ops) {
+          std::string op = entry.first.str();
+          if (!findOpContract(op) && error.empty()) {
+            error = "field 'device.op_efficiency." + op +
+                    "': not an op of the plan op table (trellis ops "
+                    "lists them)";
+            break;
+          }
+          if (op == "matmul" && error.empty()) {
+            error = "field 'device.op_efficiency.matmul': matmuls follow "
+                    "the GEMM curve (device.gemm_efficiency, "
+                    "device.gemm_half_size)";
+            break;
+          }
+          double share = 0;
+          shares.number(op.c_str(), share, true, kMaxOpEfficiency);
+          spec.opEfficiency[op] = share;
+        }
+      }
   }
   readLink(top, "intra_node", cluster.intraNode, error);
   readLink(top, "inter_node", cluster.interNode, error);

@@ -241,8 +241,12 @@ pipelineSchedules(int64_t pp, int64_t microBatches,
   std::vector<std::pair<std::string, int64_t>> schedules;
   if (pp == 1)
     return {{"1f1b", 1}};
-  for (const char *name : {"1f1b", "interleaved", "zb-h1"}) {
+  for (const char *name : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
     if (fixed.schedule && *fixed.schedule != name)
+      continue;
+    // GPipe is searched only when asked for: 1F1B has its bubble and
+    // keeps fewer micro-batches alive, so it dominates.
+    if (!fixed.schedule && std::string(name) == "gpipe")
       continue;
     if (std::string(name) != "interleaved") {
       schedules.push_back({name, 1});

@@ -124,8 +124,17 @@ double computeSeconds(const PricedWork &work, const ClusterSpec &cluster) {
               scoreBytes / (device.memoryBandwidth * device.memoryEfficiency);
   } else if (isAttention(work.name)) {
     double flops = work.causal ? work.flops / 2 : work.flops;
-    seconds =
-        std::max(flops / (dtypePeak * device.attentionEfficiency), memory);
+    auto measured = device.opEfficiency.find(work.name);
+    double efficiency = measured == device.opEfficiency.end()
+                            ? device.attentionEfficiency
+                            : measured->second;
+    seconds = std::max(flops / (dtypePeak * efficiency), memory);
+  } else if (auto measured = device.opEfficiency.find(work.name);
+             measured != device.opEfficiency.end()) {
+    // A measured kernel: its share of the roofline.
+    seconds = std::max(bytes / device.memoryBandwidth,
+                       work.flops / cluster.peakFlops("f32")) /
+              measured->second;
   } else {
     seconds = std::max(memory, work.flops / cluster.peakFlops("f32"));
   }
@@ -180,11 +189,13 @@ llvm::json::Object StepTime::toJson() const {
   for (const RankTime &rank : ranks)
     if (!slowest || rank.stepEnd > slowest->stepEnd)
       slowest = &rank;
-  llvm::json::Object exposed;
+  llvm::json::Object exposed, byOp;
   double compute = 0, bubble = 0, optimizer = 0;
   if (slowest) {
     for (const auto &[key, time] : slowest->exposed)
       exposed[key] = time;
+    for (const auto &[op, time] : slowest->computeByOp)
+      byOp[op] = time;
     compute = slowest->compute;
     bubble = slowest->bubble;
     optimizer = slowest->optimizer;
@@ -192,6 +203,7 @@ llvm::json::Object StepTime::toJson() const {
   return llvm::json::Object{
       {"step_time_s", seconds},
       {"compute_s", compute},
+      {"compute_by_op_s", std::move(byOp)},
       {"exposed_communication_s", std::move(exposed)},
       {"bubble_s", bubble},
       {"optimizer_s", optimizer},
@@ -234,6 +246,9 @@ predictStepTime(const std::vector<ShardedStepCost> &costs,
     std::map<std::pair<int64_t, Phase>, ActionWork> actions;
     for (const PricedWork &work : costs[rank].work) {
       double compute = computeSeconds(work, cluster);
+      if (compute > 0)
+        time.computeByOp[work.name] +=
+            work.phase == Phase::Step ? compute : compute * microBatches;
       std::optional<double> communication =
           communicationSeconds(work, layout, cluster, error);
       if (!communication)

@@ -41,6 +41,10 @@ int runScheduleCommand();
 /// the runtime's tool `trellis-run ARGS` or `trellis-export ARGS` (argv[1]
 /// names the subcommand); return only on failure.
 int execRuntimeTool(int argc, char **argv);
+/// `trellis calibrate ARGS`: compiles the calibration models and runs the
+/// runtime's `trellis-calibrate ARGS --plan ...`; returns its exit code.
+extern llvm::cl::SubCommand calibrateCommand;
+int runCalibrateCommand(int argc, char **argv);
 /// `trellis plot ARGS`: replaces this process by `python3 -m trellis.plot
 /// ARGS` ($TRELLIS_PYTHON instead of python3 when set), which draws a run's
 /// metrics with matplotlib.

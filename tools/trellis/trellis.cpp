@@ -19,6 +19,9 @@ int main(int argc, char **argv) {
   if (argc > 1 && (llvm::StringRef(argv[1]) == "run" ||
                    llvm::StringRef(argv[1]) == "export"))
     return execRuntimeTool(argc, argv);
+  // `calibrate` compiles its models, then runs the runtime's tool.
+  if (argc > 1 && llvm::StringRef(argv[1]) == "calibrate")
+    return runCalibrateCommand(argc, argv);
   // `plot` is the Python package's (matplotlib).
   if (argc > 1 && llvm::StringRef(argv[1]) == "plot")
     return execPlotCommand(argc, argv);

@@ -99,6 +99,49 @@ TEST(ClusterTest, MissingAndNonPhysicalFieldsAreNamed) {
   EXPECT_EQ(error, "expected a JSON object (a cluster description)");
 }
 
+TEST(ClusterTest, MeasuredOpEfficienciesRoundTripAndAreChecked) {
+  // What trellis calibrate writes: op efficiencies (cached ops beat the
+  // memory bandwidth) and its record, which the model does not read.
+  llvm::json::Value json = clusterPreset("h100-sxm")->toJson();
+  llvm::json::Object &device = *json.getAsObject()->getObject("device");
+  device["op_efficiency"] =
+      llvm::json::Object{{"gelu_tanh", 0.08}, {"slice", 3.5}};
+  (*json.getAsObject())["calibration"] =
+      llvm::json::Object{{"threads", 1}, {"anything", "goes"}};
+  std::string error;
+  std::optional<ClusterSpec> cluster = parseCluster(json, error);
+  ASSERT_TRUE(cluster) << error;
+  EXPECT_EQ(cluster->device.opEfficiency.at("gelu_tanh"), 0.08);
+  EXPECT_EQ(cluster->device.opEfficiency.at("slice"), 3.5);
+  std::optional<ClusterSpec> again = parseCluster(cluster->toJson(), error);
+  ASSERT_TRUE(again) << error;
+  EXPECT_EQ(again->device.opEfficiency, cluster->device.opEfficiency);
+
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("device"))["op_efficiency"] =
+                  llvm::json::Object{{"gelu_fast", 0.5}};
+            }),
+            "field 'device.op_efficiency.gelu_fast': not an op of the plan "
+            "op table (trellis ops lists them)");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("device"))["op_efficiency"] =
+                  llvm::json::Object{{"add", 0.0}};
+            }),
+            "field 'device.op_efficiency.add': expected a number > 0 and <= "
+            "100, found 0");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("device"))["op_efficiency"] =
+                  llvm::json::Object{{"matmul", 0.5}};
+            }),
+            "field 'device.op_efficiency.matmul': matmuls follow the GEMM "
+            "curve (device.gemm_efficiency, device.gemm_half_size)");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("device"))["op_efficiency"] = 0.5;
+            }),
+            "field 'device.op_efficiency': expected an object, found a "
+            "number");
+}
+
 TEST(ClusterTest, LoadNamesTheFileOrThePresets) {
   std::string error;
   EXPECT_FALSE(loadCluster("/nonexistent/cluster.json", error));

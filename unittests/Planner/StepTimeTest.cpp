@@ -75,6 +75,26 @@ TEST(StepTimeTest, MatmulsRunAtTheGemmEfficiencyOfTheirSizes) {
   EXPECT_EQ(computeSeconds(collective("all_reduce over tp", 100), cluster), 0);
 }
 
+TEST(StepTimeTest, MeasuredOpsRunAtTheirShareOfTheirRoofline) {
+  ClusterSpec cluster = simpleCluster();
+  cluster.device.memoryEfficiency = 0.5;
+  cluster.device.opEfficiency = {{"gelu_tanh", 0.1}, {"attention", 0.05}};
+  // Without an entry: bytes over the bandwidth at the memory efficiency.
+  PricedWork add = compute("add", "f32", 0, 4'000'000);
+  EXPECT_DOUBLE_EQ(computeSeconds(add, cluster), 4e6 / (1e12 * 0.5));
+  // With one: the longer of bytes over the bandwidth and FLOPs over the
+  // f32 peak, at the op's share.
+  PricedWork gelu = compute("gelu_tanh", "f32", 1e6, 4'000'000);
+  EXPECT_DOUBLE_EQ(computeSeconds(gelu, cluster), 4e6 / 1e12 / 0.1);
+  gelu.flops = 1e9;
+  EXPECT_DOUBLE_EQ(computeSeconds(gelu, cluster), 1e9 / 1e13 / 0.1);
+  // Attention's entry replaces the attention efficiency.
+  PricedWork attention = compute("attention", "bf16", 1e12, 0);
+  EXPECT_DOUBLE_EQ(computeSeconds(attention, cluster), 1e12 / (1e14 * 0.05));
+  PricedWork backward = compute("attention_grad", "bf16", 1e12, 0);
+  EXPECT_DOUBLE_EQ(computeSeconds(backward, cluster), 1e12 / (1e14 * 0.25));
+}
+
 TEST(StepTimeTest, CollectivesUseTheLinksTheirGroupSpans) {
   ClusterSpec cluster = simpleCluster();
   StepLayout layout = dpAcrossNodes();

@@ -59,6 +59,15 @@ struct DeviceSpec {
   bool attentionMaterializesScores = false;
   /// Fixed time per kernel launch (s).
   double kernelOverhead = 0;
+  /// Measured kernels (`trellis calibrate`), by op-table row: the share of
+  /// its roofline an op reaches, where it differs from the defaults above.
+  /// An op's roofline is its bytes over `memoryBandwidth` or its FLOPs over
+  /// the f32 peak, whichever is longer (attention: its FLOPs, half for a
+  /// causal mask, over its dtype's peak). It replaces `memoryEfficiency`
+  /// (`attentionEfficiency` for attention) for that op; it may exceed 1
+  /// where an op's data stays in caches faster than `memoryBandwidth`.
+  /// Matmuls keep the GEMM curve (no entry).
+  std::map<std::string, double> opEfficiency;
 };
 
 struct ClusterSpec {
@@ -86,7 +95,8 @@ std::optional<ClusterSpec> clusterPreset(const std::string &name);
 /// Parses a cluster file's JSON. On a missing field, a wrong type or a
 /// value that is not physical (negative, zero where a rate is needed, an
 /// efficiency above 1) returns nullopt with `error` naming the field, what
-/// it expects and what it found.
+/// it expects and what it found. A top-level `calibration` object (what
+/// `trellis calibrate` measured) is kept out of the model: it is a record.
 std::optional<ClusterSpec> parseCluster(const llvm::json::Value &json,
                                         std::string &error);
 

@@ -50,8 +50,10 @@ struct StepLayout {
 
 /// Where one rank's step time goes (seconds).
 struct RankTime {
-  /// Compute of every action (recomputation included) and of the step.
+  /// Compute of every action (recomputation included) and of the step,
+  /// and the same by op-table row.
   double compute = 0;
+  std::map<std::string, double> computeByOp;
   /// Exposed communication by collective key (`all_reduce over tp`):
   /// what no compute hides. Pipeline transfers are the bubble's.
   std::map<std::string, double> exposed;
@@ -71,8 +73,9 @@ struct StepTime {
   /// The simulated pipeline, for its timeline.
   PipelineSimulation simulation;
 
-  /// `{"step_time_s", "compute_s", "exposed_communication_s": {key: s},
-  /// "bubble_s", "optimizer_s"}` of the slowest rank.
+  /// `{"step_time_s", "compute_s", "compute_by_op_s": {op: s},
+  /// "exposed_communication_s": {key: s}, "bubble_s", "optimizer_s"}` of
+  /// the slowest rank.
   llvm::json::Object toJson() const;
 };
 
