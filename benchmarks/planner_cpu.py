@@ -63,7 +63,8 @@ def run(command, **kwargs):
 
 
 def evaluate(trellis, config, cluster, ranks, batch, seq, plan, out):
-    """The planner's prediction of `plan`: (step seconds, flags)."""
+    """The planner's prediction of `plan`: (step seconds, flags, plan), or
+    None with the planner's refusal."""
     json_path = os.path.join(out, "evaluate.json")
     command = [trellis, "plan", config, "--cluster", cluster,
                "--gpus", str(ranks), "--global-batch", str(batch),
@@ -71,10 +72,12 @@ def evaluate(trellis, config, cluster, ranks, batch, seq, plan, out):
                "--json", json_path]
     if plan:
         command += ["--evaluate", plan]
-    run(command)
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        return None, result.stderr.strip().splitlines()[-1]
     with open(json_path) as f:
         best = json.load(f)["plans"][0]
-    return best["step_time_s"], best["flags"], best["plan"]
+    return (best["step_time_s"], best["flags"], best["plan"]), None
 
 
 def measure(trellis, config, flags, ranks, steps, out):
@@ -114,20 +117,25 @@ def main():
     for name in args.models.split(","):
         path, batch, seq = MODELS[name]
         config = os.path.join(ROOT, path)
-        rows = []
+        rows, refused = [], []
         for ranks, text in LAYOUTS:
             text = text.replace("MB", str(batch)).replace("QB",
                                                           str(batch // 4))
-            predicted, flags, plan = evaluate(args.trellis, config,
-                                              clusters[ranks], ranks, batch,
-                                              seq, text, out)
+            prediction, why = evaluate(args.trellis, config, clusters[ranks],
+                                       ranks, batch, seq, text, out)
+            if not prediction:
+                refused.append(f"{ranks} rank(s), {text}: {why}")
+                continue
+            predicted, flags, plan = prediction
             rows.append({"ranks": ranks, "plan": plan, "flags": flags,
                          "predicted": predicted, "measured": []})
         picks = {}
         for ranks in (1, 2):
-            predicted, flags, plan = evaluate(args.trellis, config,
-                                              clusters[ranks], ranks, batch,
-                                              seq, None, out)
+            prediction, why = evaluate(args.trellis, config, clusters[ranks],
+                                       ranks, batch, seq, None, out)
+            if not prediction:
+                sys.exit(f"trellis plan on {ranks} rank(s): {why}")
+            predicted, flags, plan = prediction
             picks[ranks] = plan
             if not any(r["plan"] == plan for r in rows):
                 rows.append({"ranks": ranks, "plan": plan, "flags": flags,
@@ -152,6 +160,8 @@ def main():
                   f"{row['predicted']:.3f} s | {error:+.1%} |")
         print(f"\nlargest error {max(errors):.1%}, median "
               f"{statistics.median(errors):.1%}")
+        for line in refused:
+            print(f"refused by the planner: {line}")
         for ranks, plan in picks.items():
             candidates = [r for r in rows if r["ranks"] == ranks]
             fastest = min(candidates, key=lambda r: r["median"])

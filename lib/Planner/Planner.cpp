@@ -792,6 +792,11 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
              evaluation.peakBytes() < result.closest->peakBytes())
       result.closest = evaluation;
   }
+  for (const PlanEvaluation &evaluation : priced)
+    result.candidates.push_back(
+        {evaluation.choice.text(), evaluation.time.seconds,
+         evaluation.tokensPerSecondPerGpu, evaluation.peakBytes(),
+         evaluation.fits, evaluation.exactMemory});
   if (result.plans.empty() && !result.closest) {
     PlanEvaluation closest = priced.front();
     for (const PlanEvaluation &evaluation : priced)

@@ -11,6 +11,7 @@
 #include "ModelLoading.h"
 
 #include "mlir/Support/FileUtilities.h"
+#include "trellis/Planner/PlanPicture.h"
 #include "trellis/Planner/Planner.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -69,6 +70,12 @@ cl::opt<std::string> planTimeline(
     cl::desc("Write the best plan's simulated per-rank timeline as a "
              "Chrome trace"),
     cl::value_desc("file"), cl::cat(planCategory), cl::sub(planCommand));
+cl::opt<std::string> planPicture(
+    "picture",
+    cl::desc("Draw the candidates' throughput against their memory (the "
+             "feasible front and the chosen plan marked) and the chosen "
+             "plan's simulated step as SVG"),
+    cl::value_desc("file.svg"), cl::cat(planCategory), cl::sub(planCommand));
 cl::opt<int64_t> planThreads("threads",
                              cl::desc("Worker threads (default: the cores)"),
                              cl::init(0), cl::cat(planCategory),
@@ -168,6 +175,16 @@ int runPlanCommand() {
       request.cluster.device.name, planBatch.getValue(), planSeq.getValue(),
       planPrecision, result->candidatesEvaluated, result->searchSeconds,
       result->candidatesRejected);
+  // The JSON is written whether or not a plan fits (then it holds the
+  // closest one).
+  if (!planJson.empty()) {
+    llvm::json::Object root = planner::searchResultJson(request, *result);
+    if (writeOutputFile("plan", "--json", planJson, [&](llvm::raw_ostream &os) {
+          os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+             << "\n";
+        }) != 0)
+      return 1;
+  }
   if (result->plans.empty()) {
     const planner::PlanEvaluation &closest = *result->closest;
     llvm::errs() << llvm::formatv(
@@ -195,14 +212,12 @@ int runPlanCommand() {
   llvm::outs() << "\nbest: trellis compile " << planModel << " "
                << best.choice.flags(planBatch, planSeq, planPrecision) << "\n";
   printBreakdown(best, llvm::outs());
-  if (!planJson.empty()) {
-    llvm::json::Object root = planner::searchResultJson(request, *result);
-    if (writeOutputFile("plan", "--json", planJson, [&](llvm::raw_ostream &os) {
-          os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
-             << "\n";
-        }) != 0)
-      return 1;
-  }
+  if (!planPicture.empty() &&
+      writeOutputFile("plan", "--picture", planPicture,
+                      [&](llvm::raw_ostream &os) {
+                        os << planner::planPictureSvg(request, *result);
+                      }) != 0)
+    return 1;
   if (!planTimeline.empty())
     return writeOutputFile("plan", "--timeline", planTimeline,
                            [&](llvm::raw_ostream &os) {

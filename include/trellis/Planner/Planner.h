@@ -112,9 +112,24 @@ struct PlanEvaluation {
                             const std::string &precision) const;
 };
 
+/// One priced candidate, for the picture of the search.
+struct CandidatePoint {
+  std::string plan;
+  double seconds = 0;
+  double tokensPerSecondPerGpu = 0;
+  /// The largest stage's peak: the compiler's memory plan for the plans
+  /// shown, else the screening estimate.
+  int64_t peakBytes = 0;
+  bool fits = false;
+  bool exactMemory = false;
+};
+
 struct SearchResult {
   /// Best first: the shown plans that fit, by predicted step time.
   std::vector<PlanEvaluation> plans;
+  /// Every candidate priced (the best of its ZeRO and recomputation
+  /// escalations), in no order.
+  std::vector<CandidatePoint> candidates;
   /// Plans priced (each a cost query), and plans that failed to compile.
   int64_t candidatesEvaluated = 0;
   int64_t candidatesRejected = 0;
