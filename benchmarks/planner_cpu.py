@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (model, batch, seq): sizes whose steps take seconds on one core.
 MODELS = {
     "gpt2-mini": ("examples/configs/gpt2-mini.json", 8, 256),
-    "gpt2-124m": ("examples/configs/gpt2-124m.json", 2, 128),
+    "gpt2-124m": ("examples/configs/gpt2-124m.json", 4, 64),
 }
 
 # (ranks, --evaluate text): what the string leaves out the planner

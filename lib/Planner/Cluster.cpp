@@ -226,16 +226,34 @@ void readLink(FieldReader &parent, const char *key, LinkSpec &link,
   if (!object)
     return;
   FieldReader reader(object, parent.path(key) + ".", error);
-  reader.known({"bandwidth", "latency_s", "efficiency"});
+  reader.known({"bandwidth", "latency_s", "efficiency", "relative_rate"});
   reader.number("bandwidth", link.bandwidth);
   reader.number("latency_s", link.latency, /*positive=*/false, 1.0);
   reader.number("efficiency", link.efficiency, true, 1.0);
+  if (error.empty() && object->get("relative_rate"))
+    if (const llvm::json::Object *rates = reader.object("relative_rate")) {
+      FieldReader kinds(rates, parent.path(key) + ".relative_rate.", error);
+      kinds.known({"all_gather", "reduce_scatter", "all_to_all", "send"});
+      for (const auto &entry : *rates) {
+        std::string kind = entry.first.str();
+        double rate = 0;
+        kinds.number(kind.c_str(), rate, true, 100.0);
+        link.relativeRate[kind] = rate;
+      }
+    }
 }
 
 llvm::json::Value linkJson(const LinkSpec &link) {
-  return llvm::json::Object{{"bandwidth", link.bandwidth},
-                            {"latency_s", link.latency},
-                            {"efficiency", link.efficiency}};
+  llvm::json::Object json{{"bandwidth", link.bandwidth},
+                          {"latency_s", link.latency},
+                          {"efficiency", link.efficiency}};
+  if (!link.relativeRate.empty()) {
+    llvm::json::Object rates;
+    for (const auto &[kind, rate] : link.relativeRate)
+      rates[kind] = rate;
+    json["relative_rate"] = std::move(rates);
+  }
+  return json;
 }
 
 } // namespace
@@ -268,6 +286,7 @@ llvm::json::Value ClusterSpec::toJson() const {
            {"attention_materializes_scores",
             device.attentionMaterializesScores},
            {"kernel_overhead_s", device.kernelOverhead},
+           {"communication_overlap", device.communicationOverlap},
        }},
       {"intra_node", linkJson(intraNode)},
       {"inter_node", linkJson(interNode)},
@@ -316,7 +335,7 @@ std::optional<ClusterSpec> parseCluster(const llvm::json::Value &json,
                   "memory_bandwidth", "memory_efficiency", "peak_flops",
                   "gemm_efficiency", "gemm_half_size", "attention_efficiency",
                   "attention_materializes_scores", "kernel_overhead_s",
-                  "op_efficiency"});
+                  "op_efficiency", "communication_overlap"});
     reader.text("name", spec.name, /*required=*/false);
     reader.number("memory_bytes", spec.memoryBytes);
     reader.number("usable_memory_fraction", spec.usableMemoryFraction, true,
@@ -328,6 +347,8 @@ std::optional<ClusterSpec> parseCluster(const llvm::json::Value &json,
     reader.number("attention_efficiency", spec.attentionEfficiency, true, 1.0);
     reader.number("kernel_overhead_s", spec.kernelOverhead,
                   /*positive=*/false, 1.0);
+    reader.number("communication_overlap", spec.communicationOverlap,
+                  /*positive=*/false, 1.0, /*required=*/false);
     reader.flag("attention_materializes_scores",
                 spec.attentionMaterializesScores);
     if (const llvm::json::Object *peaks = reader.object("peak_flops")) {

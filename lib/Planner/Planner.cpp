@@ -317,7 +317,7 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
               choice.sequenceParallel =
                   tp > 1 && fixed.sequenceParallel.value_or(true);
               choice.contextKind = fixed.contextKind.value_or("ulysses");
-              choice.zero = fixed.zero.value_or(dp > 1 ? 1 : 0);
+              choice.zero = fixed.zero.value_or(0);
               choice.recompute = fixed.recompute.value_or("none");
               candidates.push_back(choice);
             }
@@ -328,27 +328,32 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
   return candidates;
 }
 
-/// The escalations tried after `choice` does not fit: more ZeRO (2 and 3
-/// without a pipeline), then full recomputation with each.
-std::vector<PlanChoice> escalations(const PlanChoice &choice,
-                                    const PlanConstraints &fixed) {
-  std::vector<PlanChoice> more;
+/// The ZeRO stages and recomputations to price for a structural
+/// candidate, by recomputation, least first: every ZeRO stage the
+/// constraints allow at each (ZeRO shards the optimizer's work and
+/// memory, and changes the step's collectives, so any stage may be the
+/// fastest); full recomputation is tried only when nothing fits without
+/// it.
+std::vector<std::vector<PlanChoice>>
+zeroAndRecompute(const PlanChoice &choice, const PlanConstraints &fixed) {
   std::vector<int64_t> stages{choice.zero};
-  if (!fixed.zero && choice.batchRanks() > 1 && choice.pp == 1)
-    stages = {choice.zero, 2, 3};
+  if (!fixed.zero && choice.batchRanks() > 1)
+    stages = choice.pp == 1 ? std::vector<int64_t>{0, 1, 2, 3}
+                            : std::vector<int64_t>{0, 1};
   std::vector<std::string> recomputes{choice.recompute};
   if (!fixed.recompute && choice.recompute != "full")
     recomputes.push_back("full");
-  for (const std::string &recompute : recomputes)
+  std::vector<std::vector<PlanChoice>> levels;
+  for (const std::string &recompute : recomputes) {
+    levels.emplace_back();
     for (int64_t zero : stages) {
-      if (zero == choice.zero && recompute == choice.recompute)
-        continue;
       PlanChoice next = choice;
       next.zero = zero;
       next.recompute = recompute;
-      more.push_back(next);
+      levels.back().push_back(next);
     }
-  return more;
+  }
+  return levels;
 }
 
 } // namespace
@@ -717,30 +722,32 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
   std::atomic<int64_t> evaluated{0}, rejected{0};
   auto worker = [&] {
     for (size_t i = next++; i < candidates.size(); i = next++) {
-      std::vector<PlanChoice> tries{candidates[i]};
-      for (const PlanChoice &more : escalations(candidates[i], constraints))
-        tries.push_back(more);
       std::optional<PlanEvaluation> best;
-      for (const PlanChoice &choice : tries) {
-        std::string why;
-        std::optional<PlanEvaluation> evaluation =
-            evaluate(request, choice, why);
-        ++evaluated;
-        if (!evaluation) {
-          ++rejected;
-          std::lock_guard<std::mutex> lock(mutex);
-          if (i < firstErrorCandidate) {
-            firstErrorCandidate = i;
-            firstError = choice.text() + ": " + why;
+      for (const std::vector<PlanChoice> &level :
+           zeroAndRecompute(candidates[i], constraints)) {
+        for (const PlanChoice &choice : level) {
+          std::string why;
+          std::optional<PlanEvaluation> evaluation =
+              evaluate(request, choice, why);
+          ++evaluated;
+          if (!evaluation) {
+            ++rejected;
+            std::lock_guard<std::mutex> lock(mutex);
+            if (i < firstErrorCandidate) {
+              firstErrorCandidate = i;
+              firstError = choice.text() + ": " + why;
+            }
+            continue;
           }
-          continue;
+          if (!best || (evaluation->fits && !best->fits) ||
+              (evaluation->fits == best->fits &&
+               (evaluation->fits
+                    ? evaluation->time.seconds < best->time.seconds
+                    : evaluation->peakBytes() < best->peakBytes())))
+            best = std::move(evaluation);
         }
-        if (!best || (evaluation->fits && !best->fits) ||
-            (evaluation->fits == best->fits &&
-             (evaluation->fits ? evaluation->time.seconds < best->time.seconds
-                               : evaluation->peakBytes() < best->peakBytes())))
-          best = std::move(evaluation);
-        if (best->fits)
+        // More recomputation only when nothing fits without it.
+        if (best && best->fits)
           break;
       }
       if (best) {

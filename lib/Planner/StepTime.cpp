@@ -87,6 +87,14 @@ bool overDataAxesOnly(const CollectiveKey &key, const StepLayout &layout) {
   return true;
 }
 
+/// What of `communication` running beside `compute` stays exposed when
+/// the device hides `overlap` of it (a CPU's communication thread takes
+/// cores the kernels use).
+double unhiddenSeconds(double communication, double compute, double overlap) {
+  return communication * (1 - overlap) +
+         std::max(0.0, communication * overlap - compute);
+}
+
 bool isTransfer(const std::string &kind) {
   return kind == "send" || kind == "recv";
 }
@@ -152,8 +160,14 @@ std::optional<double> communicationSeconds(const PricedWork &work,
   if (!span)
     return std::nullopt;
   const LinkSpec &intra = cluster.intraNode, &inter = cluster.interNode;
-  double intraRate = intra.bandwidth * intra.efficiency;
-  double interRate = inter.bandwidth * inter.efficiency;
+  // Point-to-point kinds share the measured rate of sends.
+  std::string rateKind = isTransfer(key->kind) ||
+                                 key->kind == "collective_permute" ||
+                                 key->kind == "broadcast"
+                             ? "send"
+                             : key->kind;
+  double intraRate = intra.rateOf(rateKind);
+  double interRate = inter.rateOf(rateKind);
   double wire = static_cast<double>(work.traffic.wireBytes);
   double calls = static_cast<double>(work.traffic.count);
   int64_t n = span->size;
@@ -289,7 +303,8 @@ predictStepTime(const std::vector<ShardedStepCost> &costs,
     }
     for (auto &[where, action] : actions) {
       auto [chunk, phase] = where;
-      double unhidden = std::max(0.0, action.hideable - action.compute);
+      double unhidden = unhiddenSeconds(action.hideable, action.compute,
+                                        cluster.device.communicationOverlap);
       double duration = action.compute + action.exposed + unhidden;
       int64_t stage = chunk * shape.ranks + rank;
       if (stage >= stages) {
@@ -351,7 +366,8 @@ predictStepTime(const std::vector<ShardedStepCost> &costs,
     double lastBackward = 0;
     for (int64_t chunk = 0; chunk < shape.chunks; ++chunk)
       lastBackward += pipelineCosts.backwardByStage[chunk * shape.ranks + rank];
-    double unhidden = std::max(0.0, stepHideable[rank] - lastBackward);
+    double unhidden = unhiddenSeconds(stepHideable[rank], lastBackward,
+                                      cluster.device.communicationOverlap);
     for (const auto &[key, seconds] : stepHideableByKey[rank])
       if (unhidden > 0)
         time.exposed[key] += seconds / stepHideable[rank] * unhidden;

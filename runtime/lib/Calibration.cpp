@@ -194,9 +194,12 @@ StatusOr<NodeFigures> measureNode(const Backend &backend,
 }
 
 nlohmann::json linkJson(const LinkFigures &links) {
-  return {{"bandwidth", links.bandwidth},
-          {"latency_s", links.latency},
-          {"efficiency", 1.0}};
+  nlohmann::json json = {{"bandwidth", links.bandwidth},
+                         {"latency_s", links.latency},
+                         {"efficiency", 1.0}};
+  if (!links.relativeRate.empty())
+    json["relative_rate"] = links.relativeRate;
+  return json;
 }
 
 } // namespace
@@ -216,7 +219,7 @@ StatusOr<std::string> calibrate(const CalibrationOptions &options) {
   if (!node.ok())
     return node.status();
   LinkFigures &links = node->links;
-  KernelFigures *kernels = &node->kernels;
+  KernelFigures &kernels = node->kernels;
   // The device's memory as a plan's rank sees it.
   StatusOr<std::unique_ptr<Device>> device = (*backend)->createDevice(
       {options.threads, 0, options.ranks, /*maxMemoryBytes=*/0});
@@ -229,19 +232,19 @@ StatusOr<std::string> calibrate(const CalibrationOptions &options) {
   if (options.ranks == 1) {
     // Nothing to measure between ranks: a link as fast as memory, so a
     // plan over more devices than measured is not priced as free.
-    links.bandwidth = kernels->memoryBandwidth;
-    links.latency = kernels->kernelOverhead;
+    links.bandwidth = kernels.memoryBandwidth;
+    links.latency = kernels.kernelOverhead;
     links.record["ranks"] = 1;
     links.record["note"] = "one rank: not measured (the memory bandwidth)";
   }
 
   nlohmann::json peaks = nlohmann::json::object();
-  for (const auto &[dtype, fit] : kernels->gemm)
+  for (const auto &[dtype, fit] : kernels.gemm)
     peaks[dtype] = fit.peak;
   nlohmann::json opEfficiency = nlohmann::json::object();
-  for (const auto &[op, share] : kernels->opEfficiency)
+  for (const auto &[op, share] : kernels.opEfficiency)
     opEfficiency[op] = share;
-  const calibration::GemmFit &f32 = kernels->gemm.at("f32");
+  const calibration::GemmFit &f32 = kernels.gemm.at("f32");
   std::string name = options.name;
   if (name.empty())
     name = options.device + ", " + std::to_string(options.threads) +
@@ -254,14 +257,15 @@ StatusOr<std::string> calibrate(const CalibrationOptions &options) {
        {{"name", (*device)->name() + " (" + budget.source + ")"},
         {"memory_bytes", static_cast<double>(budget.bytes)},
         {"usable_memory_fraction", 0.9},
-        {"memory_bandwidth", kernels->memoryBandwidth},
+        {"memory_bandwidth", kernels.memoryBandwidth},
         {"memory_efficiency", 1.0},
         {"peak_flops", peaks},
         {"gemm_efficiency", 1.0},
         {"gemm_half_size", f32.halfSize},
         {"attention_efficiency",
-         kernels->attentionEfficiency > 0 ? kernels->attentionEfficiency : 0.5},
-        {"kernel_overhead_s", kernels->kernelOverhead},
+         kernels.attentionEfficiency > 0 ? kernels.attentionEfficiency : 0.5},
+        {"kernel_overhead_s", kernels.kernelOverhead},
+        {"communication_overlap", links.overlap},
         {"op_efficiency", opEfficiency}}},
       {"intra_node", linkJson(links)},
       // One node: nothing crosses a network.
@@ -270,7 +274,7 @@ StatusOr<std::string> calibrate(const CalibrationOptions &options) {
        {{"device", options.device},
         {"threads", options.threads},
         {"ranks", options.ranks},
-        {"kernels", kernels->record},
+        {"kernels", kernels.record},
         {"links", links.record}}},
   };
   return cluster.dump(2) + "\n";

@@ -142,6 +142,36 @@ TEST(ClusterTest, MeasuredOpEfficienciesRoundTripAndAreChecked) {
             "number");
 }
 
+TEST(ClusterTest, MeasuredLinkRatesAndOverlapRoundTripAndAreChecked) {
+  llvm::json::Value json = clusterPreset("a100-80g")->toJson();
+  (*json.getAsObject()->getObject("intra_node"))["relative_rate"] =
+      llvm::json::Object{{"reduce_scatter", 0.3}, {"send", 2.0}};
+  (*json.getAsObject()->getObject("device"))["communication_overlap"] = 0.25;
+  std::string error;
+  std::optional<ClusterSpec> cluster = parseCluster(json, error);
+  ASSERT_TRUE(cluster) << error;
+  EXPECT_EQ(cluster->intraNode.rateOf("reduce_scatter"), 300e9 * 0.8 * 0.3);
+  EXPECT_EQ(cluster->intraNode.rateOf("all_reduce"), 300e9 * 0.8);
+  EXPECT_EQ(cluster->device.communicationOverlap, 0.25);
+  std::optional<ClusterSpec> again = parseCluster(cluster->toJson(), error);
+  ASSERT_TRUE(again) << error;
+  EXPECT_EQ(again->intraNode.relativeRate, cluster->intraNode.relativeRate);
+  // Presets hide all of it.
+  EXPECT_EQ(clusterPreset("h100-sxm")->device.communicationOverlap, 1.0);
+
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("intra_node"))["relative_rate"] =
+                  llvm::json::Object{{"broadcast", 1.0}};
+            }),
+            "field 'intra_node.relative_rate.broadcast' is not part of a "
+            "cluster description (docs/Planner.md lists the fields)");
+  EXPECT_EQ(errorAfter([](llvm::json::Object &root) {
+              (*root.getObject("device"))["communication_overlap"] = 1.5;
+            }),
+            "field 'device.communication_overlap': expected a number >= 0 "
+            "and <= 1, found 1.5");
+}
+
 TEST(ClusterTest, LoadNamesTheFileOrThePresets) {
   std::string error;
   EXPECT_FALSE(loadCluster("/nonexistent/cluster.json", error));

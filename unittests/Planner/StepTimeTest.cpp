@@ -160,6 +160,38 @@ TEST(StepTimeTest, TensorCollectivesAreExposedDataOnesHide) {
   time = predictStepTime({rank}, layout, cluster, error);
   ASSERT_TRUE(time) << error;
   EXPECT_NEAR(time->seconds, 1.5e-3 + 2e-3 + 2e-3, 1e-12);
+
+  // A device that hides a quarter of it (a CPU's communication thread):
+  // 3/4 of the gather (0.375 ms) and 3 ms of the reduction stay; the
+  // quarter of the reduction (1 ms) hides behind the backward.
+  cluster.device.communicationOverlap = 0.25;
+  time = predictStepTime({rank}, layout, cluster, error);
+  ASSERT_TRUE(time) << error;
+  EXPECT_NEAR(time->seconds, 1.5e-3 + 0.375e-3 + 2e-3 + 3e-3, 1e-12);
+  EXPECT_NEAR(time->ranks[0].exposed.at("all_gather over dp"), 0.375e-3, 1e-12);
+}
+
+TEST(StepTimeTest, CollectiveKindsRunAtTheirMeasuredRates) {
+  ClusterSpec cluster = simpleCluster();
+  StepLayout layout = dpAcrossNodes();
+  std::string error;
+  // 1e8 wire bytes over tp (inside a node, 1e11 B/s): 1 ms; a
+  // reduce-scatter measured at a quarter of the link's rate takes 4.
+  cluster.intraNode.relativeRate = {{"reduce_scatter", 0.25}, {"send", 2}};
+  EXPECT_NEAR(*communicationSeconds(collective("all_reduce over tp", 1e8),
+                                    layout, cluster, error),
+              1e-3, 1e-12);
+  EXPECT_NEAR(*communicationSeconds(collective("reduce_scatter over tp", 1e8),
+                                    layout, cluster, error),
+              4e-3, 1e-12);
+  // Transfers and permutes take the rate of sends.
+  EXPECT_NEAR(*communicationSeconds(collective("send over tp", 1e8), layout,
+                                    cluster, error),
+              0.5e-3, 1e-12);
+  EXPECT_NEAR(
+      *communicationSeconds(collective("collective_permute over tp", 1e8),
+                            layout, cluster, error),
+      0.5e-3, 1e-12);
 }
 
 TEST(StepTimeTest, PipelinesAreSimulated) {

@@ -28,6 +28,18 @@ struct LinkSpec {
   double bandwidth = 0;
   double latency = 0;
   double efficiency = 1;
+  /// Measured (`trellis calibrate`): a collective kind's bandwidth
+  /// relative to the link's (`all_gather`, `reduce_scatter`,
+  /// `all_to_all`, `send` for point-to-point transfers; absent: 1).
+  /// Libraries implement kinds unequally (Gloo's reduce-scatter is an
+  /// all-to-all and a local sum).
+  std::map<std::string, double> relativeRate;
+
+  double rateOf(const std::string &kind) const {
+    auto found = relativeRate.find(kind);
+    return bandwidth * efficiency *
+           (found == relativeRate.end() ? 1.0 : found->second);
+  }
 };
 
 struct DeviceSpec {
@@ -59,6 +71,10 @@ struct DeviceSpec {
   bool attentionMaterializesScores = false;
   /// Fixed time per kernel launch (s).
   double kernelOverhead = 0;
+  /// The share of communication that compute running beside it can hide
+  /// (1: separate engines, as GPUs' copy engines and NICs; a CPU's
+  /// communication thread shares the cores its kernels use).
+  double communicationOverlap = 1;
   /// Measured kernels (`trellis calibrate`), by op-table row: the share of
   /// its roofline an op reaches, where it differs from the defaults above.
   /// An op's roofline is its bytes over `memoryBandwidth` or its FLOPs over

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 namespace trellis::runtime::calibration {
 
@@ -68,6 +69,146 @@ void fitLink(const std::vector<LinkPoint> &points, LinkFigures &figures) {
   }
   figures.record["rms_error_factor"] =
       std::exp(std::sqrt(squares / static_cast<double>(points.size())));
+}
+
+struct KindPoint {
+  std::string kind;
+  /// The whole tensor: all-gather's result, reduce-scatter's operand,
+  /// all-to-all's operand.
+  double bytes = 0;
+  double seconds = 0;
+};
+
+/// Seconds one `kind` instruction over a `bytes` f32 tensor takes through
+/// the device's collective lowering (every rank calls it alike).
+StatusOr<double> timeCollective(Device &device, Communicator &comm,
+                                const std::string &kind, int64_t bytes,
+                                int64_t ranks, bool quick) {
+  int64_t whole = bytes / 4 / ranks * ranks;
+  int64_t piece = whole / ranks;
+  Instruction instruction;
+  instruction.op = kind;
+  instruction.inputs = {0};
+  instruction.outputs = {1};
+  auto integer = [](int64_t value) {
+    AttrValue attr;
+    attr.kind = AttrValue::Kind::Int;
+    attr.integer = value;
+    attr.real = static_cast<double>(value);
+    return attr;
+  };
+  AttrValue sum;
+  sum.kind = AttrValue::Kind::String;
+  sum.text = "sum";
+  BufferDesc input{{kind == "all_gather" ? piece : whole}, DType::F32};
+  BufferDesc output{{kind == "reduce_scatter" ? piece : whole}, DType::F32};
+  if (kind == "all_to_all") {
+    instruction.attrs["split_dim"] = integer(0);
+    instruction.attrs["concat_dim"] = integer(0);
+  } else {
+    instruction.attrs["dim"] = integer(0);
+  }
+  if (kind == "reduce_scatter")
+    instruction.attrs["kind"] = sum;
+  std::vector<std::unique_ptr<DeviceAllocation>> memory;
+  std::vector<Tensor> tensors;
+  for (const BufferDesc &desc : {input, output}) {
+    StatusOr<std::unique_ptr<DeviceAllocation>> allocation =
+        device.allocate(desc.numElements() * 4);
+    if (!allocation.ok())
+      return allocation.status();
+    tensors.emplace_back(desc, (*allocation)->data());
+    memory.push_back(std::move(*allocation));
+  }
+  AxisList all{0};
+  KernelArgs args{instruction, BufferTable(tensors), all, &comm};
+  int calls = quick ? 2 : 8;
+  std::vector<double> times;
+  using Clock = std::chrono::steady_clock;
+  for (int trial = 0; trial < (quick ? 1 : 3); ++trial) {
+    TRELLIS_RETURN_IF_ERROR(comm.barrier());
+    Clock::time_point start = Clock::now();
+    for (int call = 0; call < calls; ++call)
+      TRELLIS_RETURN_IF_ERROR(device.runCollective(args));
+    TRELLIS_RETURN_IF_ERROR(device.synchronize());
+    times.push_back(
+        std::chrono::duration<double>(Clock::now() - start).count() / calls);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+/// The share of an all-reduce that matmuls running beside it hide: each
+/// alone, then both at once (the all-reduce on the device's
+/// communication stream, as a plan's reductions run), from
+/// (alone + alone - together) / the shorter. Every rank runs it alike.
+StatusOr<double> measureOverlap(Device &device, Communicator &comm,
+                                int64_t bytes, int calls) {
+  StatusOr<std::unique_ptr<DeviceAllocation>> buffer = device.allocate(bytes);
+  if (!buffer.ok())
+    return buffer.status();
+  constexpr int64_t kSize = 512;
+  std::vector<std::unique_ptr<DeviceAllocation>> memory;
+  std::vector<Tensor> tensors;
+  for (int i = 0; i < 3; ++i) {
+    StatusOr<std::unique_ptr<DeviceAllocation>> allocation =
+        device.allocate(kSize * kSize * 4);
+    if (!allocation.ok())
+      return allocation.status();
+    tensors.emplace_back(BufferDesc{{kSize, kSize}, DType::F32},
+                         (*allocation)->data());
+    memory.push_back(std::move(*allocation));
+  }
+  Instruction matmul;
+  matmul.op = "matmul";
+  matmul.inputs = {0, 1};
+  matmul.outputs = {2};
+  AxisList none, all{0};
+  KernelArgs args{matmul, BufferTable(tensors), none};
+  void *data = (*buffer)->data();
+  auto reduce = [&]() -> Status {
+    for (int call = 0; call < calls; ++call)
+      TRELLIS_RETURN_IF_ERROR(
+          comm.allReduce(all, data, bytes / 4, DType::F32, ReduceKind::Sum));
+    return Status::success();
+  };
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  std::vector<double> overlaps;
+  for (int trial = 0; trial < 3; ++trial) {
+    TRELLIS_RETURN_IF_ERROR(comm.barrier());
+    Clock::time_point start = Clock::now();
+    TRELLIS_RETURN_IF_ERROR(
+        device.waitCommunication(device.enqueueCommunication(reduce)));
+    double communication = since(start);
+    // As many products as last about as long.
+    start = Clock::now();
+    TRELLIS_RETURN_IF_ERROR(device.launch(args));
+    TRELLIS_RETURN_IF_ERROR(device.synchronize());
+    int64_t products = std::clamp<int64_t>(
+        static_cast<int64_t>(communication / std::max(since(start), 1e-6)), 1,
+        10000);
+    start = Clock::now();
+    for (int64_t i = 0; i < products; ++i)
+      TRELLIS_RETURN_IF_ERROR(device.launch(args));
+    TRELLIS_RETURN_IF_ERROR(device.synchronize());
+    double compute = since(start);
+    TRELLIS_RETURN_IF_ERROR(comm.barrier());
+    start = Clock::now();
+    int64_t event = device.enqueueCommunication(reduce);
+    for (int64_t i = 0; i < products; ++i)
+      TRELLIS_RETURN_IF_ERROR(device.launch(args));
+    TRELLIS_RETURN_IF_ERROR(device.waitCommunication(event));
+    TRELLIS_RETURN_IF_ERROR(device.synchronize());
+    double together = since(start);
+    overlaps.push_back(std::clamp((communication + compute - together) /
+                                      std::min(communication, compute),
+                                  0.0, 1.0));
+  }
+  std::sort(overlaps.begin(), overlaps.end());
+  return overlaps[overlaps.size() / 2];
 }
 
 } // namespace
@@ -156,6 +297,27 @@ StatusOr<LinkFigures> measureLinks(const Backend &backend, int64_t rank,
   }
   TRELLIS_RETURN_IF_ERROR((*comm)->barrier());
 
+  // The other kinds a plan runs, as the runtime runs them (the device's
+  // collective lowering: packing around the communicator's calls), at
+  // sizes where bandwidth dominates.
+  std::vector<KindPoint> kindPoints;
+  for (int64_t bytes : options.quick
+                           ? std::vector<int64_t>{1 << 20}
+                           : std::vector<int64_t>{4 << 20, 16 << 20}) {
+    for (const char *kind : {"all_gather", "reduce_scatter", "all_to_all"}) {
+      StatusOr<double> seconds = timeCollective(**device, **comm, kind, bytes,
+                                                options.ranks, options.quick);
+      if (!seconds.ok())
+        return seconds.status().withContext(kind);
+      kindPoints.push_back({kind, static_cast<double>(bytes), *seconds});
+    }
+  }
+
+  StatusOr<double> overlap =
+      measureOverlap(**device, **comm, options.quick ? 1 << 20 : 16 << 20, 4);
+  if (!overlap.ok())
+    return overlap.status().withContext("overlapping an all-reduce");
+
   // The fit follows the all-reduces (the collectives plans make most:
   // gradients, tensor parallelism); the transfers' points are recorded
   // with what it predicts for them.
@@ -173,8 +335,37 @@ StatusOr<LinkFigures> measureLinks(const Backend &backend, int64_t rank,
          {"seconds", point.seconds},
          {"predicted_s", point.latencies * figures.latency +
                              point.wireBytes / figures.bandwidth}});
+  // Each kind's rate relative to the fitted link: the slope of its time
+  // between its two largest sizes (latencies cancel) against its wire
+  // bytes' (ring formulas: (n-1)/n of the whole tensor; a transfer: all
+  // of it) over the fit's bandwidth; with one size, its time whole.
+  std::map<std::string, std::vector<std::pair<double, double>>> byKind;
+  for (const LinkPoint &point : points)
+    if (point.kind == "send")
+      byKind["send"].push_back({point.wireBytes, point.seconds});
+  for (const KindPoint &point : kindPoints) {
+    byKind[point.kind].push_back({(n - 1) / n * point.bytes, point.seconds});
+    measured.push_back({{"kind", point.kind},
+                        {"bytes", point.bytes},
+                        {"seconds", point.seconds}});
+  }
+  for (auto &[kind, timed] : byKind) {
+    std::sort(timed.begin(), timed.end());
+    auto [wire, seconds] = timed.back();
+    double rate = wire / seconds;
+    if (timed.size() > 1) {
+      auto [smaller, faster] = timed[timed.size() - 2];
+      if (seconds > faster)
+        rate = (wire - smaller) / (seconds - faster);
+    }
+    figures.relativeRate[kind] =
+        std::clamp(rate / figures.bandwidth, 0.01, 100.0);
+  }
+  figures.overlap = *overlap;
+  figures.record["communication_overlap"] = *overlap;
   figures.record["ranks"] = options.ranks;
   figures.record["points"] = std::move(measured);
+  figures.record["relative_rate"] = figures.relativeRate;
   return figures;
 }
 

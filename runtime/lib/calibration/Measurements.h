@@ -64,6 +64,12 @@ struct LinkFigures {
   /// Bytes/s one way per rank, and seconds per algorithm step.
   double bandwidth = 0;
   double latency = 0;
+  /// Each other kind's bandwidth relative to the fitted link's (the
+  /// cluster file's `relative_rate`).
+  std::map<std::string, double> relativeRate;
+  /// The share of communication compute beside it hides (the cluster
+  /// file's `device.communication_overlap`).
+  double overlap = 1;
   nlohmann::json record = nlohmann::json::object();
 };
 

@@ -27,3 +27,7 @@ print("op_efficiency lacks:", "matmul" if "matmul" not in ops else "")
 if cluster["devices_per_node"] > 1:
     kinds = sorted({p["kind"] for p in record["links"]["points"]})
     print("link points:", " ".join(kinds))
+    rates = cluster["intra_node"]["relative_rate"]
+    print("relative rates:", " ".join(k for k in sorted(rates) if rates[k] > 0))
+    overlap = device["communication_overlap"]
+    print("communication overlap within [0, 1]:", 0 <= overlap <= 1)
