@@ -15,6 +15,7 @@ config.test_exec_root = os.path.join(config.trellis_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
 
 config.substitutions.append(("%examples", os.path.join(config.trellis_src_root, "examples")))
+config.substitutions.append(("%trellis_tools_dir", config.trellis_tools_dir))
 # LD_PRELOAD=%failsyscall TRELLIS_FAIL=... makes C library calls fail.
 config.substitutions.append(("%failsyscall", os.path.join(config.trellis_obj_root, "lib", "trellis-fail-syscall.so")))
 
@@ -22,7 +23,8 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.trellis_tools_dir, config.llvm_tools_dir]
-tools = ["trellis-opt", "trellis-run", "trellis", "trellis-capi-test"]
+tools = ["trellis-opt", "trellis-run", "trellis", "trellis-capi-test",
+         "trellis-calibrate"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
 # mpirun.test starts ranks with Open MPI's mpirun (scripts/setup.sh

@@ -12,9 +12,11 @@
 
 #include "calibration/Measurements.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -123,10 +125,14 @@ StatusOr<NodeFigures> measureRank(const Backend &backend, int64_t rank,
 /// device exists) measuring beside it.
 StatusOr<NodeFigures> measureNode(const Backend &backend,
                                   const CalibrationOptions &options) {
-  char pattern[] = "/tmp/trellis-calibrate-XXXXXX";
-  if (!mkdtemp(pattern))
-    return Status::error("cannot make the calibration ranks' rendezvous "
-                         "directory under /tmp");
+  std::error_code noTemporary;
+  std::string pattern = (std::filesystem::temp_directory_path(noTemporary) /
+                         "trellis-calibrate-XXXXXX")
+                            .string();
+  if (noTemporary || !mkdtemp(pattern.data()))
+    return Status::error(
+        "cannot make the calibration ranks' rendezvous directory '" + pattern +
+        "': " + (noTemporary ? noTemporary.message() : std::strerror(errno)));
   std::string storeDir = pattern;
   std::fflush(nullptr);
   std::vector<pid_t> children;
@@ -140,7 +146,7 @@ StatusOr<NodeFigures> measureNode(const Backend &backend,
         std::ofstream file(rankFiguresPath(storeDir, rank));
         file << kernelFiguresJson(figures->kernels);
         if (!file.flush())
-          figures = Status::error("cannot write its figures into " + storeDir);
+          figures = Status::error(storeDir + ": " + std::strerror(errno));
       }
       // Rank 0 reports a failure: the reason is left for it.
       if (!figures.ok())
@@ -156,7 +162,7 @@ StatusOr<NodeFigures> measureNode(const Backend &backend,
       static_cast<int64_t>(children.size()) + 1 == options.ranks
           ? measureRank(backend, 0, storeDir, options)
           : StatusOr<NodeFigures>(
-                Status::error("cannot start the calibration ranks"));
+                Status::error(std::string("fork: ") + std::strerror(errno)));
   if (!figures.ok())
     for (pid_t child : children)
       kill(child, SIGKILL);

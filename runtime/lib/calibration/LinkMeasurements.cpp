@@ -224,7 +224,7 @@ StatusOr<LinkFigures> measureLinks(const Backend &backend, int64_t rank,
   std::optional<Mesh> mesh =
       Mesh::create({{"dp", options.ranks, AxisRole::Data}}, &meshError);
   if (!mesh)
-    return Status::error("the calibration mesh: " + meshError.message);
+    return Status::error(meshError.message);
   AxisList all{0};
   RendezvousOptions rendezvous;
   rendezvous.storeDir = storeDir;
