@@ -10,7 +10,9 @@
 // 2 (n-1)/n of its bytes and pays 2 ceil(log2 n) latencies. A transfer
 // (its bytes, one latency) is recorded beside its prediction: Gloo's
 // all-reduces pay far more per call than its sends on loopback, and one
-// link cannot fit both.
+// link cannot fit both. Each other kind (and the sends) then gets its
+// rate relative to the link, and the overlap of an all-reduce with
+// matmuls beside it is measured (Measurements.h).
 //
 //===----------------------------------------------------------------------===//
 
