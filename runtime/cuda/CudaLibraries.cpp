@@ -134,7 +134,11 @@ StatusOr<SharedLibrary> SharedLibrary::open(const LibrarySpec &spec) {
   std::vector<std::string> tried;
   std::string complaint;
   auto attempt = [&](const std::string &path) -> StatusOr<SharedLibrary> {
-    void *handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // RTLD_NODELETE: NCCL and the CUDA driver start threads of their own
+    // (ncclGetUniqueId's bootstrap root, the driver's callbacks) that may
+    // still run when the handle closes; the code they run stays mapped.
+    void *handle =
+        ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!handle) {
       const char *error = ::dlerror();
       complaint = error ? error : "";
