@@ -475,6 +475,8 @@ const CudaKernelTable &cudaKernels() {
     registerOptimizerKernels(kernels);
     registerEmbeddingKernels(kernels);
     registerCrossEntropyKernels(kernels);
+    registerFusedElementwiseKernels(kernels);
+    registerAttentionKernels(kernels);
     return kernels;
   }();
   return table;

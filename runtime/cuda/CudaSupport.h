@@ -109,6 +109,8 @@ void registerRowKernels(CudaKernelTable &table);
 void registerOptimizerKernels(CudaKernelTable &table);
 void registerEmbeddingKernels(CudaKernelTable &table);
 void registerCrossEntropyKernels(CudaKernelTable &table);
+void registerFusedElementwiseKernels(CudaKernelTable &table);
+void registerAttentionKernels(CudaKernelTable &table);
 
 /// A run of adamw / sgd updates as one multi-tensor launch.
 Status launchOptimizers(const std::vector<KernelArgs> &updates,

@@ -2,11 +2,12 @@
 //
 // As the CPU's (runtime/cpu/Embedding.cpp, Attention.cpp): a vocabulary
 // shard holds the rows at its rank's place (other ids give zero rows); the
-// gradient adds each token's row into the table in token order, one thread
-// per column, so every element's sum has one order (deterministic, no
-// atomics); rotary embeddings and position ids read each stored index's
-// place in the sequence (zigzag chunks included,
-// trellis/Common/SequenceChunks.h, compiled for host and device).
+// gradient sorts the tokens by id (CUB's stable radix sort), then a thread
+// per id and column adds that id's token rows in token order, so every
+// element's sum has one order (deterministic, no atomics); rotary embeddings
+// and position ids read each stored index's place in the sequence (zigzag
+// chunks included, trellis/Common/SequenceChunks.h, compiled for host and
+// device).
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +17,9 @@
 
 #include "trellis/Common/SequenceChunks.h"
 
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -36,21 +40,35 @@ __global__ void embeddingKernel(const T *table, const int32_t *ids, T *out,
   }
 }
 
-/// One thread per column of the table: the tokens' rows in token order.
-template <typename T>
-__global__ void embeddingGradKernel(const int32_t *ids, const T *grad,
-                                    float *table, int64_t tokens, int64_t rows,
-                                    int64_t width, int64_t offset,
-                                    int64_t padding) {
-  for (int64_t column = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-       column < width; column += int64_t(gridDim.x) * blockDim.x)
-    for (int64_t t = 0; t < tokens; ++t) {
-      int64_t id = ids[t];
-      int64_t row = id - offset;
-      if (row < 0 || row >= rows || id == padding)
-        continue;
-      table[row * width + column] += widen(grad[t * width + column]);
-    }
+/// values[i] = i.
+__global__ void iotaKernel(int32_t *values, int64_t count) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x)
+    values[i] = static_cast<int32_t>(i);
+}
+
+/// With the tokens sorted by id (stably: each id's tokens in token order),
+/// a thread per (first token of an id, column) adds the id's token rows in
+/// order and writes the table row's element once.
+template <typename T, typename W>
+__global__ void
+embeddingGradKernel(const int32_t *sortedIds, const int32_t *sortedTokens,
+                    const T *grad, W *table, int64_t tokens, int64_t rows,
+                    int64_t width, int64_t offset, int64_t padding) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       t < tokens * width; t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t p = t / width, column = t % width;
+    int32_t id = sortedIds[p];
+    if (p > 0 && sortedIds[p - 1] == id)
+      continue;
+    int64_t row = int64_t(id) - offset;
+    if (row < 0 || row >= rows || id == padding)
+      continue;
+    float sum = 0;
+    for (int64_t q = p; q < tokens && sortedIds[q] == id; ++q)
+      sum += widen(grad[int64_t(sortedTokens[q]) * width + column]);
+    table[row * width + column] = narrow<W>(sum);
+  }
 }
 
 template <typename T>
@@ -111,23 +129,60 @@ Status runEmbedding(const KernelArgs &args, CudaContext &context) {
     int64_t rows = out.shape()[0], width = out.shape()[1];
     int64_t offset =
         args.instruction.integer("vocab_offset") + *position * rows;
+    // Rows no token reads stay zero; each other element is written once,
+    // summed in f32 (a 16-bit table gradient rounded once, as the CPU
+    // computes it).
     TRELLIS_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(out.raw(), 0, out.bytes(), stream),
         "zeroing an embedding gradient");
-    if (out.desc().dtype != DType::F32)
-      return Status::error(std::string("cuda: embedding_grad into ") +
-                           dtypeName(out.desc().dtype) +
-                           " (expected an f32 table gradient)");
-    LaunchGeometry grid = elementwiseGeometry(width);
-    TRELLIS_RETURN_IF_ERROR(onFloat(grad.desc().dtype, [&](auto type) {
-      using T = decltype(type);
-      embeddingGradKernel<<<grid.blocks, grid.threads, 0, stream>>>(
-          static_cast<const int32_t *>(ids.raw()),
-          static_cast<const T *>(grad.raw()), static_cast<float *>(out.raw()),
-          ids.size(), rows, width, offset,
-          args.instruction.integer("padding_idx", -1));
+    int64_t tokens = ids.size();
+    if (tokens == 0 || width == 0)
       return Status::success();
-    }));
+    // The tokens sorted by id with CUB's stable radix sort.
+    size_t sortBytes = 0;
+    TRELLIS_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
+                                     nullptr, sortBytes,
+                                     static_cast<const int32_t *>(nullptr),
+                                     static_cast<int32_t *>(nullptr),
+                                     static_cast<const int32_t *>(nullptr),
+                                     static_cast<int32_t *>(nullptr),
+                                     static_cast<int>(tokens), 0, 32, stream),
+                                 "sizing an embedding gradient's sort");
+    int64_t listBytes = ((tokens * sizeof(int32_t) + 255) / 256) * 256;
+    char *scratch = nullptr;
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMallocAsync(reinterpret_cast<void **>(&scratch),
+                        3 * listBytes + sortBytes, stream),
+        "allocating an embedding gradient's sort");
+    auto *order = reinterpret_cast<int32_t *>(scratch);
+    auto *sortedIds = reinterpret_cast<int32_t *>(scratch + listBytes);
+    auto *sortedTokens = reinterpret_cast<int32_t *>(scratch + 2 * listBytes);
+    auto sumRows = [&]() -> Status {
+      LaunchGeometry all = elementwiseGeometry(tokens);
+      iotaKernel<<<all.blocks, all.threads, 0, stream>>>(order, tokens);
+      TRELLIS_CUDA_RETURN_IF_ERROR(
+          cub::DeviceRadixSort::SortPairs(
+              scratch + 3 * listBytes, sortBytes,
+              static_cast<const int32_t *>(ids.raw()), sortedIds,
+              static_cast<const int32_t *>(order), sortedTokens,
+              static_cast<int>(tokens), 0, 32, stream),
+          "sorting an embedding gradient's tokens");
+      LaunchGeometry grid = elementwiseGeometry(tokens * width);
+      return onFloat(grad.desc().dtype, [&](auto type) {
+        using T = decltype(type);
+        return onFloat(out.desc().dtype, [&](auto tableType) {
+          using W = decltype(tableType);
+          embeddingGradKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+              sortedIds, sortedTokens, static_cast<const T *>(grad.raw()),
+              static_cast<W *>(out.raw()), tokens, rows, width, offset,
+              args.instruction.integer("padding_idx", -1));
+          return Status::success();
+        });
+      });
+    };
+    Status status = sumRows();
+    (void)cudaFreeAsync(scratch, stream);
+    TRELLIS_RETURN_IF_ERROR(status);
   }
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
   return Status::success();

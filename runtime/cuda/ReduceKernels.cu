@@ -1,10 +1,16 @@
 //===- ReduceKernels.cu - Reductions and finiteness flags -----------------===//
 //
-// reduce_sum, reduce_mean and reduce_max over any dimensions (one thread
-// per result element, its reduced elements in row-major order: a fixed
-// order, so every run gives the same bits), the collective lowering's
+// reduce_sum, reduce_mean and reduce_max over any dimensions, the
+// collective lowering's
 // elementwise reduction step (a reduce_scatter's ordered sum of pieces),
 // and the step's one finiteness verdict.
+//
+// A reduction's order depends on its shape alone, so every run gives the
+// same bits: each result element's reduced elements, in row-major order,
+// are cut into parts of a length the shape fixes (about the square root of
+// their count); a thread sums each part, then a thread per result element
+// combines its parts in order. Long reductions (a bias gradient's 8192
+// rows) thus run as two short ones over many threads.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +22,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <string>
 
 namespace trellis::runtime::cuda {
@@ -71,20 +78,25 @@ struct ReduceLayout {
   int64_t reduced = 1;
 };
 
-/// kind 0: sum, 1: mean, 2: max.
+/// The reduced elements of each result element are cut into parts of
+/// `part` elements: a part's sum (kind 0, 1) or maximum (2) goes to
+/// partials[p * count + o] (adjacent threads: adjacent results).
 template <typename T>
-__global__ void reduceDimsKernel(int kind, ReduceLayout layout, const T *in,
-                                 T *out, int64_t count) {
+__global__ void reducePartsKernel(int kind, ReduceLayout layout, const T *in,
+                                  float *partials, int64_t count, int64_t part,
+                                  int64_t parts) {
   int64_t grid = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < count;
-       o += grid) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       t < count * parts; t += grid) {
+    int64_t o = t % count, p = t / count;
     int64_t rest = o, base = 0;
     for (int d = layout.keptRank - 1; d >= 0; --d) {
       base += (rest % layout.keptShape[d]) * layout.keptStrides[d];
       rest /= layout.keptShape[d];
     }
     float total = kind == 2 ? -INFINITY : 0.0f;
-    for (int64_t r = 0; r < layout.reduced; ++r) {
+    int64_t end = min(layout.reduced, (p + 1) * part);
+    for (int64_t r = p * part; r < end; ++r) {
       int64_t within = r, offset = base;
       for (int d = layout.reducedRank - 1; d >= 0; --d) {
         offset += (within % layout.reducedShape[d]) * layout.reducedStrides[d];
@@ -93,10 +105,36 @@ __global__ void reduceDimsKernel(int kind, ReduceLayout layout, const T *in,
       float value = widen(in[offset]);
       total = kind == 2 ? fmaxf(total, value) : total + value;
     }
+    partials[t] = total;
+  }
+}
+
+/// out[o] = the parts of result o combined in order (mean: over `reduced`).
+template <typename T>
+__global__ void combinePartsKernel(int kind, const float *partials, T *out,
+                                   int64_t count, int64_t parts,
+                                   int64_t reduced) {
+  int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < count;
+       o += grid) {
+    float total = kind == 2 ? -INFINITY : 0.0f;
+    for (int64_t p = 0; p < parts; ++p) {
+      float value = partials[p * count + o];
+      total = kind == 2 ? fmaxf(total, value) : total + value;
+    }
     if (kind == 1)
-      total /= static_cast<float>(layout.reduced);
+      total /= static_cast<float>(reduced);
     out[o] = narrow<T>(total);
   }
+}
+
+/// The part length of a reduction of `reduced` elements: the power of two
+/// nearest above its square root, at least 32.
+int64_t partLength(int64_t reduced) {
+  int64_t part = 32;
+  while (part * part < reduced)
+    part *= 2;
+  return part;
 }
 
 Status runReduceDims(const KernelArgs &args, CudaContext &context) {
@@ -133,25 +171,28 @@ Status runReduceDims(const KernelArgs &args, CudaContext &context) {
   int64_t count = out.size();
   if (count == 0)
     return Status::success();
-  LaunchGeometry grid = elementwiseGeometry(count);
   cudaStream_t stream = context.stream;
-  switch (out.desc().dtype) {
-  case DType::BF16:
-    reduceDimsKernel<<<grid.blocks, grid.threads, 0, stream>>>(
-        kind, layout, static_cast<const __nv_bfloat16 *>(in.raw()),
-        static_cast<__nv_bfloat16 *>(out.raw()), count);
-    break;
-  case DType::F16:
-    reduceDimsKernel<<<grid.blocks, grid.threads, 0, stream>>>(
-        kind, layout, static_cast<const __half *>(in.raw()),
-        static_cast<__half *>(out.raw()), count);
-    break;
-  default:
-    reduceDimsKernel<<<grid.blocks, grid.threads, 0, stream>>>(
-        kind, layout, static_cast<const float *>(in.raw()),
-        static_cast<float *>(out.raw()), count);
-    break;
-  }
+  int64_t part = partLength(layout.reduced);
+  int64_t parts = std::max<int64_t>((layout.reduced + part - 1) / part, 1);
+  float *partials = nullptr;
+  TRELLIS_CUDA_RETURN_IF_ERROR(
+      cudaMallocAsync(reinterpret_cast<void **>(&partials),
+                      count * parts * sizeof(float), stream),
+      "allocating a reduction's partial sums");
+  Status status = onFloat(out.desc().dtype, [&](auto type) {
+    using T = decltype(type);
+    LaunchGeometry threads = elementwiseGeometry(count * parts);
+    reducePartsKernel<<<threads.blocks, threads.threads, 0, stream>>>(
+        kind, layout, static_cast<const T *>(in.raw()), partials, count, part,
+        parts);
+    LaunchGeometry results = elementwiseGeometry(count);
+    combinePartsKernel<<<results.blocks, results.threads, 0, stream>>>(
+        kind, partials, static_cast<T *>(out.raw()), count, parts,
+        layout.reduced);
+    return Status::success();
+  });
+  (void)cudaFreeAsync(partials, stream);
+  TRELLIS_RETURN_IF_ERROR(status);
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
   return Status::success();
 }

@@ -6,8 +6,9 @@
 // result rounded once. One block works on a row at a time (LaunchGeometry's
 // rowGeometry); its sums reduce over the block in a fixed tree, so every
 // run gives the same bits. A norm's weight and bias gradients are sums over
-// rows: a second kernel gives each feature a thread that adds the rows in
-// order from row statistics the first kernel kept.
+// rows: from row statistics the first kernel kept, a thread per feature
+// and part of rows (a length the shape fixes) adds its rows in order, then
+// a thread per feature adds its parts in order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -143,25 +144,55 @@ __global__ void normGradKernel(const T *x, const W *weight, const T *dy, T *dx,
   }
 }
 
-/// Weight (and bias) gradients: per feature, the rows' terms in row order.
-template <typename T, typename W>
-__global__ void normParameterGradKernel(const T *x, const T *dy,
-                                        const double2 *statistics, W *dweight,
-                                        W *dbias, int64_t rows, int64_t n) {
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n;
-       c += int64_t(gridDim.x) * blockDim.x) {
+/// Weight (and bias) gradients, first pass: per feature and part of
+/// `part` rows, the rows' terms in row order, into partials[p * n + c]
+/// (weights) and partials[(parts + p) * n + c] (biases).
+template <typename T>
+__global__ void
+normParameterPartsKernel(const T *x, const T *dy, const double2 *statistics,
+                         double *partials, int64_t rows, int64_t n,
+                         int64_t part, int64_t parts) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       t < n * parts; t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t c = t % n, p = t / n;
     double weightSum = 0, biasSum = 0;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = p * part; r < min(rows, (p + 1) * part); ++r) {
       double g = widen(dy[r * n + c]);
       double xhat =
           (double(widen(x[r * n + c])) - statistics[r].x) * statistics[r].y;
       weightSum += g * xhat;
       biasSum += g;
     }
+    partials[t] = weightSum;
+    partials[parts * n + t] = biasSum;
+  }
+}
+
+/// Second pass: per feature, its parts in order.
+template <typename W>
+__global__ void normParameterGradKernel(const double *partials, W *dweight,
+                                        W *dbias, int64_t n, int64_t parts) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    double weightSum = 0, biasSum = 0;
+    for (int64_t p = 0; p < parts; ++p) {
+      weightSum += partials[p * n + c];
+      biasSum += partials[(parts + p) * n + c];
+    }
     dweight[c] = narrow<W>(static_cast<float>(weightSum));
     if (dbias)
       dbias[c] = narrow<W>(static_cast<float>(biasSum));
   }
+}
+
+/// Rows per part of the parameters' gradient sums: the power of two
+/// nearest above the square root of the rows, at least 32 (the order
+/// depends on the shape alone).
+int64_t rowPart(int64_t rows) {
+  int64_t part = 32;
+  while (part * part < rows)
+    part *= 2;
+  return part;
 }
 
 /// Calls `body(T(), W())` with the C++ types of `activations` and
@@ -234,12 +265,17 @@ Status runRows(const KernelArgs &args, CudaContext &context) {
     TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
     return Status::success();
   }
-  // The gradients: dx per row, then the parameters' gradients per feature.
-  double2 *statistics = nullptr;
+  // The gradients: dx per row, then the parameters' gradients per feature
+  // (parts of rows, then the parts in order).
+  int64_t part = rowPart(rows), parts = (rows + part - 1) / part;
+  char *scratch = nullptr;
+  int64_t statisticsBytes = rows * sizeof(double2);
   TRELLIS_CUDA_RETURN_IF_ERROR(
-      cudaMallocAsync(reinterpret_cast<void **>(&statistics),
-                      rows * sizeof(double2), stream),
+      cudaMallocAsync(reinterpret_cast<void **>(&scratch),
+                      statisticsBytes + 2 * parts * n * sizeof(double), stream),
       "allocating a norm gradient's row statistics");
+  auto *statistics = reinterpret_cast<double2 *>(scratch);
+  auto *partials = reinterpret_cast<double *>(scratch + statisticsBytes);
   Status status = onTypes(
       x.desc().dtype, weight.desc().dtype, [&](auto t, auto w) -> Status {
         using T = decltype(t);
@@ -250,15 +286,18 @@ Status runRows(const KernelArgs &args, CudaContext &context) {
             static_cast<const W *>(weight.raw()), dy,
             static_cast<T *>(args.out(0).raw()), statistics, !layer, rows, n,
             epsilon);
+        LaunchGeometry pieces = elementwiseGeometry(n * parts);
+        normParameterPartsKernel<<<pieces.blocks, pieces.threads, 0, stream>>>(
+            static_cast<const T *>(x.raw()), dy, statistics, partials, rows, n,
+            part, parts);
         LaunchGeometry features = elementwiseGeometry(n);
         normParameterGradKernel<<<features.blocks, features.threads, 0,
                                   stream>>>(
-            static_cast<const T *>(x.raw()), dy, statistics,
-            static_cast<W *>(args.out(1).raw()),
-            layer ? static_cast<W *>(args.out(2).raw()) : nullptr, rows, n);
+            partials, static_cast<W *>(args.out(1).raw()),
+            layer ? static_cast<W *>(args.out(2).raw()) : nullptr, n, parts);
         return Status::success();
       });
-  cudaFreeAsync(statistics, stream);
+  (void)cudaFreeAsync(scratch, stream);
   TRELLIS_RETURN_IF_ERROR(status);
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
   return Status::success();

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# Checks the CUDA backend on a machine with an NVIDIA GPU, in two halves so
+# that the GPU machine needs neither MLIR nor the Debian packages the build
+# uses:
+#
+#   scripts/gpu-check.sh prepare DIR
+#       Where the project is built (build/): gathers into DIR the runtime's
+#       binaries (trellis-run and the runtime's test programs), the shared
+#       libraries they link beside them, the plans the check runs (compiled
+#       with build/bin/trellis) and each plan's CPU run: losses, gradient
+#       norms and the parameters after the last step.
+#
+#   scripts/gpu-check.sh run DIR OUT
+#       On the GPU machine: the CUDA unit tests, every every-backend test on
+#       cuda (each test in its own process, so a crash names its test and
+#       hides no other), then each plan on cuda against its CPU run, and a
+#       memory checker pass over the kernel conformance test where
+#       compute-sanitizer exists. Logs go to OUT; a summary line per check
+#       ends the output. Exit status: the number of failed checks.
+#
+# The CUDA libraries are found as `trellis run --device cuda` finds them
+# (runtime/cuda/README.md); PyTorch's wheels are enough.
+set -uo pipefail
+
+mode=${1:-}
+dir=${2:-}
+if [[ -z "$mode" || -z "$dir" ]]; then
+  echo "usage: $0 prepare DIR | run DIR OUT" >&2
+  exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+# Each plan: name, then `trellis compile` options. tiny_lm is the hand-written
+# MLP language model (no attention); gpt2-tiny has attention.
+plans=(
+  "lm-fp32|$root/examples/tiny_lm.mlir --batch 16 --adam-eps 1e-5 --fuse=false"
+  "lm-fp32-microbatches|$root/examples/tiny_lm.mlir --batch 16 --microbatches 4 --adam-eps 1e-5 --fuse=false"
+  "lm-fp32-clip-cosine|$root/examples/tiny_lm.mlir --batch 16 --adam-eps 1e-5 --fuse=false --clip-grad 0.5 --lr-schedule cosine --warmup-steps 2 --decay-steps 6 --weight-decay 0.1"
+  "lm-sgd|$root/examples/tiny_lm.mlir --batch 16 --optimizer sgd --lr 0.1 --fuse=false"
+  "lm-bf16|$root/examples/tiny_lm.mlir --batch 16 --adam-eps 1e-5 --fuse=false --precision bf16"
+  "lm-fp16|$root/examples/tiny_lm.mlir --batch 16 --adam-eps 1e-5 --fuse=false --precision fp16"
+  "gpt2-fp32|$root/examples/configs/gpt2-tiny.json --batch 4 --seq 96 --adam-eps 1e-5 --fuse=false"
+  "gpt2-bf16|$root/examples/configs/gpt2-tiny.json --batch 4 --seq 96 --adam-eps 1e-5 --fuse=false --precision bf16"
+  "gpt2-fused|$root/examples/configs/gpt2-tiny.json --batch 4 --seq 96 --adam-eps 1e-5"
+  "llama-fp32|$root/examples/configs/llama-tiny.json --batch 4 --seq 80 --adam-eps 1e-5 --fuse=false"
+  "llama-bf16|$root/examples/configs/llama-tiny.json --batch 4 --seq 80 --adam-eps 1e-5 --fuse=false --precision bf16"
+  "gemma2-fp32|$root/examples/configs/gemma2-tiny.json --batch 2 --seq 64 --adam-eps 1e-5 --fuse=false"
+)
+steps=6
+# Timed only (no CPU run): GPT-2 124M, bf16, 8 x 1024 tokens, beside
+# PyTorch eager on the same GPU (benchmarks/pytorch_step.py).
+timed_config=$root/examples/configs/gpt2-124m.json
+timed_options="--batch 8 --seq 1024 --precision bf16 --fuse=false"
+
+prepare() {
+  local build=$root/build
+  mkdir -p "$dir/bin" "$dir/lib" "$dir/plans"
+  cp "$build/bin/trellis-run" "$build/runtime/unittests/TrellisRuntimeTests" \
+    "$build/runtime/unittests/TrellisCudaTests" "$dir/bin/" || return 1
+  cp "$root"/test/tools/trellis/Inputs/compare_losses.py \
+    "$root"/test/tools/trellis/Inputs/compare_safetensors.py \
+    "$root"/test/tools/trellis/Inputs/compare_safetensors_io.py "$dir/bin/"
+  # Every shared library the binaries link but the C and C++ runtimes
+  # (glibc, libstdc++, libgcc_s: the GPU machine's own are newer).
+  ldd "$dir"/bin/trellis-run "$dir"/bin/Trellis*Tests | awk '/=> \// {print $3}' |
+    sort -u |
+    grep -v -E '/(libc|libm|libmvec|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libz|ld-linux[^/]*)\.so' |
+    while read -r library; do cp -L "$library" "$dir/lib/"; done
+  cp "$root/benchmarks/pytorch_step.py" "$timed_config" "$dir/bin/"
+  # shellcheck disable=SC2086
+  "$build/bin/trellis" compile "$timed_config" $timed_options \
+    -o "$dir/plans/timed.plan" || return 1
+  local entry name options
+  for entry in "${plans[@]}"; do
+    name=${entry%%|*}
+    options=${entry#*|}
+    # shellcheck disable=SC2086
+    "$build/bin/trellis" compile $options -o "$dir/plans/$name.plan" || return 1
+    rm -rf "$dir/plans/$name.cpu"
+    "$build/bin/trellis" run "$dir/plans/$name.plan" --steps $steps \
+      --save "$dir/plans/$name.cpu" >"$dir/plans/$name.cpu.out" || return 1
+  done
+}
+
+failures=0
+summary=()
+record() { # record NAME STATUS [DETAIL]
+  summary+=("$(printf '%-58s %s %s' "$1" "$2" "${3:-}")")
+  [[ "$2" == ok || "$2" == skipped ]] || failures=$((failures + 1))
+}
+
+# Runs every test of a gtest program matching a filter, each alone.
+run_tests() { # run_tests PROGRAM FILTER LOG
+  local program=$1 filter=$2 log=$3 test status reason
+  for test in $("$program" --gtest_filter="$filter" --gtest_list_tests |
+    awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}'); do
+    timeout 120 "$program" --gtest_filter="$test" >"$log.one" 2>&1
+    status=$?
+    cat "$log.one" >>"$log"
+    if [[ $status -ne 0 ]]; then
+      reason=$(grep -m1 -E 'Failure|error|Segmentation|Aborted|CUDA' "$log.one" | cut -c1-160)
+      record "$test" "FAILED($status)" "$reason"
+    elif grep -q '\[  SKIPPED \]' "$log.one"; then
+      record "$test" skipped "$(grep -m1 -A0 'skipped' "$log.one" | cut -c1-120)"
+    else
+      record "$test" ok
+    fi
+  done
+  rm -f "$log.one"
+}
+
+run() {
+  local out=${3:-}
+  [[ -n "$out" ]] || { echo "usage: $0 run DIR OUT" >&2; exit 2; }
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free \
+    --format=csv 2>&1 | tee "$out/gpu.txt"
+  run_tests "$dir/bin/TrellisCudaTests" '*' "$out/cuda-tests.log"
+  run_tests "$dir/bin/TrellisRuntimeTests" '*/cuda:CudaLibraries*:CudaBackend*' \
+    "$out/backend-tests.log"
+
+  local entry name run_dir status detail
+  for entry in "${plans[@]}"; do
+    name=${entry%%|*}
+    run_dir=$out/$name
+    rm -rf "$run_dir.cuda"
+    timeout 120 "$dir/bin/trellis-run" "$dir/plans/$name.plan" --device cuda \
+      --steps $steps --save "$run_dir.cuda" >"$run_dir.cuda.out" 2>&1
+    status=$?
+    if [[ $status -ne 0 ]]; then
+      record "plan $name" "FAILED($status)" "$(grep -m1 -i error "$run_dir.cuda.out" | cut -c1-160)"
+      continue
+    fi
+    local tolerance=1e-5
+    [[ "$name" == *bf16* || "$name" == *fp16* ]] && tolerance=2e-2
+    detail=$(python3 "$dir/bin/compare_losses.py" "$dir/plans/$name.cpu.out" \
+      "$run_dir.cuda.out" $tolerance 2>&1) &&
+      detail+="; "$(python3 "$dir/bin/compare_safetensors.py" \
+        "$dir/plans/$name.cpu/model.safetensors" \
+        "$run_dir.cuda/model.safetensors" $tolerance 2>&1)
+    status=$?
+    [[ $status -eq 0 ]] && record "plan $name" ok "$detail" ||
+      record "plan $name" "DIFFERS" "$detail"
+  done
+  # Step times: Trellis and PyTorch eager, interleaved, two rounds each.
+  local round
+  for round in 1 2; do
+    timeout 60 "$dir/bin/trellis-run" "$dir/plans/timed.plan" --device cuda \
+      --steps 12 >"$out/timed-trellis-$round.out" 2>&1 ||
+      record "timed trellis round $round" "FAILED($?)" \
+        "$(grep -m1 -i error "$out/timed-trellis-$round.out" | cut -c1-160)"
+    timeout 60 python3 "$dir/bin/pytorch_step.py" \
+      "$dir/bin/$(basename "$timed_config")" 8 1024 12 8 bf16 cuda \
+      >"$out/timed-pytorch-$round.out" 2>&1
+  done
+  # Where the time goes: every launch synchronous, the host's timing per op.
+  CUDA_LAUNCH_BLOCKING=1 timeout 60 "$dir/bin/trellis-run" \
+    "$dir/plans/timed.plan" --device cuda --steps 3 --profile \
+    >"$out/timed-profile.out" 2>&1
+  echo "GPT-2 124M bf16, 8 x 1024 tokens per step:"
+  for round in 1 2; do
+    # Trellis: the mean of steps 3-12.
+    awk -F'|' '/^step/ {n++; if (n > 2) {split($NF, t, " "); s += t[1]; k++}}
+      END {if (k) printf "trellis mean step %.2f ms\n", s / k}' \
+      "$out/timed-trellis-$round.out"
+    tail -1 "$out/timed-pytorch-$round.out"
+  done | tee "$out/timed.txt"
+
+  if command -v compute-sanitizer >/dev/null; then
+    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 99 \
+      "$dir/bin/TrellisRuntimeTests" \
+      --gtest_filter='Backends/Conformance.*/cuda:Backends/OptimizerTest.*/cuda' \
+      >"$out/memcheck.log" 2>&1
+    status=$?
+    # The tests' own failures are reported above; memcheck's verdict is
+    # its error summary.
+    grep -q "ERROR SUMMARY: 0 errors" "$out/memcheck.log" &&
+      record "memcheck conformance" ok "(tests exit $status)" ||
+      record "memcheck conformance" "FAILED($status)" \
+        "$(grep -m1 -E 'Invalid|ERROR SUMMARY' "$out/memcheck.log" | cut -c1-160)"
+  else
+    record "memcheck conformance" skipped "no compute-sanitizer"
+  fi
+
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+  echo "$failures failed"
+  # Everything in one file (a machine may give back few files).
+  tar czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
+  exit "$failures"
+}
+
+case "$mode" in
+prepare) prepare || { echo "gpu-check: prepare failed" >&2; exit 1; } ;;
+run) run "$@" ;;
+*) echo "usage: $0 prepare DIR | run DIR OUT" >&2; exit 2 ;;
+esac
