@@ -47,10 +47,11 @@ plans=(
   "gemma2-fp32|$root/examples/configs/gemma2-tiny.json --batch 2 --seq 64 --adam-eps 1e-5 --fuse=false"
 )
 steps=6
-# Timed only (no CPU run): GPT-2 124M, bf16, 8 x 1024 tokens, beside
-# PyTorch eager on the same GPU (benchmarks/pytorch_step.py).
+# Timed only (no CPU run): GPT-2 124M, bf16, 8 x 1024 tokens, as compiled
+# by default (fused) and unfused, beside PyTorch eager on the same GPU
+# (benchmarks/pytorch_step.py).
 timed_config=$root/examples/configs/gpt2-124m.json
-timed_options="--batch 8 --seq 1024 --precision bf16 --fuse=false"
+timed_options="--batch 8 --seq 1024 --precision bf16"
 
 prepare() {
   local build=$root/build
@@ -69,7 +70,10 @@ prepare() {
   cp "$root/benchmarks/pytorch_step.py" "$timed_config" "$dir/bin/"
   # shellcheck disable=SC2086
   "$build/bin/trellis" compile "$timed_config" $timed_options \
-    -o "$dir/plans/timed.plan" || return 1
+    -o "$dir/plans/timed-fused.plan" || return 1
+  # shellcheck disable=SC2086
+  "$build/bin/trellis" compile "$timed_config" $timed_options --fuse=false \
+    -o "$dir/plans/timed-unfused.plan" || return 1
   local entry name options
   for entry in "${plans[@]}"; do
     name=${entry%%|*}
@@ -143,29 +147,41 @@ run() {
     [[ $status -eq 0 ]] && record "plan $name" ok "$detail" ||
       record "plan $name" "DIFFERS" "$detail"
   done
-  # Step times: Trellis and PyTorch eager, interleaved, two rounds each.
-  local round
+  # Step times, interleaved, two rounds: Trellis's fused and unfused plans,
+  # the unfused one with attention on the backend's own kernels
+  # (TRELLIS_CUDNN_ATTENTION=0), and PyTorch eager.
+  local round variant
   for round in 1 2; do
-    timeout 60 "$dir/bin/trellis-run" "$dir/plans/timed.plan" --device cuda \
-      --steps 12 >"$out/timed-trellis-$round.out" 2>&1 ||
-      record "timed trellis round $round" "FAILED($?)" \
-        "$(grep -m1 -i error "$out/timed-trellis-$round.out" | cut -c1-160)"
+    for variant in fused unfused cores; do
+      local plan=$dir/plans/timed-${variant/cores/unfused}.plan
+      TRELLIS_CUDNN_ATTENTION=$([[ $variant == cores ]] && echo 0 || echo 1) \
+        timeout 60 "$dir/bin/trellis-run" "$plan" --device cuda --steps 12 \
+        >"$out/timed-$variant-$round.out" 2>&1 ||
+        record "timed $variant round $round" "FAILED($?)" \
+          "$(grep -m1 -i error "$out/timed-$variant-$round.out" | cut -c1-160)"
+    done
     timeout 60 python3 "$dir/bin/pytorch_step.py" \
       "$dir/bin/$(basename "$timed_config")" 8 1024 12 8 bf16 cuda \
       >"$out/timed-pytorch-$round.out" 2>&1
   done
   # Where the time goes: every launch synchronous, the host's timing per op.
   CUDA_LAUNCH_BLOCKING=1 timeout 60 "$dir/bin/trellis-run" \
-    "$dir/plans/timed.plan" --device cuda --steps 3 --profile \
+    "$dir/plans/timed-fused.plan" --device cuda --steps 3 --profile \
     >"$out/timed-profile.out" 2>&1
-  echo "GPT-2 124M bf16, 8 x 1024 tokens per step:"
-  for round in 1 2; do
-    # Trellis: the mean of steps 3-12.
-    awk -F'|' '/^step/ {n++; if (n > 2) {split($NF, t, " "); s += t[1]; k++}}
-      END {if (k) printf "trellis mean step %.2f ms\n", s / k}' \
-      "$out/timed-trellis-$round.out"
-    tail -1 "$out/timed-pytorch-$round.out"
-  done | tee "$out/timed.txt"
+  {
+    echo "GPT-2 124M bf16, 8 x 1024 tokens per step (mean of steps 3-12):"
+    for round in 1 2; do
+      for variant in fused unfused cores; do
+        awk -F'|' -v name="$variant" \
+          '/^step/ {n++; if (n > 2) {split($NF, t, " "); s += t[1]; k++}}
+          END {if (k) printf "trellis %s: %.2f ms\n", name, s / k}' \
+          "$out/timed-$variant-$round.out"
+      done
+      tail -1 "$out/timed-pytorch-$round.out"
+    done
+  } | tee "$out/timed.txt"
+  # Attention the backend could not hand to cuDNN, and why.
+  cat "$out"/*.out | grep -h "on CUDA cores:" | sort -u
 
   if command -v compute-sanitizer >/dev/null; then
     timeout 90 compute-sanitizer --tool memcheck --error-exitcode 99 \

@@ -31,6 +31,7 @@ SKIPPED = {os.path.join("runtime", "unittests"), os.path.join("runtime", "fuzz")
 TESTS = ["test", "unittests", os.path.join("runtime", "unittests")]
 GPU_ONLY = {os.path.join("runtime", "cuda", name) for name in
             ["CudaBackend.cpp", "CublasLt.cpp", "CudaMatmul.cpp",
+             "CudnnAttention.cpp", "FusedElementwiseKernels.cpp",
              "NcclCommunicator.cpp"]}
 CALL = re.compile(
     r"\b(Status::error|emitError|emitOpError|reportError|fail|runtime_error|"

@@ -24,11 +24,16 @@
 //   its group, in head order. No atomics: every element's sum has one
 //   order, so every run gives the same bits.
 // attention_grad recomputes the forward's result and log-sum-exp (in fp32
-// scratch) first; the plan keeps neither.
+// scratch) first; the plan keeps neither. Where cuDNN's fused attention
+// covers an attention or attention_grad instruction (CudnnAttention.h),
+// its graphs, built when the plan loads, run instead.
 //
 //===----------------------------------------------------------------------===//
 
 #include "CudaSupport.h"
+#ifdef TRELLIS_HAVE_CUDNN_FRONTEND
+#include "CudnnAttention.h"
+#endif
 #include "DeviceFloat.cuh"
 #include "LaunchGeometry.h"
 
@@ -37,6 +42,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdio>
+#include <mutex>
+#include <set>
 #include <string>
 
 namespace trellis::runtime::cuda {
@@ -506,8 +514,35 @@ Status launchBackward(const AttentionGeometry &g, const T *q, const T *k,
   return Status::success();
 }
 
+/// cuDNN's graphs for the instructions it covers (CudnnAttention.h);
+/// null: the CUDA-core kernels run it.
+StatusOr<std::unique_ptr<PreparedLaunch>>
+prepareAttention(const KernelArgs &args, CudaContext &context) {
+#ifdef TRELLIS_HAVE_CUDNN_FRONTEND
+  std::string why;
+  std::unique_ptr<PreparedLaunch> prepared =
+      prepareCudnnAttention(args, context, why);
+  // cuDNN absent or refusing a shape it should cover: said once per reason.
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!why.empty() && said.insert(why).second)
+    std::fprintf(stderr, "trellis: cuda: %s on CUDA cores: %s\n",
+                 args.instruction.op.c_str(), why.c_str());
+  return StatusOr<std::unique_ptr<PreparedLaunch>>(std::move(prepared));
+#else
+  (void)args;
+  (void)context;
+  return std::unique_ptr<PreparedLaunch>();
+#endif
+}
+
 Status runAttention(const KernelArgs &args, CudaContext &context) {
   const std::string &op = args.instruction.op;
+#ifdef TRELLIS_HAVE_CUDNN_FRONTEND
+  if (args.prepared && isCudnnAttention(args.prepared))
+    return runCudnnAttention(*args.prepared, args, context);
+#endif
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
@@ -621,7 +656,7 @@ Status runRingAttention(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerAttentionKernels(CudaKernelTable &table) {
-  table.add({"attention", "attention_grad"}, runAttention);
+  table.add({"attention", "attention_grad"}, runAttention, prepareAttention);
   table.add({"attention_block", "attention_merge", "attention_block_grad"},
             runRingAttention);
 }

@@ -65,6 +65,12 @@ const LibrarySpec &cudnnLibrary() {
   return spec;
 }
 
+const LibrarySpec &cudartLibrary() {
+  static const LibrarySpec spec{
+      "the CUDA runtime", {"libcudart.so.13", "libcudart.so"}, "cu13"};
+  return spec;
+}
+
 std::vector<std::string> preferredLibraryDirectories() {
   std::vector<std::string> directories;
   std::string list = environment("TRELLIS_CUDA_LIBRARY_PATH");

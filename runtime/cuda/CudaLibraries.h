@@ -33,11 +33,13 @@ struct LibrarySpec {
   std::string wheelPackage;
 };
 
-/// cuBLASLt, NCCL, NVRTC and cuDNN as CUDA 13 names them.
+/// cuBLASLt, NCCL, NVRTC and cuDNN as CUDA 13 names them, and the shared
+/// CUDA runtime (cudnn-frontend's own calls go through it).
 const LibrarySpec &cublasLtLibrary();
 const LibrarySpec &ncclLibrary();
 const LibrarySpec &nvrtcLibrary();
 const LibrarySpec &cudnnLibrary();
+const LibrarySpec &cudartLibrary();
 
 /// The directories of TRELLIS_CUDA_LIBRARY_PATH, searched before the
 /// dynamic linker's own search (those that exist).
@@ -66,6 +68,10 @@ public:
 
   /// Where it was found ("libnccl.so.2" for the linker's own search).
   const std::string &path() const { return path_; }
+
+  /// The dynamic linker's handle (for a library that resolves its own
+  /// symbols from it: cudnn-frontend).
+  void *handle() const { return handle_; }
 
 private:
   void *handle_ = nullptr;

@@ -68,16 +68,25 @@ struct Broadcast {
   int64_t strideA[kMaxRank], strideB[kMaxRank];
 };
 
-template <typename T>
+/// Index: the integer type of the index arithmetic (32 bits where the
+/// result's elements allow: a division per dimension costs far less).
+template <typename T, typename Index>
 __global__ void binaryKernel(Binary op, Broadcast layout, const T *a,
                              const T *b, T *out, int64_t count) {
   TRELLIS_GRID_STRIDE(i, count) {
-    int64_t rest = i, offsetA = 0, offsetB = 0;
-    for (int d = layout.rank - 1; d >= 0; --d) {
-      int64_t index = rest % layout.shape[d];
-      rest /= layout.shape[d];
-      offsetA += index * layout.strideA[d];
-      offsetB += index * layout.strideB[d];
+    Index rest = static_cast<Index>(i);
+    int64_t offsetA = 0, offsetB = 0;
+    for (int d = layout.rank - 1; d > 0; --d) {
+      Index extent = static_cast<Index>(layout.shape[d]);
+      Index index = rest % extent;
+      rest /= extent;
+      offsetA += int64_t(index) * layout.strideA[d];
+      offsetB += int64_t(index) * layout.strideB[d];
+    }
+    // The outermost dimension's index is what is left.
+    if (layout.rank > 0) {
+      offsetA += int64_t(rest) * layout.strideA[0];
+      offsetB += int64_t(rest) * layout.strideB[0];
     }
     store(out, i, binary(op, load(a, offsetA), load(b, offsetB)));
   }
@@ -140,13 +149,24 @@ StatusOr<Broadcast> broadcastLayout(const std::vector<int64_t> &a,
     return Status::error("cuda: broadcasts of rank " +
                          std::to_string(result.size()) + " (more than " +
                          std::to_string(kMaxRank) + ") are not supported");
-  layout.rank = static_cast<int>(result.size());
   std::vector<int64_t> strideA = broadcastStrides(a, result.size());
   std::vector<int64_t> strideB = broadcastStrides(b, result.size());
+  // A dimension that continues the one before it in both operands (its
+  // stride times its extent is the outer one's stride: contiguous, or
+  // broadcast in both) merges into it: a same-shape sum is one dimension.
   for (size_t d = 0; d < result.size(); ++d) {
-    layout.shape[d] = result[d];
-    layout.strideA[d] = strideA[d];
-    layout.strideB[d] = strideB[d];
+    int r = layout.rank;
+    if (r > 0 && strideA[d] * result[d] == layout.strideA[r - 1] &&
+        strideB[d] * result[d] == layout.strideB[r - 1]) {
+      layout.shape[r - 1] *= result[d];
+      layout.strideA[r - 1] = strideA[d];
+      layout.strideB[r - 1] = strideB[d];
+      continue;
+    }
+    layout.shape[r] = result[d];
+    layout.strideA[r] = strideA[d];
+    layout.strideB[r] = strideB[d];
+    ++layout.rank;
   }
   return layout;
 }
@@ -222,9 +242,16 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
     Binary fn = binaryOf(op);
     TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
       using T = decltype(type);
-      binaryKernel<<<grid.blocks, grid.threads, 0, stream>>>(
-          fn, *layout, static_cast<const T *>(x.raw()),
-          static_cast<const T *>(y.raw()), static_cast<T *>(out.raw()), count);
+      if (count <= INT32_MAX)
+        binaryKernel<T, uint32_t><<<grid.blocks, grid.threads, 0, stream>>>(
+            fn, *layout, static_cast<const T *>(x.raw()),
+            static_cast<const T *>(y.raw()), static_cast<T *>(out.raw()),
+            count);
+      else
+        binaryKernel<T, uint64_t><<<grid.blocks, grid.threads, 0, stream>>>(
+            fn, *layout, static_cast<const T *>(x.raw()),
+            static_cast<const T *>(y.raw()), static_cast<T *>(out.raw()),
+            count);
       return Status::success();
     }));
     return launched(op);

@@ -96,14 +96,25 @@ __global__ void reducePartsKernel(int kind, ReduceLayout layout, const T *in,
     }
     float total = kind == 2 ? -INFINITY : 0.0f;
     int64_t end = min(layout.reduced, (p + 1) * part);
-    for (int64_t r = p * part; r < end; ++r) {
-      int64_t within = r, offset = base;
-      for (int d = layout.reducedRank - 1; d >= 0; --d) {
-        offset += (within % layout.reducedShape[d]) * layout.reducedStrides[d];
-        within /= layout.reducedShape[d];
+    if (layout.reducedRank == 1) {
+      // One reduced dimension (merged where contiguous): no division per
+      // element.
+      int64_t stride = layout.reducedStrides[0];
+      for (int64_t r = p * part; r < end; ++r) {
+        float value = widen(in[base + r * stride]);
+        total = kind == 2 ? fmaxf(total, value) : total + value;
       }
-      float value = widen(in[offset]);
-      total = kind == 2 ? fmaxf(total, value) : total + value;
+    } else {
+      for (int64_t r = p * part; r < end; ++r) {
+        int64_t within = r, offset = base;
+        for (int d = layout.reducedRank - 1; d >= 0; --d) {
+          offset +=
+              (within % layout.reducedShape[d]) * layout.reducedStrides[d];
+          within /= layout.reducedShape[d];
+        }
+        float value = widen(in[offset]);
+        total = kind == 2 ? fmaxf(total, value) : total + value;
+      }
     }
     partials[t] = total;
   }
@@ -156,11 +167,25 @@ Status runReduceDims(const KernelArgs &args, CudaContext &context) {
     strides[d] = stride;
     stride *= shape[d];
   }
+  // Neighbouring dimensions of one kind merge (row-major strides: the
+  // outer one's stride is the inner one's extent), so a bias gradient's
+  // [batch, seq, features] reduced over batch and seq is one reduced
+  // dimension.
   for (size_t d = 0; d < shape.size(); ++d) {
+    bool mergeReduced = reduced[d] && d > 0 && reduced[d - 1];
+    bool mergeKept = !reduced[d] && d > 0 && !reduced[d - 1];
     if (reduced[d]) {
-      layout.reducedShape[layout.reducedRank] = shape[d];
-      layout.reducedStrides[layout.reducedRank++] = strides[d];
+      if (mergeReduced) {
+        layout.reducedShape[layout.reducedRank - 1] *= shape[d];
+        layout.reducedStrides[layout.reducedRank - 1] = strides[d];
+      } else {
+        layout.reducedShape[layout.reducedRank] = shape[d];
+        layout.reducedStrides[layout.reducedRank++] = strides[d];
+      }
       layout.reduced *= shape[d];
+    } else if (mergeKept) {
+      layout.keptShape[layout.keptRank - 1] *= shape[d];
+      layout.keptStrides[layout.keptRank - 1] = strides[d];
     } else {
       layout.keptShape[layout.keptRank] = shape[d];
       layout.keptStrides[layout.keptRank++] = strides[d];
