@@ -402,7 +402,8 @@ llvm::Error readExperts(ConfigReader &reader, TransformerConfig &config,
 /// `sliding_window` is set; the Qwen types only with `use_sliding_window`,
 /// then the layers `layer_types` marks "sliding_attention" or, without
 /// it, Qwen2's layers from `max_window_layers` on, Qwen2-MoE's even layers
-/// below it, every Qwen3-MoE layer. Needs numLayers.
+/// below it, every Qwen3-MoE layer; Gemma 2's and Gemma 3's always. Needs
+/// numLayers.
 llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
                               llvm::StringRef type) {
   int64_t layers = config.numLayers;
@@ -415,10 +416,12 @@ llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
     }
     return llvm::Error::success();
   }
-  bool gemma2 = type == "gemma2";
+  bool gemma3 = type == "gemma3_text";
+  bool gemma2 = type == "gemma2" || gemma3;
   if (!type.starts_with("qwen") && !gemma2)
     return llvm::Error::success();
-  // Gemma 2: every layer layer_types marks, else the even ones, with
+  // Gemma 2 and 3: every layer layer_types marks, else Gemma 2's even ones
+  // and all but every sliding_window_pattern-th of Gemma 3's, with
   // sliding_window (4096 by default; null: none).
   bool sliding = gemma2;
   if (!gemma2)
@@ -449,11 +452,14 @@ llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
     }
     return llvm::Error::success();
   }
-  int64_t windowLayers = 0;
+  int64_t windowLayers = 0, pattern = 6;
   if (!gemma2)
     TRY_ASSIGN(windowLayers, reader.integerOr("max_window_layers", 28, 0));
+  if (gemma3)
+    TRY_ASSIGN(pattern, reader.integerOr("sliding_window_pattern", 6));
   for (int64_t layer = 0; layer < layers; ++layer)
-    config.slidingLayers.push_back(gemma2                ? layer % 2 == 0
+    config.slidingLayers.push_back(gemma3   ? (layer + 1) % pattern != 0
+                                   : gemma2 ? layer % 2 == 0
                                    : type == "qwen3_moe" ? true
                                    : type == "qwen2_moe"
                                        ? layer % 2 == 0 && layer < windowLayers
@@ -461,11 +467,14 @@ llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
   return llvm::Error::success();
 }
 
-/// Reads what Gemma ("gemma") and Gemma 2 ("gemma2") add to Llama, with
-/// transformers' defaults: RMSNorms scaling by 1 + weight, embeddings
-/// times sqrt(hidden_size), the tanh GELU; Gemma 2's norms on both
-/// branches' outputs, query_pre_attn_scalar, and soft caps of the scores
-/// and logits (null: none).
+/// Reads what Gemma ("gemma"), Gemma 2 ("gemma2") and Gemma 3's text model
+/// ("gemma3_text") add to Llama, with transformers' defaults: RMSNorms
+/// scaling by 1 + weight, embeddings times sqrt(hidden_size), the tanh
+/// GELU; Gemma 2's and 3's norms on both branches' outputs,
+/// query_pre_attn_scalar, and soft caps of the scores and logits (null:
+/// none; Gemma 3 has none by default); Gemma 3's RMSNorms over each head's
+/// query and key and its sliding layers' own rotary base
+/// (rope_local_base_freq).
 llvm::Error readGemma(ConfigReader &reader, TransformerConfig &config,
                       llvm::StringRef type) {
   if (llvm::Error error = reader.refuseFlag(
@@ -477,16 +486,22 @@ llvm::Error readGemma(ConfigReader &reader, TransformerConfig &config,
     return error;
   config.unitOffsetNorms = true;
   config.scaleEmbeddings = true;
-  if (type != "gemma2")
+  bool gemma3 = type == "gemma3_text";
+  if (type != "gemma2" && !gemma3)
     return llvm::Error::success();
   config.sandwichNorms = true;
   double scalar = 0;
   TRY_ASSIGN(scalar, reader.numberOr("query_pre_attn_scalar", 256));
   config.attentionScale = 1 / std::sqrt(scalar);
   TRY_ASSIGN(config.attentionSoftcap,
-             reader.numberOrNone("attn_logit_softcapping", 50));
+             reader.numberOrNone("attn_logit_softcapping", gemma3 ? 0 : 50));
   TRY_ASSIGN(config.logitSoftcap,
-             reader.numberOrNone("final_logit_softcapping", 30));
+             reader.numberOrNone("final_logit_softcapping", gemma3 ? 0 : 30));
+  if (!gemma3)
+    return llvm::Error::success();
+  config.queryKeyNorm = true;
+  TRY_ASSIGN(config.localRopeTheta,
+             reader.numberOr("rope_local_base_freq", 10000.0));
   return llvm::Error::success();
 }
 
@@ -517,43 +532,28 @@ llvm::Error readLatentAttention(ConfigReader &reader,
   return llvm::Error::success();
 }
 
-/// Reads the rotary embedding's theta and scaling. transformers 5 writes
-/// rope_parameters (rope_type, rope_theta and the scaling's fields);
-/// earlier ones rope_theta and rope_scaling. Needs maxPositions.
-llvm::Error readRope(ConfigReader &reader, TransformerConfig &config) {
+/// Reads a rotary scaling object named `field` (rope_scaling, or
+/// rope_parameters when its rope_type is not "default"): linear, llama3 or
+/// yarn. Needs maxPositions and ropeTheta.
+llvm::Error readRopeScaling(const llvm::json::Object &object,
+                            llvm::StringRef field, TransformerConfig &config) {
   RopeScaling &scaling = config.ropeScaling;
-  const llvm::json::Object *ropeScaling = reader.object("rope_scaling");
-  llvm::StringRef ropeField = "rope_scaling";
-  if (const llvm::json::Object *parameters = reader.object("rope_parameters")) {
-    ConfigReader sub(*parameters);
-    // The older fields may repeat what rope_parameters says, never differ.
-    double theta = 0, olderTheta = 0;
-    TRY_ASSIGN(olderTheta, reader.numberOr("rope_theta", 0));
-    TRY_ASSIGN(theta, sub.numberOr("rope_theta", config.ropeTheta));
-    if (ropeScaling || (olderTheta && olderTheta != theta))
-      return configError(llvm::formatv(
-          "field \"rope_parameters\" (rope_theta {0}) and {1} disagree: "
-          "expected one description of the rotary embedding",
-          llvm::format("%g", theta),
-          ropeScaling ? "\"rope_scaling\""
-                      : llvm::formatv("\"rope_theta\" ({0})",
-                                      llvm::format("%g", olderTheta))
-                            .str()));
-    config.ropeTheta = theta;
-    std::string type;
-    TRY_ASSIGN(type, sub.stringOr("rope_type", "default"));
-    if (type != "default") {
-      ropeScaling = parameters;
-      ropeField = "rope_parameters";
-    }
-  }
-  if (!ropeScaling)
-    return llvm::Error::success();
-  ConfigReader sub(*ropeScaling);
+  ConfigReader sub(object);
+  llvm::StringRef ropeField = field;
   std::string type;
   TRY_ASSIGN(type, sub.stringOr("rope_type", ""));
   if (type.empty())
     TRY_ASSIGN(type, sub.stringOr("type", ""));
+  if (type == "linear") {
+    // Positions divided by factor: every frequency divided by it.
+    scaling.kind = RopeScaling::Kind::Linear;
+    TRY_ASSIGN(scaling.factor, sub.numberOr("factor", 0));
+    if (!scaling.factor)
+      return configError(llvm::formatv(
+          "field \"{0}\": expected a factor for rope_type \"linear\"",
+          ropeField));
+    return llvm::Error::success();
+  }
   if (type == "llama3") {
     scaling.kind = RopeScaling::Kind::Llama3;
     TRY_ASSIGN(scaling.factor, sub.numberOr("factor", 8));
@@ -571,8 +571,8 @@ llvm::Error readRope(ConfigReader &reader, TransformerConfig &config) {
   }
   if (type != "yarn")
     return configError(llvm::formatv(
-        "field \"{0}\": expected rope_type \"default\", \"llama3\" or "
-        "\"yarn\", found \"{1}\"",
+        "field \"{0}\": expected rope_type \"default\", \"linear\", "
+        "\"llama3\" or \"yarn\", found \"{1}\"",
         ropeField, type));
   // YaRN as transformers' _compute_yarn_parameters computes it.
   scaling.kind = RopeScaling::Kind::Yarn;
@@ -601,6 +601,77 @@ llvm::Error readRope(ConfigReader &reader, TransformerConfig &config) {
   if (mscaleAllDim)
     scaling.softmaxFactor = magnitude(mscaleAllDim) * magnitude(mscaleAllDim);
   return llvm::Error::success();
+}
+
+/// Gemma 3's rope_parameters: one object per layer kind, the global
+/// ("full_attention") layers' perhaps scaled, the sliding ones' not.
+llvm::Error readLayerKindRope(const llvm::json::Object &parameters,
+                              TransformerConfig &config) {
+  const llvm::json::Object *full = parameters.getObject("full_attention");
+  const llvm::json::Object *sliding = parameters.getObject("sliding_attention");
+  if (!full || !sliding)
+    return configError(
+        "field \"rope_parameters\": expected an object with "
+        "\"full_attention\" and \"sliding_attention\" (one rotation per "
+        "layer kind) or a rope_type");
+  ConfigReader fullReader(*full), slidingReader(*sliding);
+  TRY_ASSIGN(config.ropeTheta,
+             fullReader.numberOr("rope_theta", config.ropeTheta));
+  TRY_ASSIGN(config.localRopeTheta,
+             slidingReader.numberOr("rope_theta", config.localRopeTheta));
+  std::string slidingType, type;
+  TRY_ASSIGN(slidingType, slidingReader.stringOr("rope_type", "default"));
+  if (slidingType != "default")
+    return configError(llvm::formatv(
+        "field \"rope_parameters\": expected rope_type \"default\" for "
+        "\"sliding_attention\" (scaling the sliding layers' rotation is not "
+        "built), found \"{0}\"",
+        slidingType));
+  TRY_ASSIGN(type, fullReader.stringOr("rope_type", "default"));
+  if (type == "default")
+    return llvm::Error::success();
+  return readRopeScaling(*full, "rope_parameters", config);
+}
+
+/// Reads the rotary embedding's theta and scaling. transformers 5 writes
+/// rope_parameters (rope_type, rope_theta and the scaling's fields; for
+/// Gemma 3 one such object per layer kind); earlier ones rope_theta and
+/// rope_scaling. Needs maxPositions.
+llvm::Error readRope(ConfigReader &reader, TransformerConfig &config) {
+  const llvm::json::Object *ropeScaling = reader.object("rope_scaling");
+  const llvm::json::Object *parameters = reader.object("rope_parameters");
+  if (!parameters)
+    return ropeScaling ? readRopeScaling(*ropeScaling, "rope_scaling", config)
+                       : llvm::Error::success();
+  // The older fields may repeat what rope_parameters says, never differ.
+  bool byLayerKind =
+      config.localRopeTheta && (parameters->get("full_attention") ||
+                                parameters->get("sliding_attention"));
+  const llvm::json::Object *rotation =
+      byLayerKind ? parameters->getObject("full_attention") : parameters;
+  if (!rotation)
+    return readLayerKindRope(*parameters, config);
+  ConfigReader sub(*rotation);
+  double theta = 0, olderTheta = 0;
+  TRY_ASSIGN(olderTheta, reader.numberOr("rope_theta", 0));
+  TRY_ASSIGN(theta, sub.numberOr("rope_theta", config.ropeTheta));
+  if (ropeScaling || (olderTheta && olderTheta != theta))
+    return configError(llvm::formatv(
+        "field \"rope_parameters\" (rope_theta {0}) and {1} disagree: "
+        "expected one description of the rotary embedding",
+        llvm::format("%g", theta),
+        ropeScaling ? "\"rope_scaling\""
+                    : llvm::formatv("\"rope_theta\" ({0})",
+                                    llvm::format("%g", olderTheta))
+                          .str()));
+  if (byLayerKind)
+    return readLayerKindRope(*parameters, config);
+  config.ropeTheta = theta;
+  std::string type;
+  TRY_ASSIGN(type, sub.stringOr("rope_type", "default"));
+  if (type == "default")
+    return llvm::Error::success();
+  return readRopeScaling(*parameters, "rope_parameters", config);
 }
 
 /// Reads a Llama-family config: `type` "llama", or "mistral" (Llama with a
@@ -634,10 +705,12 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
     architectures = {"GemmaForCausalLM", "GemmaModel"};
   else if (type == "gemma2")
     architectures = {"Gemma2ForCausalLM", "Gemma2Model"};
+  else if (type == "gemma3_text")
+    architectures = {"Gemma3ForCausalLM", "Gemma3TextModel"};
   if (llvm::Error error = checkArchitectures(reader, type, architectures))
     return error;
   bool deepSeek = type == "deepseek_v3";
-  bool gemma = type == "gemma" || type == "gemma2";
+  bool gemma = type == "gemma" || type == "gemma2" || type == "gemma3_text";
   bool qwen2 = type == "qwen2" || type == "qwen2_moe";
   bool qwen3 = type == "qwen3" || type == "qwen3_moe";
   if (qwen2 || qwen3) {
@@ -700,7 +773,9 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
   TRY_ASSIGN(config.vocabSize, reader.integer("vocab_size"));
   TRY_ASSIGN(config.maxPositions, reader.integer("max_position_embeddings"));
   TRY_ASSIGN(config.normEpsilon, reader.numberOr("rms_norm_eps", 1e-6));
-  TRY_ASSIGN(config.ropeTheta, reader.numberOr("rope_theta", 10000.0));
+  TRY_ASSIGN(config.ropeTheta,
+             reader.numberOr("rope_theta",
+                             type == "gemma3_text" ? 1000000.0 : 10000.0));
   TRY_ASSIGN(config.initializerRange,
              reader.numberOr("initializer_range", 0.02));
   TRY_ASSIGN(config.tieWordEmbeddings,
@@ -718,8 +793,9 @@ llvm::Error readLlama(ConfigReader &reader, TransformerConfig &config,
     config.paddingIdx = padding;
   // The gated MLP's activation: SiLU; Gemma's tanh GELU (Gemma 2 names
   // the field hidden_activation).
-  llvm::StringRef activationField =
-      type == "gemma2" ? "hidden_activation" : "hidden_act";
+  llvm::StringRef activationField = type == "gemma2" || type == "gemma3_text"
+                                        ? "hidden_activation"
+                                        : "hidden_act";
   llvm::StringRef expectedActivation = gemma ? "gelu_pytorch_tanh" : "silu";
   std::string activation;
   TRY_ASSIGN(activation, reader.stringOr(activationField, expectedActivation));
@@ -773,8 +849,8 @@ constexpr int64_t kMaxLayers = 4096;
 /// The model types Trellis builds, for messages.
 constexpr const char *kModelTypes =
     "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", "
-    "\"qwen2_moe\", \"qwen3_moe\", \"olmoe\", \"deepseek_v3\", \"gemma\" or "
-    "\"gemma2\"";
+    "\"qwen2_moe\", \"qwen3_moe\", \"olmoe\", \"deepseek_v3\", \"gemma\", "
+    "\"gemma2\" or \"gemma3_text\"";
 
 llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
   if (std::string why = checkJsonShape(json, kMaxConfigDepth); !why.empty())
@@ -795,9 +871,14 @@ llvm::Expected<TransformerConfig> parseConfig(llvm::StringRef json) {
   } else if (type == "llama" || type == "mistral" || type == "qwen2" ||
              type == "qwen3" || type == "mixtral" || type == "qwen2_moe" ||
              type == "qwen3_moe" || type == "olmoe" || type == "deepseek_v3" ||
-             type == "gemma" || type == "gemma2") {
+             type == "gemma" || type == "gemma2" || type == "gemma3_text") {
     if (llvm::Error error = readLlama(reader, parsed, type))
       return std::move(error);
+  } else if (type == "gemma3") {
+    return configError(
+        "model_type \"gemma3\" is Gemma 3's image and text model: expected "
+        "its text_config (model_type \"gemma3_text\"), the language model "
+        "Trellis builds");
   } else if (type.empty()) {
     return configError("missing field \"model_type\": expected " +
                        std::string(kModelTypes));
@@ -838,7 +919,9 @@ std::vector<double> TransformerConfig::ropeFrequencies() const {
     high += 0.001;
   for (int64_t i = 0; i < dim / 2; ++i) {
     double frequency = std::pow(ropeTheta, -2.0 * i / dim);
-    if (scaling.kind == RopeScaling::Kind::Llama3) {
+    if (scaling.kind == RopeScaling::Kind::Linear) {
+      frequency /= scaling.factor;
+    } else if (scaling.kind == RopeScaling::Kind::Llama3) {
       double wavelength = 2 * M_PI / frequency;
       double lowWavelength =
           scaling.originalMaxPositions / scaling.lowFrequencyFactor;
@@ -861,6 +944,16 @@ std::vector<double> TransformerConfig::ropeFrequencies() const {
     frequencies.push_back(frequency);
   }
   return frequencies;
+}
+
+std::vector<double> TransformerConfig::localRopeFrequencies() const {
+  if (!localRopeTheta)
+    return ropeFrequencies();
+  TransformerConfig local = *this;
+  local.ropeTheta = localRopeTheta;
+  local.localRopeTheta = 0;
+  local.ropeScaling = RopeScaling();
+  return local.ropeFrequencies();
 }
 
 int64_t TransformerConfig::numParameters() const {

@@ -63,7 +63,9 @@ private:
   Value rmsNorm(Value x, StringRef name, int64_t size = 0, double epsilon = 0);
   /// The rotary embedding on [b, s, heads, d], its cos and sin scaled by
   /// YaRN's attention factor.
-  Value rope(Value x);
+  /// Rotary embeddings of `x` as layer `layer` rotates (-1: the global
+  /// layers' rotation).
+  Value rope(Value x, int64_t layer = -1);
   /// x [b, s, heads, d] with the last dimension's interleaved pairs
   /// (x0, x1), (x2, x3), ... regrouped as (x0, x2, ..., x1, x3, ...): the
   /// rotate-half layout of DeepSeek's interleaved rotary features.
@@ -179,12 +181,17 @@ Value TransformerBuilder::rmsNorm(Value x, StringRef name, int64_t size,
       builder_.getF64FloatAttr(epsilon ? epsilon : config_.normEpsilon));
 }
 
-Value TransformerBuilder::rope(Value x) {
-  Value rotated =
-      RopeOp::create(builder_, loc_, x,
-                     builder_.getDenseF64ArrayAttr(config_.ropeFrequencies()),
-                     builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr());
-  double factor = config_.ropeScaling.attentionFactor;
+Value TransformerBuilder::rope(Value x, int64_t layer) {
+  // Gemma 3's sliding layers rotate with a base of their own.
+  bool local = config_.localRopeTheta && layer >= 0 &&
+               layer < static_cast<int64_t>(config_.slidingLayers.size()) &&
+               config_.slidingLayers[layer];
+  Value rotated = RopeOp::create(
+      builder_, loc_, x,
+      builder_.getDenseF64ArrayAttr(local ? config_.localRopeFrequencies()
+                                          : config_.ropeFrequencies()),
+      builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr());
+  double factor = local ? 1.0 : config_.ropeScaling.attentionFactor;
   if (factor == 1)
     return rotated;
   return ScaleOp::create(builder_, loc_, rotated,
@@ -347,8 +354,8 @@ Value TransformerBuilder::attention(Value hidden, StringRef prefix,
   }
   double scale = config_.attentionScale ? config_.attentionScale
                                         : 1.0 / std::sqrt(double(d));
-  Value result = attend(rope(qHeads), rope(kHeads), reshape(v, {b, s, hkv, d}),
-                        scale, layer);
+  Value result = attend(rope(qHeads, layer), rope(kHeads, layer),
+                        reshape(v, {b, s, hkv, d}), scale, layer);
   return linear(
       reshape(result, {b, s, hq * d}),
       param((prefix + ".self_attn.o_proj.weight").str(), {e, hq * d}, normal),

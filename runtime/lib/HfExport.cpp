@@ -61,6 +61,8 @@ const std::map<std::string, ModelTypeFacts> &modelTypes() {
        {"GemmaForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"gemma2",
        {"Gemma2ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"gemma3_text",
+       {"Gemma3ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       // The routers (weights and score correction biases) stay fp32.
       {"deepseek_v3",
        {"DeepseekV3ForCausalLM",
@@ -169,7 +171,8 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
     return Status::error("config '" + configPath +
                          "': expected model_type gpt2, llama, mistral, "
                          "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
-                         "olmoe, deepseek_v3, gemma or gemma2, found '" +
+                         "olmoe, deepseek_v3, gemma, gemma2 or "
+                         "gemma3_text, found '" +
                          modelType + "'");
 
   StatusOr<SafetensorsFile> model =

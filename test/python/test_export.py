@@ -32,7 +32,8 @@ def train_and_export(tmp_path, trellis_bin: str, config: str, *options):
     return checkpoint, exported
 
 
-@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "gemma2-tiny"])
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "gemma2-tiny",
+                                  "gemma3-tiny"])
 def test_exported_model_loads_and_computes_trellis_forward(
         tmp_path, trellis_bin: str, examples: str, name: str) -> None:
     config = os.path.join(examples, "configs", name + ".json")

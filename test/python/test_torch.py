@@ -66,6 +66,25 @@ def config(kind: str) -> dict:
                       tie_word_embeddings=True, query_pre_attn_scalar=24,
                       sliding_window=6, attn_logit_softcapping=0.5,
                       final_logit_softcapping=2.0)
+    elif kind == "gemma3":
+        # Gemma 2's layout with each head's query and key RMS-normalized,
+        # no soft caps, a window of 6 on layer 0, and a rotary base per
+        # layer kind: 10^4 on the sliding layer, 10^6 scaled linearly by 2
+        # on the global one.
+        fields.pop("hidden_act")
+        fields.pop("rope_theta", None)
+        fields.update(model_type="gemma3_text",
+                      architectures=["Gemma3ForCausalLM"],
+                      hidden_activation="gelu_pytorch_tanh", head_dim=16,
+                      tie_word_embeddings=True, query_pre_attn_scalar=24,
+                      sliding_window=6,
+                      layer_types=["sliding_attention", "full_attention"],
+                      rope_parameters={
+                          "sliding_attention": {"rope_type": "default",
+                                                "rope_theta": 10000.0},
+                          "full_attention": {"rope_type": "linear",
+                                             "rope_theta": 1000000.0,
+                                             "factor": 2.0}})
     elif kind == "qwen2_yarn":
         # YaRN: frequencies blended over the pairs, cos and sin scaled by
         # 0.1 ln 4 + 1.
@@ -89,6 +108,8 @@ def causal_lm(kind: str, **fields: Any) -> "torch.nn.Module":
         "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config),
         "gemma": (transformers.GemmaForCausalLM, transformers.GemmaConfig),
         "gemma2": (transformers.Gemma2ForCausalLM, transformers.Gemma2Config),
+        "gemma3": (transformers.Gemma3ForCausalLM,
+                   transformers.Gemma3TextConfig),
     }
     model, settings = classes[kind.removesuffix("_window").removesuffix(
         "_yarn")]
@@ -245,7 +266,8 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2",
                                   "qwen3", "mistral_window", "qwen2_window",
-                                  "qwen2_yarn", "gemma", "gemma2"])
+                                  "qwen2_yarn", "gemma", "gemma2",
+                                  "gemma3"])
 def test_trained_parameters_equal_pytorch(kind: str) -> None:
     """Every parameter after 3 AdamW steps with weight decay equals
     PyTorch's, not only the losses: GPT-2's fused QKV bias is a 1-D bias
@@ -254,7 +276,9 @@ def test_trained_parameters_equal_pytorch(kind: str) -> None:
     one shorter than the sequence (Qwen2's on the layers it names), Qwen2's
     query, key and value biases and Qwen3's query and key norms train, as
     do Gemma's norms (1 + weight) and scaled embeddings, Gemma 2's norms
-    around both branches, soft caps and windows, and YaRN's rotary scaling,
+    around both branches, soft caps and windows, Gemma 3's query and key
+    norms and rotary base per layer kind (linear scaling on the global
+    layers), and YaRN's rotary scaling,
     from the config importer and from the module alike.
     AdamW's epsilon is 1e-4: at 1e-8 its division turns the roundoff of a
     near-zero gradient into a visible step (zero.test says more)."""
@@ -428,6 +452,15 @@ def architecture(kind: str) -> "torch.nn.Module":
                         query_pre_attn_scalar=16, sliding_window=6,
                         attn_logit_softcapping=0.5,
                         final_logit_softcapping=2.0)),
+        # Gemma 3: each head's query and key RMS-normalized (gains 1 +
+        # weight), a window of 6 on layer 0, rotary bases of its own for
+        # the sliding (10^4) and the global (10^6) layers, no soft caps.
+        "gemma3": (transformers.Gemma3ForCausalLM,
+                   transformers.Gemma3TextConfig,
+                   dict(sized, head_dim=16, num_key_value_heads=2,
+                        query_pre_attn_scalar=16, sliding_window=6,
+                        layer_types=["sliding_attention",
+                                     "full_attention"])),
     }
     model, settings, extra = classes[kind]
     torch.manual_seed(0)
@@ -439,10 +472,11 @@ def architecture(kind: str) -> "torch.nn.Module":
 
 
 @pytest.mark.parametrize("kind", ["gpt_neox", "phi3", "falcon", "opt",
-                                  "olmo", "gemma2"])
+                                  "olmo", "gemma2", "gemma3"])
 def test_more_architectures_train_like_pytorch(kind: str) -> None:
     """GPT-NeoX and Phi-3 (their fused projections split by aten.chunk),
-    Falcon, OPT, OLMo and Gemma 2 (soft-capping, sliding windows): losses
+    Falcon, OPT, OLMo, Gemma 2 (soft-capping, sliding windows) and Gemma 3
+    (query and key norms, a rotary base per layer kind): losses
     and every parameter after 3 AdamW steps
     with weight decay equal PyTorch's, and dp=2 and tp=2 (the preset knows
     no name of theirs: replicated) train as one rank."""

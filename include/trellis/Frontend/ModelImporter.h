@@ -37,6 +37,10 @@ struct TransformerConfig {
   int64_t maxPositions = 0;
   double normEpsilon = 1e-5;
   double ropeTheta = 10000.0;
+  /// Gemma 3: the rotary base of the sliding-window layers (without
+  /// scaling; ropeTheta and ropeScaling are the global layers'); 0: every
+  /// layer rotates alike.
+  double localRopeTheta = 0;
   double initializerRange = 0.02;
   bool tieWordEmbeddings = true;
   /// The embedding row that gets no gradient (Llama's pad_token_id).
@@ -145,7 +149,7 @@ struct TransformerConfig {
   /// correction dimensions of betaFast and betaSlow rotations, cos and sin
   /// times attentionFactor).
   struct RopeScaling {
-    enum class Kind { None, Llama3, Yarn } kind = Kind::None;
+    enum class Kind { None, Linear, Llama3, Yarn } kind = Kind::None;
     double factor = 1, lowFrequencyFactor = 1, highFrequencyFactor = 4;
     int64_t originalMaxPositions = 8192;
     double betaFast = 32, betaSlow = 1, attentionFactor = 1;
@@ -161,6 +165,9 @@ struct TransformerConfig {
   /// The rotary embedding's per-pair inverse frequencies theta^(-2i/d)
   /// over ropeDim() d, with Llama 3's or YaRN's scaling.
   std::vector<double> ropeFrequencies() const;
+  /// The sliding-window layers' frequencies where they differ (Gemma 3's
+  /// localRopeTheta), else ropeFrequencies().
+  std::vector<double> localRopeFrequencies() const;
 
   /// Parameter count of the model (tied embeddings counted once).
   int64_t numParameters() const;
