@@ -461,6 +461,18 @@ def architecture(kind: str) -> "torch.nn.Module":
                         query_pre_attn_scalar=16, sliding_window=6,
                         layer_types=["sliding_attention",
                                      "full_attention"])),
+        # DeepSeek-V3's multi-head latent attention (low-rank queries, a
+        # shared latent expanded into keys and values through slice
+        # copies, interleaved rotary pairs, values narrower than keys),
+        # every layer dense.
+        "deepseek_v3": (transformers.DeepseekV3ForCausalLM,
+                        transformers.DeepseekV3Config,
+                        dict(sized, num_key_value_heads=4, q_lora_rank=32,
+                             kv_lora_rank=24, qk_nope_head_dim=16,
+                             qk_rope_head_dim=8, v_head_dim=12,
+                             rope_interleave=True, first_k_dense_replace=2,
+                             n_routed_experts=8, num_experts_per_tok=2,
+                             n_group=4, topk_group=2)),
     }
     model, settings, extra = classes[kind]
     torch.manual_seed(0)
@@ -472,11 +484,12 @@ def architecture(kind: str) -> "torch.nn.Module":
 
 
 @pytest.mark.parametrize("kind", ["gpt_neox", "phi3", "falcon", "opt",
-                                  "olmo", "gemma2", "gemma3"])
+                                  "olmo", "gemma2", "gemma3", "deepseek_v3"])
 def test_more_architectures_train_like_pytorch(kind: str) -> None:
     """GPT-NeoX and Phi-3 (their fused projections split by aten.chunk),
-    Falcon, OPT, OLMo, Gemma 2 (soft-capping, sliding windows) and Gemma 3
-    (query and key norms, a rotary base per layer kind): losses
+    Falcon, OPT, OLMo, Gemma 2 (soft-capping, sliding windows), Gemma 3
+    (query and key norms, a rotary base per layer kind) and DeepSeek-V3's
+    latent attention (dense layers): losses
     and every parameter after 3 AdamW steps
     with weight decay equal PyTorch's, and dp=2 and tp=2 (the preset knows
     no name of theirs: replicated) train as one rank."""
@@ -503,6 +516,25 @@ def test_more_architectures_train_like_pytorch(kind: str) -> None:
     for name, value in found.items():
         np.testing.assert_allclose(value, expected[name], rtol=1e-5,
                                    atol=1e-6, err_msg=f"{kind} {name}")
+
+
+def test_deepseek_router_is_refused_not_approximated() -> None:
+    """DeepSeek-V3's mixture-of-experts router (sigmoid scores, a score
+    correction bias, grouped top-k, a routed scaling factor) and its
+    ungated shared experts are not what trellis.torch's moe_route computes:
+    converting such a model is refused, naming the block, never trained as
+    a softmax router."""
+    module = architecture("deepseek_v3")
+    module = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
+        **dict(module.config.to_dict(), first_k_dense_replace=1))).eval()
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    with pytest.raises(trellis.Error) as refused:
+        trellis_torch.from_module(module, example)
+    assert str(refused.value) == (
+        "the mixture-of-experts block model.layers.1.mlp: DeepSeek-V3's "
+        "router (sigmoid scores, e_score_correction_bias, grouped top-k, "
+        "routed_scaling_factor) is not translated by trellis.torch; build "
+        "the model from its config (trellis.Model.from_config), which does")
 
 
 class NanoGptAttention(torch.nn.Module):

@@ -184,14 +184,35 @@ def _expand(c: _Converter, node: Any, value: Any, sizes: Sequence[int],
     return _Tensor(c.op("broadcast_to", value, shape=shape))
 
 
+def _strided_slice(c: _Converter, node: Any, value: Any, dim: int,
+                   begin: int, stop: int, stride: int) -> Any:
+    """value[..., begin::stride, ...] taking one element of every group of
+    `stride` along `dim` (interleaved pairs: DeepSeek's x[..., 0::2] and
+    x[..., 1::2]): the dimension viewed as [groups, stride], one column
+    kept."""
+    shape = [int(d) for d in value.shape]
+    size = shape[dim]
+    count = len(range(begin, stop, stride))
+    if size % stride != 0 or begin >= stride or count != size // stride:
+        raise Error(f"a slice [{begin}:{stop}:{stride}] of a dimension of "
+                    f"{size}: expected one element of every group of "
+                    f"{stride} (the size a multiple of the step)")
+    grouped = shape[:dim] + [count, stride] + shape[dim + 1:]
+    picked = _slice(c, node, _reshape(c, value, tuple(grouped)), dim + 1,
+                    begin, begin + 1)
+    return _reshape(c, picked, tuple(shape[:dim] + [count] + shape[dim + 1:]))
+
+
 def _slice(c: _Converter, node: Any, value: Any, dim: int = 0,
            start: Optional[int] = None, end: Optional[int] = None,
            step: int = 1) -> Any:
     shape = value.shape
     dim = _normalize_dim(dim, len(shape))
     begin, stop, stride = slice(start, end, step).indices(shape[dim])
+    if stride > 1:
+        return _strided_slice(c, node, value, dim, begin, stop, stride)
     if stride != 1:
-        raise Error(f"a slice with step {step}: expected step 1")
+        raise Error(f"a slice with step {step}: expected a positive step")
     if begin == 0 and stop == shape[dim]:
         return value
     offsets = [0] * len(shape)
@@ -270,6 +291,44 @@ def _index(c: _Converter, node: Any, value: Any,
                     f"{torch.as_tensor(index.tensor).tolist()}: expected "
                     "consecutive indices within its size")
     return _slice(c, node, value, dim, wanted[0], wanted[0] + len(wanted))
+
+
+def _new_empty(c: _Converter, node: Any, value: Any, size: Sequence[int],
+               **kw: Any) -> Any:
+    """Tensor.new_empty: memory the program writes before it reads it
+    (DeepSeek-V3's keys assembled by copies into slices, which
+    functionalization turns into slice_scatter); zeros here."""
+    _to(c, node, value, **kw)
+    shape = [int(d) for d in node.meta["val"].shape]
+    return _Tensor(c.emit("fill", shape=shape, value=0.0))
+
+
+def _copy(c: _Converter, node: Any, target: Any, source: Any,
+          non_blocking: bool = False) -> Any:
+    """aten.copy (functionalized copy_): `source` broadcast to `target`'s
+    shape."""
+    return _expand(c, node, source, list(node.meta["val"].shape))
+
+
+def _slice_scatter(c: _Converter, node: Any, value: Any, source: Any,
+                   dim: int = 0, start: Optional[int] = None,
+                   end: Optional[int] = None, step: int = 1) -> Any:
+    """value with value[start:end] along `dim` replaced by `source`: the
+    pieces before and after, concatenated around it."""
+    shape = value.shape
+    dim = _normalize_dim(dim, len(shape))
+    begin, stop, stride = slice(start, end, step).indices(shape[dim])
+    if stride != 1:
+        raise Error(f"a slice_scatter with step {step}: expected step 1")
+    pieces = []
+    if begin > 0:
+        pieces.append(_slice(c, node, value, dim, 0, begin))
+    pieces.append(source)
+    if stop < shape[dim]:
+        pieces.append(_slice(c, node, value, dim, stop, shape[dim]))
+    if len(pieces) == 1:
+        return source
+    return _Tensor(c.op("concat", *pieces, dim=dim))
 
 
 def _getitem(c: _Converter, node: Any, values: Any, index: int) -> Any:
@@ -432,11 +491,20 @@ def _attention(c: _Converter, node: Any, query: Any, key: Any, value: Any,
                softcap: Optional[float] = None) -> _Tensor:
     """graph.attention on logical [batch, heads, seq, dim] operands; the
     result is logical [batch, heads, seq, dim] too. `window` > 0: a causal
-    sliding window; `softcap`: scores soft-capped (Gemma 2)."""
+    sliding window; `softcap`: scores soft-capped (Gemma 2). Values of
+    another width than the queries and keys (DeepSeek's v_head_dim) are
+    attended padded with zero features to the wider, which changes no score
+    and no output feature, and the result sliced back."""
     to_bshd = (0, 2, 1, 3)
+    width = max(int(query.shape[3]), int(value.shape[3]))
 
     def operand(v: Any) -> Any:
-        return c.materialize(_permute(c, node, v, to_bshd))
+        placed = c.materialize(_permute(c, node, v, to_bshd))
+        features = int(v.shape[3])
+        if features == width:
+            return placed
+        return c.emit("pad", placed, low=[0, 0, 0, 0],
+                      high=[0, 0, 0, width - features])
 
     attrs: Dict[str, Any] = {"scale": float(scale),
                              "causal": Attr("true" if causal else "false")}
@@ -446,7 +514,10 @@ def _attention(c: _Converter, node: Any, query: Any, key: Any, value: Any,
         attrs["softcap"] = float(softcap)
     out = c.emit("attention", operand(query), operand(key), operand(value),
                  **attrs)
-    return _Tensor(out, to_bshd)
+    result = _Tensor(out, to_bshd)
+    if int(value.shape[3]) == width:
+        return result
+    return _slice(c, node, result, 3, 0, int(value.shape[3]))
 
 
 # -- patterns -------------------------------------------------------------
@@ -523,6 +594,9 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.unflatten.int: _unflatten,
     aten.numpy_T.default: _numpy_t,
     aten.cat.default: _cat,
+    aten.new_empty.default: _new_empty,
+    aten.copy.default: _copy,
+    aten.slice_scatter.default: _slice_scatter,
     aten.cross_entropy_loss.default: _cross_entropy,
     aten.to.dtype: _to,
     aten.to.dtype_layout: _to,

@@ -99,6 +99,21 @@ def _sparse_blocks(module: torch.nn.Module) -> List[torch.nn.Module]:
     return found
 
 
+def _untranslated_router(block: torch.nn.Module) -> str:
+    """Why `block` routes otherwise than moe_route's softmax top-k (and
+    Qwen2-MoE's gated shared expert) computes, or "" when it does not."""
+    gate = block.gate
+    if hasattr(gate, "e_score_correction_bias") or \
+            getattr(gate, "num_group", 1) > 1 or \
+            getattr(gate, "routed_scaling_factor", 1.0) != 1.0:
+        return ("DeepSeek-V3's router (sigmoid scores, "
+                "e_score_correction_bias, grouped top-k, "
+                "routed_scaling_factor)")
+    if hasattr(block, "shared_experts"):
+        return "shared experts added without a gate (shared_experts)"
+    return ""
+
+
 @contextlib.contextmanager
 def traceable_experts(module: torch.nn.Module) -> Iterator[int]:
     """While inside, every sparse MoE block of `module` computes through the
@@ -106,6 +121,17 @@ def traceable_experts(module: torch.nn.Module) -> Iterator[int]:
     after."""
     blocks = _sparse_blocks(module)
     for block in blocks:
+        # A router of another kind would be translated as softmax top-k:
+        # refused, never approximated.
+        why = _untranslated_router(block)
+        if why:
+            from .. import Error
+            name = next((n for n, m in module.named_modules() if m is block),
+                        type(block).__name__)
+            raise Error(f"the mixture-of-experts block {name}: {why} is not "
+                        "translated by trellis.torch; build the model from "
+                        "its config (trellis.Model.from_config), which "
+                        "does")
         # Mixtral's router noise applies in training mode only.
         jitter = getattr(block, "jitter_noise", 0)
         if jitter and block.training:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import torch
 
 from .. import Error
-from ._aten import _attention, _matmul_flags, _permute, _scalar
+from ._aten import _attention, _matmul_flags, _permute, _scalar, _slice
 from ._converter import (_causal_window, _Constant, _Converter,
                          _normalize_dim, _Tensor)
 
@@ -291,19 +291,40 @@ def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
     if tuple(low.args[1:4]) not in ((3, 0, dim // 2), (-1, 0, dim // 2)) or \
             tuple(high.args[1:3]) not in ((3, dim // 2), (-1, dim // 2)):
         return None
+    x = _rotated_operand(c, x_node, cos_node, sin_node)
+    if x is None:
+        return None
+    return _rope(c, node, x, cos_node, sin_node, repeated=True)
+
+
+def _rotated_operand(c: _Converter, x_node: Any, cos_node: Any,
+                     sin_node: Any) -> Optional[_Tensor]:
+    """x [batch, heads, seq, dim] when the tables are constants, else None
+    (not a rotary embedding Trellis recognizes)."""
     if cos_node not in c.constants or sin_node not in c.constants:
         return None
     x = c.convert(x_node)
     if not isinstance(x, _Tensor) or len(x.shape) != 4:
         return None
+    return x
+
+
+def _rope(c: _Converter, node: Any, x: _Tensor, cos_node: Any,
+          sin_node: Any, repeated: bool) -> _Tensor:
+    """graph.rope of x [batch, heads, seq, dim] (pairs (i, i + dim/2)) with
+    the frequencies of the constant cos and sin tables: cos(position *
+    frequency) per pair, written twice (`repeated`: rotate-half's
+    cat(freqs, freqs)) or once, perhaps times an attention factor (a scale
+    after the rope)."""
     cos = c.convert(cos_node).tensor
     sin = c.convert(sin_node).tensor
     batch, heads, seq, dim = x.shape
     half = dim // 2
+    width = dim if repeated else half
     # The frequencies from the table: angle(position 1) = frequency; then
     # the whole table must be cos/sin(position * frequency).
-    table_cos = cos.reshape(-1, seq, dim)[0].to(torch.float64)
-    table_sin = sin.reshape(-1, seq, dim)[0].to(torch.float64)
+    table_cos = cos.reshape(-1, seq, width)[0].to(torch.float64)
+    table_sin = sin.reshape(-1, seq, width)[0].to(torch.float64)
     if seq < 2:
         raise Error("a rotary embedding over a sequence of 1: cannot tell its "
                     "frequencies")
@@ -316,8 +337,9 @@ def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
     # The attention factor: cos at position 0 (cos 0 = 1 times it).
     factor = float(table_cos[0, 0])
     angles = torch.arange(seq, dtype=torch.float64)[:, None] * frequencies
-    expected_cos = factor * torch.cat([angles.cos(), angles.cos()], dim=-1)
-    expected_sin = factor * torch.cat([angles.sin(), angles.sin()], dim=-1)
+    copies = 2 if repeated else 1
+    expected_cos = factor * torch.cat([angles.cos()] * copies, dim=-1)
+    expected_sin = factor * torch.cat([angles.sin()] * copies, dim=-1)
     if not (factor > 0 and
             torch.allclose(table_cos, expected_cos, atol=1e-5) and
             torch.allclose(table_sin, expected_sin, atol=1e-5)):
@@ -332,6 +354,50 @@ def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
     if abs(factor - 1) > 1e-6:
         out = c.emit("scale", out, factor=factor)
     return _Tensor(out, (0, 2, 1, 3))
+
+
+def _match_interleaved_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
+    """cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1) with x1 =
+    x[..., 0::2], x2 = x[..., 1::2] and cos, sin the first halves of the
+    rotary tables: DeepSeek's interleaved rotary embedding
+    (apply_rotary_pos_emb_interleave), which is the rotate-half rope of x's
+    pairs de-interleaved (x1, then x2)."""
+    pieces = node.args[0]
+    if len(pieces) != 2:
+        return None
+    difference = _producer(pieces[0], aten.sub.Tensor)
+    total = _producer(pieces[1], aten.add.Tensor)
+    if not difference or not total:
+        return None
+    products = [_producer(a, aten.mul.Tensor)
+                for a in (*difference.args[:2], *total.args[:2])]
+    if not all(products):
+        return None
+    (x1, cos_node), (x2, sin_node) = products[0].args, products[1].args
+    if tuple(products[2].args) != (x2, cos_node) or \
+            tuple(products[3].args) != (x1, sin_node):
+        return None
+    even = _producer(x1, aten.slice.Tensor)
+    odd = _producer(x2, aten.slice.Tensor)
+    if not even or not odd or even.args[0] is not odd.args[0]:
+        return None
+    x_node = even.args[0]
+    rank = len(x_node.meta["val"].shape)
+    last = (-1, rank - 1)
+    concatenated_dim = node.args[1] if len(node.args) > 1 else 0
+    if (concatenated_dim not in last or even.args[1] not in last or
+            odd.args[1] not in last or len(even.args) < 5 or
+            len(odd.args) < 5 or even.args[2] != 0 or odd.args[2] != 1 or
+            even.args[4] != 2 or odd.args[4] != 2):
+        return None
+    x = _rotated_operand(c, x_node, cos_node, sin_node)
+    if x is None:
+        return None
+    dim = x.shape[3]
+    deinterleaved = _Tensor(c.op(
+        "concat", _slice(c, node, x, 3, 0, dim, 2),
+        _slice(c, node, x, 3, 1, dim, 2), dim=3))
+    return _rope(c, node, deinterleaved, cos_node, sin_node, repeated=False)
 
 
 def _rotary_frequencies(c: _Converter, node: Any) -> Optional[Any]:
@@ -387,6 +453,7 @@ def _match_rms_norm(c: _Converter, node: Any) -> Optional[_Tensor]:
 # Patterns tried, in order, before a node's operands are converted.
 _PATTERNS: Dict[Any, Tuple[Callable[..., Any], ...]] = {
     aten.add.Tensor: (_match_rope,),
+    aten.cat.default: (_match_interleaved_rope,),
     aten.mul.Tensor: (_match_rms_norm,),
     aten.matmul.default: (_match_attention,),
     aten.cross_entropy_loss.default: (_match_flat_cross_entropy,),
