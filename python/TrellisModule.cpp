@@ -131,6 +131,12 @@ public:
                                    init.c_str(), &value));
     return value;
   }
+  int64_t state(const std::string &name, const std::vector<int64_t> &shape) {
+    int64_t value;
+    check(trellisGraphAddState(handle_, name.c_str(), shape.data(),
+                               shape.size(), &value));
+    return value;
+  }
   void setFileShape(int64_t value, const std::vector<int64_t> &shape) {
     check(trellisGraphSetFileShape(handle_, value, shape.data(), shape.size()));
   }
@@ -530,6 +536,7 @@ NB_MODULE(_trellis, m) {
       .def(nb::init<>())
       .def("parameter", &Graph::parameter, nb::arg("name"), nb::arg("shape"),
            nb::arg("dtype"), nb::arg("init"))
+      .def("state", &Graph::state, nb::arg("name"), nb::arg("shape"))
       .def("set_file_shape", &Graph::setFileShape, nb::arg("value"),
            nb::arg("shape"))
       .def("input", &Graph::input, nb::arg("name"), nb::arg("shape"),

@@ -88,6 +88,14 @@ TRELLIS_CAPI_EXPORTED void trellisGraphDestroy(TrellisGraph graph);
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisGraphAddParameter(
     TrellisGraph graph, const char *name, const int64_t *sizes, int64_t rank,
     TrellisDType dtype, const char *init, int64_t *value);
+/** A state argument of `rank` sizes (f32), named `name`: read by the step,
+ * loaded from and saved with the weights, never trained (DeepSeek-V3's
+ * router score correction bias). Its value number goes to `value`. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisGraphAddState(TrellisGraph graph,
+                                                         const char *name,
+                                                         const int64_t *sizes,
+                                                         int64_t rank,
+                                                         int64_t *value);
 /** The shape checkpoints and weight files store parameter `value` under:
  * the same elements in row-major order (a fused [in, 3, out] weight that
  * Hugging Face stores as [in, 3 * out]). */

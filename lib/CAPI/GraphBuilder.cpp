@@ -183,6 +183,19 @@ TrellisStatus trellisGraphAddParameter(TrellisGraph handle, const char *name,
   return addArgument(*graph, "param", name, type, init, value);
 }
 
+TrellisStatus trellisGraphAddState(TrellisGraph handle, const char *name,
+                                   const int64_t *sizes, int64_t rank,
+                                   int64_t *value) {
+  TRELLIS_CAPI_REQUIRE(name);
+  TRELLIS_CAPI_REQUIRE(value);
+  Graph *graph = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(graphs.lookup(handle.id, graph));
+  RankedTensorType type;
+  TRELLIS_CAPI_RETURN_IF_ERROR(
+      tensorType(*graph, "state", name, sizes, rank, TRELLIS_DTYPE_F32, type));
+  return addArgument(*graph, "state", name, type, "zeros", value);
+}
+
 TrellisStatus trellisGraphSetFileShape(TrellisGraph handle, int64_t value,
                                        const int64_t *sizes, int64_t rank) {
   Graph *graph = nullptr;

@@ -104,6 +104,12 @@ class Graph:
             self._graph.set_file_shape(index, list(file_shape))
         return Value(self, index)
 
+    def state(self, name: str, shape: Sequence[int]) -> Value:
+        """A state argument named `name` (f32): read by the step, loaded
+        from and saved with the weights, never trained (DeepSeek-V3's
+        router score correction bias)."""
+        return Value(self, self._graph.state(name, list(shape)))
+
     def input(self, name: str, shape: Sequence[int], dtype: str = "i32") -> Value:
         """An input: "tokens" and "targets" ([batch, seq] i32) are what
         sessions feed."""

@@ -496,6 +496,14 @@ def test_more_architectures_train_like_pytorch(kind: str) -> None:
     module = architecture(kind)
     example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
     converted = trellis_torch.from_module(module, example)
+    expect_trains_like_pytorch(module, converted, kind)
+
+
+def expect_trains_like_pytorch(module: "torch.nn.Module", converted: Any,
+                               what: str) -> None:
+    """`converted` (from `module`): losses and every parameter after 3
+    AdamW steps with weight decay equal PyTorch's, and dp=2 and tp=2 train
+    as one rank."""
     data = batches(256, BATCH, SEQ, STEPS, seed=5)
     found = {}
     for mesh in [None, "dp=2", "tp=2"]:
@@ -515,26 +523,58 @@ def test_more_architectures_train_like_pytorch(kind: str) -> None:
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
     for name, value in found.items():
         np.testing.assert_allclose(value, expected[name], rtol=1e-5,
-                                   atol=1e-6, err_msg=f"{kind} {name}")
+                                   atol=1e-6, err_msg=f"{what} {name}")
 
 
-def test_deepseek_router_is_refused_not_approximated() -> None:
-    """DeepSeek-V3's mixture-of-experts router (sigmoid scores, a score
-    correction bias, grouped top-k, a routed scaling factor) and its
-    ungated shared experts are not what trellis.torch's moe_route computes:
-    converting such a model is refused, naming the block, never trained as
-    a softmax router."""
-    module = architecture("deepseek_v3")
-    module = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
-        **dict(module.config.to_dict(), first_k_dense_replace=1))).eval()
+def test_deepseek_moe_trains_like_pytorch() -> None:
+    """DeepSeek-V3 with a mixture-of-experts layer: its router (sigmoid
+    scores, the score correction bias a state of its buffer's name, top-2
+    of 4 groups, routed scaling 2.5) and its ungated shared expert; losses
+    and every parameter after 3 AdamW steps equal PyTorch's, and dp=2 and
+    tp=2 train as one rank."""
+    dense = architecture("deepseek_v3")
+    fields = dict(dense.config.to_dict(), first_k_dense_replace=1,
+                  routed_scaling_factor=2.5, n_shared_experts=1)
+    torch.manual_seed(0)
+    module = transformers.DeepseekV3ForCausalLM(
+        transformers.DeepseekV3Config(**fields))
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0.0, 0.02)
+        # A bias that changes the choice, as a trained model's does.
+        for name, buffer in module.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.copy_(torch.linspace(-0.02, 0.02, buffer.numel()))
+    module.eval()
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    converted = trellis_torch.from_module(module, example)
+    assert "model.layers.1.mlp.gate.e_score_correction_bias" in \
+        converted.weights
+    expect_trains_like_pytorch(module, converted, "deepseek_v3 moe")
+
+
+def test_an_unknown_router_is_refused_not_approximated() -> None:
+    """A router with a routed scaling factor that is not DeepSeek-V3's
+    (here Mixtral's given one) is not what moe_route computes: converting
+    it is refused, naming the block, never trained as softmax top-k."""
+    fields = dict(vocab_size=256, hidden_size=64, num_hidden_layers=1,
+                  num_attention_heads=4, num_key_value_heads=4,
+                  intermediate_size=32, num_local_experts=4,
+                  num_experts_per_tok=2, max_position_embeddings=64,
+                  attn_implementation="eager")
+    module = transformers.MixtralForCausalLM(
+        transformers.MixtralConfig(**fields)).eval()
+    module.model.layers[0].mlp.gate.routed_scaling_factor = 2.0
     example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
     with pytest.raises(trellis.Error) as refused:
         trellis_torch.from_module(module, example)
     assert str(refused.value) == (
-        "the mixture-of-experts block model.layers.1.mlp: DeepSeek-V3's "
-        "router (sigmoid scores, e_score_correction_bias, grouped top-k, "
-        "routed_scaling_factor) is not translated by trellis.torch; build "
-        "the model from its config (trellis.Model.from_config), which does")
+        "the mixture-of-experts block model.layers.0.mlp: a router with a "
+        "score correction bias, groups or a routed scaling factor but not "
+        "DeepSeek-V3's (e_score_correction_bias, num_group, topk_group and "
+        "routed_scaling_factor together) is not translated by trellis.torch; "
+        "build the model from its config (trellis.Model.from_config), which "
+        "does")
 
 
 class NanoGptAttention(torch.nn.Module):

@@ -79,12 +79,14 @@ class _WithLoss(torch.nn.Module):
 
 
 def _canonical_names(module: "torch.nn.Module") -> Dict[str, str]:
-    """Every parameter's name (under the wrapper's "m.") to the first name
-    of its tensor: tied weights take one name, the one Hugging Face saves."""
+    """Every parameter's and buffer's name (under the wrapper's "m.") to
+    the first name of its tensor: tied weights take one name, the one
+    Hugging Face saves."""
     first: Dict[int, str] = {}
     names: Dict[str, str] = {}
-    for name, parameter in module.named_parameters(remove_duplicate=False):
-        canonical = first.setdefault(id(parameter), name)
+    for name, tensor in [*module.named_parameters(remove_duplicate=False),
+                         *module.named_buffers(remove_duplicate=False)]:
+        canonical = first.setdefault(id(tensor), name)
         names["m." + name] = canonical
     return names
 

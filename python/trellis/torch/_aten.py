@@ -536,6 +536,33 @@ def _moe_route(c: _Converter, node: Any, logits: Any, top_k: int,
     return (_Tensor(weights), _Tensor(experts))
 
 
+def _moe_route_scored(c: _Converter, node: Any, logits: Any, bias: Any,
+                      top_k: int, normalize: bool, scaling: float,
+                      groups: int, top_groups: int) -> Any:
+    """DeepSeek-V3's router: moe_route scoring "sigmoid" with the score
+    correction bias, a state argument of its buffer's name (read, loaded
+    and saved with the weights, never trained)."""
+    source = node.args[1]
+    name = (c.signature.inputs_to_buffers.get(source.name)
+            if isinstance(source, torch.fx.Node) else None)
+    if name is None or not isinstance(bias, _Constant):
+        raise Error("a score correction bias that is not a buffer of the "
+                    "module: expected the router's e_score_correction_bias")
+    name = c.canonical_names.get(name, name)
+    array = bias.tensor.detach().to(torch.float32).cpu().numpy().copy()
+    c.weights[name] = array
+    state = _Tensor(c.graph.state(name, list(array.shape)))
+    attrs: Dict[str, Any] = {"top_k": int(top_k), "scoring": "sigmoid"}
+    if normalize:
+        attrs["normalize"] = True
+    if scaling != 1.0:
+        attrs["scaling"] = float(scaling)
+    if groups > 1:
+        attrs.update(groups=int(groups), top_groups=int(top_groups))
+    weights, experts = c.op("moe_route", logits, state, **attrs)
+    return (_Tensor(weights), _Tensor(experts))
+
+
 def _expert_matmul(c: _Converter, node: Any, lhs: Any, weight: Any,
                    experts: Any, transpose_rhs: bool) -> Any:
     return _Tensor(c.op("expert_matmul", lhs, weight, experts,
@@ -611,6 +638,7 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten._assert_tensor_metadata.default: _assert_metadata,
     torch.ops.trellis.moe_route.default: _moe_route,
     torch.ops.trellis.expert_matmul.default: _expert_matmul,
+    torch.ops.trellis.moe_route_scored.default: _moe_route_scored,
 }
 
 # Python's operator.getitem picks a piece of split.

@@ -3,7 +3,9 @@ blocks (Mixtral, Qwen2-MoE, Qwen3-MoE) loop over the experts a batch hit,
 a data-dependent loop torch.export cannot trace. While a module is
 exported, each such block computes the same function through two custom
 ops, trellis::moe_route (softmax router, top-k, renormalized where the
-model does) and trellis::expert_matmul (each slot's row times its
+model does; trellis::moe_route_scored for DeepSeek-V3's sigmoid router
+with its score correction bias, groups and scaling) and
+trellis::expert_matmul (each slot's row times its
 expert's matrix), which the converter translates into the graph ops of
 the same names (docs/MoE.md)."""
 
@@ -18,6 +20,9 @@ _LIBRARY.define("moe_route(Tensor logits, int top_k, bool normalize) -> "
                 "(Tensor, Tensor)")
 _LIBRARY.define("expert_matmul(Tensor lhs, Tensor weight, Tensor experts, "
                 "bool transpose_rhs) -> Tensor")
+_LIBRARY.define("moe_route_scored(Tensor logits, Tensor bias, int top_k, "
+                "bool normalize, float scaling, int groups, int top_groups) "
+                "-> (Tensor, Tensor)")
 
 
 @torch.library.impl(_LIBRARY, "moe_route", "CompositeExplicitAutograd")
@@ -36,6 +41,44 @@ def _moe_route_fake(logits: torch.Tensor, top_k: int,
     shape = (*logits.shape[:-1], top_k)
     return (logits.new_empty(shape, dtype=torch.float32),
             logits.new_empty(shape, dtype=torch.int32))
+
+
+@torch.library.impl(_LIBRARY, "moe_route_scored", "CompositeExplicitAutograd")
+def _moe_route_scored(logits: torch.Tensor, bias: torch.Tensor, top_k: int,
+                      normalize: bool, scaling: float, groups: int,
+                      top_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek-V3's router (transformers' DeepseekV3TopkRouter), as the
+    graph's moe_route with scoring "sigmoid" computes it: sigmoid scores;
+    the choice ranks score + bias among the experts of the token's
+    top_groups groups (a group ranked by the sum of its two highest); the
+    weights are the chosen scores, renormalized, times scaling."""
+    scores = torch.sigmoid(logits.float())
+    count = scores.shape[-1]
+    flat = scores.reshape(-1, count)
+    choice = flat + bias.float()
+    if groups > 1:
+        grouped = choice.view(-1, groups, count // groups)
+        group_scores = grouped.topk(2, dim=-1)[0].sum(dim=-1)
+        kept = torch.topk(group_scores, k=top_groups, dim=-1)[1]
+        mask = torch.zeros_like(group_scores).scatter_(1, kept, 1)
+        mask = mask.unsqueeze(-1).expand(-1, groups, count // groups)
+        choice = choice.masked_fill(~mask.reshape(-1, count).bool(),
+                                    float("-inf"))
+    chosen = torch.topk(choice, k=top_k, dim=-1)[1]
+    weights = flat.gather(1, chosen)
+    if normalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    shape = (*logits.shape[:-1], top_k)
+    return ((weights * scaling).reshape(shape),
+            chosen.to(torch.int32).reshape(shape))
+
+
+@torch.library.register_fake("trellis::moe_route_scored")
+def _moe_route_scored_fake(logits: torch.Tensor, bias: torch.Tensor,
+                           top_k: int, normalize: bool, scaling: float,
+                           groups: int, top_groups: int
+                           ) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _moe_route_fake(logits, top_k, normalize)
 
 
 def _expert_matrices(weight: torch.Tensor, experts: torch.Tensor,
@@ -66,10 +109,18 @@ def _sparse_forward(block: Any, hidden: torch.Tensor) -> torch.Tensor:
     the router's logits, each token's top-k, the experts' gated MLP, the
     slots weighted and summed, plus Qwen2-MoE's gated shared expert."""
     gate, experts = block.gate, block.experts
-    logits = torch.nn.functional.linear(hidden, gate.weight)
     normalize = bool(getattr(gate, "norm_topk_prob", True))
-    weights, chosen = torch.ops.trellis.moe_route(logits, gate.top_k,
-                                                  normalize)
+    if _is_deepseek_router(gate):
+        logits = torch.nn.functional.linear(hidden.float(),
+                                            gate.weight.float())
+        weights, chosen = torch.ops.trellis.moe_route_scored(
+            logits, gate.e_score_correction_bias, gate.top_k, normalize,
+            float(gate.routed_scaling_factor), int(gate.num_group),
+            int(gate.topk_group))
+    else:
+        logits = torch.nn.functional.linear(hidden, gate.weight)
+        weights, chosen = torch.ops.trellis.moe_route(logits, gate.top_k,
+                                                      normalize)
     size = experts.gate_up_proj.shape[1] // 2
     gate_proj = experts.gate_up_proj[:, :size]
     up_proj = experts.gate_up_proj[:, size:]
@@ -82,6 +133,9 @@ def _sparse_forward(block: Any, hidden: torch.Tensor) -> torch.Tensor:
         shared = block.shared_expert(hidden)
         output = output + torch.sigmoid(
             block.shared_expert_gate(hidden)) * shared
+    if hasattr(block, "shared_experts"):
+        # DeepSeek-V3's shared experts: added, without a gate.
+        output = output + block.shared_experts(hidden)
     return output
 
 
@@ -99,18 +153,27 @@ def _sparse_blocks(module: torch.nn.Module) -> List[torch.nn.Module]:
     return found
 
 
+def _is_deepseek_router(gate: torch.nn.Module) -> bool:
+    """DeepSeek-V3's router: sigmoid scores, a score correction bias (a
+    buffer), grouped top-k, a routed scaling factor."""
+    return all(hasattr(gate, name) for name in (
+        "e_score_correction_bias", "num_group", "topk_group",
+        "routed_scaling_factor"))
+
+
 def _untranslated_router(block: torch.nn.Module) -> str:
-    """Why `block` routes otherwise than moe_route's softmax top-k (and
-    Qwen2-MoE's gated shared expert) computes, or "" when it does not."""
+    """Why `block` routes otherwise than moe_route computes (softmax top-k,
+    Qwen2-MoE's gated shared expert; DeepSeek-V3's router and ungated
+    shared experts), or "" when it does not."""
     gate = block.gate
+    if _is_deepseek_router(gate):
+        return ""
     if hasattr(gate, "e_score_correction_bias") or \
             getattr(gate, "num_group", 1) > 1 or \
             getattr(gate, "routed_scaling_factor", 1.0) != 1.0:
-        return ("DeepSeek-V3's router (sigmoid scores, "
-                "e_score_correction_bias, grouped top-k, "
-                "routed_scaling_factor)")
-    if hasattr(block, "shared_experts"):
-        return "shared experts added without a gate (shared_experts)"
+        return ("a router with a score correction bias, groups or a routed "
+                "scaling factor but not DeepSeek-V3's (e_score_correction_bias, "
+                "num_group, topk_group and routed_scaling_factor together)")
     return ""
 
 
