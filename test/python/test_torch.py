@@ -572,9 +572,8 @@ def test_an_unknown_router_is_refused_not_approximated() -> None:
         "the mixture-of-experts block model.layers.0.mlp: a router with a "
         "score correction bias, groups or a routed scaling factor but not "
         "DeepSeek-V3's (e_score_correction_bias, num_group, topk_group and "
-        "routed_scaling_factor together) is not translated by trellis.torch; "
-        "build the model from its config (trellis.Model.from_config), which "
-        "does")
+        "routed_scaling_factor together) is not translated by trellis.torch "
+        "(its moe_route computes softmax top-k or DeepSeek-V3's router)")
 
 
 class NanoGptAttention(torch.nn.Module):

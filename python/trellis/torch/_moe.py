@@ -107,7 +107,8 @@ def _expert_matmul_fake(lhs: torch.Tensor, weight: torch.Tensor,
 def _sparse_forward(block: Any, hidden: torch.Tensor) -> torch.Tensor:
     """A transformers sparse MoE block's forward through the custom ops:
     the router's logits, each token's top-k, the experts' gated MLP, the
-    slots weighted and summed, plus Qwen2-MoE's gated shared expert."""
+    slots weighted and summed, plus Qwen2-MoE's gated shared expert or
+    DeepSeek-V3's ungated shared experts."""
     gate, experts = block.gate, block.experts
     normalize = bool(getattr(gate, "norm_topk_prob", True))
     if _is_deepseek_router(gate):
@@ -192,9 +193,8 @@ def traceable_experts(module: torch.nn.Module) -> Iterator[int]:
             name = next((n for n, m in module.named_modules() if m is block),
                         type(block).__name__)
             raise Error(f"the mixture-of-experts block {name}: {why} is not "
-                        "translated by trellis.torch; build the model from "
-                        "its config (trellis.Model.from_config), which "
-                        "does")
+                        "translated by trellis.torch (its moe_route computes "
+                        "softmax top-k or DeepSeek-V3's router)")
         # Mixtral's router noise applies in training mode only.
         jitter = getattr(block, "jitter_noise", 0)
         if jitter and block.training:
