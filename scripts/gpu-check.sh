@@ -13,10 +13,12 @@
 #   scripts/gpu-check.sh run DIR OUT
 #       On the GPU machine: the CUDA unit tests, every every-backend test on
 #       cuda (each test in its own process, so a crash names its test and
-#       hides no other), then each plan on cuda against its CPU run, and a
-#       memory checker pass over the kernel conformance test where
-#       compute-sanitizer exists. Logs go to OUT; a summary line per check
-#       ends the output. Exit status: the number of failed checks.
+#       hides no other), each plan on cuda against its CPU run, GPT-2 124M's
+#       step time (fused, unfused, attention on CUDA cores) beside PyTorch
+#       eager's and a per-op profile, and a memory checker pass over the
+#       kernel conformance test where compute-sanitizer exists. Logs go to
+#       OUT, and all of them to OUT.tar.gz; a summary line per check ends the
+#       output. Exit status: the number of failed checks.
 #
 # The CUDA libraries are found as `trellis run --device cuda` finds them
 # (runtime/cuda/README.md); PyTorch's wheels are enough.
@@ -45,6 +47,8 @@ plans=(
   "llama-fp32|$root/examples/configs/llama-tiny.json --batch 4 --seq 80 --adam-eps 1e-5 --fuse=false"
   "llama-bf16|$root/examples/configs/llama-tiny.json --batch 4 --seq 80 --adam-eps 1e-5 --fuse=false --precision bf16"
   "gemma2-fp32|$root/examples/configs/gemma2-tiny.json --batch 2 --seq 64 --adam-eps 1e-5 --fuse=false"
+  "gemma3-fp32|$root/examples/configs/gemma3-tiny.json --batch 2 --seq 64 --adam-eps 1e-5"
+  "gemma3-bf16|$root/examples/configs/gemma3-tiny.json --batch 2 --seq 64 --adam-eps 1e-5 --precision bf16"
 )
 steps=6
 # Timed only (no CPU run): GPT-2 124M, bf16, 8 x 1024 tokens, as compiled
