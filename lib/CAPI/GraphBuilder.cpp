@@ -125,6 +125,16 @@ TrellisStatus addArgument(Graph &graph, const char *role, const char *name,
   return nullptr;
 }
 
+/// The graph of `handle` and the type of a new argument of it (`what`
+/// names it in errors).
+TrellisStatus argumentType(TrellisGraph handle, const char *what,
+                           const char *name, const int64_t *sizes, int64_t rank,
+                           TrellisDType dtype, Graph *&graph,
+                           RankedTensorType &type) {
+  TRELLIS_CAPI_RETURN_IF_ERROR(graphs.lookup(handle.id, graph));
+  return tensorType(*graph, what, name, sizes, rank, dtype, type);
+}
+
 /// "zeros", "ones" or "normal:STD" with a finite STD >= 0.
 bool validInit(llvm::StringRef init) {
   if (init == "zeros" || init == "ones")
@@ -169,10 +179,9 @@ TrellisStatus trellisGraphAddParameter(TrellisGraph handle, const char *name,
   TRELLIS_CAPI_REQUIRE(init);
   TRELLIS_CAPI_REQUIRE(value);
   Graph *graph = nullptr;
-  TRELLIS_CAPI_RETURN_IF_ERROR(graphs.lookup(handle.id, graph));
   RankedTensorType type;
   TRELLIS_CAPI_RETURN_IF_ERROR(
-      tensorType(*graph, "parameter", name, sizes, rank, dtype, type));
+      argumentType(handle, "parameter", name, sizes, rank, dtype, graph, type));
   if (dtype == TRELLIS_DTYPE_I32)
     return errorStatus(std::string("parameter \"") + name +
                        "\": expected a floating-point dtype, found i32");
@@ -189,10 +198,9 @@ TrellisStatus trellisGraphAddState(TrellisGraph handle, const char *name,
   TRELLIS_CAPI_REQUIRE(name);
   TRELLIS_CAPI_REQUIRE(value);
   Graph *graph = nullptr;
-  TRELLIS_CAPI_RETURN_IF_ERROR(graphs.lookup(handle.id, graph));
   RankedTensorType type;
-  TRELLIS_CAPI_RETURN_IF_ERROR(
-      tensorType(*graph, "state", name, sizes, rank, TRELLIS_DTYPE_F32, type));
+  TRELLIS_CAPI_RETURN_IF_ERROR(argumentType(handle, "state", name, sizes, rank,
+                                            TRELLIS_DTYPE_F32, graph, type));
   return addArgument(*graph, "state", name, type, "zeros", value);
 }
 
@@ -239,10 +247,9 @@ TrellisStatus trellisGraphAddInput(TrellisGraph handle, const char *name,
   TRELLIS_CAPI_REQUIRE(name);
   TRELLIS_CAPI_REQUIRE(value);
   Graph *graph = nullptr;
-  TRELLIS_CAPI_RETURN_IF_ERROR(graphs.lookup(handle.id, graph));
   RankedTensorType type;
   TRELLIS_CAPI_RETURN_IF_ERROR(
-      tensorType(*graph, "input", name, sizes, rank, dtype, type));
+      argumentType(handle, "input", name, sizes, rank, dtype, graph, type));
   return addArgument(*graph, "input", name, type, nullptr, value);
 }
 

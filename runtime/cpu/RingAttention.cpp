@@ -32,16 +32,17 @@ StatusOr<AttentionRuns> blockRuns(const KernelArgs &args, int64_t seq) {
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
+  StatusOr<int64_t> source = ringSourcePosition(args);
+  if (!source.ok())
+    return source.status();
   int64_t ranks = shardCount(args);
-  int64_t shift = args.instruction.integer("shift");
-  int64_t source = ((*position - shift) % ranks + ranks) % ranks;
   int64_t chunks = args.instruction.integer("chunks");
   int64_t length = seq * ranks;
   return AttentionRuns{
-      tiled(positionRuns(
-                sequencePositions(*position * seq, seq, length, chunks)),
-            kAttentionTile),
-      tiled(positionRuns(sequencePositions(source * seq, seq, length, chunks)),
+      tiled(
+          positionRuns(sequencePositions(*position * seq, seq, length, chunks)),
+          kAttentionTile),
+      tiled(positionRuns(sequencePositions(*source * seq, seq, length, chunks)),
             kAttentionTile)};
 }
 

@@ -611,17 +611,17 @@ Status runRingAttention(const KernelArgs &args, CudaContext &context) {
     TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
     return Status::success();
   }
+  // This rank's queries against the key block `shift` places before it on
+  // the ring.
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
-  // This rank's queries against the key block `shift` places before it on
-  // the ring.
-  int64_t ranks = shardCount(args);
-  int64_t shift = args.instruction.integer("shift");
-  int64_t source = ((*position - shift) % ranks + ranks) % ranks;
+  StatusOr<int64_t> source = ringSourcePosition(args);
+  if (!source.ok())
+    return source.status();
   int64_t seq = args.in(0).shape()[1];
   AttentionGeometry g =
-      geometryOf(args, *position * seq, source * seq, seq * ranks);
+      geometryOf(args, *position * seq, *source * seq, seq * shardCount(args));
   TRELLIS_RETURN_IF_ERROR(checkGeometry(g, op));
   if (args.in(0).size() == 0)
     return Status::success();

@@ -29,6 +29,15 @@ int64_t shardCount(const KernelArgs &args) {
   return args.axes.empty() || !args.comm ? 1 : args.comm->groupSize(args.axes);
 }
 
+StatusOr<int64_t> ringSourcePosition(const KernelArgs &args) {
+  StatusOr<int64_t> position = shardPosition(args);
+  if (!position.ok())
+    return position.status();
+  int64_t ranks = shardCount(args);
+  int64_t shift = args.instruction.integer("shift");
+  return ((*position - shift) % ranks + ranks) % ranks;
+}
+
 StatusOr<int64_t>
 Device::firstNonFinite(const std::vector<const Tensor *> &tensors) {
   std::vector<char> host;

@@ -125,6 +125,11 @@ StatusOr<int64_t> shardPosition(const KernelArgs &args);
 /// The size of the group along `args.axes` (1 when the op is not split).
 int64_t shardCount(const KernelArgs &args);
 
+/// Ring attention's key block (attention_block, attention_block_grad): the
+/// position in the group of the rank `shift` places before this one on
+/// the ring, whose keys and values this rank holds at this step.
+StatusOr<int64_t> ringSourcePosition(const KernelArgs &args);
+
 /// Options of a rank's device.
 struct DeviceOptions {
   /// Threads for the device's kernels (CPU: oneDNN's and the kernels' own).
