@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Gloo.h"
+#include "GlooConnections.h"
 #include "GlooStore.h"
 
 #include <gloo/allgather.h>
@@ -124,12 +125,28 @@ public:
       int64_t first = *std::min_element(members.begin(), members.end());
       std::string name = key + "/" + std::to_string(first);
       gloo::rendezvous::PrefixStore prefixed(name, store);
+      GroupAddresses addresses;
+      addresses.name = name;
+      addresses.group = describe(axes);
+      addresses.rank = rank_;
+      addresses.position = static_cast<int>(mesh_.groupPosition(rank_, axes));
+      addresses.size = static_cast<int>(members.size());
+      addresses.listeners.resize(members.size());
+      addresses.memberListeners.resize(members.size());
+      AddressRecordingStore recording(prefixed, addresses);
       auto context = std::make_shared<gloo::rendezvous::Context>(
-          static_cast<int>(mesh_.groupPosition(rank_, axes)),
-          static_cast<int>(members.size()));
+          addresses.position, addresses.size);
       context->setTimeout(timeout_);
-      TRELLIS_GLOO_CALL(describe(axes),
-                        context->connectFullMesh(prefixed, device_));
+      try {
+        publishPairNonce(prefixed, addresses.position);
+        context->connectFullMesh(recording, device_);
+      } catch (const std::exception &error) {
+        return Status::error("gloo: connecting " + addresses.group +
+                             " failed: " + error.what() +
+                             explainConnectFailure(addresses, error.what()));
+      }
+      TRELLIS_RETURN_IF_ERROR(proveGroupMembers(*context, prefixed, addresses,
+                                                options.jobToken, timeout_));
       contexts_[key] = std::move(context);
     }
     return Status::success();
@@ -353,6 +370,9 @@ connectGloo(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
   // A peer that dies closes its sockets; writing to them must fail with an
   // error we report, not kill this process with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  // Bytes that are not Gloo's on a pair stop Gloo's network thread with an
+  // exception; say which listener and peer instead of aborting.
+  installGlooTerminateHandler();
   auto communicator =
       std::make_unique<GlooCommunicator>(mesh, rank, options.timeout);
   TRELLIS_RETURN_IF_ERROR(communicator->connect(groups, options));
