@@ -1,7 +1,8 @@
 //===- Experts.cpp - Mixture-of-experts routing and expert products -------===//
 //
 // moe_route and its gradient, one token at a time (threads split the
-// tokens: each token's result is the same whatever the threads);
+// tokens: each token's result is the same whatever the threads), through
+// the formulas the CUDA kernels share (trellis/Common/ExpertRouting.h);
 // expert_matmul and its weight gradient as one product per expert over
 // its slots' rows, gathered in a stable counting-sort order (token-major,
 // then slot) and scattered back, for the experts the weight holds (under
@@ -13,9 +14,9 @@
 #include "Gemm.h"
 #include "Kernels.h"
 
+#include "trellis/Common/ExpertRouting.h"
+
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <vector>
 
 namespace trellis::runtime::cpu {
@@ -23,119 +24,37 @@ namespace trellis::runtime::cpu {
 namespace {
 
 /// The router's attributes, as the op table's row reads them.
-struct RouteOptions {
-  int64_t topK = 1;
-  bool sigmoid = false;
-  bool normalize = false;
-  double scaling = 1;
-  /// Grouped routing (0: none): experts in `groups` contiguous groups, the
-  /// choice among those of the `topGroups` best.
-  int64_t groups = 0, topGroups = 0;
-
-  explicit RouteOptions(const Instruction &instruction)
-      : topK(instruction.integer("top_k")),
-        sigmoid(instruction.text("scoring") == "sigmoid"),
-        normalize(instruction.flag("normalize")),
-        scaling(instruction.real("scaling", 1.0)),
-        groups(instruction.integer("groups")),
-        topGroups(instruction.integer("top_groups")) {}
-};
-
-/// A token's scores from its `experts` logits: softmax (max-shifted, the
-/// sum in double) or sigmoid.
-void routeScores(const float *logits, int64_t experts, bool sigmoid,
-                 float *scores) {
-  if (sigmoid) {
-    for (int64_t e = 0; e < experts; ++e)
-      scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
-    return;
-  }
-  float maximum = *std::max_element(logits, logits + experts);
-  double sum = 0;
-  for (int64_t e = 0; e < experts; ++e) {
-    scores[e] = std::exp(logits[e] - maximum);
-    sum += scores[e];
-  }
-  for (int64_t e = 0; e < experts; ++e)
-    scores[e] = static_cast<float>(scores[e] / sum);
-}
-
-/// The `k` highest scores' experts in descending order, ties to the lower
-/// index.
-void topExperts(const float *scores, int64_t experts, int64_t k,
-                int32_t *chosen) {
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < experts; ++e) {
-      if (std::find(chosen, chosen + j, static_cast<int32_t>(e)) != chosen + j)
-        continue;
-      if (best < 0 || scores[e] > scores[best])
-        best = e;
-    }
-    chosen[j] = static_cast<int32_t>(best);
-  }
-}
-
-/// DeepSeek-V3's group limit on `choice` [experts]: each of the
-/// groupScores.size() contiguous groups ranked by the sum of its two
-/// highest entries, the entries outside the keptGroups.size() best groups
-/// (ties to the lower group) set to -inf. The two vectors are the
-/// caller's scratch, sized once per thread.
-void limitToGroups(float *choice, int64_t experts,
-                   std::vector<float> &groupScores,
-                   std::vector<int32_t> &keptGroups) {
-  int64_t groups = static_cast<int64_t>(groupScores.size());
-  int64_t size = experts / groups;
-  for (int64_t g = 0; g < groups; ++g) {
-    int32_t best[2];
-    topExperts(choice + g * size, size, 2, best);
-    groupScores[g] = choice[g * size + best[0]] + choice[g * size + best[1]];
-  }
-  topExperts(groupScores.data(), groups,
-             static_cast<int64_t>(keptGroups.size()), keptGroups.data());
-  for (int64_t g = 0; g < groups; ++g)
-    if (std::find(keptGroups.begin(), keptGroups.end(), g) == keptGroups.end())
-      std::fill(choice + g * size, choice + (g + 1) * size,
-                -std::numeric_limits<float>::infinity());
+ExpertRouting routingOf(const KernelArgs &args) {
+  const Instruction &instruction = args.instruction;
+  ExpertRouting routing;
+  routing.experts = args.in(0).shape().back();
+  routing.topK = instruction.integer("top_k");
+  routing.sigmoid = instruction.text("scoring") == "sigmoid";
+  routing.normalize = instruction.flag("normalize");
+  routing.scaling = instruction.real("scaling", 1.0);
+  routing.groups = instruction.integer("groups");
+  routing.topGroups = instruction.integer("top_groups");
+  return routing;
 }
 
 Status runRoute(const KernelArgs &args) {
-  RouteOptions options(args.instruction);
+  ExpertRouting routing = routingOf(args);
   const Tensor &logits = args.in(0);
   const float *bias =
       args.instruction.inputs.size() > 1 ? args.in(1).f32() : nullptr;
-  int64_t experts = logits.shape().back();
+  int64_t experts = routing.experts;
   int64_t tokens = experts ? logits.size() / experts : 0;
-  int64_t k = options.topK;
+  int64_t k = routing.topK;
   float *weights = args.out(0).f32();
   int32_t *chosen = args.out(1).i32();
 #pragma omp parallel if (tokens * experts >= kParallelElements)
   {
-    std::vector<float> scores(experts), choice(experts),
-        groupScores(options.groups);
-    std::vector<int32_t> keptGroups(options.topGroups);
+    std::vector<float> scratch(routeScratchFloats(routing));
+    std::vector<int32_t> intScratch(routeScratchInts(routing));
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < tokens; ++t) {
-      routeScores(logits.f32() + t * experts, experts, options.sigmoid,
-                  scores.data());
-      // The choice ranks score + bias within the kept groups; the weights
-      // are the scores.
-      for (int64_t e = 0; e < experts; ++e)
-        choice[e] = bias ? scores[e] + bias[e] : scores[e];
-      if (options.groups)
-        limitToGroups(choice.data(), experts, groupScores, keptGroups);
-      int32_t *ids = chosen + t * k;
-      topExperts(choice.data(), experts, k, ids);
-      double sum = 0;
-      for (int64_t j = 0; j < k; ++j)
-        sum += scores[ids[j]];
-      for (int64_t j = 0; j < k; ++j) {
-        double weight = scores[ids[j]];
-        if (options.normalize)
-          weight /= sum;
-        weights[t * k + j] = static_cast<float>(weight * options.scaling);
-      }
-    }
+    for (int64_t t = 0; t < tokens; ++t)
+      routeToken(routing, logits.f32() + t * experts, bias, scratch.data(),
+                 intScratch.data(), weights + t * k, chosen + t * k);
   }
   return Status::success();
 }
@@ -154,54 +73,22 @@ Status checkExpertIds(const KernelArgs &args, const Tensor &experts,
 }
 
 Status runRouteGrad(const KernelArgs &args) {
-  RouteOptions options(args.instruction);
+  ExpertRouting routing = routingOf(args);
   const Tensor &logits = args.in(0), &chosen = args.in(1),
                &weightsGrad = args.in(2);
-  int64_t experts = logits.shape().back();
+  int64_t experts = routing.experts;
   int64_t tokens = experts ? logits.size() / experts : 0;
-  int64_t k = options.topK;
+  int64_t k = routing.topK;
   TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, chosen, experts));
   float *out = args.out(0).f32();
-  double c = options.scaling;
 #pragma omp parallel if (tokens * experts >= kParallelElements)
   {
     std::vector<float> scores(experts);
-    std::vector<double> scoreGrad(experts);
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < tokens; ++t) {
-      routeScores(logits.f32() + t * experts, experts, options.sigmoid,
-                  scores.data());
-      const int32_t *ids = chosen.i32() + t * k;
-      const float *g = weightsGrad.f32() + t * k;
-      // The gradient of each chosen score: w_j = c s_j (/ sum of the
-      // chosen scores with normalize).
-      std::fill(scoreGrad.begin(), scoreGrad.end(), 0.0);
-      double sum = 0, weighted = 0;
-      for (int64_t j = 0; j < k; ++j)
-        sum += scores[ids[j]];
-      if (options.normalize) {
-        for (int64_t j = 0; j < k; ++j)
-          weighted += g[j] * scores[ids[j]];
-        for (int64_t j = 0; j < k; ++j)
-          scoreGrad[ids[j]] = c / sum * (g[j] - weighted / sum);
-      } else {
-        for (int64_t j = 0; j < k; ++j)
-          scoreGrad[ids[j]] = c * g[j];
-      }
-      float *dl = out + t * experts;
-      if (options.sigmoid) {
-        for (int64_t e = 0; e < experts; ++e)
-          dl[e] =
-              static_cast<float>(scoreGrad[e] * scores[e] * (1.0 - scores[e]));
-        continue;
-      }
-      // Through the softmax: dl = s (ds - <s, ds>).
-      double dot = 0;
-      for (int64_t e = 0; e < experts; ++e)
-        dot += scores[e] * scoreGrad[e];
-      for (int64_t e = 0; e < experts; ++e)
-        dl[e] = static_cast<float>(scores[e] * (scoreGrad[e] - dot));
-    }
+    for (int64_t t = 0; t < tokens; ++t)
+      routeTokenGrad(routing, logits.f32() + t * experts, chosen.i32() + t * k,
+                     weightsGrad.f32() + t * k, scores.data(),
+                     out + t * experts);
   }
   return Status::success();
 }
