@@ -49,6 +49,9 @@ plans=(
   "gemma2-fp32|$root/examples/configs/gemma2-tiny.json --batch 2 --seq 64 --adam-eps 1e-5 --fuse=false"
   "gemma3-fp32|$root/examples/configs/gemma3-tiny.json --batch 2 --seq 64 --adam-eps 1e-5"
   "gemma3-bf16|$root/examples/configs/gemma3-tiny.json --batch 2 --seq 64 --adam-eps 1e-5 --precision bf16"
+  "mixtral-fp32|$root/examples/configs/mixtral-tiny.json --batch 4 --seq 32 --adam-eps 1e-5"
+  "mixtral-bf16|$root/examples/configs/mixtral-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --precision bf16"
+  "deepseek-v3-fp32|$root/examples/configs/deepseek-v3-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --expert-bias-update 0.001"
 )
 steps=6
 # Timed only (no CPU run): GPT-2 124M, bf16, 8 x 1024 tokens, as compiled

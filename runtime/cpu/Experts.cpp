@@ -23,22 +23,8 @@ namespace trellis::runtime::cpu {
 
 namespace {
 
-/// The router's attributes, as the op table's row reads them.
-ExpertRouting routingOf(const KernelArgs &args) {
-  const Instruction &instruction = args.instruction;
-  ExpertRouting routing;
-  routing.experts = args.in(0).shape().back();
-  routing.topK = instruction.integer("top_k");
-  routing.sigmoid = instruction.text("scoring") == "sigmoid";
-  routing.normalize = instruction.flag("normalize");
-  routing.scaling = instruction.real("scaling", 1.0);
-  routing.groups = instruction.integer("groups");
-  routing.topGroups = instruction.integer("top_groups");
-  return routing;
-}
-
 Status runRoute(const KernelArgs &args) {
-  ExpertRouting routing = routingOf(args);
+  ExpertRouting routing = expertRouting(args);
   const Tensor &logits = args.in(0);
   const float *bias =
       args.instruction.inputs.size() > 1 ? args.in(1).f32() : nullptr;
@@ -73,7 +59,7 @@ Status checkExpertIds(const KernelArgs &args, const Tensor &experts,
 }
 
 Status runRouteGrad(const KernelArgs &args) {
-  ExpertRouting routing = routingOf(args);
+  ExpertRouting routing = expertRouting(args);
   const Tensor &logits = args.in(0), &chosen = args.in(1),
                &weightsGrad = args.in(2);
   int64_t experts = routing.experts;

@@ -477,6 +477,7 @@ const CudaKernelTable &cudaKernels() {
     registerCrossEntropyKernels(kernels);
     registerFusedElementwiseKernels(kernels);
     registerAttentionKernels(kernels);
+    registerExpertKernels(kernels);
     return kernels;
   }();
   return table;

@@ -111,6 +111,7 @@ void registerEmbeddingKernels(CudaKernelTable &table);
 void registerCrossEntropyKernels(CudaKernelTable &table);
 void registerFusedElementwiseKernels(CudaKernelTable &table);
 void registerAttentionKernels(CudaKernelTable &table);
+void registerExpertKernels(CudaKernelTable &table);
 
 /// A run of adamw / sgd updates as one multi-tensor launch.
 Status launchOptimizers(const std::vector<KernelArgs> &updates,

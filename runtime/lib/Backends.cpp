@@ -38,6 +38,19 @@ StatusOr<int64_t> ringSourcePosition(const KernelArgs &args) {
   return ((*position - shift) % ranks + ranks) % ranks;
 }
 
+ExpertRouting expertRouting(const KernelArgs &args) {
+  const Instruction &instruction = args.instruction;
+  ExpertRouting routing;
+  routing.experts = args.in(0).shape().back();
+  routing.topK = instruction.integer("top_k");
+  routing.sigmoid = instruction.text("scoring") == "sigmoid";
+  routing.normalize = instruction.flag("normalize");
+  routing.scaling = instruction.real("scaling", 1.0);
+  routing.groups = instruction.integer("groups");
+  routing.topGroups = instruction.integer("top_groups");
+  return routing;
+}
+
 StatusOr<int64_t>
 Device::firstNonFinite(const std::vector<const Tensor *> &tensors) {
   std::vector<char> host;

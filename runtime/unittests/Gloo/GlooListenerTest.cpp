@@ -139,11 +139,12 @@ void publishMember(RendezvousStore &store, int rank, uint16_t port,
                        std::vector<char>(host.begin(), host.end()))
                   .ok());
   ASSERT_TRUE(store.set("dp/0/" + member, address).ok());
-  if (withNonce)
+  if (withNonce) {
     ASSERT_TRUE(store
                     .set("dp/0/trellis-pair-nonce/" + member,
                          std::vector<char>(32, 'n'))
                     .ok());
+  }
 }
 
 /// Rank 1 as the store shows it, listening on a port that sorts after any
@@ -216,9 +217,10 @@ TEST(GlooListenerTest, GloosFramingWithoutTheJobsProofIsRefused) {
     if (heard.opcode != kNotifyRecvReady) {
       // Skip the payload of anything else rank 0 sends (its own proof).
       std::vector<char> payload(heard.nbytes - sizeof(heard));
-      if (!payload.empty())
+      if (!payload.empty()) {
         ASSERT_EQ(read(stranger.socket, payload.data(), payload.size()),
                   static_cast<ssize_t>(payload.size()));
+      }
       continue;
     }
     asked = heard.slot == kProofSlot;

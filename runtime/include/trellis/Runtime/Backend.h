@@ -32,6 +32,7 @@
 #ifndef TRELLIS_RUNTIME_BACKEND_H
 #define TRELLIS_RUNTIME_BACKEND_H
 
+#include "trellis/Common/ExpertRouting.h"
 #include "trellis/Runtime/Communicator.h"
 #include "trellis/Runtime/Plan.h"
 #include "trellis/Runtime/Status.h"
@@ -129,6 +130,10 @@ int64_t shardCount(const KernelArgs &args);
 /// position in the group of the rank `shift` places before this one on
 /// the ring, whose keys and values this rank holds at this step.
 StatusOr<int64_t> ringSourcePosition(const KernelArgs &args);
+
+/// A router's attributes (moe_route, moe_route_grad) as the op table's row
+/// reads them, its expert count from the logits.
+ExpertRouting expertRouting(const KernelArgs &args);
 
 /// Options of a rank's device.
 struct DeviceOptions {
