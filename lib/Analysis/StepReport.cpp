@@ -41,6 +41,52 @@ int64_t wireBytes(Operation *op) {
                                            : 0);
 }
 
+/// The ranks along `axes` of the program's mesh (1 without one).
+int64_t meshGroupSize(Operation *op, ArrayAttr axes) {
+  auto module = op->getParentOfType<ModuleOp>();
+  MeshOp mesh;
+  if (module)
+    module.walk([&](MeshOp found) {
+      mesh = found;
+      return WalkResult::interrupt();
+    });
+  return meshAxesSize(mesh, axes);
+}
+
+/// What an expert op with the all-to-all dispatch hands its exchanges (the
+/// rows it sends, in fp32 as the kernels send them, their expert ids and
+/// the counts), and what it sends with the experts balanced: a share
+/// (n - 1) / n of its slots go to other ranks, and an expert_matmul's
+/// products for as many slots come back. Zero for any other op.
+StepReport::Traffic expertExchange(Operation *op) {
+  StepReport::Traffic traffic;
+  auto dispatch = op->getAttrOfType<StringAttr>("dispatch");
+  if (!dispatch || dispatch.getValue() != "all_to_all")
+    return traffic;
+  auto axes = op->getAttrOfType<ArrayAttr>("axes");
+  int64_t ranks = meshGroupSize(op, axes);
+  auto ids = llvm::cast<RankedTensorType>(op->getOperand(2).getType());
+  int64_t slots = ids.getNumElements();
+  int64_t depth = llvm::cast<RankedTensorType>(op->getOperand(0).getType())
+                      .getShape()
+                      .back();
+  int64_t width =
+      llvm::cast<RankedTensorType>(llvm::isa<graph::ExpertMatmulOp>(op)
+                                       ? op->getResult(0).getType()
+                                       : op->getOperand(1).getType())
+          .getShape()
+          .back();
+  // Rows out: the lhs (and a weight gradient's result gradient) with the
+  // ids; back: an expert_matmul's products.
+  bool product = llvm::isa<graph::ExpertMatmulOp>(op);
+  int64_t out = slots * 4 * (depth + 1 + (product ? 0 : width));
+  int64_t back = product ? slots * 4 * width : 0;
+  traffic.count = 1;
+  traffic.bytes = out;
+  traffic.wireBytes = (out + back) * (ranks - 1) / ranks + 4 * (ranks - 1);
+  return traffic;
+}
+
 /// The global elements of argument `index` of `step` (local elements times
 /// the ranks its sharding splits it over).
 int64_t globalElements(func::FuncOp step, unsigned index) {
@@ -317,6 +363,13 @@ RankProgram planRankProgram(ArrayRef<RankItem> items,
       instruction.contract = planContractOf(item.op);
       auto axes = item.op->getAttrOfType<ArrayAttr>("axes");
       instruction.overAxes = axes && !axes.empty();
+      instruction.communicates =
+          kernelCommunicates(instruction.contract, instruction.overAxes,
+                             [&](const std::string &name) -> std::string {
+                               auto text =
+                                   item.op->getAttrOfType<StringAttr>(name);
+                               return text ? text.getValue().str() : "";
+                             });
       for (Value operand : item.op->getOperands())
         instruction.inputs.push_back(bufferOf(operand, item.microBatch));
       for (Value result : item.op->getResults())
@@ -395,6 +448,16 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     Operation &op = *item.op;
     if (graph::contractOf(&op))
       report.flops += graph::costFromContract(&op).flops;
+    if (StepReport::Traffic exchange = expertExchange(&op); exchange.count) {
+      std::string key = "expert_all_to_all over";
+      for (Attribute axis : op.getAttrOfType<ArrayAttr>("axes"))
+        key += " " + llvm::cast<StringAttr>(axis).getValue().str();
+      StepReport::Traffic &traffic = report.communication[key];
+      traffic.count += exchange.count;
+      traffic.bytes += exchange.bytes;
+      traffic.wireBytes += exchange.wireBytes;
+      continue;
+    }
     // Collectives move data; slice_shard only keeps a local piece.
     if (!llvm::isa_and_nonnull<TrellisDialect>(op.getDialect()) ||
         !op.getNumOperands() || llvm::isa<SendOp, RecvOp, SliceShardOp>(op))

@@ -415,6 +415,10 @@ mlir::LogicalResult checkShardingOptions(const CompileOptions &options,
       options.contextKind != "allgather")
     return fail("unknown --cp-kind '" + options.contextKind +
                 "': expected ring, ulysses or allgather");
+  if (options.expertDispatch != "gather" &&
+      options.expertDispatch != "all-to-all")
+    return fail("unknown --ep-dispatch '" + options.expertDispatch +
+                "': expected gather or all-to-all");
   if (degrees.contextParallel < 1)
     return fail("--cp: expected a positive degree, found " +
                 std::to_string(degrees.contextParallel));
@@ -593,6 +597,7 @@ mlir::LogicalResult buildCompilePasses(
     sharding.sequenceParallel = options.sequenceParallel;
     sharding.contextParallel = degrees.contextParallel > 1;
     sharding.contextKind = options.contextKind;
+    sharding.expertDispatch = options.expertDispatch;
     sharding.function = stepName.str();
     sharding.bucketBytes = static_cast<int64_t>(options.bucketMiB * (1 << 20));
     sharding.bucketsPerPart = pipeline.has_value();

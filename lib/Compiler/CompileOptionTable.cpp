@@ -91,6 +91,13 @@ const std::vector<OptionRow<CompileOptions>> &compileOptionTable() {
        "gathered, each rank attends from its queries' place; ring: key and "
        "value blocks passed around the ring, the sequence in zigzag order "
        "(causal balance)"},
+      {"ep-dispatch", OptionType::String,
+       [](O &o, const V &v) { o.expertDispatch = v.text; }, kParallel,
+       "How tokens reach their experts under --ep: gather (default): every "
+       "token all-gathered over ep, the products reduce-scattered back; "
+       "all-to-all: the routed rows alone sent to the ranks holding their "
+       "experts (after an exchange of the counts) and the products sent "
+       "back"},
       {"bucket-mib", OptionType::Double,
        [](O &o, const V &v) { o.bucketMiB = v.number; }, kParallel,
        "Size of the fused data-parallel gradient reductions (MiB, default "

@@ -492,15 +492,17 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
   Value gateWeight = expertWeight("w1", "gate_proj", {count, f, e});
   Value upWeight = expertWeight("w3", "up_proj", {count, f, e});
   Value downWeight = expertWeight("w2", "down_proj", {count, e, f});
-  Value gate = ExpertMatmulOp::create(builder_, loc_, x, gateWeight, chosen,
-                                      /*transpose_rhs=*/true, ArrayAttr());
-  Value up = ExpertMatmulOp::create(builder_, loc_, x, upWeight, chosen,
-                                    /*transpose_rhs=*/true, ArrayAttr());
+  Value gate =
+      ExpertMatmulOp::create(builder_, loc_, x, gateWeight, chosen,
+                             /*transpose_rhs=*/true, ArrayAttr(), StringAttr());
+  Value up =
+      ExpertMatmulOp::create(builder_, loc_, x, upWeight, chosen,
+                             /*transpose_rhs=*/true, ArrayAttr(), StringAttr());
   Value activated =
       MulOp::create(builder_, loc_, SiluOp::create(builder_, loc_, gate), up);
   Value down =
       ExpertMatmulOp::create(builder_, loc_, activated, downWeight, chosen,
-                             /*transpose_rhs=*/true, ArrayAttr());
+                             /*transpose_rhs=*/true, ArrayAttr(), StringAttr());
   // The slots [b, s, k, E] weighted and summed in slot order.
   Value weighted =
       MulOp::create(builder_, loc_, down, reshape(weights, {b, s, k, 1}));

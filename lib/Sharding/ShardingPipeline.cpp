@@ -47,6 +47,8 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(createPartitionPass());
   if (options.contextParallel && options.contextKind == "ring")
     pm.addNestedPass<func::FuncOp>(createLowerRingAttentionPass());
+  if (options.expertDispatch == "all-to-all")
+    pm.addNestedPass<func::FuncOp>(createLowerExpertAllToAllPass());
   BucketAllReducesPassOptions buckets;
   buckets.bucketBytes = options.bucketBytes;
   buckets.perPart = options.bucketsPerPart;
@@ -85,6 +87,10 @@ struct ShardingPipelineOptions
       *this, "cp-kind",
       llvm::cl::desc("Context parallelism: ulysses, allgather or ring"),
       llvm::cl::init("ulysses")};
+  Option<std::string> expertDispatch{
+      *this, "ep-dispatch",
+      llvm::cl::desc("Expert parallelism's dispatch: gather or all-to-all"),
+      llvm::cl::init("gather")};
   Option<bool> sequenceParallel{
       *this, "sp",
       llvm::cl::desc("Megatron sequence parallelism over tp"),
@@ -127,6 +133,7 @@ void trellis::registerShardingPipeline() {
         sharding.contextParallel =
             mesh && mesh->roleSize(AxisRole::Context) > 1;
         sharding.contextKind = options.contextKind;
+        sharding.expertDispatch = options.expertDispatch;
         sharding.bucketBytes = options.bucketBytes;
         sharding.bucketsPerPart = options.bucketsPerPart;
         sharding.explain = options.explain;

@@ -371,6 +371,19 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
+/// The all-to-all dispatch (-trellis-lower-expert-all-to-all) is refused
+/// when the plan loads: its sizes are known on the device only, and NCCL's
+/// sends need them on the host.
+StatusOr<std::unique_ptr<PreparedLaunch>>
+prepareExpertProduct(const KernelArgs &args, CudaContext &) {
+  if (args.instruction.text("dispatch") == "all_to_all")
+    return Status::error(
+        "cuda: " + args.instruction.op +
+        " with the all-to-all dispatch is not built for CUDA yet: compile "
+        "with --ep-dispatch gather");
+  return std::unique_ptr<PreparedLaunch>();
+}
+
 Status runExpertMatmul(const KernelArgs &args, CudaContext &context) {
   const Tensor &lhs = args.in(0), &weight = args.in(1), &ids = args.in(2);
   Tensor &out = args.out(0);
@@ -514,8 +527,9 @@ Status runExpertBiasUpdate(const KernelArgs &args, CudaContext &context) {
 
 void registerExpertKernels(CudaKernelTable &table) {
   table.add({"moe_route", "moe_route_grad"}, runRoute);
-  table.add({"expert_matmul"}, runExpertMatmul);
-  table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad);
+  table.add({"expert_matmul"}, runExpertMatmul, prepareExpertProduct);
+  table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad,
+            prepareExpertProduct);
   table.add({"expert_counts"}, runExpertCounts);
   table.add({"expert_bias_update"}, runExpertBiasUpdate);
 }

@@ -30,6 +30,9 @@ std::vector<int64_t> Executor::planMemory() {
     PlannedInstruction planned;
     planned.contract = findOpContract(instruction.op);
     planned.overAxes = !entry.axes->empty();
+    planned.communicates = kernelCommunicates(
+        planned.contract, planned.overAxes,
+        [&](const std::string &name) { return instruction.text(name); });
     if (instruction.op == "recv")
       planned.channel = instruction.integer("channel");
     else if (instruction.op == "send" &&

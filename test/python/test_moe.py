@@ -431,7 +431,9 @@ def test_tied_router_scores_send_every_token_to_the_first_experts() -> None:
     (ties to the lower index), so under ep = 2 every slot is on rank 0's
     experts and experts 2-7 receive no token. A step leaves their weights
     as they were (no gradient, no decay), and ep = 2 and 4 step as one
-    rank. (The step moves the router: later steps route elsewhere.)"""
+    rank, with either dispatch (all-to-all: rank 0 receives every slot,
+    the others none). (The step moves the router: later steps route
+    elsewhere.)"""
     fields = config("mixtral")
     module = hugging_face("mixtral", fields)
     weights = trellis_weights("mixtral", module, fields)
@@ -441,22 +443,25 @@ def test_tied_router_scores_send_every_token_to_the_first_experts() -> None:
     data = batches(fields["vocab_size"], BATCH, SEQ, 1, seed=6)
     model = trellis.Model.from_config(fields)
     results = {}
-    for ep in (1, 2, 4):
+    layouts = [(1, "gather"), (2, "gather"), (4, "gather"), (2, "all-to-all"),
+               (4, "all-to-all")]
+    for ep, dispatch in layouts:
         plan = trellis.compile(model, batch=BATCH, seq=SEQ, adam_eps=EPSILON,
-                               mesh=f"ep={ep}" if ep > 1 else None)
-        results[ep] = trellis.launch(plan, fn=train_and_read, args=(data,),
-                                     weights=weights)[0]
-    losses, found, _ = results[1]
-    for ep in (2, 4):
-        np.testing.assert_allclose(results[ep][0], losses, rtol=1e-5)
-        for name, value in results[ep][1].items():
+                               mesh=f"ep={ep}" if ep > 1 else None,
+                               ep_dispatch=dispatch)
+        results[ep, dispatch] = trellis.launch(
+            plan, fn=train_and_read, args=(data,), weights=weights)[0]
+    losses, found, _ = results[1, "gather"]
+    for layout in layouts[1:]:
+        np.testing.assert_allclose(results[layout][0], losses, rtol=1e-5)
+        for name, value in results[layout][1].items():
             np.testing.assert_allclose(value, found[name], rtol=1e-5,
-                                       atol=1e-6, err_msg=f"ep={ep} {name}")
+                                       atol=1e-6, err_msg=f"{layout} {name}")
     # The step's load, every rank's tokens counted: experts 0 and 1 took
     # every token of both layers.
-    for ep in (1, 2, 4):
+    for layout in layouts:
         np.testing.assert_array_equal(
-            results[ep][2], [[BATCH * SEQ] * 2 + [0] * 6] * 2)
+            results[layout][2], [[BATCH * SEQ] * 2 + [0] * 6] * 2)
     w1 = "model.layers.0.block_sparse_moe.experts.*.w1.weight"
     start, trained = weights[w1], found[w1]
     assert not np.array_equal(trained[:2], start[:2])

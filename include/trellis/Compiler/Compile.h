@@ -49,6 +49,7 @@ struct CompileOptions {
   std::optional<std::string> zeroAxes;
   bool sequenceParallel = false;
   std::string contextKind = "ulysses";
+  std::string expertDispatch = "gather";
   double bucketMiB = 25;
   // Optimizer.
   std::string optimizer = "adamw";

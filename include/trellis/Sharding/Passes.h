@@ -37,6 +37,10 @@ struct ShardingOptions {
   /// (ulysses, allgather, ring).
   bool contextParallel = false;
   std::string contextKind = "ulysses";
+  /// How expert ops reach the experts under expert parallelism: "gather"
+  /// (the partitioner's all-gather / reduce-scatter) or "all-to-all"
+  /// (-trellis-lower-expert-all-to-all).
+  std::string expertDispatch = "gather";
   /// Bytes per fused gradient reduction.
   int64_t bucketBytes = 25 << 20;
   /// Keep gradient buckets within one model part (the step is pipelined).

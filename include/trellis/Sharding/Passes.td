@@ -200,6 +200,28 @@ def ApplyContextParallelPass
   let dependentDialects = ["::trellis::TrellisDialect"];
 }
 
+def LowerExpertAllToAllPass
+    : Pass<"trellis-lower-expert-all-to-all", "::mlir::func::FuncOp"> {
+  let summary = "Gives expert parallelism the all-to-all dispatch";
+  let description = [{
+    Runs on a partitioned program. The partitioner gives each expert op
+    with `axes` the all-gather form: its token operands (lhs, experts,
+    result_grad) all_gathered over the axes along dimension 0, and an
+    expert_matmul's result, partial over them, reduce-scattered back. This
+    pass rewrites each op of that form to take this rank's own slots and
+    set `dispatch = "all_to_all"`: its kernel exchanges the slots' counts,
+    then sends each slot's row to the rank holding its expert (and an
+    expert_matmul's products back), so a rank sends only its routed rows
+    instead of receiving every rank's tokens. The gathers and the
+    reduce_scatter go where nothing else reads them. Values are unchanged:
+    each slot's product is computed by the same rank from the same row, and
+    a weight gradient sums its slots in the same order (the group's ranks
+    in order, each rank's slots in order).
+  }];
+  let dependentDialects = ["::trellis::TrellisDialect",
+                           "::trellis::graph::GraphDialect"];
+}
+
 def LowerRingAttentionPass
     : Pass<"trellis-lower-ring-attention", "::mlir::func::FuncOp"> {
   let summary = "Lowers attention over gathered keys and values to a ring";

@@ -198,11 +198,8 @@ planWaitPoints(const std::vector<PlannedInstruction> &program,
   // not run while the communication stream does; other split ops (rope,
   // attention blocks) only read their place.
   std::vector<bool> communicates(program.size(), false);
-  for (size_t i = 0; i < program.size(); ++i) {
-    const OpContract *contract = program[i].contract;
-    communicates[i] =
-        contract && contract->effects.reducesOverAxes && program[i].overAxes;
-  }
+  for (size_t i = 0; i < program.size(); ++i)
+    communicates[i] = program[i].communicates;
   // Collectives of the communication stream: waited for at their first
   // reader, or when too many are in flight. Receives wait for their first
   // reader alone: transfers go over their own group, so they neither wait

@@ -23,6 +23,18 @@ const char *elementTypeName(ElementType type) {
   return "?";
 }
 
+bool kernelCommunicates(
+    const OpContract *contract, bool overAxes,
+    const std::function<std::string(const std::string &)> &attribute) {
+  if (!contract || !overAxes)
+    return false;
+  const OpEffects &effects = contract->effects;
+  if (effects.reducesOverAxes)
+    return true;
+  return !effects.exchangesWhen.first.empty() &&
+         attribute(effects.exchangesWhen.first) == effects.exchangesWhen.second;
+}
+
 int64_t elementTypeBytes(ElementType type) {
   return type == ElementType::BF16 || type == ElementType::F16 ? 2 : 4;
 }

@@ -75,6 +75,9 @@ std::string effectsText(const OpContract &contract) {
     append("shares its operand's bytes");
   if (effects.reducesOverAxes)
     append("combines over its axes");
+  if (!effects.exchangesWhen.first.empty())
+    append("exchanges rows over its axes with " + effects.exchangesWhen.first +
+           " = " + effects.exchangesWhen.second);
   if (contract.collective)
     append("communicates over its axes");
   return text.empty() ? "-" : text;

@@ -107,6 +107,9 @@ PlannedInstruction instruction(const char *name, std::vector<int64_t> inputs,
   PlannedInstruction planned;
   planned.contract = name ? findOpContract(name) : nullptr;
   planned.overAxes = planned.contract && planned.contract->collective;
+  planned.communicates =
+      kernelCommunicates(planned.contract, planned.overAxes,
+                         [](const std::string &) { return std::string(); });
   planned.channel = channel;
   planned.inputs = std::move(inputs);
   planned.outputs = std::move(outputs);

@@ -289,6 +289,53 @@ TEST(CommunicatorTest, TransfersStartAtOnceAndCompleteWhenWaited) {
   EXPECT_EQ(codes, std::vector<int>(2, 0));
 }
 
+TEST(CommunicatorTest, AVariableAllToAllMovesEachMembersPart) {
+  // Rank r sends member j (r + j) % 3 elements of value 10 r + j (none
+  // when that is 0), along the second axis of a 2 x 3 mesh; every rank
+  // receives its parts in member order.
+  Mesh mesh = *Mesh::parse("dp=2,ep=3", nullptr);
+  RendezvousOptions options;
+  options.storeDir = freshStore("alltoallv");
+  std::vector<int> codes = runRanks(6, [&](int rank) {
+    auto connected = connectGloo(mesh, rank, {{1}}, options);
+    if (!connected.ok())
+      return 1;
+    Communicator &comm = **connected;
+    int64_t self = comm.groupPosition({1});
+    std::vector<int64_t> sendCounts, recvCounts;
+    std::vector<float> input, expected;
+    for (int64_t j = 0; j < 3; ++j) {
+      sendCounts.push_back((self + j) % 3);
+      recvCounts.push_back((j + self) % 3);
+      input.insert(input.end(), sendCounts.back(), 10.0f * self + j);
+      expected.insert(expected.end(), recvCounts.back(), 10.0f * j + self);
+    }
+    std::vector<float> output(expected.size(), -1.0f);
+    if (!comm.allToAllV({1}, input.data(), sendCounts, output.data(),
+                        recvCounts, DType::F32)
+             .ok())
+      return 2;
+    if (output != expected)
+      return 3;
+    // Counts of the wrong length, or a part for itself that differs from
+    // what it expects, are errors (no member is left waiting: each rank
+    // fails before it sends).
+    Status wrongLength = comm.allToAllV({1}, input.data(), {1, 2},
+                                        output.data(), recvCounts, DType::F32);
+    if (wrongLength.message() != "all_to_all_v over a group of 3 ranks got 2 "
+                                 "send and 3 receive counts")
+      return 4;
+    std::vector<int64_t> mismatched = recvCounts;
+    mismatched[self] += 1;
+    Status selfPart = comm.allToAllV({1}, input.data(), sendCounts,
+                                     output.data(), mismatched, DType::F32);
+    if (selfPart.message().find("all_to_all_v: this rank sends itself ") != 0)
+      return 5;
+    return 0;
+  });
+  EXPECT_EQ(codes, std::vector<int>(6, 0));
+}
+
 TEST(CommunicatorTest, RejectsARankOutsideTheMesh) {
   Mesh mesh = *Mesh::parse("dp=2", nullptr);
   RendezvousOptions options;

@@ -389,6 +389,25 @@ func.func @expert_grad_shape(%x: tensor<2x3x8xf32>, %g: tensor<2x3x6xf32>, %ids:
 
 // -----
 
+// Tests that an expert product's dispatch is one of the two.
+func.func @expert_dispatch(%x: tensor<2x3x8xf32>, %w: tensor<4x8x6xf32>, %ids: tensor<2x3x2xi32>) {
+  // expected-error @+1 {{expected dispatch "gather" or "all_to_all", found "scatter"}}
+  %0 = graph.expert_matmul %x, %w, %ids {axes = ["ep"], dispatch = "scatter"} : tensor<2x3x8xf32>, tensor<4x8x6xf32>, tensor<2x3x2xi32>
+  return
+}
+
+// -----
+
+// Tests that the all-to-all dispatch names the axes the experts are split
+// over.
+func.func @expert_dispatch_axes(%x: tensor<2x3x8xf32>, %g: tensor<2x3x2x6xf32>, %ids: tensor<2x3x2xi32>) {
+  // expected-error @+1 {{expected axes with dispatch "all_to_all" (the ranks the experts are split over)}}
+  %0 = graph.expert_matmul_weight_grad %x, %g, %ids experts 4 {dispatch = "all_to_all"} : tensor<2x3x8xf32>, tensor<2x3x2x6xf32>, tensor<2x3x2xi32>
+  return
+}
+
+// -----
+
 // Tests that expert counts count at least one expert.
 func.func @expert_counts_none(%ids: tensor<2x3x2xi32>) {
   // expected-error @+1 {{expected num_experts >= 1, found 0}}

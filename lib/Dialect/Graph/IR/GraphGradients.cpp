@@ -415,7 +415,8 @@ LogicalResult ExpertMatmulOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
   // Each slot's row gradient through the same expert's matrix, transposed;
   // a row each token's slots shared sums its slots' gradients in order.
   Value lhsGrad = ExpertMatmulOp::create(b, loc, dy[0], getWeight(), experts,
-                                         !getTransposeRhs(), getAxesAttr());
+                                         !getTransposeRhs(), getAxesAttr(),
+                                         getDispatchAttr());
   if (shapeOf(lhs).size() == shapeOf(experts).size())
     lhsGrad = ReduceSumOp::create(
         b, loc, lhsGrad, ArrayRef<int64_t>{int64_t(shapeOf(lhs).size()) - 1},
@@ -423,7 +424,7 @@ LogicalResult ExpertMatmulOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
   grads.push_back(lhsGrad);
   grads.push_back(ExpertMatmulWeightGradOp::create(
       b, loc, lhs, dy[0], experts, shapeOf(getWeight())[0], getTransposeRhs(),
-      getAxesAttr()));
+      getAxesAttr(), getDispatchAttr()));
   grads.push_back(Value());
   return success();
 }

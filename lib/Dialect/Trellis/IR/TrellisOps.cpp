@@ -46,8 +46,12 @@ int64_t trellis::groupSizeOf(Operation *collective) {
   auto axes = collective->getAttrOfType<ArrayAttr>("axes");
   if (!meshName || !axes)
     return 1;
-  auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(collective, meshName);
-  if (!mesh)
+  return meshAxesSize(
+      SymbolTable::lookupNearestSymbolFrom<MeshOp>(collective, meshName), axes);
+}
+
+int64_t trellis::meshAxesSize(MeshOp mesh, ArrayAttr axes) {
+  if (!mesh || !axes)
     return 1;
   int64_t size = 1;
   for (Attribute axis : axes)

@@ -145,6 +145,30 @@ void weightSizes(const Shape &weight, bool transposed, int64_t &k, int64_t &n) {
   n = weight[transposed ? 1 : 2];
 }
 
+/// An expert product's `dispatch`: "gather" (the default: operands whole
+/// over `axes`, the result partial) or "all_to_all" (operands and result
+/// this rank's own slots; the kernel exchanges the routed rows itself).
+Diagnostic checkDispatch(const OpInstance &op) {
+  std::string dispatch = op.text("dispatch");
+  if (dispatch.empty() || dispatch == "gather")
+    return std::nullopt;
+  if (dispatch != "all_to_all")
+    return "expected dispatch \"gather\" or \"all_to_all\", found \"" +
+           dispatch + "\"";
+  if (!op.has("axes"))
+    return std::string("expected axes with dispatch \"all_to_all\" (the "
+                       "ranks the experts are split over)");
+  return std::nullopt;
+}
+
+/// The experts' factor kind with `axes`: split (the rank's range), unless
+/// the op exchanges the rows itself, which leaves its values local.
+FactorKind splitExpertKind(const OpInstance &op, FactorKind split) {
+  if (!op.has("axes") || op.text("dispatch") == "all_to_all")
+    return FactorKind::Whole;
+  return split;
+}
+
 /// Token dimensions, then the slot, the contracted K and the produced N
 /// of an expert product, and the experts: whole, unless the op has `axes`
 /// (expert parallelism: the rank holds a range of the experts, the one at
@@ -257,12 +281,20 @@ void addExpertOps(TableBuilder &table) {
   // experts [..., k] in [0, E); the result is [..., k, N]. With `axes`
   // (expert parallelism) the weight holds experts [p E, (p + 1) E) of the
   // group's E x size, p the rank's place along the axes, and slots routed
-  // to other experts give zeros.
+  // to other experts give zeros. With `dispatch = "all_to_all"` (the
+  // lowering of expert parallelism's all-to-all dispatch) the operands and
+  // result are the rank's own slots instead: the kernel sends each slot's
+  // row to the rank holding its expert and gets the product back.
+  OpEffects exchangesRows;
+  exchangesRows.exchangesWhen = {"dispatch", "all_to_all"};
   table
       .add("expert_matmul",
            {{"lhs"}, {"weight"}, {"experts", OperandKind::Index}}, 1,
-           {{"transpose_rhs", K::Bool, false}, kOptionalAxes},
+           {{"transpose_rhs", K::Bool, false},
+            kOptionalAxes,
+            {"dispatch", K::String, false}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(checkDispatch(op));
              TRELLIS_CHECK(expectSlots(op, 2));
              bool perToken = false;
              TRELLIS_CHECK(lhsRows(op, 0, 2, perToken));
@@ -289,7 +321,7 @@ void addExpertOps(TableBuilder &table) {
         // split of the experts leaves the result partial.
         ExpertFactors f = addExpertFactors(
             rule, op.shape(2), op.shape(1)[0], k, n, FactorKind::Parallel,
-            op.has("axes") ? FactorKind::Reduction : FactorKind::Whole);
+            splitExpertKind(op, FactorKind::Reduction));
         rule.operandFactors = {lhsFactors(f, perToken),
                                weightFactors(f, transposed), slotFactors(f)};
         rule.resultFactors = {slotFactors(f, f.n)};
@@ -299,18 +331,23 @@ void addExpertOps(TableBuilder &table) {
         OpCost cost = elementwiseCost(op, 0);
         cost.flops = 2.0 * elementCount(op.resultShape(0)) * op.shape(0).back();
         return cost;
-      });
+      })
+      .effects(exchangesRows);
   // The weight's gradient: for each expert, its slots' lhs rows times
   // their result gradients, summed over the slots in token order (an
   // expert no slot chose gets zeros). In the weight's layout; with `axes`,
-  // of the rank's range of the experts, as expert_matmul's.
+  // of the rank's range of the experts, as expert_matmul's; with
+  // `dispatch = "all_to_all"` from the rank's own slots, whose rows the
+  // kernel sends to the ranks holding their experts.
   table
       .add("expert_matmul_weight_grad",
            {{"lhs"}, {"result_grad"}, {"experts", OperandKind::Index}}, 1,
            {{"num_experts", K::Int, true},
             {"transpose_rhs", K::Bool, false},
-            kOptionalAxes},
+            kOptionalAxes,
+            {"dispatch", K::String, false}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(checkDispatch(op));
              TRELLIS_CHECK(expectSlots(op, 2));
              bool perToken = false;
              TRELLIS_CHECK(lhsRows(op, 0, 2, perToken));
@@ -337,7 +374,7 @@ void addExpertOps(TableBuilder &table) {
         ExpertFactors f = addExpertFactors(
             rule, op.shape(2), op.integer("num_experts"), op.shape(0).back(),
             op.shape(1).back(), FactorKind::Reduction,
-            op.has("axes") ? FactorKind::Parallel : FactorKind::Whole);
+            splitExpertKind(op, FactorKind::Parallel));
         rule.operandFactors = {lhsFactors(f, perToken), slotFactors(f, f.n),
                                slotFactors(f)};
         rule.resultFactors = {weightFactors(f, transposed)};
@@ -348,7 +385,8 @@ void addExpertOps(TableBuilder &table) {
         OpCost cost = elementwiseCost(op, 0);
         cost.flops = 2.0 * elementCount(op.shape(1)) * op.shape(0).back();
         return cost;
-      });
+      })
+      .effects(exchangesRows);
 
   // How many slots chose each expert: [E] f32 from experts [..., k]. The
   // tokens sum away (a split leaves partial counts). Not differentiable.

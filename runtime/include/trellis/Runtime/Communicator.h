@@ -111,6 +111,16 @@ public:
                          int64_t shift) = 0;
   /// Returns once every rank of the mesh has called it.
   virtual Status barrier() = 0;
+  /// A variable all-to-all: `input` holds, member after member in group
+  /// order, sendCounts[j] elements for member j; `output` receives, member
+  /// after member, recvCounts[i] elements from member i. Every rank's
+  /// recvCounts[i] must be member i's sendCounts for it (an exchange of
+  /// the counts first gives them). The default moves the other members'
+  /// parts through startSend / startRecv on a channel of its own and
+  /// copies this rank's own part with memcpy: host-addressable buffers.
+  virtual Status allToAllV(const AxisList &axes, const void *input,
+                           const std::vector<int64_t> &sendCounts, void *output,
+                           const std::vector<int64_t> &recvCounts, DType dtype);
 
 protected:
   Communicator(Mesh mesh, int64_t rank) : mesh_(std::move(mesh)), rank_(rank) {}

@@ -696,11 +696,16 @@ def Graph_ExpertMatmulOp : Graph_Op<"expert_matmul", [],
     kernel runs. Under expert parallelism (`axes`, set by
     -trellis-apply-expert-parallel), `weight` holds experts [p E, (p + 1) E)
     of the E x (group size) the ids name, p the rank's place along `axes`;
-    slots routed to other experts give zeros.
+    slots routed to other experts give zeros. With `dispatch =
+    "all_to_all"` (set by -trellis-lower-expert-all-to-all) `lhs`,
+    `experts` and the result are this rank's own slots: the kernel sends
+    each slot's row to the rank that holds its expert (counts first, then
+    the rows) and receives the products back.
   }];
   let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$weight,
                        Graph_IndexTensor:$experts, UnitAttr:$transpose_rhs,
-                       OptionalAttr<StrArrayAttr>:$axes);
+                       OptionalAttr<StrArrayAttr>:$axes,
+                       OptionalAttr<StrAttr>:$dispatch);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = [{
     $lhs `,` $weight (`transposed` $transpose_rhs^)? `,` $experts attr-dict `:` type($lhs) `,` type($weight) `,` type($experts)
@@ -715,12 +720,15 @@ def Graph_ExpertMatmulWeightGradOp : Graph_Op<"expert_matmul_weight_grad", [],
     it, in token order, of lhs row times result_grad row; zeros for an
     expert no slot chose. In the weight's layout (`transpose_rhs`). With
     `axes`, `num_experts` is the rank's range of experts, as expert_matmul
-    holds them.
+    holds them; with `dispatch = "all_to_all"` the operands are this
+    rank's own slots, whose rows the kernel sends to the ranks holding
+    their experts.
   }];
   let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$result_grad,
                        Graph_IndexTensor:$experts, I64Attr:$num_experts,
                        UnitAttr:$transpose_rhs,
-                       OptionalAttr<StrArrayAttr>:$axes);
+                       OptionalAttr<StrArrayAttr>:$axes,
+                       OptionalAttr<StrAttr>:$dispatch);
   let results = (outs Graph_FloatTensor:$weight_grad);
   let assemblyFormat = [{
     $lhs `,` $result_grad `,` $experts `experts` $num_experts attr-dict `:` type($lhs) `,` type($result_grad) `,` type($experts)

@@ -26,6 +26,9 @@ MeshOp lookupMesh(mlir::Operation *from, mlir::FlatSymbolRefAttr meshName,
 /// attributes): the product of its axes' sizes; 1 if its mesh is unknown.
 int64_t groupSizeOf(mlir::Operation *collective);
 
+/// The product of the sizes of `axes` in `mesh` (1 for a null mesh).
+int64_t meshAxesSize(MeshOp mesh, mlir::ArrayAttr axes);
+
 } // namespace trellis
 
 #endif // TRELLIS_DIALECT_TRELLIS_IR_TRELLISOPS_H

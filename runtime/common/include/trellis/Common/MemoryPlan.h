@@ -108,6 +108,8 @@ struct PlannedInstruction {
   const OpContract *contract = nullptr;
   /// Whether it runs over mesh axes (`axes` not empty).
   bool overAxes = false;
+  /// Whether its kernel communicates over them (kernelCommunicates).
+  bool communicates = false;
   /// A receive's channel; a send's `complete_with` (the channel of the
   /// receive whose wait completes it), or -1. Channels are unique per run.
   int64_t channel = -1;

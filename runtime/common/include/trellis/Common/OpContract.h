@@ -209,6 +209,10 @@ struct OpEffects {
   /// (cross-entropy over split classes): it must not run while collectives
   /// are in flight. Other ops with `axes` only read the rank's place there.
   bool reducesOverAxes = false;
+  /// The same for the instances whose attribute `exchangesWhen.first`
+  /// reads `exchangesWhen.second` (an expert op with dispatch =
+  /// "all_to_all" sends its slots' rows over its axes); empty: none.
+  std::pair<std::string, std::string> exchangesWhen;
 };
 
 /// A plan op's index in the table, dense from 0 in the table's order:
@@ -252,6 +256,14 @@ struct OpContract {
     return result < effects.replaces.size() ? effects.replaces[result] : -1;
   }
 };
+
+/// Whether an instance of `contract` (null: an op outside the table) with
+/// `axes` (`overAxes`) communicates inside its kernel, so that it must not
+/// run while collectives are in flight: `attribute(name)` gives the text
+/// of the instance's attribute `name` ("" when absent).
+bool kernelCommunicates(
+    const OpContract *contract, bool overAxes,
+    const std::function<std::string(const std::string &)> &attribute);
 
 /// The contract of plan op `name`, or null.
 const OpContract *findOpContract(const std::string &name);
