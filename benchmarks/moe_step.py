@@ -1,10 +1,11 @@
 """Step time of a Mixtral-shaped model (examples/configs/mixtral-small.json:
 8 experts, top-2, 4 layers, hidden 256) on this machine: Trellis on one
 rank, Trellis with expert parallelism over 2 ranks (--ep 2, one thread
-each), and PyTorch eager (transformers' MixtralForCausalLM, torch AdamW)
-on the same weights, batch and threads, in interleaved rounds (medians).
-Also the bytes each ep = 2 rank hands to collectives per step, from the
-plan's report, against the dispatch's formula (docs/MoE.md).
+each) with each dispatch (gather, all-to-all), and PyTorch eager
+(transformers' MixtralForCausalLM, torch AdamW) on the same weights, batch
+and threads, in interleaved rounds (medians). Also the bytes each ep = 2
+rank sends per step, from the plans' reports, against the dispatches'
+formulas (docs/MoE.md).
 
 Needs torch and transformers (a venv: never a test dependency) and the
 build's Python package on PYTHONPATH.
@@ -79,6 +80,8 @@ def compile_plan(name, *flags):
 
 one_plan, _ = compile_plan("one")
 ep_plan, ep_report = compile_plan("ep2", "--ep", "2")
+a2a_plan, a2a_report = compile_plan("ep2-a2a", "--ep", "2", "--ep-dispatch",
+                                    "all-to-all")
 
 
 def trellis_one():
@@ -91,10 +94,10 @@ def trellis_one():
         return (time.perf_counter() - start) / steps
 
 
-def trellis_ep():
+def trellis_ep(plan):
     # Two processes of threads / 2 threads each: the same cores.
     out = subprocess.run(
-        [TRELLIS, "run", ep_plan, "--nproc", "2", "--steps", str(steps + 1),
+        [TRELLIS, "run", plan, "--nproc", "2", "--steps", str(steps + 1),
          "--threads", str(max(1, threads // 2)), "--weights", weights_path,
          "--log-every", "1"], check=True, capture_output=True,
         text=True).stdout
@@ -104,10 +107,12 @@ def trellis_ep():
     return statistics.mean(times[1:]) / 1000
 
 
-results = {"trellis 1 rank": [], "trellis ep=2": [], "pytorch eager": []}
+results = {"trellis 1 rank": [], "trellis ep=2": [],
+           "trellis ep=2 a2a": [], "pytorch eager": []}
 for _ in range(rounds):
     results["trellis 1 rank"].append(trellis_one())
-    results["trellis ep=2"].append(trellis_ep())
+    results["trellis ep=2"].append(trellis_ep(ep_plan))
+    results["trellis ep=2 a2a"].append(trellis_ep(a2a_plan))
     results["pytorch eager"].append(
         eager_step_seconds(module, tokens, targets, steps))
 tokens_per_step = BATCH * SEQ
@@ -123,14 +128,22 @@ for name, times in results.items():
 
 # The dispatch's bytes: the report's collectives over ep against the
 # formula (docs/MoE.md), per rank and step, fp32.
-print("communication per step and rank (--ep 2, from the report):")
-for line in ep_report.splitlines():
-    if " over ep" in line:
-        print("  " + line.strip())
+for name, report in (("gather", ep_report), ("all-to-all", a2a_report)):
+    print(f"communication per step and rank (--ep 2, {name} dispatch, from "
+          "the report):")
+    for line in report.splitlines():
+        if " over ep" in line:
+            print("  " + line.strip())
 g, h, k = 2, fields["hidden_size"], fields["num_experts_per_tok"]
 t = BATCH * SEQ // g
 layers = fields["num_hidden_layers"]
 # docs/MoE.md: per MoE layer, step and rank, (G - 1) T 4 (2H + 3k + 9kF +
 # 5kH) bytes sent by the all-gather / reduce-scatter dispatch.
 sent = layers * (g - 1) * t * 4 * (2 * h + 3 * k + 9 * k * size + 5 * k * h)
-print(f"  formula (docs/MoE.md): {sent / 2**10:.1f} KiB sent over ep per rank")
+print(f"  formula (docs/MoE.md): {sent / 2**10:.1f} KiB sent over ep per rank "
+      "(gather)")
+# docs/MoE.md: f T k 4 9 (H + F + 1) bytes per MoE layer, f = (G - 1) / G
+# with the experts balanced (all-to-all, the counts aside).
+balanced = layers * (g - 1) / g * t * k * 4 * 9 * (h + size + 1)
+print(f"  formula (docs/MoE.md): {balanced / 2**10:.1f} KiB sent per rank "
+      "(all-to-all, experts balanced)")

@@ -737,6 +737,41 @@ def test_shape_ops_equal_pytorch() -> None:
     assert loss == pytest.approx(expected, rel=1e-5)
 
 
+class TorchEncoderLM(torch.nn.Module):
+    """torch's own nn.TransformerEncoderLayer under a causal float mask:
+    its fused input projection is unflattened and selected per q, k, v."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 32)
+        self.layer = torch.nn.TransformerEncoderLayer(
+            32, 4, 64, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(32, 16)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(
+            tokens.shape[1])
+        hidden = self.layer(self.embed(tokens), src_mask=mask, is_causal=True)
+        return self.head(hidden)
+
+
+def test_torch_encoder_layer_equals_pytorch() -> None:
+    torch.manual_seed(0)
+    module = TorchEncoderLM().eval()
+    tokens, targets = batches(16, BATCH, SEQ, 1, seed=6)[0]
+    converted = trellis_torch.from_module(
+        module, (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2)
+    plan = trellis.compile(converted, batch=BATCH, seq=SEQ)
+    with trellis.Session(plan, weights=converted.weights) as session:
+        loss = session.step(tokens, targets)
+    with torch.no_grad():
+        logits = module(torch.as_tensor(tokens, dtype=torch.long))
+        expected = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1),
+            torch.as_tensor(targets, dtype=torch.long).flatten()).item()
+    assert loss == pytest.approx(expected, rel=1e-5)
+
+
 class Gathered(torch.nn.Module):
     """Indexes a dimension at positions that are not consecutive."""
 
