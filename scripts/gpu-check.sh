@@ -127,6 +127,11 @@ run() {
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free \
     --format=csv 2>&1 | tee "$out/gpu.txt"
+  # The libraries the backend finds there (PyTorch's wheels), by version.
+  python3 -c "import torch; print('torch', torch.__version__, '| CUDA',
+    torch.version.cuda, '| cuDNN', torch.backends.cudnn.version(), '| NCCL',
+    '.'.join(map(str, torch.cuda.nccl.version())))" 2>&1 |
+    tee -a "$out/gpu.txt" || true
   run_tests "$dir/bin/TrellisCudaTests" '*' "$out/cuda-tests.log"
   run_tests "$dir/bin/TrellisRuntimeTests" '*/cuda:CudaLibraries*:CudaBackend*' \
     "$out/backend-tests.log"
