@@ -15,6 +15,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
+#include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
 #include "llvm/ADT/MapVector.h"
 
@@ -64,6 +65,8 @@ struct ApplySequenceParallelPass
     }
     meshName_ = FlatSymbolRefAttr::get(&getContext(), "mesh");
     size_ = size;
+    mesh_ = mesh;
+    readInputSplit(function);
     SmallVector<Operation *> norms;
     function.walk([&](Operation *op) {
       if (llvm::isa<graph::RmsNormOp, graph::LayerNormOp>(op))
@@ -86,15 +89,23 @@ struct ApplySequenceParallelPass
   }
 
 private:
-  /// The layout of a [..., sequence, features] value: the sequence split
-  /// over the axis (when it divides), or nothing split.
+  /// The layout of a [batch, ..., sequence, features] value: the batch and
+  /// the sequence split as the step's inputs split them (data and context
+  /// parallelism keep their split through the norm regions), and the
+  /// sequence also over the tensor axis when `split`.
   ShardingAttr layoutOf(RankedTensorType type, bool split) {
     MLIRContext *context = &getContext();
     SmallVector<DimShardingAttr> dims(type.getRank(),
                                       DimShardingAttr::get(context, {}, false));
+    int64_t sequenceDim = type.getRank() - 2;
+    if (sequenceDim > 0 && !batchAxes_.empty() &&
+        type.getDimSize(0) % piecesOf(batchAxes_) == 0)
+      dims[0] = DimShardingAttr::get(context, batchAxes_, false);
+    SmallVector<StringAttr> sequenceAxes = contextAxes_;
     if (split)
-      dims[type.getRank() - 2] = DimShardingAttr::get(
-          context, {StringAttr::get(context, axisName_)}, false);
+      sequenceAxes.push_back(StringAttr::get(context, axisName_));
+    if (type.getDimSize(sequenceDim) % piecesOf(sequenceAxes) == 0)
+      dims[sequenceDim] = DimShardingAttr::get(context, sequenceAxes, false);
     return ShardingAttr::get(context, meshName_, dims);
   }
 
@@ -146,7 +157,35 @@ private:
     }
   }
 
+  /// The axes the step's inputs ([batch, sequence, ...]) split their
+  /// batch and their sequence over: the first input with a sharding.
+  void readInputSplit(func::FuncOp function) {
+    for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+      auto role = function.getArgAttrOfType<StringAttr>(
+          i, graph::GraphDialect::kRoleAttrName);
+      auto sharding = function.getArgAttrOfType<ShardingAttr>(
+          i, TrellisDialect::kShardingAttrName);
+      if (!role || role.getValue() != "input" || !sharding ||
+          sharding.getDims().size() < 2)
+        continue;
+      batchAxes_.assign(sharding.getDims()[0].getAxes().begin(),
+                        sharding.getDims()[0].getAxes().end());
+      contextAxes_.assign(sharding.getDims()[1].getAxes().begin(),
+                          sharding.getDims()[1].getAxes().end());
+      return;
+    }
+  }
+
+  int64_t piecesOf(ArrayRef<StringAttr> axes) {
+    int64_t pieces = 1;
+    for (StringAttr axis : axes)
+      pieces *= mesh_ ? mesh_.getMesh().getAxisSize(axis.getValue()) : 1;
+    return pieces;
+  }
+
   FlatSymbolRefAttr meshName_;
+  MeshOp mesh_;
+  SmallVector<StringAttr> batchAxes_, contextAxes_;
   /// The axis the sequence splits over.
   std::string axisName_;
   int64_t size_ = 1;

@@ -1,4 +1,5 @@
 // RUN: trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="tp=2" -trellis-apply-sequence-parallel | FileCheck %s
+// RUN: trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="dp=2 tp=2" -trellis-apply-sequence-parallel | FileCheck %s --check-prefix=DP
 // RUN: not trellis-opt %s -trellis-autodiff="optimizer=sgd" -trellis-apply-preset="dp=2" -trellis-apply-sequence-parallel 2>&1 | FileCheck %s --check-prefix=NO-TP
 
 // Tests that the sequence-parallel preset splits norm regions: the stream a
@@ -15,6 +16,13 @@
 // CHECK: %[[AGAIN:.*]] = trellis.shard %[[N]] <@mesh, [{}, {}, {}]> {graph.part = #graph.part<layer 0>, graph.phase = "weight"}
 // CHECK-NEXT: graph.reshape %[[AGAIN]]
 // CHECK: graph.rms_norm_grad %[[S]], %arg1
+// With data parallelism the batch stays split over dp through the norm
+// regions: only the tensor axis is gathered.
+// DP-LABEL: func.func @train_step
+// DP: %[[X:.*]] = graph.mul %arg2, %arg2
+// DP-NEXT: %[[S:.*]] = trellis.shard %[[X]] <@mesh, [{"dp"}, {"tp"}, {}]>
+// DP-NEXT: %[[N:.*]] = graph.rms_norm %[[S]], %arg1
+// DP-NEXT: trellis.shard %[[N]] <@mesh, [{"dp"}, {}, {}]>
 // NO-TP: error: sequence parallelism splits the norm regions over the tensor-parallel axis "tp": expected tp > 1, found a mesh with tp=1
 func.func @forward(%w: tensor<8x8xf32> {graph.role = "param", graph.param = "model.layers.0.mlp.up_proj.weight", graph.init = "normal:0.02"},
                    %g: tensor<8xf32> {graph.role = "param", graph.param = "model.layers.0.input_layernorm.weight", graph.init = "ones"},
