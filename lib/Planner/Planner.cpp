@@ -2,6 +2,9 @@
 
 #include "trellis/Planner/Planner.h"
 
+#include "PlanCompile.h"
+#include "trellis/Planner/CostComposition.h"
+
 #include "trellis/Compiler/ModelSource.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -69,59 +72,6 @@ std::vector<int64_t> divisorsOf(int64_t n) {
   return divisors;
 }
 
-CompileOptions compileOptionsOf(const PlanRequest &request,
-                                const PlanChoice &choice) {
-  CompileOptions options;
-  options.batch = request.globalBatch;
-  options.seq = request.seq;
-  options.precision = request.precision;
-  applyPlanChoice(options, request, choice);
-  return options;
-}
-
-/// Compiles `choice` in a context of its own: the cost query's estimate, or
-/// (`report`) the reports with their memory plans.
-std::optional<CompiledModel> compileChoice(const PlanRequest &request,
-                                           const PlanChoice &choice,
-                                           bool report, std::string &error) {
-  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
-  loadCompilerDialects(context);
-  std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(
-      &context, [&](mlir::Diagnostic &diagnostic) {
-        if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Error &&
-            diagnostics.empty())
-          diagnostics = diagnostic.str();
-        return mlir::success();
-      });
-  auto sink = [&](MessageKind kind, const llvm::Twine &message) {
-    if (kind != MessageKind::Warning && diagnostics.empty())
-      diagnostics = message.str();
-  };
-  CompileOptions options = compileOptionsOf(request, choice);
-  options.emitEstimate = !report;
-  options.report = report;
-  options.reportOnly = report;
-  std::string parseOutput;
-  llvm::raw_string_ostream parseStream(parseOutput);
-  std::optional<LoadedModel> model = loadModelText(
-      context, request.modelText, request.format, request.modelSource,
-      {request.globalBatch / options.microBatches, request.seq}, sink,
-      parseStream);
-  if (!model) {
-    error = diagnostics.empty() ? parseOutput : diagnostics;
-    return std::nullopt;
-  }
-  mlir::TimingScope timing;
-  mlir::FailureOr<CompiledModel> compiled =
-      compileModel(std::move(*model), options, sink, timing);
-  if (mlir::failed(compiled)) {
-    error = diagnostics.empty() ? "the compiler refused the plan" : diagnostics;
-    return std::nullopt;
-  }
-  return std::move(*compiled);
-}
-
 StepLayout layoutOf(const PlanRequest &request, const PlanChoice &choice,
                     const std::vector<MeshAxis> &axes) {
   StepLayout layout;
@@ -158,17 +108,25 @@ std::string bindingTermOf(const std::vector<StageMemory> &memory) {
       .str();
 }
 
-/// Prices `choice`: the estimate, the step time, the screening memory.
+/// Prices `choice`: its cost query (composed by `composer` when it can,
+/// else from a compile of the whole model), the step time, the screening
+/// memory.
 std::optional<PlanEvaluation> evaluate(const PlanRequest &request,
                                        const PlanChoice &choice,
+                                       CostComposer *composer,
                                        std::string &error) {
-  std::optional<CompiledModel> compiled =
-      compileChoice(request, choice, /*report=*/false, error);
-  if (!compiled)
+  std::optional<ComposedCost> cost;
+  if (composer) {
+    std::string why;
+    cost = composer->compose(choice, why);
+  }
+  if (!cost)
+    cost = compileWholeCost(request, choice, error);
+  if (!cost)
     return std::nullopt;
-  StepLayout layout = layoutOf(request, choice, compiled->meshAxes);
+  StepLayout layout = layoutOf(request, choice, cost->meshAxes);
   std::optional<StepTime> time =
-      predictStepTime(compiled->estimate, layout, request.cluster, error);
+      predictStepTime(cost->ranks, layout, request.cluster, error);
   if (!time)
     return std::nullopt;
   PlanEvaluation evaluation;
@@ -177,20 +135,20 @@ std::optional<PlanEvaluation> evaluate(const PlanRequest &request,
   evaluation.tokensPerSecondPerGpu =
       tokens / time->seconds / static_cast<double>(choice.gpus());
   evaluation.modelFlopsPerGpu =
-      modelFlopsPerStep(request, compiled->modelParameters) / time->seconds /
+      modelFlopsPerStep(request, cost->modelParameters) / time->seconds /
       choice.gpus();
   evaluation.mfu =
       evaluation.modelFlopsPerGpu /
       request.cluster.peakFlops(request.precision == "fp32"   ? "f32"
                                 : request.precision == "fp16" ? "f16"
                                                               : "bf16");
-  for (auto [rank, cost] : llvm::enumerate(compiled->estimate)) {
+  for (auto [rank, rankCost] : llvm::enumerate(cost->ranks)) {
     StageMemory stage;
-    stage.parameters = cost.parameterBytes;
-    stage.optimizer = cost.optimizerStateBytes;
-    stage.gradients = cost.gradientBytes;
+    stage.parameters = rankCost.parameterBytes;
+    stage.optimizer = rankCost.optimizerStateBytes;
+    stage.gradients = rankCost.gradientBytes;
     int64_t saved = 0;
-    for (int64_t bytes : cost.savedActivationBytes)
+    for (int64_t bytes : rankCost.savedActivationBytes)
       saved = std::max(saved, bytes);
     int64_t live = rank < time->simulation.peakLiveActivations.size()
                        ? time->simulation.peakLiveActivations[rank]
@@ -210,8 +168,11 @@ std::optional<PlanEvaluation> evaluate(const PlanRequest &request,
 /// Replaces the screening memory of `evaluation` by the compiler's report.
 bool measureMemory(const PlanRequest &request, PlanEvaluation &evaluation,
                    std::string &error) {
+  CompileOptions options = compileOptionsOf(request, evaluation.choice);
+  options.report = true;
+  options.reportOnly = true;
   std::optional<CompiledModel> compiled =
-      compileChoice(request, evaluation.choice, /*report=*/true, error);
+      compilePlanModel(request, request.modelText, options, error);
   if (!compiled)
     return false;
   evaluation.memory.clear();
@@ -625,6 +586,7 @@ llvm::json::Object searchResultJson(const PlanRequest &request,
       {"candidates_evaluated", result.candidatesEvaluated},
       {"candidates_rejected", result.candidatesRejected},
       {"search_seconds", result.searchSeconds},
+      {"short_model_compiles", result.shortModelCompiles},
       {"plans", std::move(plans)},
   };
   if (result.plans.empty() && result.closest) {
@@ -712,6 +674,8 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
     return std::nullopt;
   }
   SearchResult result;
+  std::unique_ptr<CostComposer> composer =
+      CostComposer::create(request, result.wholeModelReason);
   std::mutex mutex;
   std::vector<PlanEvaluation> priced;
   // The refusal of the first candidate in enumeration order, whichever
@@ -728,7 +692,7 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
         for (const PlanChoice &choice : level) {
           std::string why;
           std::optional<PlanEvaluation> evaluation =
-              evaluate(request, choice, why);
+              evaluate(request, choice, composer.get(), why);
           ++evaluated;
           if (!evaluation) {
             ++rejected;
@@ -788,7 +752,17 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
     if (!evaluation.fits ||
         static_cast<int64_t>(result.plans.size()) >= request.top)
       break;
+    // The time from a compile of the whole model, then its memory plan.
     std::string why;
+    std::optional<PlanEvaluation> whole =
+        composer ? evaluate(request, evaluation.choice, nullptr, why)
+                 : std::nullopt;
+    if (composer && !whole) {
+      ++result.candidatesRejected;
+      continue;
+    }
+    if (whole)
+      evaluation = std::move(*whole);
     if (!measureMemory(request, evaluation, why)) {
       ++result.candidatesRejected;
       continue;
@@ -799,6 +773,11 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
              evaluation.peakBytes() < result.closest->peakBytes())
       result.closest = evaluation;
   }
+  // The whole model's times order the shown plans.
+  std::stable_sort(result.plans.begin(), result.plans.end(),
+                   [](const PlanEvaluation &a, const PlanEvaluation &b) {
+                     return a.time.seconds < b.time.seconds;
+                   });
   for (const PlanEvaluation &evaluation : priced)
     result.candidates.push_back(
         {evaluation.choice.text(), evaluation.time.seconds,
@@ -811,6 +790,7 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
         closest = evaluation;
     result.closest = closest;
   }
+  result.shortModelCompiles = composer ? composer->compiles() : 0;
   result.searchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

@@ -134,6 +134,11 @@ struct SearchResult {
   int64_t candidatesEvaluated = 0;
   int64_t candidatesRejected = 0;
   double searchSeconds = 0;
+  /// Compiles of the model cut short that candidates' costs were composed
+  /// from (CostComposition.h); when none could be, why each candidate
+  /// compiled the whole model.
+  int64_t shortModelCompiles = 0;
+  std::string wholeModelReason;
   /// When no plan fits: the one that came closest.
   std::optional<PlanEvaluation> closest;
 };

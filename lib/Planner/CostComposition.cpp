@@ -1,0 +1,717 @@
+//===- CostComposition.cpp - A plan's cost from short models --------------===//
+
+#include "trellis/Planner/CostComposition.h"
+
+#include "PlanCompile.h"
+
+#include "trellis/Frontend/ModelImporter.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace trellis::planner {
+
+namespace {
+
+using Phase = PricedWork::Phase;
+
+/// The micro-batch sizes and data-parallel degrees the short models are
+/// compiled at. Odd sizes keep a token dimension from equalling a model
+/// dimension, so matmul pieces of different kinds stay apart.
+constexpr int64_t kSmallMicroBatch = 3, kLargeMicroBatch = 5;
+constexpr int64_t kSmallDp = 2, kLargeDp = 4;
+
+/// A priced work's identity: what the cost query groups ops by.
+struct TermKey {
+  Phase phase = Phase::Step;
+  int64_t chunk = 0;
+  std::string name, dtype;
+  int64_t rows = 0, columns = 0, depth = 0;
+  bool causal = false;
+
+  auto tie() const {
+    return std::tie(phase, chunk, name, dtype, rows, columns, depth, causal);
+  }
+  bool operator<(const TermKey &other) const { return tie() < other.tie(); }
+  /// The same ops, whatever their piece's dimensions.
+  bool sameKind(const TermKey &other) const {
+    return phase == other.phase && chunk == other.chunk && name == other.name &&
+           dtype == other.dtype && causal == other.causal;
+  }
+};
+
+/// A priced work's additive values.
+struct TermValues {
+  double calls = 0, flops = 0, bytesRead = 0, bytesWritten = 0;
+  double count = 0, bytes = 0, wireBytes = 0;
+
+  void add(const TermValues &other, double scale) {
+    calls += scale * other.calls;
+    flops += scale * other.flops;
+    bytesRead += scale * other.bytesRead;
+    bytesWritten += scale * other.bytesWritten;
+    count += scale * other.count;
+    bytes += scale * other.bytes;
+    wireBytes += scale * other.wireBytes;
+  }
+  bool negligible() const {
+    for (double value :
+         {calls, flops, bytesRead, bytesWritten, count, bytes, wireBytes})
+      if (std::abs(value) > 1e-6)
+        return false;
+    return true;
+  }
+};
+
+/// The memory terms of a rank (or part), in bytes; `saved` is one model
+/// chunk's saved activations.
+struct MemoryTerms {
+  double parameters = 0, optimizer = 0, gradients = 0, saved = 0;
+
+  void add(const MemoryTerms &other, double scale) {
+    parameters += scale * other.parameters;
+    optimizer += scale * other.optimizer;
+    gradients += scale * other.gradients;
+    saved += scale * other.saved;
+  }
+};
+
+/// One rank's cost, or a part of it, as sums that add.
+struct Terms {
+  std::map<TermKey, TermValues> work;
+  MemoryTerms memory;
+
+  void add(const Terms &other, double scale) {
+    for (const auto &[key, values] : other.work)
+      work[key].add(values, scale);
+    memory.add(other.memory, scale);
+  }
+  void dropNegligible() {
+    for (auto it = work.begin(); it != work.end();)
+      it = it->second.negligible() ? work.erase(it) : std::next(it);
+  }
+};
+
+Terms termsOf(const ShardedStepCost &cost) {
+  Terms terms;
+  for (const PricedWork &work : cost.work) {
+    TermKey key{work.phase,    work.chunk,       work.name,      work.dtype,
+                work.gemmRows, work.gemmColumns, work.gemmDepth, work.causal};
+    TermValues &values = terms.work[key];
+    values.calls += work.calls;
+    values.flops += work.flops;
+    values.bytesRead += work.bytesRead;
+    values.bytesWritten += work.bytesWritten;
+    values.count += work.traffic.count;
+    values.bytes += work.traffic.bytes;
+    values.wireBytes += work.traffic.wireBytes;
+  }
+  terms.memory.parameters = cost.parameterBytes;
+  terms.memory.optimizer = cost.optimizerStateBytes;
+  terms.memory.gradients = cost.gradientBytes;
+  for (int64_t bytes : cost.savedActivationBytes)
+    terms.memory.saved += bytes;
+  return terms;
+}
+
+/// `a - b`, without the terms that cancel.
+Terms difference(const Terms &a, const Terms &b) {
+  Terms result = a;
+  result.add(b, -1);
+  result.dropNegligible();
+  return result;
+}
+
+/// A part's cost as lines in the micro-batch size and in 1/dp, from its
+/// cost at (small micro-batch, small dp), (small, large dp) and (large
+/// micro-batch, small dp).
+struct FittedPart {
+  struct Term {
+    TermKey key;
+    /// Dimensions grow per sequence of the micro-batch.
+    double rowsSlope = 0, columnsSlope = 0, depthSlope = 0;
+    TermValues base, perSequence, perInverseDp;
+  };
+  std::vector<Term> terms;
+  MemoryTerms base, perSequence, perInverseDp;
+
+  /// The part at `sequences` per micro-batch and data-parallel degree `dp`.
+  Terms at(double sequences, double dp) const {
+    double ds = sequences - kSmallMicroBatch;
+    double du = 1.0 / dp - 1.0 / kSmallDp;
+    Terms result;
+    for (const Term &term : terms) {
+      TermKey key = term.key;
+      key.rows = std::llround(key.rows + term.rowsSlope * ds);
+      key.columns = std::llround(key.columns + term.columnsSlope * ds);
+      key.depth = std::llround(key.depth + term.depthSlope * ds);
+      TermValues &values = result.work[key];
+      values.add(term.base, 1);
+      values.add(term.perSequence, ds);
+      values.add(term.perInverseDp, du);
+    }
+    result.memory.add(base, 1);
+    result.memory.add(perSequence, ds);
+    result.memory.add(perInverseDp, du);
+    return result;
+  }
+};
+
+/// Whether `large` is `small`'s piece with `kLargeMicroBatch` sequences
+/// where `small` had `kSmallMicroBatch`: one dimension grown in that
+/// proportion (a token dimension), or none (a piece without tokens).
+bool grownPiece(const TermKey &small, const TermKey &large, int grown) {
+  auto grows = [](int64_t a, int64_t b) {
+    return a * kLargeMicroBatch == b * kSmallMicroBatch;
+  };
+  int64_t dims[3][2] = {{small.rows, large.rows},
+                        {small.columns, large.columns},
+                        {small.depth, large.depth}};
+  for (int d = 0; d < 3; ++d) {
+    bool same = dims[d][0] == dims[d][1];
+    if (d == grown ? !grows(dims[d][0], dims[d][1]) || same : !same)
+      return false;
+  }
+  return true;
+}
+
+/// Fits `small` (small micro-batch, small dp), `wide` (small micro-batch,
+/// large dp; null: dp 1, no line in 1/dp) and `large` (large micro-batch,
+/// small dp). Fails when a term of one has no partner in the other.
+std::optional<FittedPart> fitPart(const Terms &small, const Terms *wide,
+                                  const Terms &large, std::string &error) {
+  FittedPart part;
+  double sequenceStep = kLargeMicroBatch - kSmallMicroBatch;
+  double inverseDpStep = 1.0 / kLargeDp - 1.0 / kSmallDp;
+  // Pairs each small-micro-batch term with its large one: unique
+  // candidates first, until none is left.
+  std::vector<std::pair<TermKey, TermValues>> pending(small.work.begin(),
+                                                      small.work.end());
+  std::map<TermKey, TermValues> unpaired = large.work;
+  while (!pending.empty()) {
+    bool progress = false;
+    for (auto it = pending.begin(); it != pending.end();) {
+      const auto &[key, values] = *it;
+      std::vector<std::pair<decltype(unpaired)::iterator, int>> found;
+      for (auto candidate = unpaired.begin(); candidate != unpaired.end();
+           ++candidate) {
+        if (!candidate->first.sameKind(key) ||
+            std::abs(candidate->second.calls - values.calls) > 1e-6)
+          continue;
+        for (int grown = -1; grown < 3; ++grown)
+          if (grownPiece(key, candidate->first, grown))
+            found.push_back({candidate, grown});
+      }
+      if (found.size() != 1) {
+        ++it;
+        continue;
+      }
+      auto [partner, grown] = found.front();
+      FittedPart::Term term;
+      term.key = key;
+      double slopes[3] = {0, 0, 0};
+      if (grown >= 0)
+        slopes[grown] = (grown == 0   ? partner->first.rows - key.rows
+                         : grown == 1 ? partner->first.columns - key.columns
+                                      : partner->first.depth - key.depth) /
+                        sequenceStep;
+      term.rowsSlope = slopes[0];
+      term.columnsSlope = slopes[1];
+      term.depthSlope = slopes[2];
+      term.base = values;
+      term.perSequence.add(partner->second, 1 / sequenceStep);
+      term.perSequence.add(values, -1 / sequenceStep);
+      if (wide) {
+        auto same = wide->work.find(key);
+        if (same == wide->work.end()) {
+          error = "a priced work of the short model at dp " +
+                  std::to_string(kSmallDp) + " (" + key.name +
+                  ") has none at dp " + std::to_string(kLargeDp);
+          return std::nullopt;
+        }
+        term.perInverseDp.add(same->second, 1 / inverseDpStep);
+        term.perInverseDp.add(values, -1 / inverseDpStep);
+      }
+      part.terms.push_back(term);
+      unpaired.erase(partner);
+      it = pending.erase(it);
+      progress = true;
+    }
+    if (!progress) {
+      error = llvm::formatv("the short models' {0} at {1} and {2} sequences "
+                            "per micro-batch do not pair",
+                            pending.front().first.name, kSmallMicroBatch,
+                            kLargeMicroBatch)
+                  .str();
+      return std::nullopt;
+    }
+  }
+  if (!unpaired.empty()) {
+    error = "the short model at " + std::to_string(kLargeMicroBatch) +
+            " sequences per micro-batch prices " +
+            unpaired.begin()->first.name + " that it does not at " +
+            std::to_string(kSmallMicroBatch);
+    return std::nullopt;
+  }
+  if (wide && wide->work.size() != small.work.size()) {
+    error = "the short models at dp " + std::to_string(kSmallDp) + " and " +
+            std::to_string(kLargeDp) + " price different work";
+    return std::nullopt;
+  }
+  part.base = small.memory;
+  part.perSequence.add(large.memory, 1 / sequenceStep);
+  part.perSequence.add(small.memory, -1 / sequenceStep);
+  if (wide) {
+    part.perInverseDp.add(wide->memory, 1 / inverseDpStep);
+    part.perInverseDp.add(small.memory, -1 / inverseDpStep);
+  }
+  return part;
+}
+
+/// What the parts of a layout depend on besides dp, pp, the schedule's
+/// order and the micro-batch count and size.
+struct LayoutKey {
+  int64_t tp = 1, cp = 1, ep = 1, zero = 0;
+  bool sequenceParallel = false, dataParallel = false, pipelined = false,
+       splitsWeights = false, oneMicroBatch = false;
+  std::string contextKind, recompute;
+
+  auto tie() const {
+    return std::tie(tp, cp, ep, zero, sequenceParallel, dataParallel, pipelined,
+                    splitsWeights, oneMicroBatch, contextKind, recompute);
+  }
+  bool operator<(const LayoutKey &other) const { return tie() < other.tie(); }
+};
+
+/// A layout's parts. Without a pipeline: `first` is what the one rank
+/// costs besides its layers.
+struct LayoutParts {
+  FittedPart layer, first, middle, last;
+  std::vector<MeshAxis> meshAxes;
+  /// The model's parameters: at `shortLayers` layers and per layer.
+  double parameters = 0, parametersPerLayer = 0;
+  int64_t shortLayers = 0;
+};
+
+/// A value computed once, on first use, shared by threads.
+template <typename Value> struct OnceSlot {
+  std::once_flag once;
+  std::optional<Value> value;
+  std::string error;
+};
+
+template <typename Key, typename Value> class OnceCache {
+public:
+  /// The slot of `key`, filled by `make(value, error)` on first use.
+  template <typename Make> OnceSlot<Value> &get(const Key &key, Make make) {
+    std::shared_ptr<OnceSlot<Value>> slot;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      std::shared_ptr<OnceSlot<Value>> &entry = slots[key];
+      if (!entry)
+        entry = std::make_shared<OnceSlot<Value>>();
+      slot = entry;
+    }
+    std::call_once(slot->once, [&] { slot->value = make(slot->error); });
+    return *slot;
+  }
+
+private:
+  std::mutex mutex;
+  std::map<Key, std::shared_ptr<OnceSlot<Value>>> slots;
+};
+
+/// `text` (a config) with `layers` layers, or empty when a field it
+/// cannot cut holds.
+std::string withLayers(const llvm::json::Object &config, int64_t layers) {
+  llvm::json::Object cut = config;
+  bool counted = false;
+  for (const char *key : {"num_hidden_layers", "n_layer"})
+    if (cut.get(key)) {
+      cut[key] = layers;
+      counted = true;
+    }
+  if (!counted)
+    return "";
+  if (llvm::json::Array *kinds = cut.getArray("layer_types")) {
+    if (static_cast<int64_t>(kinds->size()) < layers)
+      return "";
+    llvm::json::Array kept;
+    for (int64_t layer = 0; layer < layers; ++layer)
+      kept.push_back((*kinds)[layer]);
+    *kinds = std::move(kept);
+  }
+  if (llvm::json::Array *dense = cut.getArray("mlp_only_layers")) {
+    llvm::json::Array kept;
+    for (const llvm::json::Value &layer : *dense)
+      if (std::optional<int64_t> index = layer.getAsInteger();
+          index && *index < layers)
+        kept.push_back(*index);
+    *dense = std::move(kept);
+  }
+  if (std::optional<int64_t> dense = cut.getInteger("first_k_dense_replace"))
+    cut["first_k_dense_replace"] = std::min(*dense, layers);
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  stream << llvm::json::Value(std::move(cut));
+  return text;
+}
+
+/// Whether every layer of `config` builds the same ops.
+bool layersAlike(const TransformerConfig &config) {
+  for (int64_t layer = 1; layer < config.numLayers; ++layer)
+    if (config.windowOf(layer) != config.windowOf(0) ||
+        config.isSparseLayer(layer) != config.isSparseLayer(0))
+      return false;
+  return true;
+}
+
+} // namespace
+
+struct CostComposer::Impl {
+  PlanRequest request;
+  int64_t layers = 0;
+  /// The model cut to 1, 2, 3 and 4 layers.
+  std::map<int64_t, std::string> shortModels;
+  OnceCache<LayoutKey, LayoutParts> parts;
+  /// The stage balancer's part costs per micro-batch size in sequences.
+  OnceCache<int64_t, StagedModelCost> partCosts;
+  /// The compiler's stage split per (sequences, schedule, pp, micro-batches,
+  /// chunks).
+  OnceCache<std::tuple<int64_t, std::string, int64_t, int64_t, int64_t>,
+            StageLayers>
+      splits;
+  std::atomic<int64_t> compiles{0};
+
+  /// The short model of `layers` layers compiled at `choice` with
+  /// `microBatches` micro-batches (cut `stageLayers` over a pipeline).
+  std::optional<CompiledModel>
+  compileShort(int64_t layers, const PlanChoice &choice, int64_t microBatches,
+               const std::string &stageLayers, std::string &error) {
+    PlanRequest shortRequest = request;
+    shortRequest.globalBatch =
+        choice.batchRanks() * choice.microBatchSize * microBatches;
+    CompileOptions options = compileOptionsOf(shortRequest, choice);
+    if (!stageLayers.empty())
+      options.stageLayers = stageLayers;
+    options.emitEstimate = true;
+    ++compiles;
+    return compilePlanModel(shortRequest, shortModels.at(layers), options,
+                            error);
+  }
+
+  /// The parts of `key`'s layout at one micro-batch size and dp: layer,
+  /// then first, middle and last (one rank: the rest of it as first).
+  /// The first call records the mesh and the parameter counts.
+  std::optional<std::array<Terms, 4>> partsAt(const LayoutKey &key,
+                                              int64_t sequences, int64_t dp,
+                                              LayoutParts &fitted,
+                                              std::string &error) {
+    PlanChoice choice;
+    choice.tp = key.tp;
+    choice.cp = key.cp;
+    choice.ep = key.ep;
+    choice.dp = dp;
+    choice.zero = key.zero;
+    choice.sequenceParallel = key.sequenceParallel;
+    if (!key.contextKind.empty())
+      choice.contextKind = key.contextKind;
+    choice.recompute = key.recompute;
+    choice.microBatchSize = sequences;
+    // Without a pipeline, two micro-batches price gradient accumulation;
+    // a pipeline of three stages runs three.
+    int64_t microBatches = key.oneMicroBatch ? 1 : 2;
+    int64_t shortLayers = 1;
+    std::string evenCut, longerCut;
+    if (key.pipelined) {
+      choice.pp = 3;
+      choice.schedule = key.splitsWeights ? "zb-h1" : "1f1b";
+      microBatches = 3;
+      shortLayers = 3;
+      evenCut = "1,1,1";
+      longerCut = "1,2,1";
+    }
+    std::optional<CompiledModel> even =
+        compileShort(shortLayers, choice, microBatches, evenCut, error);
+    if (!even)
+      return std::nullopt;
+    std::optional<CompiledModel> longer =
+        compileShort(shortLayers + 1, choice, microBatches, longerCut, error);
+    if (!longer)
+      return std::nullopt;
+    std::array<Terms, 4> result;
+    // The layer: what one more layer adds (to the middle stage).
+    int64_t grown = key.pipelined ? 1 : 0;
+    result[0] = difference(termsOf(longer->estimate[grown]),
+                           termsOf(even->estimate[grown]));
+    for (auto [stage, cost] : llvm::enumerate(even->estimate))
+      result[stage + 1] = difference(termsOf(cost), result[0]);
+    if (fitted.meshAxes.empty()) {
+      fitted.meshAxes = even->meshAxes;
+      fitted.shortLayers = shortLayers;
+      fitted.parameters = static_cast<double>(even->modelParameters);
+      fitted.parametersPerLayer =
+          static_cast<double>(longer->modelParameters - even->modelParameters);
+    }
+    return result;
+  }
+
+  std::optional<LayoutParts> fitLayout(const LayoutKey &key,
+                                       std::string &error) {
+    LayoutParts fitted;
+    int64_t smallDp = key.dataParallel ? kSmallDp : 1;
+    auto small = partsAt(key, kSmallMicroBatch, smallDp, fitted, error);
+    if (!small)
+      return std::nullopt;
+    std::optional<std::array<Terms, 4>> wide;
+    if (key.dataParallel) {
+      wide = partsAt(key, kSmallMicroBatch, kLargeDp, fitted, error);
+      if (!wide)
+        return std::nullopt;
+    }
+    auto large = partsAt(key, kLargeMicroBatch, smallDp, fitted, error);
+    if (!large)
+      return std::nullopt;
+    FittedPart *targets[4] = {&fitted.layer, &fitted.first, &fitted.middle,
+                              &fitted.last};
+    int parts = key.pipelined ? 4 : 2;
+    for (int part = 0; part < parts; ++part) {
+      std::optional<FittedPart> fit =
+          fitPart((*small)[part], wide ? &(*wide)[part] : nullptr,
+                  (*large)[part], error);
+      if (!fit)
+        return std::nullopt;
+      *targets[part] = std::move(*fit);
+    }
+    return fitted;
+  }
+
+  std::optional<StageLayers> splitOf(const PlanChoice &choice,
+                                     int64_t microBatches, std::string &error) {
+    int64_t sequences = choice.batchRanks() * choice.microBatchSize;
+    OnceSlot<StagedModelCost> &cost = partCosts.get(
+        sequences, [&](std::string &why) -> std::optional<StagedModelCost> {
+          std::optional<ModelPipelineCost> shortCost =
+              pipelineCostOf(request, shortModels.at(1), sequences, why);
+          if (!shortCost)
+            return std::nullopt;
+          StagedModelCost model = shortCost->parts;
+          model.layers.assign(layers, shortCost->parts.layers.front());
+          return model;
+        });
+    if (!cost.value) {
+      error = cost.error;
+      return std::nullopt;
+    }
+    int64_t chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
+    OnceSlot<StageLayers> &split = splits.get(
+        {sequences, choice.schedule, choice.pp, microBatches, chunks},
+        [&](std::string &why) -> std::optional<StageLayers> {
+          std::optional<ScheduleKind> kind = parseScheduleKind(choice.schedule);
+          if (!kind) {
+            why = "unknown schedule '" + choice.schedule + "'";
+            return std::nullopt;
+          }
+          PipelineShape shape{choice.pp, microBatches, chunks};
+          std::optional<PipelineStreams> streams =
+              buildSchedule(*kind, shape, &why);
+          if (!streams)
+            return std::nullopt;
+          return chooseStageLayers(*cost.value, "", *streams, shape,
+                                   ModelPipelineCost::forwardShare, &why);
+        });
+    if (!split.value) {
+      error = split.error;
+      return std::nullopt;
+    }
+    return *split.value;
+  }
+};
+
+std::optional<ComposedCost> compileWholeCost(const PlanRequest &request,
+                                             const PlanChoice &choice,
+                                             std::string &error) {
+  CompileOptions options = compileOptionsOf(request, choice);
+  options.emitEstimate = true;
+  std::optional<CompiledModel> compiled =
+      compilePlanModel(request, request.modelText, options, error);
+  if (!compiled)
+    return std::nullopt;
+  return ComposedCost{std::move(compiled->estimate),
+                      std::move(compiled->meshAxes), compiled->modelParameters};
+}
+
+CostComposer::CostComposer(std::unique_ptr<Impl> impl)
+    : impl(std::move(impl)) {}
+CostComposer::~CostComposer() = default;
+
+std::unique_ptr<CostComposer> CostComposer::create(const PlanRequest &request,
+                                                   std::string &why) {
+  if (request.format != ModelFormat::Config) {
+    why = "an MLIR model is compiled whole";
+    return nullptr;
+  }
+  llvm::Expected<TransformerConfig> config =
+      parseTransformerConfig(request.modelText);
+  if (!config) {
+    why = llvm::toString(config.takeError());
+    return nullptr;
+  }
+  if (!layersAlike(*config)) {
+    why = "its layers differ (sliding windows or dense and sparse MLPs)";
+    return nullptr;
+  }
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(request.modelText);
+  if (!json || !json->getAsObject()) {
+    if (!json)
+      llvm::consumeError(json.takeError());
+    why = "the config is not a JSON object";
+    return nullptr;
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->request = request;
+  impl->layers = config->numLayers;
+  for (int64_t layers = 1; layers <= 4; ++layers) {
+    std::string text = withLayers(*json->getAsObject(), layers);
+    if (text.empty()) {
+      why = "its layer count cannot be cut";
+      return nullptr;
+    }
+    impl->shortModels[layers] = std::move(text);
+  }
+  return std::unique_ptr<CostComposer>(new CostComposer(std::move(impl)));
+}
+
+int64_t CostComposer::compiles() const { return impl->compiles; }
+
+std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
+                                                  std::string &error) {
+  int64_t microBatches = choice.microBatches(impl->request.globalBatch);
+  LayoutKey key;
+  key.tp = choice.tp;
+  key.cp = choice.cp;
+  key.ep = choice.ep;
+  key.dataParallel = choice.dp > 1;
+  key.zero = choice.batchRanks() > 1 ? choice.zero : 0;
+  key.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
+  key.contextKind = choice.cp > 1 ? choice.contextKind : "";
+  key.recompute = choice.recompute;
+  key.pipelined = choice.pp > 1;
+  key.splitsWeights = key.pipelined && choice.schedule == "zb-h1";
+  key.oneMicroBatch = !key.pipelined && microBatches == 1;
+  OnceSlot<LayoutParts> &slot = impl->parts.get(
+      key, [&](std::string &why) { return impl->fitLayout(key, why); });
+  if (!slot.value) {
+    error = slot.error;
+    return std::nullopt;
+  }
+  const LayoutParts &parts = *slot.value;
+  double sequences = static_cast<double>(choice.microBatchSize);
+  double dp = static_cast<double>(choice.dp);
+  Terms layer = parts.layer.at(sequences, dp);
+
+  // Each virtual stage's parts, onto its rank as its chunk.
+  int64_t chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
+  std::vector<Terms> ranks(choice.pp);
+  std::vector<std::vector<double>> saved(choice.pp,
+                                         std::vector<double>(chunks, 0));
+  auto place = [&](int64_t stage, const Terms &stageTerms) {
+    int64_t rank = stage % choice.pp, chunk = stage / choice.pp;
+    for (const auto &[stageKey, values] : stageTerms.work) {
+      TermKey key = stageKey;
+      if (key.phase != Phase::Step)
+        key.chunk = chunk;
+      ranks[rank].work[key].add(values, 1);
+    }
+    MemoryTerms memory = stageTerms.memory;
+    saved[rank][chunk] += memory.saved;
+    memory.saved = 0;
+    ranks[rank].memory.add(memory, 1);
+  };
+  if (choice.pp == 1) {
+    Terms rank = parts.first.at(sequences, dp);
+    rank.add(layer, static_cast<double>(impl->layers));
+    place(0, rank);
+  } else {
+    std::optional<StageLayers> split =
+        impl->splitOf(choice, microBatches, error);
+    if (!split)
+      return std::nullopt;
+    int64_t stages = static_cast<int64_t>(split->size());
+    Terms first = parts.first.at(sequences, dp);
+    Terms middle = parts.middle.at(sequences, dp);
+    Terms last = parts.last.at(sequences, dp);
+    for (int64_t stage = 0; stage < stages; ++stage) {
+      Terms stageTerms = stage == 0            ? first
+                         : stage == stages - 1 ? last
+                                               : middle;
+      stageTerms.add(layer, static_cast<double>((*split)[stage]));
+      place(stage, stageTerms);
+    }
+  }
+
+  ComposedCost result;
+  auto bytes = [](double value) {
+    return std::max<int64_t>(0, std::llround(value));
+  };
+  for (auto [rank, terms] : llvm::enumerate(ranks)) {
+    ShardedStepCost cost;
+    for (const auto &[key, values] : terms.work) {
+      if (values.negligible())
+        continue;
+      PricedWork work;
+      work.phase = key.phase;
+      work.chunk = key.chunk;
+      work.name = key.name;
+      work.dtype = key.dtype;
+      work.gemmRows = key.rows;
+      work.gemmColumns = key.columns;
+      work.gemmDepth = key.depth;
+      work.causal = key.causal;
+      work.calls = std::llround(values.calls);
+      work.flops = std::max(0.0, values.flops);
+      work.bytesRead = bytes(values.bytesRead);
+      work.bytesWritten = bytes(values.bytesWritten);
+      work.traffic.count = std::llround(values.count);
+      work.traffic.bytes = bytes(values.bytes);
+      work.traffic.wireBytes = bytes(values.wireBytes);
+      int64_t times = work.phase == Phase::Step ? 1 : microBatches;
+      if (work.dtype.empty()) {
+        StepReport::Traffic &traffic = cost.communication[work.name];
+        traffic.count += work.traffic.count * times;
+        traffic.bytes += work.traffic.bytes * times;
+        traffic.wireBytes += work.traffic.wireBytes * times;
+      } else {
+        cost.flops += work.flops * times;
+        cost.bytesRead += work.bytesRead * times;
+        cost.bytesWritten += work.bytesWritten * times;
+      }
+      cost.work.push_back(std::move(work));
+    }
+    cost.parameterBytes = bytes(terms.memory.parameters);
+    cost.optimizerStateBytes = bytes(terms.memory.optimizer);
+    cost.gradientBytes = bytes(terms.memory.gradients);
+    for (double chunkBytes : saved[rank])
+      cost.savedActivationBytes.push_back(bytes(chunkBytes));
+    result.ranks.push_back(std::move(cost));
+  }
+  for (MeshAxis axis : parts.meshAxes) {
+    if (axis.name == "dp")
+      axis.size = choice.dp;
+    else if (axis.name == "pp")
+      axis.size = choice.pp;
+    result.meshAxes.push_back(axis);
+  }
+  result.modelParameters =
+      std::llround(parts.parameters + parts.parametersPerLayer *
+                                          (impl->layers - parts.shortLayers));
+  return result;
+}
+
+} // namespace trellis::planner

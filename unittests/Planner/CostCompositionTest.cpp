@@ -1,0 +1,144 @@
+//===- CostCompositionTest.cpp - Costs composed from short models ---------===//
+//
+// Every plan's cost composed from short models must be the cost query of
+// the whole model: the same step time on a cluster and the same memory
+// terms, for layouts on and off the short models' micro-batch sizes and
+// data-parallel degrees.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trellis/Planner/CostComposition.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+#include "gtest/gtest.h"
+
+using namespace trellis;
+using namespace trellis::planner;
+
+namespace {
+
+PlanRequest requestFor(const std::string &config, int64_t layers,
+                       int64_t globalBatch, int64_t seq) {
+  auto buffer = llvm::MemoryBuffer::getFile(std::string(TRELLIS_EXAMPLES_DIR) +
+                                            "/configs/" + config);
+  EXPECT_TRUE(static_cast<bool>(buffer)) << config;
+  llvm::Expected<llvm::json::Value> json =
+      llvm::json::parse((*buffer)->getBuffer());
+  EXPECT_TRUE(static_cast<bool>(json));
+  llvm::json::Object object = *json->getAsObject();
+  object[object.get("n_layer") ? "n_layer" : "num_hidden_layers"] = layers;
+  PlanRequest request;
+  llvm::raw_string_ostream text(request.modelText);
+  text << llvm::json::Value(std::move(object));
+  request.modelSource = config;
+  request.globalBatch = globalBatch;
+  request.seq = seq;
+  request.precision = "bf16";
+  request.cluster = *clusterPreset("h100-sxm");
+  return request;
+}
+
+PlanChoice plan(int64_t dp, int64_t tp, int64_t pp, int64_t microBatchSize,
+                int64_t zero = 0, const std::string &schedule = "1f1b",
+                int64_t chunks = 1) {
+  PlanChoice choice;
+  choice.dp = dp;
+  choice.tp = tp;
+  choice.pp = pp;
+  choice.microBatchSize = microBatchSize;
+  choice.zero = zero;
+  choice.sequenceParallel = tp > 1;
+  choice.schedule = schedule;
+  choice.chunks = chunks;
+  return choice;
+}
+
+StepLayout layoutOf(const PlanRequest &request, const PlanChoice &choice,
+                    const std::vector<MeshAxis> &axes) {
+  StepLayout layout;
+  for (MeshAxis axis : axes) {
+    if (axis.role == AxisRole::Unassigned)
+      axis.role = impliedAxisRole(axis.name);
+    layout.axes.push_back(axis);
+  }
+  layout.schedule =
+      *parseScheduleKind(choice.pp > 1 ? choice.schedule : "1f1b");
+  layout.pipeline.ranks = choice.pp;
+  layout.pipeline.microBatches = choice.microBatches(request.globalBatch);
+  layout.pipeline.chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
+  return layout;
+}
+
+/// Composed and whole costs of `choice` agree: step time within 1e-9
+/// relative, memory terms within a byte per rank.
+void expectComposedIsWhole(CostComposer &composer, const PlanRequest &request,
+                           const PlanChoice &choice) {
+  SCOPED_TRACE(choice.text());
+  std::string error;
+  std::optional<ComposedCost> whole = compileWholeCost(request, choice, error);
+  ASSERT_TRUE(whole) << error;
+  std::optional<ComposedCost> composed = composer.compose(choice, error);
+  ASSERT_TRUE(composed) << error;
+  EXPECT_EQ(composed->modelParameters, whole->modelParameters);
+  ASSERT_EQ(composed->ranks.size(), whole->ranks.size());
+  ASSERT_EQ(composed->meshAxes, whole->meshAxes);
+  for (size_t rank = 0; rank < whole->ranks.size(); ++rank) {
+    const ShardedStepCost &a = composed->ranks[rank], &b = whole->ranks[rank];
+    EXPECT_NEAR(a.parameterBytes, b.parameterBytes, 1) << "rank " << rank;
+    EXPECT_NEAR(a.optimizerStateBytes, b.optimizerStateBytes, 1);
+    EXPECT_NEAR(a.gradientBytes, b.gradientBytes, 1);
+    EXPECT_EQ(a.savedActivationBytes, b.savedActivationBytes);
+    EXPECT_NEAR(a.flops, b.flops, 1e-9 * b.flops);
+  }
+  StepLayout layout = layoutOf(request, choice, whole->meshAxes);
+  std::optional<StepTime> composedTime =
+      predictStepTime(composed->ranks, layout, request.cluster, error);
+  ASSERT_TRUE(composedTime) << error;
+  std::optional<StepTime> wholeTime =
+      predictStepTime(whole->ranks, layout, request.cluster, error);
+  ASSERT_TRUE(wholeTime) << error;
+  EXPECT_NEAR(composedTime->seconds, wholeTime->seconds,
+              1e-9 * wholeTime->seconds);
+}
+
+TEST(CostCompositionTest, LlamaLayoutsComposeAsTheWholeModelCompiles) {
+  PlanRequest request = requestFor("llama-tiny.json", 8, 64, 128);
+  std::string why;
+  std::unique_ptr<CostComposer> composer = CostComposer::create(request, why);
+  ASSERT_TRUE(composer) << why;
+  for (const PlanChoice &choice :
+       {plan(1, 1, 1, 4), plan(1, 1, 1, 64), plan(8, 1, 1, 1),
+        plan(2, 1, 1, 16, 1), plan(8, 1, 1, 2, 2), plan(16, 1, 1, 4, 3),
+        plan(4, 2, 1, 8, 1), plan(1, 2, 2, 8), plan(2, 1, 4, 1, 1),
+        plan(2, 2, 2, 4, 0, "zb-h1"), plan(1, 1, 2, 2, 0, "interleaved", 2),
+        plan(4, 1, 2, 1, 1, "interleaved", 4), plan(1, 1, 8, 1),
+        plan(1, 1, 4, 4, 0, "gpipe")})
+    expectComposedIsWhole(*composer, request, choice);
+}
+
+TEST(CostCompositionTest, GptLayoutsWithTiedWeightsCompose) {
+  PlanRequest request = requestFor("gpt2-tiny.json", 6, 32, 64);
+  std::string why;
+  std::unique_ptr<CostComposer> composer = CostComposer::create(request, why);
+  ASSERT_TRUE(composer) << why;
+  PlanChoice recomputed = plan(2, 2, 1, 4, 1);
+  recomputed.recompute = "full";
+  PlanChoice context = plan(2, 1, 1, 2);
+  context.cp = 2;
+  for (const PlanChoice &choice :
+       {plan(1, 1, 1, 8), plan(4, 1, 1, 2, 3), plan(2, 1, 3, 1, 1),
+        plan(1, 2, 2, 2, 0, "zb-h1"), recomputed, context})
+    expectComposedIsWhole(*composer, request, choice);
+}
+
+TEST(CostCompositionTest, ModelsWhoseLayersDifferAreCompiledWhole) {
+  PlanRequest request = requestFor("gemma3-tiny.json", 2, 8, 64);
+  std::string why;
+  EXPECT_FALSE(CostComposer::create(request, why));
+  EXPECT_NE(why.find("layers differ"), std::string::npos) << why;
+  request.format = ModelFormat::Mlir;
+  EXPECT_FALSE(CostComposer::create(request, why));
+}
+
+} // namespace
