@@ -120,10 +120,24 @@ Terms termsOf(const ShardedStepCost &cost) {
   return terms;
 }
 
-/// `a - b`, without the terms that cancel.
-Terms difference(const Terms &a, const Terms &b) {
+/// `terms` without the pipeline's transfers (what a stage sends to and
+/// receives from its neighbours).
+Terms withoutTransfers(const Terms &terms) {
+  Terms result = terms;
+  for (auto it = result.work.begin(); it != result.work.end();) {
+    llvm::StringRef name = it->first.name;
+    bool transfer =
+        it->first.dtype.empty() &&
+        (name.starts_with("send over ") || name.starts_with("recv over "));
+    it = transfer ? result.work.erase(it) : std::next(it);
+  }
+  return result;
+}
+
+/// `a - times * b`, without the terms that cancel.
+Terms difference(const Terms &a, const Terms &b, double times = 1) {
   Terms result = a;
-  result.add(b, -1);
+  result.add(b, -times);
   result.dropNegligible();
   return result;
 }
@@ -294,9 +308,6 @@ struct LayoutKey {
 struct LayoutParts {
   FittedPart layer, first, middle, last;
   std::vector<MeshAxis> meshAxes;
-  /// The model's parameters: at `shortLayers` layers and per layer.
-  double parameters = 0, parametersPerLayer = 0;
-  int64_t shortLayers = 0;
 };
 
 /// A value computed once, on first use, shared by threads.
@@ -377,6 +388,11 @@ bool layersAlike(const TransformerConfig &config) {
 struct CostComposer::Impl {
   PlanRequest request;
   int64_t layers = 0;
+  /// The whole model's parameters (tied embeddings counted once).
+  int64_t parameters = 0;
+  /// The model's loss reads every layer (a mixture's load-balancing or z
+  /// loss): its last pipeline stage's work grows with the layers before.
+  bool poolsOverLayers = false;
   /// The model cut to 1, 2, 3 and 4 layers.
   std::map<int64_t, std::string> shortModels;
   OnceCache<LayoutKey, LayoutParts> parts;
@@ -427,38 +443,44 @@ struct CostComposer::Impl {
     // Without a pipeline, two micro-batches price gradient accumulation;
     // a pipeline of three stages runs three.
     int64_t microBatches = key.oneMicroBatch ? 1 : 2;
-    int64_t shortLayers = 1;
-    std::string evenCut, longerCut;
+    // Two layers and more: a model's ops that pool over its layers (a
+    // mixture's load-balancing loss) take a form of their own at one.
+    int64_t shortLayers = 2;
+    std::array<Terms, 4> result;
     if (key.pipelined) {
+      // Three stages of a layer each: the middle one is a layer and its
+      // transfers; the first and last add the embedding and the head.
       choice.pp = 3;
       choice.schedule = key.splitsWeights ? "zb-h1" : "1f1b";
-      microBatches = 3;
-      shortLayers = 3;
-      evenCut = "1,1,1";
-      longerCut = "1,2,1";
+      std::optional<CompiledModel> cut =
+          compileShort(3, choice, /*microBatches=*/3, "1,1,1", error);
+      if (!cut)
+        return std::nullopt;
+      std::vector<Terms> stages;
+      for (const ShardedStepCost &cost : cut->estimate)
+        stages.push_back(termsOf(cost));
+      result[0] = withoutTransfers(stages[1]);
+      for (int stage = 0; stage < 3; ++stage)
+        result[stage + 1] = difference(stages[stage], result[0]);
+      if (fitted.meshAxes.empty())
+        fitted.meshAxes = cut->meshAxes;
+      return result;
     }
     std::optional<CompiledModel> even =
-        compileShort(shortLayers, choice, microBatches, evenCut, error);
+        compileShort(shortLayers, choice, microBatches, "", error);
     if (!even)
       return std::nullopt;
     std::optional<CompiledModel> longer =
-        compileShort(shortLayers + 1, choice, microBatches, longerCut, error);
+        compileShort(shortLayers + 1, choice, microBatches, "", error);
     if (!longer)
       return std::nullopt;
-    std::array<Terms, 4> result;
-    // The layer: what one more layer adds (to the middle stage).
-    int64_t grown = key.pipelined ? 1 : 0;
-    result[0] = difference(termsOf(longer->estimate[grown]),
-                           termsOf(even->estimate[grown]));
-    for (auto [stage, cost] : llvm::enumerate(even->estimate))
-      result[stage + 1] = difference(termsOf(cost), result[0]);
-    if (fitted.meshAxes.empty()) {
+    // A layer: what one more adds; the rest of the rank: the short model
+    // without its layers.
+    result[0] =
+        difference(termsOf(longer->estimate[0]), termsOf(even->estimate[0]));
+    result[1] = difference(termsOf(even->estimate[0]), result[0], shortLayers);
+    if (fitted.meshAxes.empty())
       fitted.meshAxes = even->meshAxes;
-      fitted.shortLayers = shortLayers;
-      fitted.parameters = static_cast<double>(even->modelParameters);
-      fitted.parametersPerLayer =
-          static_cast<double>(longer->modelParameters - even->modelParameters);
-    }
     return result;
   }
 
@@ -490,6 +512,35 @@ struct CostComposer::Impl {
       *targets[part] = std::move(*fit);
     }
     return fitted;
+  }
+
+  /// The fitted parts of `choice`'s layout, or null with `error`.
+  const LayoutParts *partsFor(const PlanChoice &choice, std::string &error) {
+    int64_t microBatches = choice.microBatches(request.globalBatch);
+    LayoutKey key;
+    key.tp = choice.tp;
+    key.cp = choice.cp;
+    key.ep = choice.ep;
+    key.dataParallel = choice.dp > 1;
+    key.zero = choice.batchRanks() > 1 ? choice.zero : 0;
+    key.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
+    key.contextKind = choice.cp > 1 ? choice.contextKind : "";
+    key.recompute = choice.recompute;
+    key.pipelined = choice.pp > 1;
+    key.splitsWeights = key.pipelined && choice.schedule == "zb-h1";
+    key.oneMicroBatch = !key.pipelined && microBatches == 1;
+    if (key.pipelined && poolsOverLayers) {
+      error = "a loss pooled over all layers reaches the last stage from every "
+              "stage: pipelines compile whole";
+      return nullptr;
+    }
+    OnceSlot<LayoutParts> &slot =
+        parts.get(key, [&](std::string &why) { return fitLayout(key, why); });
+    if (!slot.value) {
+      error = slot.error;
+      return nullptr;
+    }
+    return &*slot.value;
   }
 
   std::optional<StageLayers> splitOf(const PlanChoice &choice,
@@ -577,6 +628,10 @@ std::unique_ptr<CostComposer> CostComposer::create(const PlanRequest &request,
   auto impl = std::make_unique<Impl>();
   impl->request = request;
   impl->layers = config->numLayers;
+  impl->parameters = config->numParameters();
+  impl->poolsOverLayers =
+      config->experts.count > 0 && (config->experts.auxLossCoefficient > 0 ||
+                                    config->experts.zLossCoefficient > 0);
   for (int64_t layers = 1; layers <= 4; ++layers) {
     std::string text = withLayers(*json->getAsObject(), layers);
     if (text.empty()) {
@@ -590,28 +645,66 @@ std::unique_ptr<CostComposer> CostComposer::create(const PlanRequest &request,
 
 int64_t CostComposer::compiles() const { return impl->compiles; }
 
+/// Seconds of `terms`' compute on `cluster`: its actions' (one
+/// micro-batch) and its step's.
+static std::pair<double, double> computeOf(const Terms &terms,
+                                           const ClusterSpec &cluster) {
+  std::pair<double, double> seconds{0, 0};
+  for (const auto &[key, values] : terms.work) {
+    if (key.dtype.empty())
+      continue;
+    PricedWork work;
+    work.name = key.name;
+    work.dtype = key.dtype;
+    work.gemmRows = key.rows;
+    work.gemmColumns = key.columns;
+    work.gemmDepth = key.depth;
+    work.causal = key.causal;
+    work.calls = std::llround(values.calls);
+    work.flops = std::max(0.0, values.flops);
+    work.bytesRead = std::max<int64_t>(0, std::llround(values.bytesRead));
+    work.bytesWritten = std::max<int64_t>(0, std::llround(values.bytesWritten));
+    (key.phase == Phase::Step ? seconds.second : seconds.first) +=
+        computeSeconds(work, cluster);
+  }
+  return seconds;
+}
+
+std::optional<double> CostComposer::lowerBound(const PlanChoice &choice,
+                                               const ClusterSpec &cluster) {
+  std::string error;
+  const LayoutParts *parts = impl->partsFor(choice, error);
+  if (!parts)
+    return std::nullopt;
+  double sequences = static_cast<double>(choice.microBatchSize);
+  double dp = static_cast<double>(choice.dp);
+  auto [layerActions, layerStep] =
+      computeOf(parts->layer.at(sequences, dp), cluster);
+  double actions = impl->layers * layerActions, step = impl->layers * layerStep;
+  int64_t chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
+  int64_t stages = choice.pp * chunks;
+  std::vector<std::pair<const FittedPart *, int64_t>> rest = {
+      {&parts->first, 1}};
+  if (choice.pp > 1)
+    rest = {
+        {&parts->first, 1}, {&parts->middle, stages - 2}, {&parts->last, 1}};
+  for (auto [part, times] : rest) {
+    auto [partActions, partStep] = computeOf(part->at(sequences, dp), cluster);
+    actions += times * partActions;
+    step += times * partStep;
+  }
+  // The busiest rank does at least the average rank's work.
+  return (choice.microBatches(impl->request.globalBatch) * actions + step) /
+         choice.pp;
+}
+
 std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
                                                   std::string &error) {
   int64_t microBatches = choice.microBatches(impl->request.globalBatch);
-  LayoutKey key;
-  key.tp = choice.tp;
-  key.cp = choice.cp;
-  key.ep = choice.ep;
-  key.dataParallel = choice.dp > 1;
-  key.zero = choice.batchRanks() > 1 ? choice.zero : 0;
-  key.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
-  key.contextKind = choice.cp > 1 ? choice.contextKind : "";
-  key.recompute = choice.recompute;
-  key.pipelined = choice.pp > 1;
-  key.splitsWeights = key.pipelined && choice.schedule == "zb-h1";
-  key.oneMicroBatch = !key.pipelined && microBatches == 1;
-  OnceSlot<LayoutParts> &slot = impl->parts.get(
-      key, [&](std::string &why) { return impl->fitLayout(key, why); });
-  if (!slot.value) {
-    error = slot.error;
+  const LayoutParts *fitted = impl->partsFor(choice, error);
+  if (!fitted)
     return std::nullopt;
-  }
-  const LayoutParts &parts = *slot.value;
+  const LayoutParts &parts = *fitted;
   double sequences = static_cast<double>(choice.microBatchSize);
   double dp = static_cast<double>(choice.dp);
   Terms layer = parts.layer.at(sequences, dp);
@@ -708,9 +801,7 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
       axis.size = choice.pp;
     result.meshAxes.push_back(axis);
   }
-  result.modelParameters =
-      std::llround(parts.parameters + parts.parametersPerLayer *
-                                          (impl->layers - parts.shortLayers));
+  result.modelParameters = impl->parameters;
   return result;
 }
 

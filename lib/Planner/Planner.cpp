@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -244,8 +245,15 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
         continue;
       for (int64_t cp : divisorsOf(gpus / tp / pp)) {
         if (!allowed(fixed.cp, cp) || (!fixed.cp && cp > 8) ||
-            (cp > 1 && request.seq % (2 * cp) != 0) ||
-            (facts.heads && cp > 1 && (facts.heads / tp) % cp))
+            (cp > 1 && request.seq % (2 * cp) != 0))
+          continue;
+        // Ulysses splits each rank's heads (and kv heads) over cp; where
+        // they do not divide, ring attention passes keys and values around.
+        bool ulyssesSplits = !facts.heads || ((facts.heads / tp) % cp == 0 &&
+                                              (facts.kvHeads / tp) % cp == 0);
+        std::string contextKind =
+            fixed.contextKind.value_or(ulyssesSplits ? "ulysses" : "ring");
+        if (cp > 1 && contextKind == "ulysses" && !ulyssesSplits)
           continue;
         int64_t dp = gpus / tp / pp / cp;
         if (request.globalBatch % dp)
@@ -277,7 +285,7 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
               choice.chunks = chunks;
               choice.sequenceParallel =
                   tp > 1 && fixed.sequenceParallel.value_or(true);
-              choice.contextKind = fixed.contextKind.value_or("ulysses");
+              choice.contextKind = contextKind;
               choice.zero = fixed.zero.value_or(0);
               choice.recompute = fixed.recompute.value_or("none");
               candidates.push_back(choice);
@@ -586,6 +594,7 @@ llvm::json::Object searchResultJson(const PlanRequest &request,
       {"candidates_evaluated", result.candidatesEvaluated},
       {"candidates_rejected", result.candidatesRejected},
       {"search_seconds", result.searchSeconds},
+      {"candidates_pruned", result.candidatesPruned},
       {"short_model_compiles", result.shortModelCompiles},
       {"plans", std::move(plans)},
   };
@@ -684,16 +693,46 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
   size_t firstErrorCandidate = candidates.size();
   std::atomic<size_t> next{0};
   std::atomic<int64_t> evaluated{0}, rejected{0};
+  // The fastest fitting times so far: a plan whose lower bound exceeds
+  // the slowest of them cannot be among the plans shown (twice as many are
+  // kept as shown, for those the compiler's memory plan turns away).
+  std::vector<double> fastest;
+  size_t kept = static_cast<size_t>(std::max<int64_t>(1, 2 * request.top));
+  std::atomic<int64_t> pruned{0};
+  auto slowestKept = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return fastest.size() < kept ? std::numeric_limits<double>::infinity()
+                                 : fastest.back();
+  };
+  auto keepFitting = [&](double seconds) {
+    std::lock_guard<std::mutex> lock(mutex);
+    fastest.insert(std::upper_bound(fastest.begin(), fastest.end(), seconds),
+                   seconds);
+    if (fastest.size() > kept)
+      fastest.pop_back();
+  };
   auto worker = [&] {
     for (size_t i = next++; i < candidates.size(); i = next++) {
       std::optional<PlanEvaluation> best;
       for (const std::vector<PlanChoice> &level :
            zeroAndRecompute(candidates[i], constraints)) {
+        int64_t levelPruned = 0;
         for (const PlanChoice &choice : level) {
+          if (composer) {
+            std::optional<double> bound =
+                composer->lowerBound(choice, request.cluster);
+            if (bound && *bound > slowestKept()) {
+              ++pruned;
+              ++levelPruned;
+              continue;
+            }
+          }
           std::string why;
           std::optional<PlanEvaluation> evaluation =
               evaluate(request, choice, composer.get(), why);
           ++evaluated;
+          if (evaluation && evaluation->fits)
+            keepFitting(evaluation->time.seconds);
           if (!evaluation) {
             ++rejected;
             std::lock_guard<std::mutex> lock(mutex);
@@ -710,8 +749,10 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
                     : evaluation->peakBytes() < best->peakBytes())))
             best = std::move(evaluation);
         }
-        // More recomputation only when nothing fits without it.
-        if (best && best->fits)
+        // More recomputation only when nothing fits without it, and not
+        // when this level was too slow already (recomputing adds work).
+        if ((best && best->fits) ||
+            levelPruned == static_cast<int64_t>(level.size()))
           break;
       }
       if (best) {
@@ -732,6 +773,7 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
   for (std::thread &thread : pool)
     thread.join();
   result.candidatesEvaluated = evaluated;
+  result.candidatesPruned = pruned;
   result.candidatesRejected = rejected;
   if (priced.empty()) {
     error = "no candidate plan compiled; the first refusal: " + firstError;
@@ -752,17 +794,7 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
     if (!evaluation.fits ||
         static_cast<int64_t>(result.plans.size()) >= request.top)
       break;
-    // The time from a compile of the whole model, then its memory plan.
     std::string why;
-    std::optional<PlanEvaluation> whole =
-        composer ? evaluate(request, evaluation.choice, nullptr, why)
-                 : std::nullopt;
-    if (composer && !whole) {
-      ++result.candidatesRejected;
-      continue;
-    }
-    if (whole)
-      evaluation = std::move(*whole);
     if (!measureMemory(request, evaluation, why)) {
       ++result.candidatesRejected;
       continue;
@@ -773,11 +805,6 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
              evaluation.peakBytes() < result.closest->peakBytes())
       result.closest = evaluation;
   }
-  // The whole model's times order the shown plans.
-  std::stable_sort(result.plans.begin(), result.plans.end(),
-                   [](const PlanEvaluation &a, const PlanEvaluation &b) {
-                     return a.time.seconds < b.time.seconds;
-                   });
   for (const PlanEvaluation &evaluation : priced)
     result.candidates.push_back(
         {evaluation.choice.text(), evaluation.time.seconds,

@@ -170,11 +170,12 @@ int runPlanCommand() {
     return fail(error);
   llvm::outs() << llvm::formatv(
       "{0} on {1} x {2} ({3}), {4} sequences x {5} tokens per step, {6}\n"
-      "priced {7} plans in {8:f1} s ({9} refused by the compiler)\n",
+      "priced {7} plans in {8:f1} s ({9} refused by the compiler, {10} "
+      "pruned by a bound)\n",
       planModel, planGpus.getValue(), request.cluster.name,
       request.cluster.device.name, planBatch.getValue(), planSeq.getValue(),
       planPrecision, result->candidatesEvaluated, result->searchSeconds,
-      result->candidatesRejected);
+      result->candidatesRejected, result->candidatesPruned);
   // The JSON is written whether or not a plan fits (then it holds the
   // closest one).
   if (!planJson.empty()) {

@@ -132,6 +132,25 @@ TEST(CostCompositionTest, GptLayoutsWithTiedWeightsCompose) {
     expectComposedIsWhole(*composer, request, choice);
 }
 
+TEST(CostCompositionTest, ExpertParallelLayoutsCompose) {
+  PlanRequest request = requestFor("mixtral-tiny.json", 4, 32, 64);
+  std::string why;
+  std::unique_ptr<CostComposer> composer = CostComposer::create(request, why);
+  ASSERT_TRUE(composer) << why;
+  PlanChoice experts = plan(2, 1, 1, 2, 1);
+  experts.ep = 2;
+  PlanChoice wide = plan(4, 1, 1, 1, 3);
+  wide.ep = 2;
+  for (const PlanChoice &choice : {experts, wide})
+    expectComposedIsWhole(*composer, request, choice);
+  // The load-balancing loss pools every layer's router on the last stage:
+  // its pipelines are compiled whole.
+  PlanChoice pipelined = plan(1, 1, 2, 2, 0, "1f1b");
+  pipelined.ep = 2;
+  EXPECT_FALSE(composer->compose(pipelined, why));
+  EXPECT_NE(why.find("pipelines compile whole"), std::string::npos) << why;
+}
+
 TEST(CostCompositionTest, ModelsWhoseLayersDifferAreCompiledWhole) {
   PlanRequest request = requestFor("gemma3-tiny.json", 2, 8, 64);
   std::string why;

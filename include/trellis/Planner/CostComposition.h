@@ -69,6 +69,13 @@ public:
   std::optional<ComposedCost> compose(const PlanChoice &choice,
                                       std::string &error);
 
+  /// A bound no plan's predicted step time (StepTime.h) goes below: the
+  /// compute of the average pipeline rank (every action on every
+  /// micro-batch, and the step), without communication or bubble; nullopt
+  /// when `choice`'s cost cannot be composed.
+  std::optional<double> lowerBound(const PlanChoice &choice,
+                                   const ClusterSpec &cluster);
+
   /// Compiles of short models made so far.
   int64_t compiles() const;
 

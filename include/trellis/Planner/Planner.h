@@ -133,6 +133,9 @@ struct SearchResult {
   /// Plans priced (each a cost query), and plans that failed to compile.
   int64_t candidatesEvaluated = 0;
   int64_t candidatesRejected = 0;
+  /// Plans not priced: even their compute alone (CostComposer::lowerBound)
+  /// is slower than twice `top` plans that fit.
+  int64_t candidatesPruned = 0;
   double searchSeconds = 0;
   /// Compiles of the model cut short that candidates' costs were composed
   /// from (CostComposition.h); when none could be, why each candidate
