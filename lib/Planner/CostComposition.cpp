@@ -69,16 +69,19 @@ struct TermValues {
   }
 };
 
-/// The memory terms of a rank (or part), in bytes; `saved` is one model
-/// chunk's saved activations.
+/// The memory terms of a rank (or part), in bytes; `saved` and
+/// `weightInputs` are one model chunk's (ShardedStepCost's per-chunk
+/// terms).
 struct MemoryTerms {
-  double parameters = 0, optimizer = 0, gradients = 0, saved = 0;
+  double parameters = 0, optimizer = 0, gradients = 0, saved = 0,
+         weightInputs = 0;
 
   void add(const MemoryTerms &other, double scale) {
     parameters += scale * other.parameters;
     optimizer += scale * other.optimizer;
     gradients += scale * other.gradients;
     saved += scale * other.saved;
+    weightInputs += scale * other.weightInputs;
   }
 };
 
@@ -117,6 +120,8 @@ Terms termsOf(const ShardedStepCost &cost) {
   terms.memory.gradients = cost.gradientBytes;
   for (int64_t bytes : cost.savedActivationBytes)
     terms.memory.saved += bytes;
+  for (int64_t bytes : cost.weightGradientInputBytes)
+    terms.memory.weightInputs += bytes;
   return terms;
 }
 
@@ -393,7 +398,7 @@ struct CostComposer::Impl {
   /// The model's loss reads every layer (a mixture's load-balancing or z
   /// loss): its last pipeline stage's work grows with the layers before.
   bool poolsOverLayers = false;
-  /// The model cut to 1, 2, 3 and 4 layers.
+  /// The model cut to 1 (the stage balancer's part costs), 2 and 3 layers.
   std::map<int64_t, std::string> shortModels;
   OnceCache<LayoutKey, LayoutParts> parts;
   /// The stage balancer's part costs per micro-batch size in sequences.
@@ -424,7 +429,7 @@ struct CostComposer::Impl {
 
   /// The parts of `key`'s layout at one micro-batch size and dp: layer,
   /// then first, middle and last (one rank: the rest of it as first).
-  /// The first call records the mesh and the parameter counts.
+  /// The first call records the mesh.
   std::optional<std::array<Terms, 4>> partsAt(const LayoutKey &key,
                                               int64_t sequences, int64_t dp,
                                               LayoutParts &fitted,
@@ -632,7 +637,7 @@ std::unique_ptr<CostComposer> CostComposer::create(const PlanRequest &request,
   impl->poolsOverLayers =
       config->experts.count > 0 && (config->experts.auxLossCoefficient > 0 ||
                                     config->experts.zLossCoefficient > 0);
-  for (int64_t layers = 1; layers <= 4; ++layers) {
+  for (int64_t layers = 1; layers <= 3; ++layers) {
     std::string text = withLayers(*json->getAsObject(), layers);
     if (text.empty()) {
       why = "its layer count cannot be cut";
@@ -713,7 +718,8 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
   int64_t chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
   std::vector<Terms> ranks(choice.pp);
   std::vector<std::vector<double>> saved(choice.pp,
-                                         std::vector<double>(chunks, 0));
+                                         std::vector<double>(chunks, 0)),
+      weightInputs = saved;
   auto place = [&](int64_t stage, const Terms &stageTerms) {
     int64_t rank = stage % choice.pp, chunk = stage / choice.pp;
     for (const auto &[stageKey, values] : stageTerms.work) {
@@ -724,7 +730,8 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
     }
     MemoryTerms memory = stageTerms.memory;
     saved[rank][chunk] += memory.saved;
-    memory.saved = 0;
+    weightInputs[rank][chunk] += memory.weightInputs;
+    memory.saved = memory.weightInputs = 0;
     ranks[rank].memory.add(memory, 1);
   };
   if (choice.pp == 1) {
@@ -792,6 +799,8 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
     cost.gradientBytes = bytes(terms.memory.gradients);
     for (double chunkBytes : saved[rank])
       cost.savedActivationBytes.push_back(bytes(chunkBytes));
+    for (double chunkBytes : weightInputs[rank])
+      cost.weightGradientInputBytes.push_back(bytes(chunkBytes));
     result.ranks.push_back(std::move(cost));
   }
   for (MeshAxis axis : parts.meshAxes) {

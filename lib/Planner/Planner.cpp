@@ -148,13 +148,22 @@ std::optional<PlanEvaluation> evaluate(const PlanRequest &request,
     stage.parameters = rankCost.parameterBytes;
     stage.optimizer = rankCost.optimizerStateBytes;
     stage.gradients = rankCost.gradientBytes;
-    int64_t saved = 0;
+    int64_t saved = 0, weightInputs = 0;
     for (int64_t bytes : rankCost.savedActivationBytes)
       saved = std::max(saved, bytes);
-    int64_t live = rank < time->simulation.peakLiveActivations.size()
-                       ? time->simulation.peakLiveActivations[rank]
+    for (int64_t bytes : rankCost.weightGradientInputBytes)
+      weightInputs = std::max(weightInputs, bytes);
+    const PipelineSimulation &simulation = time->simulation;
+    int64_t live = rank < simulation.peakLiveActivations.size()
+                       ? simulation.peakLiveActivations[rank]
                        : 1;
-    stage.activations = saved * std::max<int64_t>(live, 1);
+    int64_t pending = rank < simulation.peakPendingWeightGradients.size()
+                          ? simulation.peakPendingWeightGradients[rank]
+                          : 0;
+    // Split backwards (ZB-H1) keep what their weight gradients read until
+    // they run: each bound holds at its own peak.
+    stage.activations =
+        std::max(saved * std::max<int64_t>(live, 1), weightInputs * pending);
     stage.peak = stage.parameters + stage.optimizer + stage.gradients +
                  stage.activations;
     evaluation.memory.push_back(stage);

@@ -153,15 +153,18 @@ void Pricer::holdActivations() {
   for (const VirtualOp &op : written_.ops)
     if (op.action && !op.erased)
       chunks = std::max(chunks, op.virtualStage / ranks_ + 1);
-  for (ShardedStepCost &cost : costs_)
+  for (ShardedStepCost &cost : costs_) {
     cost.savedActivationBytes.assign(chunks, 0);
+    cost.weightGradientInputBytes.assign(chunks, 0);
+  }
   for (auto [index, op] : llvm::enumerate(written_.ops)) {
     if (op.erased || !op.action || placement_[index].empty())
       continue;
     PricedWork::Phase phase = phaseOf(op);
     int64_t rank = *placement_[index].begin();
     for (int64_t result : op.results) {
-      bool keptForBackward = false, handedToStep = false;
+      bool keptForBackward = false, handedToStep = false,
+           keptForWeights = false;
       for (int64_t reader : readers[result]) {
         const VirtualOp &user = written_.ops[reader];
         if (!user.action)
@@ -169,10 +172,16 @@ void Pricer::holdActivations() {
         else if (phase == PricedWork::Phase::Forward &&
                  phaseOf(user) != PricedWork::Phase::Forward)
           keptForBackward = true;
+        else if (phase == PricedWork::Phase::Backward &&
+                 phaseOf(user) == PricedWork::Phase::Weight)
+          keptForWeights = true;
       }
       int64_t bytes = written_.values[result].bytes();
+      int64_t chunk = op.virtualStage / ranks_;
       if (keptForBackward)
-        costs_[rank].savedActivationBytes[op.virtualStage / ranks_] += bytes;
+        costs_[rank].savedActivationBytes[chunk] += bytes;
+      if (keptForWeights)
+        costs_[rank].weightGradientInputBytes[chunk] += bytes;
       if (handedToStep && phase != PricedWork::Phase::Forward)
         costs_[rank].gradientBytes += bytes;
     }

@@ -89,6 +89,7 @@ void expectComposedIsWhole(CostComposer &composer, const PlanRequest &request,
     EXPECT_NEAR(a.optimizerStateBytes, b.optimizerStateBytes, 1);
     EXPECT_NEAR(a.gradientBytes, b.gradientBytes, 1);
     EXPECT_EQ(a.savedActivationBytes, b.savedActivationBytes);
+    EXPECT_EQ(a.weightGradientInputBytes, b.weightGradientInputBytes);
     EXPECT_NEAR(a.flops, b.flops, 1e-9 * b.flops);
   }
   StepLayout layout = layoutOf(request, choice, whole->meshAxes);
@@ -115,6 +116,26 @@ TEST(CostCompositionTest, LlamaLayoutsComposeAsTheWholeModelCompiles) {
         plan(4, 1, 2, 1, 1, "interleaved", 4), plan(1, 1, 8, 1),
         plan(1, 1, 4, 4, 0, "gpipe")})
     expectComposedIsWhole(*composer, request, choice);
+}
+
+// What the weight-gradient ops read of the backward's values (what ZB-H1's
+// deferred W keeps) is priced per chunk, whatever the schedule, and
+// composes as the whole model prices it.
+TEST(CostCompositionTest, WeightGradientInputsArePricedPerChunk) {
+  PlanRequest request = requestFor("llama-tiny.json", 4, 16, 128);
+  std::string why;
+  std::unique_ptr<CostComposer> composer = CostComposer::create(request, why);
+  ASSERT_TRUE(composer) << why;
+  for (const char *schedule : {"zb-h1", "1f1b"}) {
+    PlanChoice choice = plan(1, 1, 2, 2, 0, schedule);
+    std::optional<ComposedCost> whole = compileWholeCost(request, choice, why);
+    ASSERT_TRUE(whole) << why;
+    for (const ShardedStepCost &rank : whole->ranks) {
+      ASSERT_EQ(rank.weightGradientInputBytes.size(), 1u);
+      EXPECT_GT(rank.weightGradientInputBytes[0], 0) << schedule;
+    }
+    expectComposedIsWhole(*composer, request, choice);
+  }
 }
 
 TEST(CostCompositionTest, GptLayoutsWithTiedWeightsCompose) {

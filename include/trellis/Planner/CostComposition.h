@@ -8,12 +8,13 @@
 // A model whose layers are all alike costs, per rank, its parts' costs: the
 // embedding and the head where they sit, and each of its layers alike. So
 // per local layout (tp, cp and its kind, sp, ep, recomputation, ZeRO stage,
-// whether there is a pipeline and whether its schedule splits weight
-// gradients) the composer compiles models of one and two layers (with a
-// pipeline: three and four layers cut 1,1,1 and 1,2,1 over three stages)
-// and reads from the cost query:
-//  - a layer's cost, and what the first, middle and last stages or the one
-//    rank cost besides their layers (transfers and tied weights included);
+// whether there is a pipeline, whether its schedule splits weight gradients,
+// whether a step has one micro-batch) the composer compiles models of two
+// and three layers on one rank (with a pipeline: three layers cut 1,1,1
+// over three stages) and reads from the cost query:
+//  - a layer's cost (one more layer; the middle stage without its
+//    transfers), and what the first, middle and last stages or the one rank
+//    cost besides their layers (transfers and tied weights included);
 //  - each as a line in the micro-batch size (two sizes compiled: matmul
 //    pieces grow in their token dimension, everything else in proportion)
 //    and in 1/dp (two data-parallel degrees compiled: ZeRO's shards and the
@@ -22,9 +23,10 @@
 // count and size by adding parts along the stage split the compiler itself
 // would choose (its balancer, over the whole model's part costs).
 //
-// What cannot be composed (an MLIR model, layers that differ, a matmul
-// whose pieces at the two sizes cannot be paired, a layout whose short
-// compile fails) is reported so that the caller compiles the whole model.
+// What cannot be composed (an MLIR model, layers that differ, pipelines of
+// a loss pooled over all layers, a matmul whose pieces at the two sizes
+// cannot be paired, a layout whose short compile fails) is reported so
+// that the caller compiles the whole model.
 //
 //===----------------------------------------------------------------------===//
 

@@ -85,6 +85,11 @@ struct ShardedStepCost {
   /// that its backward reads (what a micro-batch keeps alive between its
   /// forward and its backward).
   std::vector<int64_t> savedActivationBytes;
+  /// Per model chunk on the rank: bytes of one micro-batch's backward values
+  /// that its weight-gradient ops read (output gradients, and under
+  /// recomputation the recomputed activations): what a split backward
+  /// (ZB-H1) keeps until its weight gradients run.
+  std::vector<int64_t> weightGradientInputBytes;
 
   /// `{"flops", "bytes": {...}, "comm_bytes": {...}, "communication":
   /// {key: {"calls", "bytes", "wire_bytes"}}}` (docs/Report.md).

@@ -314,13 +314,14 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
 
   PipelineSimulation simulation;
   simulation.peakLiveActivations.assign(p, 0);
+  simulation.peakPendingWeightGradients.assign(p, 0);
   size_t actions = 0;
   for (const std::vector<PipelineAction> &stream : streams)
     actions += stream.size();
   simulation.timeline.reserve(actions);
   std::vector<size_t> next(p, 0);
   std::vector<double> free(p, 0.0), busy(p, 0.0);
-  std::vector<int64_t> live(p, 0);
+  std::vector<int64_t> live(p, 0), pending(p, 0);
 
   auto stageOf = [&](int64_t rank, int64_t chunk) { return chunk * p + rank; };
   bool progress = true;
@@ -404,6 +405,9 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
           backwardDone[key] = 1;
           if (!split[key])
             --live[rank];
+          else
+            simulation.peakPendingWeightGradients[rank] = std::max(
+                simulation.peakPendingWeightGradients[rank], ++pending[rank]);
           break;
         }
         case Kind::WeightGradient: {
@@ -419,6 +423,7 @@ simulateSchedule(const PipelineStreams &streams, const PipelineShape &shape,
           busy[rank] += duration;
           weightDone[key] = 1;
           --live[rank];
+          --pending[rank];
           break;
         }
         }

@@ -142,6 +142,26 @@ TEST(PipelineScheduleTest, LiveActivations) {
     }
 }
 
+// A split backward keeps what its weight gradient reads until W runs: ZB-H1
+// defers W most on the last stage (B runs right after F there), and never
+// beyond the micro-batches a stage holds; unsplit schedules keep none.
+TEST(PipelineScheduleTest, PendingWeightGradients) {
+  for (int p : {2, 4, 8}) {
+    PipelineSimulation zeroBubble =
+        simulate(ScheduleKind::ZeroBubble, {p, 2 * p, 1});
+    for (int rank = 0; rank < p; ++rank) {
+      EXPECT_GE(zeroBubble.peakPendingWeightGradients[rank], 1);
+      EXPECT_LE(zeroBubble.peakPendingWeightGradients[rank],
+                zeroBubble.peakLiveActivations[rank]);
+    }
+    EXPECT_GE(zeroBubble.peakPendingWeightGradients[p - 1],
+              zeroBubble.peakPendingWeightGradients[0]);
+    for (int64_t pending : simulate(ScheduleKind::OneFOneB, {p, 2 * p, 1})
+                               .peakPendingWeightGradients)
+      EXPECT_EQ(pending, 0);
+  }
+}
+
 TEST(PipelineScheduleTest, TransfersDelayTheSchedule) {
   PipelineCosts costs;
   costs.transfer = 0.5;

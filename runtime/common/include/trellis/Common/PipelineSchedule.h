@@ -104,6 +104,10 @@ struct PipelineSimulation {
   double bubbleFraction = 0;
   /// Most (micro-batch, chunk) activations alive at once, per rank.
   std::vector<int64_t> peakLiveActivations;
+  /// Most (micro-batch, chunk) pairs whose backward ran and whose weight
+  /// gradient has not yet, at once, per rank (what a split backward keeps
+  /// for its weight gradients); 0 without split backwards.
+  std::vector<int64_t> peakPendingWeightGradients;
 };
 
 /// Simulates `streams` (each rank runs its stream in order; a receive waits
