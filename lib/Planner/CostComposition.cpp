@@ -683,21 +683,17 @@ std::optional<double> CostComposer::lowerBound(const PlanChoice &choice,
     return std::nullopt;
   double sequences = static_cast<double>(choice.microBatchSize);
   double dp = static_cast<double>(choice.dp);
-  auto [layerActions, layerStep] =
-      computeOf(parts->layer.at(sequences, dp), cluster);
-  double actions = impl->layers * layerActions, step = impl->layers * layerStep;
-  int64_t chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
-  int64_t stages = choice.pp * chunks;
-  std::vector<std::pair<const FittedPart *, int64_t>> rest = {
-      {&parts->first, 1}};
-  if (choice.pp > 1)
-    rest = {
-        {&parts->first, 1}, {&parts->middle, stages - 2}, {&parts->last, 1}};
-  for (auto [part, times] : rest) {
-    auto [partActions, partStep] = computeOf(part->at(sequences, dp), cluster);
-    actions += times * partActions;
-    step += times * partStep;
+  // Every rank's work in one sum: merged terms price at most what they
+  // price apart (an op's time is the longer of its FLOPs and its bytes).
+  Terms all = parts->first.at(sequences, dp);
+  all.add(parts->layer.at(sequences, dp), static_cast<double>(impl->layers));
+  if (choice.pp > 1) {
+    int64_t chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
+    all.add(parts->middle.at(sequences, dp),
+            static_cast<double>(choice.pp * chunks - 2));
+    all.add(parts->last.at(sequences, dp), 1);
   }
+  auto [actions, step] = computeOf(all, cluster);
   // The busiest rank does at least the average rank's work.
   return (choice.microBatches(impl->request.globalBatch) * actions + step) /
          choice.pp;

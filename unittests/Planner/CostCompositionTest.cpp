@@ -71,7 +71,8 @@ StepLayout layoutOf(const PlanRequest &request, const PlanChoice &choice,
 }
 
 /// Composed and whole costs of `choice` agree: step time within 1e-9
-/// relative, memory terms within a byte per rank.
+/// relative, memory terms within a byte per rank; the composer's lower
+/// bound is at most that time.
 void expectComposedIsWhole(CostComposer &composer, const PlanRequest &request,
                            const PlanChoice &choice) {
   SCOPED_TRACE(choice.text());
@@ -101,6 +102,11 @@ void expectComposedIsWhole(CostComposer &composer, const PlanRequest &request,
   ASSERT_TRUE(wholeTime) << error;
   EXPECT_NEAR(composedTime->seconds, wholeTime->seconds,
               1e-9 * wholeTime->seconds);
+  // The search prunes by a bound that no prediction goes below.
+  std::optional<double> bound = composer.lowerBound(choice, request.cluster);
+  ASSERT_TRUE(bound);
+  EXPECT_GT(*bound, 0);
+  EXPECT_LE(*bound, wholeTime->seconds * (1 + 1e-12));
 }
 
 TEST(CostCompositionTest, LlamaLayoutsComposeAsTheWholeModelCompiles) {
