@@ -607,6 +607,8 @@ llvm::json::Object searchResultJson(const PlanRequest &request,
       {"short_model_compiles", result.shortModelCompiles},
       {"plans", std::move(plans)},
   };
+  if (!result.wholeModelReason.empty())
+    root["whole_model_reason"] = result.wholeModelReason;
   if (result.plans.empty() && result.closest) {
     llvm::json::Object closest = result.closest->toJson(
         request.globalBatch, request.seq, request.precision);
