@@ -125,6 +125,31 @@ Terms termsOf(const ShardedStepCost &cost) {
   return terms;
 }
 
+/// The priced work of `key` with `values` (rounded to whole calls and
+/// bytes, none negative).
+PricedWork workOf(const TermKey &key, const TermValues &values) {
+  auto whole = [](double value) {
+    return std::max<int64_t>(0, std::llround(value));
+  };
+  PricedWork work;
+  work.phase = key.phase;
+  work.chunk = key.chunk;
+  work.name = key.name;
+  work.dtype = key.dtype;
+  work.gemmRows = key.rows;
+  work.gemmColumns = key.columns;
+  work.gemmDepth = key.depth;
+  work.causal = key.causal;
+  work.calls = whole(values.calls);
+  work.flops = std::max(0.0, values.flops);
+  work.bytesRead = whole(values.bytesRead);
+  work.bytesWritten = whole(values.bytesWritten);
+  work.traffic.count = whole(values.count);
+  work.traffic.bytes = whole(values.bytes);
+  work.traffic.wireBytes = whole(values.wireBytes);
+  return work;
+}
+
 /// `terms` without the pipeline's transfers (what a stage sends to and
 /// receives from its neighbours).
 Terms withoutTransfers(const Terms &terms) {
@@ -565,7 +590,7 @@ struct CostComposer::Impl {
       error = cost.error;
       return std::nullopt;
     }
-    int64_t chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
+    int64_t chunks = choice.chunksPerRank();
     OnceSlot<StageLayers> &split = splits.get(
         {sequences, choice.schedule, choice.pp, microBatches, chunks},
         [&](std::string &why) -> std::optional<StageLayers> {
@@ -656,21 +681,9 @@ static std::pair<double, double> computeOf(const Terms &terms,
                                            const ClusterSpec &cluster) {
   std::pair<double, double> seconds{0, 0};
   for (const auto &[key, values] : terms.work) {
-    if (key.dtype.empty())
-      continue;
-    PricedWork work;
-    work.name = key.name;
-    work.dtype = key.dtype;
-    work.gemmRows = key.rows;
-    work.gemmColumns = key.columns;
-    work.gemmDepth = key.depth;
-    work.causal = key.causal;
-    work.calls = std::llround(values.calls);
-    work.flops = std::max(0.0, values.flops);
-    work.bytesRead = std::max<int64_t>(0, std::llround(values.bytesRead));
-    work.bytesWritten = std::max<int64_t>(0, std::llround(values.bytesWritten));
-    (key.phase == Phase::Step ? seconds.second : seconds.first) +=
-        computeSeconds(work, cluster);
+    if (!key.dtype.empty())
+      (key.phase == Phase::Step ? seconds.second : seconds.first) +=
+          computeSeconds(workOf(key, values), cluster);
   }
   return seconds;
 }
@@ -688,7 +701,7 @@ std::optional<double> CostComposer::lowerBound(const PlanChoice &choice,
   Terms all = parts->first.at(sequences, dp);
   all.add(parts->layer.at(sequences, dp), static_cast<double>(impl->layers));
   if (choice.pp > 1) {
-    int64_t chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
+    int64_t chunks = choice.chunksPerRank();
     all.add(parts->middle.at(sequences, dp),
             static_cast<double>(choice.pp * chunks - 2));
     all.add(parts->last.at(sequences, dp), 1);
@@ -711,7 +724,7 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
   Terms layer = parts.layer.at(sequences, dp);
 
   // Each virtual stage's parts, onto its rank as its chunk.
-  int64_t chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
+  int64_t chunks = choice.chunksPerRank();
   std::vector<Terms> ranks(choice.pp);
   std::vector<std::vector<double>> saved(choice.pp,
                                          std::vector<double>(chunks, 0)),
@@ -761,22 +774,7 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
     for (const auto &[key, values] : terms.work) {
       if (values.negligible())
         continue;
-      PricedWork work;
-      work.phase = key.phase;
-      work.chunk = key.chunk;
-      work.name = key.name;
-      work.dtype = key.dtype;
-      work.gemmRows = key.rows;
-      work.gemmColumns = key.columns;
-      work.gemmDepth = key.depth;
-      work.causal = key.causal;
-      work.calls = std::llround(values.calls);
-      work.flops = std::max(0.0, values.flops);
-      work.bytesRead = bytes(values.bytesRead);
-      work.bytesWritten = bytes(values.bytesWritten);
-      work.traffic.count = std::llround(values.count);
-      work.traffic.bytes = bytes(values.bytes);
-      work.traffic.wireBytes = bytes(values.wireBytes);
+      PricedWork work = workOf(key, values);
       int64_t times = work.phase == Phase::Step ? 1 : microBatches;
       if (work.dtype.empty()) {
         StepReport::Traffic &traffic = cost.communication[work.name];

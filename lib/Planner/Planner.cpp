@@ -73,22 +73,6 @@ std::vector<int64_t> divisorsOf(int64_t n) {
   return divisors;
 }
 
-StepLayout layoutOf(const PlanRequest &request, const PlanChoice &choice,
-                    const std::vector<MeshAxis> &axes) {
-  StepLayout layout;
-  for (MeshAxis axis : axes) {
-    if (axis.role == AxisRole::Unassigned)
-      axis.role = impliedAxisRole(axis.name);
-    layout.axes.push_back(axis);
-  }
-  layout.schedule = parseScheduleKind(choice.pp > 1 ? choice.schedule : "1f1b")
-                        .value_or(ScheduleKind::OneFOneB);
-  layout.pipeline.ranks = choice.pp;
-  layout.pipeline.microBatches = choice.microBatches(request.globalBatch);
-  layout.pipeline.chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
-  return layout;
-}
-
 /// The binding term of the largest stage.
 std::string bindingTermOf(const std::vector<StageMemory> &memory) {
   size_t worst = 0;
@@ -125,7 +109,7 @@ std::optional<PlanEvaluation> evaluate(const PlanRequest &request,
     cost = compileWholeCost(request, choice, error);
   if (!cost)
     return std::nullopt;
-  StepLayout layout = layoutOf(request, choice, cost->meshAxes);
+  StepLayout layout = stepLayoutOf(request, choice, cost->meshAxes);
   std::optional<StepTime> time =
       predictStepTime(cost->ranks, layout, request.cluster, error);
   if (!time)
@@ -335,6 +319,22 @@ zeroAndRecompute(const PlanChoice &choice, const PlanConstraints &fixed) {
 }
 
 } // namespace
+
+StepLayout stepLayoutOf(const PlanRequest &request, const PlanChoice &choice,
+                        const std::vector<MeshAxis> &axes) {
+  StepLayout layout;
+  for (MeshAxis axis : axes) {
+    if (axis.role == AxisRole::Unassigned)
+      axis.role = impliedAxisRole(axis.name);
+    layout.axes.push_back(axis);
+  }
+  layout.schedule = parseScheduleKind(choice.pp > 1 ? choice.schedule : "1f1b")
+                        .value_or(ScheduleKind::OneFOneB);
+  layout.pipeline.ranks = choice.pp;
+  layout.pipeline.microBatches = choice.microBatches(request.globalBatch);
+  layout.pipeline.chunks = choice.chunksPerRank();
+  return layout;
+}
 
 void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
                      const PlanChoice &choice) {

@@ -54,22 +54,6 @@ PlanChoice plan(int64_t dp, int64_t tp, int64_t pp, int64_t microBatchSize,
   return choice;
 }
 
-StepLayout layoutOf(const PlanRequest &request, const PlanChoice &choice,
-                    const std::vector<MeshAxis> &axes) {
-  StepLayout layout;
-  for (MeshAxis axis : axes) {
-    if (axis.role == AxisRole::Unassigned)
-      axis.role = impliedAxisRole(axis.name);
-    layout.axes.push_back(axis);
-  }
-  layout.schedule =
-      *parseScheduleKind(choice.pp > 1 ? choice.schedule : "1f1b");
-  layout.pipeline.ranks = choice.pp;
-  layout.pipeline.microBatches = choice.microBatches(request.globalBatch);
-  layout.pipeline.chunks = choice.schedule == "interleaved" ? choice.chunks : 1;
-  return layout;
-}
-
 /// Composed and whole costs of `choice` agree: step time within 1e-9
 /// relative, memory terms within a byte per rank; the composer's lower
 /// bound is at most that time.
@@ -93,7 +77,7 @@ void expectComposedIsWhole(CostComposer &composer, const PlanRequest &request,
     EXPECT_EQ(a.weightGradientInputBytes, b.weightGradientInputBytes);
     EXPECT_NEAR(a.flops, b.flops, 1e-9 * b.flops);
   }
-  StepLayout layout = layoutOf(request, choice, whole->meshAxes);
+  StepLayout layout = stepLayoutOf(request, choice, whole->meshAxes);
   std::optional<StepTime> composedTime =
       predictStepTime(composed->ranks, layout, request.cluster, error);
   ASSERT_TRUE(composedTime) << error;

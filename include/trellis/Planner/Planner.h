@@ -40,6 +40,10 @@ struct PlanChoice {
   int64_t gpus() const { return dp * ep * tp * pp * cp; }
   /// The ranks the batch splits over (data and expert axes).
   int64_t batchRanks() const { return dp * ep; }
+  /// Model chunks per pipeline rank (the interleaved schedule's; else 1).
+  int64_t chunksPerRank() const {
+    return schedule == "interleaved" ? chunks : 1;
+  }
   /// Micro-batches per step for `globalBatch` sequences.
   int64_t microBatches(int64_t globalBatch) const {
     return globalBatch / (batchRanks() * microBatchSize);
@@ -160,6 +164,12 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
 /// `options` stays as it is.
 void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
                      const PlanChoice &choice);
+
+/// The time model's view of `choice` for `request` on the mesh `axes`
+/// (major to minor, as a compile reports them): its schedule (1F1B
+/// without a pipeline) and pipeline shape.
+StepLayout stepLayoutOf(const PlanRequest &request, const PlanChoice &choice,
+                        const std::vector<MeshAxis> &axes);
 
 /// Reads the model file `path` (a config, or MLIR when it ends in .mlir)
 /// into `request`; false with `error` when it cannot be read.
