@@ -167,10 +167,9 @@ struct InsertOptimizerPass
     };
     if (optimizer == OptimizerKind::Sgd) {
       for (auto [param, gradient] : gradients) {
-        results.push_back(SgdOp::create(builder, loc, body.getArgument(param),
-                                        gradient,
-                                        builder.getF64FloatAttr(learningRate),
-                                        decayOf(param)));
+        results.push_back(SgdOp::create(
+            builder, loc, body.getArgument(param), gradient, /*guard=*/Value(),
+            builder.getF64FloatAttr(learningRate), decayOf(param)));
         resultAttrs.push_back(updates(param));
       }
     } else {
@@ -194,7 +193,7 @@ struct InsertOptimizerPass
       for (auto [i, entry] : llvm::enumerate(gradients)) {
         auto update = AdamWOp::create(
             builder, loc, body.getArgument(entry.first), entry.second,
-            firstMoments[i], secondMoments[i], stepCount,
+            firstMoments[i], secondMoments[i], stepCount, /*guard=*/Value(),
             builder.getF64FloatAttr(learningRate),
             builder.getF64FloatAttr(beta1), builder.getF64FloatAttr(beta2),
             builder.getF64FloatAttr(epsilon), decayOf(entry.first),

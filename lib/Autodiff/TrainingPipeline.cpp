@@ -55,6 +55,10 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     // fp32 masters.
     if (options.precision)
       pm.addPass(createMasterWeightsPass());
+    // A loss-scaled step skips an overflow in its updates, so they run in
+    // place (the verdict reads the gradients before clipping).
+    if (options.precision == LowPrecision::F16)
+      pm.addPass(createGuardUpdatesPass());
     if (options.clipGradNorm) {
       ClipGradientsPassOptions clip;
       clip.maxNorm = *options.clipGradNorm;

@@ -100,6 +100,15 @@ void Splitter::placeOnRanks() {
     for (Value operand : op->getOperands())
       if (auto argument = llvm::dyn_cast<BlockArgument>(operand))
         problem.argumentReaders[argument.getArgNumber()].push_back(indexOf[op]);
+      else if (auto producer = indexOf.find(operand.getDefiningOp());
+               producer != indexOf.end())
+        placed.producers.push_back(producer->second);
+    placed.scalarResults = op->getNumResults() > 0 &&
+                           llvm::all_of(op->getResultTypes(), [](Type type) {
+                             auto tensor =
+                                 llvm::dyn_cast<RankedTensorType>(type);
+                             return tensor && tensor.getRank() == 0;
+                           });
     problem.ops.push_back(std::move(placed));
   }
   for (unsigned i = 0; i < terminator->getNumOperands(); ++i) {

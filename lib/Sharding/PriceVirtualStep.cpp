@@ -236,6 +236,13 @@ void Pricer::place() {
                                returnedAs[result].begin(),
                                returnedAs[result].end());
     }
+    for (int64_t operand : op.operands)
+      if (int64_t producer = written_.values[operand].producer; producer >= 0)
+        placed.producers.push_back(problemIndex[producer]);
+    placed.scalarResults =
+        !op.results.empty() && llvm::all_of(op.results, [&](int64_t result) {
+          return written_.values[result].shape.empty();
+        });
     problem.ops.push_back(std::move(placed));
   }
   for (int64_t value : written_.arguments)

@@ -51,7 +51,17 @@ struct Update {
   const float *param = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;
   float *newParam = nullptr, *newM = nullptr, *newV = nullptr;
   int64_t n = 0;
+  /// A guarded update whose guard is not finite: the results keep the
+  /// operands' values.
+  bool skipped = false;
 };
+
+/// Whether the guard operand at `index`, if the update has one, says to
+/// skip the step (it is not finite).
+bool guardSkips(const KernelArgs &args, size_t index) {
+  return args.instruction.inputs.size() > index &&
+         !std::isfinite(args.in(index).f32()[0]);
+}
 
 StatusOr<Update> prepare(const KernelArgs &args) {
   const Instruction &instruction = args.instruction;
@@ -63,8 +73,11 @@ StatusOr<Update> prepare(const KernelArgs &args) {
   update.grad = args.in(1).f32();
   update.newParam = args.out(0).f32();
   update.n = args.in(0).size();
-  if (update.sgd)
+  if (update.sgd) {
+    update.skipped = guardSkips(args, 2);
     return update;
+  }
+  update.skipped = guardSkips(args, 5);
   double beta1 = instruction.real("beta1"), beta2 = instruction.real("beta2");
   double step = args.in(4).f32()[0];
   if (!(step >= 1))
@@ -88,8 +101,23 @@ StatusOr<Update> prepare(const KernelArgs &args) {
   return update;
 }
 
+/// Copies `count` elements from `from` to `to` unless they are one array
+/// (an update in place).
+void keep(const float *from, float *to, int64_t count) {
+  if (from != to)
+    std::copy(from, from + count, to);
+}
+
 /// Elements [first, first + count) of `u`.
 void runRange(const Update &u, int64_t first, int64_t count) {
+  if (u.skipped) {
+    keep(u.param + first, u.newParam + first, count);
+    if (!u.sgd) {
+      keep(u.m + first, u.newM + first, count);
+      keep(u.v + first, u.newV + first, count);
+    }
+    return;
+  }
   if (u.sgd) {
 #pragma omp simd
     for (int64_t i = first; i < first + count; ++i)

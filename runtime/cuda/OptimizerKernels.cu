@@ -6,7 +6,8 @@
 // step count stays on the device: each update's block reads it, and
 // computes the bias corrections and a scheduled rate
 // (trellis/Common/LearningRate.h, the one definition both backends
-// compile) there, so no value comes back to the host.
+// compile) there, so no value comes back to the host. A guarded update's
+// block reads its guard the same way.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +32,9 @@ struct DeviceUpdate {
   float *newParam, *newM, *newV;
   /// The step count (adamw), in device memory.
   const float *step;
+  /// The guard, in device memory, or null: a guard that is not finite
+  /// leaves the operands' values in the results.
+  const float *guard;
   int64_t n;
   bool sgd, scheduled;
   double lr, decay, beta1, beta2, epsilon;
@@ -46,10 +50,12 @@ struct Chunk {
 __global__ void optimizerKernel(const DeviceUpdate *updates,
                                 const Chunk *chunks, int64_t count) {
   __shared__ double rate, correction1, correction2;
+  __shared__ bool skipped;
   for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
     const DeviceUpdate &u = updates[chunks[c].update];
     __syncthreads();
     if (threadIdx.x == 0) {
+      skipped = u.guard && !isfinite(*u.guard);
       rate = u.lr;
       correction1 = correction2 = 1;
       if (!u.sgd) {
@@ -63,6 +69,18 @@ __global__ void optimizerKernel(const DeviceUpdate *updates,
     __syncthreads();
     int64_t first = chunks[c].first;
     int64_t last = min(u.n, first + kChunk);
+    if (skipped) {
+      // The operands' values, unless the results are their memory.
+      for (int64_t i = first + threadIdx.x; i < last; i += blockDim.x) {
+        if (u.newParam != u.param)
+          u.newParam[i] = u.param[i];
+        if (!u.sgd && u.newM != u.m)
+          u.newM[i] = u.m[i];
+        if (!u.sgd && u.newV != u.v)
+          u.newV[i] = u.v[i];
+      }
+      continue;
+    }
     for (int64_t i = first + threadIdx.x; i < last; i += blockDim.x) {
       float param = u.param[i];
       if (u.sgd) {
@@ -92,6 +110,10 @@ DeviceUpdate describe(const KernelArgs &args) {
   u.grad = static_cast<const float *>(args.in(1).raw());
   u.newParam = static_cast<float *>(args.out(0).raw());
   u.n = args.in(0).size();
+  // The guard is the last operand of a guarded update.
+  size_t guardIndex = u.sgd ? 2 : 5;
+  if (instruction.inputs.size() > guardIndex)
+    u.guard = static_cast<const float *>(args.in(guardIndex).raw());
   if (u.sgd)
     return u;
   u.m = static_cast<const float *>(args.in(2).raw());

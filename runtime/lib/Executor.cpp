@@ -49,13 +49,14 @@ std::vector<int64_t> Executor::planMemory() {
     buffers[result.buffer].kind = PlannedBuffer::Kind::Result;
   for (const Argument &argument : plan_.arguments)
     buffers[argument.buffer].kind = PlannedBuffer::Kind::Argument;
-  // Updates computed in their argument's memory; never with a loss scale
-  // (a skipped step keeps the old values).
+  // Updates computed in their argument's memory; with a loss scale only
+  // when the updates are guarded (they skip an overflowing step
+  // themselves), since the runtime drops such a step by not committing it.
   std::vector<PlannedUpdate> updates;
   bool scaled = std::any_of(
       plan_.arguments.begin(), plan_.arguments.end(),
       [](const Argument &a) { return a.role == ArgumentRole::LossScale; });
-  if (updatesInPlace_ && !scaled)
+  if (updatesInPlace_ && (!scaled || plan_.updateGuardResult() >= 0))
     for (const Result &result : plan_.results) {
       if (!result.updates || !plan_.holds(result.stages))
         continue;

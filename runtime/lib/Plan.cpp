@@ -147,6 +147,13 @@ std::string Plan::metadataText(const std::string &key,
   return metadata[key].get<std::string>();
 }
 
+int64_t Plan::updateGuardResult() const {
+  for (size_t r = 0; r < results.size(); ++r)
+    if (results[r].metric == "update_guard")
+      return static_cast<int64_t>(r);
+  return -1;
+}
+
 std::optional<LrSchedule> Plan::learningRateSchedule() const {
   json metadata =
       json::parse(metadataJson, nullptr, /*allow_exceptions=*/false);

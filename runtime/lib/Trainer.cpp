@@ -602,9 +602,21 @@ StatusOr<std::string> Trainer::firstNonFinite(bool checkUpdates,
 }
 
 StatusOr<bool> Trainer::updatesAreFinite() const {
-  // This rank's updated parameters and moments; then every rank's verdict
-  // (the minimum of 1 = finite, 0 = not over the whole mesh).
+  // The guard the updates applied by, where the plan has one (0 when they
+  // applied, NaN when they kept the old values); else this rank's updated
+  // parameters and moments. Then every rank's verdict (the minimum of
+  // 1 = finite, 0 = not over the whole mesh).
   const Plan &plan = executor_->plan();
+  if (int64_t guard = plan.updateGuardResult(); guard >= 0) {
+    float finite = 1.0f;
+    if (plan.holds(plan.results[guard].stages)) {
+      float value = 0;
+      TRELLIS_RETURN_IF_ERROR(executor_->readResultValues(guard, &value));
+      finite = std::isfinite(value) ? 1.0f : 0.0f;
+    }
+    TRELLIS_RETURN_IF_ERROR(minimumOverMesh(&finite, 1));
+    return finite == 1.0f;
+  }
   std::vector<const Tensor *> updated;
   for (size_t r = 0; r < plan.results.size(); ++r)
     if (plan.results[r].updates && plan.holds(plan.results[r].stages))

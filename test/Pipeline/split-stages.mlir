@@ -6,9 +6,10 @@
 // micro-batch, then the step program; the values crossing stages as
 // trellis.send at the end of the action that made them and trellis.recv in
 // the receive program of the action that reads them (each micro-batch's on
-// the same channel, the runtime tells them apart); the loss total crosses
-// in the step programs; the arguments each holds and the step results each
-// returns. No schedule yet.
+// the same channel, the runtime tells them apart); the loss crosses in the
+// step programs, its mean taken where the total is made (a scalar of the
+// step runs where its operand comes from); the arguments each holds and the
+// step results each returns. No schedule yet.
 
 // CHECK: trellis.mesh @pipeline = <["pp"=2]>
 // CHECK-NOT: func.func @train_step(
@@ -23,9 +24,8 @@
 // CHECK: %[[DH0:.*]] = trellis.recv from @pipeline ["pp"] peer 1 channel 1 {graph.phase = "backward", trellis.program = "backward_receive.c0"}
 // CHECK: %[[DW0:.*]] = graph.matmul %{{.*}} transposed, %[[DH0]] {{.*}}trellis.program = "backward.c0"
 // CHECK: %[[TOTAL0:.*]] = graph.microbatch_sum %[[DW0]] {{.*}}trellis.program = "backward.c0"
-// CHECK: %[[LOSS:.*]] = trellis.recv from @pipeline ["pp"] peer 1 channel 2 {trellis.program = "step"}
-// CHECK: %[[MEAN:.*]] = graph.scale %[[LOSS]] by 5.000000e-01 {trellis.program = "step"}
 // CHECK: %[[W0:.*]] = graph.sgd %{{.*}}, %[[TOTAL0]] {{.*}}trellis.program = "step"
+// CHECK: %[[MEAN:.*]] = trellis.recv from @pipeline ["pp"] peer 1 channel 2 {trellis.program = "step"}
 // CHECK: return %[[MEAN]], %[[W0]]
 
 // CHECK-LABEL: func.func @train_step.stage1
@@ -35,7 +35,8 @@
 // CHECK: %[[SUM:.*]] = graph.microbatch_sum {{.*}}trellis.program = "forward.c0"
 // CHECK: %[[DX1:.*]] = graph.matmul {{.*}} transposed {{.*}}graph.phase = "backward", trellis.program = "backward.c0"
 // CHECK: trellis.send %[[DX1]] to @pipeline ["pp"] peer 0 channel 1 {graph.phase = "backward", trellis.program = "backward.c0"}
-// CHECK: trellis.send %[[SUM]] to @pipeline ["pp"] peer 0 channel 2 {trellis.program = "step"}
+// CHECK: %[[MEAN1:.*]] = graph.scale %[[SUM]] by 5.000000e-01 {trellis.program = "step"}
+// CHECK: trellis.send %[[MEAN1]] to @pipeline ["pp"] peer 0 channel 2 {trellis.program = "step"}
 // CHECK: graph.sgd {{.*}}trellis.program = "step"
 
 func.func @forward(

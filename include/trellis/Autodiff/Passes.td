@@ -334,6 +334,42 @@ def ClipGradientsPass : Pass<"trellis-clip-gradients", "::mlir::ModuleOp"> {
   let dependentDialects = ["::trellis::graph::GraphDialect"];
 }
 
+def GuardUpdatesPass : Pass<"trellis-guard-updates", "::mlir::ModuleOp"> {
+  let summary = "Applies the step's optimizer updates only when every gradient is finite";
+  let description = [{
+    After `-trellis-insert-optimizer` (and `-trellis-master-weights`): the
+    gradients every update of the training step reads are summed (each one's
+    elements, then the sums), and the total times zero is each update's
+    `guard`: 0 when every gradient is finite, NaN when one is infinite or
+    NaN (or when the sum itself overflows f32, where AdamW's second moment
+    would overflow too). A guarded update that sees NaN leaves its
+    parameter and states unchanged. This is how a loss-scaled step skips an
+    overflow: the verdict comes before the updates, so they may run in
+    their operands' memory (a step that ran its updates first would have to
+    keep the old values beside the new ones to drop them). The sums are
+    ordinary ops, so the partitioner derives their collectives from the
+    gradients' shardings and a pipeline sends each stage's sum where the
+    updates run (as `-trellis-clip-gradients`' norm). The step returns the
+    guard as a result marked `graph.metric = "update_guard"`, from which
+    the runtime learns whether the step was applied.
+
+    ```mlir
+    // Before
+    %new, %m1, %v1 = graph.adamw %w, %g, %m, %v, %step ...
+    // After
+    %sum = graph.reduce_sum %g dims [0, 1]        // (every gradient's, added)
+    %guard = graph.mul %sum, (graph.fill 0.0)
+    %new, %m1, %v1 = graph.adamw %w, %g, %m, %v, %step guard %guard ...
+    return ..., %guard {graph.metric = "update_guard"}
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The training step">,
+  ];
+  let dependentDialects = ["::trellis::graph::GraphDialect"];
+}
+
 def ExpertLoadPass : Pass<"trellis-expert-load", "::mlir::ModuleOp"> {
   let summary = "Returns the tokens each expert received in the step as a metric";
   let description = [{

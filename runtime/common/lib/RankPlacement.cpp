@@ -42,10 +42,34 @@ RankPlacement placeOnRanks(const PlacementProblem &problem) {
       if (ops[reader].action)
         addRanks(resultNeeds[r], placement.opRanks[reader]);
   }
-  // Step ops, last first: every rank a reader runs on, or that needs a
-  // result they return.
+  // Where each value comes from: an action's rank; for a step op, where
+  // its last operand made by an op comes from (none: no such operand). A
+  // step op of scalar results runs there, so that a reduction runs where
+  // what it reduces is made and a chain of scalars (the sums of every
+  // stage's gradients added up) follows its operands from rank to rank:
+  // only scalars travel.
+  std::vector<RankSet> origin(ops.size());
+  std::vector<bool> placed(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].action) {
+      origin[i] = placement.opRanks[i];
+      continue;
+    }
+    for (auto p = ops[i].producers.rbegin(); p != ops[i].producers.rend(); ++p)
+      if (*p >= 0 && static_cast<size_t>(*p) < i && !origin[*p].empty()) {
+        origin[i] = origin[*p];
+        break;
+      }
+    if (ops[i].scalarResults && !origin[i].empty()) {
+      placement.virtualStages[i] = ops[i].virtualStage;
+      placement.opRanks[i] = origin[i];
+      placed[i] = true;
+    }
+  }
+  // Other step ops, last first: every rank a reader runs on, or that needs
+  // a result they return.
   for (size_t i = ops.size(); i-- > 0;) {
-    if (ops[i].action)
+    if (ops[i].action || placed[i])
       continue;
     placement.virtualStages[i] = ops[i].virtualStage;
     RankSet here;

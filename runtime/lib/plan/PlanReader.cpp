@@ -658,19 +658,19 @@ Status PlanReader::readResults(const json &array) {
     result.isLoss = entry.value("role", "") == "loss";
     if (entry.contains("metric")) {
       const json &metric = entry["metric"];
-      if (!metric.is_string() || (metric.get<std::string>() != "grad_norm" &&
-                                  metric.get<std::string>() != "expert_load"))
+      std::string name = metric.is_string() ? metric.get<std::string>() : "";
+      if (name != "grad_norm" && name != "expert_load" &&
+          name != "update_guard")
         return Status::error(where +
-                             ": field \"metric\": expected \"grad_norm\" or "
-                             "\"expert_load\", found " +
+                             ": field \"metric\": expected \"grad_norm\", "
+                             "\"expert_load\" or \"update_guard\", found " +
                              describe(metric));
       const BufferDesc &value = plan_.buffers[result.buffer];
-      bool norm = metric.get<std::string>() == "grad_norm";
-      if (value.dtype != DType::F32 || value.shape.size() != (norm ? 0 : 2))
-        return Status::error(where + (norm ? ": the grad_norm metric must be "
-                                             "an f32 scalar"
-                                           : ": the expert_load metric must "
-                                             "be f32 [layers, experts]"));
+      bool scalar = name != "expert_load";
+      if (value.dtype != DType::F32 || value.shape.size() != (scalar ? 0 : 2))
+        return Status::error(
+            where + ": the " + name + " metric must be " +
+            (scalar ? "an f32 scalar" : "f32 [layers, experts]"));
       result.metric = metric.get<std::string>();
     }
     TRELLIS_RETURN_IF_ERROR(readStageList(entry, where, result.stages));

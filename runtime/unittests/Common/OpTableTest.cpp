@@ -166,6 +166,19 @@ TEST(OpTableTest, EffectsNameWhatUpdatesReplace) {
   EXPECT_EQ(findOpContract("cast")->precision, PrecisionPolicy::Operands);
 }
 
+TEST(OpTableTest, AnUpdatesGuardIsAScalarWithoutFactors) {
+  AttrMap attrs = {{"learning_rate", real(0.1)}, {"weight_decay", real(0)}};
+  EXPECT_EQ(Instance("sgd", {f32({8, 4}), f32({8, 4}), f32({})}, attrs).rule(),
+            "([f0, f1], [f0, f1], []) -> ([f0, f1]) "
+            "{f0=8 parallel, f1=4 parallel} paddable");
+  std::vector<TensorType> results;
+  std::vector<TensorType> inputs = {f32({8}), f32({8}), f32({8})};
+  Diagnostic failure =
+      inferResults(*findOpContract("sgd"), OpInstance(inputs, attrs), results);
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(*failure, "expected a scalar guard, found [8]");
+}
+
 TEST(OpTableTest, DocsCountEveryRow) {
   std::string docs = opTableMarkdown();
   EXPECT_NE(docs.find(std::to_string(opContracts().size()) + " ops: "),

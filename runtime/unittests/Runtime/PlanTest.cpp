@@ -522,11 +522,17 @@ TEST(PlanTest, ReadsTheMetricsAndRejectsOthers) {
   StatusOr<Plan> plan = parsePlan(withMetric(R"("grad_norm")", 3));
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(plan->results[1].metric, "grad_norm");
+  EXPECT_EQ(plan->updateGuardResult(), -1);
+  plan = parsePlan(withMetric(R"("update_guard")", 3));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->updateGuardResult(), 1);
   expectRejected(withMetric(R"("loss_rate")", 3),
-                 "result 1: field \"metric\": expected \"grad_norm\" or "
-                 "\"expert_load\", found \"loss_rate\"");
+                 "result 1: field \"metric\": expected \"grad_norm\", "
+                 "\"expert_load\" or \"update_guard\", found \"loss_rate\"");
   expectRejected(withMetric(R"("grad_norm")", 2),
                  "result 1: the grad_norm metric must be an f32 scalar");
+  expectRejected(withMetric(R"("update_guard")", 2),
+                 "result 1: the update_guard metric must be an f32 scalar");
   // The expert load is [layers, experts]: not a scalar.
   expectRejected(withMetric(R"("expert_load")", 3),
                  "result 1: the expert_load metric must be f32 [layers, "

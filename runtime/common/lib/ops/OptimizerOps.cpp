@@ -2,7 +2,9 @@
 //
 // Updates are elementwise over the parameter (the step is a scalar): each
 // result is the new value of one operand, which the memory plan may update
-// in place, and a piece may be padded with zeros (they stay finite).
+// in place, and a piece may be padded with zeros (they stay finite). An
+// update with a guard (a scalar, its last operand) applies only when the
+// guard is finite, and otherwise leaves its operands' values unchanged.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,6 +30,13 @@ ShardingRule updateFactors(const OpInstance &op) {
   return rule;
 }
 
+/// An update's optional guard (its last operand when present): a scalar.
+Diagnostic guardOperand(const OpInstance &op, size_t index) {
+  if (op.numInputs() <= index || op.shape(index).empty())
+    return std::nullopt;
+  return "expected a scalar guard, found " + formatShape(op.shape(index));
+}
+
 /// `flops` per parameter element.
 CostRule perParameterElement(double flops) {
   return [flops](const OpInstance &op) {
@@ -50,7 +59,8 @@ void addOptimizerOps(TableBuilder &table) {
             {"grad", OperandKind::Float32},
             {"first_moment", OperandKind::Float32},
             {"second_moment", OperandKind::Float32},
-            {"step", OperandKind::Float32}},
+            {"step", OperandKind::Float32},
+            {"guard", OperandKind::Float32, /*optional=*/true}},
            3,
            {{"learning_rate", K::Real, true},
             {"beta1", K::Real, true},
@@ -71,6 +81,7 @@ void addOptimizerOps(TableBuilder &table) {
              if (!op.shape(4).empty())
                return "expected a scalar step, found " +
                       formatShape(op.shape(4));
+             TRELLIS_CHECK(guardOperand(op, 5));
              double beta1 = op.real("beta1"), beta2 = op.real("beta2");
              if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) {
                char found[64];
@@ -101,10 +112,14 @@ void addOptimizerOps(TableBuilder &table) {
   sgd.gradientOperand = 1;
   table
       .add("sgd",
-           {{"param", OperandKind::Float32}, {"grad", OperandKind::Float32}}, 1,
+           {{"param", OperandKind::Float32},
+            {"grad", OperandKind::Float32},
+            {"guard", OperandKind::Float32, /*optional=*/true}},
+           1,
            {{"learning_rate", K::Real, true}, {"weight_decay", K::Real, true}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(expectSameShape(op, 1, "grad", 0, "param"));
+             TRELLIS_CHECK(guardOperand(op, 2));
              out.push_back(op.input(0));
              return std::nullopt;
            })

@@ -54,7 +54,8 @@ public:
   /// parameter's (or state's) own memory when nothing reads the old value
   /// after it; without, every update has its own buffer until
   /// commitUpdates, so a step can still be dropped after its program ran
-  /// (a loss-scaled plan always keeps them apart).
+  /// (a loss-scaled plan keeps them apart unless its updates are guarded,
+  /// Plan::updateGuardResult).
   static StatusOr<std::unique_ptr<Executor>>
   create(Plan plan, Device &device, Communicator *communicator = nullptr,
          bool updatesInPlace = true);
@@ -107,8 +108,8 @@ public:
   /// Whether result `index` is written into its argument's memory: the
   /// instruction that makes it is the last to read the argument (reading
   /// it element by element, as an optimizer update does), so the step
-  /// needs no second copy. Never with a loss scale, whose skipped steps
-  /// keep the old values.
+  /// needs no second copy. With a loss scale only when the updates are
+  /// guarded: unguarded, a skipped step keeps the old values.
   bool updatesInPlace(size_t index) const {
     return inPlace_[plan_.results[index].buffer] >= 0;
   }

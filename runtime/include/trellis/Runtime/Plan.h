@@ -117,8 +117,11 @@ struct Result {
   std::optional<int64_t> updates;
   /// Argument index whose gradient this result is, if any.
   std::optional<int64_t> gradientOf;
-  /// A figure of the step the runtime reports ("grad_norm": the global
-  /// gradient norm before clipping, an f32 scalar), or empty.
+  /// A figure of the step the runtime reports, or empty: "grad_norm" (the
+  /// global gradient norm before clipping, an f32 scalar), "expert_load"
+  /// (f32 [layers, experts]), or "update_guard" (the f32 scalar the step's
+  /// updates are guarded by: 0 when they applied, NaN when every update
+  /// left its values unchanged).
   std::string metric;
   /// The pipeline stages that produce it; empty: every stage.
   std::vector<int64_t> stages;
@@ -229,6 +232,10 @@ struct Plan {
   /// The learning-rate schedule the metadata's optimizer names
   /// (`lr_schedule`), or nullopt for a constant rate.
   std::optional<LrSchedule> learningRateSchedule() const;
+  /// The index of the "update_guard" result, or -1 when the updates are
+  /// not guarded: then a step can only be dropped by not committing its
+  /// updates.
+  int64_t updateGuardResult() const;
 };
 
 /// The name of an input argument: its data stream ("tokens" or "targets")

@@ -181,7 +181,8 @@ private:
   /// Replaces `values` by their minimum over every rank (every rank must
   /// call it; without a communicator, nothing).
   Status minimumOverMesh(float *values, int64_t count) const;
-  /// Whether every update of the last step is finite on every rank.
+  /// Whether the last step's updates applied on every rank: a guarded
+  /// plan's guard is finite, else every update is finite.
   StatusOr<bool> updatesAreFinite() const;
   /// What is not finite after the last step's program, on any rank (every
   /// rank must call it): "the loss is not finite", "the update of \"NAME\"

@@ -2,8 +2,11 @@
 //
 // The rules that place a step's ops on pipeline ranks: an op of a
 // micro-batch on its virtual stage's rank (a micro-batch sum on the stage
-// that makes what it sums); an op of the step on every rank that reads
-// its results, or that needs a result it returns (an update or a gradient
+// that makes what it sums); an op of the step whose results are scalars
+// (a gradient's sum, a norm, a loss) where its last operand made by an op
+// comes from, looking through the step ops that made it, so that only the
+// scalar travels; any other op of the step on every rank that reads its
+// results, or that needs a result it returns (an update or a gradient
 // where its parameter is read, anything else, such as the loss, on rank
 // 0); an argument on every rank that reads it or holds a result updating
 // it. The pipeline split (-trellis-split-pipeline) and the cost query
@@ -33,6 +36,10 @@ struct PlacementOp {
   /// The ops that read its results, and the step results it returns.
   std::vector<int64_t> readers;
   std::vector<int64_t> returnedAs;
+  /// The ops that make its operands, in operand order (arguments left
+  /// out), and whether every result is a scalar (rank 0).
+  std::vector<int64_t> producers;
+  bool scalarResults = false;
 };
 
 /// A step as the placement sees it.
