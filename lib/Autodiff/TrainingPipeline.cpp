@@ -55,10 +55,9 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     // fp32 masters.
     if (options.precision)
       pm.addPass(createMasterWeightsPass());
-    // A loss-scaled step skips an overflow in its updates, so they run in
-    // place (the verdict reads the gradients before clipping).
-    if (options.precision == LowPrecision::F16)
-      pm.addPass(createGuardUpdatesPass());
+    // (-trellis-guard-updates, which lets a loss-scaled step's updates run
+    // in place, is not in the pipeline yet: its verdict is a pass over the
+    // gradients of its own, where Megatron's rides on the unscale.)
     if (options.clipGradNorm) {
       ClipGradientsPassOptions clip;
       clip.maxNorm = *options.clipGradNorm;

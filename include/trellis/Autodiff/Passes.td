@@ -343,8 +343,8 @@ def GuardUpdatesPass : Pass<"trellis-guard-updates", "::mlir::ModuleOp"> {
     `guard`: 0 when every gradient is finite, NaN when one is infinite or
     NaN (or when the sum itself overflows f32, where AdamW's second moment
     would overflow too). A guarded update that sees NaN leaves its
-    parameter and states unchanged. This is how a loss-scaled step skips an
-    overflow: the verdict comes before the updates, so they may run in
+    parameter and states unchanged. This is how a loss-scaled step can skip
+    an overflow: the verdict comes before the updates, so they may run in
     their operands' memory (a step that ran its updates first would have to
     keep the old values beside the new ones to drop them). The sums are
     ordinary ops, so the partitioner derives their collectives from the
