@@ -383,8 +383,9 @@ RankProgram planRankProgram(ArrayRef<RankItem> items,
 /// The updates that may be computed in their argument's memory, as the
 /// runtime lists them (Executor::planMemory): results marked as updating an
 /// argument this rank holds, of its type; with a loss scale only when the
-/// updates are guarded (-trellis-guard-updates: the plan's "update_guard"
-/// result, which only rank 0 may hold, so the rank's updates are asked).
+/// updates are guarded (-trellis-guard-updates gives them a grad_scale:
+/// the plan's "update_guard" result, which only rank 0 may hold, says so
+/// too).
 std::vector<PlannedUpdate> inPlaceCandidates(func::FuncOp step,
                                              ArrayRef<int64_t> arguments,
                                              ArrayRef<RankItem> items,
@@ -396,11 +397,8 @@ std::vector<PlannedUpdate> inPlaceCandidates(func::FuncOp step,
     return role && role.getValue() == "loss_scale";
   });
   bool guarded = llvm::any_of(items, [](const RankItem &item) {
-    if (auto adamw = llvm::dyn_cast_or_null<graph::AdamWOp>(item.op))
-      return static_cast<bool>(adamw.getGuard());
-    if (auto sgd = llvm::dyn_cast_or_null<graph::SgdOp>(item.op))
-      return static_cast<bool>(sgd.getGuard());
-    return false;
+    const OpContract *contract = item.op ? graph::contractOf(item.op) : nullptr;
+    return contract && contract->hasGradientScale(item.op->getNumOperands());
   });
   if ((scaled && !guarded) || items.empty() || !items.back().op ||
       !llvm::isa<func::ReturnOp>(items.back().op))

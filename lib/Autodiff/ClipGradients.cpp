@@ -73,6 +73,16 @@ struct ClipGradientsPass
                       : ReduceSumOp::create(builder, loc, squares, dims,
                                             /*keep_dims=*/false)
                             .getResult();
+      // An update that divides its gradient by a grad_scale s sees
+      // squares s^2 smaller.
+      Operation *update = gradient->getOwner();
+      const OpContract *contract = contractOf(update);
+      if (contract->hasGradientScale(update->getNumOperands())) {
+        Value scale =
+            update->getOperand(contract->effects.gradientScaleOperand);
+        sum = DivOp::create(builder, loc, sum,
+                            MulOp::create(builder, loc, scale, scale));
+      }
       total = total ? AddOp::create(builder, loc, total, sum).getResult() : sum;
     }
     Value norm = SqrtOp::create(builder, loc, total);

@@ -1,5 +1,4 @@
-//===- GuardUpdates.cpp - Updates apply only when the gradients are finite
-//-===//
+//===- GuardUpdates.cpp - Updates skip a step whose gradients overflowed --===//
 
 #include "trellis/Autodiff/Passes.h"
 
@@ -19,6 +18,16 @@ using namespace trellis::graph;
 
 namespace {
 
+/// `value` as a division by a scalar that nothing else reads (the loss
+/// scale's unscale), or null.
+DivOp scalarDivision(Value value) {
+  auto division = value.getDefiningOp<DivOp>();
+  if (!division || !division->hasOneUse() ||
+      llvm::cast<RankedTensorType>(division.getRhs().getType()).getRank() != 0)
+    return nullptr;
+  return division;
+}
+
 struct GuardUpdatesPass
     : public trellis::impl::GuardUpdatesPassBase<GuardUpdatesPass> {
   using GuardUpdatesPassBase::GuardUpdatesPassBase;
@@ -31,62 +40,83 @@ struct GuardUpdatesPass
                          << " with optimizer updates to guard, found none";
       return signalPassFailure();
     }
+    for (unsigned r = 0; r < step.getNumResults(); ++r)
+      if (auto metric = step.getResultAttrOfType<StringAttr>(
+              r, GraphDialect::kMetricAttrName);
+          metric && metric.getValue() == "update_guard") {
+        step.emitError("expected a step without an update_guard result, "
+                       "found one (the step is guarded already)");
+        return signalPassFailure();
+      }
     Block &body = step.getBody().front();
     SmallVector<Operation *> updates;
     for (Operation &op : body.without_terminator())
-      if (isUpdate(&op))
+      if (const OpContract *contract = contractOf(&op);
+          contract && contract->isUpdate()) {
+        if (contract->effects.gradientScaleOperand < 0 ||
+            contract->hasGradientScale(op.getNumOperands())) {
+          op.emitError("expected an update that takes a grad_scale and has "
+                       "none, found ")
+              << op.getName() << " with " << op.getNumOperands() << " operands";
+          return signalPassFailure();
+        }
         updates.push_back(&op);
+      }
     if (updates.empty()) {
       step.emitError("expected optimizer updates to guard, found none");
       return signalPassFailure();
     }
-    for (Operation *update : updates)
-      if (isGuarded(update)) {
-        update->emitError("expected an update without a guard, found one "
-                          "(the step is guarded already)");
-        return signalPassFailure();
-      }
 
-    // The verdict, before the first update: every gradient's elements
-    // summed, the sums added, times zero.
+    // Each update's gradient; a division by a scalar becomes the update's
+    // grad_scale, so the update unscales as it reads.
     OpBuilder builder(updates.front());
     Location loc = step.getLoc();
+    SmallVector<Value> divisors;
+    for (Operation *update : updates) {
+      OpOperand &gradient =
+          update->getOpOperand(contractOf(update)->effects.gradientOperand);
+      Value divisor;
+      if (DivOp division = scalarDivision(gradient.get())) {
+        gradient.set(division.getLhs());
+        divisor = division.getRhs();
+        division.erase();
+      }
+      divisors.push_back(divisor);
+    }
+
+    // The verdict, before the first update: every gradient's elements
+    // summed, the sums added, times zero (0, or NaN when one is not
+    // finite).
     Value total;
     for (Operation *update : updates) {
       Value gradient =
           update->getOperand(contractOf(update)->effects.gradientOperand);
-      auto type = llvm::cast<RankedTensorType>(gradient.getType());
       Value sum = gradient;
-      if (type.getRank() > 0)
+      if (auto type = llvm::cast<RankedTensorType>(gradient.getType());
+          type.getRank() > 0)
         sum = ReduceSumOp::create(
             builder, loc, gradient,
             llvm::to_vector(llvm::seq<int64_t>(0, type.getRank())),
             /*keep_dims=*/false);
       total = total ? AddOp::create(builder, loc, total, sum).getResult() : sum;
     }
-    Value zero = FillOp::create(builder, loc, builder.getDenseI64ArrayAttr({}),
-                                builder.getF64FloatAttr(0.0));
-    Value guard = MulOp::create(builder, loc, total, zero);
-    for (Operation *update : updates) {
-      if (auto adamw = llvm::dyn_cast<AdamWOp>(update))
-        adamw.getGuardMutable().assign(guard);
-      else if (auto sgd = llvm::dyn_cast<SgdOp>(update))
-        sgd.getGuardMutable().assign(guard);
-      else {
-        update->emitError("expected adamw or sgd to guard, found ")
-            << update->getName();
-        return signalPassFailure();
-      }
+    auto scalar = [&](double value) {
+      return FillOp::create(builder, loc, builder.getDenseI64ArrayAttr({}),
+                            builder.getF64FloatAttr(value))
+          .getResult();
+    };
+    Value guard = MulOp::create(builder, loc, total, scalar(0.0));
+
+    // Each update's grad_scale: its divisor (else 1) plus the guard.
+    llvm::DenseMap<Value, Value> scaleOf;
+    for (auto [update, divisor] : llvm::zip(updates, divisors)) {
+      Value &scale = scaleOf[divisor];
+      if (!scale)
+        scale =
+            AddOp::create(builder, loc, divisor ? divisor : scalar(1.0), guard);
+      update->insertOperands(update->getNumOperands(), scale);
     }
     appendMetricResult(step, guard, "update_guard");
-  }
-
-  static bool isGuarded(Operation *update) {
-    if (auto adamw = llvm::dyn_cast<AdamWOp>(update))
-      return static_cast<bool>(adamw.getGuard());
-    if (auto sgd = llvm::dyn_cast<SgdOp>(update))
-      return static_cast<bool>(sgd.getGuard());
-    return false;
   }
 };
 

@@ -167,9 +167,10 @@ struct InsertOptimizerPass
     };
     if (optimizer == OptimizerKind::Sgd) {
       for (auto [param, gradient] : gradients) {
-        results.push_back(SgdOp::create(
-            builder, loc, body.getArgument(param), gradient, /*guard=*/Value(),
-            builder.getF64FloatAttr(learningRate), decayOf(param)));
+        results.push_back(SgdOp::create(builder, loc, body.getArgument(param),
+                                        gradient, /*grad_scale=*/Value(),
+                                        builder.getF64FloatAttr(learningRate),
+                                        decayOf(param)));
         resultAttrs.push_back(updates(param));
       }
     } else {
@@ -193,8 +194,8 @@ struct InsertOptimizerPass
       for (auto [i, entry] : llvm::enumerate(gradients)) {
         auto update = AdamWOp::create(
             builder, loc, body.getArgument(entry.first), entry.second,
-            firstMoments[i], secondMoments[i], stepCount, /*guard=*/Value(),
-            builder.getF64FloatAttr(learningRate),
+            firstMoments[i], secondMoments[i], stepCount,
+            /*grad_scale=*/Value(), builder.getF64FloatAttr(learningRate),
             builder.getF64FloatAttr(beta1), builder.getF64FloatAttr(beta2),
             builder.getF64FloatAttr(epsilon), decayOf(entry.first),
             /*lr_schedule=*/nullptr, /*warmup_steps=*/nullptr,

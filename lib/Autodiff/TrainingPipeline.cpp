@@ -55,9 +55,10 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     // fp32 masters.
     if (options.precision)
       pm.addPass(createMasterWeightsPass());
-    // (-trellis-guard-updates, which lets a loss-scaled step's updates run
-    // in place, is not in the pipeline yet: its verdict is a pass over the
-    // gradients of its own, where Megatron's rides on the unscale.)
+    // A loss-scaled step's updates unscale their gradients and skip an
+    // overflow themselves, so they run in place.
+    if (options.precision == LowPrecision::F16)
+      pm.addPass(createGuardUpdatesPass());
     if (options.clipGradNorm) {
       ClipGradientsPassOptions clip;
       clip.maxNorm = *options.clipGradNorm;

@@ -72,15 +72,22 @@ struct ApplySequenceParallelPass
       if (llvm::isa<graph::RmsNormOp, graph::LayerNormOp>(op))
         norms.push_back(op);
     });
+    // The sequence splits over the context axes and then the tensor axis.
+    SmallVector<StringAttr> sequenceAxes = contextAxes_;
+    sequenceAxes.push_back(StringAttr::get(&getContext(), axisName_));
+    std::string over;
+    for (StringAttr axis : sequenceAxes)
+      over += (over.empty() ? "" : ",") + axis.str() + "=" +
+              std::to_string(piecesOf(axis));
     for (Operation *norm : norms) {
       auto type = llvm::cast<RankedTensorType>(norm->getOperand(0).getType());
       int64_t sequence =
           type.getRank() >= 3 ? type.getDimSize(type.getRank() - 2) : 0;
-      if (type.getRank() >= 3 && sequence % size_ != 0) {
-        norm->emitOpError() << "sequence parallelism splits the sequence of "
-                            << type << " over " << axisName_ << "=" << size_
-                            << ": expected a sequence divisible by " << size_
-                            << ", found " << sequence;
+      if (type.getRank() >= 3 && sequence % piecesOf(sequenceAxes) != 0) {
+        norm->emitOpError()
+            << "sequence parallelism splits the sequence of " << type
+            << " over " << over << ": expected a sequence divisible by "
+            << piecesOf(sequenceAxes) << ", found " << sequence;
         return signalPassFailure();
       }
       splitAlongSequence(norm->getOperand(0));
@@ -177,10 +184,7 @@ private:
   }
 
   int64_t piecesOf(ArrayRef<StringAttr> axes) {
-    int64_t pieces = 1;
-    for (StringAttr axis : axes)
-      pieces *= mesh_ ? mesh_.getMesh().getAxisSize(axis.getValue()) : 1;
-    return pieces;
+    return mesh_.getMesh().getGroupSize(axes);
   }
 
   FlatSymbolRefAttr meshName_;

@@ -12,9 +12,10 @@ namespace trellis::runtime::cpu {
 
 namespace {
 
-/// AdamW's constants for one step.
+/// AdamW's constants for one step; `unscale` multiplies the gradient (1 /
+/// grad_scale, else 1).
 struct AdamW {
-  double lr, decay, beta1, beta2, epsilon, correction1, correction2;
+  double lr, decay, beta1, beta2, epsilon, correction1, correction2, unscale;
 };
 
 /// Elements [0, n) of one update, in double; cloned for AVX-512, where the
@@ -28,7 +29,7 @@ adamwRange(const AdamW &a, const float *param, const float *grad,
   // loop vectorizes (the compiler's own overlap check would refuse).
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    double g = grad[i];
+    double g = grad[i] * a.unscale;
     double mi = a.beta1 * m[i] + (1.0 - a.beta1) * g;
     double vi = a.beta2 * v[i] + (1.0 - a.beta2) * g * g;
     double update =
@@ -51,17 +52,10 @@ struct Update {
   const float *param = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;
   float *newParam = nullptr, *newM = nullptr, *newV = nullptr;
   int64_t n = 0;
-  /// A guarded update whose guard is not finite: the results keep the
+  /// An update whose grad_scale is not finite: the results keep the
   /// operands' values.
   bool skipped = false;
 };
-
-/// Whether the guard operand at `index`, if the update has one, says to
-/// skip the step (it is not finite).
-bool guardSkips(const KernelArgs &args, size_t index) {
-  return args.instruction.inputs.size() > index &&
-         !std::isfinite(args.in(index).f32()[0]);
-}
 
 StatusOr<Update> prepare(const KernelArgs &args) {
   const Instruction &instruction = args.instruction;
@@ -73,11 +67,15 @@ StatusOr<Update> prepare(const KernelArgs &args) {
   update.grad = args.in(1).f32();
   update.newParam = args.out(0).f32();
   update.n = args.in(0).size();
-  if (update.sgd) {
-    update.skipped = guardSkips(args, 2);
-    return update;
+  update.a.unscale = 1.0;
+  const OpContract &contract = *findOpContract(instruction.op);
+  if (contract.hasGradientScale(instruction.inputs.size())) {
+    double scale = args.in(contract.effects.gradientScaleOperand).f32()[0];
+    update.skipped = !std::isfinite(scale);
+    update.a.unscale = 1.0 / scale;
   }
-  update.skipped = guardSkips(args, 5);
+  if (update.sgd)
+    return update;
   double beta1 = instruction.real("beta1"), beta2 = instruction.real("beta2");
   double step = args.in(4).f32()[0];
   if (!(step >= 1))
@@ -121,8 +119,9 @@ void runRange(const Update &u, int64_t first, int64_t count) {
   if (u.sgd) {
 #pragma omp simd
     for (int64_t i = first; i < first + count; ++i)
-      u.newParam[i] = static_cast<float>(
-          u.param[i] - u.a.lr * (u.grad[i] + u.a.decay * u.param[i]));
+      u.newParam[i] =
+          static_cast<float>(u.param[i] - u.a.lr * (u.grad[i] * u.a.unscale +
+                                                    u.a.decay * u.param[i]));
     return;
   }
   adamwRange(u.a, u.param + first, u.grad + first, u.m + first, u.v + first,

@@ -6,8 +6,8 @@
 // step count stays on the device: each update's block reads it, and
 // computes the bias corrections and a scheduled rate
 // (trellis/Common/LearningRate.h, the one definition both backends
-// compile) there, so no value comes back to the host. A guarded update's
-// block reads its guard the same way.
+// compile) there, so no value comes back to the host. An update's
+// grad_scale is read there the same way.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,9 +32,10 @@ struct DeviceUpdate {
   float *newParam, *newM, *newV;
   /// The step count (adamw), in device memory.
   const float *step;
-  /// The guard, in device memory, or null: a guard that is not finite
-  /// leaves the operands' values in the results.
-  const float *guard;
+  /// The grad_scale, in device memory, or null: the gradient is multiplied
+  /// by its inverse, and one that is not finite leaves the operands'
+  /// values in the results.
+  const float *gradScale;
   int64_t n;
   bool sgd, scheduled;
   double lr, decay, beta1, beta2, epsilon;
@@ -49,13 +50,15 @@ struct Chunk {
 
 __global__ void optimizerKernel(const DeviceUpdate *updates,
                                 const Chunk *chunks, int64_t count) {
-  __shared__ double rate, correction1, correction2;
+  __shared__ double rate, correction1, correction2, unscale;
   __shared__ bool skipped;
   for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
     const DeviceUpdate &u = updates[chunks[c].update];
     __syncthreads();
     if (threadIdx.x == 0) {
-      skipped = u.guard && !isfinite(*u.guard);
+      double scale = u.gradScale ? *u.gradScale : 1.0;
+      skipped = !isfinite(scale);
+      unscale = 1.0 / scale;
       rate = u.lr;
       correction1 = correction2 = 1;
       if (!u.sgd) {
@@ -84,11 +87,11 @@ __global__ void optimizerKernel(const DeviceUpdate *updates,
     for (int64_t i = first + threadIdx.x; i < last; i += blockDim.x) {
       float param = u.param[i];
       if (u.sgd) {
-        u.newParam[i] =
-            static_cast<float>(param - rate * (u.grad[i] + u.decay * param));
+        u.newParam[i] = static_cast<float>(
+            param - rate * (u.grad[i] * unscale + u.decay * param));
         continue;
       }
-      double g = u.grad[i];
+      double g = u.grad[i] * unscale;
       double mi = u.beta1 * u.m[i] + (1.0 - u.beta1) * g;
       double vi = u.beta2 * u.v[i] + (1.0 - u.beta2) * g * g;
       double update = (mi / correction1) / (sqrt(vi / correction2) + u.epsilon);
@@ -110,10 +113,10 @@ DeviceUpdate describe(const KernelArgs &args) {
   u.grad = static_cast<const float *>(args.in(1).raw());
   u.newParam = static_cast<float *>(args.out(0).raw());
   u.n = args.in(0).size();
-  // The guard is the last operand of a guarded update.
-  size_t guardIndex = u.sgd ? 2 : 5;
-  if (instruction.inputs.size() > guardIndex)
-    u.guard = static_cast<const float *>(args.in(guardIndex).raw());
+  const OpContract &contract = *findOpContract(instruction.op);
+  if (contract.hasGradientScale(instruction.inputs.size()))
+    u.gradScale = static_cast<const float *>(
+        args.in(contract.effects.gradientScaleOperand).raw());
   if (u.sgd)
     return u;
   u.m = static_cast<const float *>(args.in(2).raw());

@@ -37,6 +37,25 @@ func.func @train_step(%w: tensor<4x3xf32> {graph.role = "param", graph.param = "
 
 // -----
 
+// Tests that an update that divides its gradient by a grad_scale s sees a
+// sum of squares s^2 smaller: the norm is that of the gradients it reads.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[SQ:.*]] = graph.mul %arg1, %arg1
+// CHECK: %[[SUM:.*]] = graph.reduce_sum %[[SQ]] dims [0]
+// CHECK: %[[S2:.*]] = graph.mul %arg2, %arg2
+// CHECK: %[[UNSCALED:.*]] = graph.div %[[SUM]], %[[S2]]
+// CHECK: %[[NORM:.*]] = graph.sqrt %[[UNSCALED]]
+// CHECK: %[[G:.*]] = graph.mul %arg1, %{{.*}}
+// CHECK: graph.sgd %arg0, %[[G]] grad_scale %arg2
+func.func @train_step(%w: tensor<4xf32> {graph.role = "param", graph.param = "w"},
+                      %g: tensor<4xf32>, %s: tensor<f32>, %loss: tensor<f32>)
+    -> (tensor<f32>, tensor<4xf32> {graph.updates = 0 : i64}) {
+  %0 = graph.sgd %w, %g grad_scale %s {learning_rate = 1.0 : f64, weight_decay = 0.0 : f64} : tensor<4xf32>
+  return %loss, %0 : tensor<f32>, tensor<4xf32>
+}
+
+// -----
+
 // Tests that a step without optimizer updates is refused.
 // expected-error @+1 {{--clip-grad: expected optimizer updates to clip the gradients of, found none}}
 func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {

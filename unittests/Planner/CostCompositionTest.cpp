@@ -22,13 +22,23 @@ PlanRequest requestFor(const std::string &config, int64_t layers,
                        int64_t globalBatch, int64_t seq) {
   auto buffer = llvm::MemoryBuffer::getFile(std::string(TRELLIS_EXAMPLES_DIR) +
                                             "/configs/" + config);
-  EXPECT_TRUE(static_cast<bool>(buffer)) << config;
+  PlanRequest request;
+  if (!buffer) {
+    ADD_FAILURE() << "cannot read " << config;
+    return request;
+  }
   llvm::Expected<llvm::json::Value> json =
       llvm::json::parse((*buffer)->getBuffer());
-  EXPECT_TRUE(static_cast<bool>(json));
+  if (!json) {
+    ADD_FAILURE() << config << ": " << llvm::toString(json.takeError());
+    return request;
+  }
+  if (!json->getAsObject()) {
+    ADD_FAILURE() << config << ": expected a JSON object";
+    return request;
+  }
   llvm::json::Object object = *json->getAsObject();
   object[object.get("n_layer") ? "n_layer" : "num_hidden_layers"] = layers;
-  PlanRequest request;
   llvm::raw_string_ostream text(request.modelText);
   text << llvm::json::Value(std::move(object));
   request.modelSource = config;

@@ -309,7 +309,9 @@ def ClipGradientsPass : Pass<"trellis-clip-gradients", "::mlir::ModuleOp"> {
     partitioner derives its collectives from the gradients' shardings: a
     piece split over data, tensor or ZeRO axes adds a partial sum that is
     all-reduced, a replicated piece counts once, and a pipeline sends each
-    stage's sum where the scale is needed. The step returns the norm as a
+    stage's sum where the scale is needed. An update with a `grad_scale` s
+    (`-trellis-guard-updates`) divides its gradient by s as it reads it:
+    its sum of squares is divided by s^2. The step returns the norm as a
     result marked `graph.metric = "grad_norm"` (before clipping).
 
     ```mlir
@@ -335,31 +337,36 @@ def ClipGradientsPass : Pass<"trellis-clip-gradients", "::mlir::ModuleOp"> {
 }
 
 def GuardUpdatesPass : Pass<"trellis-guard-updates", "::mlir::ModuleOp"> {
-  let summary = "Applies the step's optimizer updates only when every gradient is finite";
+  let summary = "Skips the step's optimizer updates when a gradient is not finite";
   let description = [{
-    After `-trellis-insert-optimizer` (and `-trellis-master-weights`): the
-    gradients every update of the training step reads are summed (each one's
-    elements, then the sums), and the total times zero is each update's
-    `guard`: 0 when every gradient is finite, NaN when one is infinite or
-    NaN (or when the sum itself overflows f32, where AdamW's second moment
-    would overflow too). A guarded update that sees NaN leaves its
-    parameter and states unchanged. This is how a loss-scaled step can skip
-    an overflow: the verdict comes before the updates, so they may run in
-    their operands' memory (a step that ran its updates first would have to
-    keep the old values beside the new ones to drop them). The sums are
-    ordinary ops, so the partitioner derives their collectives from the
-    gradients' shardings and a pipeline sends each stage's sum where the
-    updates run (as `-trellis-clip-gradients`' norm). The step returns the
-    guard as a result marked `graph.metric = "update_guard"`, from which
-    the runtime learns whether the step was applied.
+    After `-trellis-insert-optimizer` (and `-trellis-master-weights`), before
+    `-trellis-clip-gradients`. Every update of the training step gets a
+    `grad_scale` (OpEffects::gradientScaleOperand): an update whose gradient
+    is a division by a scalar (the loss scale's unscale) reads the dividend
+    and divides as it reads, so the unscale is no pass of its own; the
+    verdict, the sum of every gradient's elements times zero (0, or NaN
+    when one is infinite or NaN, or when the sum overflows f32, where
+    AdamW's second moment would overflow too), is added to each grad_scale
+    (1 where there was no division). An update whose grad_scale is not
+    finite leaves its parameter and states unchanged, so a loss-scaled
+    step skips an overflow before its updates and they may run in their
+    operands' memory: no second copy of parameters, masters and moments,
+    as in Megatron, whose unscale checks too. The sums are ordinary ops:
+    the partitioner derives their collectives from the gradients'
+    shardings, and a pipeline sends each stage's partial total on (only a
+    scalar crosses a stage). The step returns the verdict as a result
+    marked `graph.metric = "update_guard"`, from which the runtime learns
+    whether the step was applied.
 
     ```mlir
     // Before
-    %new, %m1, %v1 = graph.adamw %w, %g, %m, %v, %step ...
+    %u = graph.div %g, %loss_scale
+    %new, %m1, %v1 = graph.adamw %w, %u, %m, %v, %step ...
     // After
     %sum = graph.reduce_sum %g dims [0, 1]        // (every gradient's, added)
     %guard = graph.mul %sum, (graph.fill 0.0)
-    %new, %m1, %v1 = graph.adamw %w, %g, %m, %v, %step guard %guard ...
+    %s = graph.add %loss_scale, %guard
+    %new, %m1, %v1 = graph.adamw %w, %g, %m, %v, %step grad_scale %s ...
     return ..., %guard {graph.metric = "update_guard"}
     ```
   }];

@@ -66,8 +66,11 @@ std::string effectsText(const OpContract &contract) {
       if (effects.replaces[r] >= 0)
         replaced += (replaced.empty() ? "" : ", ") +
                     contract.operands[effects.replaces[r]].name;
-    append("updates " + replaced + " from " +
-           contract.operands[effects.gradientOperand].name);
+    std::string from = contract.operands[effects.gradientOperand].name;
+    if (effects.gradientScaleOperand >= 0)
+      from += " / " + contract.operands[effects.gradientScaleOperand].name +
+              " (none when it is not finite)";
+    append("updates " + replaced + " from " + from);
   }
   if (effects.accumulates)
     append("accumulates over micro-batches");

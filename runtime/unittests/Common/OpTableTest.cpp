@@ -157,6 +157,7 @@ TEST(OpTableTest, EffectsNameWhatUpdatesReplace) {
   EXPECT_EQ(adamw->replacedOperand(1), 2);
   EXPECT_EQ(adamw->replacedOperand(2), 3);
   EXPECT_EQ(adamw->effects.gradientOperand, 1);
+  EXPECT_EQ(adamw->effects.gradientScaleOperand, 5);
   EXPECT_FALSE(findOpContract("matmul")->isUpdate());
   EXPECT_TRUE(findOpContract("accumulate")->effects.accumulates);
   EXPECT_TRUE(findOpContract("reshape")->effects.sharesOperandBytes);
@@ -166,7 +167,7 @@ TEST(OpTableTest, EffectsNameWhatUpdatesReplace) {
   EXPECT_EQ(findOpContract("cast")->precision, PrecisionPolicy::Operands);
 }
 
-TEST(OpTableTest, AnUpdatesGuardIsAScalarWithoutFactors) {
+TEST(OpTableTest, AnUpdatesGradientScaleIsAScalarWithoutFactors) {
   AttrMap attrs = {{"learning_rate", real(0.1)}, {"weight_decay", real(0)}};
   EXPECT_EQ(Instance("sgd", {f32({8, 4}), f32({8, 4}), f32({})}, attrs).rule(),
             "([f0, f1], [f0, f1], []) -> ([f0, f1]) "
@@ -176,7 +177,10 @@ TEST(OpTableTest, AnUpdatesGuardIsAScalarWithoutFactors) {
   Diagnostic failure =
       inferResults(*findOpContract("sgd"), OpInstance(inputs, attrs), results);
   ASSERT_TRUE(failure);
-  EXPECT_EQ(*failure, "expected a scalar guard, found [8]");
+  EXPECT_EQ(*failure, "expected a scalar grad_scale, found [8]");
+  EXPECT_EQ(findOpContract("sgd")->effects.gradientScaleOperand, 2);
+  EXPECT_TRUE(findOpContract("sgd")->hasGradientScale(3));
+  EXPECT_FALSE(findOpContract("sgd")->hasGradientScale(2));
 }
 
 TEST(OpTableTest, DocsCountEveryRow) {

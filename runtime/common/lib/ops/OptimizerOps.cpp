@@ -3,8 +3,9 @@
 // Updates are elementwise over the parameter (the step is a scalar): each
 // result is the new value of one operand, which the memory plan may update
 // in place, and a piece may be padded with zeros (they stay finite). An
-// update with a guard (a scalar, its last operand) applies only when the
-// guard is finite, and otherwise leaves its operands' values unchanged.
+// update with a grad_scale (a scalar, its last operand) reads the gradient
+// divided by it, and leaves its operands' values unchanged when it is not
+// finite (OpEffects::gradientScaleOperand).
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,11 +31,12 @@ ShardingRule updateFactors(const OpInstance &op) {
   return rule;
 }
 
-/// An update's optional guard (its last operand when present): a scalar.
-Diagnostic guardOperand(const OpInstance &op, size_t index) {
+/// An update's optional gradient scale (its last operand when present): a
+/// scalar.
+Diagnostic gradientScaleOperand(const OpInstance &op, size_t index) {
   if (op.numInputs() <= index || op.shape(index).empty())
     return std::nullopt;
-  return "expected a scalar guard, found " + formatShape(op.shape(index));
+  return "expected a scalar grad_scale, found " + formatShape(op.shape(index));
 }
 
 /// `flops` per parameter element.
@@ -53,6 +55,7 @@ void addOptimizerOps(TableBuilder &table) {
   OpEffects adamw;
   adamw.replaces = {0, 2, 3}; // param, first_moment, second_moment
   adamw.gradientOperand = 1;
+  adamw.gradientScaleOperand = 5;
   table
       .add("adamw",
            {{"param", OperandKind::Float32},
@@ -60,7 +63,7 @@ void addOptimizerOps(TableBuilder &table) {
             {"first_moment", OperandKind::Float32},
             {"second_moment", OperandKind::Float32},
             {"step", OperandKind::Float32},
-            {"guard", OperandKind::Float32, /*optional=*/true}},
+            {"grad_scale", OperandKind::Float32, /*optional=*/true}},
            3,
            {{"learning_rate", K::Real, true},
             {"beta1", K::Real, true},
@@ -81,7 +84,7 @@ void addOptimizerOps(TableBuilder &table) {
              if (!op.shape(4).empty())
                return "expected a scalar step, found " +
                       formatShape(op.shape(4));
-             TRELLIS_CHECK(guardOperand(op, 5));
+             TRELLIS_CHECK(gradientScaleOperand(op, 5));
              double beta1 = op.real("beta1"), beta2 = op.real("beta2");
              if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) {
                char found[64];
@@ -110,16 +113,17 @@ void addOptimizerOps(TableBuilder &table) {
   OpEffects sgd;
   sgd.replaces = {0};
   sgd.gradientOperand = 1;
+  sgd.gradientScaleOperand = 2;
   table
       .add("sgd",
            {{"param", OperandKind::Float32},
             {"grad", OperandKind::Float32},
-            {"guard", OperandKind::Float32, /*optional=*/true}},
+            {"grad_scale", OperandKind::Float32, /*optional=*/true}},
            1,
            {{"learning_rate", K::Real, true}, {"weight_decay", K::Real, true}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(expectSameShape(op, 1, "grad", 0, "param"));
-             TRELLIS_CHECK(guardOperand(op, 2));
+             TRELLIS_CHECK(gradientScaleOperand(op, 2));
              out.push_back(op.input(0));
              return std::nullopt;
            })

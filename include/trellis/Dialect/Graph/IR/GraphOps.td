@@ -781,11 +781,13 @@ def Graph_AdamWOp : Graph_Op<"adamw", [
     linear, cosine, wsd), lr is the schedule's rate at step t, peaking at
     `learning_rate` (`warmup_steps`, `decay_steps`, `wsd_decay_steps`,
     `min_lr`: trellis/Common/LearningRate.h has the formulas).
-    With a `guard` scalar, the step applies only when the guard is finite;
-    otherwise the results equal the operands (a step whose gradients
-    overflowed changes nothing, and may still run in the operands' memory):
+    With a `grad_scale` scalar s, g is `grad` times 1 / s in double (a
+    loss-scaled step's unscale, exact for the powers of two a loss scale
+    takes), and when s is not finite the results
+    equal the operands: a step whose gradients overflowed changes nothing,
+    and may still run in the operands' memory.
     ```mlir
-    %p1, %m1, %v1 = graph.adamw %p, %g, %m, %v, %step guard %finite
+    %p1, %m1, %v1 = graph.adamw %p, %g, %m, %v, %step grad_scale %s
         {...} : tensor<4x3xf32>
     ```
   }];
@@ -793,7 +795,7 @@ def Graph_AdamWOp : Graph_Op<"adamw", [
                        Graph_F32Tensor:$first_moment,
                        Graph_F32Tensor:$second_moment,
                        Graph_ScalarTensor:$step,
-                       Optional<Graph_ScalarTensor>:$guard,
+                       Optional<Graph_ScalarTensor>:$grad_scale,
                        F64Attr:$learning_rate, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$epsilon, F64Attr:$weight_decay,
                        OptionalAttr<StrAttr>:$lr_schedule,
@@ -805,21 +807,21 @@ def Graph_AdamWOp : Graph_Op<"adamw", [
                       Graph_F32Tensor:$new_first_moment,
                       Graph_F32Tensor:$new_second_moment);
   let assemblyFormat = [{
-    $param `,` $grad `,` $first_moment `,` $second_moment `,` $step (`guard` $guard^)? attr-dict `:` type($param)
+    $param `,` $grad `,` $first_moment `,` $second_moment `,` $step (`grad_scale` $grad_scale^)? attr-dict `:` type($param)
   }];
 }
 
 def Graph_SgdOp : Graph_Op<"sgd", [AllTypesMatch<["param", "grad"]>]> {
   let summary = "One SGD step with weight decay: p = p - lr (g + wd p)";
   let description = [{
-    With a `guard` scalar, the step applies only when the guard is finite;
-    otherwise the result equals `param` (as adamw's guard).
+    With a `grad_scale` scalar s, g is `grad` / s, and when s is not finite
+    the result equals `param` (as adamw's).
   }];
   let arguments = (ins Graph_F32Tensor:$param, Graph_F32Tensor:$grad,
-                       Optional<Graph_ScalarTensor>:$guard,
+                       Optional<Graph_ScalarTensor>:$grad_scale,
                        F64Attr:$learning_rate, F64Attr:$weight_decay);
   let results = (outs Graph_F32Tensor:$new_param);
-  let assemblyFormat = "$param `,` $grad (`guard` $guard^)? attr-dict `:` type($param)";
+  let assemblyFormat = "$param `,` $grad (`grad_scale` $grad_scale^)? attr-dict `:` type($param)";
 }
 
 #endif // TRELLIS_DIALECT_GRAPH_IR_GRAPHOPS_TD

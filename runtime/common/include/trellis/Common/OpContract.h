@@ -198,6 +198,12 @@ struct OpEffects {
   std::vector<int64_t> replaces;
   /// An update's gradient operand, or -1.
   int64_t gradientOperand = -1;
+  /// An update's optional gradient scale (its last operand when present),
+  /// or -1: the update reads the gradient divided by it, and when it is not
+  /// finite the update leaves its operands' values (a loss-scaled step that
+  /// overflowed changes nothing). PyTorch's fused Adam takes the same pair
+  /// (grad_scale and found_inf) as two tensors.
+  int64_t gradientScaleOperand = -1;
   /// Adds a micro-batch's value into its step total, which it reads (the
   /// runtime sets `first` on each total's first accumulation of a step).
   bool accumulates = false;
@@ -245,6 +251,12 @@ struct OpContract {
   std::function<OpCost(const OpInstance &)> cost;
 
   bool isUpdate() const { return !effects.replaces.empty(); }
+  /// Whether an instance with `count` operands has its update's gradient
+  /// scale (OpEffects::gradientScaleOperand).
+  bool hasGradientScale(size_t count) const {
+    return effects.gradientScaleOperand >= 0 &&
+           count > static_cast<size_t>(effects.gradientScaleOperand);
+  }
   /// Whether an instance may have `count` operands (the optional trailing
   /// ones left out, or a variadic op's one or more).
   bool acceptsOperandCount(size_t count) const;
