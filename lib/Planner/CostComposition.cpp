@@ -125,12 +125,14 @@ Terms termsOf(const ShardedStepCost &cost) {
   return terms;
 }
 
+/// `value` rounded to a whole count (of calls or bytes), none negative.
+int64_t whole(double value) {
+  return std::max<int64_t>(0, std::llround(value));
+}
+
 /// The priced work of `key` with `values` (rounded to whole calls and
-/// bytes, none negative).
+/// bytes).
 PricedWork workOf(const TermKey &key, const TermValues &values) {
-  auto whole = [](double value) {
-    return std::max<int64_t>(0, std::llround(value));
-  };
   PricedWork work;
   work.phase = key.phase;
   work.chunk = key.chunk;
@@ -766,9 +768,6 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
   }
 
   ComposedCost result;
-  auto bytes = [](double value) {
-    return std::max<int64_t>(0, std::llround(value));
-  };
   for (auto [rank, terms] : llvm::enumerate(ranks)) {
     ShardedStepCost cost;
     for (const auto &[key, values] : terms.work) {
@@ -776,25 +775,20 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
         continue;
       PricedWork work = workOf(key, values);
       int64_t times = work.phase == Phase::Step ? 1 : microBatches;
-      if (work.dtype.empty()) {
-        StepReport::Traffic &traffic = cost.communication[work.name];
-        traffic.count += work.traffic.count * times;
-        traffic.bytes += work.traffic.bytes * times;
-        traffic.wireBytes += work.traffic.wireBytes * times;
-      } else {
+      if (!work.dtype.empty()) {
         cost.flops += work.flops * times;
         cost.bytesRead += work.bytesRead * times;
         cost.bytesWritten += work.bytesWritten * times;
       }
       cost.work.push_back(std::move(work));
     }
-    cost.parameterBytes = bytes(terms.memory.parameters);
-    cost.optimizerStateBytes = bytes(terms.memory.optimizer);
-    cost.gradientBytes = bytes(terms.memory.gradients);
+    cost.parameterBytes = whole(terms.memory.parameters);
+    cost.optimizerStateBytes = whole(terms.memory.optimizer);
+    cost.gradientBytes = whole(terms.memory.gradients);
     for (double chunkBytes : saved[rank])
-      cost.savedActivationBytes.push_back(bytes(chunkBytes));
+      cost.savedActivationBytes.push_back(whole(chunkBytes));
     for (double chunkBytes : weightInputs[rank])
-      cost.weightGradientInputBytes.push_back(bytes(chunkBytes));
+      cost.weightGradientInputBytes.push_back(whole(chunkBytes));
     result.ranks.push_back(std::move(cost));
   }
   for (MeshAxis axis : parts.meshAxes) {

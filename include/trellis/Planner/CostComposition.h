@@ -41,8 +41,9 @@ namespace trellis::planner {
 
 /// A plan's cost query, as a whole-model compile would give it.
 struct ComposedCost {
-  /// One per pipeline rank (work, memory terms; `communication`, `flops`
-  /// and the bytes summed from the work).
+  /// One per pipeline rank (work, memory terms; `flops` and the bytes
+  /// summed from the compute work; the per-collective `communication`
+  /// summary is left empty: the planner prices collectives from the work).
   std::vector<ShardedStepCost> ranks;
   /// The mesh, major to minor.
   std::vector<MeshAxis> meshAxes;
