@@ -129,6 +129,8 @@ struct ApplyZeroPass : public trellis::impl::ApplyZeroPassBase<ApplyZeroPass> {
     sinkGradientCasts(function);
     if (stage >= 2)
       constrainGradients(function);
+    else
+      constrainSharedStepGradients(function);
     if (stage == 3)
       gatherBeforeUses(function);
   }
@@ -302,7 +304,51 @@ private:
       ShardingAttr layout = splitStateLayout(update);
       if (!layout)
         continue;
-      constrainMicroBatchValues(update->getOpOperand(1), layout);
+      constrainMicroBatchValues(
+          update->getOpOperand(
+              graph::contractOf(update)->effects.gradientOperand),
+          layout);
+    }
+  }
+
+  /// ZeRO-1: a step's gradient that more than its update reads (clipping's
+  /// squares, fp16's verdict) is reduce-scattered once, where the step has
+  /// it, and every reader takes the split piece; left to the partitioner,
+  /// a reader that needs it reduced but not split all-reduces it whole
+  /// besides the update's reduce-scatter. The gradient is found from the
+  /// update through the scalings it reads it by (clipping's factor).
+  void constrainSharedStepGradients(func::FuncOp function) {
+    SmallVector<Operation *> updates;
+    function.walk([&](Operation *op) {
+      if (graph::isUpdate(op))
+        updates.push_back(op);
+    });
+    for (Operation *update : updates) {
+      ShardingAttr layout = splitStateLayout(update);
+      if (!layout)
+        continue;
+      Value gradient = update->getOperand(
+          graph::contractOf(update)->effects.gradientOperand);
+      while (Operation *scaling = gradient.getDefiningOp()) {
+        if (!llvm::isa<graph::MulOp, graph::DivOp>(scaling) ||
+            scaling->hasAttr(graph::GraphDialect::kPhaseAttrName) ||
+            llvm::cast<RankedTensorType>(scaling->getOperand(1).getType())
+                    .getRank() != 0)
+          break;
+        gradient = scaling->getOperand(0);
+      }
+      Operation *producer = gradient.getDefiningOp();
+      if (!producer || llvm::isa<ShardOp>(producer) || gradient.hasOneUse())
+        continue;
+      OpBuilder builder(context_);
+      builder.setInsertionPointAfter(producer);
+      auto constraint = ShardOp::create(builder, producer->getLoc(),
+                                        gradient.getType(), gradient, layout);
+      auto type = llvm::cast<RankedTensorType>(gradient.getType());
+      if (!layoutDivides(layout, type))
+        constraint->setAttr(TrellisDialect::kPaddedAttrName,
+                            DenseI64ArrayAttr::get(context_, type.getShape()));
+      gradient.replaceAllUsesExcept(constraint.getResult(), constraint);
     }
   }
 
@@ -338,7 +384,9 @@ private:
                         producer->getAttr(graph::GraphDialect::kPhaseAttrName));
     if (graph::PartAttr part = graph::getModelPart(producer))
       graph::setModelPart(constraint, part);
-    use.set(constraint.getResult());
+    // Every reader takes the split piece: one that needs the gradient
+    // reduced (clipping's squares) would otherwise all-reduce it whole.
+    value.replaceAllUsesExcept(constraint.getResult(), constraint);
   }
 
   /// The layout of the state `update` (an optimizer op) keeps split over
