@@ -4,6 +4,8 @@
 // RUN: trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=3" | FileCheck %s --check-prefix=THREE
 // RUN: trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=3" -trellis-sharding-pipeline="dp=1 bucket-bytes=0" | FileCheck %s --check-prefix=PARTITIONED
 // RUN: trellis-opt %s -trellis-autodiff -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=1" -trellis-sharding-pipeline="dp=1" | FileCheck %s --check-prefix=BUCKETED
+// RUN: trellis-opt %s -trellis-autodiff -trellis-clip-gradients -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=1" | FileCheck %s --check-prefix=CLIP-ONE
+// RUN: trellis-opt %s -trellis-autodiff -trellis-clip-gradients -trellis-apply-preset="dp=4" -trellis-apply-zero="stage=2" | FileCheck %s --check-prefix=CLIP-TWO
 
 // Tests that ZeRO-1 splits the optimizer states over dp and fixes the
 // parameters' layout (replicated), so that no split propagates onto them. A
@@ -34,6 +36,25 @@
 // TWO-M2: %[[DW:.*]] = trellis.shard %{{.*}} <@mesh, [{"dp"}, {}]> {{.*}}graph.phase = "weight"
 // TWO-M2: graph.microbatch_sum %[[DG]]
 // TWO-M2: graph.microbatch_sum %[[DW]]
+
+// A gradient that more than its update reads (clipping's squares) is read
+// split by every reader: ZeRO-1 constrains it where the step has it (no
+// phase: reduce-scattered once per step), ZeRO-2 where the backward makes
+// it. Neither reader needs it whole (no all-reduce of the gradient).
+// CLIP-ONE-LABEL: func.func @train_step
+// CLIP-ONE: %[[DG:.*]] = trellis.shard %{{.*}} <@mesh, [{"dp"}]> {trellis.padded = array<i64: 6>} : tensor<6xf32>
+// CLIP-ONE: %[[DW:.*]] = trellis.shard %{{.*}} <@mesh, [{"dp"}, {}]> : tensor<4x6xf32>
+// CLIP-ONE: graph.mul %[[DW]], %[[DW]]
+// CLIP-ONE: graph.mul %[[DG]], %[[DG]]
+// CLIP-ONE: %[[W:.*]] = graph.mul %[[DW]], %{{.*}} :
+// CLIP-ONE: graph.adamw %arg0, %[[W]],
+// CLIP-TWO-LABEL: func.func @train_step
+// CLIP-TWO: %[[DG:.*]] = trellis.shard %{{.*}} <@mesh, [{"dp"}]> {graph.part = #graph.part<layer 1>, graph.phase = "weight", trellis.padded = array<i64: 6>} : tensor<6xf32>
+// CLIP-TWO: %[[DW:.*]] = trellis.shard %{{.*}} <@mesh, [{"dp"}, {}]> {graph.part = #graph.part<layer 0>, graph.phase = "weight"} : tensor<4x6xf32>
+// CLIP-TWO: graph.mul %[[DW]], %[[DW]]
+// CLIP-TWO: graph.mul %[[DG]], %[[DG]]
+// CLIP-TWO: %[[W:.*]] = graph.mul %[[DW]], %{{.*}} :
+// CLIP-TWO: graph.adamw %arg0, %[[W]],
 
 // ZeRO-3 splits the parameters too; each phase and part reads them
 // through its own whole-layout constraint (gathered again for the

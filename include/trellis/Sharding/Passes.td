@@ -72,13 +72,17 @@ def ApplyZeroPass : Pass<"trellis-apply-zero", "::mlir::ModuleOp"> {
     - stage 1: the optimizer states (arguments of role adam_m, adam_v and
       master) are split over dp. A partial gradient meeting a split state
       is a reduce_scatter; the updated piece meeting the parameter's
-      replicated layout after the step is an all_gather.
+      replicated layout after the step is an all_gather. A gradient that
+      more than its update reads (clipping's squares, fp16's verdict),
+      found from the update through the scalar scalings it reads it by,
+      gets a `trellis.shard` constraint where the step has it: every
+      reader takes the split piece, none the gradient whole.
     - stage 2: as stage 1, and each gradient a micro-batch hands to an
       update gets a `trellis.shard` constraint right after the op that
       makes it (in its phase and part) with the layout of the state it
       updates: it is reduce-scattered where the backward makes it (into a
-      sharded accumulator when the step has micro-batches), and its full
-      buffer dies there.
+      sharded accumulator when the step has micro-batches), its full
+      buffer dies there, and every reader takes the split piece.
     - stage 3: as stage 2, and the parameters (role param) are split over
       dp too; their uses are grouped by phase and model part, and each
       group reads the parameter through its own whole-layout constraint,
