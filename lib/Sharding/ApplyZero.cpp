@@ -338,18 +338,26 @@ private:
         gradient = scaling->getOperand(0);
       }
       Operation *producer = gradient.getDefiningOp();
-      if (!producer || llvm::isa<ShardOp>(producer) || gradient.hasOneUse())
-        continue;
-      OpBuilder builder(context_);
-      builder.setInsertionPointAfter(producer);
-      auto constraint = ShardOp::create(builder, producer->getLoc(),
-                                        gradient.getType(), gradient, layout);
-      auto type = llvm::cast<RankedTensorType>(gradient.getType());
-      if (!layoutDivides(layout, type))
-        constraint->setAttr(TrellisDialect::kPaddedAttrName,
-                            DenseI64ArrayAttr::get(context_, type.getShape()));
-      gradient.replaceAllUsesExcept(constraint.getResult(), constraint);
+      if (producer && !llvm::isa<ShardOp>(producer) && !gradient.hasOneUse())
+        constrainEveryReader(gradient, layout);
     }
+  }
+
+  /// A `trellis.shard` laying `value` out as `layout` right after the op
+  /// that makes it (padded where the layout does not divide it), which
+  /// every reader of `value` then reads.
+  ShardOp constrainEveryReader(Value value, ShardingAttr layout) {
+    Operation *producer = value.getDefiningOp();
+    OpBuilder builder(context_);
+    builder.setInsertionPointAfter(producer);
+    auto constraint = ShardOp::create(builder, producer->getLoc(),
+                                      value.getType(), value, layout);
+    auto type = llvm::cast<RankedTensorType>(value.getType());
+    if (!layoutDivides(layout, type))
+      constraint->setAttr(TrellisDialect::kPaddedAttrName,
+                          DenseI64ArrayAttr::get(context_, type.getShape()));
+    value.replaceAllUsesExcept(constraint.getResult(), constraint);
+    return constraint;
   }
 
   /// Follows `use` back through the step's ops (no graph.phase: sums over
@@ -371,22 +379,13 @@ private:
           constrainMicroBatchValues(operand, layout);
       return;
     }
-    OpBuilder builder(context_);
-    builder.setInsertionPointAfter(producer);
-    auto constraint =
-        ShardOp::create(builder, producer->getLoc(), value.getType(), value,
-                        layout);
-    auto type = llvm::cast<RankedTensorType>(value.getType());
-    if (!layoutDivides(layout, type))
-      constraint->setAttr(TrellisDialect::kPaddedAttrName,
-                          DenseI64ArrayAttr::get(context_, type.getShape()));
+    // Every reader takes the split piece: one that needs the gradient
+    // reduced (clipping's squares) would otherwise all-reduce it whole.
+    ShardOp constraint = constrainEveryReader(value, layout);
     constraint->setAttr(graph::GraphDialect::kPhaseAttrName,
                         producer->getAttr(graph::GraphDialect::kPhaseAttrName));
     if (graph::PartAttr part = graph::getModelPart(producer))
       graph::setModelPart(constraint, part);
-    // Every reader takes the split piece: one that needs the gradient
-    // reduced (clipping's squares) would otherwise all-reduce it whole.
-    value.replaceAllUsesExcept(constraint.getResult(), constraint);
   }
 
   /// The layout of the state `update` (an optimizer op) keeps split over
