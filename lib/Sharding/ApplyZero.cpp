@@ -295,20 +295,24 @@ private:
   /// gradient a micro-batch hands to the step as the split state of the
   /// parameter it updates.
   void constrainGradients(func::FuncOp function) {
-    SmallVector<Operation *> updates;
+    for (auto [gradient, layout] : splitGradients(function))
+      constrainMicroBatchValues(*gradient, layout);
+  }
+
+  /// The gradient operand of each update whose state is split over dp, with
+  /// that state's layout.
+  SmallVector<std::pair<OpOperand *, ShardingAttr>>
+  splitGradients(func::FuncOp function) {
+    SmallVector<std::pair<OpOperand *, ShardingAttr>> gradients;
     function.walk([&](Operation *op) {
-      if (graph::isUpdate(op))
-        updates.push_back(op);
+      if (!graph::isUpdate(op))
+        return;
+      if (ShardingAttr layout = splitStateLayout(op))
+        gradients.emplace_back(
+            &op->getOpOperand(graph::contractOf(op)->effects.gradientOperand),
+            layout);
     });
-    for (Operation *update : updates) {
-      ShardingAttr layout = splitStateLayout(update);
-      if (!layout)
-        continue;
-      constrainMicroBatchValues(
-          update->getOpOperand(
-              graph::contractOf(update)->effects.gradientOperand),
-          layout);
-    }
+    return gradients;
   }
 
   /// ZeRO-1: a step's gradient that more than its update reads (clipping's
@@ -318,17 +322,8 @@ private:
   /// besides the update's reduce-scatter. The gradient is found from the
   /// update through the scalings it reads it by (clipping's factor).
   void constrainSharedStepGradients(func::FuncOp function) {
-    SmallVector<Operation *> updates;
-    function.walk([&](Operation *op) {
-      if (graph::isUpdate(op))
-        updates.push_back(op);
-    });
-    for (Operation *update : updates) {
-      ShardingAttr layout = splitStateLayout(update);
-      if (!layout)
-        continue;
-      Value gradient = update->getOperand(
-          graph::contractOf(update)->effects.gradientOperand);
+    for (auto [use, layout] : splitGradients(function)) {
+      Value gradient = use->get();
       while (Operation *scaling = gradient.getDefiningOp()) {
         if (!llvm::isa<graph::MulOp, graph::DivOp>(scaling) ||
             scaling->hasAttr(graph::GraphDialect::kPhaseAttrName) ||
