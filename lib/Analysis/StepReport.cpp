@@ -323,7 +323,8 @@ struct RankProgram {
 };
 
 RankProgram planRankProgram(ArrayRef<RankItem> items,
-                            const llvm::DenseSet<Value> &persistent) {
+                            const llvm::DenseSet<Value> &persistent,
+                            int64_t microBatches) {
   RankProgram program;
   auto bufferOf = [&](Value value, int64_t microBatch) {
     auto [it, inserted] = program.ids.try_emplace(
@@ -339,22 +340,17 @@ RankProgram planRankProgram(ArrayRef<RankItem> items,
     }
     return it->second;
   };
-  // The plan gives each run's transfers channels of their own; here a
-  // channel and a micro-batch name one.
-  DenseMap<std::pair<int64_t, int64_t>, int64_t> channels;
-  auto channelOf = [&](int64_t channel, int64_t microBatch) -> int64_t {
-    if (channel < 0)
-      return -1;
-    int64_t next = static_cast<int64_t>(channels.size());
-    return channels.try_emplace({channel, microBatch}, next).first->second;
-  };
   for (const RankItem &item : items) {
     PlannedInstruction instruction;
     if (!item.op) {
       instruction.contract = findOpContract(item.sends ? "send" : "recv");
       instruction.overAxes = true;
-      instruction.channel = channelOf(
-          item.sends ? item.completeWith : item.channel, item.microBatch);
+      // The plan gives each run's transfers channels of their own (the
+      // step's after the micro-batches').
+      instruction.channel =
+          item.channel * (microBatches + 1) + item.microBatch + 1;
+      instruction.peer = item.peer;
+      instruction.completesAt = item.completesAt;
       int64_t buffer = bufferOf(item.value, item.microBatch);
       (item.sends ? instruction.inputs : instruction.outputs).push_back(buffer);
     } else if (llvm::isa<func::ReturnOp>(item.op)) {
@@ -379,6 +375,25 @@ RankProgram planRankProgram(ArrayRef<RankItem> items,
   }
   return program;
 }
+
+} // namespace
+
+void planItemSendCompletions(MutableArrayRef<SmallVector<RankItem>> stages,
+                             int64_t microBatches) {
+  // Items and planned instructions correspond one to one but for the
+  // return, which is last.
+  std::vector<std::vector<PlannedInstruction>> programs;
+  for (ArrayRef<RankItem> items : stages)
+    programs.push_back(
+        planRankProgram(items, /*persistent=*/{}, microBatches).instructions);
+  planSendCompletions(programs);
+  for (auto [items, program] : llvm::zip(stages, programs))
+    for (auto [index, instruction] : llvm::enumerate(program))
+      if (!items[index].op)
+        items[index].completesAt = instruction.completesAt;
+}
+
+namespace {
 
 /// The updates that may be computed in their argument's memory, as the
 /// runtime lists them (Executor::planMemory): results marked as updating an
@@ -484,7 +499,7 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
   // The memory plan, as the runtime builds it (planStepMemory): one buffer
   // per value and micro-batch (values of graph.phase ops are each
   // micro-batch's own), one planned instruction per item.
-  RankProgram program = planRankProgram(items, persistent);
+  RankProgram program = planRankProgram(items, persistent, microBatches);
   std::vector<PlannedUpdate> updates =
       inPlaceCandidates(step, arguments, items, program);
   StepMemoryPlan memory = planStepMemory(program.instructions, program.buffers,

@@ -16,20 +16,16 @@ std::vector<RankReport> reportStep(mlir::func::FuncOp step) {
 std::vector<RankReport> reportStages(llvm::ArrayRef<mlir::func::FuncOp> stages,
                                      int64_t microBatches,
                                      bool withMemoryPlan) {
-  std::vector<RankReport> reports;
+  // Each stage's ranks run its schedule: every micro-batch's actions, then
+  // the step.
+  llvm::SmallVector<llvm::SmallVector<RankItem>> stageItems;
   for (mlir::func::FuncOp stage : stages) {
-    llvm::SmallVector<int64_t> arguments;
-    for (unsigned i = 0; i < stage.getNumArguments(); ++i)
-      if (stage.getArgAttr(i, TrellisDialect::kHeldAttrName))
-        arguments.push_back(i);
     llvm::StringMap<llvm::SmallVector<mlir::Operation *>> programs;
     for (mlir::Operation &op : stage.getBody().front())
       if (auto name = op.getAttrOfType<mlir::StringAttr>(
               TrellisDialect::kProgramAttrName))
         programs[name.getValue()].push_back(&op);
-    // Each stage's ranks run its schedule: every micro-batch's actions,
-    // then the step.
-    llvm::SmallVector<RankItem> items;
+    llvm::SmallVector<RankItem> &items = stageItems.emplace_back();
     for (mlir::Attribute entry : stage->getAttrOfType<mlir::ArrayAttr>(
              TrellisDialect::kScheduleAttrName)) {
       std::optional<ScheduledActionName> action = parseActionName(
@@ -41,30 +37,47 @@ std::vector<RankReport> reportStages(llvm::ArrayRef<mlir::func::FuncOp> stages,
         auto axisOf = [](mlir::ArrayAttr axes) {
           return llvm::cast<mlir::StringAttr>(axes[0]).getValue().str();
         };
-        if (auto send = llvm::dyn_cast<SendOp>(op)) {
-          auto completeWith = send->getAttrOfType<mlir::IntegerAttr>(
-              TrellisDialect::kCompleteWithAttrName);
+        if (auto send = llvm::dyn_cast<SendOp>(op))
           items.push_back({nullptr, send.getInput(), true,
                            axisOf(send.getAxes()), microBatch,
                            static_cast<int64_t>(send.getChannel()),
-                           completeWith ? completeWith.getInt() : -1});
-        } else if (auto recv = llvm::dyn_cast<RecvOp>(op)) {
+                           static_cast<int64_t>(send.getPeer())});
+        else if (auto recv = llvm::dyn_cast<RecvOp>(op))
           items.push_back({nullptr, recv.getResult(), false,
                            axisOf(recv.getAxes()), microBatch,
-                           static_cast<int64_t>(recv.getChannel())});
-        } else
+                           static_cast<int64_t>(recv.getChannel()),
+                           static_cast<int64_t>(recv.getPeer())});
+        else
           items.push_back({op, mlir::Value(), false, "", microBatch});
       }
     }
     // The results leave at the end of the step.
     items.push_back({stage.getBody().front().getTerminator(), mlir::Value(),
                      false, "", -1});
+  }
+  // Transfers name stages by their index along the pipeline.
+  llvm::SmallVector<llvm::SmallVector<RankItem>> byIndex(stages.size());
+  llvm::SmallVector<int64_t> indices;
+  for (auto [stage, items] : llvm::zip(stages, stageItems)) {
     int64_t index = stage->getAttrOfType<mlir::IntegerAttr>(
                              TrellisDialect::kPipelineStageAttrName)
                         .getInt();
+    indices.push_back(index);
+    if (index >= 0 && index < static_cast<int64_t>(byIndex.size()))
+      byIndex[index] = std::move(items);
+  }
+  if (stages.size() > 1)
+    planItemSendCompletions(byIndex, microBatches);
+  std::vector<RankReport> reports;
+  for (auto [position, index] : llvm::enumerate(indices)) {
+    mlir::func::FuncOp stage = stages[position];
+    llvm::SmallVector<int64_t> arguments;
+    for (unsigned i = 0; i < stage.getNumArguments(); ++i)
+      if (stage.getArgAttr(i, TrellisDialect::kHeldAttrName))
+        arguments.push_back(i);
     reports.push_back(
-        {index, computeRankReport(stage, arguments, items, microBatches,
-                                  withMemoryPlan)});
+        {index, computeRankReport(stage, arguments, byIndex[index],
+                                  microBatches, withMemoryPlan)});
   }
   return reports;
 }

@@ -1,8 +1,7 @@
 //===- SchedulePipeline.cpp - Each stage's programs in schedule order -----===//
 //
 // schedulePipeline (PipelineSplit.h) orders each rank's programs by the
-// step's schedule and pairs each send with the receive that completes it;
-// the pass writes that order on the stage functions.
+// step's schedule; the pass writes that order on the stage functions.
 //
 //===----------------------------------------------------------------------===//
 
@@ -91,51 +90,6 @@ LogicalResult buildSchedules(Operation *anchor, PipelineProgram &program_,
   return success();
 }
 
-/// Sets StageTransfer::completedBy.
-void findCompletions(PipelineProgram &program_) {
-  int64_t ranks_ = program_.ranks();
-  // A rank runs its schedule in order and stops at the first action that
-  // reads a received value until it has arrived. So when rank q sends
-  // anything, for the same micro-batch, in an action after the one that
-  // read the value, q has received it; when the original sender gets that
-  // later transfer, its own send has completed.
-  int64_t m = program_.microBatches;
-  // position[rank][program][micro-batch]: index in the rank's schedule.
-  std::vector<std::vector<std::vector<int64_t>>> position(ranks_);
-  for (int64_t rank = 0; rank < ranks_; ++rank) {
-    position[rank].assign(program_.programs[rank].size(),
-                          std::vector<int64_t>(m, -1));
-    for (auto [index, entry] : llvm::enumerate(program_.schedule[rank]))
-      if (entry.microBatch >= 0)
-        position[rank][entry.program][entry.microBatch] = index;
-  }
-  auto alwaysBefore = [&](int64_t rank, int64_t a, int64_t b) {
-    for (int64_t mb = 0; mb < m; ++mb)
-      if (!(position[rank][a][mb] < position[rank][b][mb]))
-        return false;
-    return true;
-  };
-  std::map<std::pair<int64_t, int64_t>, SmallVector<int64_t>> byRanks;
-  for (auto [index, transfer] : llvm::enumerate(program_.transfers))
-    if (transfer.perMicroBatch)
-      byRanks[{transfer.from, transfer.to}].push_back(index);
-  for (auto [index, transfer] : llvm::enumerate(program_.transfers)) {
-    if (!transfer.perMicroBatch)
-      continue;
-    for (int64_t back : byRanks[{transfer.to, transfer.from}]) {
-      const StageTransfer &other = program_.transfers[back];
-      if (!alwaysBefore(transfer.to, transfer.readProgram, other.sendProgram) ||
-          !alwaysBefore(transfer.from, transfer.sendProgram, other.recvProgram))
-        continue;
-      if (transfer.completedBy < 0 ||
-          position[transfer.from][other.recvProgram][0] <
-              position[transfer.from]
-                      [program_.transfers[transfer.completedBy].recvProgram][0])
-        transfer.completedBy = back;
-    }
-  }
-}
-
 } // namespace
 
 LogicalResult trellis::schedulePipeline(Operation *anchor,
@@ -148,12 +102,7 @@ LogicalResult trellis::schedulePipeline(Operation *anchor,
     return anchor->emitError() << "pipeline schedule: " << error;
   if (!simulateSchedule(*streams, shape, PipelineCosts(), &error))
     return anchor->emitError() << "pipeline schedule: " << error;
-  if (failed(buildSchedules(anchor, program, *streams)))
-    return failure();
-  for (StageTransfer &transfer : program.transfers)
-    transfer.completedBy = -1;
-  findCompletions(program);
-  return success();
+  return buildSchedules(anchor, program, *streams);
 }
 
 namespace {
@@ -172,12 +121,6 @@ struct SchedulePipelinePass
     if (failed(program) || failed(schedulePipeline(stages->front(), *program)))
       return signalPassFailure();
     Builder builder(&getContext());
-    // The channel each send completes with, by its own channel.
-    llvm::DenseMap<int64_t, int64_t> completesWith;
-    for (const StageTransfer &transfer : program->transfers)
-      if (transfer.completedBy >= 0)
-        completesWith[transfer.channel] =
-            program->transfers[transfer.completedBy].channel;
     for (auto [rank, stage] : llvm::enumerate(*stages)) {
       SmallVector<Attribute> names;
       for (const ScheduledAction &entry : program->schedule[rank])
@@ -186,13 +129,6 @@ struct SchedulePipelinePass
                 entry.microBatch, program->chunks)));
       stage->setAttr(TrellisDialect::kScheduleAttrName,
                      builder.getArrayAttr(names));
-      stage.walk([&](SendOp send) {
-        send->removeAttr(TrellisDialect::kCompleteWithAttrName);
-        auto it = completesWith.find(send.getChannel());
-        if (it != completesWith.end())
-          send->setAttr(TrellisDialect::kCompleteWithAttrName,
-                        builder.getI64IntegerAttr(it->second));
-      });
     }
   }
 };

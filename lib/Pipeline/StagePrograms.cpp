@@ -206,16 +206,8 @@ FailureOr<PipelineProgram> readStagePrograms(ModuleOp module,
       return send->emitOpError()
              << "sends channel " << channel << " from stage " << transfer.from
              << " to stage " << transfer.to << ", but stage " << receiver
-             << " receives it from stage " << llvm::cast<RecvOp>(recv).getPeer();
-    if (auto completeWith = send->getAttrOfType<IntegerAttr>(
-            TrellisDialect::kCompleteWithAttrName)) {
-      auto it = byChannel.find(completeWith.getInt());
-      if (it == byChannel.end())
-        return send->emitOpError() << "completes with channel "
-                                   << completeWith.getInt()
-                                   << ", which no stage sends";
-      transfer.completedBy = it->second;
-    }
+             << " receives it from stage "
+             << llvm::cast<RecvOp>(recv).getPeer();
   }
   return program;
 }

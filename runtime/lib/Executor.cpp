@@ -23,25 +23,8 @@ int64_t bufferBytes(const BufferDesc &desc) {
 
 std::vector<int64_t> Executor::planMemory() {
   // The stage's step as the shared lifetime analysis sees it.
-  std::vector<PlannedInstruction> program;
-  program.reserve(timeline_.size());
-  for (const TimelineEntry &entry : timeline_) {
-    const Instruction &instruction = *entry.instruction;
-    PlannedInstruction planned;
-    planned.contract = findOpContract(instruction.op);
-    planned.overAxes = !entry.axes->empty();
-    planned.communicates = kernelCommunicates(
-        planned.contract, planned.overAxes,
-        [&](const std::string &name) { return instruction.text(name); });
-    if (instruction.op == "recv")
-      planned.channel = instruction.integer("channel");
-    else if (instruction.op == "send" &&
-             instruction.attrs.count("complete_with"))
-      planned.channel = instruction.integer("complete_with");
-    planned.inputs = entry.inputs;
-    planned.outputs = entry.outputs;
-    program.push_back(std::move(planned));
-  }
+  std::vector<PlannedInstruction> program =
+      plannedTimeline(plan_, plan_.stage, timeline_);
   std::vector<PlannedBuffer> buffers(plan_.buffers.size());
   for (size_t b = 0; b < buffers.size(); ++b)
     buffers[b].bytes = bufferBytes(plan_.buffers[b]);

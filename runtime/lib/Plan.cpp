@@ -230,6 +230,50 @@ std::vector<TimelineEntry> stageTimeline(const Plan &plan, int64_t stage) {
   return timeline;
 }
 
+std::vector<PlannedInstruction>
+plannedTimeline(const Plan &plan, int64_t stage,
+                const std::vector<TimelineEntry> &timeline) {
+  const std::vector<int64_t> &completions = plan.stages[stage].sendCompletions;
+  std::vector<PlannedInstruction> program;
+  program.reserve(timeline.size());
+  for (size_t i = 0; i < timeline.size(); ++i) {
+    const TimelineEntry &entry = timeline[i];
+    const Instruction &instruction = *entry.instruction;
+    PlannedInstruction planned;
+    planned.contract = findOpContract(instruction.op);
+    planned.overAxes = !entry.axes->empty();
+    planned.communicates = kernelCommunicates(
+        planned.contract, planned.overAxes,
+        [&](const std::string &name) { return instruction.text(name); });
+    if (instruction.op == "send" || instruction.op == "recv") {
+      planned.channel = instruction.integer("channel");
+      planned.peer = instruction.integer("peer");
+    }
+    if (i < completions.size())
+      planned.completesAt = completions[i];
+    planned.inputs = entry.inputs;
+    planned.outputs = entry.outputs;
+    program.push_back(std::move(planned));
+  }
+  return program;
+}
+
+void planSendCompletions(Plan &plan) {
+  if (plan.stages.size() < 2)
+    return;
+  std::vector<std::vector<PlannedInstruction>> stages;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    plan.stages[s].sendCompletions.clear();
+    stages.push_back(plannedTimeline(plan, s, stageTimeline(plan, s)));
+  }
+  trellis::planSendCompletions(stages);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    std::vector<int64_t> &completions = plan.stages[s].sendCompletions;
+    for (const PlannedInstruction &planned : stages[s])
+      completions.push_back(planned.completesAt);
+  }
+}
+
 std::vector<bool> evaluationMask(const Plan &plan, int64_t stage) {
   const StageProgram &stageProgram = plan.stages[stage];
   if (!stageProgram.evaluation)

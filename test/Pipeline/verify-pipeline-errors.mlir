@@ -148,17 +148,3 @@ func.func @train_step.stage1(%x: tensor<4xf32>) attributes {graph.micro_batches 
   %y = trellis.recv from @pipeline ["pp"] peer 1 channel 0 {trellis.program = "step"} : tensor<4xf32>
   return
 }
-
-// -----
-
-// Tests that a send completes with a channel some stage sends.
-trellis.mesh @pipeline = <["pp"=2]>
-func.func @train_step.stage0(%x: tensor<4xf32>) -> (tensor<4xf32> {trellis.result = 0 : i64}) attributes {graph.micro_batches = 1 : i64, trellis.pipeline_stage = 0 : i64, trellis.stage_of = "train_step", trellis.schedule = ["step"]} {
-  // expected-error @+1 {{'trellis.send' op completes with channel 9, which no stage sends}}
-  trellis.send %x to @pipeline ["pp"] peer 1 channel 0 {trellis.program = "step", trellis.complete_with = 9 : i64} : tensor<4xf32>
-  return %x : tensor<4xf32>
-}
-func.func @train_step.stage1(%x: tensor<4xf32>) attributes {graph.micro_batches = 1 : i64, trellis.pipeline_stage = 1 : i64, trellis.stage_of = "train_step", trellis.schedule = ["step"]} {
-  %y = trellis.recv from @pipeline ["pp"] peer 0 channel 0 {trellis.program = "step"} : tensor<4xf32>
-  return
-}

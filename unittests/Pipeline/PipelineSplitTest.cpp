@@ -132,15 +132,9 @@ TEST_F(PipelineSplitTest, SendsBoundariesAndSharesTheTiedWeight) {
   EXPECT_EQ(scheduleOf(*program, 0),
             (std::vector<std::string>{"F0", "F1", "RB0", "B0", "RB1", "B1",
                                       "step"}));
-  EXPECT_EQ(scheduleOf(*program, 1),
-            (std::vector<std::string>{"RF0", "F0", "B0", "RF1", "F1", "B1",
-                                      "step"}));
-  // The activation's send completes once its gradient is back.
-  for (const StageTransfer &transfer : program->transfers) {
-    if (transfer.perMicroBatch && transfer.from == 0) {
-      EXPECT_GE(transfer.completedBy, 0);
-    }
-  }
+  EXPECT_EQ(
+      scheduleOf(*program, 1),
+      (std::vector<std::string>{"RF0", "F0", "B0", "RF1", "F1", "B1", "step"}));
 }
 
 TEST_F(PipelineSplitTest, ProgramsDoNotGrowWithMicroBatches) {

@@ -111,12 +111,20 @@ struct RankItem {
   bool sends = false;
   std::string axis;
   int64_t microBatch = -1;
-  /// A transfer's channel; for a send, the channel of the receive whose
-  /// wait completes it (trellis.complete_with), else -1: it completes by
-  /// the end of the step.
-  int64_t channel = -1;
-  int64_t completeWith = -1;
+  /// A transfer's channel and the stage at the other end.
+  int64_t channel = -1, peer = -1;
+  /// A send's completion: the index of the item of its rank from which its
+  /// peer is known to have received it (planItemSendCompletions), else -1:
+  /// it completes by the end of the step.
+  int64_t completesAt = -1;
 };
+
+/// Sets `completesAt` on the sends of every stage's items (`stages[s]`:
+/// stage s's, `microBatches` per step) as the runtime finds them
+/// (planSendCompletions over all stages' memory-plan programs).
+void planItemSendCompletions(
+    llvm::MutableArrayRef<llvm::SmallVector<RankItem>> stages,
+    int64_t microBatches);
 
 /// Computes the report of `step` (per rank: its types are local).
 StepReport computeStepReport(mlir::func::FuncOp step);

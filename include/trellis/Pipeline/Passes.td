@@ -76,8 +76,7 @@ def SplitStagesPass : Pass<"trellis-split-stages", "::mlir::ModuleOp"> {
     stage that made it by `trellis.send` at the end of the action that made
     it (a value of the step: inside the step programs); each send and
     receive names its peer stage along `axis` and a channel unique in the
-    step, and a send that has completed once a later receive from its peer
-    arrives says which (`trellis.complete_with`). A value every rank of
+    step. A value every rank of
     `piece-axis` holds whole crosses in pieces (trellis.slice_shard before
     the send, trellis.all_gather after the receives).
 
@@ -122,10 +121,9 @@ def SchedulePipelinePass
     trellis-split-stages made of `function`: writes `trellis.schedule` on
     each (`F0 F1 RB0 B0 ... step`: every program of the micro-batch once per
     micro-batch, receive programs at the rule's receive slots or just before
-    their action, the step program last), and `trellis.complete_with` on
-    each send that has completed once a later receive from its peer, in the
-    same micro-batch, arrives (1F1B: an activation, when its gradient comes
-    back), so the runtime can free its buffer then. Fails with a diagnostic
+    their action, the step program last). Where each send completes (and
+    its buffer is freed) the runtime proves from these schedules
+    (planSendCompletions). Fails with a diagnostic
     when the rule cannot run the pipeline's shape (the interleaved schedule
     needs the micro-batches to be a multiple of the ranks) or runs a
     program other than once per micro-batch.

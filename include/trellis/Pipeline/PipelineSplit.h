@@ -73,12 +73,6 @@ struct StageTransfer {
   /// The programs that send it (on `from`), receive it and first read it
   /// (on `to`).
   int64_t sendProgram = -1, recvProgram = -1, readProgram = -1;
-  /// A later transfer back to `from`, of the same micro-batch, that `to`
-  /// sends after it stopped to read this one: once `from` has received it,
-  /// this send has completed and its buffer can go (1F1B: a forward's
-  /// activation is done with when its gradient comes back). -1: none; the
-  /// send completes by the end of the step.
-  int64_t completedBy = -1;
 };
 
 /// One entry of a program: an op, or one end of a transfer.
@@ -144,9 +138,8 @@ struct PipelineProgram {
 
 /// Orders each rank's programs by `program.kind`'s rule (every program of
 /// the micro-batch once per micro-batch, receive programs at the rule's
-/// receive slots or just before their action, the step program last) and
-/// finds the sends that complete with a later receive
-/// (StageTransfer::completedBy). Fails with a diagnostic at an op of a
+/// receive slots or just before their action, the step program last).
+/// Fails with a diagnostic at an op of a
 /// program the rule does not run once per micro-batch, or at `anchor` when
 /// the rule cannot run the shape.
 mlir::LogicalResult schedulePipeline(mlir::Operation *anchor,

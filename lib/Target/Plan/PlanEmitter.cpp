@@ -262,9 +262,6 @@ FailureOr<llvm::json::Object> Emitter::emitInstruction(Operation &op) {
                             << "' has no plan form";
     attrs[named.getName().getValue()] = std::move(*value);
   }
-  if (auto completeWith = op.getAttrOfType<IntegerAttr>(
-          TrellisDialect::kCompleteWithAttrName))
-    attrs["complete_with"] = completeWith.getInt();
   llvm::json::Object instruction{{"op", op.getName().stripDialect().str()}};
   instruction["inputs"] = std::move(inputs);
   instruction["outputs"] = std::move(outputs);

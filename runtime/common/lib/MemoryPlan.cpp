@@ -188,18 +188,30 @@ bool isSend(const OpContract *contract) {
   return contract && contract->name == "send";
 }
 
+/// The first instruction after `at` that reads one of its outputs (or,
+/// with `orCommunicating`, whose kernel communicates: a split loss must not
+/// run while the communication stream does; other split ops such as rope
+/// or attention blocks only read their place); the program's size if none.
+int64_t firstReader(const std::vector<PlannedInstruction> &program, int64_t at,
+                    bool orCommunicating) {
+  const std::vector<int64_t> &outputs = program[at].outputs;
+  int64_t count = static_cast<int64_t>(program.size());
+  for (int64_t j = at + 1; j < count; ++j) {
+    if (orCommunicating && program[j].communicates)
+      return j;
+    for (int64_t input : program[j].inputs)
+      if (std::find(outputs.begin(), outputs.end(), input) != outputs.end())
+        return j;
+  }
+  return count;
+}
+
 /// Where the program waits for each collective and transfer.
 std::vector<int64_t>
 planWaitPoints(const std::vector<PlannedInstruction> &program,
                const std::vector<PlannedBuffer> &buffers) {
   int64_t count = static_cast<int64_t>(program.size());
   std::vector<int64_t> waits(program.size(), -1);
-  // Instructions that communicate inside their kernel (a split loss) must
-  // not run while the communication stream does; other split ops (rope,
-  // attention blocks) only read their place.
-  std::vector<bool> communicates(program.size(), false);
-  for (size_t i = 0; i < program.size(); ++i)
-    communicates[i] = program[i].communicates;
   // Collectives of the communication stream: waited for at their first
   // reader, or when too many are in flight. Receives wait for their first
   // reader alone: transfers go over their own group, so they neither wait
@@ -213,19 +225,11 @@ planWaitPoints(const std::vector<PlannedInstruction> &program,
     if (!contract || !contract->collective || isSend(contract))
       continue;
     bool transfer = isTransfer(contract);
-    int64_t wait = count;
-    const std::vector<int64_t> &outputs = instruction.outputs;
-    for (int64_t j = i + 1; j < count && wait == count; ++j) {
-      bool reads = communicates[j] && !transfer;
-      for (int64_t input : program[j].inputs)
-        reads |=
-            std::find(outputs.begin(), outputs.end(), input) != outputs.end();
-      if (reads)
-        wait = j;
-    }
+    int64_t wait = firstReader(program, i, /*orCommunicating=*/!transfer);
     waits[i] = wait;
     if (transfer)
       continue;
+    const std::vector<int64_t> &outputs = instruction.outputs;
     int64_t bytes = 0;
     for (int64_t b : instruction.inputs)
       bytes += buffers[b].bytes;
@@ -237,22 +241,11 @@ planWaitPoints(const std::vector<PlannedInstruction> &program,
   std::vector<int64_t> collectiveWaits = planCollectiveWaits(windows, count);
   for (size_t w = 0; w < windows.size(); ++w)
     waits[windowOf[w]] = collectiveWaits[w];
-  // A send completes when its peer has received it: by the wait point of
-  // the receive its `complete_with` names (a transfer the peer sends after
-  // reading ours), else by the end of the step.
-  for (int64_t i = 0; i < count; ++i) {
-    if (!isSend(program[i].contract))
-      continue;
-    waits[i] = count;
-    if (program[i].channel < 0)
-      continue;
-    for (int64_t j = i + 1; j < count; ++j)
-      if (isTransfer(program[j].contract) && !isSend(program[j].contract) &&
-          program[j].channel == program[i].channel) {
-        waits[i] = waits[j];
-        break;
-      }
-  }
+  // A send completes once its peer is known to have received it
+  // (planSendCompletions), else by the end of the step.
+  for (int64_t i = 0; i < count; ++i)
+    if (isSend(program[i].contract))
+      waits[i] = program[i].completesAt > i ? program[i].completesAt : count;
   return waits;
 }
 
@@ -310,6 +303,106 @@ planInPlaceUpdates(const std::vector<PlannedInstruction> &program,
 }
 
 } // namespace
+
+void planSendCompletions(std::vector<std::vector<PlannedInstruction>> &stages) {
+  int64_t stageCount = static_cast<int64_t>(stages.size());
+  // Where each channel's value is sent (stage, position) and where its
+  // receiver waits for it; a receive's wait is a sync point of its stage.
+  struct Sync {
+    int64_t at;      // The wait's position in the receiver's program.
+    int64_t channel; // The receive's channel.
+  };
+  std::map<int64_t, std::pair<int64_t, int64_t>> sentAt, waitedAt;
+  std::vector<std::vector<Sync>> syncs(stageCount);
+  for (int64_t s = 0; s < stageCount; ++s) {
+    const std::vector<PlannedInstruction> &program = stages[s];
+    for (int64_t i = 0; i < static_cast<int64_t>(program.size()); ++i) {
+      const PlannedInstruction &instruction = program[i];
+      if (!isTransfer(instruction.contract) || instruction.channel < 0)
+        continue;
+      if (isSend(instruction.contract)) {
+        sentAt[instruction.channel] = {s, i};
+        continue;
+      }
+      int64_t wait = firstReader(program, i, /*orCommunicating=*/false);
+      waitedAt[instruction.channel] = {s, wait};
+      syncs[s].push_back({wait, instruction.channel});
+    }
+    std::stable_sort(syncs[s].begin(), syncs[s].end(),
+                     [](const Sync &a, const Sync &b) { return a.at < b.at; });
+  }
+  // Vector clocks: after the k-th sync of stage s, the last position of
+  // each stage known to have happened (own entry: the sync's position).
+  // A sync merges the clock of its sender at the send; that clock is known
+  // once the sender has merged every sync up to the send's position.
+  std::vector<std::vector<std::vector<int64_t>>> clocks(stageCount);
+  std::vector<size_t> merged(stageCount, 0);
+  auto clockAt = [&](int64_t s, int64_t position) {
+    std::vector<int64_t> clock(stageCount, -1);
+    auto after = std::upper_bound(
+        syncs[s].begin(), syncs[s].begin() + merged[s], position,
+        [](int64_t at, const Sync &sync) { return at < sync.at; });
+    if (after != syncs[s].begin())
+      clock = clocks[s][after - syncs[s].begin() - 1];
+    clock[s] = position;
+    return clock;
+  };
+  auto knownAt = [&](int64_t s, int64_t position) {
+    return merged[s] == syncs[s].size() || syncs[s][merged[s]].at > position;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t s = 0; s < stageCount; ++s)
+      for (; merged[s] < syncs[s].size(); ++merged[s]) {
+        const Sync &sync = syncs[s][merged[s]];
+        std::vector<int64_t> clock = clockAt(s, sync.at);
+        auto sender = sentAt.find(sync.channel);
+        if (sender != sentAt.end() && sender->second.first != s) {
+          auto [from, position] = sender->second;
+          if (!knownAt(from, position))
+            break;
+          std::vector<int64_t> theirs = clockAt(from, position);
+          for (int64_t t = 0; t < stageCount; ++t)
+            clock[t] = std::max(clock[t], theirs[t]);
+        }
+        clocks[s].push_back(std::move(clock));
+        progress = true;
+      }
+  }
+  // Stages left waiting (transfers no schedule can run) know nothing more:
+  // their sends complete at the end of the step.
+  for (int64_t s = 0; s < stageCount; ++s) {
+    std::vector<PlannedInstruction> &program = stages[s];
+    for (int64_t i = 0; i < static_cast<int64_t>(program.size()); ++i) {
+      PlannedInstruction &send = program[i];
+      if (!isSend(send.contract))
+        continue;
+      send.completesAt = -1;
+      auto received = waitedAt.find(send.channel);
+      if (received == waitedAt.end() || received->second.first != send.peer ||
+          send.peer < 0 || send.peer >= stageCount)
+        continue;
+      int64_t peer = send.peer, wait = received->second.second;
+      // The first merged sync after the send whose clock has seen the wait.
+      const std::vector<Sync> &own = syncs[s];
+      size_t k = std::upper_bound(own.begin(), own.begin() + merged[s], i,
+                                  [](int64_t at, const Sync &sync) {
+                                    return at < sync.at;
+                                  }) -
+                 own.begin();
+      size_t lo = k, hi = merged[s];
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (clocks[s][mid][peer] >= wait)
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      if (lo < merged[s])
+        send.completesAt = own[lo].at;
+    }
+  }
+}
 
 StepMemoryPlan planStepMemory(const std::vector<PlannedInstruction> &program,
                               const std::vector<PlannedBuffer> &buffers,

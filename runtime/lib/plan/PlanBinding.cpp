@@ -112,9 +112,6 @@ Status PlanReader::bindStage(int64_t index) {
         amends = true;
         amended.attrs["channel"].integer =
             channel(instruction.integer("channel"));
-        if (instruction.attrs.count("complete_with"))
-          amended.attrs["complete_with"].integer =
-              channel(instruction.integer("complete_with"));
       }
       // The step's first add into a total writes it; later ones add.
       if (accumulates(instruction)) {

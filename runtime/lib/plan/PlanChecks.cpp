@@ -48,32 +48,6 @@ Status PlanReader::checkActionProgram(const ActionProgramDesc &program,
   return Status::success();
 }
 
-/// A send's `complete_with` names a later receive from the same peer (in
-/// the order the stage runs its instructions).
-Status PlanReader::checkCompletions(int64_t index) {
-  std::vector<TimelineEntry> timeline = stageTimeline(plan_, index);
-  for (size_t i = 0; i < timeline.size(); ++i) {
-    const Instruction &send = *timeline[i].instruction;
-    if (send.op != "send" || !send.attrs.count("complete_with"))
-      continue;
-    bool found = false;
-    for (size_t j = i + 1; j < timeline.size() && !found; ++j) {
-      const Instruction &recv = *timeline[j].instruction;
-      found = recv.op == "recv" &&
-              recv.integer("channel") == send.integer("complete_with") &&
-              recv.integer("peer") == send.integer("peer") &&
-              *timeline[j].axes == *timeline[i].axes;
-    }
-    if (!found)
-      return Status::error("stage " + std::to_string(index) + " instruction " +
-                           std::to_string(i) +
-                           " (send): complete_with names channel " +
-                           std::to_string(send.integer("complete_with")) +
-                           ", but no later recv from the same peer uses it");
-  }
-  return Status::success();
-}
-
 /// In each stage, every buffer is defined once (as an argument the stage
 /// holds or an instruction output) before any instruction reads it.
 Status PlanReader::checkDataflow(int64_t stage, bool evaluation) {

@@ -789,8 +789,8 @@ StatusOr<Plan> PlanReader::read(const json &root) {
     TRELLIS_RETURN_IF_ERROR(checkDataflow(stage));
     if (plan_.stages[stage].evaluation)
       TRELLIS_RETURN_IF_ERROR(checkDataflow(stage, /*evaluation=*/true));
-    TRELLIS_RETURN_IF_ERROR(checkCompletions(stage));
   }
+  planSendCompletions(plan_);
   selectStage(plan_, 0);
   return std::move(plan_);
 }

@@ -92,7 +92,6 @@ private:
   /// batch buffers have one copy per micro-batch; micro-batch 0 keeps the
   /// plan's id).
   int64_t bufferFor(int64_t buffer, int64_t microBatch);
-  Status checkCompletions(int64_t stage);
   /// A stage's "evaluation": forward actions of its schedule, in its
   /// order, and instructions of its step program, ascending.
   Status readEvaluation(const json &stage, int64_t index,

@@ -102,37 +102,115 @@ TEST(MemoryPlanTest, ArenaDoesNotDependOnHowBuffersAreNumbered) {
 
 /// A planned instruction of op `name` (null: a kernel outside the table).
 PlannedInstruction instruction(const char *name, std::vector<int64_t> inputs,
-                               std::vector<int64_t> outputs,
-                               int64_t channel = -1) {
+                               std::vector<int64_t> outputs) {
   PlannedInstruction planned;
   planned.contract = name ? findOpContract(name) : nullptr;
   planned.overAxes = planned.contract && planned.contract->collective;
   planned.communicates =
       kernelCommunicates(planned.contract, planned.overAxes,
                          [](const std::string &) { return std::string(); });
-  planned.channel = channel;
   planned.inputs = std::move(inputs);
   planned.outputs = std::move(outputs);
   return planned;
 }
 
-TEST(MemoryPlanTest, SendCompletesAtItsPeersReceive) {
-  // 0 makes b0; 1 sends it, completing with the receive on channel 7;
-  // 2 receives b1 on channel 7; 3 reads b1; 4 makes b2.
-  std::vector<PlannedInstruction> program = {
-      instruction(nullptr, {}, {0}), instruction("send", {0}, {}, 7),
-      instruction("recv", {}, {1}, 7), instruction(nullptr, {1}, {3}),
-      instruction(nullptr, {}, {2})};
+/// A kernel reading `inputs` and making `outputs`.
+PlannedInstruction kernel(std::vector<int64_t> inputs,
+                          std::vector<int64_t> outputs) {
+  return instruction(nullptr, std::move(inputs), std::move(outputs));
+}
+
+/// A send of `buffer` to stage `peer` on `channel`.
+PlannedInstruction send(int64_t buffer, int64_t peer, int64_t channel) {
+  PlannedInstruction planned = instruction("send", {buffer}, {});
+  planned.peer = peer;
+  planned.channel = channel;
+  return planned;
+}
+
+/// A receive into `buffer` from stage `peer` on `channel`.
+PlannedInstruction recv(int64_t buffer, int64_t peer, int64_t channel) {
+  PlannedInstruction planned = instruction("recv", {}, {buffer});
+  planned.peer = peer;
+  planned.channel = channel;
+  return planned;
+}
+
+/// Each send's completesAt, by stage (-2 for other instructions).
+std::vector<std::vector<int64_t>>
+completions(const std::vector<std::vector<PlannedInstruction>> &stages) {
+  std::vector<std::vector<int64_t>> out;
+  for (const std::vector<PlannedInstruction> &program : stages) {
+    out.emplace_back();
+    for (const PlannedInstruction &planned : program)
+      out.back().push_back(planned.contract && planned.contract->name == "send"
+                               ? planned.completesAt
+                               : -2);
+  }
+  return out;
+}
+
+TEST(MemoryPlanTest, SendCompletesWhereItsCompletionIsKnown) {
+  // 0 makes b0; 1 sends it, known received from 3 on; 2 receives b1;
+  // 3 reads b1; 4 makes b2.
+  std::vector<PlannedInstruction> program = {kernel({}, {0}), send(0, 1, 7),
+                                             recv(1, 1, 8), kernel({1}, {3}),
+                                             kernel({}, {2})};
+  program[1].completesAt = 3;
   std::vector<PlannedBuffer> buffers(4, PlannedBuffer{64});
   StepMemoryPlan plan = planStepMemory(program, buffers, {});
   EXPECT_EQ(plan.waitPoints, (std::vector<int64_t>{-1, 3, 3, -1, -1}));
   // b0 is in use until 3, so b2 (made at 4) may take its bytes.
   EXPECT_EQ(plan.arena.offsets[2], plan.arena.offsets[0]);
-  // Without a peer's receive, a send completes at the end of the step.
-  program[1].channel = -1;
+  // Without a known completion, a send completes at the end of the step.
+  program[1].completesAt = -1;
   plan = planStepMemory(program, buffers, {});
   EXPECT_EQ(plan.waitPoints[1], 5);
   EXPECT_NE(plan.arena.offsets[2], plan.arena.offsets[0]);
+}
+
+TEST(MemoryPlanTest, ASendIsKnownReceivedByAnyLaterTransferBack) {
+  // Stage 1 of three in 1F1B runs F0 F1 B0: it sends the gradient of
+  // micro-batch 0 after it read micro-batch 1's activation, so that
+  // gradient's arrival proves both activations received.
+  std::vector<std::vector<PlannedInstruction>> stages = {
+      {kernel({}, {0}), send(0, 1, 0), kernel({}, {1}), send(1, 1, 1),
+       recv(2, 1, 10), kernel({2}, {3})},
+      {recv(0, 0, 0), kernel({0}, {4}), recv(1, 0, 1), kernel({1}, {5}),
+       send(4, 0, 10)}};
+  planSendCompletions(stages);
+  EXPECT_EQ(completions(stages),
+            (std::vector<std::vector<int64_t>>{{-2, 5, -2, 5, -2, -2},
+                                               {-2, -2, -2, -2, -1}}));
+}
+
+TEST(MemoryPlanTest, ASendIsKnownReceivedThroughOtherStages) {
+  // Around a ring (the interleaved schedule's last stage feeds stage 0's
+  // next chunk): stage 0's activation to stage 1 is known received when
+  // stage 2's transfer, sent after stage 1's reached it, arrives.
+  std::vector<std::vector<PlannedInstruction>> stages = {
+      {kernel({}, {0}), send(0, 1, 0), recv(2, 2, 2), kernel({}, {7}),
+       kernel({2}, {3})},
+      {recv(0, 0, 0), kernel({0}, {1}), send(1, 2, 1)},
+      {recv(1, 1, 1), kernel({1}, {2}), send(2, 0, 2)}};
+  planSendCompletions(stages);
+  EXPECT_EQ(completions(stages)[0][1], 4);
+  // Knowledge that came before the peer read the value proves nothing:
+  // stage 1 sent before it read channel 0 here.
+  stages[1] = {send(1, 2, 1), recv(0, 0, 0), kernel({0}, {1})};
+  planSendCompletions(stages);
+  EXPECT_EQ(completions(stages)[0][1], -1);
+}
+
+TEST(MemoryPlanTest, TransfersNoScheduleCanRunProveNothing) {
+  // Each stage reads the other's value before sending its own: no order
+  // runs them; the analysis stops and every send completes at the end.
+  std::vector<std::vector<PlannedInstruction>> stages = {
+      {recv(0, 1, 1), kernel({0}, {1}), send(1, 1, 0)},
+      {recv(2, 0, 0), kernel({2}, {3}), send(3, 0, 1)}};
+  planSendCompletions(stages);
+  EXPECT_EQ(completions(stages),
+            (std::vector<std::vector<int64_t>>{{-2, -2, -1}, {-2, -2, -1}}));
 }
 
 TEST(MemoryPlanTest, UpdatesInPlaceOnlyAfterTheirArgumentsLastReader) {

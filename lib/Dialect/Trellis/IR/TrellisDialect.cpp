@@ -132,8 +132,7 @@ LogicalResult TrellisDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   if (attr.getName() == kStageAttrName ||
-      attr.getName() == kPipelineStageAttrName ||
-      attr.getName() == kCompleteWithAttrName) {
+      attr.getName() == kPipelineStageAttrName) {
     auto index = llvm::dyn_cast<IntegerAttr>(attr.getValue());
     if (!index || index.getValue().isNegative())
       return op->emitOpError() << "expected '" << attr.getName().getValue()

@@ -105,9 +105,7 @@ void addCollectiveOps(TableBuilder &table) {
   table.addCollective("collective_permute", {kAnyInput}, 1,
                       {{"shift", K::Int, true}}, sameAsInputRule);
   table.addCollective("send", {kAnyInput}, 0,
-                      {{"peer", K::Int, true},
-                       {"channel", K::Int, true},
-                       {"complete_with", K::Int, false}},
+                      {{"peer", K::Int, true}, {"channel", K::Int, true}},
                       [](const OpInstance &op, Results &) {
                         return checkPosition(op, "peer");
                       });

@@ -11,6 +11,7 @@
 #define TRELLIS_RUNTIME_PLAN_H
 
 #include "trellis/Common/LearningRate.h"
+#include "trellis/Common/MemoryPlan.h"
 #include "trellis/Common/Mesh.h"
 #include "trellis/Common/OpContract.h"
 #include "trellis/Runtime/Status.h"
@@ -182,6 +183,11 @@ struct StageProgram {
   /// to the last action of each in the schedule): 1F1B keeps at most the
   /// pipeline depth on the first stage, GPipe every micro-batch.
   int64_t liveMicroBatches = 1;
+  /// Per entry of the stage's timeline (stageTimeline): where a send
+  /// completes, as planSendCompletions proves it from every stage's
+  /// timeline (the first position at which its peer is known to have
+  /// received it), else -1 (the end of the step). Empty without a pipeline.
+  std::vector<int64_t> sendCompletions;
 };
 
 struct Plan {
@@ -278,6 +284,15 @@ struct TimelineEntry {
 
 /// `stage`'s step, instruction by instruction.
 std::vector<TimelineEntry> stageTimeline(const Plan &plan, int64_t stage);
+
+/// A timeline as the memory plan sees it (planStepMemory), with the
+/// stage's send completions.
+std::vector<PlannedInstruction>
+plannedTimeline(const Plan &plan, int64_t stage,
+                const std::vector<TimelineEntry> &timeline);
+
+/// Fills every stage's `sendCompletions` from all stages' timelines.
+void planSendCompletions(Plan &plan);
 
 /// Per entry of stageTimeline(plan, stage): whether the stage's
 /// evaluation runs it (empty when the plan has no evaluation).

@@ -27,10 +27,7 @@ for stage in plan["stages"]:
                 print(f'{name}: {instruction["op"]}',
                       f'peer {attrs["peer"]}',
                       f'axes {",".join(attrs["axes"])}',
-                      "shape", buffers[buffer]["shape"],
-                      *(["completes with the recv of channel",
-                         attrs["complete_with"]] if "complete_with" in attrs
-                        else []))
+                      "shape", buffers[buffer]["shape"])
         for op in ("accumulate", "adamw"):
             count = sum(1 for i in program["program"] if i["op"] == op)
             if count:

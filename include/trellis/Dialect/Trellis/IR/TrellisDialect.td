@@ -71,11 +71,6 @@ def Trellis_Dialect : Dialect {
     /// to (`forward.c0`, `backward_receive.c1`, `step`).
     static constexpr ::llvm::StringLiteral kProgramAttrName =
         "trellis.program";
-    /// Op attribute of a trellis.send: the channel of a later receive from
-    /// the same peer, in the same micro-batch, that the peer sends only
-    /// after it has read this one (the send has completed by then).
-    static constexpr ::llvm::StringLiteral kCompleteWithAttrName =
-        "trellis.complete_with";
     /// Attribute of a function argument or a trellis.shard whose sharding
     /// may split a dimension that its axis does not divide (the last
     /// pieces are padded with zeros): the global shape (array<i64>). Set

@@ -110,9 +110,14 @@ struct PlannedInstruction {
   bool overAxes = false;
   /// Whether its kernel communicates over them (kernelCommunicates).
   bool communicates = false;
-  /// A receive's channel; a send's `complete_with` (the channel of the
-  /// receive whose wait completes it), or -1. Channels are unique per run.
-  int64_t channel = -1;
+  /// A transfer's channel (unique per run: a send and the receive of its
+  /// value share it) and the pipeline stage at the other end; -1 for other
+  /// instructions.
+  int64_t channel = -1, peer = -1;
+  /// A send's completion: the position (in this program) from which its
+  /// peer is known to have received it (planSendCompletions), or -1: the
+  /// end of the step.
+  int64_t completesAt = -1;
   /// The buffers it reads and writes.
   std::vector<int64_t> inputs, outputs;
 };
@@ -133,11 +138,25 @@ struct PlannedUpdate {
   int64_t result = -1, argument = -1;
 };
 
+/// Sets `completesAt` on every send of `stages` (stage s's program at index
+/// s, transfers naming stages by index; a program may be empty): the first
+/// position of the sender's program that happens after the peer's wait for
+/// the value (the first instruction that reads the received buffer). The
+/// proof follows the messages: a rank that waited for a receive knows all
+/// the sender knew when it sent (vector clocks over the stages), so a
+/// forward's activation is known to have arrived once a later transfer
+/// arrives that the peer sent after reading it, whatever the micro-batch
+/// or the path (in the interleaved schedule, the activation that went to
+/// stage 1 is known received when the next chunk's input comes back from
+/// the last stage). A send with no such position keeps -1: it completes at
+/// the end of the step.
+void planSendCompletions(std::vector<std::vector<PlannedInstruction>> &stages);
+
 /// The static memory plan of one rank's step.
 struct StepMemoryPlan {
   /// For each instruction: where the program waits for it (collectives and
-  /// transfers; MemoryPlan.h's in-flight rule, a send at its peer's
-  /// receive), or -1 (kernels).
+  /// transfers; MemoryPlan.h's in-flight rule, a send at its
+  /// `completesAt`), or -1 (kernels).
   std::vector<int64_t> waitPoints;
   /// For each buffer: the argument buffer an update result is computed in
   /// (the op making it is the last to read the argument, element by
