@@ -381,9 +381,14 @@ void Pricer::requireOn(int64_t value, int64_t rank) {
     traffic.count += count;
     traffic.bytes += bytes;
     traffic.wireBytes += bytes;
-    // The time model's transfer: one per execution of the producer.
+    // The time model's transfer: one per execution of the producer; a
+    // total (an accumulation's result) leaves once, after every
+    // micro-batch, as a transfer of the step.
     int64_t once = written_.values[value].bytes();
-    addWork(at, made, key, 1, OpCost(), {1, once, once});
+    VirtualOp ofStep;
+    ofStep.origin = made.origin;
+    addWork(at, made.accumulates ? ofStep : made, key, 1, OpCost(),
+            {1, once, once});
   }
 }
 
