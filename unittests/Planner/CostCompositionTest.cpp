@@ -153,6 +153,33 @@ TEST(CostCompositionTest, GptLayoutsWithTiedWeightsCompose) {
     expectComposedIsWhole(*composer, request, choice);
 }
 
+TEST(CostCompositionTest, TotalsCrossStagesOnceAStep) {
+  // GPT-2 ties its embedding to the head: each end stage's gradient total
+  // of it goes to the other once a step, after the micro-batches, while a
+  // micro-batch's transfers carry its activation alone (the time model
+  // takes the longest of those as every hop of the pipeline).
+  PlanRequest request = requestFor("gpt2-tiny.json", 2, 8, 16);
+  std::string error;
+  std::optional<ComposedCost> cost =
+      compileWholeCost(request, plan(1, 1, 2, 2), error);
+  ASSERT_TRUE(cost) << error;
+  const int64_t activationBytes = 2 * 16 * 64 * 2;  // [2, 16, 64] bf16
+  const int64_t embeddingTotalBytes = 256 * 64 * 4; // [256, 64] f32
+  for (const ShardedStepCost &rank : cost->ranks) {
+    int64_t stepBytes = 0;
+    for (const PricedWork &work : rank.work) {
+      if (work.name != "send over pp" && work.name != "recv over pp")
+        continue;
+      SCOPED_TRACE(work.name);
+      if (work.phase == PricedWork::Phase::Step)
+        stepBytes += work.traffic.bytes;
+      else
+        EXPECT_EQ(work.traffic.bytes, activationBytes * work.calls);
+    }
+    EXPECT_GE(stepBytes, 2 * embeddingTotalBytes);
+  }
+}
+
 TEST(CostCompositionTest, ExpertParallelLayoutsCompose) {
   PlanRequest request = requestFor("mixtral-tiny.json", 4, 32, 64);
   std::string why;
