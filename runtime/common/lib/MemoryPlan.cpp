@@ -269,6 +269,18 @@ planInPlaceUpdates(const std::vector<PlannedInstruction> &program,
   std::vector<bool> taken(buffers.size(), false);
   for (size_t b = 0; b < buffers.size(); ++b)
     taken[b] = buffers[b].kind == PlannedBuffer::Kind::Argument;
+  // The reads of each argument an update may replace: (instruction,
+  // operand), in program order.
+  std::vector<bool> replaced(buffers.size(), false);
+  for (const PlannedUpdate &update : updates)
+    replaced[update.argument] = true;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> reads(buffers.size());
+  for (size_t i = 0; i < count; ++i) {
+    const std::vector<int64_t> &inputs = program[i].inputs;
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (replaced[inputs[k]])
+        reads[inputs[k]].emplace_back(i, k);
+  }
   for (const PlannedUpdate &update : updates) {
     int64_t from = update.result, into = update.argument;
     if (writes[from] != 1 || taken[from] || writes[into] != 0 ||
@@ -277,22 +289,18 @@ planInPlaceUpdates(const std::vector<PlannedInstruction> &program,
     int64_t at = writer[from];
     const PlannedInstruction &made = program[at];
     bool safe = true;
-    for (size_t i = 0; i < count && safe; ++i) {
-      const std::vector<int64_t> &inputs = program[i].inputs;
-      for (size_t k = 0; k < inputs.size() && safe; ++k) {
-        if (inputs[k] != into)
-          continue;
-        if (static_cast<int64_t>(i) == at) {
-          size_t output =
-              std::find(made.outputs.begin(), made.outputs.end(), from) -
-              made.outputs.begin();
-          safe = made.contract && made.contract->replacedOperand(output) ==
-                                      static_cast<int64_t>(k);
-        } else {
-          // A collective or transfer reads until the program waits for it.
-          safe = std::max<int64_t>(i, waits[i]) < at;
-        }
+    for (auto [i, k] : reads[into]) {
+      if (i == at) {
+        size_t output =
+            std::find(made.outputs.begin(), made.outputs.end(), from) -
+            made.outputs.begin();
+        safe = made.contract && made.contract->replacedOperand(output) == k;
+      } else {
+        // A collective or transfer reads until the program waits for it.
+        safe = std::max<int64_t>(i, waits[i]) < at;
       }
+      if (!safe)
+        break;
     }
     if (safe) {
       inPlace[from] = into;
