@@ -391,23 +391,21 @@ void planSendCompletions(std::vector<std::vector<PlannedInstruction>> &stages) {
           send.peer < 0 || send.peer >= stageCount)
         continue;
       int64_t peer = send.peer, wait = received->second.second;
-      // The first merged sync after the send whose clock has seen the wait.
+      // The first merged sync after the send whose clock has seen the wait
+      // (clocks only grow).
       const std::vector<Sync> &own = syncs[s];
-      size_t k = std::upper_bound(own.begin(), own.begin() + merged[s], i,
-                                  [](int64_t at, const Sync &sync) {
-                                    return at < sync.at;
-                                  }) -
-                 own.begin();
-      size_t lo = k, hi = merged[s];
-      while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (clocks[s][mid][peer] >= wait)
-          hi = mid;
-        else
-          lo = mid + 1;
-      }
-      if (lo < merged[s])
-        send.completesAt = own[lo].at;
+      size_t after = std::upper_bound(own.begin(), own.begin() + merged[s], i,
+                                      [](int64_t at, const Sync &sync) {
+                                        return at < sync.at;
+                                      }) -
+                     own.begin();
+      auto seen =
+          std::partition_point(clocks[s].begin() + after, clocks[s].end(),
+                               [&](const std::vector<int64_t> &clock) {
+                                 return clock[peer] < wait;
+                               });
+      if (seen != clocks[s].end())
+        send.completesAt = own[seen - clocks[s].begin()].at;
     }
   }
 }
