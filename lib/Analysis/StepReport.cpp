@@ -300,7 +300,7 @@ ValueKey keyOf(Value value, int64_t microBatch) {
   Operation *producer = value.getDefiningOp();
   bool perMicroBatch = producer &&
                        producer->hasAttr(graph::GraphDialect::kPhaseAttrName) &&
-                       !llvm::isa<graph::MicrobatchSumOp>(producer);
+                       !graph::makesStepTotal(producer);
   return {value, perMicroBatch ? microBatch : -1};
 }
 
@@ -451,7 +451,7 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
     if (llvm::isa<func::ReturnOp>(item.op))
       for (Value result : item.op->getOperands())
         persistent.insert(result);
-    if (llvm::isa<graph::MicrobatchSumOp>(item.op))
+    if (graph::makesStepTotal(item.op))
       persistent.insert(item.op->getResult(0));
   }
   for (Value value : persistent)

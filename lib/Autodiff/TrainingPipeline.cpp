@@ -36,6 +36,11 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
     accumulate.microBatches = options.microBatches;
     pm.addPass(createAccumulateMicroBatchesPass(accumulate));
   }
+  if (options.fuseGradientAccumulation) {
+    FuseGradientAccumulationPassOptions fuse;
+    fuse.intoTotals = options.fuseIntoTotals;
+    pm.addPass(createFuseGradientAccumulationPass(fuse));
+  }
   if (options.optimizer) {
     InsertOptimizerPassOptions optimizer;
     optimizer.optimizer = *options.optimizer;
@@ -143,6 +148,17 @@ struct TrainingPipelineOptions
       llvm::cl::desc("Write the step as micro-batches even for one (a "
                      "pipeline splits it)"),
       llvm::cl::init(false)};
+  Option<bool> fuseGradientAccumulation{
+      *this, "fuse-gradient-accumulation",
+      llvm::cl::desc("Write weight-gradient products as f32 gradients (and "
+                     "into their totals over micro-batches)"),
+      llvm::cl::init(false)};
+  Option<bool> fuseIntoTotals{
+      *this, "fuse-into-totals",
+      llvm::cl::desc("With fuse-gradient-accumulation: add products summed "
+                     "over micro-batches into their totals (off: ZeRO-2 "
+                     "and 3)"),
+      llvm::cl::init(true)};
 };
 
 } // namespace
@@ -174,6 +190,8 @@ void trellis::registerTrainingPipeline() {
         training.microBatches = options.microBatches;
         training.recompute = options.recompute;
         training.pipelined = options.pipelined;
+        training.fuseGradientAccumulation = options.fuseGradientAccumulation;
+        training.fuseIntoTotals = options.fuseIntoTotals;
         buildTrainingPipeline(pm, training);
       });
 }

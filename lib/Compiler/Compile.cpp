@@ -358,6 +358,10 @@ std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
     return fail("unknown recomputation '" + options.recompute +
                 "': expected none, selective or full");
   training.pipelined = pipelined;
+  // ZeRO-2 and 3 reduce-scatter each micro-batch's product into a split
+  // total: the product must exist on its own.
+  training.fuseGradientAccumulation = options.fuseGradientAccumulation;
+  training.fuseIntoTotals = options.zero < 2;
   return training;
 }
 

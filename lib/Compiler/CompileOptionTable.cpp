@@ -180,6 +180,15 @@ const std::vector<OptionRow<CompileOptions>> &compileOptionTable() {
        kPrecision,
        "Fuse chains of elementwise ops into one pass each "
        "(-trellis-fuse-elementwise; --fuse=false keeps them apart)"},
+      {"fuse-gradient-accumulation", OptionType::Bool,
+       [](O &o, const V &v) { o.fuseGradientAccumulation = v.flag; },
+       kPrecision,
+       "Write each weight-gradient product as its fp32 gradient, unrounded, "
+       "and with micro-batches add it straight into the step's total, as "
+       "Megatron's gradient-accumulation fusion (default; ZeRO-2 and 3 "
+       "reduce-scatter each product before its sum); =false rounds each "
+       "product to the compute dtype, casts it and adds it, as PyTorch's "
+       "autocast does"},
       // Output.
       {"emit", OptionType::String,
        [](O &o, const V &v) {

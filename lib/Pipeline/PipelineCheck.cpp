@@ -175,7 +175,7 @@ LogicalResult Checker::checkDataflow(int64_t rank) {
   for (auto [p, program] : llvm::enumerate(programs))
     for (auto [i, item] : llvm::enumerate(program.items)) {
       if (item.kind == StageItem::Kind::Op) {
-        bool total = llvm::isa<graph::MicrobatchSumOp>(item.op);
+        bool total = graph::makesStepTotal(item.op);
         for (Value result : item.op->getResults())
           sources.try_emplace(result, Source{static_cast<int64_t>(p), i, total});
       } else if (item.kind == StageItem::Kind::Recv) {

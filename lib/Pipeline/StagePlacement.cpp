@@ -54,7 +54,7 @@ LogicalResult Splitter::placeActionOps() {
     Operation *producer = op.getOperand(0).getDefiningOp();
     auto it = producer ? placement_.find(producer) : placement_.end();
     if (it == placement_.end() || !it->second.action ||
-        llvm::isa<graph::MicrobatchSumOp>(producer))
+        graph::makesStepTotal(producer))
       return op.emitOpError()
              << "sums a value over micro-batches that no op of the "
                 "micro-batch makes (expected an operand marked with "
@@ -147,7 +147,7 @@ void Splitter::requireOn(Value value, int64_t rank) {
   transfer.to = rank;
   transfer.channel = static_cast<int64_t>(program_.transfers.size());
   transfer.perMicroBatch =
-      made.action.has_value() && !llvm::isa<graph::MicrobatchSumOp>(producer);
+      made.action.has_value() && !graph::makesStepTotal(producer);
   program_.transfers.push_back(transfer);
 }
 

@@ -19,7 +19,7 @@ void Splitter::sendInPieces() {
   SmallVector<Operation *> producers;
   for (Operation &op : body_.without_terminator())
     if (op.getNumResults() == 1 && placement_[&op].action &&
-        !llvm::isa<graph::MicrobatchSumOp>(op) &&
+        !graph::makesStepTotal(&op) &&
         op.hasAttr(TrellisDialect::kLocalLayoutAttrName))
       producers.push_back(&op);
   for (Operation *producer : producers) {

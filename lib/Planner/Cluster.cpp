@@ -375,10 +375,10 @@ std::optional<ClusterSpec> parseCluster(const llvm::json::Value &json,
                     "lists them)";
             break;
           }
-          if (op == "matmul" && error.empty()) {
-            error = "field 'device.op_efficiency.matmul': matmuls follow "
-                    "the GEMM curve (device.gemm_efficiency, "
-                    "device.gemm_half_size)";
+          if ((op == "matmul" || op == "matmul_accumulate") && error.empty()) {
+            error = "field 'device.op_efficiency." + op +
+                    "': matmuls follow the GEMM curve "
+                    "(device.gemm_efficiency, device.gemm_half_size)";
             break;
           }
           double share = 0;

@@ -119,7 +119,8 @@ double computeSeconds(const PricedWork &work, const ClusterSpec &cluster) {
       device.attentionMaterializesScores &&
       (work.name == "attention" || work.name == "attention_grad") &&
       work.gemmDepth > 0;
-  if (work.name == "matmul" && work.gemmRows > 0) {
+  bool gemm = work.name == "matmul" || work.name == "matmul_accumulate";
+  if (gemm && work.gemmRows > 0) {
     seconds = std::max(work.flops / (dtypePeak * gemmEfficiency()), memory);
   } else if (scoresInMemory) {
     // Scores: 4 E d FLOPs forward and 10 E d backward for E scores; each

@@ -15,6 +15,7 @@
 #include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 
 #include <map>
@@ -224,7 +225,10 @@ void Pricer::place() {
     PlacementOp placed;
     placed.action = op.action;
     placed.virtualStage = op.virtualStage;
-    if (op.accumulates && !op.operands.empty()) {
+    // A micro-batch sum runs where its summand is made (a
+    // matmul_accumulate, with its phase, where its stage says).
+    if (op.accumulates && !op.operands.empty() && op.origin &&
+        llvm::isa<graph::MicrobatchSumOp>(op.origin)) {
       int64_t producer = written_.values[op.operands[0]].producer;
       if (producer >= 0)
         placed.summed = problemIndex[producer];

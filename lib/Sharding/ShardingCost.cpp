@@ -25,8 +25,10 @@ namespace trellis {
 namespace {
 
 /// Records the sizes of a matmul's piece for the time model's GEMM
-/// efficiency: lhs [batch..., M, K] · rhs [..., K, N] (either transposed).
-void describeMatmul(VirtualOp &compute, graph::MatmulOp matmul,
+/// efficiency: lhs [batch..., M, K] · rhs [..., K, N] (either transposed),
+/// of a graph.matmul or a graph.matmul_accumulate.
+template <typename MatmulLike>
+void describeMatmul(VirtualOp &compute, MatmulLike matmul,
                     ArrayRef<SmallVector<int64_t>> operandShapes) {
   ArrayRef<int64_t> lhs = operandShapes[0], rhs = operandShapes[1];
   if (lhs.size() < 2 || rhs.size() < 2)
@@ -266,6 +268,8 @@ LogicalResult VirtualStepBuilder::addGraphOp(Operation *op) {
   if (const OpContract *contract = graph::contractOf(op))
     compute.kernel = contract->name;
   if (auto matmul = llvm::dyn_cast<graph::MatmulOp>(op))
+    describeMatmul(compute, matmul, operandShapes);
+  if (auto matmul = llvm::dyn_cast<graph::MatmulAccumulateOp>(op))
     describeMatmul(compute, matmul, operandShapes);
   // An attention's `axes` once partitioned: its queries' sequence split.
   // Its piece's query and key lengths and head dimension, for the time

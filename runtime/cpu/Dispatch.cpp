@@ -56,8 +56,8 @@ Kernel selectKernel(const KernelArgs &args, bool &narrowNative) {
     narrowNative = true;
   // Without oneDNN's bf16 matmul, a bf16 product is an fp32 one on exact
   // copies (products of bf16 values are exact in fp32), rounded once.
-  if (op == "matmul" && args.in(0).desc().dtype == DType::BF16 &&
-      oneDnnHasBf16Matmul()) {
+  if ((op == "matmul" || op == "matmul_accumulate") &&
+      args.in(0).desc().dtype == DType::BF16 && oneDnnHasBf16Matmul()) {
     narrowNative = true;
     return runMatmulBf16;
   }

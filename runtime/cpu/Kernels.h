@@ -23,7 +23,11 @@ Status runElementwise(const KernelArgs &args);
 Status runLayout(const KernelArgs &args);
 Status runReduction(const KernelArgs &args);
 Status runMatmul(const KernelArgs &args);
-/// Matmul of bf16 operands (oneDNN, AMX where the CPU has it).
+/// A matmul's product added into (the step's first: written to) its f32
+/// total.
+Status runMatmulAccumulate(const KernelArgs &args);
+/// Matmul and matmul_accumulate of bf16 operands (oneDNN, AMX where the
+/// CPU has it).
 Status runMatmulBf16(const KernelArgs &args);
 /// Whether oneDNN builds bf16 matmuls on this CPU (probed once).
 bool oneDnnHasBf16Matmul();

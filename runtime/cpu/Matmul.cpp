@@ -1,4 +1,4 @@
-//===- Matmul.cpp - Batched f32 matrix products ---------------------------===//
+//===- Matmul.cpp - Batched f32 matrix products, and their sums ----------===//
 
 #include "Gemm.h"
 #include "Kernels.h"
@@ -7,7 +7,10 @@
 
 namespace trellis::runtime::cpu {
 
-Status runMatmul(const KernelArgs &args) {
+namespace {
+
+/// out = op(lhs) op(rhs) + beta out, batched as graph.matmul.
+Status multiply(const KernelArgs &args, float beta, const char *op) {
   const Tensor &lhs = args.in(0), &rhs = args.in(1);
   Tensor &out = args.out(0);
   bool transposeLhs = args.instruction.flag("transpose_lhs");
@@ -21,27 +24,42 @@ Status runMatmul(const KernelArgs &args) {
   if (m == 0 || n == 0 || batch == 0)
     return Status::success();
   if (k == 0) {
-    std::fill(out.f32(), out.f32() + out.size(), 0.0f);
+    // Sums over nothing: zeros (added to nothing).
+    if (beta == 0.0f)
+      std::fill(out.f32(), out.f32() + out.size(), 0.0f);
     return Status::success();
   }
   // A shared right-hand side with row-major lhs rows: one product over
   // every batch row at once.
   if (sharedRhs && !transposeLhs) {
     if (!gemm(false, transposeRhs, batch * m, n, k, 1.0f, lhs.f32(), lda,
-              rhs.f32(), ldb, 0.0f, out.f32(), n))
-      return gemmFailure("matmul");
+              rhs.f32(), ldb, beta, out.f32(), n))
+      return gemmFailure(op);
     return Status::success();
   }
   for (int64_t b = 0; b < batch; ++b)
     if (!gemm(transposeLhs, transposeRhs, m, n, k, 1.0f, lhs.f32() + b * m * k,
-              lda, rhs.f32() + (sharedRhs ? 0 : b * k * n), ldb, 0.0f,
+              lda, rhs.f32() + (sharedRhs ? 0 : b * k * n), ldb, beta,
               out.f32() + b * m * n, n))
-      return gemmFailure("matmul");
+      return gemmFailure(op);
   return Status::success();
+}
+
+} // namespace
+
+Status runMatmul(const KernelArgs &args) {
+  return multiply(args, 0.0f, "matmul");
+}
+
+Status runMatmulAccumulate(const KernelArgs &args) {
+  // The step's first product writes the total; later ones add to it.
+  return multiply(args, args.instruction.flag("first") ? 0.0f : 1.0f,
+                  "matmul_accumulate");
 }
 
 void registerMatmulKernels(KernelTable &table) {
   table.add({"matmul"}, runMatmul);
+  table.add({"matmul_accumulate"}, runMatmulAccumulate);
 }
 
 } // namespace trellis::runtime::cpu

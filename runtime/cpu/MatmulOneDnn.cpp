@@ -7,7 +7,10 @@
 // per shape and kept. oneDNN 2.6 (Debian bookworm's) has bf16 matmul only
 // on CPUs with AVX-512 (AVX-512 BF16 or AMX for speed): elsewhere, e.g. on
 // an AVX2-only AMD EPYC, it builds no primitive, and selectKernel sends bf16
-// products to the fp32 sgemm through copies (oneDnnHasBf16Matmul).
+// products to the fp32 sgemm through copies (oneDnnHasBf16Matmul). A
+// matmul with f32_result writes the fp32 accumulators as they are; a
+// matmul_accumulate does so into its f32 total, and adds to it (a sum
+// post-op) after the step's first product.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,10 +31,13 @@ using dnnl::memory;
 struct MatmulShape {
   int64_t batch, m, k, n;
   bool transposeLhs, transposeRhs, sharedRhs;
+  /// An f32 result (matmul_accumulate's total), and whether the product is
+  /// added to it.
+  bool f32Result = false, addsToResult = false;
 
   auto key() const {
     return std::make_tuple(batch, m, k, n, transposeLhs, transposeRhs,
-                           sharedRhs);
+                           sharedRhs, f32Result, addsToResult);
   }
   bool operator<(const MatmulShape &other) const {
     return key() < other.key();
@@ -62,11 +68,19 @@ Primitive build(const MatmulShape &s) {
   Primitive primitive;
   primitive.lhs = memory::desc(lhsDims, memory::data_type::bf16, lhsStrides);
   primitive.rhs = memory::desc(rhsDims, memory::data_type::bf16, rhsStrides);
-  primitive.out = memory::desc({s.batch, s.m, s.n}, memory::data_type::bf16,
+  primitive.out = memory::desc({s.batch, s.m, s.n},
+                               s.f32Result ? memory::data_type::f32
+                                           : memory::data_type::bf16,
                                memory::dims{s.m * s.n, s.n, 1});
+  dnnl::primitive_attr attributes;
+  if (s.addsToResult) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attributes.set_post_ops(sum);
+  }
   dnnl::matmul::primitive_desc desc(
       dnnl::matmul::desc(primitive.lhs, primitive.rhs, primitive.out),
-      engine());
+      attributes, engine());
   primitive.matmul = dnnl::matmul(desc);
   return primitive;
 }
@@ -100,6 +114,9 @@ Status runMatmulBf16(const KernelArgs &args) {
   for (size_t d = 0; d + 2 < rank; ++d)
     s.batch *= ls[d];
   s.sharedRhs = rs.size() == 2;
+  bool accumulates = args.instruction.op == "matmul_accumulate";
+  s.f32Result = accumulates || args.instruction.flag("f32_result");
+  s.addsToResult = accumulates && !args.instruction.flag("first");
   if (s.m == 0 || s.n == 0 || s.batch == 0)
     return Status::success();
   // A shared right-hand side with row-major lhs rows: one product over
@@ -126,7 +143,7 @@ Status runMatmulBf16(const KernelArgs &args) {
                                        {DNNL_ARG_DST, outMemory}});
     stream.wait();
   } catch (const dnnl::error &error) {
-    return Status::error(std::string("onednn: bf16 matmul [") +
+    return Status::error("onednn: bf16 " + args.instruction.op + " [" +
                          std::to_string(s.batch) + ", " + std::to_string(s.m) +
                          ", " + std::to_string(s.k) + "] x [" +
                          std::to_string(s.k) + ", " + std::to_string(s.n) +

@@ -95,8 +95,8 @@ std::string CublasLt::describe() const {
 }
 
 StatusOr<std::unique_ptr<GemmPlan>>
-CublasLt::plan(const GemmMapping &mapping, DType dtype,
-               int64_t workspaceBytes) const {
+CublasLt::plan(const GemmMapping &mapping, DType dtype, int64_t workspaceBytes,
+               std::optional<DType> resultType) const {
   auto plan = std::make_unique<GemmPlan>();
   plan->owner_ = this;
   cublasComputeType_t compute = dtype == DType::F32 && tf32_
@@ -115,9 +115,9 @@ CublasLt::plan(const GemmMapping &mapping, DType dtype,
                                         CUBLASLT_MATMUL_DESC_TRANSB, &transB,
                                         sizeof(transB)),
                                "setting TRANSB");
-  cudaDataType_t type = dataType(dtype);
   auto layout = [&](cublasLtMatrixLayout_t &out, int64_t rows, int64_t columns,
-                    int64_t leading, int64_t batchStride) -> Status {
+                    int64_t leading, int64_t batchStride,
+                    cudaDataType_t type) -> Status {
     TRELLIS_BLAS_RETURN_IF_ERROR(
         layoutCreate_(&out, type, static_cast<uint64_t>(rows),
                       static_cast<uint64_t>(columns), leading),
@@ -135,13 +135,16 @@ CublasLt::plan(const GemmMapping &mapping, DType dtype,
     }
     return Status::success();
   };
+  cudaDataType_t operands = dataType(dtype);
   TRELLIS_RETURN_IF_ERROR(layout(plan->a_, mapping.a.rows, mapping.a.columns,
-                                 mapping.a.leading, mapping.a.batchStride));
+                                 mapping.a.leading, mapping.a.batchStride,
+                                 operands));
   TRELLIS_RETURN_IF_ERROR(layout(plan->b_, mapping.b.rows, mapping.b.columns,
-                                 mapping.b.leading, mapping.b.batchStride));
-  TRELLIS_RETURN_IF_ERROR(layout(plan->d_, mapping.rows, mapping.columns,
-                                 mapping.resultLeading,
-                                 mapping.resultBatchStride));
+                                 mapping.b.leading, mapping.b.batchStride,
+                                 operands));
+  TRELLIS_RETURN_IF_ERROR(
+      layout(plan->d_, mapping.rows, mapping.columns, mapping.resultLeading,
+             mapping.resultBatchStride, dataType(resultType.value_or(dtype))));
   cublasLtMatmulPreference_t preference = nullptr;
   TRELLIS_BLAS_RETURN_IF_ERROR(preferenceCreate_(&preference),
                                "creating a matmul preference");
@@ -170,8 +173,8 @@ CublasLt::plan(const GemmMapping &mapping, DType dtype,
 
 Status CublasLt::matmul(const GemmPlan &plan, const void *a, const void *b,
                         void *d, void *workspace, int64_t workspaceBytes,
-                        cudaStream_t stream) const {
-  const float alpha = 1.0f, beta = 0.0f;
+                        cudaStream_t stream, float beta) const {
+  const float alpha = 1.0f;
   TRELLIS_BLAS_RETURN_IF_ERROR(
       matmul_(handle_, plan.operation_, &alpha, a, plan.a_, b, plan.b_, &beta,
               d, plan.d_, d, plan.d_, &plan.algorithm_, workspace,

@@ -19,6 +19,7 @@
 #include <cublasLt.h>
 
 #include <memory>
+#include <optional>
 
 namespace trellis::runtime::cuda {
 
@@ -45,16 +46,18 @@ public:
   static StatusOr<std::unique_ptr<CublasLt>> load(bool tf32);
   ~CublasLt();
 
-  /// Descriptors for `mapping` over `dtype` operands and results, and the
-  /// fastest algorithm cuBLASLt's heuristic offers within
+  /// Descriptors for `mapping` over `dtype` operands and `resultType`
+  /// results (`dtype`'s when absent: matmul_accumulate's totals are f32),
+  /// and the fastest algorithm cuBLASLt's heuristic offers within
   /// `workspaceBytes`.
   StatusOr<std::unique_ptr<GemmPlan>>
-  plan(const GemmMapping &mapping, DType dtype, int64_t workspaceBytes) const;
+  plan(const GemmMapping &mapping, DType dtype, int64_t workspaceBytes,
+       std::optional<DType> resultType = std::nullopt) const;
 
-  /// d = a · b as `plan` says, on `stream`.
+  /// d = a · b + beta d as `plan` says, on `stream`.
   Status matmul(const GemmPlan &plan, const void *a, const void *b, void *d,
-                void *workspace, int64_t workspaceBytes,
-                cudaStream_t stream) const;
+                void *workspace, int64_t workspaceBytes, cudaStream_t stream,
+                float beta = 0.0f) const;
 
   /// "cuBLASLt 13.x at PATH", for the device's description.
   std::string describe() const;

@@ -1,4 +1,4 @@
-//===- CudaMatmul.cpp - The matmul kernel: one cuBLASLt call --------------===//
+//===- CudaMatmul.cpp - matmul and matmul_accumulate: one cuBLASLt call ---===//
 
 #include "CublasLt.h"
 #include "CudaSupport.h"
@@ -30,8 +30,10 @@ StatusOr<std::unique_ptr<PreparedLaunch>> prepareMatmul(const KernelArgs &args,
   auto prepared = std::make_unique<PreparedMatmul>();
   prepared->mapping = mappingOf(args);
   if (!empty(prepared->mapping)) {
-    StatusOr<std::unique_ptr<GemmPlan>> plan = context.blas->plan(
-        prepared->mapping, args.in(0).desc().dtype, context.workspaceBytes);
+    // matmul_accumulate's total is f32 whatever its operands' type.
+    StatusOr<std::unique_ptr<GemmPlan>> plan =
+        context.blas->plan(prepared->mapping, args.in(0).desc().dtype,
+                           context.workspaceBytes, args.out(0).desc().dtype);
     if (!plan.ok())
       return plan.status();
     prepared->plan = std::move(*plan);
@@ -52,23 +54,29 @@ Status runMatmul(const KernelArgs &args, CudaContext &context) {
     prepared = static_cast<const PreparedMatmul *>(planned.get());
   }
   Tensor &out = args.out(0);
+  // A matmul_accumulate adds its product to the step's total after the
+  // step's first, which writes it.
+  bool adds = args.instruction.op == "matmul_accumulate" &&
+              !args.instruction.flag("first");
   if (empty(prepared->mapping)) {
-    // No products, or sums over nothing: zeros.
-    TRELLIS_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(out.raw(), 0, out.bytes(), context.stream),
-        "zeroing an empty matmul's result");
+    // No products, or sums over nothing: zeros (added to nothing).
+    if (!adds)
+      TRELLIS_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(out.raw(), 0, out.bytes(), context.stream),
+          "zeroing an empty matmul's result");
     return Status::success();
   }
   // cuBLASLt's A is the rhs, its B the lhs (GemmMapping.h).
   return context.blas->matmul(*prepared->plan, args.in(1).raw(),
                               args.in(0).raw(), out.raw(), context.workspace,
-                              context.workspaceBytes, context.stream);
+                              context.workspaceBytes, context.stream,
+                              adds ? 1.0f : 0.0f);
 }
 
 } // namespace
 
 void registerMatmulKernels(CudaKernelTable &table) {
-  table.add({"matmul"}, runMatmul, prepareMatmul);
+  table.add({"matmul", "matmul_accumulate"}, runMatmul, prepareMatmul);
 }
 
 } // namespace trellis::runtime::cuda

@@ -76,6 +76,11 @@ struct TrainingOptions {
   /// one.
   int64_t microBatches = 1;
   RecomputeKind recompute = RecomputeKind::None;
+  /// Write weight-gradient products as f32 gradients, and with
+  /// `fuseIntoTotals` add those summed over micro-batches into their totals
+  /// (-trellis-fuse-gradient-accumulation).
+  bool fuseGradientAccumulation = false;
+  bool fuseIntoTotals = true;
   /// Write the step as micro-batches even for one (a pipeline splits it).
   bool pipelined = false;
 };

@@ -195,6 +195,50 @@ def AccumulateMicroBatchesPass
   ];
 }
 
+def FuseGradientAccumulationPass
+    : Pass<"trellis-fuse-gradient-accumulation", "::mlir::ModuleOp"> {
+  let summary = "Writes weight-gradient products as f32, into their totals";
+  let description = [{
+    Megatron's gradient-accumulation fusion, on `function` (the gradients
+    of a micro-batch, after -trellis-accumulate-micro-batches when there
+    are several):
+
+    - a 16-bit `graph.matmul` of the micro-batch whose product leaves it
+      only through one cast to f32 (to its sum over micro-batches, the
+      step's ops or the results) is written in f32 (`f32_result`): the
+      fp32 sums are never rounded to 16 bits;
+    - with `into-totals`, an f32 product whose only reader is its
+      `graph.microbatch_sum` becomes one `graph.matmul_accumulate` in the
+      matmul's place: each micro-batch's product is added into the total
+      as it is made, never stored on its own.
+
+    Under mixed precision the gradients lose each product's rounding to 16
+    bits; in fp32 only the order of the additions may change. Casts
+    reduced in 16 bits first (`graph.reduce_first`, `--grad-reduce-dtype
+    bf16`) and 16-bit totals are left alone. ZeRO-2 and 3 reduce-scatter
+    each micro-batch's product before its sum: they run without
+    `into-totals`.
+
+    ```mlir
+    // Before
+    %g = graph.matmul %x transposed, %dy {graph.phase = "weight", ...}
+        : tensor<32x64xbf16>, tensor<32x256xbf16>
+    %g32 = graph.cast %g to "f32" {graph.phase = "weight", ...}
+    %total = graph.microbatch_sum %g32 : tensor<64x256xf32>
+    // After
+    %total = graph.matmul_accumulate %x transposed, %dy
+        {graph.phase = "weight", ...} : tensor<32x64xbf16>, tensor<32x256xbf16>
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"gradients\"",
+           "The gradients of a micro-batch">,
+    Option<"intoTotals", "into-totals", "bool", "true",
+           "Add products summed over micro-batches into their totals "
+           "(graph.matmul_accumulate)">
+  ];
+}
+
 def InsertOptimizerPass
     : Pass<"trellis-insert-optimizer", "::mlir::ModuleOp"> {
   let summary = "Turns the gradients into a training step with an optimizer";

@@ -71,6 +71,11 @@ struct CompileOptions {
   std::string gradReduceDtype = "fp32";
   std::string recompute = "none";
   bool fuse = true;
+  /// Write weight-gradient products as f32 gradients, and add each
+  /// micro-batch's straight into its total
+  /// (-trellis-fuse-gradient-accumulation; ZeRO-2 and 3 reduce-scatter each
+  /// product before its sum).
+  bool fuseGradientAccumulation = true;
   // Output.
   /// Remarks on what propagation split and resharded (--explain).
   bool explain = false;

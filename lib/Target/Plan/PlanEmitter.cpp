@@ -146,7 +146,7 @@ private:
   /// Whether `op`'s results are values of one micro-batch in a plan of
   /// action programs.
   bool makesMicroBatchValues(Operation &op) const {
-    return staged_ && !llvm::isa<MicrobatchSumOp>(op) &&
+    return staged_ && !makesStepTotal(&op) &&
            op.hasAttr(GraphDialect::kPhaseAttrName);
   }
   /// The plan's entry for argument `index` of `function`.

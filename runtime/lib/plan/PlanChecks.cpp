@@ -37,13 +37,22 @@ Status PlanReader::checkActionProgram(const ActionProgramDesc &program,
                                "runs once per micro-batch");
       continue;
     }
-    if (!perMicroBatch_[instruction.inputs[0]] ||
-        perMicroBatch_[instruction.outputs[0]])
+    // It adds a value of the micro-batch (an accumulate's input, a
+    // matmul_accumulate's product of the micro-batch's operands) into one
+    // of the step.
+    bool readsMicroBatch = false;
+    for (int64_t id : instruction.inputs)
+      readsMicroBatch |= perMicroBatch_[id];
+    if (!readsMicroBatch || perMicroBatch_[instruction.outputs[0]]) {
+      std::string inputs;
+      for (int64_t id : instruction.inputs)
+        inputs += (inputs.empty() ? "" : ", ") + std::to_string(id);
       return Status::error(at +
                            ": expected a micro-batch's buffer in and a "
                            "step's buffer out, found buffers " +
-                           std::to_string(instruction.inputs[0]) + " and " +
+                           inputs + " and " +
                            std::to_string(instruction.outputs[0]));
+    }
   }
   return Status::success();
 }

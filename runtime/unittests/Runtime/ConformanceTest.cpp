@@ -146,6 +146,22 @@ std::map<std::string, std::vector<Sample>> samples() {
       {"transposed",
        {values({29, 37}), values({13, 29})},
        {{"transpose_lhs", flag(true)}, {"transpose_rhs", flag(true)}}});
+  // A weight gradient's product written as its f32 gradient.
+  add("matmul", {"f32 result",
+                 {values({37, 29}), values({37, 13})},
+                 {{"transpose_lhs", flag(true)}, {"f32_result", flag(true)}}});
+  // A weight gradient's product: written at the step's first, added after.
+  add("matmul_accumulate",
+      {"first",
+       {values({37, 29}), values({37, 13})},
+       {{"transpose_lhs", flag(true)}, {"first", flag(true)}}});
+  add("matmul_accumulate",
+      {"sum",
+       {values({37, 29}), values({37, 13})},
+       {{"transpose_lhs", flag(true)}, {"first", flag(false)}},
+       true});
+  add("matmul_accumulate",
+      {"batched rhs shared", {values({3, 7, 29}), values({29, 13})}, {}, true});
   AttrMap epsilon = {{"epsilon", real(1e-5)}};
   add("layer_norm",
       {"3x37", {values({3, 37}), values({37}), values({37})}, epsilon});
@@ -332,9 +348,16 @@ public:
       }
       memory.push_back(std::move(*allocation));
       tensors.emplace_back(desc, memory.back()->data());
-      if (!values)
-        return true;
       std::vector<char> host(desc.numElements() * dtypeBytes(type.element));
+      if (!values) {
+        // A result the kernel must write whole: poisoned (all bits set, a
+        // NaN in every float type), so one that reads it shows.
+        std::fill(host.begin(), host.end(), char(0xFF));
+        Status copied = device_.copyFromHost(host.data(), tensors.back());
+        if (!copied.ok())
+          run.failure = copied.message();
+        return copied.ok();
+      }
       for (int64_t i = 0; i < desc.numElements(); ++i) {
         float v = (*values)[i];
         switch (type.element) {

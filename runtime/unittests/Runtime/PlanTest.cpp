@@ -249,7 +249,7 @@ TEST(PlanTest, RejectsBadInstructions) {
   expectRejected(replace(kValidPlan, "\"attrs\": {}",
                          "\"attrs\": {\"transpose_rsh\": true}"),
                  "instruction 0 (matmul): unknown attribute 'transpose_rsh' "
-                 "(matmul takes transpose_lhs, transpose_rhs)");
+                 "(matmul takes transpose_lhs, transpose_rhs, f32_result)");
   expectRejected(replace(kValidPlan, "\"dims\": [0, 1]", "\"dims\": [1, 0]"),
                  "instruction 1 (reduce_sum): expected strictly increasing "
                  "dimensions, found [1, 0]");

@@ -140,6 +140,11 @@ bool isUpdate(Operation *op) {
   return contract && contract->isUpdate();
 }
 
+bool makesStepTotal(Operation *op) {
+  const OpContract *contract = contractOf(op);
+  return contract && contract->effects.accumulates;
+}
+
 namespace {
 
 /// A verified graph op's value type as the table holds it.

@@ -297,6 +297,9 @@ LogicalResult ConcatOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
 
 LogicalResult MatmulOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                        SmallVectorImpl<Value> &grads) {
+  // A gradient's product written in f32 comes after the autodiff.
+  if (getF32Result())
+    return noGradient(*this);
   Location loc = getLoc();
   Value lhs = getLhs(), rhs = getRhs(), grad = dy[0];
   bool transposeLhs = getTransposeLhs(), transposeRhs = getTransposeRhs();
@@ -458,6 +461,7 @@ GRAPH_NO_GRADIENT(CrossEntropyGradOp)
 GRAPH_NO_GRADIENT(MoeRouteGradOp)
 GRAPH_NO_GRADIENT(ExpertBiasUpdateOp)
 GRAPH_NO_GRADIENT(ExpertMatmulWeightGradOp)
+GRAPH_NO_GRADIENT(MatmulAccumulateOp)
 GRAPH_NO_GRADIENT(AdamWOp)
 GRAPH_NO_GRADIENT(SgdOp)
 #undef GRAPH_NO_GRADIENT

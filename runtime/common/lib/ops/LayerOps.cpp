@@ -45,6 +45,10 @@ Diagnostic matmulRule(const OpInstance &op, Results &out) {
   result.push_back(m);
   result.push_back(n);
   out.push_back(like(op, 0, result));
+  // The fp32 sums unrounded (a weight gradient's product, written as its
+  // f32 gradient).
+  if (op.flag("f32_result"))
+    out.back().element = ElementType::F32;
   return std::nullopt;
 }
 
@@ -70,6 +74,15 @@ ShardingRule matmulFactors(const OpInstance &op) {
   rule.operandFactors = {lhsFactors, rhsFactors};
   rule.resultFactors = {resultFactors};
   return rule;
+}
+
+/// 2 M N K per product; the operands read and the result written once.
+OpCost matmulCost(const OpInstance &op) {
+  const Shape &lhs = op.shape(0);
+  int64_t k = lhs[lhs.size() - (op.flag("transpose_lhs") ? 2 : 1)];
+  OpCost cost = elementwiseCost(op, 0);
+  cost.flops = 2.0 * elementCount(op.resultShape(0)) * k;
+  return cost;
 }
 
 /// A normalization [..., E] with per-feature vectors [E] (weight, bias):
@@ -179,16 +192,37 @@ void addLayerOps(TableBuilder &table) {
   table
       .add("matmul", {{"lhs"}, {"rhs"}}, 1,
            {{"transpose_lhs", K::Bool, false},
-            {"transpose_rhs", K::Bool, false}},
+            {"transpose_rhs", K::Bool, false},
+            {"f32_result", K::Bool, false}},
            matmulRule)
       .factors(matmulFactors)
+      .cost(matmulCost);
+  // A matmul whose product is added into its step total over the
+  // micro-batches (graph.microbatch_sum of a graph.matmul, made by
+  // -trellis-fuse-gradient-accumulation): the total is f32 whatever the
+  // operands' float type, and each micro-batch's product goes into it
+  // unrounded. The runtime sets `first` on the step's first product (which
+  // writes the total instead of adding to it). It reads the total it adds
+  // to.
+  OpEffects accumulates;
+  accumulates.accumulates = true;
+  table
+      .add("matmul_accumulate", {{"lhs"}, {"rhs"}}, 1,
+           {{"transpose_lhs", K::Bool, false},
+            {"transpose_rhs", K::Bool, false},
+            {"first", K::Bool, false}},
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             TRELLIS_CHECK(matmulRule(op, out));
+             out.back().element = ElementType::F32;
+             return std::nullopt;
+           })
+      .factors(matmulFactors)
       .cost([](const OpInstance &op) {
-        const Shape &lhs = op.shape(0);
-        int64_t k = lhs[lhs.size() - (op.flag("transpose_lhs") ? 2 : 1)];
-        OpCost cost = elementwiseCost(op, 0);
-        cost.flops = 2.0 * elementCount(op.resultShape(0)) * k;
+        OpCost cost = matmulCost(op);
+        cost.bytesRead += tensorBytes(op.result(0));
         return cost;
-      });
+      })
+      .effects(accumulates);
 
   // The row-wise family: softmax over the last dimension, and its
   // gradient from the softmax's result and the result's gradient.

@@ -1,8 +1,8 @@
 # Prints the pipeline facts of a plan, one per line: the mesh, the stages
 # holding each parameter and input, and per stage its schedule, then per
 # action program its transfers (op, peer, shape of the buffer, the receive
-# a send completes with), its accumulations into step totals and the
-# optimizer updates it runs. Usage: summarize_plan.py P
+# a send completes with), its accumulations into step totals (values, and
+# products added as they are made) and the optimizer updates it runs. Usage: summarize_plan.py P
 import json
 import sys
 
@@ -28,7 +28,7 @@ for stage in plan["stages"]:
                       f'peer {attrs["peer"]}',
                       f'axes {",".join(attrs["axes"])}',
                       "shape", buffers[buffer]["shape"])
-        for op in ("accumulate", "adamw"):
+        for op in ("accumulate", "matmul_accumulate", "adamw"):
             count = sum(1 for i in program["program"] if i["op"] == op)
             if count:
                 print(f'{name}: {count} {op}')

@@ -50,6 +50,11 @@ const trellis::OpContract *contractOf(mlir::Operation *op);
 /// Whether `op` is an optimizer update (its row replaces operands).
 bool isUpdate(mlir::Operation *op);
 
+/// Whether `op` adds a micro-batch's value into a total of the step
+/// (graph.microbatch_sum, graph.matmul_accumulate: rows that accumulate):
+/// it runs with the micro-batch's ops, but its result is the step's.
+bool makesStepTotal(mlir::Operation *op);
+
 /// The inherent attributes of an op being built or parsed, as a
 /// dictionary (those not set yet are absent).
 template <typename OpT, typename AdaptorT>

@@ -303,11 +303,41 @@ def Graph_MatmulOp : Graph_Op<"matmul"> {
     `lhs` is [batch..., M, K] ([batch..., K, M] with `transpose_lhs`), `rhs`
     is [batch..., K, N] ([..., N, K] with `transpose_rhs`) with the same
     batch dimensions, or a 2-D matrix shared by every batch element. The
-    result is [batch..., M, N].
+    result is [batch..., M, N], of the operands' float type, or f32 with
+    `f32_result`: the fp32 sums unrounded (a 16-bit weight gradient's
+    product written as its f32 gradient, by
+    -trellis-fuse-gradient-accumulation; it has no gradient itself).
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs,
+                       UnitAttr:$f32_result);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs (`transposed` $transpose_lhs^)? `,` $rhs (`transposed` $transpose_rhs^)?
+    (`into` `f32` $f32_result^)? attr-dict `:` type($lhs) `,` type($rhs)
+  }];
+}
+
+def Graph_MatmulAccumulateOp : Graph_Op<"matmul_accumulate"> {
+  let summary = "A matrix product summed over the step's micro-batches, in f32";
+  let description = [{
+    ```mlir
+    %total = graph.matmul_accumulate %x transposed, %dy
+        {graph.phase = "weight"} : tensor<32x64xbf16>, tensor<32x256xbf16>
+    ```
+    `graph.microbatch_sum` of a `graph.matmul` (through a cast to f32 when
+    the operands are 16-bit) in one op, as Megatron's gradient-accumulation
+    fusion: each micro-batch's product, computed in fp32, is added into the
+    f32 total as it is made, never rounded to the operands' type and never
+    stored on its own. Operands and layout as `graph.matmul`. It runs with
+    the micro-batch's ops (it carries their `graph.phase`); its result is a
+    value of the step, as a `graph.microbatch_sum`'s is. Partial values
+    pass through (a data-parallel gradient is reduced once per step, after
+    the sum). -trellis-fuse-gradient-accumulation makes it.
   }];
   let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
                        UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
-  let results = (outs Graph_FloatTensor:$result);
+  let results = (outs Graph_F32Tensor:$result);
   let assemblyFormat = [{
     $lhs (`transposed` $transpose_lhs^)? `,` $rhs (`transposed` $transpose_rhs^)?
     attr-dict `:` type($lhs) `,` type($rhs)
