@@ -31,6 +31,7 @@ void trellis::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(createReverseModePass(reverse));
   if (options.recompute == RecomputeKind::Full)
     pm.addPass(createRecomputePass());
+  pm.addPass(createRematerializeParameterViewsPass());
   if (options.microBatches != 1 || options.pipelined) {
     AccumulateMicroBatchesPassOptions accumulate;
     accumulate.microBatches = options.microBatches;

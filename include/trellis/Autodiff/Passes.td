@@ -163,6 +163,38 @@ def RecomputePass : Pass<"trellis-recompute", "::mlir::ModuleOp"> {
   ];
 }
 
+def RematerializeParameterViewsPass
+    : Pass<"trellis-rematerialize-parameter-views", "::mlir::ModuleOp"> {
+  let summary = "Makes the backward's views of weights again from the weights";
+  let description = [{
+    A view of a parameter in the forward of `function` (a cast, slice,
+    reshape or transpose of a parameter or of such a view: GPT-2's q, k
+    and v slices of the fused c_attn weight, a part's compute copy of a
+    weight) that the backward reads would otherwise live from the forward
+    to the backward, once per micro-batch in flight. Each backward reader
+    reads a copy instead, made from the parameter right before the first
+    reader of its model part and phase (one copy per backward action): the
+    forward's view dies with the forward. The copies compute the same
+    values; they cost one more pass over the view per micro-batch.
+
+    ```mlir
+    // Before: %wq lives until the backward's matmul
+    %s = graph.slice %w offsets [0, 0, 0] sizes [64, 1, 64] {graph.phase = "forward", ...}
+    %wq = graph.reshape %s to [64, 64] {graph.phase = "forward", ...}
+    ...
+    %dx = graph.matmul %dq, %wq transposed {graph.phase = "backward", ...}
+    // After
+    %s2 = graph.slice %w offsets [0, 0, 0] sizes [64, 1, 64] {graph.phase = "backward", ...}
+    %wq2 = graph.reshape %s2 to [64, 64] {graph.phase = "backward", ...}
+    %dx = graph.matmul %dq, %wq2 transposed {graph.phase = "backward", ...}
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"gradients\"",
+           "The gradients of a micro-batch">
+  ];
+}
+
 def AccumulateMicroBatchesPass
     : Pass<"trellis-accumulate-micro-batches", "::mlir::ModuleOp"> {
   let summary = "Makes the gradients of one micro-batch a step of m";
