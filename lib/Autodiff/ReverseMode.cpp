@@ -33,6 +33,59 @@ Value zerosLike(OpBuilder &builder, Location loc, Value value) {
               llvm::cast<RankedTensorType>(value.getType()).getShape(), 0.0);
 }
 
+/// `a + b` for two zero-padded pieces of one tensor that meet along one
+/// dimension (the gradients of slices that tile it, such as GPT-2's q, k
+/// and v slices of the fused c_attn weight): their concatenation, padded
+/// where the pieces were, instead of adds over padded copies. Null when the
+/// pieces do not meet so, or a piece is read already.
+Value joinPaddedPieces(OpBuilder &builder, Location loc, Value a, Value b) {
+  auto padA = a.getDefiningOp<PadOp>(), padB = b.getDefiningOp<PadOp>();
+  if (!padA || !padB || !a.use_empty() || !b.use_empty())
+    return Value();
+  ArrayRef<int64_t> shape =
+      llvm::cast<RankedTensorType>(a.getType()).getShape();
+  std::optional<size_t> along;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (padA.getLow()[d] == padB.getLow()[d] &&
+        padA.getHigh()[d] == padB.getHigh()[d])
+      continue;
+    if (along)
+      return Value(); // the pieces differ in two dimensions
+    along = d;
+  }
+  if (!along)
+    return Value(); // the same box twice: a sum
+  size_t d = *along;
+  PadOp first = padA.getLow()[d] < padB.getLow()[d] ? padA : padB;
+  PadOp second = first == padA ? padB : padA;
+  if (shape[d] - first.getHigh()[d] != second.getLow()[d])
+    return Value(); // a gap or an overlap between them
+  // Pieces joined before along the same dimension join as one list.
+  SmallVector<Value> inputs;
+  SmallVector<Operation *> joined;
+  for (PadOp pad : {first, second}) {
+    auto concat = pad.getInput().getDefiningOp<ConcatOp>();
+    if (concat && concat.getDim() == static_cast<int64_t>(d) &&
+        concat->hasOneUse()) {
+      inputs.append(concat.getInputs().begin(), concat.getInputs().end());
+      joined.push_back(concat);
+    } else {
+      inputs.push_back(pad.getInput());
+    }
+  }
+  Value result = ConcatOp::create(builder, loc, inputs, d);
+  SmallVector<int64_t> low(first.getLow()), high(first.getHigh());
+  high[d] = second.getHigh()[d];
+  if (llvm::any_of(low, [](int64_t n) { return n != 0; }) ||
+      llvm::any_of(high, [](int64_t n) { return n != 0; }))
+    result = PadOp::create(builder, loc, result, low, high);
+  padA.erase();
+  padB.erase();
+  for (Operation *concat : joined)
+    concat->erase();
+  return result;
+}
+
 StringAttr roleOf(func::FuncOp function, unsigned index) {
   return function.getArgAttrOfType<StringAttr>(index,
                                                GraphDialect::kRoleAttrName);
@@ -62,7 +115,10 @@ public:
       parts_[value].push_back(part);
       return;
     }
-    slot->second = AddOp::create(builder_, loc, slot->second, gradient);
+    if (Value joined = joinPaddedPieces(builder_, loc, slot->second, gradient))
+      slot->second = joined;
+    else
+      slot->second = AddOp::create(builder_, loc, slot->second, gradient);
   }
 
   /// The gradient of an op result (null if nothing reached it).
