@@ -81,11 +81,11 @@ cl::opt<int64_t> planThreads("threads",
                              cl::init(0), cl::cat(planCategory),
                              cl::sub(planCommand));
 
-/// Seconds to four significant digits (a tiny model's step is 2.5e-05 s,
-/// a large one's 102.6 s).
+/// Seconds to four significant digits, trailing zeros kept (a tiny
+/// model's step is 2.500e-05 s, a large one's 102.6 s, another 13.00 s).
 std::string seconds(double value) {
   char text[32];
-  std::snprintf(text, sizeof(text), "%.4g", value);
+  std::snprintf(text, sizeof(text), "%#.4g", value);
   return text;
 }
 
