@@ -94,7 +94,11 @@ struct RematerializeParameterViewsPass
       builder.setInsertionPoint(before);
       Operation *copy = builder.clone(*view, mapping);
       copy->setOperand(0, operand);
+      // It runs in its readers' action: their phase and part (a pipeline
+      // places it on their stage).
       copy->setAttr(GraphDialect::kPhaseAttrName, group.phase);
+      if (group.part)
+        setModelPart(copy, group.part);
       return copy->getResult(0);
     };
     for (Operation &op : body.without_terminator()) {

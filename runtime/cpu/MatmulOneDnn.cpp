@@ -31,8 +31,8 @@ using dnnl::memory;
 struct MatmulShape {
   int64_t batch, m, k, n;
   bool transposeLhs, transposeRhs, sharedRhs;
-  /// An f32 result (matmul_accumulate's total), and whether the product is
-  /// added to it.
+  /// An f32 result (f32_result, or matmul_accumulate's total), and whether
+  /// the product is added to it.
   bool f32Result = false, addsToResult = false;
 
   auto key() const {

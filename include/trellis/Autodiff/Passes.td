@@ -173,8 +173,9 @@ def RematerializeParameterViewsPass
     weight) that the backward reads would otherwise live from the forward
     to the backward, once per micro-batch in flight. Each backward reader
     reads a copy instead, made from the parameter right before the first
-    reader of its model part and phase (one copy per backward action): the
-    forward's view dies with the forward. The copies compute the same
+    reader of its model part and phase (one copy per backward action,
+    marked with that part and phase): the forward's view dies with the
+    forward. The copies compute the same
     values; they cost one more pass over the view per micro-batch.
 
     ```mlir
