@@ -7,7 +7,9 @@
 // partitioner derives the collectives: a row-parallel matmul's partial
 // output meeting the split residual stream is a reduce_scatter (instead of
 // an all_reduce), the split norm output meeting its whole use an
-// all_gather; the backward follows from the forward's layouts.
+// all_gather; the backward follows from the forward's layouts, but for the
+// embedding's gradient, gathered along the sequence before the
+// vocabulary-parallel table's gradient reads it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -93,6 +95,15 @@ struct ApplySequenceParallelPass
       splitAlongSequence(norm->getOperand(0));
       wholeForUsers(norm->getResult(0));
     }
+    // The embedding's gradient reaches it split along the sequence; its
+    // table splits the vocabulary over the same axis. Gathered along the
+    // sequence first (as Megatron does), each rank's embedding_grad makes
+    // its vocabulary shard's gradient; else it would scatter its sequence
+    // piece over the whole vocabulary, a gradient partial over the axis
+    // and the table's whole size, accumulated whole every micro-batch.
+    function.walk([&](graph::EmbeddingGradOp gradient) {
+      wholeOperand(gradient->getOpOperand(1));
+    });
   }
 
 private:
@@ -162,6 +173,22 @@ private:
       for (OpOperand *use : uses)
         use->set(constraint.getResult());
     }
+  }
+
+  /// Constrains `operand` whole along the sequence over the tensor axis
+  /// (an all_gather where it arrives split), right before its reader.
+  void wholeOperand(OpOperand &operand) {
+    auto type = llvm::cast<RankedTensorType>(operand.get().getType());
+    if (type.getRank() < 3)
+      return;
+    Operation *reader = operand.getOwner();
+    OpBuilder builder(reader);
+    auto constraint = ShardOp::create(builder, reader->getLoc(), type,
+                                      operand.get(), layoutOf(type, false));
+    graph::copyPlacement(reader, constraint);
+    if (Attribute phase = reader->getAttr(graph::GraphDialect::kPhaseAttrName))
+      constraint->setAttr(graph::GraphDialect::kPhaseAttrName, phase);
+    operand.set(constraint.getResult());
   }
 
   /// The axes the step's inputs ([batch, sequence, ...]) split their
