@@ -22,15 +22,8 @@ bool isF32(Value value) {
 
 /// A matmul of the micro-batch read by one op alone.
 bool isProductOfMicroBatch(MatmulOp matmul) {
-  return matmul && matmul->hasOneUse() && !matmul.getF32Result() &&
+  return matmul && matmul->hasOneUse() &&
          matmul->hasAttr(GraphDialect::kPhaseAttrName);
-}
-
-/// Copies `from`'s discardable attributes (phase, part, stage) onto `to`:
-/// it runs where `from` did.
-void copyMarks(Operation *from, Operation *to) {
-  for (NamedAttribute attr : from->getDiscardableAttrs())
-    to->setDiscardableAttr(attr.getName(), attr.getValue());
 }
 
 struct FuseGradientAccumulationPass
@@ -53,7 +46,7 @@ struct FuseGradientAccumulationPass
       auto matmul = cast.getInput().getDefiningOp<MatmulOp>();
       if (!isF32(cast.getResult()) || !cast->hasOneUse() ||
           cast->hasAttr(GraphDialect::kReduceFirstAttrName) ||
-          !isProductOfMicroBatch(matmul))
+          !isProductOfMicroBatch(matmul) || matmul.getF32Result())
         continue;
       Operation *user = *cast->getUsers().begin();
       if (user->hasAttr(GraphDialect::kPhaseAttrName))
@@ -63,7 +56,7 @@ struct FuseGradientAccumulationPass
                                    matmul.getRhs(), matmul.getTransposeLhs(),
                                    matmul.getTransposeRhs(),
                                    /*f32_result=*/true);
-      copyMarks(matmul, wide);
+      copyPlacement(matmul, wide);
       cast.getResult().replaceAllUsesWith(wide.getResult());
       cast.erase();
       matmul.erase();
@@ -75,14 +68,13 @@ struct FuseGradientAccumulationPass
     for (MicrobatchSumOp sum :
          llvm::make_early_inc_range(body.getOps<MicrobatchSumOp>())) {
       auto matmul = sum.getInput().getDefiningOp<MatmulOp>();
-      if (!isF32(sum.getResult()) || !matmul || !matmul->hasOneUse() ||
-          !matmul->hasAttr(GraphDialect::kPhaseAttrName))
+      if (!isF32(sum.getResult()) || !isProductOfMicroBatch(matmul))
         continue;
       OpBuilder builder(matmul);
       auto fused = MatmulAccumulateOp::create(
           builder, matmul.getLoc(), matmul.getLhs(), matmul.getRhs(),
           matmul.getTransposeLhs(), matmul.getTransposeRhs());
-      copyMarks(matmul, fused);
+      copyPlacement(matmul, fused);
       sum.getResult().replaceAllUsesWith(fused.getResult());
       sum.erase();
       matmul.erase();

@@ -25,10 +25,6 @@ bool inPhase(Operation *op, StringRef phase) {
   return attr && attr.getValue() == phase;
 }
 
-bool inBackward(Operation *op) {
-  return inPhase(op, "backward") || inPhase(op, "weight");
-}
-
 struct RecomputePass : public trellis::impl::RecomputePassBase<RecomputePass> {
   using RecomputePassBase::RecomputePassBase;
 
@@ -66,7 +62,7 @@ struct RecomputePass : public trellis::impl::RecomputePassBase<RecomputePass> {
       Operation *first = nullptr;
       for (Operation *op = part.back()->getNextNode(); op && !first;
            op = op->getNextNode())
-        if (inBackward(op) && getModelPart(op) == partAttr)
+        if (isBackwardOp(op) && getModelPart(op) == partAttr)
           first = op;
       if (!first)
         continue;
@@ -78,7 +74,7 @@ struct RecomputePass : public trellis::impl::RecomputePassBase<RecomputePass> {
       }
       // Every backward op from there on reads the copies.
       for (Operation *op = first; op; op = op->getNextNode()) {
-        if (!inBackward(op))
+        if (!isBackwardOp(op))
           continue;
         for (OpOperand &operand : op->getOpOperands())
           if (Value copy = mapping.lookupOrNull(operand.get()))

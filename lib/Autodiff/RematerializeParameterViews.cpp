@@ -8,9 +8,6 @@
 
 #include "WeightGradients.h"
 
-#include <functional>
-#include <map>
-
 namespace trellis {
 #define GEN_PASS_DEF_REMATERIALIZEPARAMETERVIEWSPASS
 #include "trellis/Autodiff/Passes.h.inc"
@@ -24,12 +21,6 @@ namespace {
 
 StringAttr phaseOf(Operation *op) {
   return op->getAttrOfType<StringAttr>(GraphDialect::kPhaseAttrName);
-}
-
-bool inBackward(Operation *op) {
-  StringAttr phase = phaseOf(op);
-  return phase &&
-         (phase.getValue() == "backward" || phase.getValue() == "weight");
 }
 
 /// A layout or dtype change of one operand: what a view of a weight is.
@@ -73,43 +64,35 @@ struct RematerializeParameterViewsPass
     // The backward's reads of each view, by the reader's part and phase
     // (one action of one part): each group reads a copy made right before
     // its first reader, so that the forward's view dies with the forward.
-    struct Group {
-      PartAttr part;
-      StringAttr phase;
-      std::pair<const void *, const void *> key() const {
-        return {part.getAsOpaquePointer(), phase.getAsOpaquePointer()};
-      }
-    };
-    std::map<std::pair<const void *, const void *>, IRMapping> copies;
+    DenseMap<std::pair<Attribute, Attribute>, IRMapping> copies;
     OpBuilder builder(&getContext());
-    std::function<Value(Value, Group, Operation *)> copyOf =
-        [&](Value value, Group group, Operation *before) -> Value {
-      Operation *view = value.getDefiningOp();
-      if (!view)
-        return value; // the parameter itself
-      IRMapping &mapping = copies[group.key()];
-      if (Value made = mapping.lookupOrNull(value))
-        return made;
-      Value operand = copyOf(view->getOperand(0), group, before);
-      builder.setInsertionPoint(before);
-      Operation *copy = builder.clone(*view, mapping);
-      copy->setOperand(0, operand);
-      // It runs in its readers' action: their phase and part (a pipeline
-      // places it on their stage).
-      copy->setAttr(GraphDialect::kPhaseAttrName, group.phase);
-      if (group.part)
-        setModelPart(copy, group.part);
-      return copy->getResult(0);
-    };
     for (Operation &op : body.without_terminator()) {
-      if (!inBackward(&op))
+      if (!isBackwardOp(&op))
         continue;
+      PartAttr part = getModelPart(&op);
+      StringAttr phase = phaseOf(&op);
       for (OpOperand &operand : op.getOpOperands()) {
         Operation *view = operand.get().getDefiningOp();
         if (!view || !views.contains(view))
           continue;
-        Group group{getModelPart(&op), phaseOf(&op)};
-        operand.set(copyOf(operand.get(), group, &op));
+        IRMapping &mapping = copies[{part, phase}];
+        // The chain of views from the parameter (or from a view the group
+        // has a copy of already), copied in order.
+        SmallVector<Operation *> chain;
+        for (Value value = operand.get();
+             value.getDefiningOp() && !mapping.contains(value);
+             value = value.getDefiningOp()->getOperand(0))
+          chain.push_back(value.getDefiningOp());
+        builder.setInsertionPoint(&op);
+        for (Operation *original : llvm::reverse(chain)) {
+          Operation *copy = builder.clone(*original, mapping);
+          // It runs in its readers' action: their phase and part (a
+          // pipeline places it on their stage).
+          copy->setAttr(GraphDialect::kPhaseAttrName, phase);
+          if (part)
+            setModelPart(copy, part);
+        }
+        operand.set(mapping.lookup(operand.get()));
       }
     }
     markWeightGradients(body);

@@ -7,6 +7,12 @@
 using namespace mlir;
 using namespace trellis::graph;
 
+bool trellis::isBackwardOp(Operation *op) {
+  auto phase = op->getAttrOfType<StringAttr>(GraphDialect::kPhaseAttrName);
+  return phase &&
+         (phase.getValue() == "backward" || phase.getValue() == "weight");
+}
+
 void trellis::markWeightGradients(Block &body, ArrayRef<Operation *> partSums) {
   StringAttr weight =
       StringAttr::get(body.getParentOp()->getContext(), "weight");

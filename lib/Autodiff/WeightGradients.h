@@ -4,9 +4,14 @@
 #define TRELLIS_LIB_AUTODIFF_WEIGHTGRADIENTS_H
 
 #include "mlir/IR/Block.h"
+#include "mlir/IR/Operation.h"
 #include "llvm/ADT/ArrayRef.h"
 
 namespace trellis {
+
+/// Whether `op` runs in the backward of a micro-batch (phase "backward" or
+/// "weight").
+bool isBackwardOp(mlir::Operation *op);
 
 /// Re-marks the backward ops of `body` that only make their part's
 /// parameter gradients as phase "weight": those whose every use is by such
