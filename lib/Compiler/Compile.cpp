@@ -607,6 +607,7 @@ mlir::LogicalResult buildCompilePasses(
     sharding.bucketsPerPart = pipeline.has_value();
     sharding.explain = options.explain;
     sharding.partition = !options.emitEstimate;
+    sharding.scheduleCollectives = options.scheduleCollectives;
     buildShardingPipeline(pm, sharding);
   }
   if (pipeline || options.microBatches > 1) {
@@ -707,6 +708,8 @@ mlir::FailureOr<CompiledModel> compileModel(LoadedModel model,
       query.pieceAxis = degrees->tensorAxis;
     query.ringAttention =
         degrees->contextParallel > 1 && options.contextKind == "ring";
+    query.splitWeightGradients = options.schedule == "zb-h1";
+    query.scheduleCollectives = options.scheduleCollectives;
     mlir::FailureOr<std::vector<ShardedStepCost>> cost = estimateShardedStep(
         module.lookupSymbol<mlir::func::FuncOp>(stepName), query);
     if (mlir::failed(cost))

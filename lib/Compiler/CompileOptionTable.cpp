@@ -102,6 +102,13 @@ const std::vector<OptionRow<CompileOptions>> &compileOptionTable() {
        [](O &o, const V &v) { o.bucketMiB = v.number; }, kParallel,
        "Size of the fused data-parallel gradient reductions (MiB, default "
        "25)"},
+      {"schedule-collectives", OptionType::Bool,
+       [](O &o, const V &v) { o.scheduleCollectives = v.flag; }, kParallel,
+       "Issue each collective where a GEMM hides it "
+       "(-trellis-schedule-collectives: under --sp the backward's gathers "
+       "beside the data-gradient GEMMs, the reduce-scatters beside the "
+       "weight-gradient GEMMs, as Megatron; default); =false leaves each "
+       "right before its first reader"},
       // Optimizer.
       {"optimizer", OptionType::String,
        [](O &o, const V &v) { o.optimizer = v.text; }, kOptimizer,

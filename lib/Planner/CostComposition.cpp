@@ -33,16 +33,18 @@ struct TermKey {
   int64_t chunk = 0;
   std::string name, dtype;
   int64_t rows = 0, columns = 0, depth = 0;
-  bool causal = false;
+  bool causal = false, hidden = false;
 
   auto tie() const {
-    return std::tie(phase, chunk, name, dtype, rows, columns, depth, causal);
+    return std::tie(phase, chunk, name, dtype, rows, columns, depth, causal,
+                    hidden);
   }
   bool operator<(const TermKey &other) const { return tie() < other.tie(); }
   /// The same ops, whatever their piece's dimensions.
   bool sameKind(const TermKey &other) const {
     return phase == other.phase && chunk == other.chunk && name == other.name &&
-           dtype == other.dtype && causal == other.causal;
+           dtype == other.dtype && causal == other.causal &&
+           hidden == other.hidden;
   }
 };
 
@@ -104,8 +106,9 @@ struct Terms {
 Terms termsOf(const ShardedStepCost &cost) {
   Terms terms;
   for (const PricedWork &work : cost.work) {
-    TermKey key{work.phase,    work.chunk,       work.name,      work.dtype,
-                work.gemmRows, work.gemmColumns, work.gemmDepth, work.causal};
+    TermKey key{work.phase,     work.chunk,    work.name,
+                work.dtype,     work.gemmRows, work.gemmColumns,
+                work.gemmDepth, work.causal,   work.hidden};
     TermValues &values = terms.work[key];
     values.calls += work.calls;
     values.flops += work.flops;
@@ -142,6 +145,7 @@ PricedWork workOf(const TermKey &key, const TermValues &values) {
   work.gemmColumns = key.columns;
   work.gemmDepth = key.depth;
   work.causal = key.causal;
+  work.hidden = key.hidden;
   work.calls = whole(values.calls);
   work.flops = std::max(0.0, values.flops);
   work.bytesRead = whole(values.bytesRead);
@@ -325,12 +329,14 @@ std::optional<FittedPart> fitPart(const Terms &small, const Terms *wide,
 struct LayoutKey {
   int64_t tp = 1, cp = 1, ep = 1, zero = 0;
   bool sequenceParallel = false, dataParallel = false, pipelined = false,
-       splitsWeights = false, oneMicroBatch = false;
+       splitsWeights = false, oneMicroBatch = false,
+       fuseGradientAccumulation = true, scheduleCollectives = true;
   std::string contextKind, recompute;
 
   auto tie() const {
     return std::tie(tp, cp, ep, zero, sequenceParallel, dataParallel, pipelined,
-                    splitsWeights, oneMicroBatch, contextKind, recompute);
+                    splitsWeights, oneMicroBatch, fuseGradientAccumulation,
+                    scheduleCollectives, contextKind, recompute);
   }
   bool operator<(const LayoutKey &other) const { return tie() < other.tie(); }
 };
@@ -471,6 +477,8 @@ struct CostComposer::Impl {
     if (!key.contextKind.empty())
       choice.contextKind = key.contextKind;
     choice.recompute = key.recompute;
+    choice.fuseGradientAccumulation = key.fuseGradientAccumulation;
+    choice.scheduleCollectives = key.scheduleCollectives;
     choice.microBatchSize = sequences;
     // Without a pipeline, two micro-batches price gradient accumulation;
     // a pipeline of three stages runs three.
@@ -558,6 +566,8 @@ struct CostComposer::Impl {
     key.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
     key.contextKind = choice.cp > 1 ? choice.contextKind : "";
     key.recompute = choice.recompute;
+    key.fuseGradientAccumulation = choice.fuseGradientAccumulation;
+    key.scheduleCollectives = choice.scheduleCollectives;
     key.pipelined = choice.pp > 1;
     key.splitsWeights = key.pipelined && choice.schedule == "zb-h1";
     key.oneMicroBatch = !key.pipelined && microBatches == 1;

@@ -281,6 +281,10 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
               choice.contextKind = contextKind;
               choice.zero = fixed.zero.value_or(0);
               choice.recompute = fixed.recompute.value_or("none");
+              choice.fuseGradientAccumulation =
+                  fixed.fuseGradientAccumulation.value_or(true);
+              choice.scheduleCollectives =
+                  fixed.scheduleCollectives.value_or(true);
               candidates.push_back(choice);
             }
         }
@@ -363,6 +367,8 @@ void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
   options.zero = choice.batchRanks() > 1 ? choice.zero : 0;
   options.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
   options.recompute = choice.recompute;
+  options.fuseGradientAccumulation = choice.fuseGradientAccumulation;
+  options.scheduleCollectives = choice.scheduleCollectives;
 }
 
 std::string formatBytes(double bytes) {
@@ -390,6 +396,10 @@ std::string PlanChoice::text() const {
   text +=
       llvm::formatv("micro-batch={0},recompute={1}", microBatchSize, recompute)
           .str();
+  if (!fuseGradientAccumulation)
+    text += ",fuse-gradient-accumulation=false";
+  if (!scheduleCollectives)
+    text += ",schedule-collectives=false";
   return text;
 }
 
@@ -418,6 +428,10 @@ std::string PlanChoice::flags(int64_t globalBatch, int64_t seq,
     flags += " --recompute " + recompute;
   if (precision != "fp32")
     flags += " --precision " + precision;
+  if (!fuseGradientAccumulation)
+    flags += " --fuse-gradient-accumulation=false";
+  if (!scheduleCollectives)
+    flags += " --schedule-collectives=false";
   return flags;
 }
 
@@ -459,6 +473,17 @@ std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
                   .str();
       return false;
     };
+    auto flag = [&](std::optional<bool> &out) {
+      if (value == "true" || value == "false") {
+        out = value == "true";
+        return true;
+      }
+      error = llvm::formatv("'{0}': expected {1}=true or {1}=false, found "
+                            "'{2}'",
+                            item, key, value)
+                  .str();
+      return false;
+    };
     bool ok = true;
     if (key == "dp")
       ok = number(constraints.dp, 1);
@@ -491,10 +516,16 @@ std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
       ok = word(constraints.recompute, {"none", "selective", "full"});
     else if (key == "cp-kind")
       ok = word(constraints.contextKind, {"ulysses", "allgather", "ring"});
+    else if (key == "fuse-gradient-accumulation")
+      ok = flag(constraints.fuseGradientAccumulation);
+    else if (key == "schedule-collectives")
+      ok = flag(constraints.scheduleCollectives);
     else {
       error = llvm::formatv("'{0}': unknown setting '{1}' (expected dp, tp, "
                             "pp, cp, cp-kind, ep, sp, no-sp, zero, schedule, "
-                            "chunks, micro-batch or recompute)",
+                            "chunks, micro-batch, recompute, "
+                            "fuse-gradient-accumulation or "
+                            "schedule-collectives)",
                             item, key)
                   .str();
       ok = false;
@@ -576,6 +607,10 @@ llvm::json::Object PlanChoice::compileKeywords(int64_t globalBatch) const {
                               {"zero", batchRanks() > 1 ? zero : 0},
                               {"sp", sequenceParallel && tp > 1},
                               {"recompute", recompute}};
+  if (!fuseGradientAccumulation)
+    keywords["fuse_gradient_accumulation"] = false;
+  if (!scheduleCollectives)
+    keywords["schedule_collectives"] = false;
   if (pp > 1)
     keywords["schedule"] = schedule;
   if (pp > 1 && schedule == "interleaved")

@@ -294,7 +294,8 @@ predictStepTime(const std::vector<ShardedStepCost> &costs,
       action.compute += compute;
       if (!key)
         continue;
-      if (key->kind == "collective_permute" || overDataAxesOnly(*key, layout)) {
+      if (work.hidden || key->kind == "collective_permute" ||
+          overDataAxesOnly(*key, layout)) {
         action.hideable += *communication;
         action.hideableByKey[work.name] += *communication;
       } else {

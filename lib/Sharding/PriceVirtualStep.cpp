@@ -11,6 +11,8 @@
 
 #include "VirtualStep.h"
 
+#include "CollectiveSchedule.h"
+
 #include "trellis/Common/RankPlacement.h"
 #include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphContract.h"
@@ -60,12 +62,21 @@ private:
   void addTransfers();
   /// Records a transfer of `value` to `rank` unless it is made there.
   void requireOn(int64_t value, int64_t rank);
+  /// Charges `op` to `ranks`: its work (what the time model prices) and
+  /// its FLOPs, bytes and traffic (as StepReport counts them).
   void charge(const VirtualOp &op, const RankSet &ranks);
+  /// An op whose result the runtime's memory plan places in its operand's
+  /// bytes (a reshape, by its op contract): its kernel moves nothing. An
+  /// accumulated total is written more than once and is copied instead.
+  bool movesNothing(const VirtualOp &op) const;
   /// Adds `calls` executions of `op`'s kind (or of `collective`, a
   /// transfer's key) to `rank`'s work.
   void addWork(int64_t rank, const VirtualOp &op, llvm::StringRef collective,
                int64_t calls, const OpCost &cost,
-               const StepReport::Traffic &traffic);
+               const StepReport::Traffic &traffic, bool hidden = false);
+  /// Which collectives run beside compute-bound work of their action once
+  /// -trellis-schedule-collectives has placed them (CollectiveSchedule.h).
+  void scheduleCollectives();
   /// The activations each micro-batch keeps for its backward, and the
   /// gradients it hands to the step.
   void holdActivations();
@@ -84,9 +95,11 @@ private:
   std::vector<RankSet> resultRanks_, argumentRanks_;
   std::set<std::pair<int64_t, int64_t>> transferred_;
   std::vector<ShardedStepCost> costs_;
+  /// Per op: a collective that compute hides (scheduleCollectives).
+  std::vector<bool> hidden_;
   /// Each rank's work items by what merges them.
   using WorkKey = std::tuple<int, int64_t, std::string, std::string, int64_t,
-                             int64_t, int64_t, bool>;
+                             int64_t, int64_t, bool, bool>;
   std::vector<std::map<WorkKey, size_t>> workIndex_;
 };
 
@@ -105,12 +118,14 @@ PricedWork::Phase Pricer::phaseOf(const VirtualOp &op) const {
 
 void Pricer::addWork(int64_t rank, const VirtualOp &op,
                      llvm::StringRef collective, int64_t calls,
-                     const OpCost &cost, const StepReport::Traffic &traffic) {
+                     const OpCost &cost, const StepReport::Traffic &traffic,
+                     bool hidden) {
   PricedWork work;
   work.phase = phaseOf(op);
   work.chunk = op.action ? op.virtualStage / ranks_ : 0;
   if (!collective.empty()) {
     work.name = collective.str();
+    work.hidden = hidden;
   } else {
     if (op.kernel.empty())
       return; // a reshard step that keeps a piece: nothing runs
@@ -133,7 +148,8 @@ void Pricer::addWork(int64_t rank, const VirtualOp &op,
               work.gemmRows,
               work.gemmColumns,
               work.gemmDepth,
-              work.causal};
+              work.causal,
+              work.hidden};
   auto [found, inserted] =
       workIndex_[rank].try_emplace(key, costs_[rank].work.size());
   if (inserted)
@@ -406,10 +422,70 @@ void Pricer::addTransfers() {
       requireOn(value, rank);
 }
 
+bool Pricer::movesNothing(const VirtualOp &op) const {
+  const OpContract *contract =
+      op.kernel.empty() ? nullptr : findOpContract(op.kernel.str());
+  if (!contract || !contract->effects.sharesOperandBytes || op.operands.empty())
+    return false;
+  int64_t producer = written_.values[op.operands[0]].producer;
+  return producer < 0 || !written_.ops[producer].accumulates;
+}
+
+void Pricer::scheduleCollectives() {
+  hidden_.assign(written_.ops.size(), false);
+  if (!options_.scheduleCollectives)
+    return;
+  std::vector<ScheduledOp> ops;
+  std::vector<int64_t> indices, actions;
+  for (auto [index, op] : llvm::enumerate(written_.ops)) {
+    if (op.erased)
+      continue;
+    ScheduledOp scheduled;
+    scheduled.reads.assign(op.operands.begin(), op.operands.end());
+    scheduled.writes.assign(op.results.begin(), op.results.end());
+    auto phase = op.origin ? op.origin->getAttrOfType<StringAttr>(
+                                 graph::GraphDialect::kPhaseAttrName)
+                           : StringAttr();
+    scheduled.group = phaseGroup(phase ? phase.getValue() : "");
+    const OpContract *contract =
+        op.kernel.empty() ? nullptr : findOpContract(op.kernel.str());
+    bool split = llvm::any_of(op.operands, [&](int64_t operand) {
+      return !written_.values[operand].layout.isReplicated();
+    });
+    if (!op.collective.empty() || (op.reshardStep && op.kernel.empty()))
+      scheduled.kind = ScheduledOp::Kind::Collective;
+    else if (contract && split &&
+             (contract->effects.reducesOverAxes ||
+              !contract->effects.exchangesWhen.first.empty()))
+      scheduled.kind = ScheduledOp::Kind::Fence;
+    else
+      scheduled.heavy = isComputeBound(op.cost);
+    // An action: one virtual stage's phase, the weight gradients apart
+    // when the schedule runs them apart.
+    PricedWork::Phase actionPhase = phaseOf(op);
+    if (actionPhase == PricedWork::Phase::Weight &&
+        !options_.splitWeightGradients)
+      actionPhase = PricedWork::Phase::Backward;
+    actions.push_back(op.action ? op.virtualStage * 4 +
+                                      static_cast<int64_t>(actionPhase)
+                                : -1);
+    ops.push_back(std::move(scheduled));
+    indices.push_back(static_cast<int64_t>(index));
+  }
+  std::vector<int64_t> order = sharding::scheduleCollectives(ops);
+  std::vector<bool> hidden = hiddenCollectives(ops, order, actions);
+  for (auto [i, index] : llvm::enumerate(indices))
+    hidden_[index] = hidden[i];
+}
+
 void Pricer::charge(const VirtualOp &op, const RankSet &ranks) {
   int64_t count = times(op);
+  OpCost workCost = op.cost;
+  if (movesNothing(op))
+    workCost.bytesRead = workCost.bytesWritten = 0;
   for (int64_t rank : ranks) {
-    addWork(rank, op, op.collective, 1, op.cost, op.traffic);
+    addWork(rank, op, op.collective, 1, workCost, op.traffic,
+            hidden_[&op - written_.ops.data()]);
     ShardedStepCost &cost = costs_[rank];
     cost.flops += op.cost.flops * count;
     cost.bytesRead += op.cost.bytesRead * count;
@@ -429,6 +505,7 @@ std::vector<ShardedStepCost> Pricer::run() {
   workIndex_.assign(ranks_, {});
   sendInPieces();
   addTransfers();
+  scheduleCollectives();
   for (auto [op, ranks] : llvm::zip(written_.ops, placement_))
     if (!op.erased)
       charge(op, ranks);

@@ -53,6 +53,8 @@ void trellis::buildShardingPipeline(OpPassManager &pm,
   buckets.bucketBytes = options.bucketBytes;
   buckets.perPart = options.bucketsPerPart;
   pm.addNestedPass<func::FuncOp>(createBucketAllReducesPass(buckets));
+  if (options.scheduleCollectives)
+    pm.addNestedPass<func::FuncOp>(createScheduleCollectivesPass());
 }
 
 namespace {

@@ -76,6 +76,9 @@ struct CompileOptions {
   /// (-trellis-fuse-gradient-accumulation; ZeRO-2 and 3 reduce-scatter each
   /// product before its sum).
   bool fuseGradientAccumulation = true;
+  /// Issue each collective where compute hides it
+  /// (-trellis-schedule-collectives).
+  bool scheduleCollectives = true;
   // Output.
   /// Remarks on what propagation split and resharded (--explain).
   bool explain = false;

@@ -36,6 +36,12 @@ struct PlanChoice {
   int64_t chunks = 1;
   std::string recompute = "none";
   std::string contextKind = "ulysses";
+  /// Weight-gradient products written in f32 and added into their totals
+  /// (--fuse-gradient-accumulation), and collectives issued where compute
+  /// hides them (--schedule-collectives): the search keeps both on; an
+  /// --evaluate string may turn them off to price software without them.
+  bool fuseGradientAccumulation = true;
+  bool scheduleCollectives = true;
 
   int64_t gpus() const { return dp * ep * tp * pp * cp; }
   /// The ranks the batch splits over (data and expert axes).
@@ -62,7 +68,8 @@ struct PlanChoice {
 /// What an --evaluate string fixes; the rest the planner chooses.
 struct PlanConstraints {
   std::optional<int64_t> dp, tp, pp, cp, ep, microBatchSize, zero, chunks;
-  std::optional<bool> sequenceParallel;
+  std::optional<bool> sequenceParallel, fuseGradientAccumulation,
+      scheduleCollectives;
   std::optional<std::string> schedule, recompute, contextKind;
 };
 

@@ -12,12 +12,16 @@
 //    spans: inside a node when the group's ranks share one (mesh order
 //    decides: minor axes are adjacent ranks), else each device's network
 //    share times the group's devices per node, capped by the node's links;
-//  - what overlaps: tensor- and context-parallel collectives are exposed;
-//    data-parallel ones inside an action (ZeRO-3's gathers, ZeRO-2's
-//    per-micro-batch reductions, ring attention's permutes) hide behind
-//    the action's compute; the step's gradient reductions hide behind the
-//    last backward when the step has one micro-batch (the reductions start
-//    as their buckets fill), and run after the actions otherwise;
+//  - what overlaps: a collective inside an action hides behind the
+//    action's compute when -trellis-schedule-collectives issues it with a
+//    compute-bound op before its first reader (PricedWork::hidden: under
+//    sequence parallelism, the backward's gathers and reduce-scatters),
+//    and so do data-parallel ones (ZeRO-3's gathers, ZeRO-2's
+//    per-micro-batch reductions) and ring attention's permutes; the
+//    other tensor- and context-parallel ones are exposed; the step's gradient
+//    reductions hide behind the last backward when the step has one micro-batch
+//    (the reductions start as their buckets fill), and run after the actions
+//    otherwise;
 //  - the pipeline by the schedule simulator with these action durations
 //    and transfer times, then each rank's step (reductions, optimizer,
 //    gathers) after its last action.

@@ -50,6 +50,9 @@ struct ShardingOptions {
   /// Partition (and lower and bucket) after propagating; without it the
   /// phase ends with every value's sharding decided, for the cost query.
   bool partition = true;
+  /// Issue each collective where compute hides it
+  /// (-trellis-schedule-collectives), after partitioning.
+  bool scheduleCollectives = true;
 };
 
 /// Adds preset, propagation, partitioning and gradient bucketing for

@@ -320,6 +320,46 @@ def PrintShardedCostPass
   ];
 }
 
+def ScheduleCollectivesPass
+    : Pass<"trellis-schedule-collectives", "::mlir::func::FuncOp"> {
+  let summary = "Issues each collective of a partitioned step where compute hides it";
+  let description = [{
+    The runtime issues a collective where the program has it and waits for
+    it at its first reader; what runs between the two hides it. This pass
+    reorders a partitioned function's ops (the rule of
+    lib/Sharding/CollectiveSchedule.h, which the cost query prices too):
+
+    1. each collective moves up past the ops before it, as long as it does
+       not read their results, until it has passed one compute-bound op
+       (more than 8 FLOPs per byte moved: a matmul, an attention), or meets
+       another collective, an op that communicates inside its kernel, or
+       an op of another phase (forward; backward and weight gradients;
+       the step);
+    2. when no compute-bound op then runs between the collective and its
+       first reader, the nearest compute-bound op before it whose results
+       nothing up to the collective reads moves right after it (not from
+       before an op that waits for another collective).
+
+    Under sequence parallelism that is Megatron's backward: the all-gather
+    of a layer's input runs beside the data-gradient GEMM, and the data
+    gradient's reduce-scatter beside the weight-gradient GEMM. ZeRO-3's
+    gathers are issued one GEMM before their reader (a prefetch).
+    Collectives keep their order among themselves (the communication
+    stream runs in order); values and numerics are unchanged.
+
+    ```mlir
+    // Before: the input is gathered right before the GEMM that reads it
+    %dx = graph.matmul %dy, %w : ...
+    %x = trellis.all_gather %x_seq over @mesh ["tp"] dim 1 : ...
+    %dw = graph.matmul %x transposed, %dy : ...
+    // After: gathered while the data gradient is computed
+    %x = trellis.all_gather %x_seq over @mesh ["tp"] dim 1 : ...
+    %dx = graph.matmul %dy, %w : ...
+    %dw = graph.matmul %x transposed, %dy : ...
+    ```
+  }];
+}
+
 def BucketAllReducesPass
     : Pass<"trellis-bucket-all-reduces", "::mlir::func::FuncOp"> {
   let summary = "Fuses all_reduces (and ZeRO's reduce_scatters and all_gathers) into buckets issued as soon as ready";

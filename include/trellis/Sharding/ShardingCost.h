@@ -52,6 +52,11 @@ struct PricedWork {
   int64_t gemmRows = 0, gemmColumns = 0, gemmDepth = 0;
   /// An attention over causally masked keys (its kernel skips half).
   bool causal = false;
+  /// Collectives that -trellis-schedule-collectives issues with a
+  /// compute-bound op of their action before their first reader (the
+  /// time model hides them behind the action's compute); false for the
+  /// rest and for compute.
+  bool hidden = false;
   /// Executions in one action (or in the step) and their summed cost and
   /// traffic.
   int64_t calls = 0;
@@ -107,6 +112,12 @@ struct CostQueryOptions {
   /// Attention over a sequence split by context parallelism runs as a ring
   /// (-trellis-lower-ring-attention), not in the all-gather form.
   bool ringAttention = false;
+  /// The schedule runs the weight gradients as actions of their own
+  /// (zb-h1): a backward collective is not hidden by them.
+  bool splitWeightGradients = false;
+  /// -trellis-schedule-collectives runs after partitioning; without it
+  /// no collective is hidden by the compute after it.
+  bool scheduleCollectives = true;
 };
 
 /// Each pipeline rank's share of `step` (a function with a body) whose ops

@@ -7,14 +7,23 @@ step time through the paper's own FLOP count,
     step = F / (TFLOP/s x 10^12 x GPUs).
 The row's configuration (t, p, d; no sequence parallelism, which came in
 2022) is evaluated with the cluster file given; what the row leaves out
-(micro-batch size, schedule, chunks) the planner chooses. Prints one line
-per row and exits 1 when a prediction is more than TOLERANCE off.
+(micro-batch size, schedule, chunks) the planner chooses. Megatron-LM ran
+these rows with every data-parallel rank holding the whole optimizer
+(zero=0: its distributed optimizer came in 2022), before it fused
+gradient accumulation into the weight-gradient GEMMs and before it
+overlapped tensor-parallel communication with them (both came in late
+2021): the plans evaluated do the same (zero=0,
+fuse-gradient-accumulation=false, schedule-collectives=false). Prints one
+line per row and exits 1 when a prediction is more than TOLERANCE off.
 
 Korthikanti et al. 2022, Table 5 (the models and layouts of its Table 3:
 t = 8, d = 1, V = 51200, s = 2048, fp16): each row's measured iteration
 time twice, with full recomputation and tensor parallelism alone, and
 with sequence parallelism and selective recomputation ("present work");
-the micro-batch size is the paper's, the schedule the planner's.
+the micro-batch size is the paper's, the schedule the planner's. That
+Megatron-LM (v3.0) fused gradient accumulation and overlapped the
+backward's tensor-parallel communication with the GEMMs, as Trellis's
+plans do by default.
 
 Usage: published_plans.py TRELLIS DIR CLUSTER TOLERANCE ROW [ROW...]
 (rows by model size: 1.7b 3.6b 7.5b 18.4b 39.1b 76.1b 145.6b 310.1b
@@ -105,7 +114,9 @@ def narayanan(trellis, directory, cluster, row):
         1 + SEQ / (6 * h) + VOCAB / (16 * l * h))
     measured = flops / (tflops * 1e12 * t * p * d)
     plan = predict(trellis, config, cluster, t * p * d, batch,
-                   f"tp={t},pp={p},dp={d},no-sp,recompute=full",
+                   f"tp={t},pp={p},dp={d},no-sp,recompute=full,zero=0,"
+                   "fuse-gradient-accumulation=false,"
+                   "schedule-collectives=false",
                    f"{directory}/gpt-{row}.plans.json")
     return [(f"{row}: t={t} p={p} d={d}", measured, plan)]
 
