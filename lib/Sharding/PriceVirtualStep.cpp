@@ -62,9 +62,9 @@ private:
   void addTransfers();
   /// Records a transfer of `value` to `rank` unless it is made there.
   void requireOn(int64_t value, int64_t rank);
-  /// Charges `op` to `ranks`: its work (what the time model prices) and
-  /// its FLOPs, bytes and traffic (as StepReport counts them).
-  void charge(const VirtualOp &op, const RankSet &ranks);
+  /// Charges op `index` to `ranks`: its work (what the time model prices)
+  /// and its FLOPs, bytes and traffic (as StepReport counts them).
+  void charge(int64_t index, const RankSet &ranks);
   /// An op whose result the runtime's memory plan places in its operand's
   /// bytes (a reshape, by its op contract): its kernel moves nothing. An
   /// accumulated total is written more than once and is copied instead.
@@ -76,7 +76,7 @@ private:
                const StepReport::Traffic &traffic, bool hidden = false);
   /// Which collectives run beside compute-bound work of their action once
   /// -trellis-schedule-collectives has placed them (CollectiveSchedule.h).
-  void scheduleCollectives();
+  void findHiddenCollectives();
   /// The activations each micro-batch keeps for its backward, and the
   /// gradients it hands to the step.
   void holdActivations();
@@ -95,7 +95,7 @@ private:
   std::vector<RankSet> resultRanks_, argumentRanks_;
   std::set<std::pair<int64_t, int64_t>> transferred_;
   std::vector<ShardedStepCost> costs_;
-  /// Per op: a collective that compute hides (scheduleCollectives).
+  /// Per op: a collective that compute hides (findHiddenCollectives).
   std::vector<bool> hidden_;
   /// Each rank's work items by what merges them.
   using WorkKey = std::tuple<int, int64_t, std::string, std::string, int64_t,
@@ -431,7 +431,7 @@ bool Pricer::movesNothing(const VirtualOp &op) const {
   return producer < 0 || !written_.ops[producer].accumulates;
 }
 
-void Pricer::scheduleCollectives() {
+void Pricer::findHiddenCollectives() {
   hidden_.assign(written_.ops.size(), false);
   if (!options_.scheduleCollectives)
     return;
@@ -472,20 +472,20 @@ void Pricer::scheduleCollectives() {
     ops.push_back(std::move(scheduled));
     indices.push_back(static_cast<int64_t>(index));
   }
-  std::vector<int64_t> order = sharding::scheduleCollectives(ops);
+  std::vector<int64_t> order = scheduleCollectives(ops);
   std::vector<bool> hidden = hiddenCollectives(ops, order, actions);
   for (auto [i, index] : llvm::enumerate(indices))
     hidden_[index] = hidden[i];
 }
 
-void Pricer::charge(const VirtualOp &op, const RankSet &ranks) {
+void Pricer::charge(int64_t index, const RankSet &ranks) {
+  const VirtualOp &op = written_.ops[index];
   int64_t count = times(op);
   OpCost workCost = op.cost;
   if (movesNothing(op))
     workCost.bytesRead = workCost.bytesWritten = 0;
   for (int64_t rank : ranks) {
-    addWork(rank, op, op.collective, 1, workCost, op.traffic,
-            hidden_[&op - written_.ops.data()]);
+    addWork(rank, op, op.collective, 1, workCost, op.traffic, hidden_[index]);
     ShardedStepCost &cost = costs_[rank];
     cost.flops += op.cost.flops * count;
     cost.bytesRead += op.cost.bytesRead * count;
@@ -505,10 +505,10 @@ std::vector<ShardedStepCost> Pricer::run() {
   workIndex_.assign(ranks_, {});
   sendInPieces();
   addTransfers();
-  scheduleCollectives();
-  for (auto [op, ranks] : llvm::zip(written_.ops, placement_))
+  findHiddenCollectives();
+  for (auto [index, op] : llvm::enumerate(written_.ops))
     if (!op.erased)
-      charge(op, ranks);
+      charge(static_cast<int64_t>(index), placement_[index]);
   holdActivations();
   return std::move(costs_);
 }

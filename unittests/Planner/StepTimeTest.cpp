@@ -171,6 +171,33 @@ TEST(StepTimeTest, TensorCollectivesAreExposedDataOnesHide) {
   EXPECT_NEAR(time->ranks[0].exposed.at("all_gather over dp"), 0.375e-3, 1e-12);
 }
 
+TEST(StepTimeTest, ScheduledTensorCollectivesHideBehindTheirAction) {
+  ClusterSpec cluster = simpleCluster();
+  StepLayout layout = dpAcrossNodes();
+  layout.pipeline = {1, 1, 1};
+  ShardedStepCost rank;
+  // 2 ms of backward compute; 0.5 ms of tp all-gather the plan issues
+  // before a GEMM (hidden), 0.5 ms of tp reduce-scatter it waits for at
+  // once (exposed).
+  PricedWork backward = compute("add", "bf16", 0, 2'000'000'000);
+  backward.phase = PricedWork::Phase::Backward;
+  rank.work.push_back(backward);
+  PricedWork gather =
+      collective("all_gather over tp", 50'000'000, PricedWork::Phase::Backward);
+  gather.hidden = true;
+  rank.work.push_back(gather);
+  rank.work.push_back(collective("reduce_scatter over tp", 50'000'000,
+                                 PricedWork::Phase::Backward));
+  std::string error;
+  std::optional<StepTime> time =
+      predictStepTime({rank}, layout, cluster, error);
+  ASSERT_TRUE(time) << error;
+  EXPECT_NEAR(time->seconds, 2e-3 + 0.5e-3, 1e-12);
+  EXPECT_EQ(time->ranks[0].exposed.count("all_gather over tp"), 0u);
+  EXPECT_NEAR(time->ranks[0].exposed.at("reduce_scatter over tp"), 0.5e-3,
+              1e-12);
+}
+
 TEST(StepTimeTest, CollectiveKindsRunAtTheirMeasuredRates) {
   ClusterSpec cluster = simpleCluster();
   StepLayout layout = dpAcrossNodes();
