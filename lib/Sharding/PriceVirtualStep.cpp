@@ -435,11 +435,22 @@ void Pricer::findHiddenCollectives() {
   hidden_.assign(written_.ops.size(), false);
   if (!options_.scheduleCollectives)
     return;
+  // The ops in program order: a lowering's at the place of the op they
+  // replace.
+  std::vector<int64_t> program;
+  for (auto [index, op] : llvm::enumerate(written_.ops))
+    if (!op.erased)
+      program.push_back(static_cast<int64_t>(index));
+  auto place = [&](int64_t index) {
+    int64_t replaced = written_.ops[index].replaces;
+    return replaced >= 0 ? replaced : index;
+  };
+  std::stable_sort(program.begin(), program.end(),
+                   [&](int64_t a, int64_t b) { return place(a) < place(b); });
   std::vector<ScheduledOp> ops;
-  std::vector<int64_t> indices, actions;
-  for (auto [index, op] : llvm::enumerate(written_.ops)) {
-    if (op.erased)
-      continue;
+  std::vector<int64_t> actions;
+  for (int64_t index : program) {
+    const VirtualOp &op = written_.ops[index];
     ScheduledOp scheduled;
     scheduled.reads.assign(op.operands.begin(), op.operands.end());
     scheduled.writes.assign(op.results.begin(), op.results.end());
@@ -470,11 +481,10 @@ void Pricer::findHiddenCollectives() {
                                       static_cast<int64_t>(actionPhase)
                                 : -1);
     ops.push_back(std::move(scheduled));
-    indices.push_back(static_cast<int64_t>(index));
   }
   std::vector<int64_t> order = scheduleCollectives(ops);
   std::vector<bool> hidden = hiddenCollectives(ops, order, actions);
-  for (auto [i, index] : llvm::enumerate(indices))
+  for (auto [i, index] : llvm::enumerate(program))
     hidden_[index] = hidden[i];
 }
 

@@ -52,6 +52,11 @@ private:
   SmallVector<int64_t> add(const VirtualOp &anchor, const char *row,
                            ArrayRef<int64_t> inputs, const AttrMap &attrs);
   int64_t permute(const VirtualOp &anchor, int64_t input);
+  /// Marks the ops from `first` on as running where op `index` was.
+  void markReplacing(size_t first, size_t index) {
+    for (size_t op = first; op < step_.ops.size(); ++op)
+      step_.ops[op].replaces = static_cast<int64_t>(index);
+  }
   std::pair<int64_t, int64_t> passOn(const VirtualOp &anchor, int64_t step,
                                      int64_t key, int64_t value);
   RingResult forward(const VirtualOp &anchor);
@@ -292,7 +297,9 @@ void RingWriter::run() {
     if (!lowering)
       continue;
     const VirtualOp &anchor = *lowering;
+    size_t made = step_.ops.size();
     RingResult ring = forward(anchor);
+    markReplacing(made, index);
     rings[{anchor.operands[0], anchor.operands[1], anchor.operands[2]}] = ring;
     step_.ops[index].erased = true;
     replaceUses(anchor.results[0], ring.result);
@@ -313,10 +320,12 @@ void RingWriter::run() {
       continue;
     auto ring = rings.find(
         {anchor.operands[0], anchor.operands[1], anchor.operands[2]});
+    size_t made = step_.ops.size();
     RingResult forwardRing =
         ring != rings.end() ? ring->second : forward(anchor);
     auto [queryGrad, keyGrad, valueGrad] =
         backward(anchor, forwardRing, anchor.operands[3]);
+    markReplacing(made, index);
     step_.ops[index].erased = true;
     replaceUses(anchor.results[0], queryGrad);
     for (auto [scatters, grad] :

@@ -60,6 +60,9 @@ struct VirtualOp {
   AxisNames sequenceAxes;
   /// Replaced by a lowering (ring attention): no longer part of the step.
   bool erased = false;
+  /// Made by a lowering: the index of the op it replaces, whose place in
+  /// the program it runs at (ops are appended); -1 for the step's own.
+  int64_t replaces = -1;
   /// The op-table row it runs (`matmul`, `pad`): empty for collectives and
   /// for reshard steps that keep a piece.
   llvm::StringRef kernel;
