@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <utility>
 
@@ -48,50 +49,138 @@ std::vector<int64_t> planCollectiveWaits(
 
 namespace {
 
-/// The placed buffers, found by the instructions they are live at: a
-/// segment tree over instruction indices whose nodes list the buffers
-/// covering their whole range (those live at an instruction are on its
-/// leaf's path), and the buffers by first instruction (those that start
-/// inside a lifetime). Together they name every placed buffer whose
-/// lifetime meets a given one, once: O(log n + found) per query instead of
-/// a scan of all placed buffers.
-class PlacedBuffers {
+/// Disjoint byte ranges [begin, end), adjacent ones joined: where some
+/// placed buffers lie.
+class ByteRanges {
 public:
-  explicit PlacedBuffers(int64_t instructions) {
+  void insert(int64_t begin, int64_t end) {
+    if (begin >= end)
+      return;
+    auto it = ranges_.upper_bound(begin);
+    if (it != ranges_.begin() && std::prev(it)->second >= begin)
+      --it;
+    while (it != ranges_.end() && it->first <= end) {
+      begin = std::min(begin, it->first);
+      end = std::max(end, it->second);
+      it = ranges_.erase(it);
+    }
+    ranges_.emplace_hint(it, begin, end);
+  }
+  using Iterator = std::map<int64_t, int64_t>::const_iterator;
+  Iterator begin() const { return ranges_.begin(); }
+  Iterator end() const { return ranges_.end(); }
+
+private:
+  std::map<int64_t, int64_t> ranges_;
+};
+
+/// The placed buffers' byte ranges, found by the instructions they are live
+/// at: a segment tree over instruction indices. A lifetime splits into
+/// O(log n) canonical nodes. Each node keeps the byte ranges of the buffers
+/// that live through its whole range and split there (`covering`), and of
+/// buffers that live somewhere in its range (`touching`: those split in
+/// its subtree, and those living at its first or last instruction's
+/// leaf below it). The buffers live somewhere in a lifetime are those
+/// touching one of its canonical nodes or covering a node on the paths from
+/// its first and last instructions' leaves to the root (every ancestor of
+/// a canonical node is on them): O(log n) range sets, each sorted and
+/// joined already, instead of every such buffer's range sorted anew.
+class PlacedRanges {
+public:
+  explicit PlacedRanges(int64_t instructions) {
     while (leaves_ < instructions)
       leaves_ *= 2;
     covering_.resize(2 * leaves_);
+    touching_.resize(2 * leaves_);
   }
 
-  void add(int64_t id, int64_t first, int64_t last) {
-    startingAt_.emplace(first, id);
-    for (int64_t lo = first + leaves_, hi = last + leaves_ + 1; lo < hi;
-         lo /= 2, hi /= 2) {
-      if (lo & 1)
-        covering_[lo++].push_back(id);
-      if (hi & 1)
-        covering_[--hi].push_back(id);
+  void add(int64_t first, int64_t last, int64_t begin, int64_t end) {
+    forEachCanonical(first, last, [&](int64_t node) {
+      at(covering_, node).insert(begin, end);
+      at(touching_, node).insert(begin, end);
+    });
+    forEachOnPaths(first, last, [&](int64_t node) {
+      at(touching_, node).insert(begin, end);
+    });
+  }
+
+  /// The lowest offset, 0 or the end of some range live in [first, last],
+  /// where `bytes` fit below every such range that begins after it.
+  int64_t firstFit(int64_t first, int64_t last, int64_t bytes) {
+    sets_.clear();
+    forEachCanonical(first, last, [&](int64_t node) {
+      if (touching_[node])
+        sets_.push_back(touching_[node].get());
+    });
+    forEachOnPaths(first, last, [&](int64_t node) {
+      if (covering_[node])
+        sets_.push_back(covering_[node].get());
+    });
+    // The ranges of all sets in the order they begin (a heap of each
+    // set's next), until the buffer fits below the next one.
+    heap_.clear();
+    for (const ByteRanges *set : sets_)
+      if (set->begin() != set->end())
+        heap_.push_back({set->begin(), set->end()});
+    auto later = [](const Cursor &a, const Cursor &b) {
+      return a.next->first > b.next->first;
+    };
+    std::make_heap(heap_.begin(), heap_.end(), later);
+    int64_t offset = 0;
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), later);
+      Cursor &cursor = heap_.back();
+      if (offset + bytes <= cursor.next->first)
+        break;
+      offset = std::max(offset, cursor.next->second);
+      if (++cursor.next == cursor.stop)
+        heap_.pop_back();
+      else
+        std::push_heap(heap_.begin(), heap_.end(), later);
     }
-  }
-
-  /// Calls `found(id)` for each placed buffer live somewhere in
-  /// [first, last].
-  template <typename Found>
-  void forEachMeeting(int64_t first, int64_t last, Found found) const {
-    // Live at `first`...
-    for (int64_t node = first + leaves_; node >= 1; node /= 2)
-      for (int64_t id : covering_[node])
-        found(id);
-    // ...or starting after it, within the lifetime.
-    for (auto it = startingAt_.upper_bound(first);
-         it != startingAt_.end() && it->first <= last; ++it)
-      found(it->second);
+    return offset;
   }
 
 private:
+  struct Cursor {
+    ByteRanges::Iterator next, stop;
+  };
+
+  static ByteRanges &at(std::vector<std::unique_ptr<ByteRanges>> &nodes,
+                        int64_t node) {
+    if (!nodes[node])
+      nodes[node] = std::make_unique<ByteRanges>();
+    return *nodes[node];
+  }
+
+  /// Calls `visit(node)` for the canonical nodes of [first, last].
+  template <typename Visit>
+  void forEachCanonical(int64_t first, int64_t last, Visit visit) const {
+    for (int64_t lo = first + leaves_, hi = last + leaves_ + 1; lo < hi;
+         lo /= 2, hi /= 2) {
+      if (lo & 1)
+        visit(lo++);
+      if (hi & 1)
+        visit(--hi);
+    }
+  }
+
+  /// Calls `visit(node)` once for each node on the paths from the leaves
+  /// of `first` and `last` to the root.
+  template <typename Visit>
+  void forEachOnPaths(int64_t first, int64_t last, Visit visit) const {
+    for (int64_t a = first + leaves_, b = last + leaves_; a >= 1;
+         a /= 2, b /= 2) {
+      visit(a);
+      if (b != a)
+        visit(b);
+    }
+  }
+
   int64_t leaves_ = 1;
-  std::vector<std::vector<int64_t>> covering_;
-  std::multimap<int64_t, int64_t> startingAt_;
+  std::vector<std::unique_ptr<ByteRanges>> covering_, touching_;
+  std::vector<const ByteRanges *> sets_;
+  std::vector<Cursor> heap_;
 };
 
 } // namespace
@@ -114,28 +203,15 @@ int64_t placeArena(const std::vector<ArenaBuffer> &buffers,
   for (const ArenaBuffer &buffer : buffers)
     instructions =
         std::max(instructions, std::max(buffer.first, buffer.last) + 1);
-  PlacedBuffers placed(instructions);
-  std::vector<std::pair<int64_t, int64_t>> busy;
+  PlacedRanges placed(instructions);
   int64_t arena = 0;
   for (size_t index : order) {
     const ArenaBuffer &buffer = buffers[index];
     int64_t bytes = alignedArenaBytes(buffer.bytes);
     int64_t last = std::max(buffer.first, buffer.last);
-    busy.clear();
-    placed.forEachMeeting(buffer.first, last, [&](int64_t other) {
-      busy.emplace_back(offsets[other],
-                        offsets[other] +
-                            alignedArenaBytes(buffers[other].bytes));
-    });
-    std::sort(busy.begin(), busy.end());
-    int64_t offset = 0;
-    for (const auto &[begin, stop] : busy) {
-      if (offset + bytes <= begin)
-        break;
-      offset = std::max(offset, stop);
-    }
+    int64_t offset = placed.firstFit(buffer.first, last, bytes);
     offsets[index] = offset;
-    placed.add(static_cast<int64_t>(index), buffer.first, last);
+    placed.add(buffer.first, last, offset, offset + bytes);
     arena = std::max(arena, offset + bytes);
   }
   return arena;
