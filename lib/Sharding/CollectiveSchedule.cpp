@@ -1,5 +1,4 @@
-//===- CollectiveSchedule.cpp - Where collectives are issued
-//---------------===//
+//===- CollectiveSchedule.cpp - Where collectives are issued --------------===//
 
 #include "CollectiveSchedule.h"
 

@@ -1,5 +1,4 @@
-//===- ScheduleCollectives.cpp - Collectives issued where compute hides them
-//===//
+//===- ScheduleCollectives.cpp - Collectives where GEMMs hide them --------===//
 
 #include "trellis/Sharding/Passes.h"
 
