@@ -207,11 +207,25 @@ pipelineSchedules(int64_t pp, int64_t microBatches,
       schedules.push_back({name, 1});
       continue;
     }
-    for (int64_t chunks = 2; chunks <= 8; ++chunks)
-      if ((!fixed.chunks || *fixed.chunks == chunks) &&
-          microBatches % pp == 0 &&
-          (!facts.layers || facts.layers % (pp * chunks) == 0))
-        schedules.push_back({name, chunks});
+    // The chunk counts whose virtual stages split the layers evenly; where
+    // none does (Llama-3.1-405B's 126 layers over 16 or 8 stages), every
+    // count that leaves each virtual stage a layer, split unevenly by the
+    // compiler's balancer.
+    auto chunkCounts = [&](bool even) {
+      std::vector<int64_t> counts;
+      for (int64_t chunks = 2; chunks <= 8; ++chunks)
+        if ((!fixed.chunks || *fixed.chunks == chunks) &&
+            microBatches % pp == 0 &&
+            (!facts.layers || (even ? facts.layers % (pp * chunks) == 0
+                                    : facts.layers >= pp * chunks)))
+          counts.push_back(chunks);
+      return counts;
+    };
+    std::vector<int64_t> counts = chunkCounts(/*even=*/true);
+    if (counts.empty())
+      counts = chunkCounts(/*even=*/false);
+    for (int64_t chunks : counts)
+      schedules.push_back({name, chunks});
   }
   return schedules;
 }

@@ -113,7 +113,9 @@ TEST(CostCompositionTest, LlamaLayoutsComposeAsTheWholeModelCompiles) {
         plan(2, 1, 1, 16, 1), plan(8, 1, 1, 2, 2), plan(16, 1, 1, 4, 3),
         plan(4, 2, 1, 8, 1), plan(1, 2, 2, 8), plan(2, 1, 4, 1, 1),
         plan(2, 2, 2, 4, 0, "zb-h1"), plan(1, 1, 2, 2, 0, "interleaved", 2),
-        plan(4, 1, 2, 1, 1, "interleaved", 4), plan(1, 1, 8, 1),
+        plan(4, 1, 2, 1, 1, "interleaved", 4),
+        // 8 layers over 6 virtual stages: the balancer's uneven split.
+        plan(1, 1, 2, 2, 0, "interleaved", 3), plan(1, 1, 8, 1),
         plan(1, 1, 4, 4, 0, "gpipe")})
     expectComposedIsWhole(*composer, request, choice);
 }

@@ -25,12 +25,21 @@ Megatron-LM (v3.0) fused gradient accumulation and overlapped the
 backward's tensor-parallel communication with the GEMMs, as Trellis's
 plans do by default.
 
+Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4: Llama 3 405B
+pre-training on H100s (8192 tokens, 2048 sequences a step, bf16; tp 8, pp
+16, cp 1, dp 64 or 128) at 430 and 400 TFLOP/s per GPU. These rows run on
+the `h100-sxm` preset (CLUSTER is for the A100 tables), with
+examples/configs/llama-3.1-405b.json and the interleaved schedule Meta
+ran; the chunks and the recomputation are the planner's. The measured
+step is the predicted plan's model FLOPs at the measured rate.
+
 Usage: published_plans.py TRELLIS DIR CLUSTER TOLERANCE ROW [ROW...]
 (rows by model size: 1.7b 3.6b 7.5b 18.4b 39.1b 76.1b 145.6b 310.1b
 529.6b 1t from Narayanan et al.; k22b k175b k530b k1t from Korthikanti
-et al.)"""
+et al.; l405b-8k l405b-16k from Dubey et al.)"""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -56,6 +65,14 @@ KORTHIKANTI = {
     "k530b": (20480, 128, 105, 8, 35, 280, 1, 49.05, 37.83),
     "k1t": (25600, 160, 128, 8, 64, 512, 1, 94.42, 71.49),
 }
+# size: GPUs, tp, pp, dp, measured TFLOP/s per GPU
+LLAMA3 = {
+    "l405b-8k": (8192, 8, 16, 64, 430),
+    "l405b-16k": (16384, 8, 16, 128, 400),
+}
+LLAMA3_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "..", "..", "..", "..", "examples", "configs",
+                             "llama-3.1-405b.json")
 VOCAB, SEQ = 51200, 2048
 
 
@@ -69,14 +86,15 @@ def write_config(directory, row, h, a, l):
     return config
 
 
-def predict(trellis, config, cluster, gpus, batch, plan, out):
+def predict(trellis, config, cluster, gpus, batch, plan, out, seq=SEQ,
+            precision="fp16"):
     """The plan's prediction; where Trellis's own memory plan for it does
     not fit the device (the paper's run did), the time of the closest,
     noted."""
     run = subprocess.run(
         [trellis, "plan", config, "--cluster", cluster, "--gpus", str(gpus),
-         "--global-batch", str(batch), "--seq", str(SEQ), "--precision",
-         "fp16", "--evaluate", plan, "--json", out],
+         "--global-batch", str(batch), "--seq", str(seq), "--precision",
+         precision, "--evaluate", plan, "--json", out],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         with open(out) as f:
@@ -121,10 +139,23 @@ def narayanan(trellis, directory, cluster, row):
     return [(f"{row}: t={t} p={p} d={d}", measured, plan)]
 
 
+def llama3(trellis, directory, cluster, row):
+    """(label, measured, plan) of the row."""
+    gpus, t, p, d, tflops = LLAMA3[row]
+    plan = predict(trellis, LLAMA3_CONFIG, "h100-sxm", gpus, 2048,
+                   f"tp={t},pp={p},dp={d},cp=1,sp,schedule=interleaved,"
+                   "micro-batch=1", f"{directory}/{row}.plans.json",
+                   seq=8192, precision="bf16")
+    flops = plan["model_tflops_per_gpu"] * 1e12 * gpus * plan["step_time_s"]
+    measured = flops / (tflops * 1e12 * gpus)
+    return [(f"{row}: t={t} p={p} d={d}", measured, plan)]
+
+
 def main(trellis, directory, cluster, tolerance, rows):
     worst = 0.0
     for row in rows:
-        table = korthikanti if row in KORTHIKANTI else narayanan
+        table = (korthikanti if row in KORTHIKANTI else
+                 llama3 if row in LLAMA3 else narayanan)
         for label, measured, plan in table(trellis, directory, cluster, row):
             predicted = plan["step_time_s"]
             error = (predicted - measured) / measured
