@@ -135,6 +135,23 @@ void collectGradientValues(Value value, llvm::DenseSet<Value> &visited,
 
 } // namespace
 
+const OpContract *planContractOf(Operation *op) {
+  if (const OpContract *contract = graph::contractOf(op))
+    return contract;
+  if (llvm::isa_and_nonnull<TrellisDialect>(op->getDialect()))
+    return findOpContract(op->getName().stripDialect().str());
+  return nullptr;
+}
+
+bool kernelCommunicatesAt(Operation *op) {
+  auto axes = op->getAttrOfType<ArrayAttr>("axes");
+  return kernelCommunicates(planContractOf(op), axes && !axes.empty(),
+                            [&](const std::string &name) -> std::string {
+                              auto text = op->getAttrOfType<StringAttr>(name);
+                              return text ? text.getValue().str() : "";
+                            });
+}
+
 bool isOptimizerStateRole(StringRef role) {
   return role == "adam_m" || role == "adam_v" || role == "master";
 }
@@ -304,15 +321,6 @@ ValueKey keyOf(Value value, int64_t microBatch) {
   return {value, perMicroBatch ? microBatch : -1};
 }
 
-/// The op table's row of a graph op or a collective, or null.
-const OpContract *planContractOf(Operation *op) {
-  if (const OpContract *contract = graph::contractOf(op))
-    return contract;
-  if (llvm::isa_and_nonnull<TrellisDialect>(op->getDialect()))
-    return findOpContract(op->getName().stripDialect().str());
-  return nullptr;
-}
-
 /// A rank's items as the shared memory plan (planStepMemory) sees them:
 /// one instruction per item but the return (results are persistent), one
 /// buffer per value key.
@@ -359,13 +367,7 @@ RankProgram planRankProgram(ArrayRef<RankItem> items,
       instruction.contract = planContractOf(item.op);
       auto axes = item.op->getAttrOfType<ArrayAttr>("axes");
       instruction.overAxes = axes && !axes.empty();
-      instruction.communicates =
-          kernelCommunicates(instruction.contract, instruction.overAxes,
-                             [&](const std::string &name) -> std::string {
-                               auto text =
-                                   item.op->getAttrOfType<StringAttr>(name);
-                               return text ? text.getValue().str() : "";
-                             });
+      instruction.communicates = kernelCommunicatesAt(item.op);
       for (Value operand : item.op->getOperands())
         instruction.inputs.push_back(bufferOf(operand, item.microBatch));
       for (Value result : item.op->getResults())

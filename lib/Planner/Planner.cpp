@@ -736,8 +736,9 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
     error =
         llvm::formatv("no layout of {0} GPUs divides the global batch of {1} "
                       "sequences of {2} tokens within the constraints (dp must "
-                      "divide the batch, tp the heads, pp the layers, 2 cp the "
-                      "sequence)",
+                      "divide the batch, tp the heads, 2 cp the sequence; each "
+                      "pipeline stage, or with chunks each virtual stage, "
+                      "needs a layer)",
                       request.gpus, request.globalBatch, request.seq)
             .str();
     return std::nullopt;

@@ -16,8 +16,10 @@ bool readsAny(const ScheduledOp &op, llvm::ArrayRef<int64_t> values) {
       op.reads, [&](int64_t read) { return llvm::is_contained(values, read); });
 }
 
-/// Moves the op at `from` to `to` (the others keep their order).
-void move(std::vector<int64_t> &order, size_t from, size_t to) {
+/// Moves the op at `from` to `to` (the others keep their order), and
+/// updates `positions` (each op's place in `order`) for those that moved.
+void move(std::vector<int64_t> &order, std::vector<size_t> &positions,
+          size_t from, size_t to) {
   int64_t op = order[from];
   if (from < to)
     std::copy(order.begin() + from + 1, order.begin() + to + 1,
@@ -26,6 +28,8 @@ void move(std::vector<int64_t> &order, size_t from, size_t to) {
     std::copy_backward(order.begin() + to, order.begin() + from,
                        order.begin() + from + 1);
   order[to] = op;
+  for (size_t at = std::min(from, to); at <= std::max(from, to); ++at)
+    positions[order[at]] = at;
 }
 
 } // namespace
@@ -49,11 +53,8 @@ std::vector<int64_t> scheduleCollectives(llvm::ArrayRef<ScheduledOp> ops) {
   for (size_t i = 0; i < ops.size(); ++i)
     order[i] = static_cast<int64_t>(i);
   std::vector<size_t> positions(ops.size());
-  auto locate = [&] {
-    for (size_t at = 0; at < order.size(); ++at)
-      positions[order[at]] = at;
-  };
-  locate();
+  for (size_t at = 0; at < order.size(); ++at)
+    positions[order[at]] = at;
   // Ops that wait for a collective (read what one makes).
   llvm::DenseSet<int64_t> collected;
   for (const ScheduledOp &op : ops)
@@ -81,7 +82,7 @@ std::vector<int64_t> scheduleCollectives(llvm::ArrayRef<ScheduledOp> ops) {
         break;
     }
     if (to != at) {
-      move(order, at, to);
+      move(order, positions, at, to);
       at = to;
     }
     // 2. A compute-bound op already between it and its first reader?
@@ -109,11 +110,10 @@ std::vector<int64_t> scheduleCollectives(llvm::ArrayRef<ScheduledOp> ops) {
           readBefore = readsAny(ops[order[between]], op.writes);
         if (readBefore)
           continue;
-        move(order, candidate, at);
+        move(order, positions, candidate, at);
         break;
       }
     }
-    locate();
   }
   return order;
 }

@@ -458,16 +458,22 @@ void Pricer::findHiddenCollectives() {
                                  graph::GraphDialect::kPhaseAttrName)
                            : StringAttr();
     scheduled.group = phaseGroup(phase ? phase.getValue() : "");
+    // Its kernel communicates where the partitioner will give it axes: we
+    // take any split operand for that (a batch-split cross-entropy gets
+    // none, so this over-approximates).
     const OpContract *contract =
         op.kernel.empty() ? nullptr : findOpContract(op.kernel.str());
     bool split = llvm::any_of(op.operands, [&](int64_t operand) {
       return !written_.values[operand].layout.isReplicated();
     });
+    auto attribute = [&](const std::string &name) -> std::string {
+      auto text =
+          op.origin ? op.origin->getAttrOfType<StringAttr>(name) : StringAttr();
+      return text ? text.getValue().str() : "";
+    };
     if (!op.collective.empty() || (op.reshardStep && op.kernel.empty()))
       scheduled.kind = ScheduledOp::Kind::Collective;
-    else if (contract && split &&
-             (contract->effects.reducesOverAxes ||
-              !contract->effects.exchangesWhen.first.empty()))
+    else if (kernelCommunicates(contract, split, attribute))
       scheduled.kind = ScheduledOp::Kind::Fence;
     else
       scheduled.heavy = isComputeBound(op.cost);

@@ -4,10 +4,9 @@
 
 #include "CollectiveSchedule.h"
 
-#include "trellis/Dialect/Graph/IR/GraphContract.h"
+#include "trellis/Analysis/StepReport.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Graph/IR/GraphInterfaces.h"
-#include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 
 namespace trellis {
 #define GEN_PASS_DEF_SCHEDULECOLLECTIVESPASS
@@ -34,27 +33,16 @@ ScheduledOp describe(Operation *op, DenseMap<Value, int64_t> &ids) {
   auto phase =
       op->getAttrOfType<StringAttr>(graph::GraphDialect::kPhaseAttrName);
   scheduled.group = phaseGroup(phase ? phase.getValue() : "");
-  const OpContract *contract = graph::contractOf(op);
-  if (llvm::isa_and_nonnull<TrellisDialect>(op->getDialect())) {
-    const OpContract *row = findOpContract(op->getName().stripDialect().str());
-    bool transfer = row && (row->name == "send" || row->name == "recv");
-    scheduled.kind = row && row->collective && !transfer
-                         ? ScheduledOp::Kind::Collective
-                         : ScheduledOp::Kind::Fence;
-    return scheduled;
-  }
-  auto axes = op->getAttrOfType<ArrayAttr>("axes");
-  bool communicates =
-      kernelCommunicates(contract, axes && !axes.empty(),
-                         [&](const std::string &name) -> std::string {
-                           auto text = op->getAttrOfType<StringAttr>(name);
-                           return text ? text.getValue().str() : "";
-                         });
-  if (!contract || communicates || op->getNumRegions() != 0) {
+  const OpContract *contract = planContractOf(op);
+  bool transfer =
+      contract && (contract->name == "send" || contract->name == "recv");
+  if (contract && contract->collective && !transfer)
+    scheduled.kind = ScheduledOp::Kind::Collective;
+  else if (!contract || transfer || kernelCommunicatesAt(op) ||
+           op->getNumRegions() != 0)
     scheduled.kind = ScheduledOp::Kind::Fence;
-    return scheduled;
-  }
-  scheduled.heavy = isComputeBound(graph::costFromContract(op));
+  else
+    scheduled.heavy = isComputeBound(graph::costFromContract(op));
   return scheduled;
 }
 

@@ -22,6 +22,8 @@
 
 namespace trellis {
 
+struct OpContract;
+
 struct StepReport {
   /// Elements of the parameters this rank holds (its pieces), and of the
   /// whole parameters those are pieces of (the model part it runs).
@@ -100,6 +102,14 @@ llvm::json::Object trafficJson(const TrafficByCollective &communication);
 /// `outBytes`, under ring algorithms (StepReport::Traffic::wireBytes).
 int64_t ringWireBytes(llvm::StringRef kind, int64_t groupSize, int64_t inBytes,
                       int64_t outBytes);
+
+/// The op table's row of a graph op or a collective, or null.
+const OpContract *planContractOf(mlir::Operation *op);
+
+/// Whether `op`'s kernel communicates over its `axes` (kernelCommunicates:
+/// a cross-entropy over split classes), so that the runtime waits for
+/// every collective in flight before it.
+bool kernelCommunicatesAt(mlir::Operation *op);
 
 /// One thing a rank runs: an op of the step, or one end of a point-to-point
 /// transfer of `value` over `axis` (a pipeline's send or receive), for
