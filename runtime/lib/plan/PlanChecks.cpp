@@ -2,12 +2,23 @@
 
 #include "PlanReader.h"
 
+#include "trellis/Common/OpContract.h"
 #include "trellis/Runtime/OpShapes.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace trellis::runtime::planreader {
+
+namespace {
+
+/// "f32 [4, 8]".
+std::string describeBuffer(const BufferDesc &buffer) {
+  return std::string(dtypeName(buffer.dtype)) + " " + formatShape(buffer.shape);
+}
+
+} // namespace
 
 Status PlanReader::checkActionProgram(const ActionProgramDesc &program,
                                       const std::string &where) {
@@ -110,6 +121,101 @@ Status PlanReader::checkDataflow(int64_t stage, bool evaluation) {
         (!evaluation || result.isLoss))
       return Status::error(prefix + "result buffer " +
                            std::to_string(result.buffer) + " is never written");
+  return Status::success();
+}
+
+Status PlanReader::checkTransfers() {
+  struct Transfer {
+    int64_t stage, peer, position;
+    const BufferDesc *buffer;
+    std::string where;
+  };
+  // By channel: the send and the receive of each value.
+  std::map<int64_t, Transfer> sends, receives;
+  // By (sender, receiver): channels in the order each side issues them.
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> sentOrder,
+      receivedOrder;
+  int64_t stageCount = static_cast<int64_t>(plan_.stages.size());
+  for (int64_t stage = 0; stage < stageCount; ++stage) {
+    const StageProgram &stageProgram = plan_.stages[stage];
+    std::vector<TimelineEntry> timeline = stageTimeline(plan_, stage);
+    for (size_t i = 0; i < timeline.size(); ++i) {
+      const TimelineEntry &entry = timeline[i];
+      const Instruction &instruction = *entry.instruction;
+      if (!isPointToPoint(instruction.op))
+        continue;
+      bool sending = instruction.op == "send";
+      std::string where = "stage " + std::to_string(stage) + " action " +
+                          stageProgram.schedule[entry.action].name +
+                          " instruction " + std::to_string(entry.index) + " (" +
+                          instruction.op + ")";
+      if (!plan_.pipelineAxis || *entry.axes != AxisList{*plan_.pipelineAxis})
+        return Status::error(
+            where +
+            ": transfers move values between pipeline stages: "
+            "expected \"axes\" to be the pipeline axis alone" +
+            (plan_.pipelineAxis
+                 ? " ('" + plan_.mesh[*plan_.pipelineAxis].name + "')"
+                 : std::string(", but the plan has one stage")));
+      int64_t peer = instruction.integer("peer");
+      int64_t channel = instruction.integer("channel");
+      if (peer == stage)
+        return Status::error(where + ": names its own stage " +
+                             std::to_string(stage) + " as its peer");
+      std::map<int64_t, Transfer> &byChannel = sending ? sends : receives;
+      Transfer transfer{
+          stage, peer, static_cast<int64_t>(i),
+          &plan_.buffers[sending ? entry.inputs[0] : entry.outputs[0]], where};
+      auto [existing, inserted] = byChannel.emplace(channel, transfer);
+      if (!inserted)
+        return Status::error(where + ": channel " + std::to_string(channel) +
+                             " is already " + (sending ? "sent" : "received") +
+                             " by " + existing->second.where +
+                             ": each value has a channel of its own");
+      if (sending)
+        sentOrder[{stage, peer}].push_back(channel);
+      else
+        receivedOrder[{peer, stage}].push_back(channel);
+    }
+  }
+  for (const auto &[channel, send] : sends) {
+    auto received = receives.find(channel);
+    if (received == receives.end() || received->second.stage != send.peer ||
+        received->second.peer != send.stage)
+      return Status::error(
+          send.where + ": sends channel " + std::to_string(channel) +
+          " to stage " + std::to_string(send.peer) + ", which " +
+          (received == receives.end()
+               ? std::string("no stage receives")
+               : "is received by " + received->second.where + " from stage " +
+                     std::to_string(received->second.peer)));
+    const BufferDesc &sent = *send.buffer, &into = *received->second.buffer;
+    if (sent.shape != into.shape || sent.dtype != into.dtype)
+      return Status::error(send.where + ": sends " + describeBuffer(sent) +
+                           " on channel " + std::to_string(channel) + ", but " +
+                           received->second.where + " receives it into " +
+                           describeBuffer(into));
+  }
+  for (const auto &[channel, receive] : receives)
+    if (!sends.count(channel))
+      return Status::error(receive.where + ": receives channel " +
+                           std::to_string(channel) + " from stage " +
+                           std::to_string(receive.peer) +
+                           ", which no stage sends");
+  for (const auto &[link, sent] : sentOrder) {
+    const std::vector<int64_t> &received = receivedOrder[link];
+    auto [atSent, atReceived] =
+        std::mismatch(sent.begin(), sent.end(), received.begin());
+    if (atSent == sent.end())
+      continue;
+    return Status::error(
+        "stage " + std::to_string(link.first) + " sends channel " +
+        std::to_string(*atSent) + " to stage " + std::to_string(link.second) +
+        " before channel " + std::to_string(*atReceived) +
+        ", but receives come in the other order: transfers between two "
+        "stages are received in the order they are sent (NCCL matches them "
+        "in order)");
+  }
   return Status::success();
 }
 

@@ -790,6 +790,7 @@ StatusOr<Plan> PlanReader::read(const json &root) {
     if (plan_.stages[stage].evaluation)
       TRELLIS_RETURN_IF_ERROR(checkDataflow(stage, /*evaluation=*/true));
   }
+  TRELLIS_RETURN_IF_ERROR(checkTransfers());
   planSendCompletions(plan_);
   selectStage(plan_, 0);
   return std::move(plan_);

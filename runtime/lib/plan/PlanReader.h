@@ -106,6 +106,10 @@ private:
   /// stage holds); with `evaluation`, in the instructions its evaluation
   /// runs, which must write the loss where the stage holds it.
   Status checkDataflow(int64_t stage, bool evaluation = false);
+  /// Every send is received once, by the stage it names, on its channel,
+  /// into a buffer of its type; and between two stages, in the order it
+  /// was sent (NCCL matches a pair's transfers in order, as MPI does).
+  Status checkTransfers();
 
   static Status requireKind(const json &object, const char *key,
                             json::value_t kind, const char *expected,

@@ -556,6 +556,43 @@ TEST(PlanTest, RejectsTheRetiredCompletionAttribute) {
                  "'complete_with' (send takes ");
 }
 
+TEST(PlanTest, RejectsTransfersThatDoNotMatch) {
+  // Stage 1's step sends on a channel stage 0 does not receive.
+  expectRejected(replace(kPipelinePlan,
+                         "\"inputs\": [4], \"outputs\": [], \"attrs\": "
+                         "{\"axes\": [\"pp\"], \"peer\": 0, \"channel\": 1}",
+                         "\"inputs\": [4], \"outputs\": [], \"attrs\": "
+                         "{\"axes\": [\"pp\"], \"peer\": 0, \"channel\": 0}"),
+                 "stage 1 action step instruction 0 (send): sends channel 2 "
+                 "to stage 0, which no stage receives");
+  // It sends `b` where stage 0 receives the loss.
+  expectRejected(replace(kPipelinePlan,
+                         "\"inputs\": [4], \"outputs\": [], \"attrs\": "
+                         "{\"axes\": [\"pp\"], \"peer\": 0",
+                         "\"inputs\": [1], \"outputs\": [], \"attrs\": "
+                         "{\"axes\": [\"pp\"], \"peer\": 0"),
+                 "stage 1 action step instruction 0 (send): sends f32 [3, 4] "
+                 "on channel 3, but stage 0 action step instruction 0 (recv) "
+                 "receives it into f32 []");
+  // Stage 1 receives micro-batch 1's input before micro-batch 0's.
+  expectRejected(
+      replace(kPipelinePlan, "\"schedule\": [\"RF0\", \"F0\", \"RF1\", \"F1\"",
+              "\"schedule\": [\"RF1\", \"RF0\", \"F0\", \"F1\""),
+      "stage 0 sends channel 0 to stage 1 before channel 1, but receives come "
+      "in the other order: transfers between two stages are received in the "
+      "order they are sent");
+  // A transfer over more than the pipeline axis.
+  expectRejected(
+      replace(replace(kPipelinePlan, "[{\"name\": \"pp\", \"size\": 2}]",
+                      "[{\"name\": \"pp\", \"size\": 2}, {\"name\": "
+                      "\"dp\", \"size\": 1}]"),
+              "{\"axes\": [\"pp\"], \"peer\": 1, \"channel\": 0}",
+              "{\"axes\": [\"pp\", \"dp\"], \"peer\": 1, \"channel\": 0}"),
+      "stage 0 action F0 instruction 1 (send): transfers move values between "
+      "pipeline stages: expected \"axes\" to be the pipeline axis alone "
+      "('pp')");
+}
+
 TEST(PlanTest, RejectsMalformedChecksums) {
   EXPECT_EQ(verifyPlanChecksum("{\"checksum\":\"crc32:12").message(),
             "corrupt plan: malformed checksum field");
