@@ -18,7 +18,9 @@
 #       eager's and a per-op profile, and a memory checker pass over the
 #       kernel conformance test where compute-sanitizer exists. Logs go to
 #       OUT, and all of them to OUT.tar.gz; a summary line per check ends the
-#       output. Exit status: the number of failed checks.
+#       output. Plans of several ranks (data, tensor, ZeRO-3, pipelines) run
+#       their ranks on the one GPU over NCCL, each rank its own NCCL host.
+#       Exit status: the number of failed checks.
 #
 # The CUDA libraries are found as `trellis run --device cuda` finds them
 # (runtime/cuda/README.md); PyTorch's wheels are enough.
@@ -54,6 +56,21 @@ plans=(
   "deepseek-v3-fp32|$root/examples/configs/deepseek-v3-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --expert-bias-update 0.001"
 )
 steps=6
+# Several ranks on the machine's one GPU, each started as torchrun would
+# start it (RANK, WORLD_SIZE, LOCAL_RANK=0, so all take GPU 0) with an
+# NCCL_HOSTID of its own: NCCL refuses two ranks of one host on one GPU,
+# and ranks of different "hosts" talk over sockets on the loopback device.
+# Each: name, ranks, then `trellis compile` options; the CPU runs the same
+# plan with as many ranks.
+multi_plans=(
+  "gpt2-dp2|2|$root/examples/configs/gpt2-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --fuse=false --dp 2"
+  "gpt2-tp2-sp|2|$root/examples/configs/gpt2-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --fuse=false --tp 2 --sp"
+  "gpt2-zero3|2|$root/examples/configs/gpt2-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --fuse=false --dp 2 --zero 3"
+  "gpt2-pp2-1f1b|2|$root/test/tools/trellis/Inputs/gpt2-tiny-4layers.json --batch 8 --seq 16 --adam-eps 1e-5 --fuse=false --pp 2 --microbatches 4 --schedule 1f1b"
+  "llama-pp2-interleaved|2|$root/test/tools/trellis/Inputs/llama-tiny-4layers.json --batch 8 --seq 16 --adam-eps 1e-5 --fuse=false --pp 2 --chunks 2 --microbatches 4 --schedule interleaved"
+  "llama-pp2-zb-h1|2|$root/test/tools/trellis/Inputs/llama-tiny-4layers.json --batch 8 --seq 16 --adam-eps 1e-5 --fuse=false --pp 2 --microbatches 4 --schedule zb-h1"
+  "llama-pp2-dp2|4|$root/test/tools/trellis/Inputs/llama-tiny-4layers.json --batch 8 --seq 16 --adam-eps 1e-5 --fuse=false --pp 2 --dp 2 --microbatches 2"
+)
 # Timed only (no CPU run): GPT-2 124M, bf16, 8 x 1024 tokens, as compiled
 # by default (fused) and unfused, beside PyTorch eager on the same GPU
 # (benchmarks/pytorch_step.py).
@@ -81,7 +98,7 @@ prepare() {
   # shellcheck disable=SC2086
   "$build/bin/trellis" compile "$timed_config" $timed_options --fuse=false \
     -o "$dir/plans/timed-unfused.plan" || return 1
-  local entry name options
+  local entry name options ranks
   for entry in "${plans[@]}"; do
     name=${entry%%|*}
     options=${entry#*|}
@@ -91,6 +108,15 @@ prepare() {
     "$build/bin/trellis" run "$dir/plans/$name.plan" --steps $steps \
       --save "$dir/plans/$name.cpu" >"$dir/plans/$name.cpu.out" || return 1
   done
+  for entry in "${multi_plans[@]}"; do
+    IFS='|' read -r name ranks options <<<"$entry"
+    # shellcheck disable=SC2086
+    "$build/bin/trellis" compile $options -o "$dir/plans/$name.plan" || return 1
+    rm -rf "$dir/plans/$name.cpu"
+    "$build/bin/trellis" run "$dir/plans/$name.plan" --nproc "$ranks" \
+      --steps $steps --save "$dir/plans/$name.cpu" \
+      >"$dir/plans/$name.cpu.out" || return 1
+  done
 }
 
 failures=0
@@ -98,6 +124,39 @@ summary=()
 record() { # record NAME STATUS [DETAIL]
   summary+=("$(printf '%-58s %s %s' "$1" "$2" "${3:-}")")
   [[ "$2" == ok || "$2" == skipped ]] || failures=$((failures + 1))
+}
+
+# Compares a cuda run's losses and parameters with the CPU's.
+compare_run() { # compare_run NAME CPU_PREFIX CUDA_PREFIX TOLERANCE
+  local detail status
+  detail=$(python3 "$dir/bin/compare_losses.py" "$2.out" "$3.out" "$4" 2>&1) &&
+    detail+="; "$(python3 "$dir/bin/compare_safetensors.py" \
+      "$2/model.safetensors" "$3/model.safetensors" "$4" 2>&1)
+  status=$?
+  [[ $status -eq 0 ]] && record "$1" ok "$detail" || record "$1" "DIFFERS" "$detail"
+}
+
+# Runs the ranks of a plan on GPU 0, each as its own "host" (see
+# multi_plans); rank 0's output is the run's.
+run_ranks() { # run_ranks PLAN RANKS PORT SAVE OUT
+  local rank pids=() status=0
+  for ((rank = 1; rank < $2; ++rank)); do
+    env RANK=$rank WORLD_SIZE="$2" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT="$3" TRELLIS_JOB_TOKEN=trellis-gpu-check-token \
+      NCCL_HOSTID="trellis-gpu-check-$rank" NCCL_SOCKET_IFNAME=lo \
+      NCCL_IB_DISABLE=1 timeout 300 "$dir/bin/trellis-run" "$1" --device cuda \
+      --steps $steps --save "$4" --timeout 120 >"$5.rank$rank" 2>&1 &
+    pids+=($!)
+  done
+  env RANK=0 WORLD_SIZE="$2" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT="$3" TRELLIS_JOB_TOKEN=trellis-gpu-check-token \
+    NCCL_HOSTID=trellis-gpu-check-0 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 \
+    NCCL_DEBUG=WARN timeout 300 "$dir/bin/trellis-run" "$1" --device cuda \
+    --steps $steps --save "$4" --timeout 120 >"$5" 2>&1 || status=$?
+  for pid in "${pids[@]}"; do
+    wait "$pid" || { local failed=$?; [[ $status -ne 0 ]] || status=$failed; }
+  done
+  return "$status"
 }
 
 # Runs every test of a gtest program matching a filter, each alone.
@@ -150,14 +209,23 @@ run() {
     fi
     local tolerance=1e-5
     [[ "$name" == *bf16* || "$name" == *fp16* ]] && tolerance=2e-2
-    detail=$(python3 "$dir/bin/compare_losses.py" "$dir/plans/$name.cpu.out" \
-      "$run_dir.cuda.out" $tolerance 2>&1) &&
-      detail+="; "$(python3 "$dir/bin/compare_safetensors.py" \
-        "$dir/plans/$name.cpu/model.safetensors" \
-        "$run_dir.cuda/model.safetensors" $tolerance 2>&1)
-    status=$?
-    [[ $status -eq 0 ]] && record "plan $name" ok "$detail" ||
-      record "plan $name" "DIFFERS" "$detail"
+    compare_run "plan $name" "$dir/plans/$name.cpu" "$run_dir.cuda" $tolerance
+  done
+  # Several ranks on the one GPU over NCCL: data, tensor and sequence
+  # parallelism, ZeRO-3, and pipelines (transfers on their links).
+  local ranks options port=29700
+  for entry in "${multi_plans[@]}"; do
+    IFS='|' read -r name ranks options <<<"$entry"
+    run_dir=$out/$name
+    rm -rf "$run_dir.cuda"
+    port=$((port + 1))
+    if ! run_ranks "$dir/plans/$name.plan" "$ranks" $port "$run_dir.cuda" \
+      "$run_dir.cuda.out"; then
+      record "ranks $name" "FAILED" "$(cat "$run_dir".cuda.out* |
+        grep -m1 -i -E 'error|refus|abort' | cut -c1-160)"
+      continue
+    fi
+    compare_run "ranks $name" "$dir/plans/$name.cpu" "$run_dir.cuda" 1e-5
   done
   # Step times, interleaved, two rounds: Trellis's fused and unfused plans,
   # the unfused one with attention on the backend's own kernels

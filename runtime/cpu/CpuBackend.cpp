@@ -290,8 +290,10 @@ public:
   StatusOr<std::unique_ptr<Communicator>>
   connect(Device &device, const Mesh &mesh, int64_t rank,
           const std::vector<AxisList> &groups,
+          const std::vector<TransferLink> &links,
           const RendezvousOptions &options) const override {
     (void)device; // Gloo exchanges host memory, the CPU device's own.
+    (void)links;  // Gloo tells transfers apart by their channel (tag).
     return connectGloo(mesh, rank, groups, options);
   }
 };

@@ -85,8 +85,6 @@ class CudaDevice : public Device, public CudaStreams {
 public:
   ~CudaDevice() override {
     (void)synchronize();
-    for (cudaEvent_t event : eventPool_)
-      cudaEventDestroy(event);
     if (flag_)
       cudaFree(flag_);
     if (context_.workspace)
@@ -107,6 +105,7 @@ public:
 
   std::string name() const override { return "cuda"; }
 
+  cudaStream_t computeStream() const override { return context_.stream; }
   cudaStream_t communicationStream() const override { return communication_; }
   void watchCommunication(Watchdog watchdog) override {
     watchdog_ = std::move(watchdog);
@@ -274,7 +273,7 @@ public:
     // Every event taken since the last synchronize (the recorded ones
     // among them) is done: back to the pool, each once.
     for (cudaEvent_t event : usedOrdering_)
-      eventPool_.push_back(event);
+      eventPool_.give(event);
     events_.clear();
     usedOrdering_.clear();
     waited_ = 0;
@@ -360,13 +359,7 @@ private:
   /// An event from the pool (made when the pool is empty); it returns to
   /// the pool at synchronize().
   cudaEvent_t takeEvent() {
-    cudaEvent_t event = nullptr;
-    if (!eventPool_.empty()) {
-      event = eventPool_.back();
-      eventPool_.pop_back();
-    } else {
-      cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-    }
+    cudaEvent_t event = eventPool_.take();
     usedOrdering_.push_back(event);
     return event;
   }
@@ -385,8 +378,9 @@ private:
   int32_t *flag_ = nullptr;
   std::vector<Recorded> events_;
   /// Events taken since the last synchronize (all of them, recorded ones
-  /// included); the pool of free ones.
-  std::vector<cudaEvent_t> usedOrdering_, eventPool_;
+  /// included), and the free ones.
+  std::vector<cudaEvent_t> usedOrdering_;
+  EventPool eventPool_;
   int64_t waited_ = 0;
   std::optional<Status> failed_;
   Watchdog watchdog_;
@@ -426,8 +420,9 @@ public:
   StatusOr<std::unique_ptr<Communicator>>
   connect(Device &device, const Mesh &mesh, int64_t rank,
           const std::vector<AxisList> &groups,
+          const std::vector<TransferLink> &links,
           const RendezvousOptions &options) const override {
-    return connectNccl(device, mesh, rank, groups, options);
+    return connectNccl(device, mesh, rank, groups, links, options);
   }
 };
 

@@ -32,12 +32,44 @@ Status cudaFailure(const std::string &what, cudaError_t error);
 
 class CublasLt;
 
+/// Events that order streams, made once and reused: `take` makes one when
+/// none is free; `give` returns one whose last record every wait on it has
+/// already been enqueued for (a wait holds the record it was enqueued
+/// after, so the event may be recorded again).
+class EventPool {
+public:
+  EventPool() = default;
+  EventPool(const EventPool &) = delete;
+  EventPool &operator=(const EventPool &) = delete;
+  ~EventPool() {
+    for (cudaEvent_t event : free_)
+      cudaEventDestroy(event);
+  }
+  cudaEvent_t take() {
+    cudaEvent_t event = nullptr;
+    if (!free_.empty()) {
+      event = free_.back();
+      free_.pop_back();
+    } else {
+      cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    }
+    return event;
+  }
+  void give(cudaEvent_t event) { free_.push_back(event); }
+
+private:
+  std::vector<cudaEvent_t> free_;
+};
+
 /// What a stream-ordered communicator (NCCL) needs of its CUDA device.
 class CudaStreams {
 public:
   using Watchdog =
       std::function<Status(std::chrono::steady_clock::duration waited)>;
   virtual ~CudaStreams() = default;
+  /// The stream kernels run on: transfers start after the compute launched
+  /// before them and make later compute wait for them.
+  virtual cudaStream_t computeStream() const = 0;
   /// The stream collectives enqueue on.
   virtual cudaStream_t communicationStream() const = 0;
   /// While the host waits for the device, `watchdog` is called with how
@@ -52,6 +84,7 @@ public:
 StatusOr<std::unique_ptr<Communicator>>
 connectNccl(Device &device, const Mesh &mesh, int64_t rank,
             const std::vector<AxisList> &groups,
+            const std::vector<TransferLink> &links,
             const RendezvousOptions &options);
 
 /// What a kernel launches with: the device's compute stream and its

@@ -3,6 +3,7 @@
 #include "Nccl.h"
 
 #include <cstring>
+#include <set>
 
 namespace trellis::runtime::cuda {
 
@@ -74,6 +75,24 @@ StatusOr<ncclUniqueId> shareUniqueId(const NcclLibrary &nccl,
                          " (ranks of different NCCL versions?)");
   std::memcpy(id.internal, bytes->data(), sizeof(id.internal));
   return id;
+}
+
+std::vector<int> linkRounds(const std::vector<TransferLink> &links) {
+  std::vector<int> rounds;
+  // Per round, the ranks it has taken.
+  std::vector<std::set<int64_t>> taken;
+  for (const TransferLink &link : links) {
+    size_t round = 0;
+    while (round < taken.size() &&
+           (taken[round].count(link.from) || taken[round].count(link.to)))
+      ++round;
+    if (round == taken.size())
+      taken.emplace_back();
+    taken[round].insert(link.from);
+    taken[round].insert(link.to);
+    rounds.push_back(static_cast<int>(round));
+  }
+  return rounds;
 }
 
 } // namespace trellis::runtime::cuda

@@ -13,6 +13,7 @@
 
 #include "CudaLibraries.h"
 
+#include "trellis/Runtime/Plan.h"
 #include "trellis/Runtime/Rendezvous.h"
 
 #include <nccl.h>
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace trellis::runtime::cuda {
 
@@ -64,6 +66,15 @@ StatusOr<ncclUniqueId> shareUniqueId(const NcclLibrary &nccl,
                                      RendezvousStore &store, int64_t rank,
                                      const std::string &key,
                                      std::chrono::milliseconds timeout);
+
+/// The round in which each of `links` gets its communicator: links are
+/// split from the world one round at a time (ncclCommSplit, where each
+/// rank names one color), so no rank may be an end of two links of a
+/// round. Each link, in order, takes the first round where neither of its
+/// ranks is taken yet: every rank computes the same rounds; a pipeline's
+/// links (both ways between neighbouring stages, and from the last stage
+/// to the first when interleaved) take four.
+std::vector<int> linkRounds(const std::vector<TransferLink> &links);
 
 } // namespace trellis::runtime::cuda
 

@@ -9,6 +9,17 @@
 // group order. A reduce_scatter arrives here as the collective lowering's
 // all-to-all and ordered sum, as on every backend.
 //
+// Pipeline transfers: NCCL matches a communicator's sends and receives in
+// the order they are issued and runs them in that order, so a send blocked
+// on its peer holds back every transfer behind it. Each link of the plan
+// (one direction between two ranks, transferLinks) therefore has a
+// communicator of its own, split from the world in rounds where each rank
+// joins at most one link, and a stream of its own: a transfer waits for
+// the compute launched before it (an event), and the compute stream waits
+// for it where the program waits (PendingTransfer::wait enqueues that
+// wait; the host never blocks). The plan loader has checked that each
+// link's receives come in the order of its sends.
+//
 // A dead or hung peer: the device's waits poll this communicator's
 // watchdog, which reads each communicator's asynchronous error and, past
 // --timeout without progress, aborts them all (ncclCommAbort), so the job
@@ -21,6 +32,7 @@
 
 #include "trellis/Runtime/Communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -59,6 +71,11 @@ public:
     streams_.watchCommunication(nullptr);
     for (auto &[name, comm] : groups_)
       aborted_ ? nccl_->commAbort(comm) : nccl_->commDestroy(comm);
+    for (auto &[ends, link] : links_) {
+      if (link.comm)
+        aborted_ ? nccl_->commAbort(link.comm) : nccl_->commDestroy(link.comm);
+      cudaStreamDestroy(link.stream);
+    }
     if (!aborted_ && world_)
       nccl_->commDestroy(world_);
     if (barrierValue_)
@@ -66,6 +83,7 @@ public:
   }
 
   Status connect(const std::vector<AxisList> &groups,
+                 const std::vector<TransferLink> &links,
                  const RendezvousOptions &options) {
     std::unique_ptr<RendezvousStore> store = openRendezvousStore(options);
     if (!options.agreement.empty())
@@ -94,6 +112,7 @@ public:
                nccl_->commSplit(world_, color, key, &comm, &config)));
       groups_[name] = comm;
     }
+    TRELLIS_RETURN_IF_ERROR(connectLinks(links, config));
     streams_.watchCommunication(
         [this](std::chrono::steady_clock::duration waited) {
           return watch(waited);
@@ -181,28 +200,29 @@ public:
                                                 : ended);
   }
 
-  // Pipeline transfers: NCCL orders point-to-point calls on a stream, so a
-  // send blocked on its peer would hold back the receives behind it (a
-  // 1F1B schedule deadlocks). They need streams (or communicators) per
-  // direction, ordered against compute by events; not built yet.
-  Status send(const AxisList &, const void *, int64_t, DType, int64_t,
-              int64_t) override {
-    return transfersNotBuilt();
+  Status send(const AxisList &axes, const void *data, int64_t count,
+              DType dtype, int64_t peer, int64_t channel) override {
+    StatusOr<std::unique_ptr<PendingTransfer>> started =
+        startSend(axes, data, count, dtype, peer, channel);
+    return started.ok() ? (*started)->wait() : started.status();
   }
-  Status recv(const AxisList &, void *, int64_t, DType, int64_t,
-              int64_t) override {
-    return transfersNotBuilt();
+  Status recv(const AxisList &axes, void *data, int64_t count, DType dtype,
+              int64_t peer, int64_t channel) override {
+    StatusOr<std::unique_ptr<PendingTransfer>> started =
+        startRecv(axes, data, count, dtype, peer, channel);
+    return started.ok() ? (*started)->wait() : started.status();
   }
-  StatusOr<std::unique_ptr<PendingTransfer>> startSend(const AxisList &,
-                                                       const void *, int64_t,
-                                                       DType, int64_t,
-                                                       int64_t) override {
-    return transfersNotBuilt();
+  // The channel needs no tag here: a link's transfers pair in order.
+  StatusOr<std::unique_ptr<PendingTransfer>>
+  startSend(const AxisList &axes, const void *data, int64_t count, DType dtype,
+            int64_t peer, int64_t) override {
+    return startTransfer(/*sending=*/true, axes, const_cast<void *>(data),
+                         count, dtype, peer);
   }
-  StatusOr<std::unique_ptr<PendingTransfer>> startRecv(const AxisList &, void *,
-                                                       int64_t, DType, int64_t,
-                                                       int64_t) override {
-    return transfersNotBuilt();
+  StatusOr<std::unique_ptr<PendingTransfer>>
+  startRecv(const AxisList &axes, void *data, int64_t count, DType dtype,
+            int64_t peer, int64_t) override {
+    return startTransfer(/*sending=*/false, axes, data, count, dtype, peer);
   }
 
   Status barrier() override {
@@ -222,6 +242,124 @@ public:
   }
 
 private:
+  /// A link's communicator (its sender is rank 0 of it, its receiver rank
+  /// 1) and the stream its transfers run on.
+  struct Link {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+
+  /// A transfer on a link's stream: waiting makes the compute stream wait
+  /// for its event.
+  class LinkTransfer : public PendingTransfer {
+  public:
+    LinkTransfer(NcclCommunicator &owner, cudaEvent_t done)
+        : owner_(owner), done_(done) {}
+    ~LinkTransfer() override {
+      if (done_)
+        owner_.events_.give(done_);
+    }
+    Status wait() override {
+      if (!done_)
+        return Status::success();
+      cudaError_t error =
+          cudaStreamWaitEvent(owner_.streams_.computeStream(), done_, 0);
+      // The wait holds the event's state: it may be recorded again.
+      owner_.events_.give(done_);
+      done_ = nullptr;
+      if (error != cudaSuccess)
+        return cudaFailure("ordering compute after a transfer", error);
+      return Status::success();
+    }
+
+  private:
+    NcclCommunicator &owner_;
+    cudaEvent_t done_;
+  };
+
+  /// Splits a communicator for each of `links` this rank is an end of
+  /// (linkRounds: in each round every rank joins one link or none).
+  Status connectLinks(const std::vector<TransferLink> &links,
+                      ncclConfig_t &config) {
+    std::vector<int> rounds = linkRounds(links);
+    int roundCount = rounds.empty()
+                         ? 0
+                         : *std::max_element(rounds.begin(), rounds.end()) + 1;
+    for (int round = 0; round < roundCount; ++round) {
+      int color = NCCL_SPLIT_NOCOLOR, key = 0;
+      const TransferLink *mine = nullptr;
+      for (size_t i = 0; i < links.size(); ++i)
+        if (rounds[i] == round &&
+            (links[i].from == rank_ || links[i].to == rank_)) {
+          color = static_cast<int>(i);
+          key = links[i].from == rank_ ? 0 : 1;
+          mine = &links[i];
+        }
+      ncclComm_t comm = nullptr;
+      TRELLIS_RETURN_IF_ERROR(call(
+          "connecting round " + std::to_string(round) + " of the transfers",
+          nccl_->commSplit(world_, color, key, &comm, &config)));
+      if (!mine)
+        continue;
+      Link &link = links_[*mine];
+      link.comm = comm;
+      TRELLIS_CUDA_RETURN_IF_ERROR(
+          cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking),
+          "creating the stream of the transfers from rank " +
+              std::to_string(mine->from) + " to rank " +
+              std::to_string(mine->to));
+    }
+    return Status::success();
+  }
+
+  StatusOr<std::unique_ptr<PendingTransfer>>
+  startTransfer(bool sending, const AxisList &axes, void *data, int64_t count,
+                DType dtype, int64_t peer) {
+    std::vector<int64_t> members = mesh_.group(rank_, axes);
+    if (peer < 0 || peer >= static_cast<int64_t>(members.size()))
+      return Status::error("nccl: peer " + std::to_string(peer) +
+                           " is outside the group along \"" +
+                           groupName(mesh_, axes) + "\" of " +
+                           std::to_string(members.size()) + " ranks");
+    TransferLink ends = sending ? TransferLink{rank_, members[peer]}
+                                : TransferLink{members[peer], rank_};
+    std::string what = std::string(sending ? "send" : "receive") +
+                       " from rank " + std::to_string(ends.from) + " to rank " +
+                       std::to_string(ends.to);
+    auto found = links_.find(ends);
+    if (found == links_.end())
+      return Status::error("nccl: " + what +
+                           ": no link connects them (the plan's transfer "
+                           "links are connected when the job starts)");
+    if (count == 0)
+      return std::unique_ptr<PendingTransfer>(
+          std::make_unique<LinkTransfer>(*this, nullptr));
+    const Link &link = found->second;
+    // After the compute launched so far (it made the value, or last read
+    // the buffer a receive overwrites)...
+    cudaEvent_t issued = events_.take();
+    cudaError_t error = cudaEventRecord(issued, streams_.computeStream());
+    if (error == cudaSuccess)
+      error = cudaStreamWaitEvent(link.stream, issued, 0);
+    events_.give(issued);
+    if (error != cudaSuccess)
+      return cudaFailure(what + ": ordering it after compute", error);
+    // ...the transfer, on the link's stream.
+    TRELLIS_RETURN_IF_ERROR(
+        call(what, sending ? nccl_->send(data, count, ncclType(dtype), 1,
+                                         link.comm, link.stream)
+                           : nccl_->recv(data, count, ncclType(dtype), 0,
+                                         link.comm, link.stream)));
+    cudaEvent_t done = events_.take();
+    if (cudaError_t recorded = cudaEventRecord(done, link.stream);
+        recorded != cudaSuccess) {
+      events_.give(done);
+      return cudaFailure(what + ": recording its event", recorded);
+    }
+    return std::unique_ptr<PendingTransfer>(
+        std::make_unique<LinkTransfer>(*this, done));
+  }
+
   cudaStream_t stream() const { return streams_.communicationStream(); }
 
   ncclComm_t commFor(const AxisList &axes) const {
@@ -246,25 +384,27 @@ private:
                           result);
   }
 
-  static Status transfersNotBuilt() {
-    return Status::error("--device cuda: pipeline transfers over NCCL are not "
-                         "built yet; run pipelines with --device cpu");
-  }
-
   /// The device's waits call this while the communication stream runs: an
   /// asynchronous NCCL error, or no progress within --timeout, aborts every
   /// communicator and fails the wait.
   Status watch(std::chrono::steady_clock::duration waited) {
-    std::vector<std::pair<std::string, ncclComm_t>> all(groups_.begin(),
-                                                        groups_.end());
-    all.emplace_back("world", world_);
+    // Each communicator, as a message names it.
+    std::vector<std::pair<std::string, ncclComm_t>> all;
+    for (const auto &[name, comm] : groups_)
+      all.emplace_back("the group along \"" + name + "\"", comm);
+    all.emplace_back("the world", world_);
+    for (const auto &[ends, link] : links_)
+      all.emplace_back("the transfers from rank " + std::to_string(ends.from) +
+                           " to rank " + std::to_string(ends.to),
+                       link.comm);
     for (const auto &[name, comm] : all) {
+      if (!comm)
+        continue;
       ncclResult_t state = ncclSuccess;
       nccl_->commGetAsyncError(comm, &state);
       if (state != ncclSuccess && state != ncclInProgress) {
         abortAll();
-        return nccl_->failure("the group along \"" + name + "\" (rank " +
-                                  std::to_string(rank_) + ")",
+        return nccl_->failure(name + " (rank " + std::to_string(rank_) + ")",
                               state);
       }
     }
@@ -284,6 +424,10 @@ private:
     aborted_ = true;
     for (auto &[name, comm] : groups_)
       nccl_->commAbort(comm);
+    for (auto &[ends, link] : links_) {
+      nccl_->commAbort(link.comm);
+      link.comm = nullptr;
+    }
     nccl_->commAbort(world_);
     groups_.clear();
     world_ = nullptr;
@@ -294,6 +438,9 @@ private:
   std::chrono::milliseconds timeout_;
   ncclComm_t world_ = nullptr;
   std::map<std::string, ncclComm_t> groups_;
+  /// This rank's links; their transfers' events, free for reuse.
+  std::map<TransferLink, Link> links_;
+  EventPool events_;
   int32_t *barrierValue_ = nullptr;
   bool aborted_ = false;
 };
@@ -303,6 +450,7 @@ private:
 StatusOr<std::unique_ptr<Communicator>>
 connectNccl(Device &device, const Mesh &mesh, int64_t rank,
             const std::vector<AxisList> &groups,
+            const std::vector<TransferLink> &links,
             const RendezvousOptions &options) {
   auto *streams = dynamic_cast<CudaStreams *>(&device);
   if (!streams)
@@ -317,7 +465,7 @@ connectNccl(Device &device, const Mesh &mesh, int64_t rank,
     return nccl.status();
   auto communicator = std::make_unique<NcclCommunicator>(
       mesh, rank, *streams, std::move(*nccl), options.timeout);
-  TRELLIS_RETURN_IF_ERROR(communicator->connect(groups, options));
+  TRELLIS_RETURN_IF_ERROR(communicator->connect(groups, links, options));
   return std::unique_ptr<Communicator>(std::move(communicator));
 }
 

@@ -258,6 +258,28 @@ plannedTimeline(const Plan &plan, int64_t stage,
   return program;
 }
 
+std::vector<TransferLink> transferLinks(const Plan &plan) {
+  if (plan.stages.size() < 2)
+    return {};
+  Mesh mesh = planMesh(plan);
+  // Per stage: the axes and peer of each send (a stage's ranks all run
+  // its program).
+  std::vector<std::vector<std::pair<const AxisList *, int64_t>>> sends(
+      plan.stages.size());
+  for (size_t s = 0; s < plan.stages.size(); ++s)
+    for (const TimelineEntry &entry :
+         stageTimeline(plan, static_cast<int64_t>(s)))
+      if (entry.instruction->op == "send")
+        sends[s].emplace_back(entry.axes, entry.instruction->integer("peer"));
+  std::vector<TransferLink> links;
+  for (int64_t rank = 0; rank < mesh.size(); ++rank)
+    for (const auto &[axes, peer] : sends[stageOfRank(plan, rank)])
+      links.push_back({rank, mesh.group(rank, *axes)[peer]});
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  return links;
+}
+
 void planSendCompletions(Plan &plan) {
   if (plan.stages.size() < 2)
     return;

@@ -296,8 +296,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
       rendezvous.jobToken = token;
     rendezvous.agreement =
         jobFields(options, *plan, data.get(), evalData.get());
-    StatusOr<std::unique_ptr<Communicator>> connected =
-        (*backend)->connect(**device, mesh, options.rank, groups, rendezvous);
+    StatusOr<std::unique_ptr<Communicator>> connected = (*backend)->connect(
+        **device, mesh, options.rank, groups, transferLinks(*plan), rendezvous);
     if (!connected.ok())
       return connected.status();
     communicator = std::move(*connected);

@@ -231,8 +231,12 @@ StatusOr<LinkFigures> measureLinks(const Backend &backend, int64_t rank,
   RendezvousOptions rendezvous;
   rendezvous.storeDir = storeDir;
   rendezvous.timeout = options.timeout;
+  // The ping-pong below runs between ranks 0 and 1.
+  std::vector<TransferLink> links;
+  if (options.ranks >= 2)
+    links = {{0, 1}, {1, 0}};
   StatusOr<std::unique_ptr<Communicator>> comm =
-      backend.connect(**device, *mesh, rank, {all}, rendezvous);
+      backend.connect(**device, *mesh, rank, {all}, links, rendezvous);
   if (!comm.ok())
     return comm.status().withContext("connecting the calibration ranks");
 

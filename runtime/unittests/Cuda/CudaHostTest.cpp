@@ -191,7 +191,7 @@ TEST(CudaBackendTest, NcclNeedsACudaDevice) {
   std::unique_ptr<Device> cpu =
       std::move(*(*findBackend("cpu"))->createDevice({}));
   StatusOr<std::unique_ptr<Communicator>> connected = (*cuda)->connect(
-      *cpu, *Mesh::parse("dp=2", nullptr), 0, {{0}}, RendezvousOptions());
+      *cpu, *Mesh::parse("dp=2", nullptr), 0, {{0}}, {}, RendezvousOptions());
   ASSERT_FALSE(connected.ok());
   EXPECT_EQ(connected.status().message(),
             "cuda: NCCL needs a cuda device, found 'cpu'");

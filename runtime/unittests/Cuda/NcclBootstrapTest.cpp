@@ -13,8 +13,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 
 using namespace trellis::runtime;
@@ -119,6 +121,39 @@ TEST(NcclBootstrapTest, AnIdOfAnotherSizeIsRefused) {
   EXPECT_EQ(id.status().message(),
             "nccl: the unique id under 'trellis.nccl.world' has 16 bytes, "
             "expected 128 (ranks of different NCCL versions?)");
+}
+
+/// Whether no rank is an end of two links of one round.
+bool roundsAreDisjoint(const std::vector<TransferLink> &links,
+                       const std::vector<int> &rounds) {
+  std::set<std::pair<int, int64_t>> taken;
+  for (size_t i = 0; i < links.size(); ++i)
+    if (!taken.insert({rounds[i], links[i].from}).second ||
+        !taken.insert({rounds[i], links[i].to}).second)
+      return false;
+  return true;
+}
+
+TEST(NcclLinkTest, EachRoundConnectsARankToOneLinkAtMost) {
+  // Four stages both ways: each link in the first round free at both ends.
+  std::vector<TransferLink> chain = {{0, 1}, {1, 0}, {1, 2},
+                                     {2, 1}, {2, 3}, {3, 2}};
+  EXPECT_EQ(linkRounds(chain), (std::vector<int>{0, 1, 2, 3, 0, 1}));
+  // Eight stages in a ring (interleaved: the last sends to the first),
+  // times two data-parallel replicas: four rounds.
+  std::vector<TransferLink> ring;
+  for (int64_t replica = 0; replica < 2; ++replica)
+    for (int64_t stage = 0; stage < 8; ++stage) {
+      int64_t rank = stage * 2 + replica;
+      int64_t next = (stage + 1) % 8 * 2 + replica;
+      ring.push_back({rank, next});
+      ring.push_back({next, rank});
+    }
+  std::sort(ring.begin(), ring.end());
+  std::vector<int> rounds = linkRounds(ring);
+  EXPECT_TRUE(roundsAreDisjoint(ring, rounds));
+  EXPECT_EQ(*std::max_element(rounds.begin(), rounds.end()), 3);
+  EXPECT_TRUE(linkRounds({}).empty());
 }
 
 } // namespace

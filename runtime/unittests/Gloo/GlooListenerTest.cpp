@@ -72,7 +72,7 @@ pid_t startRank(const std::string &dir, int64_t rank = 0,
   Mesh mesh = *Mesh::parse("dp=2", nullptr);
   StatusOr<const Backend *> cpu = findBackend("cpu");
   StatusOr<std::unique_ptr<Device>> device = (*cpu)->createDevice({1});
-  auto connected = (*cpu)->connect(**device, mesh, rank, {{0}}, options);
+  auto connected = (*cpu)->connect(**device, mesh, rank, {{0}}, {}, options);
   std::ofstream(dir + "/result")
       << (connected.ok() ? std::string("ok") : connected.status().message());
   _exit(0);

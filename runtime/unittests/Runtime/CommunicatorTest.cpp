@@ -59,7 +59,7 @@ connectGloo(const Mesh &mesh, int64_t rank, const std::vector<AxisList> &groups,
   StatusOr<const Backend *> cpu = findBackend("cpu");
   if (!cpu.ok())
     return cpu.status();
-  return (*cpu)->connect(rankDevice(), mesh, rank, groups, options);
+  return (*cpu)->connect(rankDevice(), mesh, rank, groups, {}, options);
 }
 
 /// The CPU device as a device whose memory the host may not touch: the

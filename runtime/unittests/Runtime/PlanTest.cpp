@@ -883,6 +883,26 @@ TEST(PlanTest, SelectsAStageOfAPipelinePlan) {
   EXPECT_NE(executor->argument(0).f32(), nullptr);
 }
 
+TEST(PlanTest, ListsEveryRanksTransferLinks) {
+  StatusOr<Plan> plan = parsePlan(kPipelinePlan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  std::vector<TransferLink> expected = {{0, 1}, {1, 0}};
+  EXPECT_EQ(transferLinks(*plan), expected);
+  // With dp=2 after pp, rank 2 p + d runs stage p: each sends to the rank
+  // of its data coordinate on the other stage.
+  StatusOr<Plan> wide =
+      parsePlan(replace(kPipelinePlan, "[{\"name\": \"pp\", \"size\": 2}]",
+                        "[{\"name\": \"pp\", \"size\": 2}, {\"name\": \"dp\", "
+                        "\"size\": 2}]"));
+  ASSERT_TRUE(wide.ok()) << wide.status().message();
+  expected = {{0, 2}, {1, 3}, {2, 0}, {3, 1}};
+  EXPECT_EQ(transferLinks(*wide), expected);
+  // One stage: no transfers.
+  StatusOr<Plan> single = parsePlan(kValidPlan);
+  ASSERT_TRUE(single.ok()) << single.status().message();
+  EXPECT_TRUE(transferLinks(*single).empty());
+}
+
 TEST(PlanTest, RejectsMalformedPipelinePlans) {
   expectRejected(replace(kPipelinePlan, "\"pipeline_axis\": \"pp\",", ""),
                  "a plan of 2 stages needs \"pipeline_axis\": the mesh axis "

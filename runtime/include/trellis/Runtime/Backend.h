@@ -245,13 +245,15 @@ public:
   virtual StatusOr<std::unique_ptr<Device>>
   createDevice(const DeviceOptions &options) const = 0;
   /// Connects `rank` of `mesh`, with communicators for the groups along
-  /// every axis list in `groups` (and the whole mesh), exchanging buffers
+  /// every axis list in `groups` (and the whole mesh) and for the plan's
+  /// point-to-point `links` (every rank's, sorted), exchanging buffers
   /// in `device`'s memory; a stream-ordered communicator enqueues on
   /// `device`'s communication stream, so `device` (made by this backend)
   /// outlives it.
   virtual StatusOr<std::unique_ptr<Communicator>>
   connect(Device &device, const Mesh &mesh, int64_t rank,
           const std::vector<AxisList> &groups,
+          const std::vector<TransferLink> &links,
           const RendezvousOptions &options) const = 0;
 };
 

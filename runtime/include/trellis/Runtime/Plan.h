@@ -291,6 +291,26 @@ std::vector<PlannedInstruction>
 plannedTimeline(const Plan &plan, int64_t stage,
                 const std::vector<TimelineEntry> &timeline);
 
+/// One direction of a plan's point-to-point traffic: rank `from` sends
+/// values to rank `to` (transferLinks in Plan.h). Every rank of a job is
+/// given the same links, sorted; a backend that matches a pair's transfers
+/// in order (NCCL) connects each link apart, so traffic one way never
+/// waits behind traffic the other.
+struct TransferLink {
+  int64_t from = 0, to = 0;
+  bool operator==(const TransferLink &other) const {
+    return from == other.from && to == other.to;
+  }
+  bool operator<(const TransferLink &other) const {
+    return from != other.from ? from < other.from : to < other.to;
+  }
+};
+
+/// Every rank's point-to-point links: (sender, receiver) of each send of
+/// each rank's stage, the receiver found along the send's axes; sorted,
+/// each once. Every rank computes the same list.
+std::vector<TransferLink> transferLinks(const Plan &plan);
+
 /// Fills every stage's `sendCompletions` from all stages' timelines.
 void planSendCompletions(Plan &plan);
 
