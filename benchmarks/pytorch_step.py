@@ -1,10 +1,11 @@
 """PyTorch eager's training step on a Trellis model config, for side-by-side
-figures: Hugging Face transformers' GPT2LMHeadModel built from the same
-config.json with dropout off (Trellis steps have none: the same
-computation), torch AdamW, random tokens, fp32 or bf16 autocast
-(torch.autocast("cpu", dtype=torch.bfloat16)). Prints the mean step time
-(the first step left out). Needs torch and transformers (a venv: never a
-test dependency).
+figures: Hugging Face transformers' GPT2LMHeadModel (dropout off: Trellis
+steps have none, the same computation) or LlamaForCausalLM (SDPA
+attention), as the config's model_type says, built from the same
+config.json, torch AdamW (fused on a GPU), random tokens, fp32 or bf16
+autocast (torch.autocast(device, dtype=torch.bfloat16)). Prints the mean
+step time (the first step left out). Needs torch and transformers (a venv:
+never a test dependency).
 
 Usage: pytorch_step.py CONFIG BATCH SEQ STEPS THREADS fp32|bf16 [compile] [cuda]
 
@@ -30,12 +31,18 @@ batch, seq, steps, threads = int(batch), int(seq), int(steps), int(threads)
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 fields = json.load(open(config_path))
-fields.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-config = transformers.GPT2Config(**fields)
-model = transformers.GPT2LMHeadModel(config).to(device)
+if fields.get("model_type", "gpt2") == "llama":
+    config = transformers.LlamaConfig(**fields)
+    config._attn_implementation = "sdpa"
+    model = transformers.LlamaForCausalLM(config).to(device)
+else:
+    fields.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config = transformers.GPT2Config(**fields)
+    model = transformers.GPT2LMHeadModel(config).to(device)
 model.train()
 forward = torch.compile(model) if compiled else model
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0,
+                              fused=device == "cuda")
 tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), device=device)
 inputs, targets = tokens[:, :-1], tokens[:, 1:]
 

@@ -76,6 +76,12 @@ multi_plans=(
 # (benchmarks/pytorch_step.py).
 timed_config=$root/examples/configs/gpt2-124m.json
 timed_options="--batch 8 --seq 1024 --precision bf16"
+# Timed too: a Llama-3.2-1B step (bf16, 4 x 2048 tokens) beside PyTorch
+# eager and torch.compile; MFU against the H100/H200's 989 TFLOP/s of dense
+# bf16, with the plan's own count of a step's FLOPs (`--report`).
+llama_config=$root/examples/configs/llama-3.2-1b.json
+llama_options="--batch 4 --seq 2048 --precision bf16"
+peak_flops=989e12
 
 prepare() {
   local build=$root/build
@@ -91,10 +97,16 @@ prepare() {
     sort -u |
     grep -v -E '/(libc|libm|libmvec|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libz|ld-linux[^/]*)\.so' |
     while read -r library; do cp -L "$library" "$dir/lib/"; done
-  cp "$root/benchmarks/pytorch_step.py" "$timed_config" "$dir/bin/"
+  cp "$root/benchmarks/pytorch_step.py" "$timed_config" "$llama_config" \
+    "$dir/bin/"
   # shellcheck disable=SC2086
-  "$build/bin/trellis" compile "$timed_config" $timed_options \
-    -o "$dir/plans/timed-fused.plan" || return 1
+  "$build/bin/trellis" compile "$llama_config" $llama_options --report \
+    -o "$dir/plans/timed-llama.plan" >"$dir/plans/timed-llama.report" 2>&1 ||
+    return 1
+  # shellcheck disable=SC2086
+  "$build/bin/trellis" compile "$timed_config" $timed_options --report \
+    -o "$dir/plans/timed-fused.plan" >"$dir/plans/timed-fused.report" 2>&1 ||
+    return 1
   # shellcheck disable=SC2086
   "$build/bin/trellis" compile "$timed_config" $timed_options --fuse=false \
     -o "$dir/plans/timed-unfused.plan" || return 1
@@ -244,21 +256,55 @@ run() {
       "$dir/bin/$(basename "$timed_config")" 8 1024 12 8 bf16 cuda \
       >"$out/timed-pytorch-$round.out" 2>&1
   done
+  # torch.compile's GPT-2 (its compilation in the first steps, left out),
+  # then the Llama-3.2-1B step: Trellis, PyTorch eager, torch.compile.
+  timeout 240 python3 "$dir/bin/pytorch_step.py" \
+    "$dir/bin/$(basename "$timed_config")" 8 1024 12 8 bf16 compile cuda \
+    >"$out/timed-pytorch-compile.out" 2>&1
+  timeout 120 "$dir/bin/trellis-run" "$dir/plans/timed-llama.plan" \
+    --device cuda --steps 12 >"$out/timed-llama.out" 2>&1 ||
+    record "timed llama" "FAILED($?)" \
+      "$(grep -m1 -i error "$out/timed-llama.out" | cut -c1-160)"
+  timeout 120 python3 "$dir/bin/pytorch_step.py" \
+    "$dir/bin/$(basename "$llama_config")" 4 2048 12 8 bf16 cuda \
+    >"$out/timed-llama-pytorch.out" 2>&1
+  timeout 300 python3 "$dir/bin/pytorch_step.py" \
+    "$dir/bin/$(basename "$llama_config")" 4 2048 12 8 bf16 compile cuda \
+    >"$out/timed-llama-pytorch-compile.out" 2>&1
   # Where the time goes: every launch synchronous, the host's timing per op.
   CUDA_LAUNCH_BLOCKING=1 timeout 60 "$dir/bin/trellis-run" \
     "$dir/plans/timed-fused.plan" --device cuda --steps 3 --profile \
     >"$out/timed-profile.out" 2>&1
+  # Mean of steps 3-12 of a Trellis run, and of PyTorch's runs, each with
+  # its tokens per second and MFU (a step's FLOPs as the plan counts them,
+  # over the time, against $peak_flops; both steps move 8192 tokens).
+  trellis_time() { # trellis_time NAME GFLOP OUT
+    awk -F'|' -v name="$1" -v gflop="$2" -v peak="$peak_flops" '/^step/ {n++;
+      if (n > 2) {split($NF, t, " "); s += t[1]; k++}}
+      END {if (k) {ms = s / k; printf "trellis %s | %.2f ms | %.0f tokens/s | MFU %.3f\n",
+        name, ms, 8192 / ms * 1e3, gflop * 1e9 / (ms / 1e3) / peak}}' "$3"
+  }
+  pytorch_time() { # pytorch_time GFLOP OUT
+    awk -v gflop="$1" -v peak="$peak_flops" '/mean step/ {
+      ms = $(NF - 1); printf "%s | %.0f tokens/s | MFU %.3f\n",
+      $0, 8192 / ms * 1e3, gflop * 1e9 / (ms / 1e3) / peak}' "$2"
+  }
+  local gpt2_gflop llama_gflop
+  gpt2_gflop=$(awk '/^compute per step:/ {print $4}' "$dir/plans/timed-fused.report")
+  llama_gflop=$(awk '/^compute per step:/ {print $4}' "$dir/plans/timed-llama.report")
   {
-    echo "GPT-2 124M bf16, 8 x 1024 tokens per step (mean of steps 3-12):"
+    echo "GPT-2 124M bf16, 8 x 1024 tokens per step:"
     for round in 1 2; do
       for variant in fused unfused cores; do
-        awk -F'|' -v name="$variant" \
-          '/^step/ {n++; if (n > 2) {split($NF, t, " "); s += t[1]; k++}}
-          END {if (k) printf "trellis %s: %.2f ms\n", name, s / k}' \
-          "$out/timed-$variant-$round.out"
+        trellis_time "$variant" "$gpt2_gflop" "$out/timed-$variant-$round.out"
       done
-      tail -1 "$out/timed-pytorch-$round.out"
+      pytorch_time "$gpt2_gflop" "$out/timed-pytorch-$round.out"
     done
+    pytorch_time "$gpt2_gflop" "$out/timed-pytorch-compile.out"
+    echo "Llama-3.2-1B bf16, 4 x 2048 tokens per step:"
+    trellis_time fused "$llama_gflop" "$out/timed-llama.out"
+    pytorch_time "$llama_gflop" "$out/timed-llama-pytorch.out"
+    pytorch_time "$llama_gflop" "$out/timed-llama-pytorch-compile.out"
   } | tee "$out/timed.txt"
   # Attention the backend could not hand to cuDNN, and why.
   cat "$out"/*.out | grep -h "on CUDA cores:" | sort -u
