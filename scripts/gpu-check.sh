@@ -70,6 +70,8 @@ multi_plans=(
   "llama-pp2-interleaved|2|$root/test/tools/trellis/Inputs/llama-tiny-4layers.json --batch 8 --seq 16 --adam-eps 1e-5 --fuse=false --pp 2 --chunks 2 --microbatches 4 --schedule interleaved"
   "llama-pp2-zb-h1|2|$root/test/tools/trellis/Inputs/llama-tiny-4layers.json --batch 8 --seq 16 --adam-eps 1e-5 --fuse=false --pp 2 --microbatches 4 --schedule zb-h1"
   "llama-pp2-dp2|4|$root/test/tools/trellis/Inputs/llama-tiny-4layers.json --batch 8 --seq 16 --adam-eps 1e-5 --fuse=false --pp 2 --dp 2 --microbatches 2"
+  "mixtral-ep2-gather|2|$root/examples/configs/mixtral-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --ep 2"
+  "mixtral-ep2-all-to-all|2|$root/examples/configs/mixtral-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --ep 2 --ep-dispatch all-to-all"
 )
 # Timed only (no CPU run): GPT-2 124M, bf16, 8 x 1024 tokens, as compiled
 # by default (fused) and unfused, beside PyTorch eager on the same GPU
@@ -224,7 +226,8 @@ run() {
     compare_run "plan $name" "$dir/plans/$name.cpu" "$run_dir.cuda" $tolerance
   done
   # Several ranks on the one GPU over NCCL: data, tensor and sequence
-  # parallelism, ZeRO-3, and pipelines (transfers on their links).
+  # parallelism, ZeRO-3, pipelines (transfers on their links) and expert
+  # parallelism (both dispatches).
   local ranks options port=29700
   for entry in "${multi_plans[@]}"; do
     IFS='|' read -r name ranks options <<<"$entry"

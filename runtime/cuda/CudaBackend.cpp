@@ -325,6 +325,9 @@ private:
     context_.exchange = [this](std::function<Status()> work) {
       return waitCommunication(enqueueCommunication(std::move(work)));
     };
+    context_.waitOnHost = [this](const std::string &what) {
+      return waitStream(context_.stream, what);
+    };
     context_.workspaceBytes = kWorkspaceBytes;
     TRELLIS_CUDA_RETURN_IF_ERROR(
         cudaMalloc(&context_.workspace, kWorkspaceBytes),

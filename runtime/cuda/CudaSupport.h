@@ -99,6 +99,11 @@ struct CudaContext {
   /// on the communication stream, after the compute launched before it;
   /// later compute waits for it.
   std::function<Status(std::function<Status()>)> exchange;
+  /// Waits on the host for everything launched on `stream` (watched like
+  /// the device's other waits: a dead peer fails it): for the few kernels
+  /// whose host work needs a value the device made (the all-to-all
+  /// dispatch's counts).
+  std::function<Status(const std::string &what)> waitOnHost;
 };
 
 /// A kernel of the CUDA backend: enqueues `args`' instruction on

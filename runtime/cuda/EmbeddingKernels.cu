@@ -14,10 +14,9 @@
 #include "CudaSupport.h"
 #include "DeviceFloat.cuh"
 #include "LaunchGeometry.h"
+#include "RadixSort.cuh"
 
 #include "trellis/Common/SequenceChunks.h"
-
-#include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <string>
@@ -140,14 +139,8 @@ Status runEmbedding(const KernelArgs &args, CudaContext &context) {
       return Status::success();
     // The tokens sorted by id with CUB's stable radix sort.
     size_t sortBytes = 0;
-    TRELLIS_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
-                                     nullptr, sortBytes,
-                                     static_cast<const int32_t *>(nullptr),
-                                     static_cast<int32_t *>(nullptr),
-                                     static_cast<const int32_t *>(nullptr),
-                                     static_cast<int32_t *>(nullptr),
-                                     static_cast<int>(tokens), 0, 32, stream),
-                                 "sizing an embedding gradient's sort");
+    TRELLIS_RETURN_IF_ERROR(radixSortBytes(
+        tokens, 32, stream, sortBytes, "sizing an embedding gradient's sort"));
     int64_t listBytes = ((tokens * sizeof(int32_t) + 255) / 256) * 256;
     char *scratch = nullptr;
     TRELLIS_CUDA_RETURN_IF_ERROR(

@@ -11,6 +11,11 @@
 //    (no host synchronization): 64 x 64 tiles in fp32 with operands read
 //    through the sorted slots (no gathered copy), each result element
 //    summed in one fixed order, rounded once;
+//  - with the all-to-all dispatch, the slots first go to the members
+//    holding their experts, as the CPU sends them (sorted by member, slot
+//    order within each), the products or rows come back the same way: the
+//    counts are exchanged on the device and read by the host once per op
+//    (NCCL's sends need their sizes there), the rest stays stream-ordered;
 //  - expert_counts: exact integer counts (float atomics of whole numbers,
 //    exact below 2^24 slots, so any order gives the same bits);
 //  - expert_bias_update: the total in the CPU's order, one block.
@@ -22,12 +27,13 @@
 #include "CudaSupport.h"
 #include "DeviceFloat.cuh"
 #include "LaunchGeometry.h"
+#include "RadixSort.cuh"
 
 #include "trellis/Common/ExpertRouting.h"
 
-#include <cub/device/device_radix_sort.cuh>
-
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace trellis::runtime::cuda {
 
@@ -153,8 +159,17 @@ __global__ void tileStartsKernel(const int32_t *starts, int32_t *tileStarts,
   tileStarts[count] = tiles;
 }
 
-/// The slots of the held experts on the device, sorted by expert.
+/// The slots of the held experts on the device, sorted by expert; its
+/// memory is freed in stream order when it goes.
 struct SortedSlots {
+  SortedSlots() = default;
+  SortedSlots(const SortedSlots &) = delete;
+  SortedSlots &operator=(const SortedSlots &) = delete;
+  ~SortedSlots() {
+    if (memory)
+      (void)cudaFreeAsync(memory, stream);
+  }
+
   /// [total]: slot indices, the held experts' first, by expert.
   int32_t *slots = nullptr;
   /// [count + 1]: each expert's first position in `slots`.
@@ -166,40 +181,35 @@ struct SortedSlots {
   /// Slots in all; an upper bound on the row tiles.
   int64_t total = 0, maxTiles = 0;
   char *memory = nullptr;
+  cudaStream_t stream = nullptr;
 };
 
-/// Sorts the slots of `ids` for the weight's `held` experts (under expert
-/// parallelism the range at the rank's place); `sorted.memory` is a
-/// stream-ordered allocation the caller frees.
-Status sortSlots(const KernelArgs &args, const Tensor &ids, int64_t held,
-                 cudaStream_t stream, SortedSlots &sorted) {
+/// Sorts the `total` slots of expert ids `ids` for the weight's `held`
+/// experts (under expert parallelism the range at the rank's place).
+Status sortSlots(const KernelArgs &args, const int32_t *ids, int64_t total,
+                 int64_t held, cudaStream_t stream, SortedSlots &sorted) {
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
   sorted.first = *position * held;
   sorted.count = held;
   sorted.experts = held * shardCount(args);
-  sorted.total = ids.size();
+  sorted.total = total;
   sorted.maxTiles = (sorted.total + kTileRows - 1) / kTileRows + held;
-  int64_t total = sorted.total;
   int endBit = 1;
   while ((int64_t(1) << endBit) <= held)
     ++endBit;
   size_t sortBytes = 0;
-  TRELLIS_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
-                                   nullptr, sortBytes,
-                                   static_cast<const int32_t *>(nullptr),
-                                   static_cast<int32_t *>(nullptr),
-                                   static_cast<const int32_t *>(nullptr),
-                                   static_cast<int32_t *>(nullptr),
-                                   static_cast<int>(total), 0, endBit, stream),
-                               "sizing " + args.instruction.op + "'s sort");
+  TRELLIS_RETURN_IF_ERROR(
+      radixSortBytes(total, endBit, stream, sortBytes,
+                     "sizing " + args.instruction.op + "'s sort"));
   int64_t list = aligned(total * sizeof(int32_t));
   int64_t table = aligned((held + 1) * sizeof(int32_t));
   TRELLIS_CUDA_RETURN_IF_ERROR(
       cudaMallocAsync(reinterpret_cast<void **>(&sorted.memory),
                       4 * list + 2 * table + sortBytes, stream),
       "allocating " + args.instruction.op + "'s sort");
+  sorted.stream = stream;
   auto *keys = reinterpret_cast<int32_t *>(sorted.memory);
   auto *slots = reinterpret_cast<int32_t *>(sorted.memory + list);
   auto *sortedKeys = reinterpret_cast<int32_t *>(sorted.memory + 2 * list);
@@ -209,9 +219,8 @@ Status sortSlots(const KernelArgs &args, const Tensor &ids, int64_t held,
       reinterpret_cast<int32_t *>(sorted.memory + 4 * list + table);
   char *sortScratch = sorted.memory + 4 * list + 2 * table;
   LaunchGeometry all = elementwiseGeometry(total);
-  slotKeysKernel<<<all.blocks, all.threads, 0, stream>>>(
-      static_cast<const int32_t *>(ids.raw()), keys, slots, held, sorted.first,
-      total);
+  slotKeysKernel<<<all.blocks, all.threads, 0, stream>>>(ids, keys, slots, held,
+                                                         sorted.first, total);
   TRELLIS_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
                                    sortScratch, sortBytes, keys, sortedKeys,
                                    slots, sorted.slots, static_cast<int>(total),
@@ -371,17 +380,342 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
-/// The all-to-all dispatch (-trellis-lower-expert-all-to-all) is refused
-/// when the plan loads: its sizes are known on the device only, and NCCL's
-/// sends need them on the host.
-StatusOr<std::unique_ptr<PreparedLaunch>>
-prepareExpertProduct(const KernelArgs &args, CudaContext &) {
-  if (args.instruction.text("dispatch") == "all_to_all")
-    return Status::error(
-        "cuda: " + args.instruction.op +
-        " with the all-to-all dispatch is not built for CUDA yet: compile "
-        "with --ep-dispatch gather");
-  return std::unique_ptr<PreparedLaunch>();
+/// The grouped product of the sorted slots' lhs rows (a row per slot, or
+/// per token of `slotsPerToken` slots) with their experts' weights (operand
+/// 1) into `out` (a row per slot).
+template <typename T>
+Status launchGroupedMatmul(const KernelArgs &args, const T *lhs, T *out,
+                           const SortedSlots &sorted, int64_t depth,
+                           int64_t width, int64_t slotsPerToken) {
+  dim3 grid(static_cast<unsigned>(sorted.maxTiles),
+            static_cast<unsigned>((width + kTileColumns - 1) / kTileColumns));
+  groupedMatmulKernel<T><<<grid, kTileThreads, 0, sorted.stream>>>(
+      lhs, static_cast<const T *>(args.in(1).raw()), out, sorted.slots,
+      sorted.starts, sorted.tileStarts, sorted.count, depth, width,
+      slotsPerToken, args.instruction.flag("transpose_rhs"));
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching expert_matmul");
+  return Status::success();
+}
+
+/// Each held expert's weight gradient (the op's result) from the sorted
+/// slots' lhs rows and result-gradient rows (a row per slot).
+template <typename T>
+Status launchGroupedWeightGrad(const KernelArgs &args, const T *lhs,
+                               const T *grad, const SortedSlots &sorted,
+                               int64_t depth, int64_t width,
+                               int64_t slotsPerToken) {
+  int64_t tiles = ((depth + kTileRows - 1) / kTileRows) *
+                  ((width + kTileColumns - 1) / kTileColumns);
+  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(sorted.count));
+  groupedWeightGradKernel<T><<<grid, kTileThreads, 0, sorted.stream>>>(
+      lhs, grad, static_cast<T *>(args.out(0).raw()), sorted.slots,
+      sorted.starts, depth, width, slotsPerToken,
+      args.instruction.flag("transpose_rhs"));
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(),
+                               "launching expert_matmul_weight_grad");
+  return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// The all-to-all dispatch
+//===----------------------------------------------------------------------===//
+
+/// Stream-ordered allocations freed together, in stream order, when it
+/// goes (whatever path returns).
+class StreamScratch {
+public:
+  explicit StreamScratch(cudaStream_t stream) : stream_(stream) {}
+  StreamScratch(const StreamScratch &) = delete;
+  StreamScratch &operator=(const StreamScratch &) = delete;
+  ~StreamScratch() {
+    for (void *memory : allocations_)
+      (void)cudaFreeAsync(memory, stream_);
+  }
+  /// `count` elements of T (at least one byte).
+  template <typename T>
+  Status allocate(T *&memory, int64_t count, const std::string &what) {
+    void *data = nullptr;
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMallocAsync(&data, std::max<int64_t>(count * int64_t(sizeof(T)), 1),
+                        stream_),
+        "allocating " + what);
+    allocations_.push_back(data);
+    memory = static_cast<T *>(data);
+    return Status::success();
+  }
+
+private:
+  cudaStream_t stream_;
+  std::vector<void *> allocations_;
+};
+
+/// keys[s] = the member holding slot s's expert (its id over the experts
+/// each member holds); slots[s] = s.
+__global__ void memberKeysKernel(const int32_t *ids, int32_t *keys,
+                                 int32_t *slots, int64_t held, int64_t total) {
+  for (int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; s < total;
+       s += int64_t(gridDim.x) * blockDim.x) {
+    keys[s] = ids[s] >= 0 ? int32_t(ids[s] / held) : int32_t(0x7fffffff);
+    slots[s] = int32_t(s);
+  }
+}
+
+/// counts[m] = starts[m + 1] - starts[m].
+__global__ void countsFromStartsKernel(const int32_t *starts, int32_t *counts,
+                                       int64_t members) {
+  for (int64_t m = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; m < members;
+       m += int64_t(gridDim.x) * blockDim.x)
+    counts[m] = starts[m + 1] - starts[m];
+}
+
+/// out[i] = the row of slot order[i] (its own, or its token's with
+/// `slotsPerToken` > 0), `width` elements, for i < count.
+template <typename T>
+__global__ void gatherRowsKernel(const T *source, T *out, const int32_t *order,
+                                 int64_t count, int64_t width,
+                                 int64_t slotsPerToken) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < count * width; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i / width, c = i % width;
+    out[i] = source[lhsRow(order[r], slotsPerToken) * width + c];
+  }
+}
+
+/// out[order[i]] = the i-th row of `source`, for i < count.
+template <typename T>
+__global__ void scatterRowsKernel(const T *source, T *out, const int32_t *order,
+                                  int64_t count, int64_t width) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < count * width; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i / width, c = i % width;
+    out[int64_t(order[r]) * width + c] = source[i];
+  }
+}
+
+/// This rank's slots sent to the members holding their experts, as the
+/// CPU sends them (runtime/cpu/Experts.cpp): sorted by member, stable.
+struct SlotExchange {
+  /// [sent] this rank's slots in the order sent.
+  int32_t *order = nullptr;
+  /// Slots sent to and received from each member (host).
+  std::vector<int64_t> sendCounts, recvCounts;
+  int64_t sent = 0, received = 0;
+  /// [received] the received slots' expert ids, member after member.
+  int32_t *receivedIds = nullptr;
+};
+
+/// Sorts the slots of `ids` by member, exchanges the counts (the host
+/// reads them: the one wait of the op) and the expert ids.
+Status exchangeSlots(const KernelArgs &args, CudaContext &context,
+                     const Tensor &ids, int64_t held, StreamScratch &scratch,
+                     SlotExchange &exchange) {
+  if (!args.comm || !context.exchange || !context.waitOnHost)
+    return Status::error("cuda: " + args.instruction.op +
+                         " with the all-to-all dispatch needs its group's "
+                         "communicator (run the plan with its ranks)");
+  cudaStream_t stream = context.stream;
+  const std::string &op = args.instruction.op;
+  int64_t total = ids.size(), members = shardCount(args);
+  int32_t *keys = nullptr, *slots = nullptr, *sortedKeys = nullptr,
+          *starts = nullptr, *counts = nullptr;
+  TRELLIS_RETURN_IF_ERROR(scratch.allocate(keys, total, op + "'s keys"));
+  TRELLIS_RETURN_IF_ERROR(scratch.allocate(slots, total, op + "'s slots"));
+  TRELLIS_RETURN_IF_ERROR(
+      scratch.allocate(sortedKeys, total, op + "'s sorted keys"));
+  TRELLIS_RETURN_IF_ERROR(
+      scratch.allocate(exchange.order, total, op + "'s send order"));
+  TRELLIS_RETURN_IF_ERROR(
+      scratch.allocate(starts, members + 1, op + "'s member starts"));
+  TRELLIS_RETURN_IF_ERROR(
+      scratch.allocate(counts, 2 * members, op + "'s counts"));
+  // Keys up to members - 1; an id outside every member's range sorts last
+  // and goes nowhere (its result rows stay zero).
+  int endBit = 31;
+  size_t sortBytes = 0;
+  TRELLIS_RETURN_IF_ERROR(radixSortBytes(total, endBit, stream, sortBytes,
+                                         "sizing " + op + "'s sort by member"));
+  char *sortScratch = nullptr;
+  TRELLIS_RETURN_IF_ERROR(
+      scratch.allocate(sortScratch, int64_t(sortBytes), op + "'s sort"));
+  LaunchGeometry all = elementwiseGeometry(total);
+  memberKeysKernel<<<all.blocks, all.threads, 0, stream>>>(
+      static_cast<const int32_t *>(ids.raw()), keys, slots, held, total);
+  TRELLIS_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
+                                   sortScratch, sortBytes, keys, sortedKeys,
+                                   slots, exchange.order,
+                                   static_cast<int>(total), 0, endBit, stream),
+                               "sorting " + op + "'s slots by member");
+  LaunchGeometry memberGrid = elementwiseGeometry(members + 1);
+  expertStartsKernel<<<memberGrid.blocks, memberGrid.threads, 0, stream>>>(
+      sortedKeys, starts, members, total);
+  countsFromStartsKernel<<<memberGrid.blocks, memberGrid.threads, 0, stream>>>(
+      starts, counts, members);
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(),
+                               "launching " + op + "'s sort by member");
+  TRELLIS_RETURN_IF_ERROR(context.exchange([&] {
+    return args.comm->allToAll(args.axes, counts, counts + members, 1,
+                               DType::I32);
+  }));
+  std::vector<int32_t> hostCounts(2 * members);
+  TRELLIS_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(hostCounts.data(), counts,
+                      hostCounts.size() * sizeof(int32_t),
+                      cudaMemcpyDeviceToHost, stream),
+      "reading " + op + "'s counts");
+  TRELLIS_RETURN_IF_ERROR(
+      context.waitOnHost("waiting for " + op + "'s exchanged counts"));
+  exchange.sendCounts.assign(hostCounts.begin(), hostCounts.begin() + members);
+  exchange.recvCounts.assign(hostCounts.begin() + members, hostCounts.end());
+  exchange.sent = exchange.received = 0;
+  for (int64_t m = 0; m < members; ++m) {
+    exchange.sent += exchange.sendCounts[m];
+    exchange.received += exchange.recvCounts[m];
+  }
+  int32_t *sentIds = nullptr;
+  TRELLIS_RETURN_IF_ERROR(
+      scratch.allocate(sentIds, exchange.sent, op + "'s sent ids"));
+  TRELLIS_RETURN_IF_ERROR(scratch.allocate(
+      exchange.receivedIds, exchange.received, op + "'s received ids"));
+  LaunchGeometry sentGrid = elementwiseGeometry(exchange.sent);
+  gatherRowsKernel<int32_t><<<sentGrid.blocks, sentGrid.threads, 0, stream>>>(
+      static_cast<const int32_t *>(ids.raw()), sentIds, exchange.order,
+      exchange.sent, 1, 0);
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(),
+                               "launching " + op + "'s id gather");
+  return context.exchange([&] {
+    return args.comm->allToAllV(args.axes, sentIds, exchange.sendCounts,
+                                exchange.receivedIds, exchange.recvCounts,
+                                DType::I32);
+  });
+}
+
+/// `counts` rows of `width` elements each.
+std::vector<int64_t> rowElements(const std::vector<int64_t> &counts,
+                                 int64_t width) {
+  std::vector<int64_t> elements = counts;
+  for (int64_t &count : elements)
+    count *= width;
+  return elements;
+}
+
+/// Sends each sent slot's row of `source` (a row per slot, or per token
+/// of `slotsPerToken` slots) where the exchange sent the slot; `received`
+/// gets the received slots' rows.
+template <typename T>
+Status sendRows(const KernelArgs &args, CudaContext &context,
+                const SlotExchange &exchange, const T *source, int64_t width,
+                int64_t slotsPerToken, StreamScratch &scratch, T *&received) {
+  const std::string &op = args.instruction.op;
+  T *sent = nullptr;
+  TRELLIS_RETURN_IF_ERROR(
+      scratch.allocate(sent, exchange.sent * width, op + "'s sent rows"));
+  TRELLIS_RETURN_IF_ERROR(scratch.allocate(received, exchange.received * width,
+                                           op + "'s received rows"));
+  LaunchGeometry grid = elementwiseGeometry(exchange.sent * width);
+  gatherRowsKernel<T><<<grid.blocks, grid.threads, 0, context.stream>>>(
+      source, sent, exchange.order, exchange.sent, width, slotsPerToken);
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(),
+                               "launching " + op + "'s row gather");
+  DType dtype = args.in(0).desc().dtype;
+  return context.exchange([&] {
+    return args.comm->allToAllV(
+        args.axes, sent, rowElements(exchange.sendCounts, width), received,
+        rowElements(exchange.recvCounts, width), dtype);
+  });
+}
+
+/// What both products start from under the all-to-all dispatch: the
+/// slots exchanged, and the lhs (operand 0) rows of the received slots.
+template <typename T>
+Status exchangeSlotsAndRows(const KernelArgs &args, CudaContext &context,
+                            int64_t held, StreamScratch &scratch,
+                            SlotExchange &exchange, T *&rows) {
+  const Tensor &lhs = args.in(0), &ids = args.in(2);
+  bool perToken = lhs.shape().size() == ids.shape().size();
+  TRELLIS_RETURN_IF_ERROR(
+      exchangeSlots(args, context, ids, held, scratch, exchange));
+  return sendRows<T>(args, context, exchange, static_cast<const T *>(lhs.raw()),
+                     lhs.shape().back(), perToken ? ids.shape().back() : 0,
+                     scratch, rows);
+}
+
+/// expert_matmul with the all-to-all dispatch: the slots' rows go to the
+/// members holding their experts, each member multiplies what it received
+/// (sorted by expert, as without the dispatch), and the products come back
+/// to the slots they belong to.
+template <typename T>
+Status multiplyExchanged(const KernelArgs &args, CudaContext &context) {
+  const Tensor &lhs = args.in(0), &weight = args.in(1);
+  Tensor &out = args.out(0);
+  cudaStream_t stream = context.stream;
+  int64_t held = weight.shape()[0];
+  int64_t depth = lhs.shape().back(), width = out.shape().back();
+  StreamScratch scratch(stream);
+  SlotExchange exchange;
+  T *rows = nullptr;
+  TRELLIS_RETURN_IF_ERROR(
+      exchangeSlotsAndRows<T>(args, context, held, scratch, exchange, rows));
+  T *products = nullptr;
+  TRELLIS_RETURN_IF_ERROR(scratch.allocate(products, exchange.received * width,
+                                           "expert_matmul's products"));
+  if (exchange.received > 0 && held > 0 && width > 0) {
+    SortedSlots sorted;
+    TRELLIS_RETURN_IF_ERROR(sortSlots(args, exchange.receivedIds,
+                                      exchange.received, held, stream, sorted));
+    TRELLIS_RETURN_IF_ERROR(
+        launchGroupedMatmul<T>(args, rows, products, sorted, depth, width, 0));
+  }
+  // Each product back to the member whose slot it is.
+  T *home = nullptr;
+  TRELLIS_RETURN_IF_ERROR(scratch.allocate(home, exchange.sent * width,
+                                           "expert_matmul's returned rows"));
+  TRELLIS_RETURN_IF_ERROR(context.exchange([&] {
+    return args.comm->allToAllV(
+        args.axes, products, rowElements(exchange.recvCounts, width), home,
+        rowElements(exchange.sendCounts, width), lhs.desc().dtype);
+  }));
+  LaunchGeometry grid = elementwiseGeometry(exchange.sent * width);
+  scatterRowsKernel<T><<<grid.blocks, grid.threads, 0, stream>>>(
+      home, static_cast<T *>(out.raw()), exchange.order, exchange.sent, width);
+  TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(),
+                               "launching expert_matmul's scatter");
+  return Status::success();
+}
+
+/// expert_matmul_weight_grad with the all-to-all dispatch: the slots' lhs
+/// rows and result-gradient rows go to the members holding their experts,
+/// which sum them per expert.
+template <typename T>
+Status weightGradExchanged(const KernelArgs &args, CudaContext &context) {
+  const Tensor &lhs = args.in(0), &grad = args.in(1);
+  Tensor &out = args.out(0);
+  cudaStream_t stream = context.stream;
+  int64_t held = out.shape()[0];
+  int64_t depth = lhs.shape().back(), width = grad.shape().back();
+  StreamScratch scratch(stream);
+  SlotExchange exchange;
+  T *rows = nullptr, *grads = nullptr;
+  TRELLIS_RETURN_IF_ERROR(
+      exchangeSlotsAndRows<T>(args, context, held, scratch, exchange, rows));
+  TRELLIS_RETURN_IF_ERROR(sendRows<T>(args, context, exchange,
+                                      static_cast<const T *>(grad.raw()), width,
+                                      0, scratch, grads));
+  if (out.size() == 0)
+    return Status::success();
+  if (exchange.received == 0) {
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(out.raw(), 0, out.bytes(), stream),
+        "zeroing an expert weight gradient");
+    return Status::success();
+  }
+  SortedSlots sorted;
+  TRELLIS_RETURN_IF_ERROR(sortSlots(args, exchange.receivedIds,
+                                    exchange.received, held, stream, sorted));
+  return launchGroupedWeightGrad<T>(args, rows, grads, sorted, depth, width, 0);
+}
+
+bool dispatchesAllToAll(const KernelArgs &args) {
+  return args.instruction.text("dispatch") == "all_to_all";
 }
 
 Status runExpertMatmul(const KernelArgs &args, CudaContext &context) {
@@ -394,31 +728,24 @@ Status runExpertMatmul(const KernelArgs &args, CudaContext &context) {
       "zeroing an expert_matmul result");
   int64_t held = weight.shape()[0];
   int64_t depth = lhs.shape().back(), width = out.shape().back();
+  if (dispatchesAllToAll(args))
+    // Every member takes part in the exchange, whatever its own slots.
+    return onFloat(lhs.desc().dtype, [&](auto type) {
+      return multiplyExchanged<decltype(type)>(args, context);
+    });
   if (ids.size() == 0 || held == 0 || width == 0 || depth == 0)
     return Status::success();
   SortedSlots sorted;
-  auto multiply = [&]() -> Status {
-    TRELLIS_RETURN_IF_ERROR(sortSlots(args, ids, held, stream, sorted));
-    bool perToken = lhs.shape().size() == ids.shape().size();
-    int64_t slotsPerToken = perToken ? ids.shape().back() : 0;
-    dim3 grid(static_cast<unsigned>(sorted.maxTiles),
-              static_cast<unsigned>((width + kTileColumns - 1) / kTileColumns));
-    TRELLIS_RETURN_IF_ERROR(onFloat(lhs.desc().dtype, [&](auto type) {
-      using T = decltype(type);
-      groupedMatmulKernel<T><<<grid, kTileThreads, 0, stream>>>(
-          static_cast<const T *>(lhs.raw()),
-          static_cast<const T *>(weight.raw()), static_cast<T *>(out.raw()),
-          sorted.slots, sorted.starts, sorted.tileStarts, held, depth, width,
-          slotsPerToken, args.instruction.flag("transpose_rhs"));
-      return Status::success();
-    }));
-    TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching expert_matmul");
-    return Status::success();
-  };
-  Status status = multiply();
-  if (sorted.memory)
-    (void)cudaFreeAsync(sorted.memory, stream);
-  return status;
+  TRELLIS_RETURN_IF_ERROR(sortSlots(args,
+                                    static_cast<const int32_t *>(ids.raw()),
+                                    ids.size(), held, stream, sorted));
+  bool perToken = lhs.shape().size() == ids.shape().size();
+  return onFloat(lhs.desc().dtype, [&](auto type) {
+    using T = decltype(type);
+    return launchGroupedMatmul<T>(args, static_cast<const T *>(lhs.raw()),
+                                  static_cast<T *>(out.raw()), sorted, depth,
+                                  width, perToken ? ids.shape().back() : 0);
+  });
 }
 
 Status runExpertWeightGrad(const KernelArgs &args, CudaContext &context) {
@@ -427,6 +754,10 @@ Status runExpertWeightGrad(const KernelArgs &args, CudaContext &context) {
   cudaStream_t stream = context.stream;
   int64_t held = out.shape()[0];
   int64_t depth = lhs.shape().back(), width = grad.shape().back();
+  if (dispatchesAllToAll(args))
+    return onFloat(lhs.desc().dtype, [&](auto type) {
+      return weightGradExchanged<decltype(type)>(args, context);
+    });
   if (out.size() == 0)
     return Status::success();
   if (ids.size() == 0) {
@@ -436,29 +767,17 @@ Status runExpertWeightGrad(const KernelArgs &args, CudaContext &context) {
     return Status::success();
   }
   SortedSlots sorted;
-  auto multiply = [&]() -> Status {
-    TRELLIS_RETURN_IF_ERROR(sortSlots(args, ids, held, stream, sorted));
-    bool perToken = lhs.shape().size() == ids.shape().size();
-    int64_t slotsPerToken = perToken ? ids.shape().back() : 0;
-    int64_t tiles = ((depth + kTileRows - 1) / kTileRows) *
-                    ((width + kTileColumns - 1) / kTileColumns);
-    dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(held));
-    TRELLIS_RETURN_IF_ERROR(onFloat(lhs.desc().dtype, [&](auto type) {
-      using T = decltype(type);
-      groupedWeightGradKernel<T><<<grid, kTileThreads, 0, stream>>>(
-          static_cast<const T *>(lhs.raw()), static_cast<const T *>(grad.raw()),
-          static_cast<T *>(out.raw()), sorted.slots, sorted.starts, depth,
-          width, slotsPerToken, args.instruction.flag("transpose_rhs"));
-      return Status::success();
-    }));
-    TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(),
-                                 "launching expert_matmul_weight_grad");
-    return Status::success();
-  };
-  Status status = multiply();
-  if (sorted.memory)
-    (void)cudaFreeAsync(sorted.memory, stream);
-  return status;
+  TRELLIS_RETURN_IF_ERROR(sortSlots(args,
+                                    static_cast<const int32_t *>(ids.raw()),
+                                    ids.size(), held, stream, sorted));
+  bool perToken = lhs.shape().size() == ids.shape().size();
+  return onFloat(lhs.desc().dtype, [&](auto type) {
+    using T = decltype(type);
+    return launchGroupedWeightGrad<T>(args, static_cast<const T *>(lhs.raw()),
+                                      static_cast<const T *>(grad.raw()),
+                                      sorted, depth, width,
+                                      perToken ? ids.shape().back() : 0);
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -527,9 +846,8 @@ Status runExpertBiasUpdate(const KernelArgs &args, CudaContext &context) {
 
 void registerExpertKernels(CudaKernelTable &table) {
   table.add({"moe_route", "moe_route_grad"}, runRoute);
-  table.add({"expert_matmul"}, runExpertMatmul, prepareExpertProduct);
-  table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad,
-            prepareExpertProduct);
+  table.add({"expert_matmul"}, runExpertMatmul);
+  table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad);
   table.add({"expert_counts"}, runExpertCounts);
   table.add({"expert_bias_update"}, runExpertBiasUpdate);
 }

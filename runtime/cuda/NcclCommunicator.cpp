@@ -167,6 +167,45 @@ public:
     return call(what, nccl_->groupEnd());
   }
 
+  /// Grouped sends and receives of each member's part (this rank's own
+  /// included: NCCL pairs a send to self with the receive from self).
+  Status allToAllV(const AxisList &axes, const void *input,
+                   const std::vector<int64_t> &sendCounts, void *output,
+                   const std::vector<int64_t> &recvCounts,
+                   DType dtype) override {
+    int64_t members = groupSize(axes);
+    std::string what =
+        "all_to_all of varying parts over " + groupName(mesh_, axes);
+    if (static_cast<int64_t>(sendCounts.size()) != members ||
+        static_cast<int64_t>(recvCounts.size()) != members)
+      return Status::error("nccl: " + what + ": expected a count per member (" +
+                           std::to_string(members) + "), found " +
+                           std::to_string(sendCounts.size()) + " to send, " +
+                           std::to_string(recvCounts.size()) + " to receive");
+    ncclComm_t comm = commFor(axes);
+    int64_t width = dtypeBytes(dtype);
+    if (!comm)
+      return copy(output, input, sendCounts[0] * width);
+    TRELLIS_RETURN_IF_ERROR(call(what, nccl_->groupStart()));
+    int64_t sent = 0, received = 0;
+    ncclResult_t failed = ncclSuccess;
+    for (int64_t member = 0; member < members && failed == ncclSuccess;
+         ++member) {
+      if (sendCounts[member] > 0)
+        failed = nccl_->send(static_cast<const char *>(input) + sent * width,
+                             sendCounts[member], ncclType(dtype),
+                             static_cast<int>(member), comm, stream());
+      if (failed == ncclSuccess && recvCounts[member] > 0)
+        failed = nccl_->recv(static_cast<char *>(output) + received * width,
+                             recvCounts[member], ncclType(dtype),
+                             static_cast<int>(member), comm, stream());
+      sent += sendCounts[member];
+      received += recvCounts[member];
+    }
+    ncclResult_t ended = nccl_->groupEnd();
+    return call(what, failed != ncclSuccess ? failed : ended);
+  }
+
   Status broadcast(const AxisList &axes, void *data, int64_t count, DType dtype,
                    int64_t root) override {
     ncclComm_t comm = commFor(axes);
