@@ -242,15 +242,19 @@ run() {
     fi
     compare_run "ranks $name" "$dir/plans/$name.cpu" "$run_dir.cuda" 1e-5
   done
-  # Step times, interleaved, two rounds: Trellis's fused and unfused plans,
-  # the unfused one with attention on the backend's own kernels
-  # (TRELLIS_CUDNN_ATTENTION=0), and PyTorch eager.
+  # Step times, interleaved, two rounds: Trellis's fused plan with and
+  # without a CUDA graph ("eager"), the unfused plan, the unfused one with
+  # attention on the backend's own kernels (TRELLIS_CUDNN_ATTENTION=0),
+  # and PyTorch eager.
   local round variant
   for round in 1 2; do
-    for variant in fused unfused cores; do
-      local plan=$dir/plans/timed-${variant/cores/unfused}.plan
+    for variant in fused eager unfused cores; do
+      local plan=$dir/plans/timed-fused.plan
+      [[ $variant == unfused || $variant == cores ]] &&
+        plan=$dir/plans/timed-unfused.plan
       TRELLIS_CUDNN_ATTENTION=$([[ $variant == cores ]] && echo 0 || echo 1) \
         timeout 60 "$dir/bin/trellis-run" "$plan" --device cuda --steps 12 \
+        --cuda-graph=$([[ $variant == eager ]] && echo false || echo true) \
         >"$out/timed-$variant-$round.out" 2>&1 ||
         record "timed $variant round $round" "FAILED($?)" \
           "$(grep -m1 -i error "$out/timed-$variant-$round.out" | cut -c1-160)"
@@ -298,7 +302,7 @@ run() {
   {
     echo "GPT-2 124M bf16, 8 x 1024 tokens per step:"
     for round in 1 2; do
-      for variant in fused unfused cores; do
+      for variant in fused eager unfused cores; do
         trellis_time "$variant" "$gpt2_gflop" "$out/timed-$variant-$round.out"
       done
       pytorch_time "$gpt2_gflop" "$out/timed-pytorch-$round.out"

@@ -200,6 +200,64 @@ LogicalResult Splitter::buildPrograms() {
   return success();
 }
 
+void Splitter::receiveStepValuesInSendOrder() {
+  // Each rank's step program, and the step transfers it sends to each
+  // peer in its order.
+  std::vector<int64_t> stepProgram(ranks_, -1);
+  for (int64_t rank = 0; rank < ranks_; ++rank)
+    stepProgram[rank] = program_.findProgram(rank, ActionKind::Step, 0, false);
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> sentInOrder;
+  for (int64_t rank = 0; rank < ranks_; ++rank) {
+    if (stepProgram[rank] < 0)
+      continue;
+    for (const StageItem &item :
+         program_.programs[rank][stepProgram[rank]].items)
+      if (item.kind == StageItem::Kind::Send)
+        sentInOrder[{rank, program_.transfers[item.transfer].to}].push_back(
+            item.transfer);
+  }
+  for (const auto &[link, sent] : sentInOrder) {
+    int64_t to = link.second;
+    if (stepProgram[to] < 0)
+      continue;
+    std::vector<StageItem> &items =
+        program_.programs[to][stepProgram[to]].items;
+    // Where each of the link's receives is now.
+    std::map<int64_t, size_t> position;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (items[i].kind == StageItem::Kind::Recv &&
+          program_.transfers[items[i].transfer].from == link.first)
+        position[items[i].transfer] = i;
+    // Latest first: each receive comes no later than those sent after it.
+    // Sort key: (position, then the send order among receives moved to
+    // one position).
+    std::map<int64_t, std::pair<size_t, size_t>> key;
+    size_t earliest = items.size();
+    for (size_t k = sent.size(); k-- > 0;) {
+      auto found = position.find(sent[k]);
+      if (found == position.end())
+        continue;
+      earliest = std::min(earliest, found->second);
+      key[sent[k]] = {earliest, k};
+    }
+    std::vector<std::tuple<size_t, size_t, size_t>> order;
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto moved = items[i].kind == StageItem::Kind::Recv
+                       ? key.find(items[i].transfer)
+                       : key.end();
+      if (moved != key.end())
+        order.emplace_back(moved->second.first, moved->second.second, i);
+      else
+        order.emplace_back(i, 0, i);
+    }
+    std::stable_sort(order.begin(), order.end());
+    std::vector<StageItem> reordered;
+    for (const auto &entry : order)
+      reordered.push_back(items[std::get<2>(entry)]);
+    items = std::move(reordered);
+  }
+}
+
 FailureOr<PipelineProgram> Splitter::run() {
   // The split needs of the schedule only whether it splits backwards
   // (schedulePipeline orders and checks it).
@@ -220,6 +278,7 @@ FailureOr<PipelineProgram> Splitter::run() {
   sendInPieces();
   if (failed(buildPrograms()))
     return failure();
+  receiveStepValuesInSendOrder();
   // The results each rank returns.
   program_.results.assign(ranks_, {});
   Operation *terminator = body_.getTerminator();

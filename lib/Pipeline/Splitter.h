@@ -92,6 +92,11 @@ private:
   /// the results need it).
   Operation *firstReader(const StageTransfer &transfer);
   LogicalResult buildPrograms();
+  /// Hoists receives of the step so that each rank receives a peer's
+  /// step values in the order the peer sends them (NCCL pairs a link's
+  /// transfers in order): a receive reads nothing, so moving it earlier
+  /// changes only how long its buffer lives.
+  void receiveStepValuesInSendOrder();
 
   int64_t rankOf(int64_t virtualStage) const { return virtualStage % ranks_; }
   int64_t chunkOf(int64_t virtualStage) const { return virtualStage / ranks_; }

@@ -74,6 +74,14 @@ private:
   cudaStream_t stream_;
 };
 
+/// A step recorded as a CUDA graph, instantiated.
+class CudaGraph : public RecordedStep {
+public:
+  explicit CudaGraph(cudaGraphExec_t graph) : graph(graph) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(graph); }
+  cudaGraphExec_t graph;
+};
+
 /// A compute instruction's kernel and what it decided when prepared.
 class CudaLaunch : public PreparedLaunch {
 public:
@@ -281,6 +289,60 @@ public:
     return status;
   }
 
+  // Step recording: stream capture of the compute stream. The
+  // communication stream and the transfers' streams join the capture
+  // through the events that order them after compute, and rejoin it
+  // through the waits of compute for them; the end of the recording makes
+  // compute wait for the communication stream's last work, so the graph
+  // holds the whole step. Scratch from the stream-ordered allocator
+  // becomes the graph's own allocations.
+  bool recordsSteps() const override { return true; }
+  bool recordable(const KernelArgs &args) const override {
+    const CudaKernelTable::Entry *entry =
+        cudaKernels().find(args.instruction.op);
+    return !entry || !entry->waitsOnHost || !entry->waitsOnHost(args);
+  }
+  Status beginRecording() override {
+    if (failed_)
+      return *failed_;
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaStreamBeginCapture(context_.stream,
+                               cudaStreamCaptureModeThreadLocal),
+        "starting to record the step as a CUDA graph");
+    return Status::success();
+  }
+  StatusOr<std::unique_ptr<RecordedStep>> endRecording() override {
+    cudaStreamCaptureStatus joined = cudaStreamCaptureStatusNone;
+    cudaError_t error = cudaStreamIsCapturing(communication_, &joined);
+    if (error == cudaSuccess && joined == cudaStreamCaptureStatusActive) {
+      cudaEvent_t last = takeEvent();
+      error = cudaEventRecord(last, communication_);
+      if (error == cudaSuccess)
+        error = cudaStreamWaitEvent(context_.stream, last, 0);
+    }
+    cudaGraph_t graph = nullptr;
+    cudaError_t ended = cudaStreamEndCapture(context_.stream, &graph);
+    if (error == cudaSuccess)
+      error = ended;
+    cudaGraphExec_t instance = nullptr;
+    if (error == cudaSuccess)
+      error = cudaGraphInstantiate(&instance, graph, 0);
+    if (graph)
+      cudaGraphDestroy(graph);
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        error, "recording the step as a CUDA graph (--cuda-graph=false "
+               "launches each kernel instead)");
+    return std::unique_ptr<RecordedStep>(std::make_unique<CudaGraph>(instance));
+  }
+  Status replay(const RecordedStep &step) override {
+    const auto *graph = dynamic_cast<const CudaGraph *>(&step);
+    if (!graph)
+      return Status::error("cuda: the recorded step is not a CUDA graph");
+    TRELLIS_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph->graph, context_.stream),
+                                 "replaying the step's CUDA graph");
+    return Status::success();
+  }
+
   /// One flag on the device, tested by one kernel per tensor; one copy of
   /// it back.
   StatusOr<int64_t>
@@ -432,7 +494,8 @@ public:
 } // namespace
 
 void CudaKernelTable::add(std::initializer_list<const char *> ops,
-                          CudaKernel run, CudaPrepare prepare) {
+                          CudaKernel run, CudaPrepare prepare,
+                          CudaWaitsOnHost waitsOnHost) {
   for (const char *op : ops) {
     const OpContract *contract = findOpContract(op);
     if (!contract) {
@@ -441,7 +504,7 @@ void CudaKernelTable::add(std::initializer_list<const char *> ops,
     }
     if (entries_.size() <= contract->id)
       entries_.resize(contract->id + 1);
-    entries_[contract->id] = {run, prepare};
+    entries_[contract->id] = {run, prepare, waitsOnHost};
   }
 }
 

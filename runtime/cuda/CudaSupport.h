@@ -114,15 +114,22 @@ using CudaKernel = Status (*)(const KernelArgs &args, CudaContext &context);
 using CudaPrepare = StatusOr<std::unique_ptr<PreparedLaunch>> (*)(
     const KernelArgs &args, CudaContext &context);
 
+/// Whether a kernel's host work waits for a value the step computes (the
+/// all-to-all dispatch's counts), so that a CUDA graph cannot record it.
+using CudaWaitsOnHost = bool (*)(const KernelArgs &args);
+
 /// The backend's kernels by op id; each kernel file registers its ops.
 class CudaKernelTable {
 public:
   struct Entry {
     CudaKernel run = nullptr;
     CudaPrepare prepare = nullptr;
+    /// Null: never.
+    CudaWaitsOnHost waitsOnHost = nullptr;
   };
   void add(std::initializer_list<const char *> ops, CudaKernel run,
-           CudaPrepare prepare = nullptr);
+           CudaPrepare prepare = nullptr,
+           CudaWaitsOnHost waitsOnHost = nullptr);
   /// The entry of `op`, or null.
   const Entry *find(const std::string &op) const;
   /// The ops with a kernel, in op-id order.

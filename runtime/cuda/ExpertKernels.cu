@@ -846,8 +846,10 @@ Status runExpertBiasUpdate(const KernelArgs &args, CudaContext &context) {
 
 void registerExpertKernels(CudaKernelTable &table) {
   table.add({"moe_route", "moe_route_grad"}, runRoute);
-  table.add({"expert_matmul"}, runExpertMatmul);
-  table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad);
+  // The all-to-all dispatch reads its exchanged counts on the host.
+  table.add({"expert_matmul"}, runExpertMatmul, nullptr, dispatchesAllToAll);
+  table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad, nullptr,
+            dispatchesAllToAll);
   table.add({"expert_counts"}, runExpertCounts);
   table.add({"expert_bias_update"}, runExpertBiasUpdate);
 }

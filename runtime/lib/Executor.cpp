@@ -83,14 +83,17 @@ Status Executor::prepareLaunches() {
       const Instruction &instruction = program.instructions[i];
       if (isCollective(instruction.op))
         continue;
-      StatusOr<std::unique_ptr<PreparedLaunch>> prepared = device_.prepare(
-          KernelArgs{instruction, bufferTable(action.microBatch),
-                     program.instructionAxes[i], communicator_});
+      KernelArgs args{instruction, bufferTable(action.microBatch),
+                      program.instructionAxes[i], communicator_};
+      std::string where = "program " + program.name + " instruction " +
+                          std::to_string(i) + " (" + instruction.op + ")";
+      StatusOr<std::unique_ptr<PreparedLaunch>> prepared =
+          device_.prepare(args);
       if (!prepared.ok())
-        return prepared.status().withContext(
-            "program " + program.name + " instruction " + std::to_string(i) +
-            " (" + instruction.op + ")");
+        return prepared.status().withContext(where);
       prepared_[action.program][i] = std::move(*prepared);
+      if (unrecordable_.empty() && !device_.recordable(args))
+        unrecordable_ = where;
     }
   }
   return Status::success();
@@ -261,7 +264,51 @@ size_t Executor::updateRunEnd(size_t first) const {
   return last;
 }
 
-Status Executor::run() { return runTimeline(nullptr); }
+Status Executor::run() {
+  if (!stepRecordingObstacle().empty())
+    return runTimeline(nullptr);
+  if (recorded_)
+    return replayStep();
+  if (eagerSteps_ > 0)
+    return recordStep();
+  Status status = runTimeline(nullptr);
+  if (status.ok())
+    ++eagerSteps_;
+  return status;
+}
+
+std::string Executor::stepRecordingObstacle() const {
+  if (!recordingWanted_)
+    return "step recording is off";
+  if (!device_.recordsSteps())
+    return "the " + device_.name() + " device records no steps";
+  if (profiling_ || tracing_)
+    return "profiled and traced steps time each instruction";
+  if (!unrecordable_.empty())
+    return unrecordable_ + " waits on the host for a value of the step";
+  return "";
+}
+
+Status Executor::recordStep() {
+  TRELLIS_RETURN_IF_ERROR(device_.beginRecording());
+  Status launched = runTimeline(nullptr, /*recording=*/true);
+  // The recording ends whatever happened: the device runs eagerly again.
+  StatusOr<std::unique_ptr<RecordedStep>> recorded = device_.endRecording();
+  if (!launched.ok()) {
+    (void)device_.synchronize();
+    return launched;
+  }
+  if (!recorded.ok())
+    return recorded.status().withContext("recording the step");
+  recorded_ = std::move(*recorded);
+  return replayStep();
+}
+
+Status Executor::replayStep() {
+  Status replayed = device_.replay(*recorded_);
+  Status drained = device_.synchronize();
+  return replayed.ok() ? drained : replayed;
+}
 
 Status Executor::evaluate() {
   if (evaluation_.empty())
@@ -271,7 +318,7 @@ Status Executor::evaluate() {
   return runTimeline(&evaluation_);
 }
 
-Status Executor::runTimeline(const std::vector<bool> *only) {
+Status Executor::runTimeline(const std::vector<bool> *only, bool recording) {
   using Lane = TraceSlice::Lane;
   const StageProgram &stage = plan_.stageProgram();
   // Tickets of the collectives in flight, by the instruction they wait at.
@@ -421,6 +468,8 @@ Status Executor::runTimeline(const std::vector<bool> *only) {
   if (failure.ok() && traceActions && !timeline_.empty())
     record(stage.schedule[action].name, actionStart, monotonicMicros(),
            Lane::Compute);
+  if (recording)
+    return failure;
   Status drained = device_.synchronize();
   if (failure.ok())
     failure = drained;

@@ -206,6 +206,15 @@ int runTrainingCommand(const TrainOptions &given) {
   bool printing = trainer.rank() == 0;
   trainer.executor().setProfiling(options.profile);
   trainer.executor().setTracing(!options.tracePath.empty());
+  trainer.executor().setStepRecording(options.cudaGraph);
+  // Said once where a device that records steps cannot record this one.
+  if (std::string obstacle = trainer.executor().stepRecordingObstacle();
+      options.cudaGraph && trainer.executor().device().recordsSteps() &&
+      !obstacle.empty() && !options.profile && options.tracePath.empty())
+    std::fprintf(stderr,
+                 "trellis run: rank %lld: steps run without a CUDA "
+                 "graph: %s\n",
+                 static_cast<long long>(trainer.rank()), obstacle.c_str());
   int64_t first = trainer.completedSteps();
   double totalSeconds = 0;
   int64_t timedSteps = 0;

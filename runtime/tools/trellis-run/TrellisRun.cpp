@@ -99,6 +99,12 @@ int main(int argc, char **argv) {
                  "run resumed "
                  "with --load appends")
       ->group(kTraining);
+  app.add_option("--cuda-graph", options.cudaGraph,
+                 "Record the second step as a CUDA graph and replay it at "
+                 "every later step (--device cuda; false: launch each kernel "
+                 "every step)")
+      ->capture_default_str()
+      ->group(kDevice);
   app.add_flag("--profile", options.profile, "Print the time spent per op kind")
       ->group(kDevice);
   app.add_option("--trace", options.tracePath,

@@ -42,6 +42,9 @@ public:
   Status launch(const KernelArgs &args) override {
     return device_->launch(args);
   }
+  Status launchUpdates(const std::vector<KernelArgs> &updates) override {
+    return device_->launchUpdates(updates);
+  }
   Status runCollective(const KernelArgs &args) override {
     return device_->runCollective(args);
   }

@@ -581,6 +581,18 @@ TEST(PlanTest, RejectsTransfersThatDoNotMatch) {
       "stage 0 sends channel 0 to stage 1 before channel 1, but receives come "
       "in the other order: transfers between two stages are received in the "
       "order they are sent");
+  // A stage sending to itself, and a channel sent twice.
+  expectRejected(replace(kPipelinePlan, "\"peer\": 1, \"channel\": 0}",
+                         "\"peer\": 0, \"channel\": 0}"),
+                 "stage 0 action F0 instruction 1 (send): names its own stage "
+                 "0 as its peer");
+  const std::string stepSend =
+      "{\"op\": \"send\", \"inputs\": [4], \"outputs\": [], \"attrs\": "
+      "{\"axes\": [\"pp\"], \"peer\": 0, \"channel\": 1}}";
+  expectRejected(replace(kPipelinePlan, stepSend, stepSend + ", " + stepSend),
+                 "stage 1 action step instruction 1 (send): channel 3 is "
+                 "already sent by stage 1 action step instruction 0 (send): "
+                 "each value has a channel of its own");
   // A transfer over more than the pipeline axis.
   expectRejected(
       replace(replace(kPipelinePlan, "[{\"name\": \"pp\", \"size\": 2}]",

@@ -87,6 +87,13 @@ public:
   virtual ~PreparedLaunch() = default;
 };
 
+/// A step's launches as a device recorded them (Device::endRecording),
+/// replayed at later steps: a CUDA graph. Opaque to the executor.
+class RecordedStep {
+public:
+  virtual ~RecordedStep() = default;
+};
+
 /// The tensors an instruction's buffer ids name: a stage's buffers seen
 /// through one micro-batch's binding (Plan::bindings: a plan-file id to
 /// the buffer holding that micro-batch's value), or directly.
@@ -224,6 +231,34 @@ public:
   virtual Status waitCommunication(int64_t event) = 0;
   /// Waits for both streams; returns the first failure; forgets events.
   virtual Status synchronize() = 0;
+
+  /// Step recording: whether this device can record the work of a step
+  /// (launches, communication work and the waits for it, issued between
+  /// beginRecording and endRecording) and replay it as one (a CUDA graph).
+  /// A replay runs the recorded kernels on the same buffers with the same
+  /// arguments: whatever changes between steps must be in device memory.
+  virtual bool recordsSteps() const { return false; }
+  /// Whether `args`' instruction may be recorded: not when its host work
+  /// reads a value the step computes (a recording would freeze the value
+  /// of the step it was recorded in).
+  virtual bool recordable(const KernelArgs &args) const {
+    (void)args;
+    return true;
+  }
+  /// From here until endRecording, the work issued is recorded, not run.
+  virtual Status beginRecording() {
+    return Status::error(name() + " devices record no steps");
+  }
+  /// Ends the recording: the recorded step, or why it cannot be replayed.
+  virtual StatusOr<std::unique_ptr<RecordedStep>> endRecording() {
+    return Status::error(name() + " devices record no steps");
+  }
+  /// Runs a recorded step after the work launched before it, as issuing
+  /// its work again would.
+  virtual Status replay(const RecordedStep &step) {
+    (void)step;
+    return Status::error(name() + " devices record no steps");
+  }
 
   /// The index of the first of the float `tensors` holding a value that is
   /// not finite (an infinity or a NaN), or -1 when all are finite, after

@@ -94,7 +94,9 @@ public:
   /// The f32 scalar of result 0.
   StatusOr<float> loss() const;
 
-  /// Runs one step: every scheduled action's program, in order.
+  /// Runs one step: every scheduled action's program, in order. With step
+  /// recording on, the second step is recorded and every later one
+  /// replays the recording (setStepRecording).
   Status run();
   /// Runs the plan's forward-only evaluation (StageProgram::evaluation):
   /// the loss of the inputs written, without gradients or updates. Fails,
@@ -128,6 +130,20 @@ public:
   /// When on, run() records every instruction (and every wait for a
   /// collective) as a slice of its lane.
   void setTracing(bool enabled) { tracing_ = enabled; }
+
+  /// Step recording (a CUDA graph), where the device records steps
+  /// (Device::recordsSteps): the first step runs instruction by
+  /// instruction (what launches do once, such as a library's first call
+  /// or a communicator's connection, happens there), the second is
+  /// recorded and replayed, and later steps replay the recording.
+  /// Evaluations, profiled and traced steps run instruction by
+  /// instruction. Off by default.
+  void setStepRecording(bool enabled) { recordingWanted_ = enabled; }
+  /// Why steps run instruction by instruction although recording is on:
+  /// empty when they are (or will be) replayed.
+  std::string stepRecordingObstacle() const;
+  /// Whether run() replays a recorded step.
+  bool replaysSteps() const { return recorded_ != nullptr; }
   /// The slices recorded since tracing started, in completion order.
   std::vector<TraceSlice> trace() const;
 
@@ -161,8 +177,14 @@ private:
   void record(const std::string &op, double startMicros, double endMicros,
               TraceSlice::Lane lane);
 
-  /// Runs the timeline's instructions (those `only` marks, when given).
-  Status runTimeline(const std::vector<bool> *only);
+  /// Runs the timeline's instructions (those `only` marks, when given);
+  /// while `recording`, leaves the device unsynchronized (the recording
+  /// ends first).
+  Status runTimeline(const std::vector<bool> *only, bool recording = false);
+  /// Records the step (run eagerly before), then replays it.
+  Status recordStep();
+  /// Replays the recorded step and waits for it.
+  Status replayStep();
 
   /// The selected stage's step, by timeline index (the index every plan
   /// below is in).
@@ -194,6 +216,13 @@ private:
   int64_t arenaBytes_ = 0;
   bool profiling_ = false;
   bool tracing_ = false;
+  /// Step recording: asked for; the first instruction the device cannot
+  /// record ("" when all can, set at create); steps run eagerly so far;
+  /// the recording.
+  bool recordingWanted_ = false;
+  std::string unrecordable_;
+  int64_t eagerSteps_ = 0;
+  std::unique_ptr<RecordedStep> recorded_;
   /// Guards profile_ and trace_ (communication work records too).
   mutable std::mutex profileMutex_;
   std::map<std::string, std::pair<double, int64_t>> profile_;

@@ -69,6 +69,9 @@ struct TrainOptions {
   /// norm and loss scale when the plan has them. A resumed run (loadDir)
   /// appends; a fresh one starts the file anew.
   std::string metricsPath;
+  /// Record the step once and replay it (a CUDA graph) where the device
+  /// records steps (Executor::setStepRecording).
+  bool cudaGraph = true;
   /// Print the time spent per op kind after the run.
   bool profile = false;
   /// Write the measured timeline of every rank here as one Chrome trace
