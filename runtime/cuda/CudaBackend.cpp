@@ -223,7 +223,12 @@ public:
   }
 
   Status launchUpdates(const std::vector<KernelArgs> &updates) override {
-    return launchOptimizers(updates, context_);
+    // Each with what its kernel decided when prepared.
+    std::vector<KernelArgs> own = updates;
+    for (KernelArgs &args : own)
+      if (const auto *launch = dynamic_cast<const CudaLaunch *>(args.prepared))
+        args.prepared = launch->decided.get();
+    return launchOptimizers(own, context_);
   }
 
   Status runCollective(const KernelArgs &args) override {

@@ -137,6 +137,25 @@ DeviceUpdate describe(const KernelArgs &args) {
   return u;
 }
 
+/// What an update decides once: the table of the run of updates it starts
+/// (the run is the same every step, over the same buffers), copied to the
+/// device at its first launch; a recorded step (a CUDA graph) reads it
+/// there, where a copy from host memory could not be recorded.
+class PreparedUpdate : public PreparedLaunch {
+public:
+  ~PreparedUpdate() override {
+    if (table)
+      cudaFree(table);
+  }
+  mutable void *table = nullptr;
+  mutable int64_t tableBytes = 0;
+};
+
+StatusOr<std::unique_ptr<PreparedLaunch>> prepareUpdate(const KernelArgs &,
+                                                        CudaContext &) {
+  return std::unique_ptr<PreparedLaunch>(std::make_unique<PreparedUpdate>());
+}
+
 } // namespace
 
 Status launchOptimizers(const std::vector<KernelArgs> &updates,
@@ -154,17 +173,43 @@ Status launchOptimizers(const std::vector<KernelArgs> &updates,
   cudaStream_t stream = context.stream;
   int64_t updateBytes = described.size() * sizeof(DeviceUpdate);
   int64_t chunkBytes = chunks.size() * sizeof(Chunk);
+  int64_t bytes = updateBytes + chunkBytes;
+  // The run's own table when its first update was prepared (made at the
+  // first launch, the same run every step); else one for this launch.
+  const auto *prepared =
+      dynamic_cast<const PreparedUpdate *>(updates.front().prepared);
   char *table = nullptr;
-  TRELLIS_CUDA_RETURN_IF_ERROR(
-      cudaMallocAsync(reinterpret_cast<void **>(&table),
-                      updateBytes + chunkBytes, stream),
-      "allocating the optimizer's update table");
-  // From pageable memory: the copies have taken the bytes when they return.
-  cudaError_t copied = cudaMemcpyAsync(table, described.data(), updateBytes,
-                                       cudaMemcpyHostToDevice, stream);
-  if (copied == cudaSuccess)
-    copied = cudaMemcpyAsync(table + updateBytes, chunks.data(), chunkBytes,
+  bool own = prepared && prepared->table && prepared->tableBytes == bytes;
+  cudaError_t copied = cudaSuccess;
+  if (own) {
+    table = static_cast<char *>(prepared->table);
+  } else if (prepared) {
+    if (prepared->table)
+      cudaFree(prepared->table);
+    prepared->table = nullptr;
+    TRELLIS_CUDA_RETURN_IF_ERROR(cudaMalloc(&prepared->table, bytes),
+                                 "allocating the optimizer's update table");
+    prepared->tableBytes = bytes;
+    table = static_cast<char *>(prepared->table);
+    own = true;
+    // Synchronous from pageable memory; the table is new, nothing reads it.
+    copied = cudaMemcpy(table, described.data(), updateBytes,
+                        cudaMemcpyHostToDevice);
+    if (copied == cudaSuccess)
+      copied = cudaMemcpy(table + updateBytes, chunks.data(), chunkBytes,
+                          cudaMemcpyHostToDevice);
+  } else {
+    TRELLIS_CUDA_RETURN_IF_ERROR(
+        cudaMallocAsync(reinterpret_cast<void **>(&table), bytes, stream),
+        "allocating the optimizer's update table");
+    // From pageable memory: the copies have taken the bytes when they
+    // return.
+    copied = cudaMemcpyAsync(table, described.data(), updateBytes,
                              cudaMemcpyHostToDevice, stream);
+    if (copied == cudaSuccess)
+      copied = cudaMemcpyAsync(table + updateBytes, chunks.data(), chunkBytes,
+                               cudaMemcpyHostToDevice, stream);
+  }
   if (copied == cudaSuccess) {
     int64_t count = static_cast<int64_t>(chunks.size());
     int blocks = static_cast<int>(std::min<int64_t>(count, 132 * 8));
@@ -173,7 +218,8 @@ Status launchOptimizers(const std::vector<KernelArgs> &updates,
         reinterpret_cast<const Chunk *>(table + updateBytes), count);
     copied = cudaGetLastError();
   }
-  cudaFreeAsync(table, stream);
+  if (!own)
+    cudaFreeAsync(table, stream);
   TRELLIS_CUDA_RETURN_IF_ERROR(copied, "launching the optimizer updates");
   return Status::success();
 }
@@ -183,7 +229,7 @@ Status runOptimizer(const KernelArgs &args, CudaContext &context) {
 }
 
 void registerOptimizerKernels(CudaKernelTable &table) {
-  table.add({"adamw", "sgd"}, runOptimizer);
+  table.add({"adamw", "sgd"}, runOptimizer, prepareUpdate);
 }
 
 } // namespace trellis::runtime::cuda
