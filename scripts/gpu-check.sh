@@ -99,14 +99,16 @@ prepare() {
     sort -u |
     grep -v -E '/(libc|libm|libmvec|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libz|ld-linux[^/]*)\.so' |
     while read -r library; do cp -L "$library" "$dir/lib/"; done
-  cp "$root/benchmarks/pytorch_step.py" "$timed_config" "$llama_config" \
-    "$dir/bin/"
+  cp "$root/benchmarks/pytorch_step.py" "$root/benchmarks/pytorch_kernels.py" \
+    "$timed_config" "$llama_config" "$dir/bin/"
   # shellcheck disable=SC2086
   "$build/bin/trellis" compile "$llama_config" $llama_options --report \
+    --report-json "$dir/plans/timed-llama.json" \
     -o "$dir/plans/timed-llama.plan" >"$dir/plans/timed-llama.report" 2>&1 ||
     return 1
   # shellcheck disable=SC2086
   "$build/bin/trellis" compile "$timed_config" $timed_options --report \
+    --report-json "$dir/plans/timed-fused.json" \
     -o "$dir/plans/timed-fused.plan" >"$dir/plans/timed-fused.report" 2>&1 ||
     return 1
   # shellcheck disable=SC2086
@@ -278,10 +280,37 @@ run() {
   timeout 300 python3 "$dir/bin/pytorch_step.py" \
     "$dir/bin/$(basename "$llama_config")" 4 2048 12 8 bf16 compile cuda \
     >"$out/timed-llama-pytorch-compile.out" 2>&1
-  # Where the time goes: every launch synchronous, the host's timing per op.
+  # Where the time goes: every launch synchronous, the host's timing per op;
+  # then each product's and attention's achieved rate (the plan's flops by
+  # op over the profiled time; attention counted over the causal half of
+  # the scores, as beside it cuBLAS's and PyTorch SDPA's rates are).
   CUDA_LAUNCH_BLOCKING=1 timeout 60 "$dir/bin/trellis-run" \
     "$dir/plans/timed-fused.plan" --device cuda --steps 3 --profile \
     >"$out/timed-profile.out" 2>&1
+  CUDA_LAUNCH_BLOCKING=1 timeout 90 "$dir/bin/trellis-run" \
+    "$dir/plans/timed-llama.plan" --device cuda --steps 3 --profile \
+    >"$out/timed-llama-profile.out" 2>&1
+  timeout 120 python3 "$dir/bin/pytorch_kernels.py" >"$out/kernels-pytorch.out" 2>&1
+  kernel_rates() { # kernel_rates NAME REPORT_JSON PROFILE_OUT
+    python3 - "$@" <<'RATES'
+import json, re, sys
+name, report, profile = sys.argv[1:4]
+flops = json.load(open(report))["per_rank"][0]["flops_by_op"]
+steps, times = 3, {}
+for line in open(profile):
+    match = re.match(r"\s+(\S+)\s+([0-9.]+) ms", line)
+    if match:
+        times[match.group(1)] = float(match.group(2)) / 1e3 / steps
+products = [op for op in times if op.startswith("matmul") and op in flops]
+if products:
+    seconds = sum(times[op] for op in products)
+    print(f"trellis {name} matmul: {sum(flops[op] for op in products) / seconds / 1e12:.1f} TFLOP/s ({seconds * 1e3:.2f} ms a step)")
+attention = [op for op in ("attention", "attention_grad") if op in times and op in flops]
+if attention:
+    seconds = sum(times[op] for op in attention)
+    print(f"trellis {name} attention forward+backward: {sum(flops[op] for op in attention) / 2 / seconds / 1e12:.1f} TFLOP/s ({seconds * 1e3:.2f} ms a step)")
+RATES
+  }
   # Mean of steps 3-12 of a Trellis run, and of PyTorch's runs, each with
   # its tokens per second and MFU (a step's FLOPs as the plan counts them,
   # over the time, against $peak_flops; both steps move 8192 tokens).
@@ -312,6 +341,11 @@ run() {
     trellis_time fused "$llama_gflop" "$out/timed-llama.out"
     pytorch_time "$llama_gflop" "$out/timed-llama-pytorch.out"
     pytorch_time "$llama_gflop" "$out/timed-llama-pytorch-compile.out"
+    echo "Kernels (Trellis profiled, every launch synchronous; cuBLAS and SDPA"
+    echo "timed by CUDA events):"
+    kernel_rates gpt2 "$dir/plans/timed-fused.json" "$out/timed-profile.out"
+    kernel_rates llama "$dir/plans/timed-llama.json" "$out/timed-llama-profile.out"
+    cat "$out/kernels-pytorch.out"
   } | tee "$out/timed.txt"
   # Attention the backend could not hand to cuDNN, and why.
   cat "$out"/*.out | grep -h "on CUDA cores:" | sort -u

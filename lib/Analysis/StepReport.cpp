@@ -470,8 +470,12 @@ StepReport computeRankReport(func::FuncOp step, ArrayRef<int64_t> arguments,
       continue;
     }
     Operation &op = *item.op;
-    if (graph::contractOf(&op))
-      report.flops += graph::costFromContract(&op).flops;
+    if (const OpContract *contract = graph::contractOf(&op)) {
+      double flops = graph::costFromContract(&op).flops;
+      report.flops += flops;
+      if (flops > 0)
+        report.flopsByOp[contract->name] += flops;
+    }
     if (StepReport::Traffic exchange = expertExchange(&op); exchange.count) {
       std::string key = "expert_all_to_all over";
       for (Attribute axis : op.getAttrOfType<ArrayAttr>("axes"))
@@ -565,11 +569,15 @@ llvm::json::Object StepReport::toJson() const {
   llvm::json::Object saved;
   for (const auto &[part, bytes] : savedActivationBytes)
     saved[part] = bytes;
+  llvm::json::Object byOp;
+  for (const auto &[op, opFlops] : flopsByOp)
+    byOp[op] = opFlops;
   return llvm::json::Object{
       {"parameters", parameterCount},
       {"expert_parameters", expertParameterCount},
       {"experts_per_layer", expertsPerLayer},
       {"flops", flops},
+      {"flops_by_op", std::move(byOp)},
       {"stage_parameters", stageParameterCount},
       {"bytes", llvm::json::Object{{"params", parameterBytes},
                                    {"grads", gradientBytes},

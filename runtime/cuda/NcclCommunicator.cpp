@@ -20,6 +20,12 @@
 // wait; the host never blocks). The plan loader has checked that each
 // link's receives come in the order of its sends.
 //
+// The communicators are nonblocking: a call that waits on peers (joining,
+// splitting, a link's first connection, an enqueue) returns in progress
+// and is polled until it ends, so a peer that never comes fails the rank
+// within --timeout instead of blocking it. Each link is connected by one
+// value sent when the job starts.
+//
 // A dead or hung peer: the device's waits poll this communicator's
 // watchdog, which reads each communicator's asynchronous error and, past
 // --timeout without progress, aborts them all (ncclCommAbort), so the job
@@ -34,7 +40,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
+#include <thread>
 
 namespace trellis::runtime::cuda {
 
@@ -70,7 +78,8 @@ public:
   ~NcclCommunicator() override {
     streams_.watchCommunication(nullptr);
     for (auto &[name, comm] : groups_)
-      aborted_ ? nccl_->commAbort(comm) : nccl_->commDestroy(comm);
+      if (comm)
+        aborted_ ? nccl_->commAbort(comm) : nccl_->commDestroy(comm);
     for (auto &[ends, link] : links_) {
       if (link.comm)
         aborted_ ? nccl_->commAbort(link.comm) : nccl_->commDestroy(link.comm);
@@ -93,12 +102,16 @@ public:
         shareUniqueId(*nccl_, *store, rank_, "trellis.nccl.world", timeout_);
     if (!id.ok())
       return id.status();
+    // Nonblocking: a call that waits on its peers (joining, connecting)
+    // returns at once, and settle() polls it within --timeout.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
-    TRELLIS_RETURN_IF_ERROR(
-        call("joining the world of " + std::to_string(mesh_.size()) + " ranks",
-             nccl_->commInitRankConfig(&world_, static_cast<int>(mesh_.size()),
-                                       *id, static_cast<int>(rank_), &config)));
+    config.blocking = 0;
+    std::string joining =
+        "joining the world of " + std::to_string(mesh_.size()) + " ranks";
+    ncclResult_t joined =
+        nccl_->commInitRankConfig(&world_, static_cast<int>(mesh_.size()), *id,
+                                  static_cast<int>(rank_), &config);
+    TRELLIS_RETURN_IF_ERROR(call(joining, joined, world_));
     // Every rank splits the same groups in the same order.
     for (const AxisList &axes : groupsToConnect(mesh_, groups)) {
       std::string name = groupName(mesh_, axes);
@@ -107,10 +120,10 @@ public:
           static_cast<int>(*std::min_element(members.begin(), members.end()));
       int key = static_cast<int>(mesh_.groupPosition(rank_, axes));
       ncclComm_t comm = nullptr;
-      TRELLIS_RETURN_IF_ERROR(
-          call("splitting the group along \"" + name + "\"",
-               nccl_->commSplit(world_, color, key, &comm, &config)));
+      ncclResult_t split = nccl_->commSplit(world_, color, key, &comm, &config);
       groups_[name] = comm;
+      TRELLIS_RETURN_IF_ERROR(
+          call("splitting the group along \"" + name + "\"", split, comm));
     }
     TRELLIS_RETURN_IF_ERROR(connectLinks(links, config));
     streams_.watchCommunication(
@@ -127,7 +140,8 @@ public:
       return Status::success();
     return call("all_reduce over " + groupName(mesh_, axes),
                 nccl_->allReduce(data, data, count, ncclType(dtype),
-                                 ncclOperation(kind), comm, stream()));
+                                 ncclOperation(kind), comm, stream()),
+                comm);
   }
 
   Status allGather(const AxisList &axes, const void *input, void *output,
@@ -137,9 +151,10 @@ public:
       return copy(output, input, count * dtypeBytes(dtype));
     if (count == 0)
       return Status::success();
-    return call("all_gather over " + groupName(mesh_, axes),
-                nccl_->allGather(input, output, count, ncclType(dtype), comm,
-                                 stream()));
+    return call(
+        "all_gather over " + groupName(mesh_, axes),
+        nccl_->allGather(input, output, count, ncclType(dtype), comm, stream()),
+        comm);
   }
 
   Status allToAll(const AxisList &axes, const void *input, void *output,
@@ -151,7 +166,7 @@ public:
     if (chunk == 0)
       return Status::success();
     std::string what = "all_to_all over " + groupName(mesh_, axes);
-    TRELLIS_RETURN_IF_ERROR(call(what, nccl_->groupStart()));
+    TRELLIS_RETURN_IF_ERROR(call(what, nccl_->groupStart(), nullptr));
     for (int64_t peer = 0; peer < groupSize(axes); ++peer) {
       const char *from = static_cast<const char *>(input) + peer * bytes;
       char *into = static_cast<char *>(output) + peer * bytes;
@@ -161,10 +176,10 @@ public:
           into, chunk, ncclType(dtype), static_cast<int>(peer), comm, stream());
       if (sent != ncclSuccess || received != ncclSuccess) {
         (void)nccl_->groupEnd();
-        return call(what, sent != ncclSuccess ? sent : received);
+        return call(what, sent != ncclSuccess ? sent : received, comm);
       }
     }
-    return call(what, nccl_->groupEnd());
+    return call(what, nccl_->groupEnd(), comm);
   }
 
   /// Grouped sends and receives of each member's part (this rank's own
@@ -186,7 +201,7 @@ public:
     int64_t width = dtypeBytes(dtype);
     if (!comm)
       return copy(output, input, sendCounts[0] * width);
-    TRELLIS_RETURN_IF_ERROR(call(what, nccl_->groupStart()));
+    TRELLIS_RETURN_IF_ERROR(call(what, nccl_->groupStart(), nullptr));
     int64_t sent = 0, received = 0;
     ncclResult_t failed = ncclSuccess;
     for (int64_t member = 0; member < members && failed == ncclSuccess;
@@ -203,7 +218,7 @@ public:
       received += recvCounts[member];
     }
     ncclResult_t ended = nccl_->groupEnd();
-    return call(what, failed != ncclSuccess ? failed : ended);
+    return call(what, failed != ncclSuccess ? failed : ended, comm);
   }
 
   Status broadcast(const AxisList &axes, void *data, int64_t count, DType dtype,
@@ -213,7 +228,8 @@ public:
       return Status::success();
     return call("broadcast over " + groupName(mesh_, axes),
                 nccl_->broadcast(data, data, count, ncclType(dtype),
-                                 static_cast<int>(root), comm, stream()));
+                                 static_cast<int>(root), comm, stream()),
+                comm);
   }
 
   Status permute(const AxisList &axes, const void *input, void *output,
@@ -228,15 +244,17 @@ public:
     if (count == 0)
       return Status::success();
     std::string what = "collective_permute over " + groupName(mesh_, axes);
-    TRELLIS_RETURN_IF_ERROR(call(what, nccl_->groupStart()));
+    TRELLIS_RETURN_IF_ERROR(call(what, nccl_->groupStart(), nullptr));
     ncclResult_t sent = nccl_->send(input, count, ncclType(dtype),
                                     static_cast<int>(to), comm, stream());
     ncclResult_t received = nccl_->recv(output, count, ncclType(dtype),
                                         static_cast<int>(from), comm, stream());
     ncclResult_t ended = nccl_->groupEnd();
-    return call(what, sent != ncclSuccess       ? sent
-                      : received != ncclSuccess ? received
-                                                : ended);
+    return call(what,
+                sent != ncclSuccess       ? sent
+                : received != ncclSuccess ? received
+                                          : ended,
+                comm);
   }
 
   Status send(const AxisList &axes, const void *data, int64_t count,
@@ -268,15 +286,12 @@ public:
     // An all-reduce of nothing would not synchronize: one int32 over the
     // world, waited for.
     ncclComm_t comm = world_;
-    if (!barrierValue_) {
-      TRELLIS_CUDA_RETURN_IF_ERROR(
-          cudaMalloc(reinterpret_cast<void **>(&barrierValue_),
-                     sizeof(int32_t)),
-          "allocating the barrier's value");
-    }
+    TRELLIS_RETURN_IF_ERROR(allocateBarrierValue());
     TRELLIS_RETURN_IF_ERROR(
-        call("barrier", nccl_->allReduce(barrierValue_, barrierValue_, 1,
-                                         ncclInt32, ncclSum, comm, stream())));
+        call("barrier",
+             nccl_->allReduce(barrierValue_, barrierValue_, 1, ncclInt32,
+                              ncclSum, comm, stream()),
+             comm));
     return streams_.waitForCommunication();
   }
 
@@ -335,19 +350,49 @@ private:
           mine = &links[i];
         }
       ncclComm_t comm = nullptr;
-      TRELLIS_RETURN_IF_ERROR(call(
-          "connecting round " + std::to_string(round) + " of the transfers",
-          nccl_->commSplit(world_, color, key, &comm, &config)));
+      ncclResult_t split = nccl_->commSplit(world_, color, key, &comm, &config);
+      if (mine)
+        links_[*mine].comm = comm;
+      // A rank in no link of the round waits for the world's split.
+      TRELLIS_RETURN_IF_ERROR(call("connecting round " + std::to_string(round) +
+                                       " of the transfers",
+                                   split, comm ? comm : world_));
       if (!mine)
         continue;
       Link &link = links_[*mine];
-      link.comm = comm;
+      std::string what = "connecting the transfers from rank " +
+                         std::to_string(mine->from) + " to rank " +
+                         std::to_string(mine->to);
       TRELLIS_CUDA_RETURN_IF_ERROR(
           cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking),
-          "creating the stream of the transfers from rank " +
-              std::to_string(mine->from) + " to rank " +
-              std::to_string(mine->to));
+          what + ": creating its stream");
+      // One value over the link now: its connection is made while every
+      // rank connects, not at the step's first transfer (nor while a step
+      // is recorded). A rank is an end of one link of a round: the probe's
+      // value is the barrier's.
+      TRELLIS_RETURN_IF_ERROR(allocateBarrierValue());
+      bool sending = mine->from == rank_;
+      TRELLIS_RETURN_IF_ERROR(
+          call(what,
+               sending ? nccl_->send(barrierValue_, 1, ncclInt32, 1, link.comm,
+                                     link.stream)
+                       : nccl_->recv(barrierValue_, 1, ncclInt32, 0, link.comm,
+                                     link.stream),
+               link.comm));
+      cudaStream_t stream = link.stream;
+      TRELLIS_RETURN_IF_ERROR(pollUntil(what, link.comm, [stream] {
+        return cudaStreamQuery(stream) != cudaErrorNotReady;
+      }));
     }
+    return Status::success();
+  }
+
+  Status allocateBarrierValue() {
+    if (!barrierValue_)
+      TRELLIS_CUDA_RETURN_IF_ERROR(
+          cudaMalloc(reinterpret_cast<void **>(&barrierValue_),
+                     sizeof(int32_t)),
+          "allocating the barrier's value");
     return Status::success();
   }
 
@@ -384,11 +429,13 @@ private:
     if (error != cudaSuccess)
       return cudaFailure(what + ": ordering it after compute", error);
     // ...the transfer, on the link's stream.
-    TRELLIS_RETURN_IF_ERROR(
-        call(what, sending ? nccl_->send(data, count, ncclType(dtype), 1,
-                                         link.comm, link.stream)
-                           : nccl_->recv(data, count, ncclType(dtype), 0,
-                                         link.comm, link.stream)));
+    TRELLIS_RETURN_IF_ERROR(call(what,
+                                 sending
+                                     ? nccl_->send(data, count, ncclType(dtype),
+                                                   1, link.comm, link.stream)
+                                     : nccl_->recv(data, count, ncclType(dtype),
+                                                   0, link.comm, link.stream),
+                                 link.comm));
     cudaEvent_t done = events_.take();
     if (cudaError_t recorded = cudaEventRecord(done, link.stream);
         recorded != cudaSuccess) {
@@ -416,11 +463,49 @@ private:
     return Status::success();
   }
 
-  Status call(const std::string &what, ncclResult_t result) const {
+  /// `result` of the call `what` on `comm`: a failure, or, when the call
+  /// is still in progress (a nonblocking communicator), its end (settle).
+  Status call(const std::string &what, ncclResult_t result, ncclComm_t comm) {
+    if (result == ncclInProgress && comm)
+      return settle(what, comm);
     if (result == ncclSuccess || result == ncclInProgress)
       return Status::success();
     return nccl_->failure(what + " (rank " + std::to_string(rank_) + ")",
                           result);
+  }
+
+  /// Polls `comm` until the call `what` left in progress ends.
+  Status settle(const std::string &what, ncclComm_t comm) {
+    return pollUntil(what, comm, [] { return true; });
+  }
+
+  /// Polls until `comm` has no call in progress and `done()` holds: an
+  /// error of `comm`, or no end within --timeout (a peer that died or never
+  /// joined), aborts every communicator of the rank and fails.
+  Status pollUntil(const std::string &what, ncclComm_t comm,
+                   const std::function<bool()> &done) {
+    auto start = std::chrono::steady_clock::now();
+    while (true) {
+      ncclResult_t state = ncclSuccess;
+      nccl_->commGetAsyncError(comm, &state);
+      if (state == ncclSuccess && done())
+        return Status::success();
+      if (state != ncclSuccess && state != ncclInProgress) {
+        abortAll();
+        return nccl_->failure(what + " (rank " + std::to_string(rank_) + ")",
+                              state);
+      }
+      if (std::chrono::steady_clock::now() - start > timeout_) {
+        abortAll();
+        return Status::error(
+            "nccl: rank " + std::to_string(rank_) + ": " + what +
+            " did not finish within " +
+            std::to_string(timeout_.count() / 1000) +
+            " s (--timeout): a peer died or stopped answering; every NCCL "
+            "communicator of this rank was aborted");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
 
   /// The device's waits call this while the communication stream runs: an
@@ -462,12 +547,15 @@ private:
       return;
     aborted_ = true;
     for (auto &[name, comm] : groups_)
-      nccl_->commAbort(comm);
+      if (comm)
+        nccl_->commAbort(comm);
     for (auto &[ends, link] : links_) {
-      nccl_->commAbort(link.comm);
+      if (link.comm)
+        nccl_->commAbort(link.comm);
       link.comm = nullptr;
     }
-    nccl_->commAbort(world_);
+    if (world_)
+      nccl_->commAbort(world_);
     groups_.clear();
     world_ = nullptr;
   }

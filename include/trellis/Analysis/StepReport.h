@@ -53,6 +53,9 @@ struct StepReport {
   /// Floating-point operations of the graph ops the rank runs in one step
   /// (each micro-batch's), from the op table's costs: a multiply-add is 2.
   double flops = 0;
+  /// The same by op ("matmul", "attention_grad"), as the runtime's profile
+  /// names them: a kernel's achieved rate is its flops over its time.
+  std::map<std::string, double> flopsByOp;
   /// Per model part ("layer 3"), the bytes of one micro-batch's forward
   /// values the backward reads (the activations a layer keeps).
   std::map<std::string, int64_t> savedActivationBytes;
