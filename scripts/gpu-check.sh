@@ -13,10 +13,14 @@
 #   scripts/gpu-check.sh run DIR OUT
 #       On the GPU machine: the CUDA unit tests, every every-backend test on
 #       cuda (each test in its own process, so a crash names its test and
-#       hides no other), each plan on cuda against its CPU run, GPT-2 124M's
-#       step time (fused, unfused, attention on CUDA cores) beside PyTorch
-#       eager's and a per-op profile, and a memory checker pass over the
-#       kernel conformance test where compute-sanitizer exists. Logs go to
+#       hides no other), each plan on cuda against its CPU run (a failing
+#       one again without a CUDA graph), a bitwise checkpoint reload,
+#       GPT-2 124M's step time (fused with and without a CUDA graph,
+#       unfused, attention on CUDA cores) beside PyTorch eager's and
+#       torch.compile's, Llama-3.2-1B's beside both, per-op profiles with
+#       matmul's and attention's rates beside cuBLAS's and SDPA's, and a
+#       memory checker pass over the kernel conformance test where
+#       compute-sanitizer exists. Logs go to
 #       OUT, and all of them to OUT.tar.gz; a summary line per check ends the
 #       output. Plans of several ranks (data, tensor, ZeRO-3, pipelines) run
 #       their ranks on the one GPU over NCCL, each rank its own NCCL host.
@@ -161,14 +165,16 @@ run_ranks() { # run_ranks PLAN RANKS PORT SAVE OUT
       MASTER_ADDR=127.0.0.1 MASTER_PORT="$3" TRELLIS_JOB_TOKEN=trellis-gpu-check-token \
       NCCL_HOSTID="trellis-gpu-check-$rank" NCCL_SOCKET_IFNAME=lo \
       NCCL_IB_DISABLE=1 timeout 300 "$dir/bin/trellis-run" "$1" --device cuda \
-      --steps $steps --save "$4" --timeout 120 >"$5.rank$rank" 2>&1 &
+      --steps $steps --save "$4" --timeout 120 \
+      ${TRELLIS_GPU_CHECK_RUN_OPTIONS:-} >"$5.rank$rank" 2>&1 &
     pids+=($!)
   done
   env RANK=0 WORLD_SIZE="$2" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
     MASTER_ADDR=127.0.0.1 MASTER_PORT="$3" TRELLIS_JOB_TOKEN=trellis-gpu-check-token \
     NCCL_HOSTID=trellis-gpu-check-0 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 \
     NCCL_DEBUG=WARN timeout 300 "$dir/bin/trellis-run" "$1" --device cuda \
-    --steps $steps --save "$4" --timeout 120 >"$5" 2>&1 || status=$?
+    --steps $steps --save "$4" --timeout 120 ${TRELLIS_GPU_CHECK_RUN_OPTIONS:-} \
+    >"$5" 2>&1 || status=$?
   for pid in "${pids[@]}"; do
     wait "$pid" || { local failed=$?; [[ $status -ne 0 ]] || status=$failed; }
   done
@@ -219,14 +225,39 @@ run() {
     timeout 120 "$dir/bin/trellis-run" "$dir/plans/$name.plan" --device cuda \
       --steps $steps --save "$run_dir.cuda" >"$run_dir.cuda.out" 2>&1
     status=$?
-    if [[ $status -ne 0 ]]; then
-      record "plan $name" "FAILED($status)" "$(grep -m1 -i error "$run_dir.cuda.out" | cut -c1-160)"
-      continue
-    fi
     local tolerance=1e-5
     [[ "$name" == *bf16* || "$name" == *fp16* ]] && tolerance=2e-2
+    if [[ $status -ne 0 ]]; then
+      record "plan $name" "FAILED($status)" "$(grep -m1 -i error "$run_dir.cuda.out" | cut -c1-160)"
+      # Without a CUDA graph: whether the recording is what failed.
+      rm -rf "$run_dir.eager"
+      timeout 120 "$dir/bin/trellis-run" "$dir/plans/$name.plan" --device cuda \
+        --steps $steps --save "$run_dir.eager" --cuda-graph=false \
+        >"$run_dir.eager.out" 2>&1 &&
+        compare_run "plan $name (no CUDA graph)" "$dir/plans/$name.cpu" \
+          "$run_dir.eager" $tolerance
+      continue
+    fi
     compare_run "plan $name" "$dir/plans/$name.cpu" "$run_dir.cuda" $tolerance
   done
+  # A checkpoint reload continues bit for bit: 3 steps, saved, reloaded,
+  # 3 more, against the 6 steps of gpt2-fp32 above (losses of steps 4-6
+  # and the parameters, exactly).
+  local resumed=$out/gpt2-fp32-resumed
+  rm -rf "$resumed".*
+  if timeout 60 "$dir/bin/trellis-run" "$dir/plans/gpt2-fp32.plan" \
+    --device cuda --steps 3 --save "$resumed.half" >"$resumed.half.out" 2>&1 &&
+    timeout 60 "$dir/bin/trellis-run" "$dir/plans/gpt2-fp32.plan" \
+      --device cuda --steps 3 --load "$resumed.half" --save "$resumed.cuda" \
+      >"$resumed.cuda.out" 2>&1; then
+    grep -E '^step [4-6] ' "$out/gpt2-fp32.cuda.out" >"$resumed.whole.out"
+    mkdir -p "$resumed.whole"
+    cp "$out/gpt2-fp32.cuda/model.safetensors" "$resumed.whole/" 2>/dev/null
+    compare_run "resume gpt2-fp32 (bitwise)" "$resumed.whole" "$resumed.cuda" 0
+  else
+    record "resume gpt2-fp32 (bitwise)" "FAILED" \
+      "$(cat "$resumed".*.out | grep -m1 -i error | cut -c1-160)"
+  fi
   # Several ranks on the one GPU over NCCL: data, tensor and sequence
   # parallelism, ZeRO-3, pipelines (transfers on their links) and expert
   # parallelism (both dispatches).
@@ -240,6 +271,14 @@ run() {
       "$run_dir.cuda.out"; then
       record "ranks $name" "FAILED" "$(cat "$run_dir".cuda.out* |
         grep -m1 -i -E 'error|refus|abort' | cut -c1-160)"
+      # Without a CUDA graph: whether the recording is what failed.
+      rm -rf "$run_dir.eager"
+      port=$((port + 1))
+      TRELLIS_GPU_CHECK_RUN_OPTIONS=--cuda-graph=false run_ranks \
+        "$dir/plans/$name.plan" "$ranks" $port "$run_dir.eager" \
+        "$run_dir.eager.out" &&
+        compare_run "ranks $name (no CUDA graph)" "$dir/plans/$name.cpu" \
+          "$run_dir.eager" 1e-5
       continue
     fi
     compare_run "ranks $name" "$dir/plans/$name.cpu" "$run_dir.cuda" 1e-5
