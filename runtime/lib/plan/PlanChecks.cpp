@@ -126,7 +126,7 @@ Status PlanReader::checkDataflow(int64_t stage, bool evaluation) {
 
 Status PlanReader::checkTransfers() {
   struct Transfer {
-    int64_t stage, peer, position;
+    int64_t stage, peer;
     const BufferDesc *buffer;
     std::string where;
   };
@@ -164,7 +164,7 @@ Status PlanReader::checkTransfers() {
                              std::to_string(stage) + " as its peer");
       std::map<int64_t, Transfer> &byChannel = sending ? sends : receives;
       Transfer transfer{
-          stage, peer, static_cast<int64_t>(i),
+          stage, peer,
           &plan_.buffers[sending ? entry.inputs[0] : entry.outputs[0]], where};
       auto [existing, inserted] = byChannel.emplace(channel, transfer);
       if (!inserted)
@@ -202,6 +202,8 @@ Status PlanReader::checkTransfers() {
                            std::to_string(channel) + " from stage " +
                            std::to_string(receive.peer) +
                            ", which no stage sends");
+  // Every send is received on its link: each link's two lists hold the
+  // same channels.
   for (const auto &[link, sent] : sentOrder) {
     const std::vector<int64_t> &received = receivedOrder[link];
     auto [atSent, atReceived] =
@@ -211,10 +213,10 @@ Status PlanReader::checkTransfers() {
     return Status::error(
         "stage " + std::to_string(link.first) + " sends channel " +
         std::to_string(*atSent) + " to stage " + std::to_string(link.second) +
-        " before channel " + std::to_string(*atReceived) +
-        ", but receives come in the other order: transfers between two "
-        "stages are received in the order they are sent (NCCL matches them "
-        "in order)");
+        " where stage " + std::to_string(link.second) + " receives channel " +
+        std::to_string(*atReceived) +
+        ": transfers between two stages are received in the order they are "
+        "sent (NCCL matches them in order)");
   }
   return Status::success();
 }

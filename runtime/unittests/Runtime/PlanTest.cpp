@@ -578,9 +578,9 @@ TEST(PlanTest, RejectsTransfersThatDoNotMatch) {
   expectRejected(
       replace(kPipelinePlan, "\"schedule\": [\"RF0\", \"F0\", \"RF1\", \"F1\"",
               "\"schedule\": [\"RF1\", \"RF0\", \"F0\", \"F1\""),
-      "stage 0 sends channel 0 to stage 1 before channel 1, but receives come "
-      "in the other order: transfers between two stages are received in the "
-      "order they are sent");
+      "stage 0 sends channel 0 to stage 1 where stage 1 receives channel 1: "
+      "transfers between two stages are received in the order they are "
+      "sent");
   // A stage sending to itself, and a channel sent twice.
   expectRejected(replace(kPipelinePlan, "\"peer\": 1, \"channel\": 0}",
                          "\"peer\": 0, \"channel\": 0}"),
