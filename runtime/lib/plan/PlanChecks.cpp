@@ -216,7 +216,8 @@ Status PlanReader::checkTransfers() {
         " where stage " + std::to_string(link.second) + " receives channel " +
         std::to_string(*atReceived) +
         ": transfers between two stages are received in the order they are "
-        "sent (NCCL matches them in order)");
+        "sent (NCCL matches them in order; a plan an older trellis compile "
+        "wrote with --clip-grad may cross: compile it again)");
   }
   return Status::success();
 }
