@@ -78,15 +78,13 @@ public:
   ~NcclCommunicator() override {
     streams_.watchCommunication(nullptr);
     for (auto &[name, comm] : groups_)
-      if (comm)
-        aborted_ ? nccl_->commAbort(comm) : nccl_->commDestroy(comm);
+      release(comm);
     for (auto &[ends, link] : links_) {
-      if (link.comm)
-        aborted_ ? nccl_->commAbort(link.comm) : nccl_->commDestroy(link.comm);
-      cudaStreamDestroy(link.stream);
+      release(link.comm);
+      if (link.stream)
+        cudaStreamDestroy(link.stream);
     }
-    if (!aborted_ && world_)
-      nccl_->commDestroy(world_);
+    release(world_);
     if (barrierValue_)
       cudaFree(barrierValue_);
   }
@@ -540,6 +538,28 @@ private:
         std::to_string(timeout_.count() / 1000) +
         " s (--timeout) for its collectives: a peer died or stopped "
         "answering; every NCCL communicator of this rank was aborted");
+  }
+
+  /// Ends `comm` (null: nothing): its outstanding work finished
+  /// (ncclCommFinalize, which a nonblocking communicator does in the
+  /// background, polled) within --timeout, then its resources freed; a
+  /// communicator that cannot finish (a peer died) or was aborted is
+  /// aborted.
+  void release(ncclComm_t comm) {
+    if (!comm)
+      return;
+    ncclResult_t state =
+        aborted_ ? ncclInternalError : nccl_->commFinalize(comm);
+    auto start = std::chrono::steady_clock::now();
+    while (state == ncclInProgress &&
+           std::chrono::steady_clock::now() - start < timeout_) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      nccl_->commGetAsyncError(comm, &state);
+    }
+    if (state == ncclSuccess)
+      nccl_->commDestroy(comm);
+    else
+      nccl_->commAbort(comm);
   }
 
   void abortAll() {
