@@ -286,22 +286,32 @@ std::string Executor::stepRecordingObstacle() const {
     return "profiled and traced steps time each instruction";
   if (!unrecordable_.empty())
     return unrecordable_ + " waits on the host for a value of the step";
+  if (!recordingFailure_.empty())
+    return "recording the step failed: " + recordingFailure_;
   return "";
 }
 
 Status Executor::recordStep() {
-  TRELLIS_RETURN_IF_ERROR(device_.beginRecording());
-  Status launched = runTimeline(nullptr, /*recording=*/true);
+  Status begun = device_.beginRecording();
+  Status launched =
+      begun.ok() ? runTimeline(nullptr, /*recording=*/true) : begun;
   // The recording ends whatever happened: the device runs eagerly again.
-  StatusOr<std::unique_ptr<RecordedStep>> recorded = device_.endRecording();
-  if (!launched.ok()) {
-    (void)device_.synchronize();
-    return launched;
+  StatusOr<std::unique_ptr<RecordedStep>> recorded =
+      begun.ok() ? device_.endRecording()
+                 : StatusOr<std::unique_ptr<RecordedStep>>(begun);
+  Status failed = !launched.ok() ? launched : recorded.status();
+  if (failed.ok()) {
+    recorded_ = std::move(*recorded);
+    return replayStep();
   }
-  if (!recorded.ok())
-    return recorded.status().withContext("recording the step");
-  recorded_ = std::move(*recorded);
-  return replayStep();
+  (void)device_.synchronize();
+  // With peers, once the recording began their exchanges were issued into
+  // it and never ran: the job fails. Alone (or when nothing was issued),
+  // the step runs eagerly, and so do the later ones.
+  if (communicator_ && begun.ok())
+    return failed.withContext("recording the step");
+  recordingFailure_ = failed.message();
+  return runTimeline(nullptr);
 }
 
 Status Executor::replayStep() {

@@ -207,14 +207,22 @@ int runTrainingCommand(const TrainOptions &given) {
   trainer.executor().setProfiling(options.profile);
   trainer.executor().setTracing(!options.tracePath.empty());
   trainer.executor().setStepRecording(options.cudaGraph);
-  // Said once where a device that records steps cannot record this one.
-  if (std::string obstacle = trainer.executor().stepRecordingObstacle();
-      options.cudaGraph && trainer.executor().device().recordsSteps() &&
-      !obstacle.empty() && !options.profile && options.tracePath.empty())
+  // Said once where a device that records steps cannot record this one
+  // (known now, or when the recording fails).
+  bool recordingSaid = false;
+  auto sayRecordingObstacle = [&] {
+    std::string obstacle = trainer.executor().stepRecordingObstacle();
+    if (recordingSaid || !options.cudaGraph ||
+        !trainer.executor().device().recordsSteps() || obstacle.empty() ||
+        options.profile || !options.tracePath.empty())
+      return;
+    recordingSaid = true;
     std::fprintf(stderr,
-                 "trellis run: rank %lld: steps run without a CUDA "
-                 "graph: %s\n",
+                 "trellis run: rank %lld: steps run without a CUDA graph: "
+                 "%s\n",
                  static_cast<long long>(trainer.rank()), obstacle.c_str());
+  };
+  sayRecordingObstacle();
   int64_t first = trainer.completedSteps();
   double totalSeconds = 0;
   int64_t timedSteps = 0;
@@ -241,6 +249,7 @@ int runTrainingCommand(const TrainOptions &given) {
         std::chrono::duration<double>(Clock::now() - start).count();
     if (!status.ok())
       return fail(status);
+    sayRecordingObstacle();
     // The first step warms caches and allocations: leave it out of the mean.
     if (i > 0 || options.steps == 1) {
       totalSeconds += seconds;

@@ -110,6 +110,9 @@ public:
 
   /// An op the device says it cannot record ("" : none).
   std::string unrecordableOp;
+  /// Whether endRecording fails (as a capture of a call that cannot be
+  /// captured does).
+  bool failRecording = false;
   int recordings = 0, replays = 0, eagerLaunches = 0;
 
   bool recordsSteps() const override { return true; }
@@ -125,6 +128,8 @@ public:
   }
   StatusOr<std::unique_ptr<RecordedStep>> endRecording() override {
     recording_ = false;
+    if (failRecording)
+      return Status::error("a call that cannot be recorded");
     auto step = std::make_unique<Script>();
     step->work = std::move(script_);
     return std::unique_ptr<RecordedStep>(std::move(step));
@@ -188,7 +193,8 @@ private:
 
 /// Runs kMicroBatchPlan for `steps` steps on `device`, the parameters
 /// changed between steps (a replay must read them anew); returns the
-/// losses.
+/// losses, and sets `obstacle` to the executor's stepRecordingObstacle()
+/// after them.
 std::vector<float> microBatchLosses(Device &device, bool recording, int steps,
                                     std::string *obstacle = nullptr) {
   StatusOr<Plan> plan = parsePlan(kMicroBatchPlan);
@@ -198,8 +204,6 @@ std::vector<float> microBatchLosses(Device &device, bool recording, int steps,
   EXPECT_TRUE(created.ok()) << created.status().message();
   Executor &executor = **created;
   executor.setStepRecording(recording);
-  if (obstacle)
-    *obstacle = executor.stepRecordingObstacle();
   std::vector<float> losses;
   for (int step = 0; step < steps; ++step) {
     std::vector<float> a(6, 1.0f + step), b(12, 0.5f * (step + 1));
@@ -208,6 +212,8 @@ std::vector<float> microBatchLosses(Device &device, bool recording, int steps,
     EXPECT_TRUE(executor.run().ok());
     losses.push_back(*executor.loss());
   }
+  if (obstacle)
+    *obstacle = executor.stepRecordingObstacle();
   return losses;
 }
 
@@ -225,6 +231,21 @@ TEST(ExecutorTest, RecordsTheSecondStepAndReplaysItAfterwards) {
   EXPECT_EQ(device.eagerLaunches, 9);
   EXPECT_EQ(device.recordings, 1);
   EXPECT_EQ(device.replays, 3);
+}
+
+TEST(ExecutorTest, ARankAloneRunsEagerlyWhenTheRecordingFails) {
+  std::vector<float> eager = microBatchLosses(*ForwardingDevice::cpu(),
+                                              /*recording=*/false, 4);
+  ScriptingDevice device(ForwardingDevice::cpu());
+  device.failRecording = true;
+  std::string obstacle;
+  // The step whose recording fails runs, eagerly, all the same; so do the
+  // later ones.
+  EXPECT_EQ(microBatchLosses(device, /*recording=*/true, 4, &obstacle), eager);
+  EXPECT_EQ(device.recordings, 1);
+  EXPECT_EQ(device.replays, 0);
+  EXPECT_EQ(obstacle,
+            "recording the step failed: a call that cannot be recorded");
 }
 
 TEST(ExecutorTest, RunsEagerlyWhatTheDeviceCannotRecord) {

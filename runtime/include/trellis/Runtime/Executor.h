@@ -137,7 +137,10 @@ public:
   /// or a communicator's connection, happens there), the second is
   /// recorded and replayed, and later steps replay the recording.
   /// Evaluations, profiled and traced steps run instruction by
-  /// instruction. Off by default.
+  /// instruction. A recording that fails fails the step where the rank
+  /// has peers (their exchanges were recorded, not run); alone, the step
+  /// runs instruction by instruction instead, and so do the later ones.
+  /// Off by default.
   void setStepRecording(bool enabled) { recordingWanted_ = enabled; }
   /// Why steps run instruction by instruction although recording is on:
   /// empty when they are (or will be) replayed.
@@ -221,6 +224,8 @@ private:
   /// the recording.
   bool recordingWanted_ = false;
   std::string unrecordable_;
+  /// Why recording failed in a run without peers (it then runs eagerly).
+  std::string recordingFailure_;
   int64_t eagerSteps_ = 0;
   std::unique_ptr<RecordedStep> recorded_;
   /// Guards profile_ and trace_ (communication work records too).
