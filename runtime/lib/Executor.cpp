@@ -233,6 +233,28 @@ std::map<std::string, std::pair<double, int64_t>> Executor::profile() const {
   return profile_;
 }
 
+std::map<std::string, double> Executor::stepFlops() const {
+  std::map<std::string, double> flops;
+  for (const TimelineEntry &entry : timeline_) {
+    const Instruction &instruction = *entry.instruction;
+    const OpContract *contract = findOpContract(instruction.op);
+    if (!contract || !contract->cost)
+      continue;
+    std::vector<TensorType> inputs, results;
+    for (int64_t buffer : entry.inputs)
+      inputs.push_back(
+          {plan_.buffers[buffer].shape, plan_.buffers[buffer].dtype});
+    for (int64_t buffer : entry.outputs)
+      results.push_back(
+          {plan_.buffers[buffer].shape, plan_.buffers[buffer].dtype});
+    double count =
+        contract->cost(OpInstance(inputs, instruction.attrs, results)).flops;
+    if (count > 0)
+      flops[instruction.op] += count;
+  }
+  return flops;
+}
+
 std::vector<TraceSlice> Executor::trace() const {
   std::lock_guard<std::mutex> lock(profileMutex_);
   return trace_;

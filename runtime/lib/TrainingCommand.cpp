@@ -413,9 +413,18 @@ int runTrainingCommand(const TrainOptions &given) {
     std::sort(sorted.rbegin(), sorted.rend());
     std::printf("profile: %.1f ms in kernels over %lld steps\n", total * 1e3,
                 static_cast<long long>(options.steps));
-    for (const auto &[seconds, op] : sorted)
-      std::printf("  %-20s %9.2f ms  %5.1f%%\n", op.c_str(), seconds * 1e3,
+    // Each op's achieved rate: its FLOPs per step over its time per step.
+    std::map<std::string, double> flops = trainer.executor().stepFlops();
+    for (const auto &[seconds, op] : sorted) {
+      std::printf("  %-20s %9.2f ms  %5.1f%%", op.c_str(), seconds * 1e3,
                   total > 0 ? 100.0 * seconds / total : 0.0);
+      auto counted = flops.find(op);
+      if (counted != flops.end() && seconds > 0)
+        std::printf("  %8.2f GFLOP/s", counted->second *
+                                           static_cast<double>(options.steps) /
+                                           seconds / 1e9);
+      std::printf("\n");
+    }
   }
   int64_t last = trainer.completedSteps();
   bool savedLast = options.saveEvery > 0 && last % options.saveEvery == 0 &&

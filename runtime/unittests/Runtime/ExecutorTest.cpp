@@ -217,6 +217,19 @@ std::vector<float> microBatchLosses(Device &device, bool recording, int steps,
   return losses;
 }
 
+TEST(ExecutorTest, CountsEachOpsFlopsOfAStep) {
+  StatusOr<Plan> plan = parsePlan(kMicroBatchPlan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  std::unique_ptr<Device> cpu = ForwardingDevice::cpu();
+  StatusOr<std::unique_ptr<Executor>> executor =
+      Executor::create(std::move(*plan), *cpu);
+  ASSERT_TRUE(executor.ok()) << executor.status().message();
+  std::map<std::string, double> flops = (*executor)->stepFlops();
+  // Three micro-batches of a [2, 3] x [3, 4] product: 3 * 2 * 2 * 3 * 4.
+  EXPECT_EQ(flops["matmul"], 144);
+  EXPECT_GT(flops["reduce_sum"], 0);
+}
+
 TEST(ExecutorTest, RecordsTheSecondStepAndReplaysItAfterwards) {
   std::vector<float> eager = microBatchLosses(*ForwardingDevice::cpu(),
                                               /*recording=*/false, 4);

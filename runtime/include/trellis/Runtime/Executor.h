@@ -126,6 +126,11 @@ public:
   /// Collectives count their time on the communication stream; the time
   /// the program waited for them is under "<op> (wait)".
   std::map<std::string, std::pair<double, int64_t>> profile() const;
+  /// Floating-point operations of one step per op name, from the op
+  /// table's costs over the instructions' shapes (the compiler's report
+  /// counts the same, `flops_by_op`): with the profile, each op's achieved
+  /// rate. Ops that compute nothing are left out.
+  std::map<std::string, double> stepFlops() const;
 
   /// When on, run() records every instruction (and every wait for a
   /// collective) as a slice of its lane.
