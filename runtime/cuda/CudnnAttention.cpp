@@ -99,9 +99,12 @@ struct AttentionShape {
   bool causal;
   float scale;
   DType dtype;
+  /// A causal sliding window: each query sees its `window` latest keys,
+  /// itself included (0: all earlier keys).
+  int64_t window;
   auto key() const {
     return std::make_tuple(batch, seq, heads, kvHeads, dim, causal, scale,
-                           static_cast<int>(dtype));
+                           static_cast<int>(dtype), window);
   }
   std::vector<int64_t> queryDims() const { return {batch, heads, seq, dim}; }
   std::vector<int64_t> queryStrides() const {
@@ -190,6 +193,10 @@ Status buildForward(const AttentionShape &shape, bool statistics,
                      .set_attn_scale(shape.scale);
   if (shape.causal)
     options.set_causal_mask(true);
+  // Keys j with j + window > i: the window's keys, the query's own included
+  // (the diagonal band's left bound, top-left aligned as the causal mask).
+  if (shape.window > 0)
+    options.set_diagonal_band_left_bound(static_cast<int>(shape.window));
   auto [result, stats] = graph->sdpa(q, k, v, options);
   result->set_output(true)
       .set_uid(kResult)
@@ -221,6 +228,8 @@ Status buildBackward(const AttentionShape &shape, cudnnHandle_t handle,
                      .set_attn_scale(shape.scale);
   if (shape.causal)
     options.set_causal_mask(true);
+  if (shape.window > 0)
+    options.set_diagonal_band_left_bound(static_cast<int>(shape.window));
   auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, options);
   dQ->set_output(true)
       .set_uid(kQueryGrad)
@@ -246,7 +255,7 @@ public:
 };
 
 using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                            float, int, int>;
+                            float, int, int64_t, int>;
 
 /// Graphs by shape and kind, shared by every instruction of that shape.
 std::map<GraphKey, std::shared_ptr<const BuiltGraph>> &graphCache() {
@@ -291,9 +300,11 @@ std::optional<AttentionShape> coveredShape(const KernelArgs &args) {
       args.instruction.real("softcap") > 0)
     return std::nullopt;
   bool causal = args.instruction.flag("causal", true);
+  // A window as long as the sequence masks nothing; without causality the
+  // kernels apply none.
   int64_t window = args.instruction.integer("window");
-  if (causal && window > 0 && window < qs[1])
-    return std::nullopt;
+  if (!causal || window >= qs[1])
+    window = 0;
   return AttentionShape{qs[0],
                         qs[1],
                         qs[2],
@@ -301,7 +312,8 @@ std::optional<AttentionShape> coveredShape(const KernelArgs &args) {
                         dim,
                         causal,
                         static_cast<float>(args.instruction.real("scale")),
-                        dtype};
+                        dtype,
+                        window};
 }
 
 Status execute(const BuiltGraph &built, CudnnRuntime &runtime,

@@ -4,10 +4,11 @@
 // API of cudnn-frontend, cuDNN opened at run time), for the instructions it
 // covers: bf16 or f16 operands, heads up to 128 wide (a multiple of 8),
 // self-attention over a whole sequence in order (no context-parallel
-// piece, no zigzag chunks), causal or not, no sliding window and no soft
-// cap. Everything else, and every instruction where cuDNN is absent or
-// refuses the shape, runs on the CUDA-core kernels (AttentionKernels.cu).
-// TRELLIS_CUDNN_ATTENTION=0 turns it off.
+// piece, no zigzag chunks), causal or not, causal ones with or without a
+// sliding window (cuDNN's diagonal band), no soft cap. Everything else, and
+// every instruction where cuDNN is absent or refuses the shape, runs on the
+// CUDA-core kernels (AttentionKernels.cu). TRELLIS_CUDNN_ATTENTION=0 turns it
+// off.
 //
 // The graphs are built when the plan loads (the kernel's prepare) and
 // shared by every instruction of the same shape; attention_grad runs the
