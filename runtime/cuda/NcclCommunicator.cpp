@@ -120,8 +120,8 @@ public:
       ncclComm_t comm = nullptr;
       ncclResult_t split = nccl_->commSplit(world_, color, key, &comm, &config);
       groups_[name] = comm;
-      TRELLIS_RETURN_IF_ERROR(
-          call("splitting the group along \"" + name + "\"", split, comm));
+      TRELLIS_RETURN_IF_ERROR(settleSplit(
+          "splitting the group along \"" + name + "\"", split, comm));
     }
     TRELLIS_RETURN_IF_ERROR(connectLinks(links, config));
     streams_.watchCommunication(
@@ -351,10 +351,9 @@ private:
       ncclResult_t split = nccl_->commSplit(world_, color, key, &comm, &config);
       if (mine)
         links_[*mine].comm = comm;
-      // A rank in no link of the round waits for the world's split.
-      TRELLIS_RETURN_IF_ERROR(call("connecting round " + std::to_string(round) +
-                                       " of the transfers",
-                                   split, comm ? comm : world_));
+      TRELLIS_RETURN_IF_ERROR(settleSplit(
+          "connecting round " + std::to_string(round) + " of the transfers",
+          split, comm));
       if (!mine)
         continue;
       Link &link = links_[*mine];
@@ -470,6 +469,15 @@ private:
       return Status::success();
     return nccl_->failure(what + " (rank " + std::to_string(rank_) + ")",
                           result);
+  }
+
+  /// A split of the world into `comm` (null: this rank joined none) ended:
+  /// the new communicator and the world alike, which a nonblocking split
+  /// leaves busy until it ends.
+  Status settleSplit(const std::string &what, ncclResult_t split,
+                     ncclComm_t comm) {
+    TRELLIS_RETURN_IF_ERROR(call(what, split, comm ? comm : world_));
+    return settle(what, world_);
   }
 
   /// Polls `comm` until the call `what` left in progress ends.
