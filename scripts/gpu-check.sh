@@ -379,20 +379,17 @@ RATES
 
   # torch.compile (its compilation in the first steps, left out of the
   # mean), time allowing: the slowest to start, so last.
-  if ((SECONDS < budget)); then
-    timeout 240 python3 "$dir/bin/pytorch_step.py" \
-      "$dir/bin/$(basename "$timed_config")" 8 1024 12 8 bf16 compile cuda \
-      >"$out/timed-pytorch-compile.out" 2>&1
-  else
-    record "torch.compile gpt2" skipped "past the ${budget} s budget"
-  fi
-  if ((SECONDS < budget)); then
-    timeout 300 python3 "$dir/bin/pytorch_step.py" \
-      "$dir/bin/$(basename "$llama_config")" 4 2048 12 8 bf16 compile cuda \
-      >"$out/timed-llama-pytorch-compile.out" 2>&1
-  else
-    record "torch.compile llama" skipped "past the ${budget} s budget"
-  fi
+  compiled_step() { # compiled_step NAME CONFIG BATCH SEQ SECONDS OUT
+    if ((SECONDS >= budget)); then
+      record "torch.compile $1" skipped "past the ${budget} s budget"
+      return
+    fi
+    timeout "$5" python3 "$dir/bin/pytorch_step.py" \
+      "$dir/bin/$(basename "$2")" "$3" "$4" 12 8 bf16 compile cuda >"$6" 2>&1
+  }
+  compiled_step gpt2 "$timed_config" 8 1024 240 "$out/timed-pytorch-compile.out"
+  compiled_step llama "$llama_config" 4 2048 300 \
+    "$out/timed-llama-pytorch-compile.out"
   # Mean of steps 3-12 of a Trellis run, and of PyTorch's runs, each with
   # its tokens per second and MFU (a step's FLOPs as the plan counts them,
   # over the time, against $peak_flops; both steps move 8192 tokens).

@@ -272,9 +272,11 @@ std::vector<TransferLink> transferLinks(const Plan &plan) {
       if (entry.instruction->op == "send")
         sends[s].emplace_back(entry.axes, entry.instruction->integer("peer"));
   std::vector<TransferLink> links;
-  for (int64_t rank = 0; rank < mesh.size(); ++rank)
-    for (const auto &[axes, peer] : sends[stageOfRank(plan, rank)])
+  for (int64_t rank = 0; rank < mesh.size(); ++rank) {
+    int64_t stage = mesh.coordinates(rank)[*plan.pipelineAxis];
+    for (const auto &[axes, peer] : sends[stage])
       links.push_back({rank, mesh.group(rank, *axes)[peer]});
+  }
   std::sort(links.begin(), links.end());
   links.erase(std::unique(links.begin(), links.end()), links.end());
   return links;

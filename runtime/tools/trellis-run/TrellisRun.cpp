@@ -184,10 +184,13 @@ int main(int argc, char **argv) {
     std::string text = error.what();
     size_t colon = text.find(": "), equals = text.find(" = ");
     if (colon != std::string::npos && equals != std::string::npos &&
-        equals > colon)
-      text = "expected a number for " +
-             text.substr(colon + 2, equals - colon - 2) + ", found '" +
-             text.substr(equals + 3) + "'";
+        equals > colon) {
+      std::string name = text.substr(colon + 2, equals - colon - 2);
+      const CLI::Option *option = app.get_option_no_throw(name);
+      bool flag = option && option->get_type_name() == "BOOLEAN";
+      text = std::string("expected ") + (flag ? "true or false" : "a number") +
+             " for " + name + ", found '" + text.substr(equals + 3) + "'";
+    }
     std::fprintf(stderr, "trellis run: error: %s (see 'trellis run --help')\n",
                  text.c_str());
     return 1;
