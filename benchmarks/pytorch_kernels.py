@@ -5,7 +5,7 @@ profiled rates (flops_by_op over the profiled time).
 Usage: pytorch_kernels.py
 
 Prints, per shape, the TFLOP/s of torch.matmul in bf16 (cuBLAS; the
-products of GPT-2 124M at 8 x 1024 tokens and of Llama-3.2-1B at 4 x 2048,
+products of GPT-2 124M at 16 x 1024 tokens and of Llama-3.2-1B at 4 x 2048,
 forward shapes) and of scaled_dot_product_attention's forward and
 forward+backward (causal, bf16; flash or cuDNN, as PyTorch picks), timed
 with CUDA events over 20 runs after 5. Needs torch with CUDA (never a test
@@ -63,15 +63,15 @@ def attention_rates(batch, seq, heads, kv_heads, dim):
 
 print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
 for name, (m, k, n) in {
-        "gpt2 qkv 8192x768x2304": (8192, 768, 2304),
-        "gpt2 mlp_up 8192x768x3072": (8192, 768, 3072),
-        "gpt2 head 8192x768x50257": (8192, 768, 50257),
+        "gpt2 qkv 16384x768x2304": (16384, 768, 2304),
+        "gpt2 mlp_up 16384x768x3072": (16384, 768, 3072),
+        "gpt2 head 16384x768x50257": (16384, 768, 50257),
         "llama qkv 8192x2048x3072": (8192, 2048, 3072),
         "llama mlp_up 8192x2048x8192": (8192, 2048, 8192),
         "llama mlp_down 8192x8192x2048": (8192, 8192, 2048),
         "llama head 8192x2048x128256": (8192, 2048, 128256)}.items():
     print(f"cublas matmul {name}: {matmul_rate(m, k, n):.1f} TFLOP/s")
-for name, shape in {"gpt2 b8 s1024 h12 d64": (8, 1024, 12, 12, 64),
+for name, shape in {"gpt2 b16 s1024 h12 d64": (16, 1024, 12, 12, 64),
                     "llama b4 s2048 h32/8 d64": (4, 2048, 32, 8, 64)}.items():
     forward, both = attention_rates(*shape)
     print(f"sdpa {name}: forward {forward:.1f} TFLOP/s, "

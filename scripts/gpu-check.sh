@@ -77,11 +77,12 @@ multi_plans=(
   "mixtral-ep2-gather|2|$root/examples/configs/mixtral-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --ep 2"
   "mixtral-ep2-all-to-all|2|$root/examples/configs/mixtral-tiny.json --batch 4 --seq 32 --adam-eps 1e-5 --ep 2 --ep-dispatch all-to-all"
 )
-# Timed only (no CPU run): GPT-2 124M, bf16, 8 x 1024 tokens, as compiled
+# Timed only (no CPU run): GPT-2 124M, bf16, 16 x 1024 tokens (llm.c's
+# shape), as compiled
 # by default (fused) and unfused, beside PyTorch eager on the same GPU
 # (benchmarks/pytorch_step.py).
 timed_config=$root/examples/configs/gpt2-124m.json
-timed_options="--batch 8 --seq 1024 --precision bf16"
+timed_options="--batch 16 --seq 1024 --precision bf16"
 # Timed too: a Llama-3.2-1B step (bf16, 4 x 2048 tokens) beside PyTorch
 # eager and torch.compile; MFU against the H100/H200's 989 TFLOP/s of dense
 # bf16, with the plan's own count of a step's FLOPs (`--report`).
@@ -316,7 +317,7 @@ run() {
           "$(grep -m1 -i error "$out/timed-$variant-$round.out" | cut -c1-160)"
     done
     timeout 60 python3 "$dir/bin/pytorch_step.py" \
-      "$dir/bin/$(basename "$timed_config")" 8 1024 12 8 bf16 cuda \
+      "$dir/bin/$(basename "$timed_config")" 16 1024 12 8 bf16 cuda \
       >"$out/timed-pytorch-$round.out" 2>&1
   done
   # The Llama-3.2-1B step: Trellis and PyTorch eager (torch.compile's at the
@@ -387,40 +388,41 @@ RATES
     timeout "$5" python3 "$dir/bin/pytorch_step.py" \
       "$dir/bin/$(basename "$2")" "$3" "$4" 12 8 bf16 compile cuda >"$6" 2>&1
   }
-  compiled_step gpt2 "$timed_config" 8 1024 240 "$out/timed-pytorch-compile.out"
+  compiled_step gpt2 "$timed_config" 16 1024 240 "$out/timed-pytorch-compile.out"
   compiled_step llama "$llama_config" 4 2048 300 \
     "$out/timed-llama-pytorch-compile.out"
   # Mean of steps 3-12 of a Trellis run, and of PyTorch's runs, each with
   # its tokens per second and MFU (a step's FLOPs as the plan counts them,
-  # over the time, against $peak_flops; both steps move 8192 tokens).
-  trellis_time() { # trellis_time NAME GFLOP OUT
-    awk -F'|' -v name="$1" -v gflop="$2" -v peak="$peak_flops" '/^step/ {n++;
+  # over the time, against $peak_flops).
+  trellis_time() { # trellis_time NAME GFLOP TOKENS OUT
+    awk -F'|' -v name="$1" -v gflop="$2" -v tokens="$3" -v peak="$peak_flops" '/^step/ {n++;
       if (n > 2) {split($NF, t, " "); s += t[1]; k++}}
       END {if (k) {ms = s / k; printf "trellis %s | %.2f ms | %.0f tokens/s | MFU %.3f\n",
-        name, ms, 8192 / ms * 1e3, gflop * 1e9 / (ms / 1e3) / peak}}' "$3"
+        name, ms, tokens / ms * 1e3, gflop * 1e9 / (ms / 1e3) / peak}}' "$4"
   }
-  pytorch_time() { # pytorch_time GFLOP OUT (a run skipped: nothing)
-    [[ -f "$2" ]] || return 0
-    awk -v gflop="$1" -v peak="$peak_flops" '/mean step/ {
+  pytorch_time() { # pytorch_time GFLOP TOKENS OUT (a run skipped: nothing)
+    [[ -f "$3" ]] || return 0
+    awk -v gflop="$1" -v tokens="$2" -v peak="$peak_flops" '/mean step/ {
       ms = $(NF - 1); printf "%s | %.0f tokens/s | MFU %.3f\n",
-      $0, 8192 / ms * 1e3, gflop * 1e9 / (ms / 1e3) / peak}' "$2"
+      $0, tokens / ms * 1e3, gflop * 1e9 / (ms / 1e3) / peak}' "$3"
   }
   local gpt2_gflop llama_gflop
   gpt2_gflop=$(awk '/^compute per step:/ {print $4}' "$dir/plans/timed-fused.report")
   llama_gflop=$(awk '/^compute per step:/ {print $4}' "$dir/plans/timed-llama.report")
   {
-    echo "GPT-2 124M bf16, 8 x 1024 tokens per step:"
+    echo "GPT-2 124M bf16, 16 x 1024 tokens per step:"
     for round in 1 2; do
       for variant in fused eager unfused cores; do
-        trellis_time "$variant" "$gpt2_gflop" "$out/timed-$variant-$round.out"
+        trellis_time "$variant" "$gpt2_gflop" 16384 \
+          "$out/timed-$variant-$round.out"
       done
-      pytorch_time "$gpt2_gflop" "$out/timed-pytorch-$round.out"
+      pytorch_time "$gpt2_gflop" 16384 "$out/timed-pytorch-$round.out"
     done
-    pytorch_time "$gpt2_gflop" "$out/timed-pytorch-compile.out"
+    pytorch_time "$gpt2_gflop" 16384 "$out/timed-pytorch-compile.out"
     echo "Llama-3.2-1B bf16, 4 x 2048 tokens per step:"
-    trellis_time fused "$llama_gflop" "$out/timed-llama.out"
-    pytorch_time "$llama_gflop" "$out/timed-llama-pytorch.out"
-    pytorch_time "$llama_gflop" "$out/timed-llama-pytorch-compile.out"
+    trellis_time fused "$llama_gflop" 8192 "$out/timed-llama.out"
+    pytorch_time "$llama_gflop" 8192 "$out/timed-llama-pytorch.out"
+    pytorch_time "$llama_gflop" 8192 "$out/timed-llama-pytorch-compile.out"
     echo "Kernels (Trellis profiled, every launch synchronous; cuBLAS and SDPA"
     echo "timed by CUDA events):"
     kernel_rates gpt2 "$dir/plans/timed-fused.json" "$out/timed-profile.out"
