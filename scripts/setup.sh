@@ -2,6 +2,11 @@
 # Installs the Debian packages Trellis needs (only those missing), then
 # configures and builds into $TRELLIS_BUILD_DIR (default: build/).
 # Idempotent: quiet and fast when everything is present and built.
+# Arguments are CMake cache settings (-DNAME=VALUE) for the one configure:
+# the tree is configured when it has none yet or when they differ from the
+# settings it was last configured with (cached settings otherwise stay), so
+# scripts/test.sh configures and builds once with the options its tests need.
+# --packages-only installs the packages and stops.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,12 +38,19 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [[ ! -f $build/build.ninja ]]; then
+if [[ ${1:-} == --packages-only ]]; then
+  exit 0
+fi
+
+settings=$build/trellis-configure-settings
+if [[ ! -f $build/build.ninja ]] ||
+   { (($#)) && [[ "$*" != "$(cat "$settings" 2>/dev/null)" ]]; }; then
   cmake -G Ninja -S "$root" -B "$build" \
     -DCMAKE_BUILD_TYPE=Release \
     -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit \
     -DMLIR_LINK_MLIR_DYLIB=ON \
-    -DLLVM_USE_LINKER=lld >/dev/null
+    -DLLVM_USE_LINKER=lld "$@" >/dev/null
+  (($#)) && printf '%s' "$*" >"$settings"
 fi
 ninja -C "$build" -j "$jobs" all

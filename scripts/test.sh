@@ -6,14 +6,14 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${TRELLIS_BUILD_DIR:-$root/build}
-"$root/scripts/setup.sh"
 
-# The Python package in the build tree, with the tests' environment (made
-# once outside the clone, scripts/python-env.sh).
+# One configure and one build, with the Python package in the build tree and
+# the tests' environment (made once outside the clone, scripts/python-env.sh).
+# setup.sh installs the Debian packages first: the environment's venv needs
+# python3-venv.
+"$root/scripts/setup.sh" --packages-only
 python=$("$root/scripts/python-env.sh")
-cmake -S "$root" -B "$build" -DTRELLIS_PYTHON=ON \
-  -DPython_EXECUTABLE="$python" >/dev/null
-ninja -C "$build" -j "${TRELLIS_JOBS:-$(nproc)}" all
+"$root/scripts/setup.sh" -DTRELLIS_PYTHON=ON -DPython_EXECUTABLE="$python"
 
 echo "== lit =="
 /usr/lib/llvm-22/bin/lit -sv "$build/test"
