@@ -2,6 +2,8 @@
 
 #include "trellis/Planner/StepTime.h"
 
+#include "trellis/Common/OpContract.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -14,7 +16,12 @@ namespace {
 
 using Phase = PricedWork::Phase;
 
-bool isAttention(llvm::StringRef name) { return name.starts_with("attention"); }
+/// The compute class of the op a work item names (memory-bound for names
+/// outside the table).
+ComputeClass computeClassOf(const std::string &name) {
+  const OpContract *row = findOpContract(name);
+  return row ? row->computeClass : ComputeClass::MemoryBound;
+}
 
 /// A collective's or transfer's key split: `all_reduce over dp tp`.
 struct CollectiveKey {
@@ -115,23 +122,27 @@ double computeSeconds(const PricedWork &work, const ClusterSpec &cluster) {
       efficiency *= size / (size + device.gemmHalfSize);
     return efficiency;
   };
-  bool scoresInMemory =
-      device.attentionMaterializesScores &&
-      (work.name == "attention" || work.name == "attention_grad") &&
-      work.gemmDepth > 0;
-  bool gemm = work.name == "matmul" || work.name == "matmul_accumulate";
-  if (gemm && work.gemmRows > 0) {
+  ComputeClass computeClass = computeClassOf(work.name);
+  // gemmDepth is set for whole attention ops (attention, attention_grad),
+  // not for ring attention's pieces.
+  bool scoresInMemory = device.attentionMaterializesScores &&
+                        computeClass == ComputeClass::Attention &&
+                        work.gemmDepth > 0;
+  // GEMM sizes are known for matmuls (an expert's grouped GEMM has none and
+  // is priced by its bytes and FLOPs below).
+  if (computeClass == ComputeClass::Gemm && work.gemmRows > 0) {
     seconds = std::max(work.flops / (dtypePeak * gemmEfficiency()), memory);
   } else if (scoresInMemory) {
     // Scores: 4 E d FLOPs forward and 10 E d backward for E scores; each
     // score crosses memory 13 times forward and 26 backward in 16 bits.
-    bool backward = work.name == "attention_grad";
+    const OpContract *row = findOpContract(work.name);
+    bool backward = row && row->gradient;
     double scores = work.flops / ((backward ? 10.0 : 4.0) * work.gemmDepth);
     double width = work.dtype == "f32" ? 2.0 : 1.0;
     double scoreBytes = scores * (backward ? 26.0 : 13.0) * width;
     seconds = work.flops / (dtypePeak * gemmEfficiency()) +
               scoreBytes / (device.memoryBandwidth * device.memoryEfficiency);
-  } else if (isAttention(work.name)) {
+  } else if (computeClass == ComputeClass::Attention) {
     double flops = work.causal ? work.flops / 2 : work.flops;
     auto measured = device.opEfficiency.find(work.name);
     double efficiency = measured == device.opEfficiency.end()

@@ -16,6 +16,7 @@
 #include "trellis/Sharding/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 #include "trellis/Dialect/Trellis/IR/TrellisOps.h"
@@ -71,7 +72,8 @@ struct ApplySequenceParallelPass
     readInputSplit(function);
     SmallVector<Operation *> norms;
     function.walk([&](Operation *op) {
-      if (llvm::isa<graph::RmsNormOp, graph::LayerNormOp>(op))
+      const OpContract *row = graph::contractOf(op);
+      if (row && row->family == OpFamily::Norm && !row->gradient)
         norms.push_back(op);
     });
     // The sequence splits over the context axes and then the tensor axis.

@@ -203,7 +203,7 @@ Status runInFloat(const KernelArgs &args, Kernel kernel) {
   for (int64_t id : original.outputs)
     local.outputs.push_back(bind(id, readsResults));
   TRELLIS_RETURN_IF_ERROR(
-      kernel(KernelArgs{local, buffers, args.axes, args.comm}));
+      kernel(KernelArgs{local, buffers, args.axes, args.comm, args.prepared}));
   for (size_t i = 0; i < original.outputs.size(); ++i) {
     Tensor &target = args.buffers[original.outputs[i]];
     if (isNarrow(target))

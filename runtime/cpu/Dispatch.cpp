@@ -16,6 +16,20 @@ void KernelTable::add(std::initializer_list<const char *> ops, Kernel kernel) {
   }
 }
 
+void KernelTable::addFamily(OpFamily family, Kernel kernel) {
+  for (const OpContract &contract : opContracts())
+    if (contract.family == family)
+      kernels_[contract.id] = kernel;
+}
+
+const OpContract &rowOf(const KernelArgs &args) {
+  const auto *launch = static_cast<const CpuLaunch *>(args.prepared);
+  if (launch && launch->row)
+    return *launch->row;
+  // Validation admits only ops of the table (OpShapes.cpp).
+  return *findOpContract(args.instruction.op);
+}
+
 const KernelTable &cpuKernels() {
   static const KernelTable table = [] {
     KernelTable kernels;

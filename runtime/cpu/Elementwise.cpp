@@ -53,11 +53,6 @@ void broadcastBinary(const Tensor &lhs, const Tensor &rhs, Tensor &out, Fn fn) {
 
 using UnaryFn = UnaryFunction;
 
-/// Validation guarantees a known name (OpShapes.cpp).
-UnaryFn parseUnaryFn(const std::string &name) {
-  return parseUnaryFunction(name.c_str());
-}
-
 /// The shared formulas (trellis/Common/UnaryFunctions.h), one instance per
 /// function so each loop below is straight-line code.
 template <UnaryFn Fn> float applyUnary(float x) {
@@ -82,45 +77,54 @@ void unaryLoop(const float *x, const float *dy, float *y, int64_t n) {
 void runUnary(UnaryFn fn, const float *x, const float *dy, float *y,
               int64_t n) {
   switch (fn) {
-#define TRELLIS_UNARY_CASE(NAME)                                               \
+#define TRELLIS_UNARY_CASE(NAME, TEXT, LINEAR)                                 \
   case UnaryFn::NAME:                                                          \
     return unaryLoop<UnaryFn::NAME>(x, dy, y, n);
-    TRELLIS_UNARY_CASE(Neg)
-    TRELLIS_UNARY_CASE(Exp)
-    TRELLIS_UNARY_CASE(Log)
-    TRELLIS_UNARY_CASE(Tanh)
-    TRELLIS_UNARY_CASE(Sqrt)
-    TRELLIS_UNARY_CASE(Rsqrt)
-    TRELLIS_UNARY_CASE(Sigmoid)
-    TRELLIS_UNARY_CASE(Silu)
-    TRELLIS_UNARY_CASE(Gelu)
-    TRELLIS_UNARY_CASE(GeluTanh)
-    TRELLIS_UNARY_CASE(Relu)
+    TRELLIS_UNARY_FUNCTIONS(TRELLIS_UNARY_CASE)
 #undef TRELLIS_UNARY_CASE
+  }
+}
+
+/// out = f(lhs, rhs) for one binary function, as straight-line code.
+template <BinaryFunction Fn> void binaryKernel(const KernelArgs &args) {
+  broadcastBinary(args.in(0), args.in(1), args.out(0),
+                  [](float a, float b) { return applyBinary(Fn, a, b); });
+}
+
+void runBinary(BinaryFunction fn, const KernelArgs &args) {
+  switch (fn) {
+#define TRELLIS_BINARY_CASE(NAME, TEXT, LINEAR, FUSIBLE)                       \
+  case BinaryFunction::NAME:                                                   \
+    return binaryKernel<BinaryFunction::NAME>(args);
+    TRELLIS_BINARY_FUNCTIONS(TRELLIS_BINARY_CASE)
+#undef TRELLIS_BINARY_CASE
   }
 }
 
 } // namespace
 
-void runUnaryFunction(const std::string &function, const float *x,
-                      const float *dy, float *y, int64_t n) {
+void runUnaryFunction(UnaryFunction function, const float *x, const float *dy,
+                      float *y, int64_t n) {
   // Through oneDNN's vectorized eltwise at every length (an element's
   // value must not depend on its tensor's size: a split tensor's pieces
   // get the whole's values); the scalar loops where it has no form.
   if (!runUnaryOneDnn(function, x, dy, y, n))
-    runUnary(parseUnaryFn(function), x, dy, y, n);
+    runUnary(function, x, dy, y, n);
 }
 
+/// The pointwise families: fill, accumulate, binary, unary, unary_grad and
+/// scale, each member read from the instruction's row.
 Status runElementwise(const KernelArgs &args) {
   const Instruction &instruction = args.instruction;
-  const std::string &op = instruction.op;
-  if (op == "fill") {
+  const OpContract &row = rowOf(args);
+  switch (row.family) {
+  case OpFamily::Fill: {
     Tensor &out = args.out(0);
     std::fill(out.f32(), out.f32() + out.size(),
               static_cast<float>(instruction.real("value")));
     return Status::success();
   }
-  if (op == "accumulate") {
+  case OpFamily::Accumulate: {
     // total = value for the step's first micro-batch, total += value after.
     const float *value = args.in(0).f32();
     float *total = args.out(0).f32();
@@ -134,25 +138,10 @@ Status runElementwise(const KernelArgs &args) {
     }
     return Status::success();
   }
-  if (op == "add")
-    broadcastBinary(args.in(0), args.in(1), args.out(0),
-                    [](float a, float b) { return a + b; });
-  else if (op == "sub")
-    broadcastBinary(args.in(0), args.in(1), args.out(0),
-                    [](float a, float b) { return a - b; });
-  else if (op == "mul")
-    broadcastBinary(args.in(0), args.in(1), args.out(0),
-                    [](float a, float b) { return a * b; });
-  else if (op == "div")
-    broadcastBinary(args.in(0), args.in(1), args.out(0),
-                    [](float a, float b) { return a / b; });
-  else if (op == "maximum")
-    broadcastBinary(args.in(0), args.in(1), args.out(0),
-                    [](float a, float b) { return a >= b ? a : b; });
-  else if (op == "equal_mask")
-    broadcastBinary(args.in(0), args.in(1), args.out(0),
-                    [](float a, float b) { return a == b ? 1.0f : 0.0f; });
-  else if (op == "scale") {
+  case OpFamily::Binary:
+    runBinary(*row.binaryFunction(), args);
+    return Status::success();
+  case OpFamily::Scale: {
     float factor = static_cast<float>(instruction.real("factor"));
     const float *x = args.in(0).f32();
     float *y = args.out(0).f32();
@@ -160,21 +149,28 @@ Status runElementwise(const KernelArgs &args) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i)
       y[i] = x[i] * factor;
-  } else {
-    bool gradient = op == "unary_grad";
-    runUnaryFunction(gradient ? instruction.text("function") : op,
-                     args.in(0).f32(), gradient ? args.in(1).f32() : nullptr,
-                     args.out(0).f32(), args.out(0).size());
+    return Status::success();
   }
-  return Status::success();
+  case OpFamily::Unary:
+    runUnaryFunction(*row.unaryFunction(), args.in(0).f32(), nullptr,
+                     args.out(0).f32(), args.out(0).size());
+    return Status::success();
+  case OpFamily::UnaryGrad:
+    runUnaryFunction(parseUnaryFunction(instruction.text("function").c_str()),
+                     args.in(0).f32(), args.in(1).f32(), args.out(0).f32(),
+                     args.out(0).size());
+    return Status::success();
+  default:
+    return Status::error(std::string("cpu: the elementwise kernel has no ") +
+                         opFamilyName(row.family) + " op '" + row.name + "'");
+  }
 }
 
 void registerElementwiseKernels(KernelTable &table) {
-  table.add({"add", "sub", "mul", "div", "maximum", "equal_mask", "neg",
-             "exp", "log", "tanh", "sqrt", "rsqrt", "sigmoid", "silu", "gelu",
-             "gelu_tanh", "relu", "scale", "unary_grad", "accumulate",
-             "fill"},
-            runElementwise);
+  for (OpFamily family :
+       {OpFamily::Fill, OpFamily::Accumulate, OpFamily::Binary,
+        OpFamily::Scale, OpFamily::Unary, OpFamily::UnaryGrad})
+    table.addFamily(family, runElementwise);
 }
 
 } // namespace trellis::runtime::cpu

@@ -152,20 +152,6 @@ TRELLIS_VECTOR_CLONES void storeBlock(const float *values, int64_t first,
   }
 }
 
-enum class BinaryOp { Add, Sub, Mul, Div, Maximum };
-
-BinaryOp binaryOpOf(const std::string &op) {
-  if (op == "add")
-    return BinaryOp::Add;
-  if (op == "sub")
-    return BinaryOp::Sub;
-  if (op == "mul")
-    return BinaryOp::Mul;
-  if (op == "div")
-    return BinaryOp::Div;
-  return BinaryOp::Maximum;
-}
-
 /// out[i] = value(i) for i < n, rounded to bf16 where `bf16`: one pass,
 /// each value rounded before it is stored.
 template <typename Value>
@@ -181,27 +167,20 @@ inline void storeValues(bool bf16, float *__restrict out, int64_t n,
 
 /// out = a op b (rounded to bf16 where `bf16`); `out` is another slot than
 /// a and b.
-TRELLIS_VECTOR_CLONES void binaryLoop(BinaryOp op, const float *__restrict a,
+TRELLIS_VECTOR_CLONES void binaryLoop(BinaryFunction op,
+                                      const float *__restrict a,
                                       const float *__restrict b,
                                       float *__restrict out, int64_t n,
                                       bool bf16) {
   switch (op) {
-  case BinaryOp::Add:
-    storeValues(bf16, out, n, [&](int64_t i) { return a[i] + b[i]; });
+#define TRELLIS_BINARY_CASE(NAME, TEXT, LINEAR, FUSIBLE)                       \
+  case BinaryFunction::NAME:                                                   \
+    storeValues(bf16, out, n, [&](int64_t i) {                                 \
+      return applyBinary(BinaryFunction::NAME, a[i], b[i]);                    \
+    });                                                                        \
     return;
-  case BinaryOp::Sub:
-    storeValues(bf16, out, n, [&](int64_t i) { return a[i] - b[i]; });
-    return;
-  case BinaryOp::Mul:
-    storeValues(bf16, out, n, [&](int64_t i) { return a[i] * b[i]; });
-    return;
-  case BinaryOp::Div:
-    storeValues(bf16, out, n, [&](int64_t i) { return a[i] / b[i]; });
-    return;
-  case BinaryOp::Maximum:
-    storeValues(bf16, out, n,
-                [&](int64_t i) { return a[i] >= b[i] ? a[i] : b[i]; });
-    return;
+    TRELLIS_BINARY_FUNCTIONS(TRELLIS_BINARY_CASE)
+#undef TRELLIS_BINARY_CASE
   }
 }
 
@@ -220,8 +199,8 @@ void compute(const FusedInstruction &instruction, ElementType type,
   using Kind = FusedInstruction::Kind;
   switch (instruction.kind) {
   case Kind::Binary:
-    binaryLoop(binaryOpOf(instruction.op), a, slots[instruction.operands[1]],
-               out, n, bf16);
+    binaryLoop(instruction.binary, a, slots[instruction.operands[1]], out, n,
+               bf16);
     rounded = bf16;
     break;
   case Kind::Scale:
@@ -229,11 +208,11 @@ void compute(const FusedInstruction &instruction, ElementType type,
     rounded = bf16;
     break;
   case Kind::Unary:
-    runUnaryFunction(instruction.op, a, nullptr, out, n);
+    runUnaryFunction(instruction.unary, a, nullptr, out, n);
     break;
   case Kind::UnaryGrad:
-    runUnaryFunction(instruction.function, a, slots[instruction.operands[1]],
-                     out, n);
+    runUnaryFunction(instruction.unary, a, slots[instruction.operands[1]], out,
+                     n);
     break;
   case Kind::Cast:
     std::copy(a, a + n, out);
@@ -276,26 +255,23 @@ void evaluateFusedProgram(const FusedProgram &program,
   }
 }
 
-/// Whether elementwise op `op` has a one-instruction program (equal_mask,
-/// accumulate and fill have none).
-bool hasProgram(const std::string &op) {
-  return isFusedBinary(op) || op == "scale" || op == "unary_grad" ||
-         isUnaryFunction(op);
-}
-
-/// The one-instruction program of an elementwise op that has one.
-std::string programOf(const Instruction &instruction) {
+/// The one-instruction program of a fusible elementwise row's instruction
+/// (binary, scale, unary, unary_grad).
+std::string programOf(const OpContract &row, const Instruction &instruction) {
   const std::string &op = instruction.op;
-  if (isFusedBinary(op))
+  switch (row.family) {
+  case OpFamily::Binary:
     return op + " %0 %1";
-  if (op == "scale") {
+  case OpFamily::Scale: {
     char factor[32];
     std::snprintf(factor, sizeof factor, "%.17g", instruction.real("factor"));
     return "scale %0 " + std::string(factor);
   }
-  if (op == "unary_grad")
+  case OpFamily::UnaryGrad:
     return "unary_grad " + instruction.text("function") + " %0 %1";
-  return op + " %0";
+  default:
+    return op + " %0";
+  }
 }
 
 #undef TRELLIS_VECTOR_CLONES
@@ -322,10 +298,11 @@ Status runProgram(const KernelArgs &args) {
 
 StatusOr<FusedProgram> parseProgramOf(const KernelArgs &args) {
   const Instruction &instruction = args.instruction;
-  std::vector<std::string> lines = instruction.op == "fused_elementwise"
-                                       ? instruction.texts("program")
-                                       : std::vector<std::string>{
-                                             programOf(instruction)};
+  const OpContract &row = rowOf(args);
+  std::vector<std::string> lines =
+      row.family == OpFamily::FusedElementwise
+          ? instruction.texts("program")
+          : std::vector<std::string>{programOf(row, instruction)};
   std::vector<ElementType> types;
   for (size_t i = 0; i < instruction.inputs.size(); ++i)
     types.push_back(elementOf(args.in(i).desc().dtype));
@@ -349,7 +326,7 @@ bool isNarrowElementwise(const KernelArgs &args) {
   for (size_t i = 0; i < instruction.inputs.size(); ++i)
     if (args.in(i).desc().dtype != dtype)
       return false;
-  return hasProgram(instruction.op);
+  return rowOf(args).fusible;
 }
 
 Status runNarrowElementwise(const KernelArgs &args) { return runProgram(args); }
@@ -357,7 +334,7 @@ Status runNarrowElementwise(const KernelArgs &args) { return runProgram(args); }
 Status runFusedElementwise(const KernelArgs &args) { return runProgram(args); }
 
 void registerFusedElementwiseKernels(KernelTable &table) {
-  table.add({"fused_elementwise"}, runFusedElementwise);
+  table.addFamily(OpFamily::FusedElementwise, runFusedElementwise);
 }
 
 } // namespace trellis::runtime::cpu

@@ -72,14 +72,14 @@ Status runInFloat(const KernelArgs &args, Kernel kernel);
 
 /// y = f(x), or with a gradient dy: dx = f'(x) dy, over `n` contiguous f32
 /// elements through oneDNN (vectorized, threaded); false when oneDNN has
-/// no form of `function` (a unary op or unary_grad function name).
-bool runUnaryOneDnn(const std::string &function, const float *x,
-                    const float *dy, float *y, int64_t n);
+/// no form of `function`.
+bool runUnaryOneDnn(UnaryFunction function, const float *x, const float *dy,
+                    float *y, int64_t n);
 
 /// y = f(x) (dy null) or dx = f'(x) dy for a unary function: what the
 /// unary ops and unary_grad compute, at any length.
-void runUnaryFunction(const std::string &function, const float *x,
-                      const float *dy, float *y, int64_t n);
+void runUnaryFunction(UnaryFunction function, const float *x, const float *dy,
+                      float *y, int64_t n);
 
 /// `fused_elementwise`: one pass over its program (16-bit operands itself).
 Status runFusedElementwise(const KernelArgs &args);
@@ -101,6 +101,9 @@ public:
   /// Registers `kernel` for the ops named; a name that is no row of the op
   /// table is kept for unknownNames().
   void add(std::initializer_list<const char *> ops, Kernel kernel);
+  /// Registers `kernel` for every row of `family`: a new member of the
+  /// family needs no registration of its own.
+  void addFamily(OpFamily family, Kernel kernel);
   /// The kernel of the op with `id`, or null.
   Kernel find(OpId id) const {
     return id < kernels_.size() ? kernels_[id] : nullptr;
@@ -137,12 +140,19 @@ Kernel findKernel(const std::string &op);
 
 /// What the CPU decides once per instruction (Device::prepare).
 struct CpuLaunch : PreparedLaunch {
+  /// The instruction's row of the op table: its family's kernels read
+  /// their member from it instead of comparing names.
+  const OpContract *row = nullptr;
   Kernel kernel = nullptr;
   /// Its 16-bit operands go through fp32 copies (runInFloat).
   bool throughFloatCopies = false;
   /// The parsed program of a fused or narrow elementwise instruction.
   std::optional<FusedProgram> program;
 };
+
+/// The row of the instruction a kernel runs: the one prepare found (a
+/// launch always has one), or, for a kernel called alone, its op name's.
+const OpContract &rowOf(const KernelArgs &args);
 
 /// The program a fused or narrow elementwise instruction evaluates, parsed
 /// over its operands' dtypes and checked against its result's.

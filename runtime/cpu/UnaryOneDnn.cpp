@@ -32,23 +32,34 @@ struct Eltwise {
   float alpha = 0, beta = 0;
 };
 
-/// oneDNN's form of `function`, if it has one.
-std::optional<Eltwise> eltwiseOf(const std::string &function) {
-  static const std::map<std::string, Eltwise> forms = {
-      {"neg", {algorithm::eltwise_linear, -1.0f, 0.0f}},
-      {"exp", {algorithm::eltwise_exp}},
-      {"tanh", {algorithm::eltwise_tanh}},
-      {"sqrt", {algorithm::eltwise_sqrt}},
-      {"rsqrt", {algorithm::eltwise_pow, 1.0f, -0.5f}},
-      {"sigmoid", {algorithm::eltwise_logistic}},
-      {"silu", {algorithm::eltwise_swish, 1.0f}},
-      {"gelu", {algorithm::eltwise_gelu_erf}},
-      {"gelu_tanh", {algorithm::eltwise_gelu_tanh}},
-      {"relu", {algorithm::eltwise_relu, 0.0f}}};
-  auto it = forms.find(function);
-  if (it == forms.end())
+/// oneDNN's form of `function`, if it has one (a function without one runs
+/// the shared formulas' loops).
+std::optional<Eltwise> eltwiseOf(UnaryFunction function) {
+  using F = UnaryFunction;
+  switch (function) {
+  case F::Neg:
+    return Eltwise{algorithm::eltwise_linear, -1.0f, 0.0f};
+  case F::Exp:
+    return Eltwise{algorithm::eltwise_exp};
+  case F::Tanh:
+    return Eltwise{algorithm::eltwise_tanh};
+  case F::Sqrt:
+    return Eltwise{algorithm::eltwise_sqrt};
+  case F::Rsqrt:
+    return Eltwise{algorithm::eltwise_pow, 1.0f, -0.5f};
+  case F::Sigmoid:
+    return Eltwise{algorithm::eltwise_logistic};
+  case F::Silu:
+    return Eltwise{algorithm::eltwise_swish, 1.0f};
+  case F::Gelu:
+    return Eltwise{algorithm::eltwise_gelu_erf};
+  case F::GeluTanh:
+    return Eltwise{algorithm::eltwise_gelu_tanh};
+  case F::Relu:
+    return Eltwise{algorithm::eltwise_relu, 0.0f};
+  default:
     return std::nullopt;
-  return it->second;
+  }
 }
 
 dnnl::engine &engine() {
@@ -72,7 +83,7 @@ struct Built {
 
 /// One cache per thread: fused kernels run eltwise from several threads at
 /// once, block by block, and a lookup must cost far less than a block.
-using Cache = std::map<std::tuple<std::string, bool, int64_t>, Built>;
+using Cache = std::map<std::tuple<UnaryFunction, bool, int64_t>, Built>;
 
 Cache &cache() {
   thread_local Cache instance;
@@ -96,8 +107,8 @@ dnnl::primitive build(const Eltwise &form, bool gradient, int64_t n) {
 
 } // namespace
 
-bool runUnaryOneDnn(const std::string &function, const float *x,
-                    const float *dy, float *y, int64_t n) {
+bool runUnaryOneDnn(UnaryFunction function, const float *x, const float *dy,
+                    float *y, int64_t n) {
   std::optional<Eltwise> form = eltwiseOf(function);
   if (!form || n == 0)
     return form.has_value();

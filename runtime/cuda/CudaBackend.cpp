@@ -513,6 +513,15 @@ void CudaKernelTable::add(std::initializer_list<const char *> ops,
   }
 }
 
+void CudaKernelTable::addFamily(OpFamily family, CudaKernel run) {
+  for (const OpContract &contract : opContracts())
+    if (contract.family == family) {
+      if (entries_.size() <= contract.id)
+        entries_.resize(contract.id + 1);
+      entries_[contract.id] = {run, nullptr, nullptr};
+    }
+}
+
 std::vector<std::string> CudaKernelTable::ops() const {
   std::vector<std::string> names;
   for (const OpContract &contract : opContracts())

@@ -130,6 +130,9 @@ public:
   void add(std::initializer_list<const char *> ops, CudaKernel run,
            CudaPrepare prepare = nullptr,
            CudaWaitsOnHost waitsOnHost = nullptr);
+  /// Registers `run` for every row of `family`: a new member of the family
+  /// needs no registration of its own.
+  void addFamily(OpFamily family, CudaKernel run);
   /// The entry of `op`, or null.
   const Entry *find(const std::string &op) const;
   /// The ops with a kernel, in op-id order.

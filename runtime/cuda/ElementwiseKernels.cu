@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <optional>
 #include <string>
 
 namespace trellis::runtime::cuda {
@@ -41,24 +42,6 @@ template <typename T> __device__ void store(T *data, int64_t i, float value) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;             \
        i < (count); i += int64_t(gridDim.x) * blockDim.x)
 
-enum class Binary { Add, Sub, Mul, Div, Maximum, EqualMask };
-__device__ float binary(Binary op, float a, float b) {
-  switch (op) {
-  case Binary::Add:
-    return a + b;
-  case Binary::Sub:
-    return a - b;
-  case Binary::Mul:
-    return a * b;
-  case Binary::Div:
-    return a / b;
-  case Binary::Maximum:
-    return a >= b ? a : b;
-  case Binary::EqualMask:
-    return a == b ? 1.0f : 0.0f;
-  }
-  return 0.0f;
-}
 
 /// The result's shape and each operand's strides in it (0 along
 /// broadcast dimensions), passed by value.
@@ -71,7 +54,7 @@ struct Broadcast {
 /// Index: the integer type of the index arithmetic (32 bits where the
 /// result's elements allow: a division per dimension costs far less).
 template <typename T, typename Index>
-__global__ void binaryKernel(Binary op, Broadcast layout, const T *a,
+__global__ void binaryKernel(BinaryFunction op, Broadcast layout, const T *a,
                              const T *b, T *out, int64_t count) {
   TRELLIS_GRID_STRIDE(i, count) {
     Index rest = static_cast<Index>(i);
@@ -88,7 +71,7 @@ __global__ void binaryKernel(Binary op, Broadcast layout, const T *a,
       offsetA += int64_t(rest) * layout.strideA[0];
       offsetB += int64_t(rest) * layout.strideB[0];
     }
-    store(out, i, binary(op, load(a, offsetA), load(b, offsetB)));
+    store(out, i, applyBinary(op, load(a, offsetA), load(b, offsetB)));
   }
 }
 
@@ -131,15 +114,6 @@ Status launched(const std::string &op) {
   return Status::success();
 }
 
-Binary binaryOf(const std::string &op) {
-  return op == "add"       ? Binary::Add
-         : op == "sub"     ? Binary::Sub
-         : op == "mul"     ? Binary::Mul
-         : op == "div"     ? Binary::Div
-         : op == "maximum" ? Binary::Maximum
-                           : Binary::EqualMask;
-}
-
 /// NumPy broadcasting of `a` and `b` to `result` (right-aligned).
 StatusOr<Broadcast> broadcastLayout(const std::vector<int64_t> &a,
                                     const std::vector<int64_t> &b,
@@ -174,12 +148,15 @@ StatusOr<Broadcast> broadcastLayout(const std::vector<int64_t> &a,
 Status runElementwise(const KernelArgs &args, CudaContext &context) {
   const Instruction &instruction = args.instruction;
   const std::string &op = instruction.op;
+  // Validation admits only ops of the table; each family below reads its
+  // member from the row.
+  const OpContract &row = *findOpContract(op);
   Tensor &out = args.out(0);
   int64_t count = out.size();
   LaunchGeometry grid = elementwiseGeometry(count);
   cudaStream_t stream = context.stream;
   DType dtype = out.desc().dtype;
-  if (op == "fill") {
+  if (row.family == OpFamily::Fill) {
     float value = static_cast<float>(instruction.real("value"));
     TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
       using T = decltype(type);
@@ -190,11 +167,11 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
     return launched(op);
   }
   const Tensor &x = args.in(0);
-  if (op != "cast" && x.desc().dtype != dtype)
+  if (row.family != OpFamily::Cast && x.desc().dtype != dtype)
     return Status::error("cuda: " + op + " of " + dtypeName(x.desc().dtype) +
                          " into " + dtypeName(dtype) +
                          " (expected operands of the result's dtype)");
-  if (op == "cast") {
+  if (row.family == OpFamily::Cast) {
     TRELLIS_RETURN_IF_ERROR(onFloat(x.desc().dtype, [&](auto from) {
       using From = decltype(from);
       return onFloat(dtype, [&](auto to) {
@@ -207,7 +184,7 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
     }));
     return launched(op);
   }
-  if (op == "accumulate") {
+  if (row.family == OpFamily::Accumulate) {
     bool first = instruction.flag("first");
     TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
       using T = decltype(type);
@@ -218,7 +195,7 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
     }));
     return launched(op);
   }
-  if (op == "scale") {
+  if (row.family == OpFamily::Scale) {
     float factor = static_cast<float>(instruction.real("factor"));
     TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
       using T = decltype(type);
@@ -229,7 +206,7 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
     }));
     return launched(op);
   }
-  if (instruction.inputs.size() == 2 && op != "unary_grad") {
+  if (std::optional<BinaryFunction> fn = row.binaryFunction()) {
     const Tensor &y = args.in(1);
     if (y.desc().dtype != dtype)
       return Status::error("cuda: " + op + " of " + dtypeName(y.desc().dtype) +
@@ -239,26 +216,26 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
         broadcastLayout(x.shape(), y.shape(), out.shape());
     if (!layout.ok())
       return layout.status();
-    Binary fn = binaryOf(op);
     TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
       using T = decltype(type);
       if (count <= INT32_MAX)
         binaryKernel<T, uint32_t><<<grid.blocks, grid.threads, 0, stream>>>(
-            fn, *layout, static_cast<const T *>(x.raw()),
+            *fn, *layout, static_cast<const T *>(x.raw()),
             static_cast<const T *>(y.raw()), static_cast<T *>(out.raw()),
             count);
       else
         binaryKernel<T, uint64_t><<<grid.blocks, grid.threads, 0, stream>>>(
-            fn, *layout, static_cast<const T *>(x.raw()),
+            *fn, *layout, static_cast<const T *>(x.raw()),
             static_cast<const T *>(y.raw()), static_cast<T *>(out.raw()),
             count);
       return Status::success();
     }));
     return launched(op);
   }
-  bool gradient = op == "unary_grad";
-  UnaryFunction fn = parseUnaryFunction(
-      (gradient ? instruction.text("function") : op).c_str());
+  bool gradient = row.family == OpFamily::UnaryGrad;
+  UnaryFunction fn =
+      gradient ? parseUnaryFunction(instruction.text("function").c_str())
+               : row.unaryFunction().value_or(UnaryFunction::Neg);
   TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
     using T = decltype(type);
     unaryKernel<<<grid.blocks, grid.threads, 0, stream>>>(
@@ -273,12 +250,10 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerElementwiseKernels(CudaKernelTable &table) {
-  table.add({"fill",    "add",        "sub",   "mul",        "div",
-             "maximum", "equal_mask", "neg",   "exp",        "log",
-             "tanh",    "sqrt",       "rsqrt", "sigmoid",    "silu",
-             "gelu",    "gelu_tanh",  "relu",  "unary_grad", "scale",
-             "cast",    "accumulate"},
-            runElementwise);
+  for (OpFamily family :
+       {OpFamily::Fill, OpFamily::Binary, OpFamily::Unary, OpFamily::UnaryGrad,
+        OpFamily::Scale, OpFamily::Cast, OpFamily::Accumulate})
+    table.addFamily(family, runElementwise);
 }
 
 } // namespace trellis::runtime::cuda

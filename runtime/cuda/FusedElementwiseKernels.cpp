@@ -100,19 +100,10 @@ std::string spelling(const FusedInstruction &instruction) {
   return text;
 }
 
-/// "trellis::UnaryFunction::GeluTanh" for "gelu_tanh".
-std::string unaryFunction(const std::string &name) {
-  std::string camel;
-  bool upper = true;
-  for (char c : name) {
-    if (c == '_') {
-      upper = true;
-      continue;
-    }
-    camel += upper ? static_cast<char>(c - 'a' + 'A') : c;
-    upper = false;
-  }
-  return "trellis::UnaryFunction::" + camel;
+/// "trellis::UnaryFunction::GeluTanh" for gelu_tanh.
+std::string unaryFunction(UnaryFunction function) {
+  return std::string("trellis::UnaryFunction::") +
+         unaryFunctionEnumerator(function);
 }
 
 /// The fp32 value of instruction `instruction`, before its rounding.
@@ -127,9 +118,23 @@ std::string valueOf(const FusedInstruction &instruction,
   using Kind = FusedInstruction::Kind;
   switch (instruction.kind) {
   case Kind::Binary:
-    if (instruction.op == "maximum")
+    // Arithmetic through the round-to-nearest intrinsics, which NVRTC never
+    // contracts into an FMA: each member rounds as it would unfused.
+    switch (instruction.binary) {
+    case BinaryFunction::Add:
+      return "__fadd_rn(" + a + ", " + b + ")";
+    case BinaryFunction::Sub:
+      return "__fsub_rn(" + a + ", " + b + ")";
+    case BinaryFunction::Mul:
+      return "__fmul_rn(" + a + ", " + b + ")";
+    case BinaryFunction::Div:
+      return "__fdiv_rn(" + a + ", " + b + ")";
+    case BinaryFunction::Maximum:
       return "(" + a + " >= " + b + " ? " + a + " : " + b + ")";
-    return "__f" + instruction.op + "_rn(" + a + ", " + b + ")";
+    case BinaryFunction::EqualMask:
+      return "(" + a + " == " + b + " ? 1.0f : 0.0f)";
+    }
+    return a;
   case Kind::Scale: {
     // The unfused scale's fp32 factor, bit for bit.
     float factor = static_cast<float>(instruction.factor);
@@ -140,11 +145,11 @@ std::string valueOf(const FusedInstruction &instruction,
     return "__fmul_rn(" + a + ", __uint_as_float(" + literal + "))";
   }
   case Kind::Unary:
-    return "trellis::applyUnary(" + unaryFunction(instruction.op) + ", " +
+    return "trellis::applyUnary(" + unaryFunction(instruction.unary) + ", " +
            argument + ")";
   case Kind::UnaryGrad:
     return "__fmul_rn(trellis::unaryDerivative(" +
-           unaryFunction(instruction.function) + ", " + argument + "), " + b +
+           unaryFunction(instruction.unary) + ", " + argument + "), " + b +
            ")";
   case Kind::Cast:
     return a;
@@ -492,7 +497,7 @@ StatusOr<std::string> compileFusedSource(const std::string &source, int arch) {
     ~Destroy() { nvrtc.destroyProgram(&program); }
   } destroy{nvrtc, program};
   // nvcc's defaults, which the unfused kernels are compiled with; the
-  // shared header's host-only parseUnaryFunction compiles as device code.
+  // shared header's unannotated functions compile as device code.
   std::string architecture = "--gpu-architecture=sm_" + std::to_string(arch);
   const char *options[] = {architecture.c_str(),
                            "--std=c++17",

@@ -2,6 +2,7 @@
 
 #include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
+#include "trellis/Dialect/Graph/IR/GraphOps.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/MLIRContext.h"
@@ -51,6 +52,25 @@ TEST(GraphContractTest, EveryComputeRowIsAGraphOp) {
         << "row '" << contract.name << "' has no graph op";
   }
   EXPECT_EQ(ops.size(), computeRows);
+}
+
+// The graph dialect's UnaryFunction enum (GraphEnums.td, the attribute of
+// graph.unary_grad) is the unary family's list (UnaryFunctions.h): the same
+// names in the same order.
+TEST(GraphContractTest, UnaryFunctionEnumIsTheUnaryFamily) {
+  size_t index = 0;
+  for (trellis::UnaryFunction function : trellis::kUnaryFunctions) {
+    std::optional<trellis::graph::UnaryFunction> graphFunction =
+        trellis::graph::symbolizeUnaryFunction(
+            trellis::unaryFunctionName(function));
+    ASSERT_TRUE(graphFunction.has_value())
+        << "GraphEnums.td has no case '"
+        << trellis::unaryFunctionName(function) << "'";
+    EXPECT_EQ(static_cast<size_t>(*graphFunction), index)
+        << trellis::unaryFunctionName(function);
+    ++index;
+  }
+  EXPECT_EQ(trellis::graph::getMaxEnumValForUnaryFunction() + 1, index);
 }
 
 TEST(GraphContractTest, OdsAttributesAreTheRowsAttributes) {

@@ -8,10 +8,8 @@
 namespace trellis {
 
 bool isFusedBinary(const std::string &op) {
-  for (const char *name : {"add", "sub", "mul", "div", "maximum"})
-    if (op == name)
-      return true;
-  return false;
+  BinaryFunction function;
+  return findBinaryFunction(op.c_str(), function) && isFusibleBinary(function);
 }
 
 namespace {
@@ -67,18 +65,20 @@ Diagnostic parseFusedProgram(const std::vector<std::string> &program,
     };
     size_t slots = 0;
     size_t first = 1;
-    if (isFusedBinary(instruction.op)) {
+    if (findBinaryFunction(instruction.op.c_str(), instruction.binary) &&
+        isFusibleBinary(instruction.binary)) {
       instruction.kind = FusedInstruction::Kind::Binary;
       slots = 2;
     } else if (instruction.op == "scale") {
       instruction.kind = FusedInstruction::Kind::Scale;
       slots = 1;
-    } else if (isUnaryFunction(instruction.op)) {
+    } else if (findUnaryFunction(instruction.op.c_str(), instruction.unary)) {
       instruction.kind = FusedInstruction::Kind::Unary;
       slots = 1;
     } else if (instruction.op == "unary_grad") {
       instruction.kind = FusedInstruction::Kind::UnaryGrad;
-      if (tokens.size() < 2 || !isUnaryFunction(tokens[1]))
+      if (tokens.size() < 2 ||
+          !findUnaryFunction(tokens[1].c_str(), instruction.unary))
         return where + "expected a unary function after unary_grad";
       instruction.function = tokens[1];
       first = 2;

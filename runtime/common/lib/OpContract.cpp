@@ -157,11 +157,8 @@ broadcastShapes(const std::vector<int64_t> &lhs,
 }
 
 bool isUnaryFunction(const std::string &name) {
-  for (const char *function : {"neg", "exp", "log", "tanh", "sqrt", "rsqrt",
-                               "sigmoid", "silu", "gelu", "gelu_tanh", "relu"})
-    if (name == function)
-      return true;
-  return false;
+  UnaryFunction function;
+  return findUnaryFunction(name.c_str(), function);
 }
 
 bool acceptsElementType(OperandKind kind, ElementType type) {

@@ -3,6 +3,7 @@
 #include "OpTable.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 namespace trellis {
@@ -45,6 +46,26 @@ Row &Row::effects(OpEffects effects) {
   return *this;
 }
 
+Row &Row::member(int member) {
+  contract_.member = member;
+  return *this;
+}
+
+Row &Row::computeClass(ComputeClass computeClass) {
+  contract_.computeClass = computeClass;
+  return *this;
+}
+
+Row &Row::fusible() {
+  contract_.fusible = true;
+  return *this;
+}
+
+Row &Row::gradient() {
+  contract_.gradient = true;
+  return *this;
+}
+
 Row TableBuilder::add(const std::string &name,
                       std::vector<OperandSpec> operands, size_t results,
                       std::vector<AttrSpec> attrs, ShapeRule rule) {
@@ -55,6 +76,11 @@ Row TableBuilder::add(const std::string &name,
   contract->results = results;
   contract->attrs = std::move(attrs);
   contract->rule = std::move(rule);
+  contract->family = family_;
+  contract->computeClass = family_ == OpFamily::Matmul ? ComputeClass::Gemm
+                           : family_ == OpFamily::Attention
+                               ? ComputeClass::Attention
+                               : ComputeClass::MemoryBound;
   rows_.push_back(std::move(contract));
   return Row(*rows_.back()).flopsPerElement(1);
 }
@@ -70,7 +96,18 @@ Row TableBuilder::addCollective(const std::string &name,
                     return std::string("expected at least one mesh axis");
                   return rule(op, out);
                 });
-  row.contract().collective = true;
+  OpContract &contract = row.contract();
+  contract.collective = true;
+  CollectiveKind kind;
+  if (!findCollectiveKind(name, kind)) {
+    std::fprintf(stderr, "op table: collective '%s' is no CollectiveKind\n",
+                 name.c_str());
+    std::abort();
+  }
+  contract.family =
+      isPointToPoint(kind) ? OpFamily::PointToPoint : OpFamily::Collective;
+  contract.member = static_cast<int>(kind);
+  contract.computeClass = ComputeClass::Communication;
   return row.flopsPerElement(0);
 }
 

@@ -50,6 +50,13 @@ public:
   Row &precision(PrecisionPolicy policy);
   Row &variadic();
   Row &effects(OpEffects effects);
+  /// The row's member of its family's enum (OpContract::member).
+  Row &member(int member);
+  Row &computeClass(ComputeClass computeClass);
+  /// fused_elementwise programs may take the op.
+  Row &fusible();
+  /// The op computes another op's gradient (OpContract::gradient).
+  Row &gradient();
   OpContract &contract() { return contract_; }
 
 private:
@@ -58,12 +65,18 @@ private:
 
 class TableBuilder {
 public:
-  /// Adds a compute op; its cost defaults to one flop per result element.
+  /// The family of the rows added next (every row file opens each of its
+  /// families with it).
+  void family(OpFamily family) { family_ = family; }
+  /// Adds a compute op of the current family; its cost defaults to one
+  /// flop per result element, its compute class to the family's (matmul:
+  /// gemm, attention: attention, else memory-bound).
   Row add(const std::string &name, std::vector<OperandSpec> operands,
           size_t results, std::vector<AttrSpec> attrs, ShapeRule rule);
   /// Adds a collective or transfer over the mesh axes in `axes` (a
   /// required attribute put first); it has no sharding rule and moves
-  /// bytes only.
+  /// bytes only. Its family (collective, or point-to-point for send and
+  /// recv) and member come from its name's CollectiveKind.
   Row addCollective(const std::string &name, std::vector<OperandSpec> operands,
                     size_t results, std::vector<AttrSpec> attrs,
                     ShapeRule rule);
@@ -73,6 +86,7 @@ public:
 private:
   /// Stable addresses while rows are written.
   std::vector<std::unique_ptr<OpContract>> rows_;
+  OpFamily family_ = OpFamily::Fill;
 };
 
 /// The families, one file each.

@@ -86,6 +86,21 @@ std::string effectsText(const OpContract &contract) {
   return text.empty() ? "-" : text;
 }
 
+/// "unary, fusible", "attention, gradient", "matmul (gemm)": the row's
+/// family, its compute class where that is not memory-bound, and the
+/// facts passes read.
+std::string familyText(const OpContract &contract) {
+  std::string text = opFamilyName(contract.family);
+  if (contract.computeClass == ComputeClass::Gemm ||
+      contract.computeClass == ComputeClass::Attention)
+    text += std::string(" (") + computeClassName(contract.computeClass) + ")";
+  if (contract.gradient)
+    text += ", gradient";
+  if (contract.fusible)
+    text += ", fusible";
+  return text;
+}
+
 } // namespace
 
 std::string opTableMarkdown() {
@@ -109,9 +124,13 @@ std::string opTableMarkdown() {
       "shape rule "
       "and cost of each row are code beside it; `trellis-opt "
       "-trellis-print-sharding-rules` and `-trellis-print-op-costs` show "
-      "them on a program.\n\n"
-      "| id | op | operands | results | attributes | precision | effects |\n"
-      "|---:|---|---|---:|---|---|---|\n";
+      "them on a program. A row's family (docs/OpTable.md) is followed by "
+      "its compute class where the planner prices it as a GEMM or as "
+      "attention, `gradient` for an op that computes another's gradient and "
+      "`fusible` for a member fused_elementwise programs take.\n\n"
+      "| id | op | family | operands | results | attributes | precision | "
+      "effects |\n"
+      "|---:|---|---|---|---:|---|---|---|\n";
   for (const OpContract &contract : table) {
     std::string operands;
     for (const OperandSpec &operand : contract.operands)
@@ -125,7 +144,8 @@ std::string opTableMarkdown() {
       attrs += (attrs.empty() ? "" : ", ") + attr.name +
                (attr.required ? ": " : "?: ") + attrKindText(attr.kind);
     text += "| " + std::to_string(contract.id) + " | `" + contract.name +
-            "` | " + (operands.empty() ? "-" : operands) + " | " +
+            "` | " + familyText(contract) + " | " +
+            (operands.empty() ? "-" : operands) + " | " +
             std::to_string(contract.results) + " | " +
             (attrs.empty() ? "-" : attrs) + " | " +
             (contract.collective ? "-" : precisionText(contract.precision)) +

@@ -175,25 +175,8 @@ LogicalResult ScaleOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
   return success();
 }
 
-#define GRAPH_UNARY_GRADIENT(OP)                                               \
-  LogicalResult OP::buildGradients(OpBuilder &b, ArrayRef<Value> dy,           \
-                                   SmallVectorImpl<Value> &grads) {            \
-    grads.push_back(                                                           \
-        UnaryGradOp::create(b, getLoc(), getInput(), dy[0], getFunction()));   \
-    return success();                                                          \
-  }
-GRAPH_UNARY_GRADIENT(NegOp)
-GRAPH_UNARY_GRADIENT(ExpOp)
-GRAPH_UNARY_GRADIENT(LogOp)
-GRAPH_UNARY_GRADIENT(TanhOp)
-GRAPH_UNARY_GRADIENT(SqrtOp)
-GRAPH_UNARY_GRADIENT(RsqrtOp)
-GRAPH_UNARY_GRADIENT(SigmoidOp)
-GRAPH_UNARY_GRADIENT(SiluOp)
-GRAPH_UNARY_GRADIENT(GeluOp)
-GRAPH_UNARY_GRADIENT(GeluTanhOp)
-GRAPH_UNARY_GRADIENT(ReluOp)
-#undef GRAPH_UNARY_GRADIENT
+// The unary ops' gradients are their ODS class's (Graph_UnaryOp in
+// GraphOps.td): one definition for the family.
 
 //===----------------------------------------------------------------------===//
 // Reductions and broadcasting

@@ -11,6 +11,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
@@ -27,10 +28,11 @@ using namespace trellis::graph;
 
 namespace {
 
+/// The op table's fusible rows (binary and unary functions, scale,
+/// unary_grad, cast): what a fused_elementwise program can hold.
 bool isMember(Operation *op) {
-  return llvm::isa<AddOp, SubOp, MulOp, DivOp, MaximumOp, ScaleOp, NegOp,
-                   ExpOp, LogOp, TanhOp, SqrtOp, RsqrtOp, SigmoidOp, SiluOp,
-                   GeluOp, GeluTanhOp, ReluOp, UnaryGradOp, CastOp>(op);
+  const trellis::OpContract *row = contractOf(op);
+  return row && row->fusible;
 }
 
 /// The attributes that place an op in a program: a tree's members share

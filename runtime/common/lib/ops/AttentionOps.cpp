@@ -173,6 +173,7 @@ void addAttentionOps(TableBuilder &table) {
                                        kChunks,
                                        {"window", K::Int, false},
                                        {"softcap", K::Real, false}};
+  table.family(OpFamily::Attention);
   table
       .add("attention", {{"query"}, {"key"}, {"value"}}, 1, attrs,
            [](const OpInstance &op, Results &out) -> Diagnostic {
@@ -193,6 +194,7 @@ void addAttentionOps(TableBuilder &table) {
              out.push_back(op.input(2));
              return std::nullopt;
            })
+      .gradient()
       .factors(attentionFactors)
       .cost(attentionCost(5));
 
@@ -251,6 +253,7 @@ void addAttentionOps(TableBuilder &table) {
              out.push_back(op.input(2));
              return std::nullopt;
            })
+      .gradient()
       .factors(attentionBlockFactors)
       .cost(attentionCost(5));
 }

@@ -217,6 +217,7 @@ std::vector<int64_t> slotFactors(const ExpertFactors &f, int64_t last = -2) {
 
 void addExpertOps(TableBuilder &table) {
   using K = AttrKind;
+  table.family(OpFamily::Expert);
   // The router: scores from logits (softmax over the experts, or each
   // logit's sigmoid), the top_k highest (ties to the lower expert index)
   // in descending order, their scores as weights (renormalized to sum to
@@ -267,6 +268,7 @@ void addExpertOps(TableBuilder &table) {
              out.push_back(op.input(0));
              return std::nullopt;
            })
+      .gradient()
       .factors(routeFactors)
       .cost([](const OpInstance &op) {
         OpCost cost = elementwiseCost(op, 0);
@@ -332,7 +334,8 @@ void addExpertOps(TableBuilder &table) {
         cost.flops = 2.0 * elementCount(op.resultShape(0)) * op.shape(0).back();
         return cost;
       })
-      .effects(exchangesRows);
+      .effects(exchangesRows)
+      .computeClass(ComputeClass::Gemm);
   // The weight's gradient: for each expert, its slots' lhs rows times
   // their result gradients, summed over the slots in token order (an
   // expert no slot chose gets zeros). In the weight's layout; with `axes`,
@@ -366,6 +369,7 @@ void addExpertOps(TableBuilder &table) {
                                     : Shape{experts, k, n}));
              return std::nullopt;
            })
+      .gradient()
       .factors([](const OpInstance &op) {
         ShardingRule rule;
         bool perToken = false, transposed = op.flag("transpose_rhs");
@@ -386,7 +390,8 @@ void addExpertOps(TableBuilder &table) {
         cost.flops = 2.0 * elementCount(op.shape(1)) * op.shape(0).back();
         return cost;
       })
-      .effects(exchangesRows);
+      .effects(exchangesRows)
+      .computeClass(ComputeClass::Gemm);
 
   // How many slots chose each expert: [E] f32 from experts [..., k]. The
   // tokens sum away (a split leaves partial counts). Not differentiable.

@@ -144,6 +144,7 @@ void addNorm(TableBuilder &table, const std::string &name, bool hasBias,
                out.push_back(op.input(1));
              return std::nullopt;
            })
+      .gradient()
       .factors([vectors](const OpInstance &op) {
         return normFactors(op, 1, vectors);
       })
@@ -189,6 +190,7 @@ OpCost crossEntropyCost(const OpInstance &op) {
 
 void addLayerOps(TableBuilder &table) {
   using K = AttrKind;
+  table.family(OpFamily::Matmul);
   table
       .add("matmul", {{"lhs"}, {"rhs"}}, 1,
            {{"transpose_lhs", K::Bool, false},
@@ -226,6 +228,7 @@ void addLayerOps(TableBuilder &table) {
 
   // The row-wise family: softmax over the last dimension, and its
   // gradient from the softmax's result and the result's gradient.
+  table.family(OpFamily::Rowwise);
   table.add("softmax", {kInput}, 1, {}, sameAsInputRule)
       .factors(rowwiseFactors)
       .flopsPerElement(5);
@@ -237,14 +240,17 @@ void addLayerOps(TableBuilder &table) {
              out.push_back(op.input(0));
              return std::nullopt;
            })
+      .gradient()
       .factors(rowwiseFactors)
       .flopsPerElement(4);
 
+  table.family(OpFamily::Norm);
   addNorm(table, "layer_norm", /*hasBias=*/true, 8, 12);
   addNorm(table, "rms_norm", /*hasBias=*/false, 5, 9);
 
   // Splitting the vocabulary leaves the lookup partial: each shard fills
   // the rows it holds and zeros elsewhere. It reads only the selected rows.
+  table.family(OpFamily::Embedding);
   table
       .add("embedding", {{"table"}, {"ids", OperandKind::Index}}, 1,
            {{"vocab_offset", K::Int, false},
@@ -300,6 +306,7 @@ void addLayerOps(TableBuilder &table) {
              out.push_back(like(op, 1, {rows, grad.back()}));
              return std::nullopt;
            })
+      .gradient()
       .factors([](const OpInstance &op) {
         ShardingRule rule;
         const Shape &grad = op.shape(1);
@@ -323,6 +330,7 @@ void addLayerOps(TableBuilder &table) {
 
   // The angle depends on the absolute position: a piece of the sequence
   // knows its offset from its place (the compiler's localizeAttributes).
+  table.family(OpFamily::Position);
   table
       .add("rope", {kInput}, 1,
            {{"frequencies", K::Reals, true},
@@ -374,6 +382,7 @@ void addLayerOps(TableBuilder &table) {
   // count); fp32 inside, from logits of any float dtype.
   OpEffects combinesOverAxes;
   combinesOverAxes.reducesOverAxes = true;
+  table.family(OpFamily::Loss);
   table
       .add("cross_entropy", {{"logits"}, {"targets", OperandKind::Index}}, 1,
            {{"normalizer", K::Int, false}, kOptionalAxes},
@@ -408,6 +417,7 @@ void addLayerOps(TableBuilder &table) {
              out.push_back(op.input(0));
              return std::nullopt;
            })
+      .gradient()
       .factors([](const OpInstance &op) {
         ShardingRule rule;
         std::vector<int64_t> tokens;

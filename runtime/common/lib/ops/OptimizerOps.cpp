@@ -52,6 +52,7 @@ CostRule perParameterElement(double flops) {
 
 void addOptimizerOps(TableBuilder &table) {
   using K = AttrKind;
+  table.family(OpFamily::Optimizer);
   OpEffects adamw;
   adamw.replaces = {0, 2, 3}; // param, first_moment, second_moment
   adamw.gradientOperand = 1;

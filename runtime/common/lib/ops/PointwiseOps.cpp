@@ -35,6 +35,7 @@ ShardingRule linearElementwiseFactors(const OpInstance &op) {
 
 void addPointwiseOps(TableBuilder &table) {
   using K = AttrKind;
+  table.family(OpFamily::Fill);
   table
       .add("fill", {}, 1, {{"shape", K::Ints, true}, {"value", K::Real, true}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
@@ -48,20 +49,28 @@ void addPointwiseOps(TableBuilder &table) {
       .factors(resultFactors)
       .flopsPerElement(0);
 
-  // The binary family; add and sub are linear.
-  for (const char *name :
-       {"add", "sub", "mul", "div", "maximum", "equal_mask"}) {
-    bool linear = std::string(name) == "add" || std::string(name) == "sub";
-    table.add(name, {{"lhs"}, {"rhs"}}, 1, {}, binaryRule)
-        .factors(linear ? linearElementwiseFactors : elementwiseFactors);
+  // The binary family (trellis/Common/BinaryFunctions.h).
+  table.family(OpFamily::Binary);
+  for (BinaryFunction function : kBinaryFunctions) {
+    Row row = table
+                  .add(binaryFunctionName(function), {{"lhs"}, {"rhs"}}, 1, {},
+                       binaryRule)
+                  .factors(isLinearBinary(function) ? linearElementwiseFactors
+                                                    : elementwiseFactors)
+                  .member(static_cast<int>(function));
+    if (isFusibleBinary(function))
+      row.fusible();
   }
 
-  // The unary family (isUnaryFunction's functions); neg is linear.
-  for (const char *name : {"neg", "exp", "log", "tanh", "sqrt", "rsqrt",
-                           "sigmoid", "silu", "gelu", "gelu_tanh", "relu"})
-    table.add(name, {kInput}, 1, {}, sameAsInputRule)
-        .factors(std::string(name) == "neg" ? linearElementwiseFactors
-                                            : elementwiseFactors);
+  // The unary family (trellis/Common/UnaryFunctions.h).
+  table.family(OpFamily::Unary);
+  for (UnaryFunction function : kUnaryFunctions)
+    table.add(unaryFunctionName(function), {kInput}, 1, {}, sameAsInputRule)
+        .factors(isLinearUnary(function) ? linearElementwiseFactors
+                                         : elementwiseFactors)
+        .member(static_cast<int>(function))
+        .fusible();
+  table.family(OpFamily::UnaryGrad);
   table
       .add("unary_grad", {kInput, {"result_grad"}}, 1,
            {{"function", K::String, true}},
@@ -72,12 +81,17 @@ void addPointwiseOps(TableBuilder &table) {
              out.push_back(op.input(0));
              return std::nullopt;
            })
-      .factors(elementwiseFactors);
+      .gradient()
+      .factors(elementwiseFactors)
+      .fusible();
 
+  table.family(OpFamily::Scale);
   table.add("scale", {kInput}, 1, {{"factor", K::Real, true}}, sameAsInputRule)
-      .factors(linearElementwiseFactors);
+      .factors(linearElementwiseFactors)
+      .fusible();
   // Linear, unless the compiler marks it to take reduced values
   // (graph.reduce_first); zeros cast to zeros, so pieces may be padded.
+  table.family(OpFamily::Cast);
   table
       .add("cast", {kInput}, 1, {{"to", K::String, true}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
@@ -95,7 +109,8 @@ void addPointwiseOps(TableBuilder &table) {
         rule.paddable = true;
         return rule;
       })
-      .precision(PrecisionPolicy::Operands);
+      .precision(PrecisionPolicy::Operands)
+      .fusible();
   // A micro-batch's value added into its step total (the compiler's
   // graph.microbatch_sum); the runtime sets `first` on each total's first
   // accumulation of the step (which copies). Zeros sum to zeros, so pieces
@@ -103,6 +118,7 @@ void addPointwiseOps(TableBuilder &table) {
   // does not divide).
   OpEffects accumulates;
   accumulates.accumulates = true;
+  table.family(OpFamily::Accumulate);
   table
       .add("accumulate", {kInput}, 1, {{"first", K::Bool, false}},
            sameAsInputRule)
@@ -117,6 +133,7 @@ void addPointwiseOps(TableBuilder &table) {
   // the inputs broadcast to the result; its dtype is the program's last
   // slot's. Its members' flops (one per element each); the bytes of its
   // inputs and result alone: the intermediates never reach memory.
+  table.family(OpFamily::FusedElementwise);
   table
       .add("fused_elementwise", {kAnyInput}, 1, {{"program", K::Strings, true}},
            [](const OpInstance &op, Results &out) -> Diagnostic {

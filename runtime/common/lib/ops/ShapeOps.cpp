@@ -143,6 +143,7 @@ ShardingRule boxFactors(const OpInstance &op) {
 
 void addShapeOps(TableBuilder &table) {
   using K = AttrKind;
+  table.family(OpFamily::Reduction);
   // The reduction family. A sum over a split dimension is a partial sum;
   // a mean over one is not a partial sum of local means (its reduced
   // dimensions stay whole); a max over one is a partial max.
@@ -168,6 +169,7 @@ void addShapeOps(TableBuilder &table) {
           return cost;
         });
   }
+  table.family(OpFamily::Layout);
   table
       .add("broadcast_to", {kInput}, 1, {{"shape", K::Ints, true}},
            [](const OpInstance &op, Results &out) -> Diagnostic {

@@ -168,6 +168,18 @@ class Graph_UnaryOp<string mnemonic, string function>
   let extraClassDeclaration = [{
     static UnaryFunction getFunction() { return UnaryFunction::}] # function # [{; }
   }];
+  // The gradient of every unary op: f'(input) * dy, by the unary_grad of
+  // its function.
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::buildGradients(
+        ::mlir::OpBuilder &builder,
+        ::llvm::ArrayRef<::mlir::Value> resultGradients,
+        ::llvm::SmallVectorImpl<::mlir::Value> &operandGradients) {
+      operandGradients.push_back(UnaryGradOp::create(
+          builder, getLoc(), getInput(), resultGradients[0], getFunction()));
+      return ::mlir::success();
+    }
+  }];
 }
 
 def Graph_NegOp : Graph_UnaryOp<"neg", "Neg">;

@@ -5,10 +5,10 @@
 // shape), each instruction appends a slot, and the last slot is the
 // result. An instruction is one string of the plan's `program`:
 //
-//   add %0 %1          sub, mul, div, maximum: two slots of one dtype
+//   add %0 %1          a fusible binary function (BinaryFunctions.h: add,
+//                      sub, mul, div, maximum): two slots of one dtype
 //   scale %2 0.5       a slot times a constant
-//   gelu_tanh %3       neg, exp, log, tanh, sqrt, rsqrt, sigmoid, silu,
-//                      gelu, gelu_tanh, relu
+//   gelu_tanh %3       a unary function (UnaryFunctions.h)
 //   unary_grad silu %0 %4   f'(x) dy
 //   cast bf16 %5       to f32, bf16 or f16
 //
@@ -36,6 +36,10 @@ struct FusedInstruction {
   std::string op;
   /// unary_grad's function.
   std::string function;
+  /// The member a Binary instruction computes.
+  BinaryFunction binary = BinaryFunction::Add;
+  /// The member a Unary instruction computes, or UnaryGrad differentiates.
+  UnaryFunction unary = UnaryFunction::Neg;
   std::vector<int> operands;
   double factor = 1.0;
   /// The slot's dtype.
@@ -49,8 +53,8 @@ struct FusedProgram {
   ElementType resultType() const { return slotTypes.back(); }
 };
 
-/// Whether `op` is one of the programs' binary ops (add, sub, mul, div,
-/// maximum).
+/// Whether `op` is one of the programs' binary ops: a fusible binary
+/// function (add, sub, mul, div, maximum).
 bool isFusedBinary(const std::string &op);
 
 /// Parses `program` over inputs of `inputTypes`; or says what was expected

@@ -17,6 +17,7 @@
 #ifndef TRELLIS_COMMON_OPCONTRACT_H
 #define TRELLIS_COMMON_OPCONTRACT_H
 
+#include "trellis/Common/OpFamilies.h"
 #include "trellis/Common/ShardingRule.h"
 
 #include <cstdint>
@@ -238,6 +239,20 @@ struct OpContract {
   /// Whether the op communicates over mesh axes (collectives, transfers).
   /// Such ops have no sharding rule: the partitioner makes them.
   bool collective = false;
+  /// The row's family, and its member where the family enumerates its
+  /// members (unary: UnaryFunction, binary: BinaryFunction, collective and
+  /// point-to-point: CollectiveKind): the enumerator's value, else -1.
+  OpFamily family = OpFamily::Fill;
+  int member = -1;
+  /// How the planner's time model prices an instance.
+  ComputeClass computeClass = ComputeClass::MemoryBound;
+  /// Whether an instance may be a member of a fused_elementwise program
+  /// (FusedProgram.h's instructions are these rows).
+  bool fusible = false;
+  /// Whether the op computes the gradient of another op of its family
+  /// (layer_norm_grad): passes that rewrite a family's forward ops
+  /// (sequence parallelism's norms) leave these to the gradients' own rules.
+  bool gradient = false;
   PrecisionPolicy precision = PrecisionPolicy::Low;
   OpEffects effects;
   /// Appends the result types; or returns what was expected and found.
@@ -251,6 +266,23 @@ struct OpContract {
   std::function<OpCost(const OpInstance &)> cost;
 
   bool isUpdate() const { return !effects.replaces.empty(); }
+  /// The member of a unary, binary or collective row; nullopt for a row
+  /// of another family.
+  std::optional<UnaryFunction> unaryFunction() const {
+    if (family != OpFamily::Unary)
+      return std::nullopt;
+    return static_cast<UnaryFunction>(member);
+  }
+  std::optional<BinaryFunction> binaryFunction() const {
+    if (family != OpFamily::Binary)
+      return std::nullopt;
+    return static_cast<BinaryFunction>(member);
+  }
+  std::optional<CollectiveKind> collectiveKind() const {
+    if (family != OpFamily::Collective && family != OpFamily::PointToPoint)
+      return std::nullopt;
+    return static_cast<CollectiveKind>(member);
+  }
   /// Whether an instance with `count` operands has its update's gradient
   /// scale (OpEffects::gradientScaleOperand).
   bool hasGradientScale(size_t count) const {
@@ -309,7 +341,8 @@ std::optional<std::vector<int64_t>>
 broadcastShapes(const std::vector<int64_t> &lhs,
                 const std::vector<int64_t> &rhs);
 
-/// The pointwise functions of unary ops and `unary_grad`, by name.
+/// Whether `name` is one of the unary family's functions
+/// (TRELLIS_UNARY_FUNCTIONS): the unary ops and `unary_grad`'s function.
 bool isUnaryFunction(const std::string &name);
 
 } // namespace trellis

@@ -1,10 +1,11 @@
 //===- UnaryFunctions.h - The unary functions and their derivatives -*- C++
 //-*-===//
 //
-// neg, exp, log, tanh, sqrt, rsqrt, sigmoid, silu, gelu (erf), gelu_tanh
-// and relu, and d f(x) / dx of each (unary_grad), in fp32: one definition
-// that the CPU kernels and the CUDA kernels both compile (host and device),
-// so every backend computes the same formulas.
+// The unary family's members (TRELLIS_UNARY_FUNCTIONS), f(x) and
+// d f(x) / dx of each (unary_grad), in fp32: one definition that the CPU
+// kernels and the CUDA kernels both compile (host and device), so every
+// backend computes the same formulas. A new unary function is a row of the
+// list, its two formulas, and its graph op (GraphOps.td, GraphEnums.td).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,47 +18,99 @@
 
 namespace trellis {
 
+/// The unary family, one row per function: its enumerator, the name plans
+/// and the graph dialect give it, and whether it is linear (partial sums
+/// pass through it). The op table's unary rows, the fused programs'
+/// instructions, the graph dialect's enum (checked against this list) and
+/// every backend's kernels loop over it; the formulas are below.
+#define TRELLIS_UNARY_FUNCTIONS(X)                                             \
+  X(Neg, "neg", true)                                                          \
+  X(Exp, "exp", false)                                                         \
+  X(Log, "log", false)                                                         \
+  X(Tanh, "tanh", false)                                                       \
+  X(Sqrt, "sqrt", false)                                                       \
+  X(Rsqrt, "rsqrt", false)                                                     \
+  X(Sigmoid, "sigmoid", false)                                                 \
+  X(Silu, "silu", false)                                                       \
+  X(Gelu, "gelu", false)                                                       \
+  X(GeluTanh, "gelu_tanh", false)                                              \
+  X(Relu, "relu", false)
+
 enum class UnaryFunction {
-  Neg,
-  Exp,
-  Log,
-  Tanh,
-  Sqrt,
-  Rsqrt,
-  Sigmoid,
-  Silu,
-  Gelu,
-  GeluTanh,
-  Relu
+#define TRELLIS_UNARY_ENUMERATOR(NAME, TEXT, LINEAR) NAME,
+  TRELLIS_UNARY_FUNCTIONS(TRELLIS_UNARY_ENUMERATOR)
+#undef TRELLIS_UNARY_ENUMERATOR
 };
 
-/// The function a plan names ("gelu_tanh"); validation admits only these
-/// names, anything else reads as neg.
-inline UnaryFunction parseUnaryFunction(const char *name) {
-  struct Named {
-    const char *text;
-    UnaryFunction fn;
-  };
-  static const Named names[] = {{"neg", UnaryFunction::Neg},
-                                {"exp", UnaryFunction::Exp},
-                                {"log", UnaryFunction::Log},
-                                {"tanh", UnaryFunction::Tanh},
-                                {"sqrt", UnaryFunction::Sqrt},
-                                {"rsqrt", UnaryFunction::Rsqrt},
-                                {"sigmoid", UnaryFunction::Sigmoid},
-                                {"silu", UnaryFunction::Silu},
-                                {"gelu", UnaryFunction::Gelu},
-                                {"gelu_tanh", UnaryFunction::GeluTanh},
-                                {"relu", UnaryFunction::Relu}};
-  for (const Named &named : names) {
-    const char *a = named.text, *b = name;
+// Names and lists for host code; NVRTC's fused kernels (which compile this
+// header as device code) need the enum and the formulas alone.
+#ifndef __CUDACC_RTC__
+/// Every unary function, in enum order.
+constexpr UnaryFunction kUnaryFunctions[] = {
+#define TRELLIS_UNARY_ENUMERATOR(NAME, TEXT, LINEAR) UnaryFunction::NAME,
+    TRELLIS_UNARY_FUNCTIONS(TRELLIS_UNARY_ENUMERATOR)
+#undef TRELLIS_UNARY_ENUMERATOR
+};
+
+/// The name plans give `fn` ("gelu_tanh").
+inline const char *unaryFunctionName(UnaryFunction fn) {
+  switch (fn) {
+#define TRELLIS_UNARY_NAME(NAME, TEXT, LINEAR)                                 \
+  case UnaryFunction::NAME:                                                    \
+    return TEXT;
+    TRELLIS_UNARY_FUNCTIONS(TRELLIS_UNARY_NAME)
+#undef TRELLIS_UNARY_NAME
+  }
+  return "";
+}
+
+/// The enumerator's own spelling ("GeluTanh"), by which generated source
+/// (the CUDA backend's fused kernels) names `fn`.
+inline const char *unaryFunctionEnumerator(UnaryFunction fn) {
+  switch (fn) {
+#define TRELLIS_UNARY_ENUMERATOR_NAME(NAME, TEXT, LINEAR)                      \
+  case UnaryFunction::NAME:                                                    \
+    return #NAME;
+    TRELLIS_UNARY_FUNCTIONS(TRELLIS_UNARY_ENUMERATOR_NAME)
+#undef TRELLIS_UNARY_ENUMERATOR_NAME
+  }
+  return "";
+}
+
+/// Whether `fn` is linear: f(a + b) = f(a) + f(b).
+inline bool isLinearUnary(UnaryFunction fn) {
+  switch (fn) {
+#define TRELLIS_UNARY_LINEAR(NAME, TEXT, LINEAR)                               \
+  case UnaryFunction::NAME:                                                    \
+    return LINEAR;
+    TRELLIS_UNARY_FUNCTIONS(TRELLIS_UNARY_LINEAR)
+#undef TRELLIS_UNARY_LINEAR
+  }
+  return false;
+}
+
+/// The function a plan names ("gelu_tanh"); false for any other name.
+inline bool findUnaryFunction(const char *name, UnaryFunction &fn) {
+  for (UnaryFunction candidate : kUnaryFunctions) {
+    const char *a = unaryFunctionName(candidate), *b = name;
     while (*a && *a == *b)
       ++a, ++b;
-    if (*a == 0 && *b == 0)
-      return named.fn;
+    if (*a == 0 && *b == 0) {
+      fn = candidate;
+      return true;
+    }
   }
-  return UnaryFunction::Neg;
+  return false;
 }
+
+/// The function a plan names; validation admits only the names of the
+/// list, anything else reads as neg.
+inline UnaryFunction parseUnaryFunction(const char *name) {
+  UnaryFunction fn = UnaryFunction::Neg;
+  findUnaryFunction(name, fn);
+  return fn;
+}
+#endif // __CUDACC_RTC__
 
 namespace unary {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
