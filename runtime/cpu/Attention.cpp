@@ -40,7 +40,7 @@ Status runAttention(const KernelArgs &args) {
       tiled(positionRuns(sequencePositions(0, s.keySeq, s.keySeq, chunks)),
             kAttentionTile)};
   AttentionTensors t = attentionTensors(args);
-  if (args.instruction.op == "attention")
+  if (!rowOf(args).gradient)
     return blockedAttention(s, runs, t, args.out(0).f32(), nullptr);
   // The backward reads the forward's result and log-sum-exp: recomputed
   // here (the plan keeps neither).
@@ -122,8 +122,8 @@ Status runPositions(const KernelArgs &args) {
 }
 
 void registerAttentionKernels(KernelTable &table) {
-  table.add({"attention", "attention_grad"}, runAttention);
-  table.add({"positions"}, runPositions);
+  table.addMember(AttentionPiece::Whole, runAttention);
+  table.addMember(PositionKind::Positions, runPositions);
 }
 
 } // namespace trellis::runtime::cpu

@@ -179,6 +179,7 @@ Status runInFloat(const KernelArgs &args, Kernel kernel) {
   Instruction local;
   local.op = original.op;
   local.attrs = original.attrs;
+  local.contract = original.contract;
   std::vector<Tensor> buffers;
   size_t copies = 0;
   const OpContract *contract = findOpContract(original.op);

@@ -191,7 +191,6 @@ public:
   StatusOr<std::unique_ptr<PreparedLaunch>>
   prepare(const KernelArgs &args) override {
     auto launch = std::make_unique<CpuLaunch>();
-    launch->row = findOpContract(args.instruction.op);
     bool narrowNative = false;
     launch->kernel = selectKernel(args, narrowNative);
     if (!launch->kernel)

@@ -28,7 +28,7 @@ Status runCrossEntropy(const KernelArgs &args) {
   int64_t rows = targets.size();
   int64_t normalizer = args.instruction.integer("normalizer");
   double scale = 1.0 / static_cast<double>(normalizer ? normalizer : rows);
-  bool isGrad = args.instruction.op == "cross_entropy_grad";
+  bool isGrad = rowOf(args).gradient;
   double upstream = isGrad ? args.in(2).f32()[0] : 1.0;
   // With the classes split over `axes`, this rank holds classes
   // [offset, offset + classes) of the vocabulary.

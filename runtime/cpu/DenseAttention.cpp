@@ -130,7 +130,7 @@ Status runDenseAttention(const KernelArgs &args) {
 
   // Heads over the device's OpenMP threads (BLAS runs single-threaded
   // inside); each thread has its own scratch.
-  if (args.instruction.op == "attention") {
+  if (!rowOf(args).gradient) {
     float *out = args.out(0).f32();
 #pragma omp parallel
     {

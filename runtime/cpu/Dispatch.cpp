@@ -22,12 +22,11 @@ void KernelTable::addFamily(OpFamily family, Kernel kernel) {
       kernels_[contract.id] = kernel;
 }
 
-const OpContract &rowOf(const KernelArgs &args) {
-  const auto *launch = static_cast<const CpuLaunch *>(args.prepared);
-  if (launch && launch->row)
-    return *launch->row;
-  // Validation admits only ops of the table (OpShapes.cpp).
-  return *findOpContract(args.instruction.op);
+void KernelTable::addRows(const std::function<bool(const OpContract &)> &rows,
+                          Kernel kernel) {
+  for (const OpContract &contract : opContracts())
+    if (rows(contract))
+      kernels_[contract.id] = kernel;
 }
 
 const KernelTable &cpuKernels() {
@@ -57,20 +56,20 @@ Kernel findKernel(const std::string &op) {
 namespace trellis::runtime::cpu {
 
 Kernel selectKernel(const KernelArgs &args, bool &narrowNative) {
-  const std::string &op = args.instruction.op;
-  Kernel kernel = findKernel(op);
+  const OpContract &row = rowOf(args);
+  Kernel kernel = cpuKernels().find(row.id);
   // Casts, fused programs, reductions, norms and cross-entropy convert
   // 16-bit values themselves; layout ops move elements of any width.
   narrowNative = kernel == runCast || kernel == runLayout ||
                  kernel == runFusedElementwise || kernel == runReduction ||
                  kernel == runNormalization || kernel == runCrossEntropy;
   // An embedding lookup copies rows of its table's dtype.
-  if (op == "embedding" &&
+  if (row.family == OpFamily::Embedding && !row.gradient &&
       args.in(0).desc().dtype == args.out(0).desc().dtype)
     narrowNative = true;
   // Without oneDNN's bf16 matmul, a bf16 product is an fp32 one on exact
   // copies (products of bf16 values are exact in fp32), rounded once.
-  if ((op == "matmul" || op == "matmul_accumulate") &&
+  if (row.family == OpFamily::Matmul &&
       args.in(0).desc().dtype == DType::BF16 && oneDnnHasBf16Matmul()) {
     narrowNative = true;
     return runMatmulBf16;

@@ -13,7 +13,7 @@ Status runEmbedding(const KernelArgs &args) {
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
-  if (args.instruction.op == "embedding") {
+  if (!rowOf(args).gradient) {
     const Tensor &table = args.in(0), &ids = args.in(1);
     int64_t rows = table.shape()[0], width = table.shape()[1];
     // A vocabulary shard holds the rows at this rank's position.
@@ -107,8 +107,8 @@ Status runRope(const KernelArgs &args) {
 }
 
 void registerEmbeddingKernels(KernelTable &table) {
-  table.add({"embedding", "embedding_grad"}, runEmbedding);
-  table.add({"rope"}, runRope);
+  table.addFamily(OpFamily::Embedding, runEmbedding);
+  table.addMember(PositionKind::Rope, runRope);
 }
 
 } // namespace trellis::runtime::cpu

@@ -15,6 +15,7 @@
 #include "trellis/Runtime/Backend.h"
 #include "trellis/Runtime/OpShapes.h"
 
+#include <functional>
 #include <optional>
 
 namespace trellis::runtime::cpu {
@@ -104,6 +105,18 @@ public:
   /// Registers `kernel` for every row of `family`: a new member of the
   /// family needs no registration of its own.
   void addFamily(OpFamily family, Kernel kernel);
+  /// Registers `kernel` for the rows of one member of a family (forward
+  /// and gradient rows alike).
+  template <typename Member> void addMember(Member member, Kernel kernel) {
+    addRows(
+        [member](const OpContract &row) {
+          return row.memberAs<Member>() == member;
+        },
+        kernel);
+  }
+  /// Registers `kernel` for every row `rows` accepts.
+  void addRows(const std::function<bool(const OpContract &)> &rows,
+               Kernel kernel);
   /// The kernel of the op with `id`, or null.
   Kernel find(OpId id) const {
     return id < kernels_.size() ? kernels_[id] : nullptr;
@@ -140,9 +153,6 @@ Kernel findKernel(const std::string &op);
 
 /// What the CPU decides once per instruction (Device::prepare).
 struct CpuLaunch : PreparedLaunch {
-  /// The instruction's row of the op table: its family's kernels read
-  /// their member from it instead of comparing names.
-  const OpContract *row = nullptr;
   Kernel kernel = nullptr;
   /// Its 16-bit operands go through fp32 copies (runInFloat).
   bool throughFloatCopies = false;
@@ -150,9 +160,10 @@ struct CpuLaunch : PreparedLaunch {
   std::optional<FusedProgram> program;
 };
 
-/// The row of the instruction a kernel runs: the one prepare found (a
-/// launch always has one), or, for a kernel called alone, its op name's.
-const OpContract &rowOf(const KernelArgs &args);
+/// The row of the instruction a kernel runs (found when the plan loaded).
+inline const OpContract &rowOf(const KernelArgs &args) {
+  return args.instruction.row();
+}
 
 /// The program a fused or narrow elementwise instruction evaluates, parsed
 /// over its operands' dtypes and checked against its result's.

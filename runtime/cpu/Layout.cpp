@@ -144,29 +144,34 @@ void broadcastTo(const Tensor &in, Tensor &out) {
 } // namespace
 
 Status runLayout(const KernelArgs &args) {
-  const std::string &op = args.instruction.op;
-  if (op == "reshape") {
+  switch (*rowOf(args).memberAs<LayoutKind>()) {
+  case LayoutKind::Reshape:
     // A reshape's result usually shares its operand's bytes (the executor's
     // arena plan): then there is nothing to move.
     if (args.out(0).raw() != args.in(0).raw())
       parallelCopy(args.out(0).raw(), args.in(0).raw(), args.in(0).bytes());
-  }
-  else if (op == "transpose")
+    break;
+  case LayoutKind::Transpose:
     transpose(args.in(0), args.out(0), args.instruction.ints("permutation"));
-  else if (op == "slice")
+    break;
+  case LayoutKind::Slice:
     slice(args.in(0), args.out(0), args.instruction.ints("offsets"));
-  else if (op == "pad")
+    break;
+  case LayoutKind::Pad:
     pad(args.in(0), args.out(0), args.instruction.ints("low"));
-  else if (op == "concat")
+    break;
+  case LayoutKind::Concat:
     concat(args, args.instruction.integer("dim"));
-  else
+    break;
+  case LayoutKind::BroadcastTo:
     broadcastTo(args.in(0), args.out(0));
+    break;
+  }
   return Status::success();
 }
 
 void registerLayoutKernels(KernelTable &table) {
-  table.add({"reshape", "transpose", "slice", "pad", "concat", "broadcast_to"},
-            runLayout);
+  table.addFamily(OpFamily::Layout, runLayout);
 }
 
 } // namespace trellis::runtime::cpu

@@ -114,7 +114,7 @@ Status runMatmulBf16(const KernelArgs &args) {
   for (size_t d = 0; d + 2 < rank; ++d)
     s.batch *= ls[d];
   s.sharedRhs = rs.size() == 2;
-  bool accumulates = args.instruction.op == "matmul_accumulate";
+  bool accumulates = rowOf(args).effects.accumulates;
   s.f32Result = accumulates || args.instruction.flag("f32_result");
   s.addsToResult = accumulates && !args.instruction.flag("first");
   if (s.m == 0 || s.n == 0 || s.batch == 0)

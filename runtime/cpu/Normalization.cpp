@@ -273,27 +273,35 @@ void rmsNormGrad(const KernelArgs &args, double epsilon) {
 } // namespace
 
 Status runNormalization(const KernelArgs &args) {
-  const std::string &op = args.instruction.op;
+  const OpContract &row = rowOf(args);
+  if (row.family == OpFamily::Rowwise) {
+    if (row.gradient)
+      softmaxGrad(args.in(0), args.in(1), args.out(0));
+    else
+      softmax(args.in(0), args.out(0));
+    return Status::success();
+  }
   double epsilon = args.instruction.real("epsilon");
-  if (op == "softmax")
-    softmax(args.in(0), args.out(0));
-  else if (op == "softmax_grad")
-    softmaxGrad(args.in(0), args.in(1), args.out(0));
-  else if (op == "layer_norm")
-    layerNorm(args, epsilon);
-  else if (op == "layer_norm_grad")
-    layerNormGrad(args, epsilon);
-  else if (op == "rms_norm")
-    rmsNorm(args, epsilon);
-  else
-    rmsNormGrad(args, epsilon);
+  switch (*row.memberAs<NormKind>()) {
+  case NormKind::Layer:
+    if (row.gradient)
+      layerNormGrad(args, epsilon);
+    else
+      layerNorm(args, epsilon);
+    break;
+  case NormKind::Rms:
+    if (row.gradient)
+      rmsNormGrad(args, epsilon);
+    else
+      rmsNorm(args, epsilon);
+    break;
+  }
   return Status::success();
 }
 
 void registerNormalizationKernels(KernelTable &table) {
-  table.add({"softmax", "softmax_grad", "layer_norm", "layer_norm_grad",
-             "rms_norm", "rms_norm_grad"},
-            runNormalization);
+  table.addFamily(OpFamily::Rowwise, runNormalization);
+  table.addFamily(OpFamily::Norm, runNormalization);
 }
 
 } // namespace trellis::runtime::cpu

@@ -60,7 +60,7 @@ struct Update {
 StatusOr<Update> prepare(const KernelArgs &args) {
   const Instruction &instruction = args.instruction;
   Update update;
-  update.sgd = instruction.op == "sgd";
+  update.sgd = rowOf(args).memberAs<OptimizerKind>() == OptimizerKind::Sgd;
   update.a.lr = instruction.real("learning_rate");
   update.a.decay = instruction.real("weight_decay");
   update.param = args.in(0).f32();
@@ -68,7 +68,7 @@ StatusOr<Update> prepare(const KernelArgs &args) {
   update.newParam = args.out(0).f32();
   update.n = args.in(0).size();
   update.a.unscale = 1.0;
-  const OpContract &contract = *findOpContract(instruction.op);
+  const OpContract &contract = rowOf(args);
   if (contract.hasGradientScale(instruction.inputs.size())) {
     double scale = args.in(contract.effects.gradientScaleOperand).f32()[0];
     update.skipped = !std::isfinite(scale);
@@ -156,7 +156,7 @@ Status runOptimizers(const std::vector<KernelArgs> &updates) {
 Status runOptimizer(const KernelArgs &args) { return runOptimizers({args}); }
 
 void registerOptimizerKernels(KernelTable &table) {
-  table.add({"adamw", "sgd"}, runOptimizer);
+  table.addFamily(OpFamily::Optimizer, runOptimizer);
 }
 
 } // namespace trellis::runtime::cpu

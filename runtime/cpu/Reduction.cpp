@@ -120,7 +120,8 @@ Status runReduction(const KernelArgs &args) {
   for (int64_t d : dims)
     keptStrides[d] = 0;
   std::vector<float> result(out.size());
-  if (args.instruction.op == "reduce_max") {
+  ReductionFunction kind = *rowOf(args).memberAs<ReductionFunction>();
+  if (kind == ReductionFunction::Max) {
     FloatValues x(in);
     std::fill(result.begin(), result.end(),
               -std::numeric_limits<float>::infinity());
@@ -148,7 +149,7 @@ Status runReduction(const KernelArgs &args) {
                    [&](int64_t i, int64_t o) { sums[o] += x.data()[i]; });
   }
   double scale = 1.0;
-  if (args.instruction.op == "reduce_mean") {
+  if (kind == ReductionFunction::Mean) {
     int64_t count = 1;
     for (int64_t d : dims)
       count *= shape[d];
@@ -161,7 +162,7 @@ Status runReduction(const KernelArgs &args) {
 }
 
 void registerReductionKernels(KernelTable &table) {
-  table.add({"reduce_sum", "reduce_mean", "reduce_max"}, runReduction);
+  table.addFamily(OpFamily::Reduction, runReduction);
 }
 
 } // namespace trellis::runtime::cpu

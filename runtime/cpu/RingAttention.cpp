@@ -77,7 +77,8 @@ Status attentionMerge(const KernelArgs &args) {
 } // namespace
 
 Status runRingAttention(const KernelArgs &args) {
-  if (args.instruction.op == "attention_merge")
+  const OpContract &row = rowOf(args);
+  if (row.memberAs<AttentionPiece>() == AttentionPiece::Merge)
     return attentionMerge(args);
   const std::vector<int64_t> &qs = args.in(0).shape(),
                              &ks = args.in(1).shape();
@@ -86,7 +87,7 @@ Status runRingAttention(const KernelArgs &args) {
   if (!runs.ok())
     return runs.status();
   AttentionTensors t = attentionTensors(args);
-  if (args.instruction.op == "attention_block")
+  if (!row.gradient)
     return blockedAttention(s, *runs, t, args.out(0).f32(), args.out(1).f32());
   return blockedAttentionGrad(s, *runs, t, args.in(3).f32(), args.in(4).f32(),
                               args.in(5).f32(), args.out(0).f32(),
@@ -94,8 +95,8 @@ Status runRingAttention(const KernelArgs &args) {
 }
 
 void registerRingAttentionKernels(KernelTable &table) {
-  table.add({"attention_block", "attention_merge", "attention_block_grad"},
-            runRingAttention);
+  table.addMember(AttentionPiece::Block, runRingAttention);
+  table.addMember(AttentionPiece::Merge, runRingAttention);
 }
 
 } // namespace trellis::runtime::cpu

@@ -539,6 +539,7 @@ prepareAttention(const KernelArgs &args, CudaContext &context) {
 
 Status runAttention(const KernelArgs &args, CudaContext &context) {
   const std::string &op = args.instruction.op;
+  bool gradient = rowOf(args).gradient;
 #ifdef TRELLIS_HAVE_CUDNN_FRONTEND
   if (args.prepared && isCudnnAttention(args.prepared))
     return runCudnnAttention(*args.prepared, args, context);
@@ -559,7 +560,7 @@ Status runAttention(const KernelArgs &args, CudaContext &context) {
     const T *q = static_cast<const T *>(args.in(0).raw()),
             *k = static_cast<const T *>(args.in(1).raw()),
             *v = static_cast<const T *>(args.in(2).raw());
-    if (op == "attention")
+    if (!gradient)
       return launchForward(g, q, k, v, static_cast<T *>(args.out(0).raw()),
                            static_cast<float *>(nullptr), stream);
     // The forward's fp32 result and log-sum-exp, then the row dots.
@@ -589,8 +590,9 @@ Status runAttention(const KernelArgs &args, CudaContext &context) {
 
 Status runRingAttention(const KernelArgs &args, CudaContext &context) {
   const std::string &op = args.instruction.op;
+  const OpContract &row = rowOf(args);
   cudaStream_t stream = context.stream;
-  if (op == "attention_merge") {
+  if (row.memberAs<AttentionPiece>() == AttentionPiece::Merge) {
     const std::vector<int64_t> &shape = args.in(0).shape();
     int64_t rows = shape[0] * shape[1] * shape[2];
     if (rows == 0)
@@ -631,7 +633,7 @@ Status runRingAttention(const KernelArgs &args, CudaContext &context) {
     const T *q = static_cast<const T *>(args.in(0).raw()),
             *k = static_cast<const T *>(args.in(1).raw()),
             *v = static_cast<const T *>(args.in(2).raw());
-    if (op == "attention_block")
+    if (!row.gradient)
       return launchForward(g, q, k, v, static_cast<T *>(args.out(0).raw()),
                            static_cast<float *>(args.out(1).raw()), stream);
     float *dots = nullptr;

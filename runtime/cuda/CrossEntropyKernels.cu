@@ -114,7 +114,7 @@ Status runCrossEntropy(const KernelArgs &args, CudaContext &context) {
   int64_t rows = targets.size();
   int64_t normalizer = args.instruction.integer("normalizer");
   double scale = 1.0 / static_cast<double>(normalizer ? normalizer : rows);
-  bool isGrad = args.instruction.op == "cross_entropy_grad";
+  bool isGrad = rowOf(args).gradient;
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
@@ -199,7 +199,7 @@ Status runCrossEntropy(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerCrossEntropyKernels(CudaKernelTable &table) {
-  table.add({"cross_entropy", "cross_entropy_grad"}, runCrossEntropy);
+  table.addFamily(OpFamily::Loss, runCrossEntropy);
 }
 
 } // namespace trellis::runtime::cuda

@@ -513,12 +513,13 @@ void CudaKernelTable::add(std::initializer_list<const char *> ops,
   }
 }
 
-void CudaKernelTable::addFamily(OpFamily family, CudaKernel run) {
+void CudaKernelTable::addFamily(OpFamily family, CudaKernel run,
+                                CudaPrepare prepare) {
   for (const OpContract &contract : opContracts())
     if (contract.family == family) {
       if (entries_.size() <= contract.id)
         entries_.resize(contract.id + 1);
-      entries_[contract.id] = {run, nullptr, nullptr};
+      entries_[contract.id] = {run, prepare, nullptr};
     }
 }
 

@@ -56,8 +56,8 @@ Status runMatmul(const KernelArgs &args, CudaContext &context) {
   Tensor &out = args.out(0);
   // A matmul_accumulate adds its product to the step's total after the
   // step's first, which writes it.
-  bool adds = args.instruction.op == "matmul_accumulate" &&
-              !args.instruction.flag("first");
+  bool adds =
+      rowOf(args).effects.accumulates && !args.instruction.flag("first");
   if (empty(prepared->mapping)) {
     // No products, or sums over nothing: zeros (added to nothing).
     if (!adds)

@@ -119,6 +119,12 @@ using CudaPrepare = StatusOr<std::unique_ptr<PreparedLaunch>> (*)(
 using CudaWaitsOnHost = bool (*)(const KernelArgs &args);
 
 /// The backend's kernels by op id; each kernel file registers its ops.
+/// The row of the instruction a kernel runs (found when the plan loaded):
+/// kernels read their member and facts from it.
+inline const OpContract &rowOf(const KernelArgs &args) {
+  return args.instruction.row();
+}
+
 class CudaKernelTable {
 public:
   struct Entry {
@@ -132,7 +138,8 @@ public:
            CudaWaitsOnHost waitsOnHost = nullptr);
   /// Registers `run` for every row of `family`: a new member of the family
   /// needs no registration of its own.
-  void addFamily(OpFamily family, CudaKernel run);
+  void addFamily(OpFamily family, CudaKernel run,
+                 CudaPrepare prepare = nullptr);
   /// The entry of `op`, or null.
   const Entry *find(const std::string &op) const;
   /// The ops with a kernel, in op-id order.

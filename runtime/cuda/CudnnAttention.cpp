@@ -345,7 +345,7 @@ prepareCudnnAttention(const KernelArgs &args, CudaContext &, std::string &why) {
   std::lock_guard<std::mutex> lock(runtime.mutex);
   auto launch = std::make_unique<CudnnAttentionLaunch>();
   launch->shape = *shape;
-  bool gradient = args.instruction.op == "attention_grad";
+  bool gradient = rowOf(args).gradient;
   StatusOr<std::shared_ptr<const BuiltGraph>> forward =
       cachedGraph(*shape, gradient ? 1 : 0, runtime);
   if (!forward.ok()) {

@@ -105,7 +105,7 @@ Status runEmbedding(const KernelArgs &args, CudaContext &context) {
     return position.status();
   cudaStream_t stream = context.stream;
   const std::string &op = args.instruction.op;
-  if (op == "embedding") {
+  if (!rowOf(args).gradient) {
     const Tensor &table = args.in(0), &ids = args.in(1);
     int64_t rows = table.shape()[0], width = table.shape()[1];
     int64_t offset =
@@ -260,7 +260,7 @@ Status runPositions(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerEmbeddingKernels(CudaKernelTable &table) {
-  table.add({"embedding", "embedding_grad"}, runEmbedding);
+  table.addFamily(OpFamily::Embedding, runEmbedding);
   table.add({"rope"}, runRope, prepareRope);
   table.add({"positions"}, runPositions);
 }

@@ -71,7 +71,7 @@ Status runRoute(const KernelArgs &args, CudaContext &context) {
   int64_t tokens = routing.experts ? logits.size() / routing.experts : 0;
   if (tokens == 0)
     return Status::success();
-  bool forward = args.instruction.op == "moe_route";
+  bool forward = !rowOf(args).gradient;
   int64_t floats = forward ? routeScratchFloats(routing) : routing.experts;
   int64_t ints = forward ? routeScratchInts(routing) : 0;
   int64_t floatBytes = aligned(tokens * floats * sizeof(float));

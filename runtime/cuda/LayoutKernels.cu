@@ -83,11 +83,11 @@ Status moveStrided(const Tensor &in, Tensor &out,
 
 Status runLayout(const KernelArgs &args, CudaContext &context) {
   const Instruction &instruction = args.instruction;
-  const std::string &op = instruction.op;
+  LayoutKind kind = *rowOf(args).memberAs<LayoutKind>();
   cudaStream_t stream = context.stream;
   Tensor &out = args.out(0);
   const Tensor &in = args.in(0);
-  if (op == "reshape") {
+  if (kind == LayoutKind::Reshape) {
     // Usually the arena gives the result its operand's bytes: nothing moves.
     if (out.raw() != in.raw())
       TRELLIS_CUDA_RETURN_IF_ERROR(
@@ -96,13 +96,13 @@ Status runLayout(const KernelArgs &args, CudaContext &context) {
           "copying a reshape");
     return Status::success();
   }
-  if (op == "transpose") {
+  if (kind == LayoutKind::Transpose) {
     std::vector<int64_t> inStrides = rowMajorStrides(in.shape()), strides;
     for (int64_t d : instruction.ints("permutation"))
       strides.push_back(inStrides[d]);
     return moveStrided(in, out, out.shape(), strides, 0, true, stream);
   }
-  if (op == "slice") {
+  if (kind == LayoutKind::Slice) {
     std::vector<int64_t> strides = rowMajorStrides(in.shape());
     const std::vector<int64_t> &offsets = instruction.ints("offsets");
     int64_t base = 0;
@@ -110,7 +110,7 @@ Status runLayout(const KernelArgs &args, CudaContext &context) {
       base += offsets[d] * strides[d];
     return moveStrided(in, out, out.shape(), strides, base, true, stream);
   }
-  if (op == "pad") {
+  if (kind == LayoutKind::Pad) {
     // Zero bits are 0.0 in every float dtype.
     TRELLIS_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(out.raw(), 0, out.bytes(), stream), "zeroing a pad");
@@ -121,7 +121,7 @@ Status runLayout(const KernelArgs &args, CudaContext &context) {
       base += low[d] * outStrides[d];
     return moveStrided(in, out, in.shape(), outStrides, base, false, stream);
   }
-  if (op == "concat") {
+  if (kind == LayoutKind::Concat) {
     int64_t dim = instruction.integer("dim");
     std::vector<int64_t> outStrides = rowMajorStrides(out.shape());
     int64_t offset = 0;
@@ -143,7 +143,7 @@ Status runLayout(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerLayoutKernels(CudaKernelTable &table) {
-  table.add({"reshape", "transpose", "slice", "pad", "concat", "broadcast_to"},
+  table.addFamily(OpFamily::Layout,
             runLayout);
 }
 

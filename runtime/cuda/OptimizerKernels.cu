@@ -106,14 +106,14 @@ __global__ void optimizerKernel(const DeviceUpdate *updates,
 DeviceUpdate describe(const KernelArgs &args) {
   const Instruction &instruction = args.instruction;
   DeviceUpdate u{};
-  u.sgd = instruction.op == "sgd";
+  u.sgd = rowOf(args).memberAs<OptimizerKind>() == OptimizerKind::Sgd;
   u.lr = instruction.real("learning_rate");
   u.decay = instruction.real("weight_decay");
   u.param = static_cast<const float *>(args.in(0).raw());
   u.grad = static_cast<const float *>(args.in(1).raw());
   u.newParam = static_cast<float *>(args.out(0).raw());
   u.n = args.in(0).size();
-  const OpContract &contract = *findOpContract(instruction.op);
+  const OpContract &contract = rowOf(args);
   if (contract.hasGradientScale(instruction.inputs.size()))
     u.gradScale = static_cast<const float *>(
         args.in(contract.effects.gradientScaleOperand).raw());
@@ -229,7 +229,7 @@ Status runOptimizer(const KernelArgs &args, CudaContext &context) {
 }
 
 void registerOptimizerKernels(CudaKernelTable &table) {
-  table.add({"adamw", "sgd"}, runOptimizer, prepareUpdate);
+  table.addFamily(OpFamily::Optimizer, runOptimizer, prepareUpdate);
 }
 
 } // namespace trellis::runtime::cuda

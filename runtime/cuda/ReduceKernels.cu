@@ -192,7 +192,11 @@ Status runReduceDims(const KernelArgs &args, CudaContext &context) {
     }
   }
   const std::string &op = args.instruction.op;
-  int kind = op == "reduce_sum" ? 0 : op == "reduce_mean" ? 1 : 2;
+  // The parts kernels' codes: 0 sum, 1 mean, 2 max.
+  ReductionFunction reduction = *rowOf(args).memberAs<ReductionFunction>();
+  int kind = reduction == ReductionFunction::Sum    ? 0
+             : reduction == ReductionFunction::Mean ? 1
+                                                : 2;
   int64_t count = out.size();
   if (count == 0)
     return Status::success();
@@ -229,7 +233,7 @@ int kindCode(ReduceKind kind) {
 } // namespace
 
 void registerReductionKernels(CudaKernelTable &table) {
-  table.add({"reduce_sum", "reduce_mean", "reduce_max"}, runReduceDims);
+  table.addFamily(OpFamily::Reduction, runReduceDims);
 }
 
 Status launchReduceElements(DType dtype, ReduceKind kind, void *target,

@@ -229,11 +229,12 @@ Status runRows(const KernelArgs &args, CudaContext &context) {
     return Status::success();
   cudaStream_t stream = context.stream;
   LaunchGeometry grid = rowGeometry(rows, rowThreads(n));
-  if (op == "softmax" || op == "softmax_grad") {
+  const OpContract &row = rowOf(args);
+  if (row.family == OpFamily::Rowwise) {
     TRELLIS_RETURN_IF_ERROR(
         onTypes(x.desc().dtype, x.desc().dtype, [&](auto t, auto) -> Status {
           using T = decltype(t);
-          if (op == "softmax")
+          if (!row.gradient)
             softmaxKernel<<<grid.blocks, grid.threads, 0, stream>>>(
                 static_cast<const T *>(x.raw()),
                 static_cast<T *>(args.out(0).raw()), rows, n);
@@ -248,9 +249,9 @@ Status runRows(const KernelArgs &args, CudaContext &context) {
     return Status::success();
   }
   double epsilon = args.instruction.real("epsilon");
-  bool layer = op == "layer_norm" || op == "layer_norm_grad";
+  bool layer = row.memberAs<NormKind>() == NormKind::Layer;
   const Tensor &weight = args.in(1);
-  if (op == "layer_norm" || op == "rms_norm") {
+  if (!row.gradient) {
     TRELLIS_RETURN_IF_ERROR(onTypes(
         x.desc().dtype, weight.desc().dtype, [&](auto t, auto w) -> Status {
           using T = decltype(t);
@@ -306,9 +307,8 @@ Status runRows(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerRowKernels(CudaKernelTable &table) {
-  table.add({"softmax", "softmax_grad", "layer_norm", "layer_norm_grad",
-             "rms_norm", "rms_norm_grad"},
-            runRows);
+  table.addFamily(OpFamily::Rowwise, runRows);
+  table.addFamily(OpFamily::Norm, runRows);
 }
 
 } // namespace trellis::runtime::cuda

@@ -80,6 +80,8 @@ Status copyTensor(CollectiveMemory &memory, Tensor &target,
 Status runCollective(const KernelArgs &args, CollectiveMemory &memory) {
   const Instruction &instruction = args.instruction;
   const std::string &op = instruction.op;
+  // Validation admits collectives of the table alone.
+  CollectiveKind collective = *instruction.row().collectiveKind();
   const AxisList &axes = args.axes;
   Communicator *comm = args.comm;
   const Tensor *in = instruction.inputs.empty() ? nullptr : &args.in(0);
@@ -92,29 +94,29 @@ Status runCollective(const KernelArgs &args, CollectiveMemory &memory) {
   DType dtype = any.desc().dtype;
   auto scratch = [&](int64_t bytes) { return memory.scratch(bytes); };
 
-  if (op == "all_reduce") {
+  if (collective == CollectiveKind::AllReduce) {
     TRELLIS_RETURN_IF_ERROR(copyTensor(memory, *out, *in));
     return comm->allReduce(axes, out->raw(), out->size(), dtype,
                            parseKind(instruction.text("kind")));
   }
-  if (op == "broadcast") {
+  if (collective == CollectiveKind::Broadcast) {
     TRELLIS_RETURN_IF_ERROR(copyTensor(memory, *out, *in));
     return comm->broadcast(axes, out->raw(), out->size(), dtype,
                            instruction.integer("root"));
   }
-  if (op == "collective_permute")
+  if (collective == CollectiveKind::CollectivePermute)
     return comm->permute(axes, in->raw(), out->raw(), in->size(), dtype,
                          instruction.integer("shift"));
-  if (op == "send")
+  if (collective == CollectiveKind::Send)
     return comm->send(axes, in->raw(), in->size(), dtype,
                       instruction.integer("peer"),
                       instruction.integer("channel"));
-  if (op == "recv")
+  if (collective == CollectiveKind::Recv)
     return comm->recv(axes, out->raw(), out->size(), dtype,
                       instruction.integer("peer"),
                       instruction.integer("channel"));
 
-  if (op == "slice_shard") {
+  if (collective == CollectiveKind::SliceShard) {
     // This rank's piece along dim: no communication.
     int64_t dim = instruction.integer("dim");
     StatusOr<std::unique_ptr<DeviceAllocation>> packed = scratch(in->bytes());
@@ -126,7 +128,7 @@ Status runCollective(const KernelArgs &args, CollectiveMemory &memory) {
                            pieces + comm->groupPosition(axes) * out->bytes(), 0,
                            out->bytes(), 1);
   }
-  if (op == "all_gather") {
+  if (collective == CollectiveKind::AllGather) {
     // Members' pieces arrive one after another; interleave them along dim.
     StatusOr<std::unique_ptr<DeviceAllocation>> gathered =
         scratch(out->bytes());
@@ -145,7 +147,7 @@ Status runCollective(const KernelArgs &args, CollectiveMemory &memory) {
     return received.status();
   char *sent = static_cast<char *>((*packed)->data());
   char *pieces = static_cast<char *>((*received)->data());
-  if (op == "reduce_scatter") {
+  if (collective == CollectiveKind::ReduceScatter) {
     // All-to-all of the pieces, then a reduction in group order: the same
     // traffic as a reduce-scatter, and every member sums alike.
     TRELLIS_RETURN_IF_ERROR(

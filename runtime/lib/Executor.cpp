@@ -433,7 +433,7 @@ Status Executor::runTimeline(const std::vector<bool> *only, bool recording) {
     if (isPointToPoint(instruction.op) && communicator_) {
       int64_t peer = instruction.integer("peer");
       int64_t channel = instruction.integer("channel");
-      bool sending = instruction.op == "send";
+      bool sending = isSend(instruction);
       Tensor &buffer =
           sending ? buffers_[entry.inputs[0]] : buffers_[entry.outputs[0]];
       StatusOr<std::unique_ptr<PendingTransfer>> started =
@@ -447,7 +447,7 @@ Status Executor::runTimeline(const std::vector<bool> *only, bool recording) {
         failure = started.status().withContext(describe(i));
         break;
       }
-      byWaitPoint.emplace(waitPoint_[i], instruction.op == "send",
+      byWaitPoint.emplace(waitPoint_[i], sending,
                           transfers.size());
       transfers.push_back({i, std::move(*started), monotonicMicros()});
       continue;

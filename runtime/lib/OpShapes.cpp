@@ -41,7 +41,12 @@ MatmulSizes matmulSizes(const std::vector<int64_t> &lhs,
 }
 
 bool isPointToPoint(const std::string &op) {
-  return op == "send" || op == "recv";
+  const OpContract *contract = findOpContract(op);
+  return contract && contract->family == OpFamily::PointToPoint;
+}
+
+bool isSend(const Instruction &instruction) {
+  return instruction.row().collectiveKind() == CollectiveKind::Send;
 }
 
 Status validateInstruction(const Instruction &instruction,

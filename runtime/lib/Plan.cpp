@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "trellis/Runtime/Plan.h"
+#include "trellis/Runtime/OpShapes.h"
 
 #include <nlohmann/json.hpp>
 
@@ -245,7 +246,7 @@ plannedTimeline(const Plan &plan, int64_t stage,
     planned.communicates = kernelCommunicates(
         planned.contract, planned.overAxes,
         [&](const std::string &name) { return instruction.text(name); });
-    if (instruction.op == "send" || instruction.op == "recv") {
+    if (isPointToPoint(instruction.op)) {
       planned.channel = instruction.integer("channel");
       planned.peer = instruction.integer("peer");
     }
@@ -269,7 +270,7 @@ std::vector<TransferLink> transferLinks(const Plan &plan) {
   for (size_t s = 0; s < plan.stages.size(); ++s)
     for (const TimelineEntry &entry :
          stageTimeline(plan, static_cast<int64_t>(s)))
-      if (entry.instruction->op == "send")
+      if (isSend(*entry.instruction))
         sends[s].emplace_back(entry.axes, entry.instruction->integer("peer"));
   std::vector<TransferLink> links;
   for (int64_t rank = 0; rank < mesh.size(); ++rank) {

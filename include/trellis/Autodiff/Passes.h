@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
+#include "trellis/Common/OpFamilies.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 
 namespace mlir {
@@ -12,9 +13,6 @@ class OpPassManager;
 } // namespace mlir
 
 namespace trellis {
-
-/// The update rule trellis-insert-optimizer adds.
-enum class OptimizerKind { AdamW, Sgd };
 
 /// The compute dtype of mixed-precision training.
 enum class LowPrecision { BF16, F16 };

@@ -257,11 +257,11 @@ layOutArena(std::vector<BufferSpan> buffers,
 namespace {
 
 bool isTransfer(const OpContract *contract) {
-  return contract && (contract->name == "send" || contract->name == "recv");
+  return contract && contract->family == OpFamily::PointToPoint;
 }
 
 bool isSend(const OpContract *contract) {
-  return contract && contract->name == "send";
+  return contract && contract->collectiveKind() == CollectiveKind::Send;
 }
 
 /// The first instruction after `at` that reads one of its outputs (or,

@@ -52,6 +52,9 @@ public:
   Row &effects(OpEffects effects);
   /// The row's member of its family's enum (OpContract::member).
   Row &member(int member);
+  template <typename Member> Row &member(Member value) {
+    return member(static_cast<int>(value));
+  }
   Row &computeClass(ComputeClass computeClass);
   /// fused_elementwise programs may take the op.
   Row &fusible();

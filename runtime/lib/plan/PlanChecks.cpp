@@ -144,7 +144,7 @@ Status PlanReader::checkTransfers() {
       const Instruction &instruction = *entry.instruction;
       if (!isPointToPoint(instruction.op))
         continue;
-      bool sending = instruction.op == "send";
+      bool sending = isSend(instruction);
       std::string where = "stage " + std::to_string(stage) + " action " +
                           stageProgram.schedule[entry.action].name +
                           " instruction " + std::to_string(entry.index) + " (" +

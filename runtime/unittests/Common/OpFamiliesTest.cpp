@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 using namespace trellis;
 
@@ -159,6 +160,47 @@ TEST(OpFamiliesTest, ComputeClassesAndGradients) {
                                                "_grad") == 0;
     EXPECT_EQ(contract.gradient, namedGradient) << contract.name;
   }
+}
+
+// Tests that the families with members give each row one, and that a
+// member with the gradient fact names one row: kernels tell rows apart by
+// these alone.
+TEST(OpFamiliesTest, AMemberAndTheGradientFactNameOneRow) {
+  std::set<OpFamily> enumerated = {
+      OpFamily::Unary,     OpFamily::Binary,    OpFamily::Layout,
+      OpFamily::Reduction, OpFamily::Norm,      OpFamily::Position,
+      OpFamily::Attention, OpFamily::Expert,    OpFamily::Optimizer,
+      OpFamily::Collective, OpFamily::PointToPoint};
+  std::set<std::tuple<OpFamily, int, bool>> seen;
+  for (const OpContract &contract : opContracts()) {
+    bool hasMembers = enumerated.count(contract.family) != 0;
+    EXPECT_EQ(contract.member >= 0, hasMembers) << contract.name;
+    if (hasMembers)
+      EXPECT_TRUE(
+          seen.insert({contract.family, contract.member, contract.gradient})
+              .second)
+          << contract.name << " shares its member with another row";
+  }
+  EXPECT_EQ(findOpContract("rms_norm_grad")->memberAs<NormKind>(),
+            NormKind::Rms);
+  EXPECT_EQ(findOpContract("layer_norm")->memberAs<NormKind>(),
+            NormKind::Layer);
+  EXPECT_EQ(findOpContract("moe_route_grad")->memberAs<ExpertKind>(),
+            ExpertKind::Route);
+  EXPECT_EQ(findOpContract("expert_matmul_weight_grad")->memberAs<ExpertKind>(),
+            ExpertKind::Matmul);
+  EXPECT_EQ(findOpContract("attention_block_grad")->memberAs<AttentionPiece>(),
+            AttentionPiece::Block);
+  EXPECT_EQ(findOpContract("concat")->memberAs<LayoutKind>(),
+            LayoutKind::Concat);
+  EXPECT_EQ(findOpContract("reduce_mean")->memberAs<ReductionFunction>(),
+            ReductionFunction::Mean);
+  EXPECT_EQ(findOpContract("sgd")->memberAs<OptimizerKind>(),
+            OptimizerKind::Sgd);
+  EXPECT_EQ(findOpContract("positions")->memberAs<PositionKind>(),
+            PositionKind::Positions);
+  // A row of another family has no member of this one.
+  EXPECT_EQ(findOpContract("softmax")->memberAs<NormKind>(), std::nullopt);
 }
 
 // Tests that every family has a name and at least one row.

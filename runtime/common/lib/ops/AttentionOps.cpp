@@ -181,6 +181,7 @@ void addAttentionOps(TableBuilder &table) {
              out.push_back(op.input(0));
              return std::nullopt;
            })
+      .member(AttentionPiece::Whole)
       .factors(attentionFactors)
       .cost(attentionCost(2));
   table
@@ -194,6 +195,7 @@ void addAttentionOps(TableBuilder &table) {
              out.push_back(op.input(2));
              return std::nullopt;
            })
+      .member(AttentionPiece::Whole)
       .gradient()
       .factors(attentionFactors)
       .cost(attentionCost(5));
@@ -213,6 +215,7 @@ void addAttentionOps(TableBuilder &table) {
              out.push_back(logSumExpType(op));
              return std::nullopt;
            })
+      .member(AttentionPiece::Block)
       .factors(attentionBlockFactors)
       .cost(attentionCost(2));
   table
@@ -232,6 +235,7 @@ void addAttentionOps(TableBuilder &table) {
              out.push_back(op.input(1));
              return std::nullopt;
            })
+      .member(AttentionPiece::Merge)
       .factors(attentionBlockFactors)
       .flopsPerElement(6);
   table
@@ -253,6 +257,7 @@ void addAttentionOps(TableBuilder &table) {
              out.push_back(op.input(2));
              return std::nullopt;
            })
+      .member(AttentionPiece::Block)
       .gradient()
       .factors(attentionBlockFactors)
       .cost(attentionCost(5));

@@ -239,6 +239,7 @@ void addExpertOps(TableBuilder &table) {
              out.push_back({slots, ElementType::I32});
              return std::nullopt;
            })
+      .member(ExpertKind::Route)
       .factors(routeFactors)
       .cost([](const OpInstance &op) {
         OpCost cost = elementwiseCost(op, 0);
@@ -268,6 +269,7 @@ void addExpertOps(TableBuilder &table) {
              out.push_back(op.input(0));
              return std::nullopt;
            })
+      .member(ExpertKind::Route)
       .gradient()
       .factors(routeFactors)
       .cost([](const OpInstance &op) {
@@ -313,6 +315,7 @@ void addExpertOps(TableBuilder &table) {
              out.push_back(like(op, 0, result));
              return std::nullopt;
            })
+      .member(ExpertKind::Matmul)
       .factors([](const OpInstance &op) {
         ShardingRule rule;
         bool perToken = false, transposed = op.flag("transpose_rhs");
@@ -369,6 +372,7 @@ void addExpertOps(TableBuilder &table) {
                                     : Shape{experts, k, n}));
              return std::nullopt;
            })
+      .member(ExpertKind::Matmul)
       .gradient()
       .factors([](const OpInstance &op) {
         ShardingRule rule;
@@ -406,6 +410,7 @@ void addExpertOps(TableBuilder &table) {
              out.push_back(f32({experts}));
              return std::nullopt;
            })
+      .member(ExpertKind::Counts)
       .factors([](const OpInstance &op) {
         ShardingRule rule;
         std::vector<int64_t> slots =
@@ -440,6 +445,7 @@ void addExpertOps(TableBuilder &table) {
              out.push_back(op.input(0));
              return std::nullopt;
            })
+      .member(ExpertKind::BiasUpdate)
       .factors([](const OpInstance &op) {
         // The mean load reads every expert's count.
         ShardingRule rule;

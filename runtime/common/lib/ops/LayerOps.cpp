@@ -106,8 +106,8 @@ ShardingRule normFactors(const OpInstance &op, size_t vectorOperands,
 /// The norm family: layer_norm (weight and bias) and rms_norm (weight), and
 /// their gradients, which take (input, weight, result_grad) and give the
 /// input's gradient and each vector's.
-void addNorm(TableBuilder &table, const std::string &name, bool hasBias,
-             double forwardFlops, double gradientFlops) {
+void addNorm(TableBuilder &table, const std::string &name, NormKind kind,
+             bool hasBias, double forwardFlops, double gradientFlops) {
   const std::vector<AttrSpec> attrs = {{"epsilon", AttrKind::Real, true}};
   std::vector<OperandSpec> operands = {kInput, {"weight"}};
   if (hasBias)
@@ -125,6 +125,7 @@ void addNorm(TableBuilder &table, const std::string &name, bool hasBias,
              out.push_back(op.input(0));
              return std::nullopt;
            })
+      .member(kind)
       .factors([vectors](const OpInstance &op) {
         return normFactors(op, vectors, 0);
       })
@@ -145,6 +146,7 @@ void addNorm(TableBuilder &table, const std::string &name, bool hasBias,
              return std::nullopt;
            })
       .gradient()
+      .member(kind)
       .factors([vectors](const OpInstance &op) {
         return normFactors(op, 1, vectors);
       })
@@ -245,8 +247,8 @@ void addLayerOps(TableBuilder &table) {
       .flopsPerElement(4);
 
   table.family(OpFamily::Norm);
-  addNorm(table, "layer_norm", /*hasBias=*/true, 8, 12);
-  addNorm(table, "rms_norm", /*hasBias=*/false, 5, 9);
+  addNorm(table, "layer_norm", NormKind::Layer, /*hasBias=*/true, 8, 12);
+  addNorm(table, "rms_norm", NormKind::Rms, /*hasBias=*/false, 5, 9);
 
   // Splitting the vocabulary leaves the lookup partial: each shard fills
   // the rows it holds and zeros elsewhere. It reads only the selected rows.
@@ -351,6 +353,7 @@ void addLayerOps(TableBuilder &table) {
              out.push_back(op.input(0));
              return std::nullopt;
            })
+      .member(PositionKind::Rope)
       .factors([](const OpInstance &op) {
         ShardingRule rule;
         const Shape &shape = op.shape(0);
@@ -375,6 +378,7 @@ void addLayerOps(TableBuilder &table) {
              out.push_back({{length}, ElementType::I32});
              return std::nullopt;
            })
+      .member(PositionKind::Positions)
       .factors(resultFactors)
       .flopsPerElement(0);
 

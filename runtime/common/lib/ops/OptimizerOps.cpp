@@ -107,6 +107,7 @@ void addOptimizerOps(TableBuilder &table) {
              out.assign(3, op.input(0));
              return std::nullopt;
            })
+      .member(OptimizerKind::AdamW)
       .factors(updateFactors)
       .cost(perParameterElement(12))
       .effects(adamw);
@@ -128,6 +129,7 @@ void addOptimizerOps(TableBuilder &table) {
              out.push_back(op.input(0));
              return std::nullopt;
            })
+      .member(OptimizerKind::Sgd)
       .factors(updateFactors)
       .cost(perParameterElement(3))
       .effects(sgd);

@@ -8,6 +8,7 @@
 #include "../OpTable.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace trellis::optable {
 
@@ -147,24 +148,26 @@ void addShapeOps(TableBuilder &table) {
   // The reduction family. A sum over a split dimension is a partial sum;
   // a mean over one is not a partial sum of local means (its reduced
   // dimensions stay whole); a max over one is a partial max.
-  for (const char *name : {"reduce_sum", "reduce_mean", "reduce_max"}) {
-    std::string kind = name;
+  using R = ReductionFunction;
+  for (auto [name, kind] : {std::pair{"reduce_sum", R::Sum},
+                            std::pair{"reduce_mean", R::Mean},
+                            std::pair{"reduce_max", R::Max}}) {
     table
         .add(name, {kInput}, 1,
              {{"dims", K::Ints, true}, {"keep_dims", K::Bool, false}},
              reduceRule)
-        .factors([kind](const OpInstance &op) {
-          ShardingRule rule =
-              reduceFactors(op, kind == "reduce_mean" ? FactorKind::Whole
-                                                      : FactorKind::Reduction);
-          rule.linear = kind == "reduce_sum";
-          rule.partialIsMax = kind == "reduce_max";
+        .member(kind)
+        .factors([kind = kind](const OpInstance &op) {
+          ShardingRule rule = reduceFactors(
+              op, kind == R::Mean ? FactorKind::Whole : FactorKind::Reduction);
+          rule.linear = kind == R::Sum;
+          rule.partialIsMax = kind == R::Max;
           return rule;
         })
-        .cost([kind](const OpInstance &op) {
+        .cost([kind = kind](const OpInstance &op) {
           // One add (or compare) per operand element; a mean divides each
           // result once more.
-          OpCost cost = elementwiseCost(op, kind == "reduce_mean" ? 1 : 0);
+          OpCost cost = elementwiseCost(op, kind == R::Mean ? 1 : 0);
           cost.flops += elementCount(op.shape(0));
           return cost;
         });
@@ -181,6 +184,7 @@ void addShapeOps(TableBuilder &table) {
              out.push_back(like(op, 0, target));
              return std::nullopt;
            })
+      .member(LayoutKind::BroadcastTo)
       .factors([](const OpInstance &op) {
         ShardingRule rule = elementwiseFactors(op);
         rule.linear = true;
@@ -209,6 +213,7 @@ void addShapeOps(TableBuilder &table) {
              out.push_back(like(op, 0, to));
              return std::nullopt;
            })
+      .member(LayoutKind::Reshape)
       .factors(reshapeFactors)
       .flopsPerElement(0)
       .effects(sharesBytes);
@@ -235,6 +240,7 @@ void addShapeOps(TableBuilder &table) {
              out.push_back(like(op, 0, result));
              return std::nullopt;
            })
+      .member(LayoutKind::Transpose)
       .factors([](const OpInstance &op) {
         ShardingRule rule;
         std::vector<int64_t> inputFactors =
@@ -267,6 +273,7 @@ void addShapeOps(TableBuilder &table) {
              out.push_back(like(op, 0, sizes));
              return std::nullopt;
            })
+      .member(LayoutKind::Slice)
       .factors(boxFactors)
       .flopsPerElement(0);
   table
@@ -290,6 +297,7 @@ void addShapeOps(TableBuilder &table) {
              out.push_back(like(op, 0, result));
              return std::nullopt;
            })
+      .member(LayoutKind::Pad)
       .factors(boxFactors)
       .flopsPerElement(0);
   table
@@ -315,6 +323,7 @@ void addShapeOps(TableBuilder &table) {
              out.push_back(like(op, 0, result));
              return std::nullopt;
            })
+      .member(LayoutKind::Concat)
       .variadic()
       // Every dimension but the concatenated one parallel; that one whole
       // in each input and in the result.

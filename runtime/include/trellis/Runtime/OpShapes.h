@@ -48,6 +48,9 @@ bool isCollective(const std::string &op);
 /// transfers), which the executor starts at once and waits for later.
 bool isPointToPoint(const std::string &op);
 
+/// Whether a point-to-point instruction sends (else it receives).
+bool isSend(const Instruction &instruction);
+
 } // namespace trellis::runtime
 
 #endif // TRELLIS_RUNTIME_OPSHAPES_H

@@ -54,6 +54,15 @@ struct Instruction {
   std::vector<int64_t> inputs;
   std::vector<int64_t> outputs;
   std::map<std::string, AttrValue> attrs;
+  /// The op's row of the op table, found once when the plan loads: kernels
+  /// read their family, member and facts from it. Null for an instruction
+  /// made elsewhere (tests, calibration), whose row() looks the op up.
+  const OpContract *contract = nullptr;
+
+  /// The op's row; only for ops of the table (validation admits no other).
+  const OpContract &row() const {
+    return contract ? *contract : *findOpContract(op);
+  }
 
   /// Typed attribute access; validation has established presence and kind
   /// of required attributes, so these return `fallback` only for optional

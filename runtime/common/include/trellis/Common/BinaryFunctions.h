@@ -13,6 +13,7 @@
 #define TRELLIS_COMMON_BINARYFUNCTIONS_H
 
 #include "trellis/Common/HostDevice.h"
+#include "trellis/Common/MemberNames.h"
 
 namespace trellis {
 
@@ -81,16 +82,7 @@ inline bool isFusibleBinary(BinaryFunction fn) {
 
 /// The function a plan names ("add"); false for any other name.
 inline bool findBinaryFunction(const char *name, BinaryFunction &fn) {
-  for (BinaryFunction candidate : kBinaryFunctions) {
-    const char *a = binaryFunctionName(candidate), *b = name;
-    while (*a && *a == *b)
-      ++a, ++b;
-    if (*a == 0 && *b == 0) {
-      fn = candidate;
-      return true;
-    }
-  }
-  return false;
+  return findMemberNamed(name, kBinaryFunctions, binaryFunctionName, fn);
 }
 
 /// f(a, b) in fp32.

@@ -250,8 +250,9 @@ struct OpContract {
   /// (FusedProgram.h's instructions are these rows).
   bool fusible = false;
   /// Whether the op computes the gradient of another op of its family
-  /// (layer_norm_grad): passes that rewrite a family's forward ops
-  /// (sequence parallelism's norms) leave these to the gradients' own rules.
+  /// (layer_norm_grad), whose member it shares: passes that rewrite a
+  /// family's forward ops (sequence parallelism's norms) leave these to the
+  /// gradients' own rules, and kernels tell the two apart by it.
   bool gradient = false;
   PrecisionPolicy precision = PrecisionPolicy::Low;
   OpEffects effects;
@@ -266,17 +267,18 @@ struct OpContract {
   std::function<OpCost(const OpInstance &)> cost;
 
   bool isUpdate() const { return !effects.replaces.empty(); }
-  /// The member of a unary, binary or collective row; nullopt for a row
-  /// of another family.
-  std::optional<UnaryFunction> unaryFunction() const {
-    if (family != OpFamily::Unary)
+  /// The row's member of the family `Member` enumerates
+  /// (FamilyOfMember); nullopt for a row of another family.
+  template <typename Member> std::optional<Member> memberAs() const {
+    if (family != FamilyOfMember<Member>::value)
       return std::nullopt;
-    return static_cast<UnaryFunction>(member);
+    return static_cast<Member>(member);
+  }
+  std::optional<UnaryFunction> unaryFunction() const {
+    return memberAs<UnaryFunction>();
   }
   std::optional<BinaryFunction> binaryFunction() const {
-    if (family != OpFamily::Binary)
-      return std::nullopt;
-    return static_cast<BinaryFunction>(member);
+    return memberAs<BinaryFunction>();
   }
   std::optional<CollectiveKind> collectiveKind() const {
     if (family != OpFamily::Collective && family != OpFamily::PointToPoint)

@@ -59,6 +59,36 @@ enum class ComputeClass { Gemm, Attention, MemoryBound, Communication };
 /// "gemm", "attention", "memory-bound", "communication".
 const char *computeClassName(ComputeClass computeClass);
 
+// The members of the families whose rows differ in what they compute (a
+// family's forward and gradient rows share a member: OpContract::gradient
+// tells them apart).
+
+/// The layout family: moves of elements without arithmetic.
+enum class LayoutKind { BroadcastTo, Reshape, Transpose, Slice, Pad, Concat };
+
+/// The reduction family: what the reduced elements become.
+enum class ReductionFunction { Sum, Mean, Max };
+
+/// The row-wise family (softmax and its gradient) has one member.
+
+/// The norm family: layer norm (weight and bias) or RMS norm (weight).
+enum class NormKind { Layer, Rms };
+
+/// The position family: rotary embeddings, and the position ids.
+enum class PositionKind { Rope, Positions };
+
+/// The attention family: whole attention, or ring attention's pieces (one
+/// key block's partial result, and the merge of two).
+enum class AttentionPiece { Whole, Block, Merge };
+
+/// The expert family: the router, the experts' grouped products, the
+/// tokens per expert, and the router's load-balancing bias update.
+enum class ExpertKind { Route, Matmul, Counts, BiasUpdate };
+
+/// The optimizer family's updates (also the rule trellis-insert-optimizer
+/// adds).
+enum class OptimizerKind { AdamW, Sgd };
+
 /// The members of the collective and point-to-point families.
 #define TRELLIS_COLLECTIVE_KINDS(X)                                            \
   X(AllReduce, "all_reduce")                                                   \
@@ -76,6 +106,24 @@ enum class CollectiveKind {
   TRELLIS_COLLECTIVE_KINDS(TRELLIS_COLLECTIVE_ENUMERATOR)
 #undef TRELLIS_COLLECTIVE_ENUMERATOR
 };
+
+/// The family whose rows name their member by `Member`: memberAs<Member>()
+/// reads it (OpContract.h).
+template <typename Member> struct FamilyOfMember;
+#define TRELLIS_FAMILY_OF_MEMBER(MEMBER, FAMILY)                               \
+  template <> struct FamilyOfMember<MEMBER> {                                  \
+    static constexpr OpFamily value = OpFamily::FAMILY;                        \
+  };
+TRELLIS_FAMILY_OF_MEMBER(UnaryFunction, Unary)
+TRELLIS_FAMILY_OF_MEMBER(BinaryFunction, Binary)
+TRELLIS_FAMILY_OF_MEMBER(LayoutKind, Layout)
+TRELLIS_FAMILY_OF_MEMBER(ReductionFunction, Reduction)
+TRELLIS_FAMILY_OF_MEMBER(NormKind, Norm)
+TRELLIS_FAMILY_OF_MEMBER(PositionKind, Position)
+TRELLIS_FAMILY_OF_MEMBER(AttentionPiece, Attention)
+TRELLIS_FAMILY_OF_MEMBER(ExpertKind, Expert)
+TRELLIS_FAMILY_OF_MEMBER(OptimizerKind, Optimizer)
+#undef TRELLIS_FAMILY_OF_MEMBER
 
 /// The op name of a collective kind ("all_reduce").
 const char *collectiveKindName(CollectiveKind kind);

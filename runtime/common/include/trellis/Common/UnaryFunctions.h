@@ -14,6 +14,12 @@
 
 #include "trellis/Common/HostDevice.h"
 
+// NVRTC, which compiles this header into fused kernels, needs none of the
+// host code below.
+#ifndef __CUDACC_RTC__
+#include "trellis/Common/MemberNames.h"
+#endif
+
 #include <math.h>
 
 namespace trellis {
@@ -91,16 +97,7 @@ inline bool isLinearUnary(UnaryFunction fn) {
 
 /// The function a plan names ("gelu_tanh"); false for any other name.
 inline bool findUnaryFunction(const char *name, UnaryFunction &fn) {
-  for (UnaryFunction candidate : kUnaryFunctions) {
-    const char *a = unaryFunctionName(candidate), *b = name;
-    while (*a && *a == *b)
-      ++a, ++b;
-    if (*a == 0 && *b == 0) {
-      fn = candidate;
-      return true;
-    }
-  }
-  return false;
+  return findMemberNamed(name, kUnaryFunctions, unaryFunctionName, fn);
 }
 
 /// The function a plan names; validation admits only the names of the
