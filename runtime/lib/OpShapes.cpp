@@ -49,6 +49,11 @@ bool isSend(const Instruction &instruction) {
   return instruction.row().collectiveKind() == CollectiveKind::Send;
 }
 
+bool isLoss(const Instruction &instruction) {
+  const OpContract &row = instruction.row();
+  return row.family == OpFamily::Loss && !row.gradient;
+}
+
 Status validateInstruction(const Instruction &instruction,
                            const std::vector<BufferDesc> &buffers,
                            const std::vector<size_t> &axes, const Mesh &mesh) {

@@ -7,11 +7,6 @@
 
 namespace trellis {
 
-bool isFusedBinary(const std::string &op) {
-  BinaryFunction function;
-  return findBinaryFunction(op.c_str(), function) && isFusibleBinary(function);
-}
-
 namespace {
 
 bool parseType(const std::string &text, ElementType &type) {
@@ -65,17 +60,25 @@ Diagnostic parseFusedProgram(const std::vector<std::string> &program,
     };
     size_t slots = 0;
     size_t first = 1;
-    if (findBinaryFunction(instruction.op.c_str(), instruction.binary) &&
-        isFusibleBinary(instruction.binary)) {
+    // An instruction is a fusible row of the op table, read by its family.
+    const OpContract *row = findOpContract(instruction.op);
+    OpFamily family = row && row->fusible ? row->family : OpFamily::Fill;
+    switch (family) {
+    case OpFamily::Binary:
       instruction.kind = FusedInstruction::Kind::Binary;
+      instruction.binary = *row->binaryFunction();
       slots = 2;
-    } else if (instruction.op == "scale") {
+      break;
+    case OpFamily::Scale:
       instruction.kind = FusedInstruction::Kind::Scale;
       slots = 1;
-    } else if (findUnaryFunction(instruction.op.c_str(), instruction.unary)) {
+      break;
+    case OpFamily::Unary:
       instruction.kind = FusedInstruction::Kind::Unary;
+      instruction.unary = *row->unaryFunction();
       slots = 1;
-    } else if (instruction.op == "unary_grad") {
+      break;
+    case OpFamily::UnaryGrad:
       instruction.kind = FusedInstruction::Kind::UnaryGrad;
       if (tokens.size() < 2 ||
           !findUnaryFunction(tokens[1].c_str(), instruction.unary))
@@ -83,13 +86,15 @@ Diagnostic parseFusedProgram(const std::vector<std::string> &program,
       instruction.function = tokens[1];
       first = 2;
       slots = 2;
-    } else if (instruction.op == "cast") {
+      break;
+    case OpFamily::Cast:
       instruction.kind = FusedInstruction::Kind::Cast;
       if (tokens.size() < 2 || !parseType(tokens[1], instruction.type))
         return where + "expected cast f32, bf16 or f16";
       first = 2;
       slots = 1;
-    } else {
+      break;
+    default:
       return where + "unknown op '" + instruction.op +
              "': expected add, sub, mul, div, maximum, scale, a unary "
              "function, unary_grad or cast";

@@ -351,7 +351,8 @@ Status measurePlanKernels(Device &device, const CalibrationOptions &options,
         entry.buffers[instruction.inputs.empty() ? instruction.outputs.front()
                                                  : instruction.inputs.front()];
     std::string dtype = dtypeName(lhs.desc().dtype);
-    if (op == "matmul") {
+    const OpContract &row = instruction.row();
+    if (row.family == OpFamily::Matmul && !row.effects.accumulates) {
       // A product with a weight (its rows folded together, as the cost
       // query prices it) or a weight's gradient (x^T dy over 2-D rows).
       const Tensor &rhs = entry.buffers[instruction.inputs[1]];

@@ -709,7 +709,7 @@ Status PlanReader::checkVocabulary() const {
     for (const ActionProgramDesc &program : programs)
       for (size_t i = 0; i < program.body.instructions.size(); ++i) {
         const Instruction &instruction = program.body.instructions[i];
-        if (instruction.op != "cross_entropy")
+        if (!isLoss(instruction))
           continue;
         int64_t classes = plan_.buffers[instruction.inputs[0]].shape.back();
         int64_t pieces = 1;

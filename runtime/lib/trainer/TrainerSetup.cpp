@@ -11,6 +11,7 @@
 
 #include "trellis/Runtime/Initializer.h"
 #include "trellis/Runtime/Launcher.h"
+#include "trellis/Runtime/OpShapes.h"
 #include "trellis/Runtime/TokenSource.h"
 
 #include <algorithm>
@@ -219,7 +220,7 @@ StatusOr<int64_t> vocabularySize(const Plan &plan) {
   for (const StageProgram &stage : plan.stages)
     for (const ActionProgram &program : stage.programs)
       for (const Instruction &instruction : program.instructions)
-        if (vocab < 1 && instruction.op == "cross_entropy")
+        if (vocab < 1 && isLoss(instruction))
           vocab = plan.buffers[instruction.inputs[0]].shape.back();
   if (vocab < 1)
     return Status::error("cannot tell the vocabulary size: the plan has no "

@@ -51,6 +51,10 @@ bool isPointToPoint(const std::string &op);
 /// Whether a point-to-point instruction sends (else it receives).
 bool isSend(const Instruction &instruction);
 
+/// Whether an instruction computes the loss (the loss family's forward op,
+/// whose logits' last dimension is the vocabulary).
+bool isLoss(const Instruction &instruction);
+
 } // namespace trellis::runtime
 
 #endif // TRELLIS_RUNTIME_OPSHAPES_H

@@ -53,10 +53,6 @@ struct FusedProgram {
   ElementType resultType() const { return slotTypes.back(); }
 };
 
-/// Whether `op` is one of the programs' binary ops: a fusible binary
-/// function (add, sub, mul, div, maximum).
-bool isFusedBinary(const std::string &op);
-
 /// Parses `program` over inputs of `inputTypes`; or says what was expected
 /// and what was found.
 Diagnostic parseFusedProgram(const std::vector<std::string> &program,
