@@ -4,6 +4,7 @@
 
 #include "trellis/CAPI/Handles.h"
 #include "trellis/Runtime/Plan.h"
+#include "trellis/Runtime/TrainOptionTable.h"
 #include "trellis/Runtime/Trainer.h"
 
 #include <climits>
@@ -50,50 +51,11 @@ TrellisStatus collective(Session &session, const Status &status) {
   return errorStatus(status.message());
 }
 
-/// An int option's value (out of int's range: the nearest end, which the
-/// options' checks then refuse).
-int clampToInt(int64_t value) {
-  return value > INT32_MAX ? INT32_MAX
-                           : value < INT32_MIN ? INT32_MIN : int(value);
-}
-
+/// The session's keys: the rows of trellis run's table given
+/// kOptionAsKey (trellis/Runtime/TrainOptionTable.h).
 const OptionKeys<runtime::TrainOptions> &sessionOptionKeys() {
-  using O = runtime::TrainOptions;
-  using V = OptionValue;
-  static const OptionKeys<O> keys = {
-      {"rank", OptionType::Int, [](O &o, const V &v) { o.rank = v.integer; }},
-      {"nproc", OptionType::Int, [](O &o, const V &v) { o.nproc = v.integer; }},
-      {"threads", OptionType::Int,
-       [](O &o, const V &v) { o.threads = clampToInt(v.integer); }},
-      {"seed", OptionType::Int,
-       [](O &o, const V &v) { o.seed = static_cast<uint64_t>(v.integer); }},
-      {"max-memory", OptionType::Int,
-       [](O &o, const V &v) {
-         o.maxMemoryBytes = v.integer > (INT64_MAX >> 20)
-                                ? INT64_MAX
-                                : v.integer * (int64_t(1) << 20);
-       }},
-      {"master-port", OptionType::Int,
-       [](O &o, const V &v) { o.masterPort = clampToInt(v.integer); }},
-      {"timeout", OptionType::Double,
-       [](O &o, const V &v) { o.timeoutSeconds = v.number; }},
-      {"rendezvous", OptionType::String,
-       [](O &o, const V &v) { o.rendezvousDir = v.text; }},
-      {"master-addr", OptionType::String,
-       [](O &o, const V &v) { o.masterAddr = v.text; }},
-      {"host", OptionType::String,
-       [](O &o, const V &v) { o.hostname = v.text; }},
-      {"device", OptionType::String,
-       [](O &o, const V &v) { o.device = v.text; }},
-      {"on-nonfinite", OptionType::String,
-       [](O &o, const V &v) { o.onNonfinite = v.text; }},
-      {"weights", OptionType::String,
-       [](O &o, const V &v) { o.weightsPath = v.text; }},
-      {"load", OptionType::String,
-       [](O &o, const V &v) { o.loadDir = v.text; }},
-      {"job-token-file", OptionType::String,
-       [](O &o, const V &v) { o.jobTokenFile = v.text; }},
-  };
+  static const OptionKeys<runtime::TrainOptions> keys =
+      runtime::trainOptionsIn(kOptionAsKey);
   return keys;
 }
 

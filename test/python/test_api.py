@@ -232,6 +232,12 @@ def test_errors(gpt2_tiny: str, tmp_path) -> None:
         trellis.Session(plan, threads="2")
     with pytest.raises(trellis.Error, match="--threads in \\[1, 4096\\]"):
         trellis.Session(plan, threads=0)
+    # max_memory is in MiB, an integer or a number (one row of trellis run's
+    # option table), checked before the session starts.
+    with pytest.raises(trellis.Error, match="session option 'max-memory': "
+                       "expected --max-memory MiB >= 0, found -1"):
+        trellis.Session(plan, max_memory=-1)
+    trellis.Session(plan, max_memory=4096).close()
     session.close()
     with pytest.raises(trellis.Error, match="this session was closed"):
         session.step(tokens, tokens)

@@ -98,7 +98,8 @@ template <typename Options>
 using OptionKeys = std::vector<OptionRow<Options>>;
 
 /// Sets `key` of `options` from `value` of `type`; refuses a key not in
-/// `keys` (listing them) and a value of another type. `what` names the
+/// `keys` (listing them), a value of another type (an integer is taken for
+/// a number) and a value the row's check refuses. `what` names the
 /// options in messages ("session option").
 template <typename Options>
 TrellisStatus setKeyedOption(const OptionKeys<Options> &keys, const char *what,
@@ -108,11 +109,18 @@ TrellisStatus setKeyedOption(const OptionKeys<Options> &keys, const char *what,
   if (!row)
     return errorStatus("unknown " + std::string(what) + " '" + key +
                        "': expected one of " + listOptionNames(keys));
-  if (row->type != type)
+  OptionValue given = value;
+  // An integer is also a number.
+  if (row->type == OptionType::Double && type == OptionType::Int)
+    given.number = static_cast<double>(value.integer);
+  else if (row->type != type)
     return errorStatus(std::string(what) + " '" + key + "' takes " +
                        optionTypeName(row->type) + ", found " +
                        optionTypeName(type));
-  row->set(options, value);
+  if (row->check)
+    if (std::string problem = row->check(given); !problem.empty())
+      return errorStatus(std::string(what) + " '" + key + "': " + problem);
+  row->set(options, given);
   return nullptr;
 }
 

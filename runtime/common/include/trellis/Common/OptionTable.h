@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +62,14 @@ inline const char *optionTypeKeyword(OptionType type) {
   return "";
 }
 
+/// Where an option may be given (OptionRow::scopes, a bit set).
+enum OptionScope : unsigned {
+  /// A command-line flag.
+  kOptionOnCommandLine = 1,
+  /// A key of the C API's typed setters (and so a Python keyword).
+  kOptionAsKey = 2,
+};
+
 /// One option of `Options`.
 template <typename Options> struct OptionRow {
   /// The flag without dashes (`microbatches`, `adam-eps`).
@@ -68,12 +77,42 @@ template <typename Options> struct OptionRow {
   OptionType type;
   /// Sets the option in `Options` from a value of `type`.
   void (*set)(Options &, const OptionValue &);
-  /// What the help lists it under (`Parallelism`), its help, and how the
-  /// help shows its value (`dp=2,tp=2`; empty: the type's name).
+  /// What the help lists it under (`Parallelism`; empty: hidden from the
+  /// help), its help, and how the help shows its value (`dp=2,tp=2`;
+  /// empty: the type's name).
   const char *group = "";
   const char *help = "";
   const char *valueName = "";
+  /// Reads the option back from `Options` (the help's default; a table
+  /// that prints what it holds); null: the help shows no default.
+  OptionValue (*get)(const Options &) = nullptr;
+  /// What is wrong with a value before it is set ("" when nothing is),
+  /// said as "expected ..., found ..."; null: every value of the type.
+  std::string (*check)(const OptionValue &) = nullptr;
+  unsigned scopes = kOptionOnCommandLine;
+  /// A Bool option given without a value (`--profile`).
+  bool switchOnly = false;
 };
+
+/// `value` of `type` as the help shows a default: integers and numbers as
+/// written (%g), a string as it is, a bool as 1 or 0.
+inline std::string formatOptionValue(OptionType type,
+                                     const OptionValue &value) {
+  switch (type) {
+  case OptionType::Int:
+    return std::to_string(value.integer);
+  case OptionType::Double: {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", value.number);
+    return text;
+  }
+  case OptionType::String:
+    return value.text;
+  case OptionType::Bool:
+    return value.flag ? "1" : "0";
+  }
+  return "";
+}
 
 /// The row called `name`, or null.
 template <typename Options>
