@@ -35,9 +35,10 @@ except ImportError as _error:  # pragma: no cover - depends on the machine
 
 __all__ = ["TorchModel", "from_module", "SUPPORTED_OPS"]
 
-from ._converter import _Converter, _describe, _Tensor  # first: see its end
+from ._converter import _Converter, _describe
 from ._aten import SUPPORTED_OPS
 from ._moe import traceable_experts
+from ._values import _Tensor
 
 
 class TorchModel(Model):

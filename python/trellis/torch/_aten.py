@@ -1,17 +1,22 @@
 """trellis.torch's ATen table: one handler per ATen op (and Python call)
 the converter translates, each writing graph ops for one node."""
 
+from __future__ import annotations
+
 import math
 import operator
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional,
+                    Sequence, Tuple)
 
 import numpy as np
 import torch
 
 from .. import Attr, Error
 from . import _moe  # noqa: F401 (defines torch.ops.trellis)
-from ._converter import (_causal_window, _Constant, _Converter,
-                         _normalize_dim, _Tensor)
+from ._values import _causal_window, _Constant, _normalize_dim, _Tensor
+
+if TYPE_CHECKING:  # annotations only: the converter imports this module
+    from ._converter import _Converter
 
 aten = torch.ops.aten
 

@@ -3,15 +3,20 @@ written out, rotate-half rope, RMSNorm's decomposition, flattened linear
 layers and losses, fused q/k/v splits), tried before a node's operands are
 converted."""
 
+from __future__ import annotations
+
 import math
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple,
+                    Optional, Tuple)
 
 import torch
 
 from .. import Error
 from ._aten import _attention, _matmul_flags, _permute, _scalar, _slice
-from ._converter import (_causal_window, _Constant, _Converter,
-                         _normalize_dim, _Tensor)
+from ._values import _causal_window, _Constant, _normalize_dim, _Tensor
+
+if TYPE_CHECKING:  # annotations only: the converter imports this module
+    from ._converter import _Converter
 
 aten = torch.ops.aten
 
