@@ -23,8 +23,7 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh);
 /// The environment variable holding the job's secret, which every request
 /// to the TCP rendezvous store presents: node 0's launcher makes one when
 /// neither it nor --job-token-file gives one, and hands it to its ranks;
-/// other nodes must be given the same (README, "Training on several
-/// ranks").
+/// other nodes must be given the same (docs/guide/Launching.md).
 constexpr const char *kJobTokenVariable = "TRELLIS_JOB_TOKEN";
 
 /// The job's secret: TRELLIS_JOB_TOKEN, else the first line of
