@@ -16,12 +16,6 @@ namespace {
 
 using Phase = PricedWork::Phase;
 
-/// The compute class of the op a work item names (memory-bound for names
-/// outside the table).
-ComputeClass computeClassOf(const std::string &name) {
-  const OpContract *row = findOpContract(name);
-  return row ? row->computeClass : ComputeClass::MemoryBound;
-}
 
 /// A collective's or transfer's key split: `all_reduce over dp tp`.
 struct CollectiveKey {
@@ -122,7 +116,11 @@ double computeSeconds(const PricedWork &work, const ClusterSpec &cluster) {
       efficiency *= size / (size + device.gemmHalfSize);
     return efficiency;
   };
-  ComputeClass computeClass = computeClassOf(work.name);
+  // The row of the op a work item names (none for names outside the table:
+  // memory-bound).
+  const OpContract *row = findOpContract(work.name);
+  ComputeClass computeClass =
+      row ? row->computeClass : ComputeClass::MemoryBound;
   // gemmDepth is set for whole attention ops (attention, attention_grad),
   // not for ring attention's pieces.
   bool scoresInMemory = device.attentionMaterializesScores &&
@@ -135,8 +133,7 @@ double computeSeconds(const PricedWork &work, const ClusterSpec &cluster) {
   } else if (scoresInMemory) {
     // Scores: 4 E d FLOPs forward and 10 E d backward for E scores; each
     // score crosses memory 13 times forward and 26 backward in 16 bits.
-    const OpContract *row = findOpContract(work.name);
-    bool backward = row && row->gradient;
+    bool backward = row->gradient;
     double scores = work.flops / ((backward ? 10.0 : 4.0) * work.gemmDepth);
     double width = work.dtype == "f32" ? 2.0 : 1.0;
     double scoreBytes = scores * (backward ? 26.0 : 13.0) * width;

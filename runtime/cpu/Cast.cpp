@@ -182,8 +182,7 @@ Status runInFloat(const KernelArgs &args, Kernel kernel) {
   local.contract = original.contract;
   std::vector<Tensor> buffers;
   size_t copies = 0;
-  const OpContract *contract = findOpContract(original.op);
-  bool readsResults = contract && contract->effects.accumulates;
+  bool readsResults = original.row().effects.accumulates;
   auto bind = [&](int64_t id, bool read) -> int64_t {
     const Tensor &tensor = args.buffers[id];
     if (!isNarrow(tensor)) {

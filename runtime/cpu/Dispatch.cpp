@@ -17,9 +17,8 @@ void KernelTable::add(std::initializer_list<const char *> ops, Kernel kernel) {
 }
 
 void KernelTable::addFamily(OpFamily family, Kernel kernel) {
-  for (const OpContract &contract : opContracts())
-    if (contract.family == family)
-      kernels_[contract.id] = kernel;
+  addRows([family](const OpContract &row) { return row.family == family; },
+          kernel);
 }
 
 void KernelTable::addRows(const std::function<bool(const OpContract &)> &rows,

@@ -148,9 +148,8 @@ StatusOr<Broadcast> broadcastLayout(const std::vector<int64_t> &a,
 Status runElementwise(const KernelArgs &args, CudaContext &context) {
   const Instruction &instruction = args.instruction;
   const std::string &op = instruction.op;
-  // Validation admits only ops of the table; each family below reads its
-  // member from the row.
-  const OpContract &row = *findOpContract(op);
+  // Each family below reads its member from the row.
+  const OpContract &row = rowOf(args);
   Tensor &out = args.out(0);
   int64_t count = out.size();
   LaunchGeometry grid = elementwiseGeometry(count);

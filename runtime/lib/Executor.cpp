@@ -237,8 +237,8 @@ std::map<std::string, double> Executor::stepFlops() const {
   std::map<std::string, double> flops;
   for (const TimelineEntry &entry : timeline_) {
     const Instruction &instruction = *entry.instruction;
-    const OpContract *contract = findOpContract(instruction.op);
-    if (!contract || !contract->cost)
+    const OpContract *contract = &instruction.row();
+    if (!contract->cost)
       continue;
     std::vector<TensorType> inputs, results;
     for (int64_t buffer : entry.inputs)
@@ -262,8 +262,7 @@ std::vector<TraceSlice> Executor::trace() const {
 
 size_t Executor::updateRunEnd(size_t first) const {
   auto isUpdate = [&](size_t i) {
-    const OpContract *contract = findOpContract(timeline_[i].instruction->op);
-    return contract && contract->isUpdate();
+    return timeline_[i].instruction->row().isUpdate();
   };
   if (!isUpdate(first))
     return first;
@@ -430,7 +429,7 @@ Status Executor::runTimeline(const std::vector<bool> *only, bool recording) {
       if (!failure.ok())
         break;
     }
-    if (isPointToPoint(instruction.op) && communicator_) {
+    if (isPointToPoint(instruction) && communicator_) {
       int64_t peer = instruction.integer("peer");
       int64_t channel = instruction.integer("channel");
       bool sending = isSend(instruction);

@@ -40,9 +40,8 @@ MatmulSizes matmulSizes(const std::vector<int64_t> &lhs,
   return sizes;
 }
 
-bool isPointToPoint(const std::string &op) {
-  const OpContract *contract = findOpContract(op);
-  return contract && contract->family == OpFamily::PointToPoint;
+bool isPointToPoint(const Instruction &instruction) {
+  return instruction.row().family == OpFamily::PointToPoint;
 }
 
 bool isSend(const Instruction &instruction) {

@@ -246,7 +246,7 @@ plannedTimeline(const Plan &plan, int64_t stage,
     planned.communicates = kernelCommunicates(
         planned.contract, planned.overAxes,
         [&](const std::string &name) { return instruction.text(name); });
-    if (isPointToPoint(instruction.op)) {
+    if (isPointToPoint(instruction)) {
       planned.channel = instruction.integer("channel");
       planned.peer = instruction.integer("peer");
     }

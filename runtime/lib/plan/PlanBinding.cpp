@@ -104,7 +104,7 @@ Status PlanReader::bindStage(int64_t index) {
       bool amends = false;
       // Each micro-batch's transfers get channels of their own; the
       // step's come after all of theirs.
-      if (isPointToPoint(instruction.op)) {
+      if (isPointToPoint(instruction)) {
         auto channel = [&](int64_t plan) {
           return program.perMicroBatch() ? plan * m + mb : channels_ * m + plan;
         };

@@ -142,7 +142,7 @@ Status PlanReader::checkTransfers() {
     for (size_t i = 0; i < timeline.size(); ++i) {
       const TimelineEntry &entry = timeline[i];
       const Instruction &instruction = *entry.instruction;
-      if (!isPointToPoint(instruction.op))
+      if (!isPointToPoint(instruction))
         continue;
       bool sending = isSend(instruction);
       std::string where = "stage " + std::to_string(stage) + " action " +

@@ -399,7 +399,7 @@ Status PlanReader::readProgram(const json &stages) {
     for (const ActionProgramDesc &program : programs)
       if (program.perMicroBatch())
         for (const Instruction &instruction : program.body.instructions)
-          if (isPointToPoint(instruction.op))
+          if (isPointToPoint(instruction))
             channels_ = std::max(channels_, instruction.integer("channel") + 1);
   for (size_t s = 0; s < stages.size(); ++s)
     TRELLIS_RETURN_IF_ERROR(bindStage(static_cast<int64_t>(s)));

@@ -46,7 +46,7 @@ bool isCollective(const std::string &op);
 
 /// Whether `op` is a send or receive between two ranks (pipeline
 /// transfers), which the executor starts at once and waits for later.
-bool isPointToPoint(const std::string &op);
+bool isPointToPoint(const Instruction &instruction);
 
 /// Whether a point-to-point instruction sends (else it receives).
 bool isSend(const Instruction &instruction);

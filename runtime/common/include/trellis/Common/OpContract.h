@@ -240,7 +240,7 @@ struct OpContract {
   /// Such ops have no sharding rule: the partitioner makes them.
   bool collective = false;
   /// The row's family, and its member where the family enumerates its
-  /// members (unary: UnaryFunction, binary: BinaryFunction, collective and
+  /// members (FamilyOfMember names each family's enum; collective and
   /// point-to-point: CollectiveKind): the enumerator's value, else -1.
   OpFamily family = OpFamily::Fill;
   int member = -1;

@@ -1,9 +1,10 @@
 //===- OpFamilies.h - The families of plan ops and their members -*- C++ -*-===//
 //
-// Every row of the op table belongs to one family; a family with members
-// (unary, binary, collective, point-to-point) names each row's member by
-// its own enum, so passes and kernels switch on typed data instead of op
-// names. The planner's time model prices rows by their compute class.
+// Every row of the op table belongs to one family; a family whose rows
+// compute different things (unary, binary, layout, reduction, norm,
+// position, attention, expert, optimizer, collective, point-to-point) names
+// each row's member by its own enum, so passes and kernels switch on typed
+// data instead of op names. The planner's time model prices rows by their compute class.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,7 +70,7 @@ enum class LayoutKind { BroadcastTo, Reshape, Transpose, Slice, Pad, Concat };
 /// The reduction family: what the reduced elements become.
 enum class ReductionFunction { Sum, Mean, Max };
 
-/// The row-wise family (softmax and its gradient) has one member.
+// The row-wise family (softmax and its gradient) has one member.
 
 /// The norm family: layer norm (weight and bias) or RMS norm (weight).
 enum class NormKind { Layer, Rms };
