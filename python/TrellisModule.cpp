@@ -289,13 +289,15 @@ private:
 /// The compile options as (key, type, help), type one of "int", "float",
 /// "str", "bool".
 std::vector<std::tuple<std::string, std::string, std::string>>
-compileOptionList() {
+optionList(size_t count,
+           TrellisStatus (*describe)(size_t, const char **, TrellisOptionType *,
+                                     const char **)) {
   static constexpr const char *kTypes[] = {"int", "float", "str", "bool"};
   std::vector<std::tuple<std::string, std::string, std::string>> rows;
-  for (size_t i = 0; i < trellisCompileOptionCount(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const char *key = nullptr, *help = nullptr;
     TrellisOptionType type = TRELLIS_OPTION_INT;
-    check(trellisCompileOptionDescribe(i, &key, &type, &help));
+    check(describe(i, &key, &type, &help));
     rows.emplace_back(key, kTypes[type], help);
   }
   return rows;
@@ -341,6 +343,9 @@ public:
   }
   void setString(const std::string &key, const std::string &value) {
     check(trellisSessionOptionsSetString(handle_, key.c_str(), value.c_str()));
+  }
+  void setBool(const std::string &key, bool value) {
+    check(trellisSessionOptionsSetBool(handle_, key.c_str(), value));
   }
   TrellisSessionOptions handle() const { return handle_; }
 
@@ -573,14 +578,27 @@ NB_MODULE(_trellis, m) {
   m.def("plan_search", &planSearch, nb::arg("model"), nb::arg("options"),
         nb::arg("cluster"), nb::arg("gpus"), nb::arg("top"),
         nb::arg("evaluate"));
-  m.def("compile_options", &compileOptionList,
-        "The compile options as (key, type, help).");
+  m.def(
+      "compile_options",
+      [] {
+        return optionList(trellisCompileOptionCount(),
+                          trellisCompileOptionDescribe);
+      },
+      "The compile options as (key, type, help).");
+  m.def(
+      "session_options",
+      [] {
+        return optionList(trellisSessionOptionCount(),
+                          trellisSessionOptionDescribe);
+      },
+      "The session options as (key, type, help).");
 
   nb::class_<SessionOptions>(m, "SessionOptions")
       .def(nb::init<>())
       .def("set_int", &SessionOptions::setInt)
       .def("set_double", &SessionOptions::setDouble)
-      .def("set_string", &SessionOptions::setString);
+      .def("set_string", &SessionOptions::setString)
+      .def("set_bool", &SessionOptions::setBool);
 
   nb::class_<Session>(m, "Session", "One rank of a running plan.")
       .def(nb::init<const Plan &, const SessionOptions &>(), nb::arg("plan"),

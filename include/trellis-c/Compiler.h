@@ -154,13 +154,6 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisGraphFinish(TrellisGraph graph,
  * unknown key or a value of another type is an error naming what was
  * expected. For a model of fixed shapes (MLIR, built), "batch" defaults to
  * its tokens' rows times "microbatches". */
-typedef enum {
-  TRELLIS_OPTION_INT = 0,
-  TRELLIS_OPTION_DOUBLE = 1,
-  TRELLIS_OPTION_STRING = 2,
-  TRELLIS_OPTION_BOOL = 3,
-} TrellisOptionType;
-
 /** The number of compile options. */
 TRELLIS_CAPI_EXPORTED size_t trellisCompileOptionCount(void);
 

@@ -46,12 +46,6 @@ TrellisStatus setCompileOption(TrellisCompileOptions handle, const char *key,
   TRELLIS_CAPI_REQUIRE(key);
   CompileOptionSet *set = nullptr;
   TRELLIS_CAPI_RETURN_IF_ERROR(compileOptions.lookup(handle.id, set));
-  const OptionRow<CompileOptions> *row = findOption(compileOptionTable(), key);
-  if (row && row->type == type)
-    if (std::string invalid = checkCompileOptionValue(*row, value);
-        !invalid.empty())
-      return errorStatus("compile option '" + std::string(key) +
-                         "': " + invalid);
   TRELLIS_CAPI_RETURN_IF_ERROR(setKeyedOption(
       compileOptionTable(), "compile option", set->options, key, type, value));
   set->batchGiven |= std::string(key) == "batch";
@@ -107,15 +101,8 @@ TrellisStatus trellisCompileOptionDescribe(size_t index, const char **key,
   TRELLIS_CAPI_REQUIRE(key);
   TRELLIS_CAPI_REQUIRE(type);
   TRELLIS_CAPI_REQUIRE(help);
-  const std::vector<OptionRow<CompileOptions>> &rows = compileOptionTable();
-  if (index >= rows.size())
-    return errorStatus("compile option " + std::to_string(index) +
-                       ": expected an index below " +
-                       std::to_string(rows.size()));
-  *key = rows[index].name;
-  *type = static_cast<TrellisOptionType>(rows[index].type);
-  *help = rows[index].help;
-  return nullptr;
+  return describeOption(compileOptionTable(), "compile option", index, key,
+                        type, help);
 }
 
 TrellisStatus trellisCompileOptionsCreate(TrellisCompileOptions *options) {

@@ -9,6 +9,7 @@
 #include "trellis/Analysis/PipelineCost.h"
 #include "trellis/Autodiff/Passes.h"
 #include "trellis/Common/LearningRate.h"
+#include "trellis/Compiler/CompileOptionTable.h"
 #include "trellis/Compiler/CompileReport.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
@@ -262,9 +263,6 @@ std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
     training.optimizer = std::nullopt;
   else if (options.optimizer == "sgd")
     training.optimizer = OptimizerKind::Sgd;
-  else if (options.optimizer != "adamw")
-    return fail("unknown optimizer '" + options.optimizer +
-                "': expected adamw, sgd or none");
   training.learningRate = options.learningRate;
   training.beta1 = options.beta1;
   training.beta2 = options.beta2;
@@ -272,11 +270,10 @@ std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
   training.weightDecay = options.weightDecay;
   training.decayOneDimensional = options.decayOneDimensional;
   if (options.lrSchedule) {
+    // A name the option table's choices hold (checkCompileOptions).
     std::optional<LrScheduleKind> kind =
         parseLrScheduleKind(*options.lrSchedule);
-    if (!kind)
-      return fail("unknown --lr-schedule '" + *options.lrSchedule +
-                  "': expected constant, linear, cosine or wsd");
+    assert(kind && "--lr-schedule is checked by its row");
     if (!training.optimizer || *training.optimizer != OptimizerKind::AdamW)
       return fail("--lr-schedule: a schedule reads AdamW's step count: "
                   "expected --optimizer adamw, found " +
@@ -326,9 +323,6 @@ std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
     training.precision = LowPrecision::BF16;
   else if (options.precision == "fp16")
     training.precision = LowPrecision::F16;
-  else if (options.precision != "fp32")
-    return fail("unknown precision '" + options.precision +
-                "': expected fp32, bf16 or fp16");
   if (options.precision == "fp16" && !training.optimizer)
     return fail("--precision fp16 scales the loss dynamically, and the "
                 "optimizer unscales and skips overflowing steps: expected "
@@ -337,9 +331,6 @@ std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
     return fail("--grad-reduce-dtype bf16 reduces the gradients of a bf16 "
                 "step: expected --precision bf16, found " +
                 options.precision);
-  if (options.gradReduceDtype != "fp32" && options.gradReduceDtype != "bf16")
-    return fail("unknown --grad-reduce-dtype '" + options.gradReduceDtype +
-                "': expected fp32 or bf16");
   if (options.gradReduceDtype == "bf16" &&
       (options.microBatches != 1 || degrees.pipeline != 1))
     return fail("--grad-reduce-dtype bf16 reduces each micro-batch's "
@@ -354,9 +345,6 @@ std::optional<TrainingOptions> trainingOptions(const CompileOptions &options,
     training.recompute = RecomputeKind::Full;
   else if (options.recompute == "selective")
     training.recompute = RecomputeKind::Selective;
-  else if (options.recompute != "none")
-    return fail("unknown recomputation '" + options.recompute +
-                "': expected none, selective or full");
   training.pipelined = pipelined;
   // ZeRO-2 and 3 reduce-scatter each micro-batch's product into a split
   // total: the product must exist on its own.
@@ -375,8 +363,6 @@ mlir::LogicalResult checkShardingOptions(const CompileOptions &options,
     return mlir::failure();
   };
   std::string zero = std::to_string(options.zero);
-  if (options.zero < 0 || options.zero > 3)
-    return fail("--zero: expected a ZeRO stage 0, 1, 2 or 3, found " + zero);
   if (options.zero > 0 && degrees.dataParallel <= 1)
     return fail("--zero " + zero +
                 " shards model states over the data-parallel axis: expected "
@@ -415,14 +401,6 @@ mlir::LogicalResult checkShardingOptions(const CompileOptions &options,
                 "tensor-parallel axis: expected --tp > 1 or a tp axis in "
                 "--mesh, found tp=" +
                 std::to_string(degrees.tensorParallel));
-  if (options.contextKind != "ulysses" && options.contextKind != "ring" &&
-      options.contextKind != "allgather")
-    return fail("unknown --cp-kind '" + options.contextKind +
-                "': expected ring, ulysses or allgather");
-  if (options.expertDispatch != "gather" &&
-      options.expertDispatch != "all-to-all")
-    return fail("unknown --ep-dispatch '" + options.expertDispatch +
-                "': expected gather or all-to-all");
   if (degrees.contextParallel < 1)
     return fail("--cp: expected a positive degree, found " +
                 std::to_string(degrees.contextParallel));
@@ -474,6 +452,11 @@ std::optional<Mesh> parseMeshText(llvm::StringRef text,
 
 mlir::LogicalResult checkCompileOptions(const CompileOptions &options,
                                         MessageSink sink) {
+  if (std::string invalid = checkCompileOptionValues(options);
+      !invalid.empty()) {
+    sink(MessageKind::Error, invalid);
+    return mlir::failure();
+  }
   if (std::string invalid = checkOptimizerHyperparameters(
           options.learningRate, options.beta1, options.beta2, options.epsilon,
           options.weightDecay,

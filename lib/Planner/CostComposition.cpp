@@ -468,17 +468,17 @@ struct CostComposer::Impl {
                                               LayoutParts &fitted,
                                               std::string &error) {
     PlanChoice choice;
-    choice.tp = key.tp;
-    choice.cp = key.cp;
-    choice.ep = key.ep;
-    choice.dp = dp;
-    choice.zero = key.zero;
-    choice.sequenceParallel = key.sequenceParallel;
+    // A pipeline of three stages of a layer each, or none.
+    choice.mesh =
+        meshOfDegrees(key.pipelined ? 3 : 1, dp, key.ep, key.cp, key.tp);
+    CompileOptions &settings = choice.settings;
+    settings.zero = key.zero;
+    settings.sequenceParallel = key.sequenceParallel;
     if (!key.contextKind.empty())
-      choice.contextKind = key.contextKind;
-    choice.recompute = key.recompute;
-    choice.fuseGradientAccumulation = key.fuseGradientAccumulation;
-    choice.scheduleCollectives = key.scheduleCollectives;
+      settings.contextKind = key.contextKind;
+    settings.recompute = key.recompute;
+    settings.fuseGradientAccumulation = key.fuseGradientAccumulation;
+    settings.scheduleCollectives = key.scheduleCollectives;
     choice.microBatchSize = sequences;
     // Without a pipeline, two micro-batches price gradient accumulation;
     // a pipeline of three stages runs three.
@@ -490,8 +490,7 @@ struct CostComposer::Impl {
     if (key.pipelined) {
       // Three stages of a layer each: the middle one is a layer and its
       // transfers; the first and last add the embedding and the head.
-      choice.pp = 3;
-      choice.schedule = key.splitsWeights ? "zb-h1" : "1f1b";
+      settings.schedule = key.splitsWeights ? "zb-h1" : "1f1b";
       std::optional<CompiledModel> cut =
           compileShort(3, choice, /*microBatches=*/3, "1,1,1", error);
       if (!cut)
@@ -557,19 +556,27 @@ struct CostComposer::Impl {
   /// The fitted parts of `choice`'s layout, or null with `error`.
   const LayoutParts *partsFor(const PlanChoice &choice, std::string &error) {
     int64_t microBatches = choice.microBatches(request.globalBatch);
+    if (!choice.describedByDegrees()) {
+      error = "a mesh of other axes than pp, dp, ep, cp and tp (HSDP's) "
+              "compiles whole";
+      return nullptr;
+    }
+    const CompileOptions &settings = choice.settings;
+    int64_t tp = choice.degree(AxisRole::Tensor),
+            cp = choice.degree(AxisRole::Context);
     LayoutKey key;
-    key.tp = choice.tp;
-    key.cp = choice.cp;
-    key.ep = choice.ep;
-    key.dataParallel = choice.dp > 1;
-    key.zero = choice.batchRanks() > 1 ? choice.zero : 0;
-    key.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
-    key.contextKind = choice.cp > 1 ? choice.contextKind : "";
-    key.recompute = choice.recompute;
-    key.fuseGradientAccumulation = choice.fuseGradientAccumulation;
-    key.scheduleCollectives = choice.scheduleCollectives;
-    key.pipelined = choice.pp > 1;
-    key.splitsWeights = key.pipelined && choice.schedule == "zb-h1";
+    key.tp = tp;
+    key.cp = cp;
+    key.ep = choice.degree(AxisRole::Expert);
+    key.dataParallel = choice.degree(AxisRole::Data) > 1;
+    key.zero = choice.batchRanks() > 1 ? settings.zero : 0;
+    key.sequenceParallel = settings.sequenceParallel && tp > 1;
+    key.contextKind = cp > 1 ? settings.contextKind : "";
+    key.recompute = settings.recompute;
+    key.fuseGradientAccumulation = settings.fuseGradientAccumulation;
+    key.scheduleCollectives = settings.scheduleCollectives;
+    key.pipelined = choice.degree(AxisRole::Pipeline) > 1;
+    key.splitsWeights = key.pipelined && choice.schedule() == "zb-h1";
     key.oneMicroBatch = !key.pipelined && microBatches == 1;
     if (key.pipelined && poolsOverLayers) {
       error = "a loss pooled over all layers reaches the last stage from every "
@@ -603,15 +610,17 @@ struct CostComposer::Impl {
       return std::nullopt;
     }
     int64_t chunks = choice.chunksPerRank();
+    int64_t pp = choice.degree(AxisRole::Pipeline);
+    std::string schedule = choice.schedule();
     OnceSlot<StageLayers> &split = splits.get(
-        {sequences, choice.schedule, choice.pp, microBatches, chunks},
+        {sequences, schedule, pp, microBatches, chunks},
         [&](std::string &why) -> std::optional<StageLayers> {
-          std::optional<ScheduleKind> kind = parseScheduleKind(choice.schedule);
+          std::optional<ScheduleKind> kind = parseScheduleKind(schedule);
           if (!kind) {
-            why = "unknown schedule '" + choice.schedule + "'";
+            why = "unknown schedule '" + schedule + "'";
             return std::nullopt;
           }
-          PipelineShape shape{choice.pp, microBatches, chunks};
+          PipelineShape shape{pp, microBatches, chunks};
           std::optional<PipelineStreams> streams =
               buildSchedule(*kind, shape, &why);
           if (!streams)
@@ -702,26 +711,34 @@ static std::pair<double, double> computeOf(const Terms &terms,
 
 std::optional<double> CostComposer::lowerBound(const PlanChoice &choice,
                                                const ClusterSpec &cluster) {
+  // Another mesh of the same degrees (HSDP's) does the same compute, and
+  // its ZeRO over fewer ranks leaves each rank at least as much of the
+  // optimizer's: the mesh of degrees bounds it.
+  PlanChoice plain = choice;
+  int64_t pp = choice.degree(AxisRole::Pipeline);
+  plain.mesh = meshOfDegrees(
+      pp, choice.degree(AxisRole::Data), choice.degree(AxisRole::Expert),
+      choice.degree(AxisRole::Context), choice.degree(AxisRole::Tensor));
+  plain.settings.zeroAxes.reset();
   std::string error;
-  const LayoutParts *parts = impl->partsFor(choice, error);
+  const LayoutParts *parts = impl->partsFor(plain, error);
   if (!parts)
     return std::nullopt;
   double sequences = static_cast<double>(choice.microBatchSize);
-  double dp = static_cast<double>(choice.dp);
+  double dp = static_cast<double>(choice.degree(AxisRole::Data));
   // Every rank's work in one sum: merged terms price at most what they
   // price apart (an op's time is the longer of its FLOPs and its bytes).
   Terms all = parts->first.at(sequences, dp);
   all.add(parts->layer.at(sequences, dp), static_cast<double>(impl->layers));
-  if (choice.pp > 1) {
+  if (pp > 1) {
     int64_t chunks = choice.chunksPerRank();
     all.add(parts->middle.at(sequences, dp),
-            static_cast<double>(choice.pp * chunks - 2));
+            static_cast<double>(pp * chunks - 2));
     all.add(parts->last.at(sequences, dp), 1);
   }
   auto [actions, step] = computeOf(all, cluster);
   // The busiest rank does at least the average rank's work.
-  return (choice.microBatches(impl->request.globalBatch) * actions + step) /
-         choice.pp;
+  return (choice.microBatches(impl->request.globalBatch) * actions + step) / pp;
 }
 
 std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
@@ -732,17 +749,17 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
     return std::nullopt;
   const LayoutParts &parts = *fitted;
   double sequences = static_cast<double>(choice.microBatchSize);
-  double dp = static_cast<double>(choice.dp);
+  int64_t pp = choice.degree(AxisRole::Pipeline);
+  double dp = static_cast<double>(choice.degree(AxisRole::Data));
   Terms layer = parts.layer.at(sequences, dp);
 
   // Each virtual stage's parts, onto its rank as its chunk.
   int64_t chunks = choice.chunksPerRank();
-  std::vector<Terms> ranks(choice.pp);
-  std::vector<std::vector<double>> saved(choice.pp,
-                                         std::vector<double>(chunks, 0)),
+  std::vector<Terms> ranks(pp);
+  std::vector<std::vector<double>> saved(pp, std::vector<double>(chunks, 0)),
       weightInputs = saved;
   auto place = [&](int64_t stage, const Terms &stageTerms) {
-    int64_t rank = stage % choice.pp, chunk = stage / choice.pp;
+    int64_t rank = stage % pp, chunk = stage / pp;
     for (const auto &[stageKey, values] : stageTerms.work) {
       TermKey key = stageKey;
       if (key.phase != Phase::Step)
@@ -755,7 +772,7 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
     memory.saved = memory.weightInputs = 0;
     ranks[rank].memory.add(memory, 1);
   };
-  if (choice.pp == 1) {
+  if (pp == 1) {
     Terms rank = parts.first.at(sequences, dp);
     rank.add(layer, static_cast<double>(impl->layers));
     place(0, rank);
@@ -803,9 +820,9 @@ std::optional<ComposedCost> CostComposer::compose(const PlanChoice &choice,
   }
   for (MeshAxis axis : parts.meshAxes) {
     if (axis.name == "dp")
-      axis.size = choice.dp;
+      axis.size = static_cast<int64_t>(dp);
     else if (axis.name == "pp")
-      axis.size = choice.pp;
+      axis.size = pp;
     result.meshAxes.push_back(axis);
   }
   result.modelParameters = impl->parameters;

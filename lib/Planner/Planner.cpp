@@ -188,6 +188,25 @@ bool measureMemory(const PlanRequest &request, PlanEvaluation &evaluation,
   return true;
 }
 
+/// The value of the fixed setting `name`, if any.
+std::optional<std::string> fixedWord(const PlanConstraints &fixed,
+                                     const char *name) {
+  if (const OptionValue *value = fixed.setting(name))
+    return value->text;
+  return std::nullopt;
+}
+std::optional<int64_t> fixedInteger(const PlanConstraints &fixed,
+                                    const char *name) {
+  if (const OptionValue *value = fixed.setting(name))
+    return value->integer;
+  return std::nullopt;
+}
+std::optional<bool> fixedFlag(const PlanConstraints &fixed, const char *name) {
+  if (const OptionValue *value = fixed.setting(name))
+    return value->flag;
+  return std::nullopt;
+}
+
 /// The schedules (and chunks) of `pp` stages over `microBatches` that
 /// `fixed` allows: 1F1B alone without a pipeline.
 std::vector<std::pair<std::string, int64_t>>
@@ -196,12 +215,14 @@ pipelineSchedules(int64_t pp, int64_t microBatches,
   std::vector<std::pair<std::string, int64_t>> schedules;
   if (pp == 1)
     return {{"1f1b", 1}};
+  std::optional<std::string> schedule = fixedWord(fixed, "schedule");
+  std::optional<int64_t> fixedChunks = fixedInteger(fixed, "chunks");
   for (const char *name : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
-    if (fixed.schedule && *fixed.schedule != name)
+    if (schedule && *schedule != name)
       continue;
     // GPipe is searched only when asked for: 1F1B has its bubble and
     // keeps fewer micro-batches alive, so it dominates.
-    if (!fixed.schedule && std::string(name) == "gpipe")
+    if (!schedule && std::string(name) == "gpipe")
       continue;
     if (std::string(name) != "interleaved") {
       schedules.push_back({name, 1});
@@ -214,7 +235,7 @@ pipelineSchedules(int64_t pp, int64_t microBatches,
     auto chunkCounts = [&](bool even) {
       std::vector<int64_t> counts;
       for (int64_t chunks = 2; chunks <= 8; ++chunks)
-        if ((!fixed.chunks || *fixed.chunks == chunks) &&
+        if ((!fixedChunks || *fixedChunks == chunks) &&
             microBatches % pp == 0 &&
             (!facts.layers || (even ? facts.layers % (pp * chunks) == 0
                                     : facts.layers >= pp * chunks)))
@@ -230,6 +251,44 @@ pipelineSchedules(int64_t pp, int64_t microBatches,
   return schedules;
 }
 
+/// The axis of `role` the constraints name, else one called `name`, of
+/// `size` ranks.
+MeshAxis axisOf(const PlanConstraints &fixed, AxisRole role, const char *name,
+                int64_t size) {
+  for (const MeshAxis &axis : fixed.axes)
+    if (axis.role == role)
+      return {axis.name, size, role};
+  return {name, size, role};
+}
+
+/// The mesh of the degrees (meshOfDegrees), with the names the constraints
+/// give: their data axes when they give several, an expert or context
+/// axis they name even of one rank.
+std::vector<MeshAxis> meshOf(const PlanConstraints &fixed, int64_t pp,
+                             int64_t dp, int64_t ep, int64_t cp, int64_t tp) {
+  std::vector<MeshAxis> mesh{axisOf(fixed, AxisRole::Pipeline, "pp", pp)};
+  std::vector<MeshAxis> data;
+  for (const MeshAxis &axis : fixed.axes)
+    if (axis.role == AxisRole::Data)
+      data.push_back(axis);
+  if (data.size() > 1)
+    mesh.insert(mesh.end(), data.begin(), data.end());
+  else
+    mesh.push_back(axisOf(fixed, AxisRole::Data, "dp", dp));
+  // An axis of one rank stays out unless the constraints name it otherwise.
+  auto renamed = [&](AxisRole role, const char *name) {
+    return llvm::any_of(fixed.axes, [&](const MeshAxis &axis) {
+      return axis.role == role && axis.name != name;
+    });
+  };
+  if (ep > 1 || renamed(AxisRole::Expert, "ep"))
+    mesh.push_back(axisOf(fixed, AxisRole::Expert, "ep", ep));
+  if (cp > 1 || renamed(AxisRole::Context, "cp"))
+    mesh.push_back(axisOf(fixed, AxisRole::Context, "cp", cp));
+  mesh.push_back(axisOf(fixed, AxisRole::Tensor, "tp", tp));
+  return mesh;
+}
+
 /// The structural candidates `constraints` allows: degrees, micro-batch
 /// size, schedule and chunks. ZeRO and recomputation are escalated per
 /// candidate until it fits.
@@ -238,29 +297,35 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
                                              const ModelFacts &facts) {
   std::vector<PlanChoice> candidates;
   int64_t gpus = request.gpus;
-  auto allowed = [](const std::optional<int64_t> &fixed, int64_t value) {
-    return !fixed || *fixed == value;
+  auto allowed = [&](AxisRole role, int64_t value) {
+    std::optional<int64_t> degree = fixed.degree(role);
+    return !degree || *degree == value;
   };
+  std::optional<int64_t> fixedTp = fixed.degree(AxisRole::Tensor),
+                         fixedCp = fixed.degree(AxisRole::Context);
+  std::optional<int64_t> microBatchSize = fixed.microBatchSize;
+  std::optional<std::string> contextKind = fixedWord(fixed, "cp-kind");
   for (int64_t tp : divisorsOf(gpus)) {
-    if (!allowed(fixed.tp, tp) ||
-        (!fixed.tp && tp > request.cluster.devicesPerNode))
+    if (!allowed(AxisRole::Tensor, tp) ||
+        (!fixedTp && tp > request.cluster.devicesPerNode))
       continue;
     if (facts.heads && (facts.heads % tp || facts.kvHeads % tp))
       continue;
     for (int64_t pp : divisorsOf(gpus / tp)) {
-      if (!allowed(fixed.pp, pp) || (facts.layers && pp > facts.layers))
+      if (!allowed(AxisRole::Pipeline, pp) ||
+          (facts.layers && pp > facts.layers))
         continue;
       for (int64_t cp : divisorsOf(gpus / tp / pp)) {
-        if (!allowed(fixed.cp, cp) || (!fixed.cp && cp > 8) ||
+        if (!allowed(AxisRole::Context, cp) || (!fixedCp && cp > 8) ||
             (cp > 1 && request.seq % (2 * cp) != 0))
           continue;
         // Ulysses splits each rank's heads (and kv heads) over cp; where
         // they do not divide, ring attention passes keys and values around.
         bool ulyssesSplits = !facts.heads || ((facts.heads / tp) % cp == 0 &&
                                               (facts.kvHeads / tp) % cp == 0);
-        std::string contextKind =
-            fixed.contextKind.value_or(ulyssesSplits ? "ulysses" : "ring");
-        if (cp > 1 && contextKind == "ulysses" && !ulyssesSplits)
+        std::string kind =
+            contextKind.value_or(ulyssesSplits ? "ulysses" : "ring");
+        if (cp > 1 && kind == "ulysses" && !ulyssesSplits)
           continue;
         int64_t dp = gpus / tp / pp / cp;
         if (request.globalBatch % dp)
@@ -268,37 +333,39 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
         // Of the batch's ranks, those that also split the experts.
         std::vector<int64_t> expertSplits;
         for (int64_t ep : divisorsOf(dp))
-          if (allowed(fixed.ep, ep) && allowed(fixed.dp, dp / ep) &&
+          if (allowed(AxisRole::Expert, ep) &&
+              allowed(AxisRole::Data, dp / ep) &&
               (ep == 1 || (facts.experts && facts.experts % ep == 0)))
             expertSplits.push_back(ep);
         for (int64_t micro : {1, 2, 4, 8, 16}) {
-          if (!allowed(fixed.microBatchSize, micro) ||
+          if ((microBatchSize && *microBatchSize != micro) ||
               (request.globalBatch / dp) % micro)
             continue;
           int64_t microBatches = request.globalBatch / dp / micro;
-          if (pp > 1 && microBatches < pp && !fixed.microBatchSize)
+          if (pp > 1 && microBatches < pp && !microBatchSize)
             continue;
           for (const auto &[schedule, chunks] :
                pipelineSchedules(pp, microBatches, fixed, facts))
             for (int64_t ep : expertSplits) {
               PlanChoice choice;
-              choice.dp = dp / ep;
-              choice.ep = ep;
-              choice.tp = tp;
-              choice.pp = pp;
-              choice.cp = cp;
+              choice.mesh = meshOf(fixed, pp, dp / ep, ep, cp, tp);
               choice.microBatchSize = micro;
-              choice.schedule = schedule;
-              choice.chunks = chunks;
-              choice.sequenceParallel =
-                  tp > 1 && fixed.sequenceParallel.value_or(true);
-              choice.contextKind = contextKind;
-              choice.zero = fixed.zero.value_or(0);
-              choice.recompute = fixed.recompute.value_or("none");
-              choice.fuseGradientAccumulation =
-                  fixed.fuseGradientAccumulation.value_or(true);
-              choice.scheduleCollectives =
-                  fixed.scheduleCollectives.value_or(true);
+              CompileOptions &settings = choice.settings;
+              settings.schedule = schedule;
+              settings.chunks = chunks;
+              settings.sequenceParallel =
+                  tp > 1 && fixedFlag(fixed, "sp").value_or(true);
+              settings.contextKind = kind;
+              settings.zero = choice.batchRanks() > 1
+                                  ? fixedInteger(fixed, "zero").value_or(0)
+                                  : 0;
+              settings.zeroAxes = fixedWord(fixed, "zero-axes");
+              settings.recompute =
+                  fixedWord(fixed, "recompute").value_or("none");
+              settings.fuseGradientAccumulation =
+                  fixedFlag(fixed, "fuse-gradient-accumulation").value_or(true);
+              settings.scheduleCollectives =
+                  fixedFlag(fixed, "schedule-collectives").value_or(true);
               candidates.push_back(choice);
             }
         }
@@ -308,29 +375,70 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
   return candidates;
 }
 
+/// `choice` as HSDP where its data axis spans nodes: ZeRO shards over
+/// dp_shard, the most data ranks whose group (with the axes minor to it)
+/// fits in a node, and the model states are replicated over dp_replicate,
+/// the rest (torchtitan's HSDP). Nullopt where the data axis fits in a
+/// node, or is not the one dp axis the search builds.
+std::optional<PlanChoice> hybridSharded(const PlanChoice &choice,
+                                        int64_t devicesPerNode) {
+  auto data = llvm::find_if(choice.mesh, [](const MeshAxis &axis) {
+    return axis.role == AxisRole::Data;
+  });
+  if (!choice.describedByDegrees() || choice.degree(AxisRole::Expert) > 1 ||
+      choice.settings.zero == 0 || choice.settings.zeroAxes)
+    return std::nullopt;
+  int64_t dp = data->size;
+  int64_t minor =
+      choice.degree(AxisRole::Context) * choice.degree(AxisRole::Tensor);
+  if (dp * minor <= devicesPerNode)
+    return std::nullopt;
+  int64_t shard = 1;
+  for (int64_t size : divisorsOf(dp))
+    if (size < dp && size * minor <= devicesPerNode)
+      shard = size;
+  if (shard == 1)
+    return std::nullopt;
+  PlanChoice hybrid = choice;
+  auto at = hybrid.mesh.begin() + (data - choice.mesh.begin());
+  at = hybrid.mesh.erase(at);
+  hybrid.mesh.insert(at, {{"dp_replicate", dp / shard, AxisRole::Data},
+                          {"dp_shard", shard, AxisRole::Data}});
+  hybrid.settings.zeroAxes = "dp_shard";
+  return hybrid;
+}
+
 /// The ZeRO stages and recomputations to price for a structural
 /// candidate, by recomputation, least first: every ZeRO stage the
 /// constraints allow at each (ZeRO shards the optimizer's work and
 /// memory, and changes the step's collectives, so any stage may be the
-/// fastest); full recomputation is tried only when nothing fits without
-/// it.
+/// fastest), each also as HSDP where the data axis spans nodes; full
+/// recomputation is tried only when nothing fits without it.
 std::vector<std::vector<PlanChoice>>
-zeroAndRecompute(const PlanChoice &choice, const PlanConstraints &fixed) {
-  std::vector<int64_t> stages{choice.zero};
-  if (!fixed.zero && choice.batchRanks() > 1)
-    stages = choice.pp == 1 ? std::vector<int64_t>{0, 1, 2, 3}
-                            : std::vector<int64_t>{0, 1};
-  std::vector<std::string> recomputes{choice.recompute};
-  if (!fixed.recompute && choice.recompute != "full")
+zeroAndRecompute(const PlanChoice &choice, const PlanConstraints &fixed,
+                 int64_t devicesPerNode) {
+  std::vector<int64_t> stages{choice.settings.zero};
+  if (!fixed.setting("zero") && choice.batchRanks() > 1)
+    stages = choice.degree(AxisRole::Pipeline) == 1
+                 ? std::vector<int64_t>{0, 1, 2, 3}
+                 : std::vector<int64_t>{0, 1};
+  std::vector<std::string> recomputes{choice.settings.recompute};
+  if (!fixed.setting("recompute") && choice.settings.recompute != "full")
     recomputes.push_back("full");
   std::vector<std::vector<PlanChoice>> levels;
   for (const std::string &recompute : recomputes) {
     levels.emplace_back();
     for (int64_t zero : stages) {
       PlanChoice next = choice;
-      next.zero = zero;
-      next.recompute = recompute;
+      next.settings.zero = zero;
+      next.settings.recompute = recompute;
       levels.back().push_back(next);
+      // HSDP only where the constraints leave the data axes open.
+      if (std::optional<PlanChoice> hybrid =
+              hybridSharded(next, devicesPerNode);
+          hybrid && !fixed.degree(AxisRole::Data) &&
+          !fixed.setting("zero-axes"))
+        levels.back().push_back(std::move(*hybrid));
     }
   }
   return levels;
@@ -346,9 +454,10 @@ StepLayout stepLayoutOf(const PlanRequest &request, const PlanChoice &choice,
       axis.role = impliedAxisRole(axis.name);
     layout.axes.push_back(axis);
   }
-  layout.schedule = parseScheduleKind(choice.pp > 1 ? choice.schedule : "1f1b")
+  int64_t pp = choice.degree(AxisRole::Pipeline);
+  layout.schedule = parseScheduleKind(pp > 1 ? choice.schedule() : "1f1b")
                         .value_or(ScheduleKind::OneFOneB);
-  layout.pipeline.ranks = choice.pp;
+  layout.pipeline.ranks = pp;
   layout.pipeline.microBatches = choice.microBatches(request.globalBatch);
   layout.pipeline.chunks = choice.chunksPerRank();
   return layout;
@@ -356,33 +465,7 @@ StepLayout stepLayoutOf(const PlanRequest &request, const PlanChoice &choice,
 
 void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
                      const PlanChoice &choice) {
-  options.microBatches = choice.microBatches(request.globalBatch);
-  options.dataParallel.reset();
-  options.tensorParallel.reset();
-  options.contextParallel.reset();
-  options.expertParallel.reset();
-  options.pipeline.reset();
-  if (choice.dp > 1)
-    options.dataParallel = choice.dp;
-  if (choice.ep > 1)
-    options.expertParallel = choice.ep;
-  if (choice.tp > 1)
-    options.tensorParallel = choice.tp;
-  if (choice.cp > 1) {
-    options.contextParallel = choice.cp;
-    options.contextKind = choice.contextKind;
-  }
-  if (choice.pp > 1) {
-    options.pipeline = choice.pp;
-    options.schedule = choice.schedule;
-    if (choice.schedule == "interleaved")
-      options.chunks = choice.chunks;
-  }
-  options.zero = choice.batchRanks() > 1 ? choice.zero : 0;
-  options.sequenceParallel = choice.sequenceParallel && choice.tp > 1;
-  options.recompute = choice.recompute;
-  options.fuseGradientAccumulation = choice.fuseGradientAccumulation;
-  options.scheduleCollectives = choice.scheduleCollectives;
+  options = choice.applyTo(std::move(options), request.globalBatch);
 }
 
 std::string formatBytes(double bytes) {
@@ -390,178 +473,6 @@ std::string formatBytes(double bytes) {
   if (bytes >= kGiB)
     return llvm::formatv("{0:f2} GiB", bytes / kGiB).str();
   return llvm::formatv("{0:f2} MiB", bytes / kMiB).str();
-}
-
-std::string PlanChoice::text() const {
-  std::string text = llvm::formatv("pp={0},dp={1},", pp, dp).str();
-  if (ep > 1)
-    text += llvm::formatv("ep={0},", ep).str();
-  if (cp > 1)
-    text += llvm::formatv("cp={0},cp-kind={1},", cp, contextKind).str();
-  text += llvm::formatv("tp={0},", tp).str();
-  if (sequenceParallel && tp > 1)
-    text += "sp,";
-  text += llvm::formatv("zero={0},", zero).str();
-  if (pp > 1) {
-    text += "schedule=" + schedule + ",";
-    if (schedule == "interleaved")
-      text += llvm::formatv("chunks={0},", chunks).str();
-  }
-  text +=
-      llvm::formatv("micro-batch={0},recompute={1}", microBatchSize, recompute)
-          .str();
-  if (!fuseGradientAccumulation)
-    text += ",fuse-gradient-accumulation=false";
-  if (!scheduleCollectives)
-    text += ",schedule-collectives=false";
-  return text;
-}
-
-std::string PlanChoice::flags(int64_t globalBatch, int64_t seq,
-                              const std::string &precision) const {
-  std::string flags = llvm::formatv("--batch {0} --seq {1} --microbatches {2}",
-                                    globalBatch, seq, microBatches(globalBatch))
-                          .str();
-  if (pp > 1)
-    flags += llvm::formatv(" --pp {0} --schedule {1}", pp, schedule).str();
-  if (pp > 1 && schedule == "interleaved")
-    flags += llvm::formatv(" --chunks {0}", chunks).str();
-  if (dp > 1)
-    flags += llvm::formatv(" --dp {0}", dp).str();
-  if (ep > 1)
-    flags += llvm::formatv(" --ep {0}", ep).str();
-  if (cp > 1)
-    flags += llvm::formatv(" --cp {0} --cp-kind {1}", cp, contextKind).str();
-  if (tp > 1)
-    flags += llvm::formatv(" --tp {0}", tp).str();
-  if (sequenceParallel && tp > 1)
-    flags += " --sp";
-  if (batchRanks() > 1 && zero > 0)
-    flags += llvm::formatv(" --zero {0}", zero).str();
-  if (recompute != "none")
-    flags += " --recompute " + recompute;
-  if (precision != "fp32")
-    flags += " --precision " + precision;
-  if (!fuseGradientAccumulation)
-    flags += " --fuse-gradient-accumulation=false";
-  if (!scheduleCollectives)
-    flags += " --schedule-collectives=false";
-  return flags;
-}
-
-std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
-                                                    std::string &error) {
-  PlanConstraints constraints;
-  llvm::SmallVector<llvm::StringRef> items;
-  text.split(items, ',', -1, /*KeepEmpty=*/false);
-  for (llvm::StringRef item : items) {
-    item = item.trim();
-    auto [key, value] = item.split('=');
-    key = key.trim();
-    value = value.trim();
-    bool hasValue = item.contains('=');
-    auto number = [&](std::optional<int64_t> &out, int64_t min) {
-      int64_t parsed = 0;
-      if (!hasValue || value.getAsInteger(10, parsed) || parsed < min) {
-        error = llvm::formatv("'{0}': expected {1}=N with N >= {2}, found "
-                              "'{3}'",
-                              item, key, min, value)
-                    .str();
-        return false;
-      }
-      out = parsed;
-      return true;
-    };
-    auto word = [&](std::optional<std::string> &out,
-                    std::initializer_list<const char *> words) {
-      std::string list;
-      for (const char *w : words) {
-        if (value == w) {
-          out = value.str();
-          return true;
-        }
-        list += (list.empty() ? "" : ", ") + std::string(w);
-      }
-      error = llvm::formatv("'{0}': expected {1}= one of {2}, found '{3}'",
-                            item, key, list, value)
-                  .str();
-      return false;
-    };
-    auto flag = [&](std::optional<bool> &out) {
-      if (value == "true" || value == "false") {
-        out = value == "true";
-        return true;
-      }
-      error = llvm::formatv("'{0}': expected {1}=true or {1}=false, found "
-                            "'{2}'",
-                            item, key, value)
-                  .str();
-      return false;
-    };
-    bool ok = true;
-    if (key == "dp")
-      ok = number(constraints.dp, 1);
-    else if (key == "tp")
-      ok = number(constraints.tp, 1);
-    else if (key == "pp")
-      ok = number(constraints.pp, 1);
-    else if (key == "cp")
-      ok = number(constraints.cp, 1);
-    else if (key == "ep")
-      ok = number(constraints.ep, 1);
-    else if (key == "micro-batch")
-      ok = number(constraints.microBatchSize, 1);
-    else if (key == "chunks")
-      ok = number(constraints.chunks, 1);
-    else if (key == "zero") {
-      ok = number(constraints.zero, 0);
-      if (ok && *constraints.zero > 3) {
-        error = llvm::formatv("'{0}': ZeRO stages are 0 to 3", item).str();
-        ok = false;
-      }
-    } else if (key == "sp" && !hasValue)
-      constraints.sequenceParallel = true;
-    else if (key == "no-sp" && !hasValue)
-      constraints.sequenceParallel = false;
-    else if (key == "schedule")
-      ok =
-          word(constraints.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"});
-    else if (key == "recompute")
-      ok = word(constraints.recompute, {"none", "selective", "full"});
-    else if (key == "cp-kind")
-      ok = word(constraints.contextKind, {"ulysses", "allgather", "ring"});
-    else if (key == "fuse-gradient-accumulation")
-      ok = flag(constraints.fuseGradientAccumulation);
-    else if (key == "schedule-collectives")
-      ok = flag(constraints.scheduleCollectives);
-    else {
-      error = llvm::formatv("'{0}': unknown setting '{1}' (expected dp, tp, "
-                            "pp, cp, cp-kind, ep, sp, no-sp, zero, schedule, "
-                            "chunks, micro-batch, recompute, "
-                            "fuse-gradient-accumulation or "
-                            "schedule-collectives)",
-                            item, key)
-                  .str();
-      ok = false;
-    }
-    if (!ok)
-      return std::nullopt;
-  }
-  if (constraints.chunks && *constraints.chunks > 1 &&
-      constraints.schedule.value_or("interleaved") != "interleaved") {
-    error = "chunks > 1 needs schedule=interleaved";
-    return std::nullopt;
-  }
-  if (constraints.schedule && constraints.pp.value_or(2) == 1) {
-    error = "a schedule needs a pipeline (pp > 1)";
-    return std::nullopt;
-  }
-  if (constraints.sequenceParallel.value_or(false) &&
-      constraints.tp.value_or(2) == 1) {
-    error = "sp needs tensor parallelism (tp > 1)";
-    return std::nullopt;
-  }
-  return constraints;
 }
 
 double modelFlopsPerStep(const PlanRequest &request, int64_t parameters) {
@@ -593,14 +504,14 @@ llvm::json::Object PlanEvaluation::toJson(int64_t globalBatch, int64_t seq,
   llvm::json::Object breakdown = time.toJson();
   breakdown["memory"] = std::move(stages);
   return llvm::json::Object{
-      {"mesh", llvm::json::Object{{"pp", choice.pp},
-                                  {"dp", choice.dp},
-                                  {"ep", choice.ep},
-                                  {"cp", choice.cp},
-                                  {"tp", choice.tp}}},
+      {"mesh", llvm::json::Object{{"pp", choice.degree(AxisRole::Pipeline)},
+                                  {"dp", choice.degree(AxisRole::Data)},
+                                  {"ep", choice.degree(AxisRole::Expert)},
+                                  {"cp", choice.degree(AxisRole::Context)},
+                                  {"tp", choice.degree(AxisRole::Tensor)}}},
       {"plan", choice.text()},
       {"flags", choice.flags(globalBatch, seq, precision)},
-      {"compile_options", choice.compileKeywords(globalBatch)},
+      {"compile_options", choice.compileKeywords(globalBatch, seq, precision)},
       {"step_time_s", time.seconds},
       {"tokens_per_s_per_gpu", tokensPerSecondPerGpu},
       {"model_tflops_per_gpu", modelFlopsPerGpu / 1e12},
@@ -610,30 +521,6 @@ llvm::json::Object PlanEvaluation::toJson(int64_t globalBatch, int64_t seq,
       {"fits", fits},
       {"breakdown", std::move(breakdown)},
   };
-}
-
-llvm::json::Object PlanChoice::compileKeywords(int64_t globalBatch) const {
-  llvm::json::Object keywords{{"dp", dp},
-                              {"tp", tp},
-                              {"pp", pp},
-                              {"cp", cp},
-                              {"microbatches", microBatches(globalBatch)},
-                              {"zero", batchRanks() > 1 ? zero : 0},
-                              {"sp", sequenceParallel && tp > 1},
-                              {"recompute", recompute}};
-  if (!fuseGradientAccumulation)
-    keywords["fuse_gradient_accumulation"] = false;
-  if (!scheduleCollectives)
-    keywords["schedule_collectives"] = false;
-  if (pp > 1)
-    keywords["schedule"] = schedule;
-  if (pp > 1 && schedule == "interleaved")
-    keywords["chunks"] = chunks;
-  if (cp > 1)
-    keywords["cp_kind"] = contextKind;
-  if (ep > 1)
-    keywords["ep"] = ep;
-  return keywords;
 }
 
 llvm::json::Object searchResultJson(const PlanRequest &request,
@@ -691,29 +578,30 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
                                         std::string &error) {
   auto start = std::chrono::steady_clock::now();
   // Degrees the constraints fix must make (with dp) or divide the GPUs.
-  int64_t fixed = constraints.dp.value_or(1) * constraints.tp.value_or(1) *
-                  constraints.pp.value_or(1) * constraints.cp.value_or(1) *
-                  constraints.ep.value_or(1);
-  if (constraints.dp && fixed != request.gpus) {
+  std::optional<int64_t> fixedEp = constraints.degree(AxisRole::Expert);
+  int64_t fixed = 1;
+  for (const MeshAxis &axis : constraints.axes)
+    fixed *= axis.size;
+  if (constraints.degree(AxisRole::Data) && fixed != request.gpus) {
     error = llvm::formatv("the fixed dp x tp x pp x cp{0} = {1}, but the plan "
                           "is for {2} GPUs",
-                          constraints.ep ? " x ep" : "", fixed, request.gpus)
+                          fixedEp ? " x ep" : "", fixed, request.gpus)
                 .str();
     return std::nullopt;
   }
   if (request.gpus % fixed) {
     error = llvm::formatv("the fixed tp x pp x cp{0} = {1} does not divide "
                           "the {2} GPUs",
-                          constraints.ep ? " x ep" : "", fixed, request.gpus)
+                          fixedEp ? " x ep" : "", fixed, request.gpus)
                 .str();
     return std::nullopt;
   }
   ModelFacts facts = readFacts(request);
-  if (constraints.ep.value_or(1) > 1 && !facts.experts) {
+  if (fixedEp.value_or(1) > 1 && !facts.experts) {
     error = llvm::formatv("ep={0} splits a mixture of experts' experts: "
                           "expected a config with num_local_experts or "
                           "num_experts, found a model without experts",
-                          *constraints.ep)
+                          *fixedEp)
                 .str();
     return std::nullopt;
   }
@@ -775,8 +663,8 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
   auto worker = [&] {
     for (size_t i = next++; i < candidates.size(); i = next++) {
       std::optional<PlanEvaluation> best;
-      for (const std::vector<PlanChoice> &level :
-           zeroAndRecompute(candidates[i], constraints)) {
+      for (const std::vector<PlanChoice> &level : zeroAndRecompute(
+               candidates[i], constraints, request.cluster.devicesPerNode)) {
         int64_t levelPruned = 0;
         for (const PlanChoice &choice : level) {
           if (composer) {

@@ -28,7 +28,8 @@ from ._attributes import Attr, dictionary_text
 from ._trellis import Error
 
 __all__ = ["Attr", "Error", "Graph", "Model", "Plan", "Session", "Value",
-           "compile", "compile_options", "launch", "plan", "__version__"]
+           "compile", "compile_options", "launch", "plan", "session_options",
+           "__version__"]
 
 __version__: str = _trellis.version()
 
@@ -168,15 +169,32 @@ def compile_options() -> Dict[str, Tuple[str, str]]:
             for key, kind, help in _trellis.compile_options()}
 
 
-def _set_options(options: Any, values: Mapping[str, Any]) -> None:
-    # A value goes to the setter of its own type (the library names the
-    # option's type when they differ); an int where a float is expected is
-    # that float.
-    kinds = {name: kind for name, (kind, _) in compile_options().items()}
+def session_options() -> Dict[str, Tuple[str, str]]:
+    """A session's options as trellis.Session and trellis.launch take them:
+    keyword (`trellis run`'s flag, '_' for '-') -> (type: int, float, str
+    or bool; help)."""
+    return {key.replace("-", "_"): (kind, help)
+            for key, kind, help in _trellis.session_options()}
+
+
+def _kinds(rows: Sequence[Tuple[str, str, str]]) -> Dict[str, str]:
+    """Keyword -> type of the library's option rows (key, type, help)."""
+    return {key.replace("-", "_"): kind for key, kind, _ in rows}
+
+
+def _set_options(options: Any, values: Mapping[str, Any],
+                 kinds: Mapping[str, str]) -> None:
+    """Sets each of `values` (keywords; None: not given) on `options`, a
+    compile's or a session's, through the setter of the value's type: the
+    library refuses an unknown key, or a type other than its row's, naming
+    what it expected. An int where `kinds` (keyword -> type) says float is
+    that float; a path is a str."""
     for name, value in values.items():
         if value is None:
             continue
         key = name.replace("_", "-")
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
         if isinstance(value, bool):
             options.set_bool(key, value)
         elif isinstance(value, int):
@@ -284,7 +302,8 @@ def compile(model: ModelLike, *, mesh: Optional[str] = None,
     docs/Report.md)."""
     handle = _as_model(model)._handle
     compile_options = _trellis.CompileOptions()
-    _set_options(compile_options, dict(options, mesh=mesh, report=report))
+    _set_options(compile_options, dict(options, mesh=mesh, report=report),
+                 _kinds(_trellis.compile_options()))
     compilation = _trellis.compile(handle, compile_options)
     if options.get("emit") == "mlir":
         return compilation.text()
@@ -309,7 +328,8 @@ def plan(model: ModelLike, *, cluster: str, gpus: int, batch: int, seq: int,
     handle = _as_model(model)._handle
     options = _trellis.CompileOptions()
     _set_options(options, {"batch": batch, "seq": seq,
-                           "precision": precision})
+                           "precision": precision},
+                 _kinds(_trellis.compile_options()))
     return json.loads(_trellis.plan_search(handle, options, cluster, gpus,
                                            top, evaluate or ""))
 
@@ -323,49 +343,27 @@ class Session:
     _PREFIXES = ("adam_m.", "adam_v.", "master.")
 
     def __init__(self, plan: Union[Plan, PathLike], rank: Optional[int] = None,
-                 *, rendezvous: Optional[PathLike] = None,
-                 master_addr: Optional[str] = None,
-                 master_port: Optional[int] = None, threads: int = 1,
-                 seed: int = 0, timeout: float = 60.0,
-                 nproc: Optional[int] = None, device: str = "cpu",
-                 max_memory: Optional[int] = None,
-                 on_nonfinite: str = "stop",
-                 weights: Union[None, PathLike, Mapping[str, Any]] = None,
-                 load: Optional[PathLike] = None):
+                 *, weights: Union[None, PathLike, Mapping[str, Any]] = None,
+                 **options: Any):
+        """`options` are `trellis run`'s session options as keywords ('_'
+        for '-'; trellis.session_options() lists them with their types and
+        help): threads, seed, timeout, rendezvous, master_addr,
+        master_port, nproc, device, max_memory, on_nonfinite, load...
+        `weights` is a .safetensors file, or arrays by name (written once
+        the session exists)."""
         if not isinstance(plan, Plan):
             plan = Plan.load(plan)
         self.plan = plan
-        options = _trellis.SessionOptions()
-        values: Dict[str, Any] = {
-            "rank": rank, "threads": threads, "seed": seed,
-            "timeout": float(timeout), "nproc": nproc, "device": device,
-            "max-memory": max_memory, "on-nonfinite": on_nonfinite,
-            "master-addr": master_addr, "master-port": master_port,
-        }
         # Weights as arrays by name (trellis.torch's model.weights) are
         # written once the session exists.
         named_weights = weights if isinstance(weights, Mapping) else None
-        if named_weights is not None:
-            weights = None
-        for key, path in (("rendezvous", rendezvous), ("weights", weights),
-                          ("load", load)):
-            if path is not None:
-                values[key] = os.fspath(path)
-        for key, value in values.items():
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value,
-                                                         (int, float, str)):
-                raise TypeError(f"session option {key}={value!r}: expected an "
-                                "int, float or str")
-            if isinstance(value, str):
-                options.set_string(key, value)
-            elif isinstance(value, float):
-                options.set_double(key, value)
-            else:
-                options.set_int(key, value)
+        values = dict(options, rank=rank,
+                      weights=None if named_weights is not None else weights)
+        session_options = _trellis.SessionOptions()
+        _set_options(session_options, values,
+                     _kinds(_trellis.session_options()))
         self._session: Optional[_trellis.Session] = _trellis.Session(
-            plan._handle, options)
+            plan._handle, session_options)
         self.batch_size, self.seq_length, self.vocab_size = (
             self._session.batch_shape())
         self.rank: int = self._session.rank()

@@ -120,6 +120,18 @@ TrellisStatus trellisPlanGetMesh(TrellisPlan handle,
   return nullptr;
 }
 
+size_t trellisSessionOptionCount(void) { return sessionOptionKeys().size(); }
+
+TrellisStatus trellisSessionOptionDescribe(size_t index, const char **key,
+                                           TrellisOptionType *type,
+                                           const char **help) {
+  TRELLIS_CAPI_REQUIRE(key);
+  TRELLIS_CAPI_REQUIRE(type);
+  TRELLIS_CAPI_REQUIRE(help);
+  return describeOption(sessionOptionKeys(), "session option", index, key, type,
+                        help);
+}
+
 TrellisStatus trellisSessionOptionsCreate(TrellisSessionOptions *options) {
   TRELLIS_CAPI_REQUIRE(options);
   auto created = std::make_unique<runtime::TrainOptions>();
@@ -156,6 +168,13 @@ TrellisStatus trellisSessionOptionsSetString(TrellisSessionOptions options,
   OptionValue v;
   v.text = value;
   return setOption(options, key, OptionType::String, v);
+}
+
+TrellisStatus trellisSessionOptionsSetBool(TrellisSessionOptions options,
+                                           const char *key, int value) {
+  OptionValue v;
+  v.flag = value != 0;
+  return setOption(options, key, OptionType::Bool, v);
 }
 
 TrellisStatus trellisSessionCreate(TrellisPlan planHandle,

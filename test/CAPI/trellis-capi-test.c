@@ -697,6 +697,25 @@ static int runErrors(const char *config, const char *dir) {
               trellisSessionOptionsSetInt(sessionOptions, "ranks", 2));
   expectError("wrong session option type",
               trellisSessionOptionsSetDouble(sessionOptions, "threads", 2));
+  expectError("bool session option",
+              trellisSessionOptionsSetBool(sessionOptions, "seed", 1));
+  {
+    /* The session's options, listed by index: the rows of trellis run's
+       table that are keys. */
+    const char *key = NULL, *help = NULL;
+    TrellisOptionType type = TRELLIS_OPTION_BOOL;
+    int sawRank = 0;
+    for (size_t i = 0; i < trellisSessionOptionCount(); ++i) {
+      CHECK_OK(trellisSessionOptionDescribe(i, &key, &type, &help));
+      if (strcmp(key, "rank") == 0 && type == TRELLIS_OPTION_INT)
+        sawRank = 1;
+    }
+    printf("session options: %zu, rank an int: %d\n",
+           trellisSessionOptionCount(), sawRank);
+    expectError("session option index",
+                trellisSessionOptionDescribe(trellisSessionOptionCount(), &key,
+                                             &type, &help));
+  }
   CHECK_OK(trellisSessionOptionsSetInt(sessionOptions, "threads", 0));
   TrellisSession session;
   expectError("bad threads",

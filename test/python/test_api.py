@@ -230,6 +230,13 @@ def test_errors(gpt2_tiny: str, tmp_path) -> None:
         session.write_weights({})
     with pytest.raises(trellis.Error, match="session option 'threads'"):
         trellis.Session(plan, threads="2")
+    # The keywords are the session option table's rows.
+    options = trellis.session_options()
+    assert options["threads"][0] == "int" and options["timeout"][0] == "float"
+    assert "master_port" in options and "steps" not in options
+    with pytest.raises(trellis.Error, match="unknown session option 'thread': "
+                       "expected one of device, host, "):
+        trellis.Session(plan, thread=2)
     with pytest.raises(trellis.Error, match="--threads in \\[1, 4096\\]"):
         trellis.Session(plan, threads=0)
     # max_memory is in MiB, an integer or a number (one row of trellis run's

@@ -142,7 +142,7 @@ std::optional<CompileOptions> compileOptions() {
     if (flag.option->getNumOccurrences() == 0)
       continue;
     OptionValue value = flag.value();
-    if (std::string invalid = checkCompileOptionValue(*flag.row, value);
+    if (std::string invalid = checkOptionValue(*flag.row, value);
         !invalid.empty()) {
       reportError("compile", "--" + std::string(flag.row->name) + ": " + invalid);
       return std::nullopt;
@@ -156,24 +156,21 @@ void printCompileMessage(MessageKind kind, const llvm::Twine &message) {
   printMessage("compile", kind, message);
 }
 
-/// The options --auto chooses: none of them may be given with it.
-constexpr const char *kChosenByAuto[] = {
-    "mesh", "dp",        "tp",       "pp",        "cp",
-    "ep",   "cp-kind",   "schedule", "chunks",    "pp-layers",
-    "zero", "zero-axes", "sp",       "recompute", "microbatches"};
-
 /// --auto: the planner's fastest plan that fits, set into `options`;
 /// prints it. Returns false after reporting why there is none.
 bool choosePlan(CompileOptions &options) {
-  for (const TableFlag &flag : tableFlags)
-    for (const char *name : kChosenByAuto)
-      if (flag.row->name == llvm::StringRef(name) &&
-          flag.option->getNumOccurrences() > 0) {
-        reportError("compile", "--auto chooses --" + std::string(name) +
-                                   ": give one or the other (trellis plan "
-                                   "--evaluate prices a plan you fix)");
-        return false;
-      }
+  // What a plan sets, and the layers of its stages (which the compiler
+  // balances for the plan's pipeline), may not be given with it.
+  for (const TableFlag &flag : tableFlags) {
+    llvm::StringRef name = flag.row->name;
+    if ((planner::planSetsOption(name) || name == "pp-layers") &&
+        flag.option->getNumOccurrences() > 0) {
+      reportError("compile", "--auto chooses --" + name +
+                                 ": give one or the other (trellis plan "
+                                 "--evaluate prices a plan you fix)");
+      return false;
+    }
+  }
   if (compileCluster.empty() || compileGpus < 1) {
     reportError("compile", "--auto needs --cluster (a preset or a file) and "
                            "--gpus (the devices to plan for)");

@@ -11,6 +11,7 @@
 #include "ModelLoading.h"
 
 #include "mlir/Support/FileUtilities.h"
+#include "trellis/Compiler/CompileOptionTable.h"
 #include "trellis/Planner/PlanPicture.h"
 #include "trellis/Planner/Planner.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -136,10 +137,12 @@ int runPlanCommand() {
   if (planSeq < 2)
     return fail(
         llvm::formatv("--seq: expected >= 2, found {0}", planSeq.getValue()));
-  if (planPrecision != "bf16" && planPrecision != "fp16" &&
-      planPrecision != "fp32")
-    return fail("--precision: expected bf16, fp16 or fp32, found '" +
-                planPrecision + "'");
+  OptionValue precision;
+  precision.text = planPrecision;
+  if (std::string problem = checkOptionValue(
+          *findOption(compileOptionTable(), "precision"), precision);
+      !problem.empty())
+    return fail("--precision: " + problem);
   if (planTop < 1)
     return fail(
         llvm::formatv("--top: expected >= 1, found {0}", planTop.getValue()));

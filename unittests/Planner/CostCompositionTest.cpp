@@ -53,14 +53,24 @@ PlanChoice plan(int64_t dp, int64_t tp, int64_t pp, int64_t microBatchSize,
                 int64_t zero = 0, const std::string &schedule = "1f1b",
                 int64_t chunks = 1) {
   PlanChoice choice;
-  choice.dp = dp;
-  choice.tp = tp;
-  choice.pp = pp;
+  choice.mesh = meshOfDegrees(pp, dp, 1, 1, tp);
   choice.microBatchSize = microBatchSize;
-  choice.zero = zero;
-  choice.sequenceParallel = tp > 1;
-  choice.schedule = schedule;
-  choice.chunks = chunks;
+  choice.settings.zero = zero;
+  choice.settings.sequenceParallel = tp > 1;
+  choice.settings.schedule = schedule;
+  choice.settings.chunks = chunks;
+  return choice;
+}
+
+/// `choice` with `size` ranks on an axis of `role` (expert or context).
+PlanChoice withAxis(PlanChoice choice, AxisRole role, int64_t size) {
+  auto degree = [&](AxisRole of) {
+    return of == role ? size : choice.degree(of);
+  };
+  choice.mesh =
+      meshOfDegrees(degree(AxisRole::Pipeline), degree(AxisRole::Data),
+                    degree(AxisRole::Expert), degree(AxisRole::Context),
+                    degree(AxisRole::Tensor));
   return choice;
 }
 
@@ -146,9 +156,8 @@ TEST(CostCompositionTest, GptLayoutsWithTiedWeightsCompose) {
   std::unique_ptr<CostComposer> composer = CostComposer::create(request, why);
   ASSERT_TRUE(composer) << why;
   PlanChoice recomputed = plan(2, 2, 1, 4, 1);
-  recomputed.recompute = "full";
-  PlanChoice context = plan(2, 1, 1, 2);
-  context.cp = 2;
+  recomputed.settings.recompute = "full";
+  PlanChoice context = withAxis(plan(2, 1, 1, 2), AxisRole::Context, 2);
   for (const PlanChoice &choice :
        {plan(1, 1, 1, 8), plan(4, 1, 1, 2, 3), plan(2, 1, 3, 1, 1),
         plan(1, 2, 2, 2, 0, "zb-h1"), recomputed, context})
@@ -187,16 +196,14 @@ TEST(CostCompositionTest, ExpertParallelLayoutsCompose) {
   std::string why;
   std::unique_ptr<CostComposer> composer = CostComposer::create(request, why);
   ASSERT_TRUE(composer) << why;
-  PlanChoice experts = plan(2, 1, 1, 2, 1);
-  experts.ep = 2;
-  PlanChoice wide = plan(4, 1, 1, 1, 3);
-  wide.ep = 2;
+  PlanChoice experts = withAxis(plan(2, 1, 1, 2, 1), AxisRole::Expert, 2);
+  PlanChoice wide = withAxis(plan(4, 1, 1, 1, 3), AxisRole::Expert, 2);
   for (const PlanChoice &choice : {experts, wide})
     expectComposedIsWhole(*composer, request, choice);
   // The load-balancing loss pools every layer's router on the last stage:
   // its pipelines are compiled whole.
-  PlanChoice pipelined = plan(1, 1, 2, 2, 0, "1f1b");
-  pipelined.ep = 2;
+  PlanChoice pipelined =
+      withAxis(plan(1, 1, 2, 2, 0, "1f1b"), AxisRole::Expert, 2);
   EXPECT_FALSE(composer->compose(pipelined, why));
   EXPECT_NE(why.find("pipelines compile whole"), std::string::npos) << why;
 }

@@ -1,10 +1,13 @@
 //===- CompileOptionTable.h - The options of `trellis compile` --*- C++ -*-===//
 //
 // Every option of CompileOptions declared once (trellis/Common/
-// OptionTable.h): `trellis compile` makes its flags from these rows, the C
-// API's trellisCompileOptionsSet* look their keys up here, and Python's
-// trellis.compile takes them as keywords (trellis.compile_options() lists
-// them through the C API).
+// OptionTable.h), two ways: each row sets its field and reads it back, and
+// a String row names the words it takes. `trellis compile` makes its flags
+// from these rows, the C API's trellisCompileOptionsSet* look their keys up
+// here, Python's trellis.compile takes them as keywords
+// (trellis.compile_options() lists them through the C API), the compiler
+// checks values by them, and the planner prints a plan's flags and
+// keywords from them (changedOptions).
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,10 +25,10 @@ namespace trellis {
 /// The rows, grouped as the help lists them.
 const std::vector<OptionRow<CompileOptions>> &compileOptionTable();
 
-/// Checks what a value alone can tell for options with a fixed set of
-/// values (`emit`): "" or what was expected and found.
-std::string checkCompileOptionValue(const OptionRow<CompileOptions> &row,
-                                    const OptionValue &value);
+/// Checks every row's value in `options` by its choices and check: ""
+/// when all hold, else the first that does not, as `--name: expected ...,
+/// found ...`.
+std::string checkCompileOptionValues(const CompileOptions &options);
 
 } // namespace trellis
 

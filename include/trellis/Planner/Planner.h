@@ -1,8 +1,9 @@
 //===- Planner.h - The fastest plan that fits -------------------*- C++ -*-===//
 //
 // `trellis plan`: for a model, a cluster, a device count and a global
-// batch, enumerates plans (mesh degrees, micro-batch size, schedule and
-// chunks, ZeRO stage, sequence parallelism, recomputation), prices each on
+// batch, enumerates plans (PlanChoice.h: meshes by role, HSDP's among them,
+// micro-batch size, schedule and chunks, ZeRO stage, sequence parallelism,
+// recomputation), prices each on
 // the unpartitioned step (the cost query, trellis/Sharding/ShardingCost.h),
 // predicts its step time (StepTime.h) and memory, and ranks those that fit.
 // The plans it shows get their memory from the compiler's own report
@@ -15,6 +16,7 @@
 
 #include "trellis/Compiler/Compile.h"
 #include "trellis/Planner/Cluster.h"
+#include "trellis/Planner/PlanChoice.h"
 #include "trellis/Planner/StepTime.h"
 
 #include <optional>
@@ -22,62 +24,6 @@
 #include <vector>
 
 namespace trellis::planner {
-
-/// One plan: what `trellis compile` is told.
-struct PlanChoice {
-  /// The data, tensor, pipeline and context axes, and the expert axis
-  /// (mixtures of experts: it splits the experts, and the batch as dp does).
-  int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
-  /// Sequences per micro-batch on each data-parallel rank.
-  int64_t microBatchSize = 1;
-  int64_t zero = 0;
-  bool sequenceParallel = false;
-  std::string schedule = "1f1b";
-  int64_t chunks = 1;
-  std::string recompute = "none";
-  std::string contextKind = "ulysses";
-  /// Weight-gradient products written in f32 and added into their totals
-  /// (--fuse-gradient-accumulation), and collectives issued where compute
-  /// hides them (--schedule-collectives): the search keeps both on; an
-  /// --evaluate string may turn them off to price software without them.
-  bool fuseGradientAccumulation = true;
-  bool scheduleCollectives = true;
-
-  int64_t gpus() const { return dp * ep * tp * pp * cp; }
-  /// The ranks the batch splits over (data and expert axes).
-  int64_t batchRanks() const { return dp * ep; }
-  /// Model chunks per pipeline rank (the interleaved schedule's; else 1).
-  int64_t chunksPerRank() const {
-    return schedule == "interleaved" ? chunks : 1;
-  }
-  /// Micro-batches per step for `globalBatch` sequences.
-  int64_t microBatches(int64_t globalBatch) const {
-    return globalBatch / (batchRanks() * microBatchSize);
-  }
-  /// `trellis compile`'s flags for this plan.
-  std::string flags(int64_t globalBatch, int64_t seq,
-                    const std::string &precision) const;
-  /// The --evaluate text of this plan.
-  std::string text() const;
-  /// trellis.compile's keywords for this plan's parallelism (dp, tp, pp,
-  /// cp, microbatches, zero, sp, recompute, and schedule, chunks, cp_kind
-  /// where they apply).
-  llvm::json::Object compileKeywords(int64_t globalBatch) const;
-};
-
-/// What an --evaluate string fixes; the rest the planner chooses.
-struct PlanConstraints {
-  std::optional<int64_t> dp, tp, pp, cp, ep, microBatchSize, zero, chunks;
-  std::optional<bool> sequenceParallel, fuseGradientAccumulation,
-      scheduleCollectives;
-  std::optional<std::string> schedule, recompute, contextKind;
-};
-
-/// Parses `pp=8,dp=16,tp=8,sp,zero=1,schedule=interleaved,chunks=4,
-/// micro-batch=1,recompute=full` (also `cp=`, `cp-kind=`, `ep=`). Unknown keys,
-/// malformed numbers and impossible values are errors naming them.
-std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
-                                                    std::string &error);
 
 struct PlanRequest {
   /// The model: a config's or MLIR's text, as `trellis compile` reads it.
@@ -165,10 +111,9 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
                                         const PlanConstraints &constraints,
                                         std::string &error);
 
-/// Sets the parallelism of `options` (dp, tp, pp, cp and its kind,
-/// micro-batches, schedule and chunks, ZeRO, sequence parallelism,
-/// recomputation) to `choice`'s for `request`'s global batch; the rest of
-/// `options` stays as it is.
+/// Sets the parallelism of `options` (the mesh, micro-batches and the
+/// settings that apply) to `choice`'s for `request`'s global batch
+/// (PlanChoice::applyTo); the rest of `options` stays as it is.
 void applyPlanChoice(CompileOptions &options, const PlanRequest &request,
                      const PlanChoice &choice);
 

@@ -53,20 +53,21 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisPlanGetMesh(
  * Session options
  *===----------------------------------------------------------------------===*/
 
-/** How a session runs; keys are `trellis run`'s flags without the dashes:
- *  - int: "rank" (this session's rank; required when the mesh has more than
- *    one), "nproc" (ranks on this node, for the memory budget; default: the
- *    mesh), "threads" (kernel threads, default 1), "seed" (initialization,
- *    default 0), "max-memory" (MiB, 0: what is available), "master-port"
- *    (the TCP store's port; 0: the rendezvous directory);
- *  - double: "timeout" (seconds for connecting and every collective,
- *    default 60);
- *  - string: "rendezvous" (a directory every rank shares), "master-addr",
- *    "host" (the address this rank listens on), "device" ("cpu"),
- *    "on-nonfinite" ("stop", "skip", "continue"), "weights" (a Hugging Face
- *    .safetensors file to start from), "load" (a checkpoint to resume),
- *    "job-token-file".
- * A key of another name or type is refused by the setter. */
+/** How a session runs; keys are `trellis run`'s flags without the dashes,
+ * each of one type, with its defaults: trellisSessionOptionCount and
+ * trellisSessionOptionDescribe list them with their help ("rank", this
+ * session's rank, required when the mesh has more than one; "threads",
+ * "seed", "timeout", "rendezvous", "weights", "load", ...; `trellis run
+ * --help` shows the same). "nproc" defaults to the mesh's ranks. A key of
+ * another name or type, or a value the option refuses, is an error naming
+ * what was expected. */
+TRELLIS_CAPI_EXPORTED size_t trellisSessionOptionCount(void);
+
+/** Session option `index` (< trellisSessionOptionCount()): its key, type and
+ * help, strings that live as long as the library. */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionOptionDescribe(
+    size_t index, const char **key, TrellisOptionType *type, const char **help);
+
 typedef struct {
   uint64_t id;
 } TrellisSessionOptions;
@@ -81,6 +82,8 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionOptionsSetDouble(
     TrellisSessionOptions options, const char *key, double value);
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionOptionsSetString(
     TrellisSessionOptions options, const char *key, const char *value);
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionOptionsSetBool(
+    TrellisSessionOptions options, const char *key, int value);
 
 /*===----------------------------------------------------------------------===*
  * Sessions

@@ -49,6 +49,15 @@ TRELLIS_CAPI_EXPORTED void trellisStatusDestroy(TrellisStatus status);
 typedef void (*TrellisStringCallback)(const char *data, size_t length,
                                       void *userData);
 
+/** The type of an option's value (compile options, session options): each
+ * option takes one, through the setter of that type. */
+typedef enum {
+  TRELLIS_OPTION_INT = 0,
+  TRELLIS_OPTION_DOUBLE = 1,
+  TRELLIS_OPTION_STRING = 2,
+  TRELLIS_OPTION_BOOL = 3,
+} TrellisOptionType;
+
 /** The version of the library, "MAJOR.MINOR.PATCH" (static storage). */
 TRELLIS_CAPI_EXPORTED const char *trellisGetVersion(void);
 

@@ -99,7 +99,7 @@ using OptionKeys = std::vector<OptionRow<Options>>;
 
 /// Sets `key` of `options` from `value` of `type`; refuses a key not in
 /// `keys` (listing them), a value of another type (an integer is taken for
-/// a number) and a value the row's check refuses. `what` names the
+/// a number) and a value the row refuses (checkOptionValue). `what` names the
 /// options in messages ("session option").
 template <typename Options>
 TrellisStatus setKeyedOption(const OptionKeys<Options> &keys, const char *what,
@@ -117,10 +117,26 @@ TrellisStatus setKeyedOption(const OptionKeys<Options> &keys, const char *what,
     return errorStatus(std::string(what) + " '" + key + "' takes " +
                        optionTypeName(row->type) + ", found " +
                        optionTypeName(type));
-  if (row->check)
-    if (std::string problem = row->check(given); !problem.empty())
-      return errorStatus(std::string(what) + " '" + key + "': " + problem);
+  if (std::string problem = checkOptionValue(*row, given); !problem.empty())
+    return errorStatus(std::string(what) + " '" + key + "': " + problem);
   row->set(options, given);
+  return nullptr;
+}
+
+/// Row `index` of `keys`: its key, type and help (strings of static
+/// storage; the pointers are not NULL); an index past the end is an error
+/// naming the count. `what` names the options in messages ("session option").
+template <typename Options>
+TrellisStatus describeOption(const OptionKeys<Options> &keys, const char *what,
+                             size_t index, const char **key,
+                             TrellisOptionType *type, const char **help) {
+  if (index >= keys.size())
+    return errorStatus(std::string(what) + " " + std::to_string(index) +
+                       ": expected an index below " +
+                       std::to_string(keys.size()));
+  *key = keys[index].name;
+  *type = static_cast<TrellisOptionType>(keys[index].type);
+  *help = keys[index].help;
   return nullptr;
 }
 
