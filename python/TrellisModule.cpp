@@ -429,6 +429,37 @@ public:
         counts, {static_cast<size_t>(layers), static_cast<size_t>(experts)},
         owner);
   }
+  /// The metrics the plan reports, as (name, label, values): values of the
+  /// metric's shape (a 0-d array for a scalar), or None before a step and
+  /// on ranks that do not hold it.
+  std::vector<std::tuple<std::string, std::string, nb::object>>
+  metrics() const {
+    int64_t count = 0;
+    check(trellisSessionGetNumMetrics(handle_, &count));
+    std::vector<std::tuple<std::string, std::string, nb::object>> metrics;
+    for (int64_t i = 0; i < count; ++i) {
+      const char *name = nullptr, *label = nullptr;
+      int64_t rank = 0, shape[2] = {1, 1};
+      int present = 0;
+      check(trellisSessionGetMetric(handle_, i, &name, &label, nullptr, 0,
+                                    &rank, shape, &present));
+      nb::object values = nb::none();
+      if (present) {
+        size_t dims[2] = {static_cast<size_t>(shape[0]),
+                          static_cast<size_t>(shape[1])};
+        int64_t elements = rank == 2 ? shape[0] * shape[1] : 1;
+        auto *data = new float[std::max<int64_t>(1, elements)];
+        nb::capsule owner(
+            data, [](void *p) noexcept { delete[] static_cast<float *>(p); });
+        check(trellisSessionGetMetric(handle_, i, &name, &label, data, elements,
+                                      &rank, shape, &present));
+        values = nb::cast(nb::ndarray<nb::numpy, float>(
+            data, static_cast<size_t>(rank), dims, owner));
+      }
+      metrics.emplace_back(name, label, values);
+    }
+    return metrics;
+  }
   std::vector<std::string> tensorNames() const {
     int64_t count;
     check(trellisSessionGetNumTensors(handle_, &count));
@@ -611,6 +642,7 @@ NB_MODULE(_trellis, m) {
       .def("learning_rate", &Session::learningRate)
       .def("grad_norm", &Session::gradNorm)
       .def("expert_load", &Session::expertLoad)
+      .def("metrics", &Session::metrics)
       .def("tensor_names", &Session::tensorNames)
       .def("tensor_shape", &Session::tensorShape, nb::arg("name"))
       .def("read", &Session::read, nb::arg("name"))

@@ -101,7 +101,8 @@ struct ClipGradientsPass
     }
 
     // The norm is a result of the step.
-    appendMetricResult(step, norm, "grad_norm");
+    appendMetricResult(step, norm, "grad_norm",
+                       MetricReport{"grad norm", MetricSummary::Value});
   }
 };
 

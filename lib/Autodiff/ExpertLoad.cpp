@@ -64,7 +64,10 @@ struct ExpertLoadPass
         rows.size() == 1
             ? rows.front()
             : ConcatOp::create(builder, step.getLoc(), rows, 0).getResult();
-    appendMetricResult(step, load, "expert_load");
+    // Reported as the worst layer's busiest expert over its mean.
+    appendMetricResult(
+        step, load, "expert_load",
+        MetricReport{"expert load max/mean", MetricSummary::MaxOverMean});
   }
 
 private:

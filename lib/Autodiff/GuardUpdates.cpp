@@ -116,7 +116,9 @@ struct GuardUpdatesPass
             AddOp::create(builder, loc, divisor ? divisor : scalar(1.0), guard);
       update->insertOperands(update->getNumOperands(), scale);
     }
-    appendMetricResult(step, guard, "update_guard");
+    // Not reported: the runtime reads it to tell whether the updates
+    // applied (Plan::updateGuardResult).
+    appendMetricResult(step, guard, "update_guard", std::nullopt);
   }
 };
 

@@ -23,12 +23,21 @@ void trellis::appendStepResult(func::FuncOp step, Value value,
 }
 
 void trellis::appendMetricResult(func::FuncOp step, Value value,
-                                 llvm::StringRef metric) {
+                                 llvm::StringRef metric,
+                                 std::optional<MetricReport> report) {
   Builder builder(step.getContext());
-  appendStepResult(
-      step, value,
-      builder.getDictionaryAttr(builder.getNamedAttr(
-          GraphDialect::kMetricAttrName, builder.getStringAttr(metric))));
+  SmallVector<NamedAttribute> attrs{builder.getNamedAttr(
+      GraphDialect::kMetricAttrName, builder.getStringAttr(metric))};
+  if (report)
+    attrs.push_back(builder.getNamedAttr(
+        GraphDialect::kReportAttrName,
+        builder.getDictionaryAttr(
+            {builder.getNamedAttr("label",
+                                  builder.getStringAttr(report->label)),
+             builder.getNamedAttr("summary",
+                                  builder.getStringAttr(std::string(
+                                      metricSummaryName(report->summary))))})));
+  appendStepResult(step, value, builder.getDictionaryAttr(attrs));
 }
 
 Value trellis::stepExpertCounts(OpBuilder &builder, MoeRouteOp route,

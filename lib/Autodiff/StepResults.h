@@ -5,7 +5,10 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "trellis/Common/StepMetric.h"
 #include "llvm/ADT/StringRef.h"
+
+#include <optional>
 
 namespace trellis {
 namespace graph {
@@ -16,10 +19,20 @@ class MoeRouteOp;
 void appendStepResult(mlir::func::FuncOp step, mlir::Value value,
                       mlir::DictionaryAttr attrs);
 
+/// How the runtime reports a metric after each step: the step line's
+/// label and the summary it shows (trellis/Common/StepMetric.h); the
+/// metrics file holds the values too.
+struct MetricReport {
+  llvm::StringRef label;
+  MetricSummary summary = MetricSummary::Value;
+};
+
 /// Appends `value` to `step`'s results, marked graph.metric = `metric`
-/// (the runtime reports it with each step: grad_norm, expert_load).
+/// and, when `report` is given, graph.report: the runtime reports it with
+/// each step by that declaration alone.
 void appendMetricResult(mlir::func::FuncOp step, mlir::Value value,
-                        llvm::StringRef metric);
+                        llvm::StringRef metric,
+                        std::optional<MetricReport> report);
 
 /// How many of the step's slots `route` sent to each of its `experts`
 /// ([experts] f32, summed over the micro-batches of a micro-batched step):

@@ -4,7 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "trellis/Analysis/PipelineCost.h"
-#include "trellis/Common/StageSplit.h"
+#include "trellis/Analysis/StageSplit.h"
 #include "trellis/Dialect/Graph/IR/GraphOps.h"
 #include "trellis/Dialect/Trellis/IR/TrellisDialect.h"
 

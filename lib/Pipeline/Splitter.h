@@ -11,7 +11,7 @@
 #ifndef TRELLIS_LIB_PIPELINE_SPLITTER_H
 #define TRELLIS_LIB_PIPELINE_SPLITTER_H
 
-#include "trellis/Common/RankPlacement.h"
+#include "trellis/Analysis/RankPlacement.h"
 #include "trellis/Pipeline/PipelineSplit.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

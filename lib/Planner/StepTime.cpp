@@ -19,16 +19,35 @@ using Phase = PricedWork::Phase;
 
 /// A collective's or transfer's key split: `all_reduce over dp tp`.
 struct CollectiveKey {
-  std::string kind;
+  /// Its kind, when its name is one (CollectiveKind's).
+  std::optional<CollectiveKind> kind;
+  std::string kindName;
   std::vector<std::string> axes;
+
+  bool is(CollectiveKind other) const { return kind == other; }
+  /// Point to point between neighbours: sends, receives, permutes and
+  /// broadcasts share the measured rate of sends.
+  bool pointToPoint() const {
+    return is(CollectiveKind::Send) || is(CollectiveKind::Recv) ||
+           is(CollectiveKind::CollectivePermute) ||
+           is(CollectiveKind::Broadcast);
+  }
+  bool transfer() const {
+    return is(CollectiveKind::Send) || is(CollectiveKind::Recv);
+  }
 };
 
+/// The collective of priced work called `KIND over AXES...`; nullopt for
+/// other work.
 std::optional<CollectiveKey> parseKey(llvm::StringRef name) {
   auto [kind, rest] = name.split(" over ");
   if (rest.empty())
     return std::nullopt;
   CollectiveKey key;
-  key.kind = kind.str();
+  key.kindName = kind.str();
+  CollectiveKind found;
+  if (findCollectiveKind(key.kindName, found))
+    key.kind = found;
   llvm::SmallVector<llvm::StringRef> axes;
   rest.split(axes, ' ', -1, /*KeepEmpty=*/false);
   for (llvm::StringRef axis : axes)
@@ -58,7 +77,7 @@ std::optional<GroupSpan> spanOf(const CollectiveKey &key,
     auto axis = std::find_if(layout.axes.begin(), layout.axes.end(),
                              [&](const MeshAxis &a) { return a.name == name; });
     if (axis == layout.axes.end()) {
-      error = "collective '" + key.kind + " over " + name +
+      error = "collective '" + key.kindName + " over " + name +
               "' names an axis the mesh does not have";
       return std::nullopt;
     }
@@ -94,10 +113,6 @@ bool overDataAxesOnly(const CollectiveKey &key, const StepLayout &layout) {
 double unhiddenSeconds(double communication, double compute, double overlap) {
   return communication * (1 - overlap) +
          std::max(0.0, communication * overlap - compute);
-}
-
-bool isTransfer(const std::string &kind) {
-  return kind == "send" || kind == "recv";
 }
 
 } // namespace
@@ -165,16 +180,18 @@ std::optional<double> communicationSeconds(const PricedWork &work,
   std::optional<CollectiveKey> key = parseKey(work.name);
   if (!key || !work.dtype.empty())
     return 0.0;
+  if (!key->kind) {
+    error = "priced work '" + work.name + "': '" + key->kindName +
+            "' is no collective kind";
+    return std::nullopt;
+  }
   std::optional<GroupSpan> span = spanOf(*key, layout, cluster, error);
   if (!span)
     return std::nullopt;
   const LinkSpec &intra = cluster.intraNode, &inter = cluster.interNode;
   // Point-to-point kinds share the measured rate of sends.
-  std::string rateKind = isTransfer(key->kind) ||
-                                 key->kind == "collective_permute" ||
-                                 key->kind == "broadcast"
-                             ? "send"
-                             : key->kind;
+  std::string rateKind = collectiveKindName(
+      key->pointToPoint() ? CollectiveKind::Send : *key->kind);
   double intraRate = intra.rateOf(rateKind);
   double interRate = inter.rateOf(rateKind);
   double wire = static_cast<double>(work.traffic.wireBytes);
@@ -182,14 +199,13 @@ std::optional<double> communicationSeconds(const PricedWork &work,
   int64_t n = span->size;
   double latency = span->spansNodes() ? inter.latency : intra.latency;
   double steps = std::ceil(std::log2(std::max<int64_t>(n, 2)));
-  if (isTransfer(key->kind) || key->kind == "collective_permute" ||
-      key->kind == "broadcast") {
+  if (key->pointToPoint()) {
     // Point to point between neighbours: a hop crosses nodes when the
     // group does.
     double rate = span->spansNodes() ? interRate : intraRate;
     return wire / rate + calls * latency;
   }
-  if (key->kind == "all_to_all") {
+  if (key->is(CollectiveKind::AllToAll)) {
     if (!span->spansNodes())
       return wire / intraRate + calls * latency * steps;
     double offNode = wire * static_cast<double>(n - span->perNode) /
@@ -203,7 +219,7 @@ std::optional<double> communicationSeconds(const PricedWork &work,
   double rate = span->spansNodes()
                     ? std::min(intraRate, interRate * span->perNode)
                     : intraRate;
-  double perCallSteps = key->kind == "all_reduce" ? 2 * steps : steps;
+  double perCallSteps = key->is(CollectiveKind::AllReduce) ? 2 * steps : steps;
   return wire / rate + calls * latency * perCallSteps;
 }
 
@@ -282,8 +298,8 @@ predictStepTime(const std::vector<ShardedStepCost> &costs,
         stepCompute[rank] += compute;
         if (!key)
           continue;
-        bool reduction =
-            key->kind == "all_reduce" || key->kind == "reduce_scatter";
+        bool reduction = key->is(CollectiveKind::AllReduce) ||
+                         key->is(CollectiveKind::ReduceScatter);
         if (reductionsOverlap && reduction && overDataAxesOnly(*key, layout)) {
           stepHideable[rank] += *communication;
           stepHideableByKey[rank][work.name] += *communication;
@@ -293,7 +309,7 @@ predictStepTime(const std::vector<ShardedStepCost> &costs,
         }
         continue;
       }
-      if (key && isTransfer(key->kind)) {
+      if (key && key->transfer()) {
         // Everything one action sends to its neighbour, per micro-batch.
         transfer = std::max(transfer, *communication);
         continue;
@@ -302,7 +318,7 @@ predictStepTime(const std::vector<ShardedStepCost> &costs,
       action.compute += compute;
       if (!key)
         continue;
-      if (work.hidden || key->kind == "collective_permute" ||
+      if (work.hidden || key->is(CollectiveKind::CollectivePermute) ||
           overDataAxesOnly(*key, layout)) {
         action.hideable += *communication;
         action.hideableByKey[work.name] += *communication;

@@ -13,7 +13,7 @@
 
 #include "CollectiveSchedule.h"
 
-#include "trellis/Common/RankPlacement.h"
+#include "trellis/Analysis/RankPlacement.h"
 #include "trellis/Dialect/Graph/IR/GraphAttrs.h"
 #include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"

@@ -418,6 +418,15 @@ class Session:
         return load if load.size else None
 
     @property
+    def metrics(self) -> Dict[str, np.ndarray]:
+        """The figures of the last step the plan reports, by name, each as
+        the compiler pass that makes it declared it ("grad_norm": a 0-d
+        array; "expert_load": [layers, experts]; ...), on the ranks that
+        hold them; empty before a step."""
+        return {name: values for name, _, values in self._live().metrics()
+                if values is not None}
+
+    @property
     def grad_norm(self) -> Optional[float]:
         """The last step's global gradient norm before clipping, for plans
         compiled with clip_grad=...; nan for a step an fp16 overflow

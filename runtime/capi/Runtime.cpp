@@ -312,6 +312,19 @@ TrellisStatus getStepFigure(TrellisSession handle, double *value, int *present,
   return nullptr;
 }
 
+/// Copies `metric`'s values into `values`, or an error from `function`
+/// when `capacity` holds fewer (`what` names them).
+TrellisStatus copyMetricValues(const runtime::StepMetric &metric, float *values,
+                               int64_t capacity, const char *function,
+                               const std::string &what) {
+  if (capacity < static_cast<int64_t>(metric.values.size()))
+    return errorStatus(std::string(function) + ": capacity " +
+                       std::to_string(capacity) + " holds fewer than the " +
+                       std::to_string(metric.values.size()) + " " + what);
+  std::copy(metric.values.begin(), metric.values.end(), values);
+  return nullptr;
+}
+
 } // namespace
 
 TrellisStatus trellisSessionGetLearningRate(TrellisSession handle, double *rate,
@@ -326,7 +339,12 @@ TrellisStatus trellisSessionGetGradNorm(TrellisSession handle, double *norm,
                                         int *present) {
   TRELLIS_CAPI_REQUIRE(norm);
   TRELLIS_CAPI_REQUIRE(present);
-  return getStepFigure(handle, norm, present, &runtime::Trainer::lastGradNorm);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  const runtime::StepMetric *metric = session->trainer->lastMetric("grad_norm");
+  *present = metric != nullptr;
+  *norm = metric ? metric->values.front() : 0;
+  return nullptr;
 }
 
 TrellisStatus trellisSessionGetExpertLoad(TrellisSession handle, float *counts,
@@ -336,16 +354,49 @@ TrellisStatus trellisSessionGetExpertLoad(TrellisSession handle, float *counts,
   TRELLIS_CAPI_REQUIRE(experts);
   Session *session = nullptr;
   TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
-  const std::vector<float> &load = session->trainer->lastExpertLoad();
-  *layers = load.empty() ? 0 : session->trainer->expertLoadLayers();
-  *experts = *layers ? static_cast<int64_t>(load.size()) / *layers : 0;
-  if (counts) {
-    if (capacity < static_cast<int64_t>(load.size()))
-      return errorStatus("trellisSessionGetExpertLoad: capacity " +
-                         std::to_string(capacity) + " holds fewer than the " +
-                         std::to_string(load.size()) + " counts");
-    std::copy(load.begin(), load.end(), counts);
-  }
+  const runtime::StepMetric *load = session->trainer->lastMetric("expert_load");
+  *layers = load ? load->shape[0] : 0;
+  *experts = load ? load->shape[1] : 0;
+  if (counts && load)
+    return copyMetricValues(*load, counts, capacity, __func__, "counts");
+  return nullptr;
+}
+
+TrellisStatus trellisSessionGetNumMetrics(TrellisSession handle,
+                                          int64_t *count) {
+  TRELLIS_CAPI_REQUIRE(count);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  *count = static_cast<int64_t>(session->trainer->metrics().size());
+  return nullptr;
+}
+
+TrellisStatus trellisSessionGetMetric(TrellisSession handle, int64_t index,
+                                      const char **name, const char **label,
+                                      float *values, int64_t capacity,
+                                      int64_t *rank, int64_t *shape,
+                                      int *present) {
+  TRELLIS_CAPI_REQUIRE(name);
+  TRELLIS_CAPI_REQUIRE(label);
+  TRELLIS_CAPI_REQUIRE(rank);
+  TRELLIS_CAPI_REQUIRE(shape);
+  TRELLIS_CAPI_REQUIRE(present);
+  Session *session = nullptr;
+  TRELLIS_CAPI_RETURN_IF_ERROR(sessions.lookup(handle.id, session));
+  const std::vector<runtime::StepMetric> &metrics = session->trainer->metrics();
+  if (index < 0 || index >= static_cast<int64_t>(metrics.size()))
+    return errorStatus("trellisSessionGetMetric: metric " +
+                       std::to_string(index) + ": expected an index in [0, " +
+                       std::to_string(metrics.size()) + ")");
+  const runtime::StepMetric &metric = metrics[index];
+  *name = metric.name.c_str();
+  *label = metric.report.label.c_str();
+  *rank = static_cast<int64_t>(metric.shape.size());
+  std::copy(metric.shape.begin(), metric.shape.end(), shape);
+  *present = metric.present;
+  if (values && metric.present)
+    return copyMetricValues(metric, values, capacity, __func__,
+                            "values of " + metric.name);
   return nullptr;
 }
 

@@ -10,7 +10,7 @@
 // 1e-6, max-norm); the updates read the scaled gradients, and the step
 // returns the norm as its grad_norm metric.
 // CHECK-LABEL: func.func @train_step
-// CHECK-SAME: -> (tensor<f32>, tensor<4x3xf32> {graph.updates = 0 : i64}, tensor<f32> {graph.updates = 1 : i64}, tensor<f32> {graph.metric = "grad_norm"})
+// CHECK-SAME: -> (tensor<f32>, tensor<4x3xf32> {graph.updates = 0 : i64}, tensor<f32> {graph.updates = 1 : i64}, tensor<f32> {graph.metric = "grad_norm", graph.report = {label = "grad norm", summary = "value"}})
 // CHECK: %[[SQ0:.*]] = graph.mul %arg2, %arg2
 // CHECK: %[[SUM0:.*]] = graph.reduce_sum %[[SQ0]] dims [0, 1]
 // CHECK: %[[SQ1:.*]] = graph.mul %arg3, %arg3

@@ -6,7 +6,7 @@
 // a result of the step, [layers, experts], marked as the expert_load
 // metric; with micro-batches, summed over them.
 // CHECK-LABEL: func.func @train_step
-// CHECK-SAME: -> (tensor<f32>, tensor<2x4xf32> {graph.metric = "expert_load"})
+// CHECK-SAME: -> (tensor<f32>, tensor<2x4xf32> {graph.metric = "expert_load", graph.report = {label = "expert load max/mean", summary = "max_over_mean"}})
 // CHECK: %[[W0:.*]], %[[E0:.*]] = graph.moe_route
 // CHECK-NEXT: %[[C0:.*]] = graph.expert_counts %[[E0]] experts 4
 // CHECK: %[[W1:.*]], %[[E1:.*]] = graph.moe_route

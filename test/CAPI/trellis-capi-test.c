@@ -918,6 +918,24 @@ static int runExperts(const char *config) {
   expectError(
       "small capacity",
       trellisSessionGetExpertLoad(session, counts, experts, &layers, &experts));
+  {
+    /* The same counts through the metrics the plan declares. */
+    int64_t metrics = 0, rank = 0, shape[2] = {0, 0};
+    int present = 0;
+    const char *name = NULL, *label = NULL;
+    CHECK_OK(trellisSessionGetNumMetrics(session, &metrics));
+    for (int64_t i = 0; i < metrics; ++i) {
+      CHECK_OK(trellisSessionGetMetric(session, i, &name, &label, counts,
+                                       layers * experts, &rank, shape,
+                                       &present));
+      printf("metric %s (%s): rank %lld, %lld x %lld, present %d, first %g\n",
+             name, label, (long long)rank, (long long)shape[0],
+             (long long)shape[1], present, counts[0]);
+    }
+    expectError("metric index",
+                trellisSessionGetMetric(session, metrics, &name, &label, NULL,
+                                        0, &rank, shape, &present));
+  }
   free(counts);
   trellisSessionDestroy(session);
   trellisPlanDestroy(plan);

@@ -339,10 +339,13 @@ def test_clipped_training_equals_pytorch(kind: str) -> None:
                            clip_grad=0.01)
     norms = []
     with trellis.Session(plan, weights=model.weights) as session:
-        assert session.grad_norm is None
+        assert session.grad_norm is None and session.metrics == {}
         for tokens, targets in data:
             session.step(tokens, targets)
             norms.append(session.grad_norm)
+            # The same norm among the metrics the plan declares.
+            assert session.metrics["grad_norm"].shape == ()
+            assert float(session.metrics["grad_norm"]) == norms[-1]
         assert session.learning_rate is None
         found = session.state_dict()
     torch_norms = []

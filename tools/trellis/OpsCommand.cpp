@@ -1,13 +1,13 @@
 //===- OpsCommand.cpp - `trellis ops` -------------------------------------===//
 //
-// Prints the plan op table (trellis/Common/OpTableDocs.h): the reference
+// Prints the plan op table (trellis/Compiler/OpTableDocs.h): the reference
 // docs/Ops.md is this output.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
 
-#include "trellis/Common/OpTableDocs.h"
+#include "trellis/Compiler/OpTableDocs.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace trellis::driver {

@@ -13,8 +13,8 @@
 
 #include "mlir/IR/MLIRContext.h"
 #include "trellis/Analysis/PipelineCost.h"
+#include "trellis/Analysis/StageSplit.h"
 #include "trellis/Common/PipelineSchedule.h"
-#include "trellis/Common/StageSplit.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 

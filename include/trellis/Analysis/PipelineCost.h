@@ -12,7 +12,7 @@
 #define TRELLIS_ANALYSIS_PIPELINECOST_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "trellis/Common/StageSplit.h"
+#include "trellis/Analysis/StageSplit.h"
 
 namespace trellis {
 

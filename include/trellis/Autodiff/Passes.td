@@ -389,7 +389,8 @@ def ClipGradientsPass : Pass<"trellis-clip-gradients", "::mlir::ModuleOp"> {
     stage's sum where the scale is needed. An update with a `grad_scale` s
     (`-trellis-guard-updates`) divides its gradient by s as it reads it:
     its sum of squares is divided by s^2. The step returns the norm as a
-    result marked `graph.metric = "grad_norm"` (before clipping).
+    result marked `graph.metric = "grad_norm"` (before clipping), reported
+    as `graph.report = {label = "grad norm", summary = "value"}`.
 
     ```mlir
     // Before
@@ -401,7 +402,7 @@ def ClipGradientsPass : Pass<"trellis-clip-gradients", "::mlir::ModuleOp"> {
     %scale = graph.div %max, (graph.maximum (%norm + 1e-6), %max)
     %clipped = graph.mul %g, %scale
     %new, %m1, %v1 = graph.adamw %w, %clipped, %m, %v, %step ...
-    return ..., %norm {graph.metric = "grad_norm"}
+    return ..., %norm {graph.metric = "grad_norm", graph.report = {...}}
     ```
   }];
   let options = [
@@ -461,7 +462,9 @@ def ExpertLoadPass : Pass<"trellis-expert-load", "::mlir::ModuleOp"> {
     graph.moe_route, in step order), how many of the step's slots chose
     each expert, [layers, experts] f32, summed over the micro-batches (and,
     once partitioned, over the data-parallel ranks), returned as a result
-    marked `graph.metric = "expert_load"`. It reuses the layer's
+    marked `graph.metric = "expert_load"`, reported as its rows' worst max
+    over mean (`graph.report = {label = "expert load max/mean", summary =
+    "max_over_mean"}`). It reuses the layer's
     graph.expert_counts (the load-balancing loss's) or adds one. Every
     layer must route over the same number of experts.
   }];

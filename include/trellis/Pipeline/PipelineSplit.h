@@ -38,9 +38,9 @@
 #define TRELLIS_PIPELINE_PIPELINESPLIT_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "trellis/Analysis/StageSplit.h"
 #include "trellis/Common/ActionNames.h"
 #include "trellis/Common/PipelineSchedule.h"
-#include "trellis/Common/StageSplit.h"
 
 #include <string>
 #include <vector>

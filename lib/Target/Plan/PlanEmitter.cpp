@@ -330,6 +330,14 @@ llvm::json::Object Emitter::emitResult(func::FuncOp function, unsigned index,
   if (auto metric = function.getResultAttrOfType<StringAttr>(
           index, GraphDialect::kMetricAttrName))
     entry["metric"] = metric.getValue().str();
+  if (auto report = function.getResultAttrOfType<DictionaryAttr>(
+          index, GraphDialect::kReportAttrName)) {
+    llvm::json::Object fields;
+    for (NamedAttribute field : report)
+      if (auto text = llvm::dyn_cast<StringAttr>(field.getValue()))
+        fields[field.getName().getValue()] = text.getValue().str();
+    entry["report"] = std::move(fields);
+  }
   return entry;
 }
 

@@ -146,6 +146,20 @@ trellisSessionGetGradNorm(TrellisSession session, double *norm, int *present);
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetExpertLoad(
     TrellisSession session, float *counts, int64_t capacity, int64_t *layers,
     int64_t *experts);
+/** The figures of the step the session's plan reports, each declared by
+ * the compiler pass that makes it ("grad_norm", "expert_load", ...). */
+TRELLIS_CAPI_EXPORTED TrellisStatus
+trellisSessionGetNumMetrics(TrellisSession session, int64_t *count);
+/** Metric `index` (< the count): its name and its step line's label
+ * (strings valid while the session lives), its rank (0: a scalar; 2:
+ * rows of columns) and shape (`shape` holds 2), and whether a step has
+ * made it on this rank (`*present`; every rank, or the pipeline stages
+ * that make it). When `values` is not NULL and it is present, its last
+ * values, row-major, into `values` (`capacity` at least their count). */
+TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetMetric(
+    TrellisSession session, int64_t index, const char **name,
+    const char **label, float *values, int64_t capacity, int64_t *rank,
+    int64_t *shape, int *present);
 
 /** The named tensors: parameters by their names, then optimizer states as
  * "adam_m.NAME", "adam_v.NAME" and fp32 master weights as "master.NAME"

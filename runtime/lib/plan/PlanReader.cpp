@@ -615,6 +615,39 @@ Status PlanReader::readInstructions(const json &program,
   return Status::success();
 }
 
+Status PlanReader::readMetricReport(const json &entry, const std::string &where,
+                                    Result &result) const {
+  const json &report = entry["report"];
+  std::string field = where + ": field \"report\"";
+  if (result.metric.empty())
+    return Status::error(field + ": expected a \"metric\" to report");
+  if (!report.is_object() || !report.contains("label") ||
+      !report["label"].is_string() ||
+      report["label"].get<std::string>().empty() ||
+      !report.contains("summary") || !report["summary"].is_string())
+    return Status::error(field +
+                         ": expected {\"label\": TEXT, \"summary\": "
+                         "\"value\" or \"max_over_mean\"}, found " +
+                         describe(report));
+  std::optional<MetricSummary> summary =
+      parseMetricSummary(report["summary"].get<std::string>());
+  if (!summary)
+    return Status::error(field +
+                         ": expected the summary \"value\" or "
+                         "\"max_over_mean\", found " +
+                         describe(report["summary"]));
+  const BufferDesc &value = plan_.buffers[result.buffer];
+  int64_t rank = metricSummaryRank(*summary);
+  if (value.dtype != DType::F32 ||
+      static_cast<int64_t>(value.shape.size()) != rank)
+    return Status::error(where + ": the " + result.metric + " metric's " +
+                         std::string(metricSummaryName(*summary)) +
+                         " summary reads " +
+                         (rank == 0 ? "an f32 scalar" : "f32 [rows, columns]"));
+  result.report = Result::Report{report["label"].get<std::string>(), *summary};
+  return Status::success();
+}
+
 Status PlanReader::readResults(const json &array) {
   for (size_t i = 0; i < array.size(); ++i) {
     std::string where = "result " + std::to_string(i);
@@ -659,21 +692,21 @@ Status PlanReader::readResults(const json &array) {
     result.isLoss = entry.value("role", "") == "loss";
     if (entry.contains("metric")) {
       const json &metric = entry["metric"];
-      std::string name = metric.is_string() ? metric.get<std::string>() : "";
-      if (name != "grad_norm" && name != "expert_load" &&
-          name != "update_guard")
+      if (!metric.is_string() || metric.get<std::string>().empty())
         return Status::error(where +
-                             ": field \"metric\": expected \"grad_norm\", "
-                             "\"expert_load\" or \"update_guard\", found " +
+                             ": field \"metric\": expected a metric's "
+                             "name, found " +
                              describe(metric));
-      const BufferDesc &value = plan_.buffers[result.buffer];
-      bool scalar = name != "expert_load";
-      if (value.dtype != DType::F32 || value.shape.size() != (scalar ? 0 : 2))
-        return Status::error(
-            where + ": the " + name + " metric must be " +
-            (scalar ? "an f32 scalar" : "f32 [layers, experts]"));
       result.metric = metric.get<std::string>();
+      // The runtime acts on the update guard: an f32 scalar.
+      const BufferDesc &value = plan_.buffers[result.buffer];
+      if (result.metric == "update_guard" &&
+          (value.dtype != DType::F32 || !value.shape.empty()))
+        return Status::error(where + ": the update_guard metric must be an f32 "
+                                     "scalar");
     }
+    if (entry.contains("report"))
+      TRELLIS_RETURN_IF_ERROR(readMetricReport(entry, where, result));
     TRELLIS_RETURN_IF_ERROR(readStageList(entry, where, result.stages));
     if (result.updates && !result.stages.empty() &&
         result.stages != plan_.arguments[*result.updates].stages)

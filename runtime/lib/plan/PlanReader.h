@@ -99,6 +99,10 @@ private:
   Status readStageList(const json &entry, const std::string &where,
                        std::vector<int64_t> &stages) const;
   Status readResults(const json &array);
+  /// The "report" of result entry `entry` (a metric's: its label and a
+  /// summary its buffer's shape allows) into `result`.
+  Status readMetricReport(const json &entry, const std::string &where,
+                          Result &result) const;
   /// metadata.vocab_size, when given: an integer the losses' class
   /// dimensions agree with (split losses: each rank's piece).
   Status checkVocabulary() const;

@@ -77,10 +77,14 @@ Trainer::Trainer(std::unique_ptr<Device> device,
     else if (p.arguments[i].role == ArgumentRole::LossScale)
       lossScaleArg_ = i;
   for (size_t i = 0; i < p.results.size(); ++i)
-    if (p.results[i].metric == "grad_norm")
-      gradNormResult_ = i;
-    else if (p.results[i].metric == "expert_load")
-      expertLoadResult_ = i;
+    if (const Result &result = p.results[i]; result.report) {
+      StepMetric metric;
+      metric.result = static_cast<int64_t>(i);
+      metric.name = result.metric;
+      metric.report = *result.report;
+      metric.shape = p.buffers[result.buffer].shape;
+      metrics_.push_back(std::move(metric));
+    }
   if (!tokensArgs_.empty()) {
     // The data source produces the global batch; each rank takes its shard
     // of each micro-batch's rows.

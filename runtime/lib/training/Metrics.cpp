@@ -30,15 +30,20 @@ Status openMetrics(const TrainOptions &options, std::ofstream &metrics) {
 
 namespace {
 
-/// [layers x experts] as one array of counts a layer.
-nlohmann::json expertLoadByLayer(const Trainer &trainer) {
-  size_t experts = trainer.lastExpertLoad().size() / trainer.expertLoadLayers();
-  nlohmann::json layers = nlohmann::json::array();
-  for (int64_t layer = 0; layer < trainer.expertLoadLayers(); ++layer)
-    layers.push_back(std::vector<float>(
-        trainer.lastExpertLoad().begin() + layer * experts,
-        trainer.lastExpertLoad().begin() + (layer + 1) * experts));
-  return layers;
+/// A metric's values as JSON: a scalar as a number (null where it is not
+/// finite, as an overflowing fp16 step's norm), rows as arrays.
+nlohmann::json metricValues(const StepMetric &metric) {
+  auto number = [](float value) {
+    return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json();
+  };
+  if (metric.shape.empty())
+    return number(metric.values.front());
+  int64_t columns = metric.shape.back();
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t start = 0; start < metric.values.size(); start += columns)
+    rows.push_back(std::vector<float>(metric.values.begin() + start,
+                                      metric.values.begin() + start + columns));
+  return rows;
 }
 
 } // namespace
@@ -57,17 +62,21 @@ Status writeMetricsRecord(std::ofstream &metrics, Trainer &trainer,
       {"peak_memory_mib", now.ru_maxrss / 1024.0}};
   if (std::optional<double> rate = trainer.lastLearningRate())
     record["lr"] = *rate;
-  // A norm that is not finite (an overflowing fp16 step) is null.
-  if (std::optional<double> norm = trainer.lastGradNorm())
-    record["grad_norm"] =
-        std::isfinite(*norm) ? nlohmann::json(*norm) : nlohmann::json();
   if (const DynamicLossScale *scale = trainer.lossScale()) {
     record["loss_scale"] = scale->scale;
     record["skipped_steps"] = scale->skippedSteps;
   }
-  if (std::optional<double> balance = trainer.lastExpertImbalance()) {
-    record["expert_load_max_over_mean"] = *balance;
-    record["expert_load"] = expertLoadByLayer(trainer);
+  // Each metric the plan reports: its values under its name, and a
+  // summary of rows as NAME_SUMMARY.
+  for (const StepMetric &metric : trainer.metrics()) {
+    if (!metric.present)
+      continue;
+    record[metric.name] = metricValues(metric);
+    if (metric.report.summary != MetricSummary::Value)
+      if (std::optional<double> summary = metric.summary())
+        record[metric.name + "_" +
+               std::string(metricSummaryName(metric.report.summary))] =
+            *summary;
   }
   if (outcome.evalLoss)
     record["eval_loss"] = *outcome.evalLoss;

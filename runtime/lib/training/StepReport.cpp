@@ -1,8 +1,8 @@
 //===- StepReport.cpp - trellis run's line for each step ------------------===//
 //
 // What rank 0 prints on stdout after a step: the loss, the rate, the time,
-// and the optional metrics the plan computes; the held-out loss; why an
-// update was skipped.
+// and the metrics the plan reports (by their declarations); the held-out loss;
+// why an update was skipped.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,14 +21,14 @@ void printStepLine(Trainer &trainer, const StepOutcome &outcome) {
               trainer.tokensPerStep() / outcome.seconds, outcome.seconds * 1e3);
   if (std::optional<double> rate = trainer.lastLearningRate())
     std::printf(" | lr %.6g", *rate);
-  if (std::optional<double> norm = trainer.lastGradNorm())
-    std::printf(std::isnan(*norm) ? " | grad norm nan" : " | grad norm %.6g",
-                *norm);
+  // Each metric the plan reports, as its pass declared it.
+  for (const StepMetric &metric : trainer.metrics())
+    if (std::optional<double> summary = metric.summary())
+      std::printf(std::isnan(*summary) ? " | %s nan" : " | %s %.6g",
+                  metric.report.label.c_str(), *summary);
   if (const DynamicLossScale *scale = trainer.lossScale())
     std::printf(" | loss scale %g | skipped %lld", scale->scale,
                 static_cast<long long>(scale->skippedSteps));
-  if (std::optional<double> balance = trainer.lastExpertImbalance())
-    std::printf(" | expert load max/mean %.3f", *balance);
   std::printf("\n");
 }
 

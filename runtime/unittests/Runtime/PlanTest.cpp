@@ -13,6 +13,8 @@
 #include <random>
 
 using namespace trellis::runtime;
+using trellis::MetricSummary;
+using trellis::summarizeMetric;
 using trellis::runtime::testplans::kMicroBatchPlan;
 
 namespace {
@@ -512,31 +514,70 @@ TEST(PlanTest, RejectsMalformedSequenceChunks) {
                  "rank >= 2 (dimension 1 the sequence), found shape [8]");
 }
 
-TEST(PlanTest, ReadsTheMetricsAndRejectsOthers) {
-  auto withMetric = [](const std::string &metric, int64_t buffer) {
+TEST(PlanTest, ReadsTheMetricsTheirReportsAndRejectsOthers) {
+  auto withMetric = [](const std::string &metric, int64_t buffer,
+                       const std::string &report = "") {
     return replace(kValidPlan, R"([{"buffer": 3, "role": "loss"}])",
                    R"([{"buffer": 3, "role": "loss"}, {"buffer": )" +
                        std::to_string(buffer) + R"(, "metric": )" + metric +
+                       (report.empty() ? "" : R"(, "report": )" + report) +
                        "}]");
   };
-  StatusOr<Plan> plan = parsePlan(withMetric(R"("grad_norm")", 3));
+  // Any name: a metric is what its pass declares.
+  StatusOr<Plan> plan = parsePlan(withMetric(
+      R"("grad_norm")", 3, R"({"label": "grad norm", "summary": "value"})"));
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(plan->results[1].metric, "grad_norm");
+  ASSERT_TRUE(plan->results[1].report);
+  EXPECT_EQ(plan->results[1].report->label, "grad norm");
+  EXPECT_EQ(plan->results[1].report->summary, MetricSummary::Value);
   EXPECT_EQ(plan->updateGuardResult(), -1);
+  plan = parsePlan(
+      withMetric(R"("router_entropy")", 2,
+                 R"({"label": "router load", "summary": "max_over_mean"})"));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->results[1].report->summary, MetricSummary::MaxOverMean);
   plan = parsePlan(withMetric(R"("update_guard")", 3));
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(plan->updateGuardResult(), 1);
-  expectRejected(withMetric(R"("loss_rate")", 3),
-                 "result 1: field \"metric\": expected \"grad_norm\", "
-                 "\"expert_load\" or \"update_guard\", found \"loss_rate\"");
-  expectRejected(withMetric(R"("grad_norm")", 2),
-                 "result 1: the grad_norm metric must be an f32 scalar");
+  EXPECT_FALSE(plan->results[1].report);
+  expectRejected(
+      replace(kValidPlan, R"([{"buffer": 3, "role": "loss"}])",
+              R"([{"buffer": 3, "role": "loss"}, {"buffer": 3, "report": )"
+              R"({"label": "l", "summary": "value"}}])"),
+      "result 1: field \"report\": expected a \"metric\" to report");
+  expectRejected(withMetric("7", 3),
+                 "result 1: field \"metric\": expected a metric's name, "
+                 "found 7");
   expectRejected(withMetric(R"("update_guard")", 2),
                  "result 1: the update_guard metric must be an f32 scalar");
-  // The expert load is [layers, experts]: not a scalar.
-  expectRejected(withMetric(R"("expert_load")", 3),
-                 "result 1: the expert_load metric must be f32 [layers, "
-                 "experts]");
+  expectRejected(
+      withMetric(R"("grad_norm")", 2,
+                 R"({"label": "grad norm", "summary": "value"})"),
+      "result 1: the grad_norm metric's value summary reads an f32 scalar");
+  expectRejected(
+      withMetric(R"("expert_load")", 3,
+                 R"({"label": "load", "summary": "max_over_mean"})"),
+      "result 1: the expert_load metric's max_over_mean summary reads f32 "
+      "[rows, columns]");
+  expectRejected(
+      withMetric(R"("grad_norm")", 3, R"({"label": "n", "summary": "mean"})"),
+      "result 1: field \"report\": expected the summary \"value\" or "
+      "\"max_over_mean\", found \"mean\"");
+  expectRejected(withMetric(R"("grad_norm")", 3, R"({"summary": "value"})"),
+                 "result 1: field \"report\": expected {\"label\": TEXT, "
+                 "\"summary\": \"value\" or \"max_over_mean\"}, found "
+                 "{\"summary\":\"value\"}");
+}
+
+TEST(PlanTest, SummarizesMetricsAsDeclared) {
+  EXPECT_EQ(summarizeMetric(MetricSummary::Value, {}, {2.5f}), 2.5);
+  // The worst row's max over mean; a row of no counts is left out.
+  EXPECT_EQ(
+      summarizeMetric(MetricSummary::MaxOverMean, {3, 2}, {1, 3, 0, 0, 2, 2}),
+      1.5);
+  EXPECT_EQ(summarizeMetric(MetricSummary::MaxOverMean, {1, 2}, {0, 0}), 0);
+  EXPECT_FALSE(summarizeMetric(MetricSummary::MaxOverMean, {2}, {1, 2}));
 }
 
 TEST(PlanTest, RejectsAResultMadeOnOtherStagesThanItsArgument) {

@@ -14,6 +14,7 @@
 #include "trellis/Common/MemoryPlan.h"
 #include "trellis/Common/Mesh.h"
 #include "trellis/Common/OpContract.h"
+#include "trellis/Common/StepMetric.h"
 #include "trellis/Runtime/Status.h"
 
 #include <cstdint>
@@ -127,12 +128,19 @@ struct Result {
   std::optional<int64_t> updates;
   /// Argument index whose gradient this result is, if any.
   std::optional<int64_t> gradientOf;
-  /// A figure of the step the runtime reports, or empty: "grad_norm" (the
-  /// global gradient norm before clipping, an f32 scalar), "expert_load"
-  /// (f32 [layers, experts]), or "update_guard" (the f32 scalar the step's
-  /// updates are guarded by: 0 when they applied, NaN when every update
-  /// left its values unchanged).
+  /// The name of a figure of the step, or empty: "grad_norm" (the global
+  /// gradient norm before clipping), "expert_load", "update_guard" (the
+  /// f32 scalar the step's updates are guarded by: 0 when they applied,
+  /// NaN when every update left its values unchanged)...
   std::string metric;
+  /// How the runtime reports the metric after each step (the pass that
+  /// makes it declares it; trellis/Common/StepMetric.h); none: not
+  /// reported.
+  struct Report {
+    std::string label;
+    MetricSummary summary = MetricSummary::Value;
+  };
+  std::optional<Report> report;
   /// The pipeline stages that produce it; empty: every stage.
   std::vector<int64_t> stages;
 };

@@ -44,6 +44,24 @@ struct RankMemory {
   double buffersMiB = 0, arenaMiB = 0, peakMiB = 0;
 };
 
+/// A figure of the step a plan reports: its result, name and report, and
+/// the last step's values where this rank holds them.
+struct StepMetric {
+  int64_t result = -1;
+  std::string name;
+  Result::Report report;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+  /// Whether a step has written `values` on this rank.
+  bool present = false;
+  /// The report's summary of the values (nullopt before a step).
+  std::optional<double> summary() const {
+    if (!present)
+      return std::nullopt;
+    return summarizeMetric(report.summary, shape, values);
+  }
+};
+
 class Trainer {
 public:
   ~Trainer();
@@ -111,17 +129,15 @@ public:
   /// The learning rate the last step's update used, for plans with a
   /// schedule (nullopt otherwise, and before the first step).
   std::optional<double> lastLearningRate() const { return lastLearningRate_; }
-  /// The global gradient norm of the last step before clipping, for plans
-  /// that clip (--clip-grad) on the ranks that hold it (every rank, or
-  /// pipeline stage 0); nullopt otherwise.
-  std::optional<double> lastGradNorm() const { return lastGradNorm_; }
-  /// For plans with mixture-of-experts layers, on the ranks that hold the
-  /// metric: how many slots of the last step chose each expert,
-  /// [layers x experts] row-major (empty otherwise), and the balance: the
-  /// largest over the layers of (max over experts) / (mean over experts).
-  const std::vector<float> &lastExpertLoad() const { return lastExpertLoad_; }
-  int64_t expertLoadLayers() const { return expertLoadLayers_; }
-  std::optional<double> lastExpertImbalance() const;
+  /// The figures of the step the plan reports (each result with a
+  /// report, as the pass that makes it declared it), in the plan's order,
+  /// with the last step's values on the ranks that hold them (every rank,
+  /// or the pipeline stages that make them).
+  const std::vector<StepMetric> &metrics() const { return metrics_; }
+  /// The metric called `name` with a last step's values on this rank, or
+  /// null (the gradient norm of a plan that clips: "grad_norm"; the
+  /// experts' load: "expert_load").
+  const StepMetric *lastMetric(std::string_view name) const;
   /// The dynamic loss scale, for plans that scale their loss (fp16).
   const DynamicLossScale *lossScale() const {
     return lossScaleArg_ >= 0 ? &lossScale_ : nullptr;
@@ -234,15 +250,8 @@ private:
   int64_t stepArg_ = -1;
   std::optional<LrSchedule> schedule_;
   std::optional<double> lastLearningRate_;
-  std::optional<double> lastGradNorm_;
-  /// The plan's result with the expert_load metric, or -1; its last value
-  /// and rows.
-  int64_t expertLoadResult_ = -1;
-  std::vector<float> lastExpertLoad_;
-  int64_t expertLoadLayers_ = 0;
+  std::vector<StepMetric> metrics_;
   int64_t lossScaleArg_ = -1;
-  /// The plan's result with the grad_norm metric (--clip-grad), or -1.
-  int64_t gradNormResult_ = -1;
   DynamicLossScale lossScale_;
   /// Updates made (steps skipped for an overflow make none).
   int64_t optimizerSteps_ = 0;

@@ -43,10 +43,15 @@ def Graph_Dialect : Dialect {
         "graph.file_shape";
     /// Function result attribute: index of the argument this result updates.
     static constexpr ::llvm::StringLiteral kUpdatesAttrName = "graph.updates";
-    /// Function result attribute: the result is a figure of the step the
-    /// runtime reports ("grad_norm": the global gradient norm before
-    /// clipping).
+    /// Function result attribute: the name of a figure of the step
+    /// ("grad_norm": the global gradient norm before clipping;
+    /// "update_guard": what the step's updates are guarded by).
     static constexpr ::llvm::StringLiteral kMetricAttrName = "graph.metric";
+    /// Function result attribute beside graph.metric: how the runtime
+    /// reports the figure after each step, {label = "grad norm", summary =
+    /// "value" | "max_over_mean"} (trellis/Common/StepMetric.h); a metric
+    /// without one is not reported.
+    static constexpr ::llvm::StringLiteral kReportAttrName = "graph.report";
     /// Op attribute: the model part (#graph.part) the op belongs to. Read
     /// it through getModelPart (GraphAttrs.h).
     static constexpr ::llvm::StringLiteral kPartAttrName = "graph.part";

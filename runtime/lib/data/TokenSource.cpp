@@ -2,7 +2,7 @@
 
 #include "trellis/Runtime/TokenSource.h"
 
-#include "data/TokenStream.h"
+#include "TokenStream.h"
 #include "trellis/Runtime/Initializer.h"
 
 #include <algorithm>

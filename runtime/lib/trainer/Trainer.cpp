@@ -156,21 +156,16 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
     TRELLIS_RETURN_IF_ERROR(executor_->commitUpdates());
     ++optimizerSteps_;
   }
-  if (gradNormResult_ >= 0 &&
-      plan.holds(plan.results[gradNormResult_].stages)) {
-    float norm = 0;
+  for (StepMetric &metric : metrics_) {
+    if (!plan.holds(plan.results[metric.result].stages))
+      continue;
+    int64_t elements = 1;
+    for (int64_t extent : metric.shape)
+      elements *= extent;
+    metric.values.resize(elements);
     TRELLIS_RETURN_IF_ERROR(
-        executor_->readResultValues(gradNormResult_, &norm));
-    lastGradNorm_ = norm;
-  }
-  if (expertLoadResult_ >= 0 &&
-      plan.holds(plan.results[expertLoadResult_].stages)) {
-    const std::vector<int64_t> &shape =
-        plan.buffers[plan.results[expertLoadResult_].buffer].shape;
-    lastExpertLoad_.resize(shape[0] * shape[1]);
-    expertLoadLayers_ = shape[0];
-    TRELLIS_RETURN_IF_ERROR(
-        executor_->readResultValues(expertLoadResult_, lastExpertLoad_.data()));
+        executor_->readResultValues(metric.result, metric.values.data()));
+    metric.present = true;
   }
   TRELLIS_RETURN_IF_ERROR(collectLoss().withContext(stepName));
   ++completedSteps_;
@@ -341,22 +336,11 @@ StatusOr<bool> Trainer::updatesAreFinite() const {
   return finite == 1.0f;
 }
 
-std::optional<double> Trainer::lastExpertImbalance() const {
-  if (lastExpertLoad_.empty() || expertLoadLayers_ == 0)
-    return std::nullopt;
-  size_t experts = lastExpertLoad_.size() / expertLoadLayers_;
-  double worst = 0;
-  for (int64_t layer = 0; layer < expertLoadLayers_; ++layer) {
-    const float *row = lastExpertLoad_.data() + layer * experts;
-    double sum = 0, most = 0;
-    for (size_t e = 0; e < experts; ++e) {
-      sum += row[e];
-      most = std::max<double>(most, row[e]);
-    }
-    if (sum > 0)
-      worst = std::max(worst, most / (sum / experts));
-  }
-  return worst;
+const StepMetric *Trainer::lastMetric(std::string_view name) const {
+  for (const StepMetric &metric : metrics_)
+    if (metric.present && metric.name == name)
+      return &metric;
+  return nullptr;
 }
 
 } // namespace trellis::runtime

@@ -4,12 +4,13 @@
 // holds the embedding and the last the head and loss. The balancer picks
 // the split with the smallest slowest stage and, among the splits within a
 // small tolerance of that time, the one with the smallest largest memory.
-// Plain C++ (no exceptions thrown), shared by compiler and runtime.
+// Plain C++ (no exceptions thrown), used by the compiler: the stage
+// balancer, the pipeline cost and `trellis schedule`.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TRELLIS_COMMON_STAGESPLIT_H
-#define TRELLIS_COMMON_STAGESPLIT_H
+#ifndef TRELLIS_ANALYSIS_STAGESPLIT_H
+#define TRELLIS_ANALYSIS_STAGESPLIT_H
 
 #include "trellis/Common/PipelineSchedule.h"
 
@@ -93,4 +94,4 @@ std::vector<PartCost> stageCosts(const StagedModelCost &model,
 
 } // namespace trellis
 
-#endif // TRELLIS_COMMON_STAGESPLIT_H
+#endif // TRELLIS_ANALYSIS_STAGESPLIT_H

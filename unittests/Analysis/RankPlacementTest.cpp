@@ -1,6 +1,6 @@
 //===- RankPlacementTest.cpp - Which pipeline ranks run each op -----------===//
 
-#include "trellis/Common/RankPlacement.h"
+#include "trellis/Analysis/RankPlacement.h"
 
 #include <gtest/gtest.h>
 

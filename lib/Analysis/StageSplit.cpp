@@ -1,6 +1,6 @@
 //===- StageSplit.cpp - Layers of a model divided into pipeline stages ----===//
 
-#include "trellis/Common/StageSplit.h"
+#include "trellis/Analysis/StageSplit.h"
 
 #include <algorithm>
 #include <cctype>

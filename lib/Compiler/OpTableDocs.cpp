@@ -1,6 +1,6 @@
 //===- OpTableDocs.cpp - The plan op table as Markdown --------------------===//
 
-#include "trellis/Common/OpTableDocs.h"
+#include "trellis/Compiler/OpTableDocs.h"
 
 #include "trellis/Common/OpContract.h"
 

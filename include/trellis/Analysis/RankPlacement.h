@@ -14,8 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TRELLIS_COMMON_RANKPLACEMENT_H
-#define TRELLIS_COMMON_RANKPLACEMENT_H
+#ifndef TRELLIS_ANALYSIS_RANKPLACEMENT_H
+#define TRELLIS_ANALYSIS_RANKPLACEMENT_H
 
 #include <cstdint>
 #include <set>
@@ -75,4 +75,4 @@ RankPlacement placeOnRanks(const PlacementProblem &problem);
 
 } // namespace trellis
 
-#endif // TRELLIS_COMMON_RANKPLACEMENT_H
+#endif // TRELLIS_ANALYSIS_RANKPLACEMENT_H

@@ -10,7 +10,7 @@
 
 #include "trellis/Runtime/Calibration.h"
 
-#include "calibration/Measurements.h"
+#include "Measurements.h"
 
 #include <cerrno>
 #include <cmath>

@@ -1,6 +1,6 @@
 //===- StageSplitTest.cpp - Balancing layers over pipeline stages ---------===//
 
-#include "trellis/Common/StageSplit.h"
+#include "trellis/Analysis/StageSplit.h"
 #include "trellis/Common/PipelineSchedule.h"
 
 #include <gtest/gtest.h>

@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TRELLIS_COMMON_OPTABLEDOCS_H
-#define TRELLIS_COMMON_OPTABLEDOCS_H
+#ifndef TRELLIS_COMPILER_OPTABLEDOCS_H
+#define TRELLIS_COMPILER_OPTABLEDOCS_H
 
 #include <string>
 
@@ -19,4 +19,4 @@ std::string opTableMarkdown();
 
 } // namespace trellis
 
-#endif // TRELLIS_COMMON_OPTABLEDOCS_H
+#endif // TRELLIS_COMPILER_OPTABLEDOCS_H
