@@ -34,7 +34,8 @@ namespace trellis::runtime::cuda {
 
 namespace {
 
-// trellis/Common/UnaryFunctions.h and HostDevice.h as text, embedded by
+// trellis/Common/UnaryFunctions.h, BinaryFunctions.h and HostDevice.h as
+// text, embedded by
 // runtime/CMakeLists.txt: {"trellis/Common/...", R"(...)"},
 const SourceHeader kEmbeddedHeaders[] = {
 #include "FusedElementwiseHeaders.inc"
@@ -46,7 +47,8 @@ const SourceHeader kEmbeddedHeaders[] = {
 /// and cuda_fp16.h use on sm_80 and newer (whose headers NVRTC may not
 /// find on the machine).
 constexpr const char *kPrelude =
-    R"cuda(#include "trellis/Common/UnaryFunctions.h"
+    R"cuda(#include "trellis/Common/BinaryFunctions.h"
+#include "trellis/Common/UnaryFunctions.h"
 
 typedef long long i64;
 
@@ -118,23 +120,12 @@ std::string valueOf(const FusedInstruction &instruction,
   using Kind = FusedInstruction::Kind;
   switch (instruction.kind) {
   case Kind::Binary:
-    // Arithmetic through the round-to-nearest intrinsics, which NVRTC never
-    // contracts into an FMA: each member rounds as it would unfused.
-    switch (instruction.binary) {
-    case BinaryFunction::Add:
-      return "__fadd_rn(" + a + ", " + b + ")";
-    case BinaryFunction::Sub:
-      return "__fsub_rn(" + a + ", " + b + ")";
-    case BinaryFunction::Mul:
-      return "__fmul_rn(" + a + ", " + b + ")";
-    case BinaryFunction::Div:
-      return "__fdiv_rn(" + a + ", " + b + ")";
-    case BinaryFunction::Maximum:
-      return "(" + a + " >= " + b + " ? " + a + " : " + b + ")";
-    case BinaryFunction::EqualMask:
-      return "(" + a + " == " + b + " ? 1.0f : 0.0f)";
-    }
-    return a;
+    // The shared formula (BinaryFunctions.h), its arithmetic through the
+    // round-to-nearest intrinsics, which NVRTC never contracts into an
+    // FMA: each member rounds as it would unfused.
+    return std::string("trellis::applyBinary(trellis::BinaryFunction::") +
+           binaryFunctionEnumerator(instruction.binary) + ", " + a + ", " + b +
+           ")";
   case Kind::Scale: {
     // The unfused scale's fp32 factor, bit for bit.
     float factor = static_cast<float>(instruction.factor);

@@ -249,7 +249,17 @@ Status runRows(const KernelArgs &args, CudaContext &context) {
     return Status::success();
   }
   double epsilon = args.instruction.real("epsilon");
-  bool layer = row.memberAs<NormKind>() == NormKind::Layer;
+  // Layer norm centers the rows and adds a bias; RMS norm does neither.
+  // Every kind is named: a new one fails to compile until it has a case.
+  bool layer = false;
+  switch (*row.memberAs<NormKind>()) {
+  case NormKind::Layer:
+    layer = true;
+    break;
+  case NormKind::Rms:
+    layer = false;
+    break;
+  }
   const Tensor &weight = args.in(1);
   if (!row.gradient) {
     TRELLIS_RETURN_IF_ERROR(onTypes(

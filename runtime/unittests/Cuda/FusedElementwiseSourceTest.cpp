@@ -58,6 +58,8 @@ TEST(FusedElementwiseSourceTest, LayoutsTellWholeSingleAndBroadcastInputs) {
 TEST(FusedElementwiseSourceTest, NamesEveryInstructionAndRoundsItsSlot) {
   std::string source = bf16ChainSource();
   EXPECT_TRUE(contains(source, "#include \"trellis/Common/UnaryFunctions.h\""));
+  EXPECT_TRUE(
+      contains(source, "#include \"trellis/Common/BinaryFunctions.h\""));
   EXPECT_TRUE(contains(source, std::string("extern \"C\" __global__ void ") +
                                    kFusedKernelName));
   // Inputs: bf16 widened at the element's index, the bias through its
@@ -71,12 +73,14 @@ TEST(FusedElementwiseSourceTest, NamesEveryInstructionAndRoundsItsSlot) {
   EXPECT_FALSE(contains(source, "a.strides0"));
   // Each instruction, rounded to its slot's dtype.
   EXPECT_TRUE(contains(source, "// s3 = add %0 %1 (bf16)\n"
-                               "    const float s3 = roundBf16(__fadd_rn(s0, "
+                               "    const float s3 = roundBf16(trellis::"
+                               "applyBinary(trellis::BinaryFunction::Add, s0, "
                                "s1));"));
   EXPECT_TRUE(contains(source, "// s4 = cast f32 %3 (f32)\n"
                                "    const float s4 = s3;"));
   EXPECT_TRUE(contains(source, "// s5 = add %4 %2 (f32)\n"
-                               "    const float s5 = __fadd_rn(s4, s2);"));
+                               "    const float s5 = trellis::applyBinary("
+                               "trellis::BinaryFunction::Add, s4, s2);"));
   EXPECT_TRUE(contains(source, "// s6 = cast bf16 %5 (bf16)\n"
                                "    const float s6 = roundBf16(s5);"));
   EXPECT_TRUE(contains(source,
@@ -107,17 +111,22 @@ TEST(FusedElementwiseSourceTest, KeepsNeighbouringInstructionsApart) {
   EXPECT_TRUE(contains(source, "// s5 = scale %4 0.10000000000000001 (f32)\n"
                                "    const float s5 = __fmul_rn(s4, "
                                "__uint_as_float(0x3dcccccdu));"));
-  EXPECT_TRUE(contains(source, "const float s6 = (s5 >= s0 ? s5 : s0);"));
+  EXPECT_TRUE(contains(source, "const float s6 = trellis::applyBinary("
+                               "trellis::BinaryFunction::Maximum, s5, s0);"));
   EXPECT_FALSE(contains(source, "i64 rest"));
   EXPECT_TRUE(contains(source, "((float *)a.out)[i] = s6;"));
 }
 
 TEST(FusedElementwiseSourceTest, EmbedsTheSharedFormulas) {
-  bool unary = false;
-  for (const SourceHeader &header : fusedElementwiseHeaders())
+  bool unary = false, binary = false;
+  for (const SourceHeader &header : fusedElementwiseHeaders()) {
     if (std::string(header.name) == "trellis/Common/UnaryFunctions.h")
       unary = contains(header.text, "inline float applyUnary(UnaryFunction fn");
+    if (std::string(header.name) == "trellis/Common/BinaryFunctions.h")
+      binary = contains(header.text, "inline float applyBinary(BinaryFunction");
+  }
   EXPECT_TRUE(unary);
+  EXPECT_TRUE(binary);
 }
 
 /// NVRTC where it opens; the test is skipped elsewhere.
