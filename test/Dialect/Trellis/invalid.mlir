@@ -251,7 +251,7 @@ func.func @collective_no_axis(%arg0: tensor<8xf32>) -> tensor<8xf32> {
 // Tests that all_gather's result must grow by the group size.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @gather_shape(%arg0: tensor<8x4xf32>) -> tensor<8x8xf32> {
-  // expected-error @+1 {{'trellis.all_gather' op expected result type 'tensor<8x16xf32>' (dimension 1 gathered over a group of 4), found 'tensor<8x8xf32>'}}
+  // expected-error @+1 {{'trellis.all_gather' op expected result type 'tensor<8x16xf32>' (the op table's all_gather over a group of 4), found 'tensor<8x8xf32>'}}
   %0 = trellis.all_gather %arg0 over @mesh ["tp"] dim 1 : tensor<8x4xf32> -> tensor<8x8xf32>
   return %0 : tensor<8x8xf32>
 }
@@ -261,7 +261,7 @@ func.func @gather_shape(%arg0: tensor<8x4xf32>) -> tensor<8x8xf32> {
 // Tests that all_gather's result keeps the element type.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @gather_element_type(%arg0: tensor<8x4xf32>) -> tensor<8x16xf16> {
-  // expected-error @+1 {{'trellis.all_gather' op expected result type 'tensor<8x16xf32>' (dimension 1 gathered over a group of 4), found 'tensor<8x16xf16>'}}
+  // expected-error @+1 {{'trellis.all_gather' op expected result type 'tensor<8x16xf32>' (the op table's all_gather over a group of 4), found 'tensor<8x16xf16>'}}
   %0 = trellis.all_gather %arg0 over @mesh ["tp"] dim 1 : tensor<8x4xf32> -> tensor<8x16xf16>
   return %0 : tensor<8x16xf16>
 }
@@ -271,7 +271,7 @@ func.func @gather_element_type(%arg0: tensor<8x4xf32>) -> tensor<8x16xf16> {
 // Tests that all_gather's dimension must exist.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @gather_dim(%arg0: tensor<8x4xf32>) -> tensor<8x4xf32> {
-  // expected-error @+1 {{'trellis.all_gather' op expected dim in [0, 2) for operand type 'tensor<8x4xf32>', found 2}}
+  // expected-error @+1 {{'trellis.all_gather' op expected dim in [0, 2), found 2 (the group of mesh axes ["tp"])}}
   %0 = trellis.all_gather %arg0 over @mesh ["tp"] dim 2 : tensor<8x4xf32> -> tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }
@@ -281,7 +281,7 @@ func.func @gather_dim(%arg0: tensor<8x4xf32>) -> tensor<8x4xf32> {
 // Tests that reduce_scatter needs a divisible dimension.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @scatter_divisible(%arg0: tensor<6x4xf32>) -> tensor<1x4xf32> {
-  // expected-error @+1 {{'trellis.reduce_scatter' op dimension 0 of size 6 is not divisible by the group size 4 of mesh axes ["tp"]}}
+  // expected-error @+1 {{'trellis.reduce_scatter' op dimension 0 of size 6 is not divisible by the group size 4 (the group of mesh axes ["tp"])}}
   %0 = trellis.reduce_scatter %arg0 over @mesh ["tp"] dim 0 sum : tensor<6x4xf32> -> tensor<1x4xf32>
   return %0 : tensor<1x4xf32>
 }
@@ -291,7 +291,7 @@ func.func @scatter_divisible(%arg0: tensor<6x4xf32>) -> tensor<1x4xf32> {
 // Tests that reduce_scatter's result must shrink by the group size.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @scatter_shape(%arg0: tensor<8x4xf32>) -> tensor<4x4xf32> {
-  // expected-error @+1 {{'trellis.reduce_scatter' op expected result type 'tensor<1x4xf32>' (dimension 0 scattered over a group of 8), found 'tensor<4x4xf32>'}}
+  // expected-error @+1 {{'trellis.reduce_scatter' op expected result type 'tensor<1x4xf32>' (the op table's reduce_scatter over a group of 8), found 'tensor<4x4xf32>'}}
   %0 = trellis.reduce_scatter %arg0 over @mesh ["dp", "tp"] dim 0 sum : tensor<8x4xf32> -> tensor<4x4xf32>
   return %0 : tensor<4x4xf32>
 }
@@ -301,7 +301,7 @@ func.func @scatter_shape(%arg0: tensor<8x4xf32>) -> tensor<4x4xf32> {
 // Tests that all_to_all's result follows from its split and concat dims.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @all_to_all_shape(%arg0: tensor<8x4xf32>) -> tensor<8x4xf32> {
-  // expected-error @+1 {{'trellis.all_to_all' op expected result type 'tensor<2x16xf32>' (dimension 0 split and dimension 1 concatenated over a group of 4), found 'tensor<8x4xf32>'}}
+  // expected-error @+1 {{'trellis.all_to_all' op expected result type 'tensor<2x16xf32>' (the op table's all_to_all over a group of 4), found 'tensor<8x4xf32>'}}
   %0 = trellis.all_to_all %arg0 over @mesh ["tp"] split 0 concat 1 : tensor<8x4xf32> -> tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }
@@ -311,7 +311,7 @@ func.func @all_to_all_shape(%arg0: tensor<8x4xf32>) -> tensor<8x4xf32> {
 // Tests that all_to_all needs a split dimension divisible by the group.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @all_to_all_divisible(%arg0: tensor<8x6xf32>) -> tensor<32x1xf32> {
-  // expected-error @+1 {{'trellis.all_to_all' op dimension 1 of size 6 is not divisible by the group size 4 of mesh axes ["tp"]}}
+  // expected-error @+1 {{'trellis.all_to_all' op dimension 1 of size 6 is not divisible by the group size 4 (the group of mesh axes ["tp"])}}
   %0 = trellis.all_to_all %arg0 over @mesh ["tp"] split 1 concat 0 : tensor<8x6xf32> -> tensor<32x1xf32>
   return %0 : tensor<32x1xf32>
 }
@@ -321,7 +321,7 @@ func.func @all_to_all_divisible(%arg0: tensor<8x6xf32>) -> tensor<32x1xf32> {
 // Tests that all_to_all's concat dimension must exist.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @all_to_all_dim(%arg0: tensor<8x4xf32>) -> tensor<8x4xf32> {
-  // expected-error @+1 {{'trellis.all_to_all' op expected concat dim in [0, 2) for operand type 'tensor<8x4xf32>', found -1}}
+  // expected-error @+1 {{'trellis.all_to_all' op expected concat_dim in [0, 2), found -1 (the group of mesh axes ["tp"])}}
   %0 = trellis.all_to_all %arg0 over @mesh ["tp"] split 0 concat -1 : tensor<8x4xf32> -> tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }
@@ -341,7 +341,7 @@ func.func @all_reduce_type(%arg0: tensor<8x4xf32>) -> tensor<8x4xf16> {
 // Tests that a broadcast root must be a position in the group.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @broadcast_root(%arg0: tensor<8xf32>) -> tensor<8xf32> {
-  // expected-error @+1 {{'trellis.broadcast' op expected root in [0, 2) (a position in the group), found 2}}
+  // expected-error @+1 {{'trellis.broadcast' op root 2 is not a position in a group of 2 (the group of mesh axes ["dp"])}}
   %0 = trellis.broadcast %arg0 over @mesh ["dp"] root 2 : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
@@ -351,7 +351,7 @@ func.func @broadcast_root(%arg0: tensor<8xf32>) -> tensor<8xf32> {
 // Tests that a send peer must be a position in the group.
 trellis.mesh @mesh = <["pp"=4]>
 func.func @send_peer(%arg0: tensor<8xf32>) {
-  // expected-error @+1 {{'trellis.send' op expected peer in [0, 4) (a position in the group), found 4}}
+  // expected-error @+1 {{'trellis.send' op peer 4 is not a position in a group of 4 (the group of mesh axes ["pp"])}}
   trellis.send %arg0 to @mesh ["pp"] peer 4 channel 0 : tensor<8xf32>
   return
 }
@@ -361,7 +361,7 @@ func.func @send_peer(%arg0: tensor<8xf32>) {
 // Tests that a recv channel must not be negative.
 trellis.mesh @mesh = <["pp"=4]>
 func.func @recv_channel() -> tensor<8xf32> {
-  // expected-error @+1 {{'trellis.recv' op expected a channel >= 0, found -1}}
+  // expected-error @+1 {{'trellis.recv' op expected a channel >= 0, found -1 (the group of mesh axes ["pp"])}}
   %0 = trellis.recv from @mesh ["pp"] peer 0 channel -1 : tensor<8xf32>
   return %0 : tensor<8xf32>
 }

@@ -4,6 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
+#include "trellis/Common/OpContract.h"
 #include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
@@ -107,151 +108,132 @@ FailureOr<int64_t> verifyGroup(Operation *op, FlatSymbolRefAttr meshName,
   return groupSize;
 }
 
-LogicalResult verifyDimInRange(Operation *op, StringRef what, int64_t dim,
-                               RankedTensorType type) {
-  if (dim >= 0 && dim < type.getRank())
-    return success();
-  return op->emitOpError() << "expected " << what << " in [0, "
-                           << type.getRank() << ") for operand type " << type
-                           << ", found " << dim;
+/// The op's attribute `name` as the op table's rows read it: integers,
+/// the mesh axes, and the reduction kind's keyword.
+std::optional<AttrValue> contractAttr(Operation *op, StringRef name) {
+  Attribute attr = op->getAttr(name);
+  AttrValue value;
+  if (auto axes = llvm::dyn_cast_or_null<ArrayAttr>(attr)) {
+    value.kind = AttrKind::Strings;
+    for (Attribute axis : axes)
+      value.texts.push_back(llvm::cast<StringAttr>(axis).getValue().str());
+    return value;
+  }
+  if (auto integer = llvm::dyn_cast_or_null<IntegerAttr>(attr)) {
+    value.kind = AttrKind::Int;
+    value.integer = integer.getInt();
+    return value;
+  }
+  if (auto kind = llvm::dyn_cast_or_null<ReductionKindAttr>(attr)) {
+    value.kind = AttrKind::String;
+    value.text = stringifyReductionKind(kind.getValue()).str();
+    return value;
+  }
+  return std::nullopt;
 }
 
-LogicalResult verifyDivisible(Operation *op, int64_t dim, RankedTensorType type,
-                              int64_t groupSize, ArrayAttr axes) {
-  if (type.getDimSize(dim) % groupSize == 0)
+/// Checks a collective by its row of the op table (OpContract.h), as the
+/// plan's loader checks the plan's instruction: its attributes, and the
+/// result types its shape rule gives for the operands and a group of
+/// `groupSize` ranks over `axes`.
+LogicalResult verifyByContract(Operation *op, int64_t groupSize,
+                               ArrayAttr axes) {
+  const OpContract *contract =
+      findOpContract(op->getName().stripDialect().str());
+  if (!contract)
+    return op->emitOpError() << "has no row in the op table";
+  std::vector<trellis::TensorType> inputs;
+  for (Value operand : op->getOperands()) {
+    auto type = llvm::cast<RankedTensorType>(operand.getType());
+    Type element = type.getElementType();
+    std::optional<ElementType> kind =
+        element.isF32()         ? std::optional(ElementType::F32)
+        : element.isBF16()      ? std::optional(ElementType::BF16)
+        : element.isF16()       ? std::optional(ElementType::F16)
+        : element.isInteger(32) ? std::optional(ElementType::I32)
+                                : std::nullopt;
+    if (!kind)
+      return op->emitOpError()
+             << "expected an operand of f32, bf16, f16 or i32, found " << type;
+    inputs.push_back(
+        {std::vector<int64_t>(type.getShape().begin(), type.getShape().end()),
+         *kind});
+  }
+  AttrMap attrs;
+  for (const AttrSpec &spec : contract->attrs)
+    if (std::optional<AttrValue> value = contractAttr(op, spec.name))
+      attrs[spec.name] = std::move(*value);
+  std::vector<trellis::TensorType> results;
+  if (trellis::Diagnostic diagnostic = inferResults(
+          *contract, OpInstance(inputs, attrs, groupSize, axes.size()),
+          results))
+    return op->emitOpError()
+           << *diagnostic << " (the group of mesh axes " << axes << ")";
+  // A receive's result is the buffer its send reads: its rule gives none.
+  if (results.size() != op->getNumResults())
     return success();
-  return op->emitOpError() << "dimension " << dim << " of size "
-                           << type.getDimSize(dim)
-                           << " is not divisible by the group size "
-                           << groupSize << " of mesh axes " << axes;
+  for (auto [result, expected] : llvm::zip(op->getResults(), results)) {
+    auto found = llvm::cast<RankedTensorType>(result.getType());
+    if (found.getShape() == llvm::ArrayRef(expected.shape) &&
+        found.getElementType() ==
+            llvm::cast<RankedTensorType>(op->getOperand(0).getType())
+                .getElementType())
+      continue;
+    return op->emitOpError()
+           << "expected result type "
+           << RankedTensorType::get(
+                  expected.shape,
+                  llvm::cast<RankedTensorType>(op->getOperand(0).getType())
+                      .getElementType())
+           << " (the op table's " << contract->name << " over a group of "
+           << groupSize << "), found " << found;
+  }
+  return success();
 }
 
-LogicalResult verifyPositionInGroup(Operation *op, StringRef what,
-                                    int64_t position, int64_t groupSize) {
-  if (position >= 0 && position < groupSize)
-    return success();
-  return op->emitOpError() << "expected " << what << " in [0, " << groupSize
-                           << ") (a position in the group), found " << position;
-}
-
-/// Compares the result type with the one that follows from the operand.
-LogicalResult verifyResultType(Operation *op, RankedTensorType expected,
-                               Type found, StringRef reason) {
-  if (expected == found)
-    return success();
-  return op->emitOpError() << "expected result type " << expected << " ("
-                           << reason << "), found " << found;
+/// The group's checks (verifyGroup), then the op table's.
+LogicalResult verifyCollective(Operation *op, FlatSymbolRefAttr meshName,
+                               ArrayAttr axes) {
+  FailureOr<int64_t> groupSize = verifyGroup(op, meshName, axes);
+  if (failed(groupSize))
+    return failure();
+  return verifyByContract(op, *groupSize, axes);
 }
 
 } // namespace
 
 LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &) {
-  return verifyGroup(*this, getMeshAttr(), getAxes());
+  return verifyCollective(*this, getMeshAttr(), getAxes());
 }
 
 LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &) {
-  FailureOr<int64_t> groupSize = verifyGroup(*this, getMeshAttr(), getAxes());
-  if (failed(groupSize))
-    return failure();
-  auto inputType = llvm::cast<RankedTensorType>(getInput().getType());
-  int64_t dim = getDim();
-  if (failed(verifyDimInRange(*this, "dim", dim, inputType)))
-    return failure();
-  SmallVector<int64_t> shape(inputType.getShape());
-  shape[dim] *= *groupSize;
-  return verifyResultType(*this, inputType.clone(shape), getResult().getType(),
-                          ("dimension " + Twine(dim) +
-                           " gathered over a group of " + Twine(*groupSize))
-                              .str());
+  return verifyCollective(*this, getMeshAttr(), getAxes());
 }
 
 LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &) {
-  FailureOr<int64_t> groupSize = verifyGroup(*this, getMeshAttr(), getAxes());
-  if (failed(groupSize))
-    return failure();
-  auto inputType = llvm::cast<RankedTensorType>(getInput().getType());
-  int64_t dim = getDim();
-  if (failed(verifyDimInRange(*this, "dim", dim, inputType)) ||
-      failed(verifyDivisible(*this, dim, inputType, *groupSize, getAxes())))
-    return failure();
-  SmallVector<int64_t> shape(inputType.getShape());
-  shape[dim] /= *groupSize;
-  return verifyResultType(*this, inputType.clone(shape), getResult().getType(),
-                          ("dimension " + Twine(dim) +
-                           " scattered over a group of " + Twine(*groupSize))
-                              .str());
+  return verifyCollective(*this, getMeshAttr(), getAxes());
 }
 
 LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &) {
-  FailureOr<int64_t> groupSize = verifyGroup(*this, getMeshAttr(), getAxes());
-  if (failed(groupSize))
-    return failure();
-  auto inputType = llvm::cast<RankedTensorType>(getInput().getType());
-  int64_t splitDim = getSplitDim(), concatDim = getConcatDim();
-  if (failed(verifyDimInRange(*this, "split dim", splitDim, inputType)) ||
-      failed(verifyDimInRange(*this, "concat dim", concatDim, inputType)) ||
-      failed(
-          verifyDivisible(*this, splitDim, inputType, *groupSize, getAxes())))
-    return failure();
-  SmallVector<int64_t> shape(inputType.getShape());
-  shape[splitDim] /= *groupSize;
-  shape[concatDim] *= *groupSize;
-  return verifyResultType(*this, inputType.clone(shape), getResult().getType(),
-                          ("dimension " + Twine(splitDim) +
-                           " split and dimension " + Twine(concatDim) +
-                           " concatenated over a group of " + Twine(*groupSize))
-                              .str());
+  return verifyCollective(*this, getMeshAttr(), getAxes());
 }
 
 LogicalResult SliceShardOp::verifySymbolUses(SymbolTableCollection &) {
-  FailureOr<int64_t> groupSize = verifyGroup(*this, getMeshAttr(), getAxes());
-  if (failed(groupSize))
-    return failure();
-  auto inputType = llvm::cast<RankedTensorType>(getInput().getType());
-  int64_t dim = getDim();
-  if (failed(verifyDimInRange(*this, "dim", dim, inputType)) ||
-      failed(verifyDivisible(*this, dim, inputType, *groupSize, getAxes())))
-    return failure();
-  SmallVector<int64_t> shape(inputType.getShape());
-  shape[dim] /= *groupSize;
-  return verifyResultType(
-      *this, inputType.clone(shape), getResult().getType(),
-      ("dimension " + Twine(dim) + " cut into " + Twine(*groupSize) + " pieces")
-          .str());
+  return verifyCollective(*this, getMeshAttr(), getAxes());
 }
 
 LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &) {
-  FailureOr<int64_t> groupSize = verifyGroup(*this, getMeshAttr(), getAxes());
-  if (failed(groupSize))
-    return failure();
-  return verifyPositionInGroup(*this, "root", getRoot(), *groupSize);
+  return verifyCollective(*this, getMeshAttr(), getAxes());
 }
 
 LogicalResult CollectivePermuteOp::verifySymbolUses(SymbolTableCollection &) {
-  return verifyGroup(*this, getMeshAttr(), getAxes());
+  return verifyCollective(*this, getMeshAttr(), getAxes());
 }
-
-namespace {
-LogicalResult verifyPointToPoint(Operation *op, FlatSymbolRefAttr meshName,
-                                 ArrayAttr axes, int64_t peer,
-                                 int64_t channel) {
-  FailureOr<int64_t> groupSize = verifyGroup(op, meshName, axes);
-  if (failed(groupSize))
-    return failure();
-  if (failed(verifyPositionInGroup(op, "peer", peer, *groupSize)))
-    return failure();
-  if (channel < 0)
-    return op->emitOpError() << "expected a channel >= 0, found " << channel;
-  return success();
-}
-} // namespace
 
 LogicalResult SendOp::verifySymbolUses(SymbolTableCollection &) {
-  return verifyPointToPoint(*this, getMeshAttr(), getAxes(), getPeer(),
-                            getChannel());
+  return verifyCollective(*this, getMeshAttr(), getAxes());
 }
 
 LogicalResult RecvOp::verifySymbolUses(SymbolTableCollection &) {
-  return verifyPointToPoint(*this, getMeshAttr(), getAxes(), getPeer(),
-                            getChannel());
+  return verifyCollective(*this, getMeshAttr(), getAxes());
 }

@@ -44,6 +44,15 @@ Diagnostic checkReduceKind(const OpInstance &op) {
   return std::nullopt;
 }
 
+/// A transfer's peer is a position in its group, and its channel a
+/// number >= 0.
+Diagnostic checkTransfer(const OpInstance &op) {
+  TRELLIS_CHECK(checkPosition(op, "peer"));
+  if (op.integer("channel") < 0)
+    return "expected a channel >= 0, found " + text(op.integer("channel"));
+  return std::nullopt;
+}
+
 /// The input with dimension `dim` divided by the group size.
 Diagnostic splitRule(const OpInstance &op, Results &out) {
   TRELLIS_CHECK(checkDim(op, "dim"));
@@ -104,18 +113,16 @@ void addCollectiveOps(TableBuilder &table) {
                       splitRule);
   table.addCollective("collective_permute", {kAnyInput}, 1,
                       {{"shift", K::Int, true}}, sameAsInputRule);
-  table.addCollective("send", {kAnyInput}, 0,
-                      {{"peer", K::Int, true}, {"channel", K::Int, true}},
-                      [](const OpInstance &op, Results &) {
-                        return checkPosition(op, "peer");
-                      });
+  table.addCollective(
+      "send", {kAnyInput}, 0,
+      {{"peer", K::Int, true}, {"channel", K::Int, true}},
+      [](const OpInstance &op, Results &) { return checkTransfer(op); });
   // A receive fills the buffer its send reads (one buffer of the plan), so
-  // its result type is that buffer's: the rule checks the peer only.
-  table.addCollective("recv", {}, 1,
-                      {{"peer", K::Int, true}, {"channel", K::Int, true}},
-                      [](const OpInstance &op, Results &) {
-                        return checkPosition(op, "peer");
-                      });
+  // its result type is that buffer's: the rule checks the peer and channel
+  // only.
+  table.addCollective(
+      "recv", {}, 1, {{"peer", K::Int, true}, {"channel", K::Int, true}},
+      [](const OpInstance &op, Results &) { return checkTransfer(op); });
 }
 
 } // namespace trellis::optable
