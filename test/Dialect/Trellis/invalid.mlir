@@ -248,6 +248,16 @@ func.func @collective_no_axis(%arg0: tensor<8xf32>) -> tensor<8xf32> {
 
 // -----
 
+// Tests that a collective's element type is one plans hold.
+trellis.mesh @mesh = <["dp"=2, "tp"=4]>
+func.func @collective_f64(%arg0: tensor<8xf64>) -> tensor<8xf64> {
+  // expected-error @+1 {{'trellis.all_reduce' op expected an operand of f32, bf16, f16 or i32, found 'tensor<8xf64>'}}
+  %0 = trellis.all_reduce %arg0 over @mesh ["tp"] sum : tensor<8xf64>
+  return %0 : tensor<8xf64>
+}
+
+// -----
+
 // Tests that all_gather's result must grow by the group size.
 trellis.mesh @mesh = <["dp"=2, "tp"=4]>
 func.func @gather_shape(%arg0: tensor<8x4xf32>) -> tensor<8x8xf32> {
