@@ -375,18 +375,19 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
   return candidates;
 }
 
-/// `choice` as HSDP where its data axis spans nodes: ZeRO shards over
+/// `choice` as HSDP where its data axis spans nodes: ZeRO-3 shards over
 /// dp_shard, the most data ranks whose group (with the axes minor to it)
 /// fits in a node, and the model states are replicated over dp_replicate,
-/// the rest (torchtitan's HSDP). Nullopt where the data axis fits in a
-/// node, or is not the one dp axis the search builds.
+/// the rest (torchtitan's HSDP: FSDP within, replicas across). Nullopt for
+/// another ZeRO stage, where the data axis fits in a node, or where it is
+/// not the one dp axis the search builds.
 std::optional<PlanChoice> hybridSharded(const PlanChoice &choice,
                                         int64_t devicesPerNode) {
   auto data = llvm::find_if(choice.mesh, [](const MeshAxis &axis) {
     return axis.role == AxisRole::Data;
   });
   if (!choice.describedByDegrees() || choice.degree(AxisRole::Expert) > 1 ||
-      choice.settings.zero == 0 || choice.settings.zeroAxes)
+      choice.settings.zero != 3 || choice.settings.zeroAxes)
     return std::nullopt;
   int64_t dp = data->size;
   int64_t minor =
@@ -408,11 +409,30 @@ std::optional<PlanChoice> hybridSharded(const PlanChoice &choice,
   return hybrid;
 }
 
+/// A lower bound of the step of `plain`'s plan as HSDP (hybridSharded):
+/// on each rank, its step less what of it is communication over the data
+/// axis, which is all HSDP can shorten (its compute and its pipeline are
+/// the same, its optimizer's share larger).
+double hybridBound(const PlanEvaluation &plain) {
+  double bound = 0;
+  for (const RankTime &rank : plain.time.ranks) {
+    double overData = 0;
+    for (const auto &[key, seconds] : rank.exposed) {
+      llvm::SmallVector<llvm::StringRef> axes;
+      llvm::StringRef(key).split(" over ").second.split(axes, ' ');
+      if (llvm::is_contained(axes, "dp"))
+        overData += seconds;
+    }
+    bound = std::max(bound, rank.stepEnd - overData);
+  }
+  return bound;
+}
+
 /// The ZeRO stages and recomputations to price for a structural
 /// candidate, by recomputation, least first: every ZeRO stage the
 /// constraints allow at each (ZeRO shards the optimizer's work and
 /// memory, and changes the step's collectives, so any stage may be the
-/// fastest), each also as HSDP where the data axis spans nodes; full
+/// fastest), ZeRO-3 also as HSDP where the data axis spans nodes; full
 /// recomputation is tried only when nothing fits without it.
 std::vector<std::vector<PlanChoice>>
 zeroAndRecompute(const PlanChoice &choice, const PlanConstraints &fixed,
@@ -666,19 +686,26 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
       for (const std::vector<PlanChoice> &level : zeroAndRecompute(
                candidates[i], constraints, request.cluster.devicesPerNode)) {
         int64_t levelPruned = 0;
+        // The last plan of the mesh of degrees priced in this level: the
+        // HSDP plan after it is bounded by it.
+        std::optional<PlanEvaluation> sibling;
         for (const PlanChoice &choice : level) {
-          if (composer) {
-            std::optional<double> bound =
-                composer->lowerBound(choice, request.cluster);
-            if (bound && *bound > slowestKept()) {
-              ++pruned;
-              ++levelPruned;
-              continue;
-            }
+          std::optional<double> bound;
+          if (composer)
+            bound = composer->lowerBound(choice, request.cluster);
+          if (!choice.describedByDegrees() && sibling)
+            bound = std::max(bound.value_or(0), hybridBound(*sibling));
+          if (bound && *bound > slowestKept()) {
+            ++pruned;
+            ++levelPruned;
+            sibling.reset();
+            continue;
           }
           std::string why;
           std::optional<PlanEvaluation> evaluation =
               evaluate(request, choice, composer.get(), why);
+          if (choice.describedByDegrees())
+            sibling = evaluation;
           ++evaluated;
           if (evaluation && evaluation->fits)
             keepFitting(evaluation->time.seconds);
