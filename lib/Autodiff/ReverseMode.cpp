@@ -65,7 +65,8 @@ Value joinPaddedPieces(OpBuilder &builder, Location loc, Value a, Value b) {
   SmallVector<Operation *> joined;
   for (PadOp pad : {first, second}) {
     auto concat = pad.getInput().getDefiningOp<ConcatOp>();
-    if (concat && concat.getDim() == static_cast<int64_t>(d) &&
+    if (concat &&
+        static_cast<int64_t>(concat.getDim()) == static_cast<int64_t>(d) &&
         concat->hasOneUse()) {
       inputs.append(concat.getInputs().begin(), concat.getInputs().end());
       joined.push_back(concat);

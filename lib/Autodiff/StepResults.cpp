@@ -45,7 +45,7 @@ Value trellis::stepExpertCounts(OpBuilder &builder, MoeRouteOp route,
   Value counts;
   for (Operation *user : route.getExperts().getUsers())
     if (auto existing = llvm::dyn_cast<ExpertCountsOp>(user))
-      if (existing.getNumExperts() == experts)
+      if (static_cast<int64_t>(existing.getNumExperts()) == experts)
         counts = existing;
   if (!counts) {
     OpBuilder::InsertionGuard guard(builder);

@@ -412,8 +412,9 @@ FailureOr<llvm::json::Value> Emitter::emit(func::FuncOp step,
       entry["role"] = "loss";
       // The evaluation: the instructions the loss depends on.
       SmallVector<int64_t> selected;
-      for (Operation *op :
-           lossSlice(value, [](Operation *) { return true; }, {}))
+      const DenseMap<int64_t, trellis::SendOp> noTransfers;
+      for (Operation *op : lossSlice(
+               value, [](Operation *) { return true; }, noTransfers))
         if (auto found = instructionIndex.find(op);
             found != instructionIndex.end())
           selected.push_back(found->second);

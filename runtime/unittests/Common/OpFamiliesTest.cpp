@@ -174,11 +174,12 @@ TEST(OpFamiliesTest, AMemberAndTheGradientFactNameOneRow) {
   for (const OpContract &contract : opContracts()) {
     bool hasMembers = enumerated.count(contract.family) != 0;
     EXPECT_EQ(contract.member >= 0, hasMembers) << contract.name;
-    if (hasMembers)
+    if (hasMembers) {
       EXPECT_TRUE(
           seen.insert({contract.family, contract.member, contract.gradient})
               .second)
           << contract.name << " shares its member with another row";
+    }
   }
   EXPECT_EQ(findOpContract("rms_norm_grad")->memberAs<NormKind>(),
             NormKind::Rms);
