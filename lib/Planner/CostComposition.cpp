@@ -556,9 +556,9 @@ struct CostComposer::Impl {
   /// The fitted parts of `choice`'s layout, or null with `error`.
   const LayoutParts *partsFor(const PlanChoice &choice, std::string &error) {
     int64_t microBatches = choice.microBatches(request.globalBatch);
-    if (!choice.describedByDegrees()) {
-      error = "a mesh of other axes than pp, dp, ep, cp and tp (HSDP's) "
-              "compiles whole";
+    if (!choice.describedByDegrees() || choice.settings.zeroAxes) {
+      error = "a mesh of other axes than pp, dp, ep, cp and tp (HSDP's), "
+              "or ZeRO over some of the data axes, compiles whole";
       return nullptr;
     }
     const CompileOptions &settings = choice.settings;

@@ -58,7 +58,8 @@ const std::vector<PlanSetting> &planSettings() {
   static const std::vector<PlanSetting> settings = {
       {"cp-kind",
        [](const PlanChoice &c) { return c.degree(AxisRole::Context) > 1; }},
-      {"sp"},
+      {"sp", [](const PlanChoice &c) { return c.degree(AxisRole::Tensor) > 1; },
+       /*searchedOn=*/true},
       {"zero"},
       {"zero-axes"},
       {"schedule",
@@ -181,8 +182,11 @@ std::string PlanChoice::text() const {
     }
     const OptionRow<CompileOptions> &row = compileRow(setting.name);
     OptionValue value = row.get(settings);
+    // A bool where it differs from the compiler's default, or from the
+    // search's (sp off under tp): the text fixes the plan it names.
     if (value.unset || (row.type == OptionType::Bool &&
-                        sameOptionValue(row.type, value, row.get(defaults))))
+                        sameOptionValue(row.type, value, row.get(defaults)) &&
+                        !(setting.searchedOn && !value.flag)))
       continue;
     text += "," + settingText(row, value);
   }
@@ -332,6 +336,10 @@ std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
       if (!given || *given == AxisRole::Unassigned)
         return fail("unknown role '" + roleName +
                     "' (expected data, tensor, pipeline, context or expert)");
+      if (role != AxisRole::Unassigned && role != *given)
+        return fail("the name " + name + " implies the " +
+                    std::string(axisRoleName(role)) +
+                    " role: expected another name for a " + roleName + " axis");
       role = *given;
     }
     if (role == AxisRole::Unassigned) {

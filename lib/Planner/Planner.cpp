@@ -220,6 +220,9 @@ pipelineSchedules(int64_t pp, int64_t microBatches,
   for (const char *name : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
     if (schedule && *schedule != name)
       continue;
+    // Chunks fixed above one are the interleaved schedule's.
+    if (fixedChunks && *fixedChunks > 1 && std::string(name) != "interleaved")
+      continue;
     // GPipe is searched only when asked for: 1F1B has its bubble and
     // keeps fewer micro-batches alive, so it dominates.
     if (!schedule && std::string(name) == "gpipe")
@@ -410,20 +413,17 @@ std::optional<PlanChoice> hybridSharded(const PlanChoice &choice,
 }
 
 /// A lower bound of the step of `plain`'s plan as HSDP (hybridSharded):
-/// on each rank, its step less what of it is communication over the data
-/// axis, which is all HSDP can shorten (its compute and its pipeline are
-/// the same, its optimizer's share larger).
+/// on each rank, its step less all the communication it exposes. HSDP
+/// changes the communication alone (its compute and its pipeline are the
+/// same, its optimizer's share larger), and dp's traffic shares what
+/// compute hides with the other axes', so all of it may shrink.
 double hybridBound(const PlanEvaluation &plain) {
   double bound = 0;
   for (const RankTime &rank : plain.time.ranks) {
-    double overData = 0;
-    for (const auto &[key, seconds] : rank.exposed) {
-      llvm::SmallVector<llvm::StringRef> axes;
-      llvm::StringRef(key).split(" over ").second.split(axes, ' ');
-      if (llvm::is_contained(axes, "dp"))
-        overData += seconds;
-    }
-    bound = std::max(bound, rank.stepEnd - overData);
+    double exposed = 0;
+    for (const auto &[key, seconds] : rank.exposed)
+      exposed += seconds;
+    bound = std::max(bound, rank.stepEnd - exposed);
   }
   return bound;
 }

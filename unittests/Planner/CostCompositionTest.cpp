@@ -206,6 +206,12 @@ TEST(CostCompositionTest, ExpertParallelLayoutsCompose) {
       withAxis(plan(1, 1, 2, 2, 0, "1f1b"), AxisRole::Expert, 2);
   EXPECT_FALSE(composer->compose(pipelined, why));
   EXPECT_NE(why.find("pipelines compile whole"), std::string::npos) << why;
+  // ZeRO over some of the batch's axes is not what the parts were fitted
+  // to: compiled whole.
+  PlanChoice someAxes = experts;
+  someAxes.settings.zeroAxes = "ep";
+  EXPECT_FALSE(composer->compose(someAxes, why));
+  EXPECT_NE(why.find("compiles whole"), std::string::npos) << why;
 }
 
 TEST(CostCompositionTest, ModelsWhoseLayersDifferAreCompiledWhole) {

@@ -123,6 +123,26 @@ TEST(PlanChoiceTest, TheTextParsesBackIntoConstraintsThatFixThePlan) {
   }
 }
 
+TEST(PlanChoiceTest, SequenceParallelismOffIsInTheText) {
+  // The search turns sp on under tp: a plan without it says so, and its
+  // text gives it back.
+  PlanChoice choice = pipelinedChoice();
+  choice.settings.sequenceParallel = false;
+  EXPECT_EQ(choice.text(),
+            "pp=2,dp=2,cp=2,tp=2,cp-kind=ring,sp=false,zero=1,"
+            "schedule=interleaved,chunks=2,micro-batch=2,recompute=none,"
+            "schedule-collectives=false");
+  std::string error;
+  std::optional<PlanConstraints> fixed =
+      parsePlanConstraints(choice.text(), error);
+  ASSERT_TRUE(fixed) << error;
+  ASSERT_TRUE(fixed->setting("sp"));
+  EXPECT_FALSE(fixed->setting("sp")->flag);
+  // Without tp there is nothing to say.
+  choice.mesh = meshOfDegrees(2, 4, 1, 2, 1);
+  EXPECT_EQ(choice.text().find("sp"), std::string::npos);
+}
+
 TEST(PlanChoiceTest, AMeshOfOtherAxesPrintsAsMesh) {
   PlanChoice choice = hybridChoice();
   EXPECT_FALSE(choice.describedByDegrees());
@@ -152,6 +172,9 @@ TEST(PlanChoiceTest, ConstraintsNameWhatIsWrong) {
             "'model:tensor=2': expected at most one tensor axis, found 'tp' "
             "and 'model'");
   EXPECT_EQ(errorOf("dp=2,dp=2"), "'dp=2': axis 'dp' given twice");
+  EXPECT_EQ(errorOf("dp:tensor=2"),
+            "'dp:tensor=2': the name dp implies the data role: expected "
+            "another name for a tensor axis");
   EXPECT_EQ(errorOf("dp=4,zero=1,zero-axes=dp_shard"),
             "zero-axes=dp_shard names the data axis ZeRO shards over: "
             "expected it among the axes given "

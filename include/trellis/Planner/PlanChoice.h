@@ -37,6 +37,9 @@ struct PlanSetting {
   /// Whether a plan sets it, by its mesh (cp-kind: a context axis; the
   /// schedule: a pipeline); null: every plan.
   bool (*applies)(const PlanChoice &) = nullptr;
+  /// A bool the search turns on where it applies (sp), unlike the
+  /// compiler: a plan's text says it either way.
+  bool searchedOn = false;
 };
 
 /// The mesh the compiler builds from --pp, --dp, --ep, --cp and --tp: pp,

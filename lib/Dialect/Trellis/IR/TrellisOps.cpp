@@ -169,24 +169,35 @@ LogicalResult verifyByContract(Operation *op, int64_t groupSize,
           results))
     return op->emitOpError()
            << *diagnostic << " (the group of mesh axes " << axes << ")";
-  // A receive's result is the buffer its send reads: its rule gives none.
-  if (results.size() != op->getNumResults())
+  // A receive's result is the buffer its send reads: its rule gives none
+  // (and a send has none).
+  if (results.empty())
     return success();
-  for (auto [result, expected] : llvm::zip(op->getResults(), results)) {
+  for (auto [result, expected] : llvm::zip_equal(op->getResults(), results)) {
     auto found = llvm::cast<RankedTensorType>(result.getType());
-    if (found.getShape() == llvm::ArrayRef(expected.shape) &&
-        found.getElementType() ==
-            llvm::cast<RankedTensorType>(op->getOperand(0).getType())
-                .getElementType())
+    MLIRContext *context = op->getContext();
+    Type element;
+    switch (expected.element) {
+    case ElementType::F32:
+      element = Float32Type::get(context);
+      break;
+    case ElementType::BF16:
+      element = BFloat16Type::get(context);
+      break;
+    case ElementType::F16:
+      element = Float16Type::get(context);
+      break;
+    case ElementType::I32:
+      element = IntegerType::get(context, 32);
+      break;
+    }
+    auto wanted = RankedTensorType::get(expected.shape, element);
+    if (found == wanted)
       continue;
     return op->emitOpError()
-           << "expected result type "
-           << RankedTensorType::get(
-                  expected.shape,
-                  llvm::cast<RankedTensorType>(op->getOperand(0).getType())
-                      .getElementType())
-           << " (the op table's " << contract->name << " over a group of "
-           << groupSize << "), found " << found;
+           << "expected result type " << wanted << " (the op table's "
+           << contract->name << " over a group of " << groupSize << "), found "
+           << found;
   }
   return success();
 }
