@@ -131,14 +131,16 @@ TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetLoss(TrellisSession session
  * `*present` is 0. */
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisSessionGetLearningRate(
     TrellisSession session, double *rate, int *present);
-/** The last step's global gradient norm before clipping: `*present` is 1
- * and the norm (NaN for a step an fp16 overflow skipped) is in `norm` for a
- * plan compiled with --clip-grad after its first step, on the ranks that
- * hold it (every rank, or pipeline stage 0), else `*present` is 0. */
+/** The last step's global gradient norm before clipping (the scalar metric
+ * "grad_norm"): `*present` is 1 and the norm (NaN for a step an fp16
+ * overflow skipped) is in `norm` for a plan compiled with --clip-grad after
+ * its first step, on the ranks that hold it (every rank, or pipeline stage
+ * 0), else `*present` is 0. */
 TRELLIS_CAPI_EXPORTED TrellisStatus
 trellisSessionGetGradNorm(TrellisSession session, double *norm, int *present);
-/** How many slots of the last step chose each expert, for a plan with
- * mixture-of-experts layers, on the ranks that hold it (every rank, or the
+/** How many slots of the last step chose each expert (the [layers,
+ * experts] metric "expert_load"), for a plan with mixture-of-experts
+ * layers, on the ranks that hold it (every rank, or the
  * last pipeline stage): `*layers` x `*experts` counts, row-major, into
  * `counts` when `capacity` holds them (`counts` may be null to ask the
  * sizes). Both sizes are 0 when the plan has no such layers or before the
