@@ -61,7 +61,7 @@ const std::vector<PlanSetting> &planSettings() {
       {"sp", [](const PlanChoice &c) { return c.degree(AxisRole::Tensor) > 1; },
        /*searchedOn=*/true},
       {"zero"},
-      {"zero-axes"},
+      {"zero-axes", [](const PlanChoice &c) { return c.settings.zero > 0; }},
       {"schedule",
        [](const PlanChoice &c) { return c.degree(AxisRole::Pipeline) > 1; }},
       {"chunks",
@@ -385,9 +385,19 @@ std::optional<PlanConstraints> parsePlanConstraints(llvm::StringRef text,
     return std::nullopt;
   }
   if (std::optional<std::string> axes = fixedText("zero-axes")) {
-    bool named = llvm::any_of(constraints.axes, [&](const MeshAxis &axis) {
-      return axis.name == *axes && splitsBatch(axis.role);
-    });
+    // An axis given, or dp or ep where the search builds them (no axis of
+    // their role has another name).
+    auto builds = [&](const char *name, AxisRole role) {
+      return *axes == name &&
+             llvm::none_of(constraints.axes, [&](const MeshAxis &axis) {
+               return axis.role == role && axis.name != name;
+             });
+    };
+    bool named = builds("dp", AxisRole::Data) ||
+                 builds("ep", AxisRole::Expert) ||
+                 llvm::any_of(constraints.axes, [&](const MeshAxis &axis) {
+                   return axis.name == *axes && splitsBatch(axis.role);
+                 });
     if (!named) {
       error = "zero-axes=" + *axes +
               " names the data axis ZeRO shards over: expected it among "

@@ -597,22 +597,41 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
                                         const PlanConstraints &constraints,
                                         std::string &error) {
   auto start = std::chrono::steady_clock::now();
-  // Degrees the constraints fix must make (with dp) or divide the GPUs.
+  // Degrees the constraints fix must make (with the data axes) or divide
+  // the GPUs. The message names the axes as given: `dp x tp x pp x cp`,
+  // `dp_replicate x dp_shard x tp x pp x cp`.
   std::optional<int64_t> fixedEp = constraints.degree(AxisRole::Expert);
   int64_t fixed = 1;
   for (const MeshAxis &axis : constraints.axes)
     fixed *= axis.size;
+  auto product = [&](bool withData) {
+    std::vector<std::pair<AxisRole, const char *>> roles = {
+        {AxisRole::Tensor, "tp"},
+        {AxisRole::Pipeline, "pp"},
+        {AxisRole::Context, "cp"}};
+    if (withData)
+      roles.insert(roles.begin(), {AxisRole::Data, "dp"});
+    if (fixedEp)
+      roles.push_back({AxisRole::Expert, "ep"});
+    std::string text;
+    for (const auto &[role, name] : roles) {
+      std::string names;
+      for (const MeshAxis &axis : constraints.axes)
+        if (axis.role == role)
+          names += (names.empty() ? "" : " x ") + axis.name;
+      text += (text.empty() ? "" : " x ") + (names.empty() ? name : names);
+    }
+    return text;
+  };
   if (constraints.degree(AxisRole::Data) && fixed != request.gpus) {
-    error = llvm::formatv("the fixed dp x tp x pp x cp{0} = {1}, but the plan "
-                          "is for {2} GPUs",
-                          fixedEp ? " x ep" : "", fixed, request.gpus)
+    error = llvm::formatv("the fixed {0} = {1}, but the plan is for {2} GPUs",
+                          product(true), fixed, request.gpus)
                 .str();
     return std::nullopt;
   }
   if (request.gpus % fixed) {
-    error = llvm::formatv("the fixed tp x pp x cp{0} = {1} does not divide "
-                          "the {2} GPUs",
-                          fixedEp ? " x ep" : "", fixed, request.gpus)
+    error = llvm::formatv("the fixed {0} = {1} does not divide the {2} GPUs",
+                          product(false), fixed, request.gpus)
                 .str();
     return std::nullopt;
   }

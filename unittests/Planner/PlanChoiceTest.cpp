@@ -186,7 +186,14 @@ TEST(PlanChoiceTest, ConstraintsNameWhatIsWrong) {
   EXPECT_EQ(errorOf("recompute=some"),
             "'recompute=some': expected none, selective or full, found "
             "'some'");
+  EXPECT_EQ(errorOf("dp_replicate=2,dp_shard=2,zero=3,zero-axes=dp"),
+            "zero-axes=dp names the data axis ZeRO shards over: expected it "
+            "among the axes given "
+            "(dp_replicate=2,dp_shard=4,zero-axes=dp_shard)");
   std::string error;
+  // dp and ep are the axes the search builds where none is named.
+  for (const char *text : {"zero=2,zero-axes=dp", "zero=1,zero-axes=ep"})
+    EXPECT_TRUE(parsePlanConstraints(text, error)) << text << ": " << error;
   std::optional<PlanConstraints> named =
       parsePlanConstraints("replica:data=2,shard:data=2,model:tensor=2", error);
   ASSERT_TRUE(named) << error;
