@@ -32,7 +32,7 @@ Status runAttention(const KernelArgs &args) {
     return runDenseAttention(args);
   // The queries sit at stored indices first ... of the keys' sequence.
   int64_t first = *position * s.querySeq;
-  int64_t chunks = args.instruction.integer("chunks");
+  int64_t chunks = parametersOf<AttentionParameters>(args).chunks;
   AttentionRuns runs{
       tiled(positionRuns(
                 sequencePositions(first, s.querySeq, s.keySeq, chunks)),
@@ -74,8 +74,9 @@ std::vector<PositionRun> positionRuns(const std::vector<int64_t> &positions) {
 }
 
 AttentionMask AttentionMask::of(const KernelArgs &args) {
-  return {args.instruction.flag("causal", true),
-          args.instruction.integer("window")};
+  const AttentionParameters &parameters =
+      parametersOf<AttentionParameters>(args);
+  return {parameters.causal, parameters.window};
 }
 
 std::pair<int64_t, int64_t> AttentionMask::range(int64_t query, int64_t first,
@@ -99,12 +100,11 @@ void softCapRow(float *x, int64_t n, float cap, float *slopes) {
 }
 
 AttentionTensors attentionTensors(const KernelArgs &args) {
-  return {args.in(0).f32(),
-          args.in(1).f32(),
-          args.in(2).f32(),
-          static_cast<float>(args.instruction.real("scale")),
-          AttentionMask::of(args),
-          static_cast<float>(args.instruction.real("softcap"))};
+  const AttentionParameters &parameters =
+      parametersOf<AttentionParameters>(args);
+  return {args.in(0).f32(),        args.in(1).f32(),
+          args.in(2).f32(),        static_cast<float>(parameters.scale),
+          AttentionMask::of(args), static_cast<float>(parameters.softcap)};
 }
 
 Status runPositions(const KernelArgs &args) {
@@ -115,7 +115,7 @@ Status runPositions(const KernelArgs &args) {
   int64_t count = out.size();
   std::vector<int64_t> positions =
       sequencePositions(*position * count, count, count * shardCount(args),
-                        args.instruction.integer("chunks"));
+                        parametersOf<PositionParameters>(args).chunks);
   for (int64_t i = 0; i < count; ++i)
     out.i32()[i] = static_cast<int32_t>(positions[i]);
   return Status::success();

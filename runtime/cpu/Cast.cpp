@@ -180,6 +180,7 @@ Status runInFloat(const KernelArgs &args, Kernel kernel) {
   local.op = original.op;
   local.attrs = original.attrs;
   local.contract = original.contract;
+  local.parameters = original.parameters;
   std::vector<Tensor> buffers;
   size_t copies = 0;
   bool readsResults = original.row().effects.accumulates;
@@ -213,7 +214,7 @@ Status runInFloat(const KernelArgs &args, Kernel kernel) {
 }
 
 void registerCastKernels(KernelTable &table) {
-  table.add({"cast"}, runCast);
+  table.addFamily(OpFamily::Cast, runCast);
 }
 
 } // namespace trellis::runtime::cpu

@@ -190,41 +190,28 @@ public:
   }
   StatusOr<std::unique_ptr<PreparedLaunch>>
   prepare(const KernelArgs &args) override {
-    auto launch = std::make_unique<CpuLaunch>();
-    bool narrowNative = false;
-    launch->kernel = selectKernel(args, narrowNative);
-    if (!launch->kernel)
-      return Status::error("cpu: no kernel for '" + args.instruction.op + "'");
-    // Most kernels compute in fp32: 16-bit operands go through fp32 copies.
-    launch->throughFloatCopies = !narrowNative && hasNarrowOperands(args);
-    if (launch->kernel == runFusedElementwise ||
-        launch->kernel == runNarrowElementwise) {
-      StatusOr<FusedProgram> program = parseProgramOf(args);
-      if (!program.ok())
-        return program.status();
-      launch->program = std::move(*program);
-    }
-    return std::unique_ptr<PreparedLaunch>(std::move(launch));
+    return runResolved(args, [this](const KernelArgs &resolved) {
+      return prepareResolved(resolved);
+    });
   }
 
   Status launch(const KernelArgs &args) override {
-    if (const auto *launch = static_cast<const CpuLaunch *>(args.prepared))
-      return launch->throughFloatCopies ? runInFloat(args, launch->kernel)
-                                        : launch->kernel(args);
-    StatusOr<std::unique_ptr<PreparedLaunch>> prepared = prepare(args);
-    if (!prepared.ok())
-      return prepared.status();
-    KernelArgs once = args;
-    once.prepared = prepared->get();
-    return launch(once);
+    return runResolved(args, [this](const KernelArgs &resolved) {
+      return launchResolved(resolved);
+    });
   }
 
   Status launchUpdates(const std::vector<KernelArgs> &updates) override {
+    for (const KernelArgs &update : updates)
+      if (!update.instruction.parameters)
+        return Device::launchUpdates(updates);
     return runOptimizers(updates);
   }
 
   Status runCollective(const KernelArgs &args) override {
-    return runtime::runCollective(args, collectiveMemory_);
+    return runResolved(args, [this](const KernelArgs &resolved) {
+      return runtime::runCollective(resolved, collectiveMemory_);
+    });
   }
 
   int64_t enqueueCommunication(std::function<Status()> work) override {
@@ -265,6 +252,37 @@ public:
   }
 
 private:
+  StatusOr<std::unique_ptr<PreparedLaunch>>
+  prepareResolved(const KernelArgs &args) {
+    auto launch = std::make_unique<CpuLaunch>();
+    bool narrowNative = false;
+    launch->kernel = selectKernel(args, narrowNative);
+    if (!launch->kernel)
+      return Status::error("cpu: no kernel for '" + args.instruction.op + "'");
+    // Most kernels compute in fp32: 16-bit operands go through fp32 copies.
+    launch->throughFloatCopies = !narrowNative && hasNarrowOperands(args);
+    if (launch->kernel == runFusedElementwise ||
+        launch->kernel == runNarrowElementwise) {
+      StatusOr<FusedProgram> program = parseProgramOf(args);
+      if (!program.ok())
+        return program.status();
+      launch->program = std::move(*program);
+    }
+    return std::unique_ptr<PreparedLaunch>(std::move(launch));
+  }
+
+  Status launchResolved(const KernelArgs &args) {
+    if (const auto *launch = static_cast<const CpuLaunch *>(args.prepared))
+      return launch->throughFloatCopies ? runInFloat(args, launch->kernel)
+                                        : launch->kernel(args);
+    StatusOr<std::unique_ptr<PreparedLaunch>> prepared = prepareResolved(args);
+    if (!prepared.ok())
+      return prepared.status();
+    KernelArgs once = args;
+    once.prepared = prepared->get();
+    return launchResolved(once);
+  }
+
   DeviceOptions options_;
   HostCollectiveMemory collectiveMemory_;
   /// Started by the first communication: a plan without any needs no

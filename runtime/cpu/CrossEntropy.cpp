@@ -26,7 +26,7 @@ Status runCrossEntropy(const KernelArgs &args) {
   const Tensor &logits = args.in(0), &targets = args.in(1);
   int64_t classes = logits.shape().back();
   int64_t rows = targets.size();
-  int64_t normalizer = args.instruction.integer("normalizer");
+  int64_t normalizer = parametersOf<LossParameters>(args).normalizer;
   double scale = 1.0 / static_cast<double>(normalizer ? normalizer : rows);
   bool isGrad = rowOf(args).gradient;
   double upstream = isGrad ? args.in(2).f32()[0] : 1.0;
@@ -117,7 +117,7 @@ Status runCrossEntropy(const KernelArgs &args) {
 }
 
 void registerCrossEntropyKernels(KernelTable &table) {
-  table.add({"cross_entropy", "cross_entropy_grad"}, runCrossEntropy);
+  table.addFamily(OpFamily::Loss, runCrossEntropy);
 }
 
 } // namespace trellis::runtime::cpu

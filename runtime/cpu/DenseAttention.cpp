@@ -111,9 +111,11 @@ Status runDenseAttention(const KernelArgs &args) {
   if (!position.ok())
     return position.status();
   AttentionShape s{qs[0], qs[1], qs[2], ks[2], qs[3], ks[1], *position * qs[1]};
-  float scale = static_cast<float>(args.instruction.real("scale"));
-  float softcap = static_cast<float>(args.instruction.real("softcap"));
-  KeyMask mask(s, AttentionMask::of(args), args.instruction.integer("chunks"));
+  const AttentionParameters &parameters =
+      parametersOf<AttentionParameters>(args);
+  float scale = static_cast<float>(parameters.scale);
+  float softcap = static_cast<float>(parameters.softcap);
+  KeyMask mask(s, AttentionMask::of(args), parameters.chunks);
   const float *q = args.in(0).f32(), *k = args.in(1).f32(),
               *v = args.in(2).f32();
   int64_t seq = s.seq, dim = s.dim, keys = s.keySeq;

@@ -2,31 +2,7 @@
 
 #include "Kernels.h"
 
-
 namespace trellis::runtime::cpu {
-
-KernelTable::KernelTable() : kernels_(opContracts().size(), nullptr) {}
-
-void KernelTable::add(std::initializer_list<const char *> ops, Kernel kernel) {
-  for (const char *name : ops) {
-    if (const OpContract *contract = findOpContract(name))
-      kernels_[contract->id] = kernel;
-    else
-      unknown_.push_back(name);
-  }
-}
-
-void KernelTable::addFamily(OpFamily family, Kernel kernel) {
-  addRows([family](const OpContract &row) { return row.family == family; },
-          kernel);
-}
-
-void KernelTable::addRows(const std::function<bool(const OpContract &)> &rows,
-                          Kernel kernel) {
-  for (const OpContract &contract : opContracts())
-    if (rows(contract))
-      kernels_[contract.id] = kernel;
-}
 
 const KernelTable &cpuKernels() {
   static const KernelTable table = [] {
@@ -46,17 +22,14 @@ const KernelTable &cpuKernels() {
 }
 
 Kernel findKernel(const std::string &op) {
-  const OpContract *contract = findOpContract(op);
-  return contract ? cpuKernels().find(contract->id) : nullptr;
+  const Kernel *kernel = cpuKernels().find(op);
+  return kernel ? *kernel : nullptr;
 }
-
-} // namespace trellis::runtime::cpu
-
-namespace trellis::runtime::cpu {
 
 Kernel selectKernel(const KernelArgs &args, bool &narrowNative) {
   const OpContract &row = rowOf(args);
-  Kernel kernel = cpuKernels().find(row.id);
+  const Kernel *registered = cpuKernels().find(row.id);
+  Kernel kernel = registered ? *registered : nullptr;
   // Casts, fused programs, reductions, norms and cross-entropy convert
   // 16-bit values themselves; layout ops move elements of any width.
   narrowNative = kernel == runCast || kernel == runLayout ||

@@ -115,13 +115,12 @@ void runUnaryFunction(UnaryFunction function, const float *x, const float *dy,
 /// The pointwise families: fill, accumulate, binary, unary, unary_grad and
 /// scale, each member read from the instruction's row.
 Status runElementwise(const KernelArgs &args) {
-  const Instruction &instruction = args.instruction;
   const OpContract &row = rowOf(args);
   switch (row.family) {
   case OpFamily::Fill: {
     Tensor &out = args.out(0);
     std::fill(out.f32(), out.f32() + out.size(),
-              static_cast<float>(instruction.real("value")));
+              static_cast<float>(parametersOf<FillParameters>(args).value));
     return Status::success();
   }
   case OpFamily::Accumulate: {
@@ -129,7 +128,7 @@ Status runElementwise(const KernelArgs &args) {
     const float *value = args.in(0).f32();
     float *total = args.out(0).f32();
     int64_t n = args.out(0).size();
-    if (instruction.flag("first")) {
+    if (parametersOf<AccumulateParameters>(args).first) {
       std::copy(value, value + n, total);
     } else {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
@@ -142,7 +141,8 @@ Status runElementwise(const KernelArgs &args) {
     runBinary(*row.binaryFunction(), args);
     return Status::success();
   case OpFamily::Scale: {
-    float factor = static_cast<float>(instruction.real("factor"));
+    float factor =
+        static_cast<float>(parametersOf<ScaleParameters>(args).factor);
     const float *x = args.in(0).f32();
     float *y = args.out(0).f32();
     int64_t n = args.out(0).size();
@@ -156,7 +156,7 @@ Status runElementwise(const KernelArgs &args) {
                      args.out(0).f32(), args.out(0).size());
     return Status::success();
   case OpFamily::UnaryGrad:
-    runUnaryFunction(parseUnaryFunction(instruction.text("function").c_str()),
+    runUnaryFunction(parametersOf<UnaryGradParameters>(args).function,
                      args.in(0).f32(), args.in(1).f32(), args.out(0).f32(),
                      args.out(0).size());
     return Status::success();

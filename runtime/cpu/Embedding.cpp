@@ -13,12 +13,13 @@ Status runEmbedding(const KernelArgs &args) {
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
+  const EmbeddingParameters &parameters =
+      parametersOf<EmbeddingParameters>(args);
   if (!rowOf(args).gradient) {
     const Tensor &table = args.in(0), &ids = args.in(1);
     int64_t rows = table.shape()[0], width = table.shape()[1];
     // A vocabulary shard holds the rows at this rank's position.
-    int64_t offset =
-        args.instruction.integer("vocab_offset") + *position * rows;
+    int64_t offset = parameters.vocabOffset + *position * rows;
     // Rows move as bytes (the result has the table's dtype; zero bits are
     // 0.0 in every float dtype).
     int64_t rowBytes = width * dtypeBytes(table.desc().dtype);
@@ -39,8 +40,8 @@ Status runEmbedding(const KernelArgs &args) {
   const Tensor &ids = args.in(0), &grad = args.in(1);
   Tensor &out = args.out(0);
   int64_t rows = out.shape()[0], width = out.shape()[1];
-  int64_t offset = args.instruction.integer("vocab_offset") + *position * rows;
-  int64_t padding = args.instruction.integer("padding_idx", -1);
+  int64_t offset = parameters.vocabOffset + *position * rows;
+  int64_t padding = parameters.paddingIndex;
   // The table's rows zeroed, then each thread adds every token's row to its
   // own block of columns, tokens in order: an element's sum has one order
   // whatever the threads.
@@ -74,16 +75,15 @@ Status runRope(const KernelArgs &args) {
   const std::vector<int64_t> &shape = in.shape();
   int64_t batch = shape[0], seq = shape[1], heads = shape[2], dim = shape[3];
   int64_t half = dim / 2;
-  const std::vector<double> &frequencies =
-      args.instruction.reals("frequencies");
-  double sign = args.instruction.flag("inverse") ? -1.0 : 1.0;
+  const PositionParameters &parameters = parametersOf<PositionParameters>(args);
+  const std::vector<double> &frequencies = parameters.frequencies;
+  double sign = parameters.inverse ? -1.0 : 1.0;
   // A piece of the sequence (split over `axes`) starts at its place.
   StatusOr<int64_t> position = shardPosition(args);
   if (!position.ok())
     return position.status();
-  std::vector<int64_t> positions =
-      sequencePositions(*position * seq, seq, seq * shardCount(args),
-                        args.instruction.integer("chunks"));
+  std::vector<int64_t> positions = sequencePositions(
+      *position * seq, seq, seq * shardCount(args), parameters.chunks);
   std::vector<float> cosines(half), sines(half);
   for (int64_t s = 0; s < seq; ++s) {
     for (int64_t i = 0; i < half; ++i) {

@@ -236,7 +236,7 @@ StatusOr<SortedSlots> sortAndGather(const KernelArgs &args, int64_t held,
   TRELLIS_RETURN_IF_ERROR(checkExpertIds(args, experts, range->total));
   bool perToken = lhs.shape().size() == experts.shape().size();
   int64_t k = experts.shape().back(), depth = lhs.shape().back();
-  if (args.instruction.text("dispatch") != "all_to_all")
+  if (!parametersOf<ExpertParameters>(args).allToAll)
     return sortRows(*range, experts.i32(), experts.size(), lhs.f32(), depth,
                     perToken, k);
   StatusOr<SlotExchange> exchanged = exchangeSlots(args, experts, *range);
@@ -254,7 +254,7 @@ StatusOr<SortedSlots> sortAndGather(const KernelArgs &args, int64_t held,
 Status runExpertMatmul(const KernelArgs &args) {
   const Tensor &weight = args.in(1), &experts = args.in(2);
   Tensor &out = args.out(0);
-  bool transposed = args.instruction.flag("transpose_rhs");
+  bool transposed = parametersOf<ExpertParameters>(args).transposeRhs;
   std::optional<SlotExchange> exchange;
   StatusOr<SortedSlots> sorted =
       sortAndGather(args, weight.shape()[0], exchange);
@@ -316,7 +316,7 @@ Status runExpertMatmul(const KernelArgs &args) {
 Status runExpertWeightGrad(const KernelArgs &args) {
   const Tensor &grad = args.in(1);
   Tensor &out = args.out(0);
-  bool transposed = args.instruction.flag("transpose_rhs");
+  bool transposed = parametersOf<ExpertParameters>(args).transposeRhs;
   std::optional<SlotExchange> exchange;
   StatusOr<SortedSlots> sorted = sortAndGather(args, out.shape()[0], exchange);
   if (!sorted.ok())
@@ -373,7 +373,8 @@ Status runExpertBiasUpdate(const KernelArgs &args) {
   double total = 0;
   for (int64_t e = 0; e < count; ++e)
     total += counts.f32()[e];
-  double mean = count ? total / count : 0, rate = args.instruction.real("rate");
+  double mean = count ? total / count : 0,
+         rate = parametersOf<ExpertParameters>(args).rate;
   for (int64_t e = 0; e < count; ++e) {
     double offset = mean - counts.f32()[e];
     double sign = offset > 0 ? 1 : offset < 0 ? -1 : 0;
@@ -385,12 +386,10 @@ Status runExpertBiasUpdate(const KernelArgs &args) {
 } // namespace
 
 void registerExpertKernels(KernelTable &table) {
-  table.add({"moe_route"}, runRoute);
-  table.add({"moe_route_grad"}, runRouteGrad);
-  table.add({"expert_matmul"}, runExpertMatmul);
-  table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad);
-  table.add({"expert_counts"}, runExpertCounts);
-  table.add({"expert_bias_update"}, runExpertBiasUpdate);
+  table.addMember(ExpertKind::Route, runRoute, runRouteGrad);
+  table.addMember(ExpertKind::Matmul, runExpertMatmul, runExpertWeightGrad);
+  table.addMember(ExpertKind::Counts, runExpertCounts);
+  table.addMember(ExpertKind::BiasUpdate, runExpertBiasUpdate);
 }
 
 } // namespace trellis::runtime::cpu

@@ -257,18 +257,22 @@ void evaluateFusedProgram(const FusedProgram &program,
 
 /// The one-instruction program of a fusible elementwise row's instruction
 /// (binary, scale, unary, unary_grad).
-std::string programOf(const OpContract &row, const Instruction &instruction) {
-  const std::string &op = instruction.op;
-  switch (row.family) {
+std::string programOf(const KernelArgs &args) {
+  const std::string &op = args.instruction.op;
+  switch (rowOf(args).family) {
   case OpFamily::Binary:
     return op + " %0 %1";
   case OpFamily::Scale: {
     char factor[32];
-    std::snprintf(factor, sizeof factor, "%.17g", instruction.real("factor"));
+    std::snprintf(factor, sizeof factor, "%.17g",
+                  parametersOf<ScaleParameters>(args).factor);
     return "scale %0 " + std::string(factor);
   }
   case OpFamily::UnaryGrad:
-    return "unary_grad " + instruction.text("function") + " %0 %1";
+    return "unary_grad " +
+           std::string(unaryFunctionName(
+               parametersOf<UnaryGradParameters>(args).function)) +
+           " %0 %1";
   default:
     return op + " %0";
   }
@@ -301,8 +305,8 @@ StatusOr<FusedProgram> parseProgramOf(const KernelArgs &args) {
   const OpContract &row = rowOf(args);
   std::vector<std::string> lines =
       row.family == OpFamily::FusedElementwise
-          ? instruction.texts("program")
-          : std::vector<std::string>{programOf(row, instruction)};
+          ? parametersOf<FusedElementwiseParameters>(args).program
+          : std::vector<std::string>{programOf(args)};
   std::vector<ElementType> types;
   for (size_t i = 0; i < instruction.inputs.size(); ++i)
     types.push_back(elementOf(args.in(i).desc().dtype));

@@ -13,9 +13,9 @@
 
 #include "trellis/Common/FusedProgram.h"
 #include "trellis/Runtime/Backend.h"
+#include "trellis/Runtime/KernelRegistry.h"
 #include "trellis/Runtime/OpShapes.h"
 
-#include <functional>
 #include <optional>
 
 namespace trellis::runtime::cpu {
@@ -23,10 +23,9 @@ namespace trellis::runtime::cpu {
 Status runElementwise(const KernelArgs &args);
 Status runLayout(const KernelArgs &args);
 Status runReduction(const KernelArgs &args);
+/// matmul, and matmul_accumulate: its product added into (the step's
+/// first: written to) its f32 total.
 Status runMatmul(const KernelArgs &args);
-/// A matmul's product added into (the step's first: written to) its f32
-/// total.
-Status runMatmulAccumulate(const KernelArgs &args);
 /// Matmul and matmul_accumulate of bf16 operands (oneDNN, AMX where the
 /// CPU has it).
 Status runMatmulBf16(const KernelArgs &args);
@@ -93,42 +92,10 @@ Status runFusedElementwise(const KernelArgs &args);
 bool isNarrowElementwise(const KernelArgs &args);
 Status runNarrowElementwise(const KernelArgs &args);
 
-/// The CPU's kernels, indexed by the op table's ids. Each kernel file
-/// registers the ops it runs in its register*Kernels function; a new op of
-/// an existing family is registered in its kernel's file alone.
-class KernelTable {
-public:
-  KernelTable();
-  /// Registers `kernel` for the ops named; a name that is no row of the op
-  /// table is kept for unknownNames().
-  void add(std::initializer_list<const char *> ops, Kernel kernel);
-  /// Registers `kernel` for every row of `family`: a new member of the
-  /// family needs no registration of its own.
-  void addFamily(OpFamily family, Kernel kernel);
-  /// Registers `kernel` for the rows of one member of a family (forward
-  /// and gradient rows alike).
-  template <typename Member> void addMember(Member member, Kernel kernel) {
-    addRows(
-        [member](const OpContract &row) {
-          return row.memberAs<Member>() == member;
-        },
-        kernel);
-  }
-  /// Registers `kernel` for every row `rows` accepts.
-  void addRows(const std::function<bool(const OpContract &)> &rows,
-               Kernel kernel);
-  /// The kernel of the op with `id`, or null.
-  Kernel find(OpId id) const {
-    return id < kernels_.size() ? kernels_[id] : nullptr;
-  }
-  /// Names registered that the op table does not have (a test keeps this
-  /// empty).
-  const std::vector<std::string> &unknownNames() const { return unknown_; }
-
-private:
-  std::vector<Kernel> kernels_;
-  std::vector<std::string> unknown_;
-};
+/// The CPU's kernels, indexed by the op table's ids (KernelRegistry.h).
+/// Each kernel file registers the families and members it runs in its
+/// register*Kernels function.
+using KernelTable = KernelRegistry<Kernel>;
 
 // Each kernel file's registrations.
 void registerAttentionKernels(KernelTable &table);

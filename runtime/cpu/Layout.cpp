@@ -144,6 +144,7 @@ void broadcastTo(const Tensor &in, Tensor &out) {
 } // namespace
 
 Status runLayout(const KernelArgs &args) {
+  const LayoutParameters &parameters = parametersOf<LayoutParameters>(args);
   switch (*rowOf(args).memberAs<LayoutKind>()) {
   case LayoutKind::Reshape:
     // A reshape's result usually shares its operand's bytes (the executor's
@@ -152,16 +153,16 @@ Status runLayout(const KernelArgs &args) {
       parallelCopy(args.out(0).raw(), args.in(0).raw(), args.in(0).bytes());
     break;
   case LayoutKind::Transpose:
-    transpose(args.in(0), args.out(0), args.instruction.ints("permutation"));
+    transpose(args.in(0), args.out(0), parameters.permutation);
     break;
   case LayoutKind::Slice:
-    slice(args.in(0), args.out(0), args.instruction.ints("offsets"));
+    slice(args.in(0), args.out(0), parameters.offsets);
     break;
   case LayoutKind::Pad:
-    pad(args.in(0), args.out(0), args.instruction.ints("low"));
+    pad(args.in(0), args.out(0), parameters.low);
     break;
   case LayoutKind::Concat:
-    concat(args, args.instruction.integer("dim"));
+    concat(args, parameters.dim);
     break;
   case LayoutKind::BroadcastTo:
     broadcastTo(args.in(0), args.out(0));

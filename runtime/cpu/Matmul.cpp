@@ -13,8 +13,9 @@ namespace {
 Status multiply(const KernelArgs &args, float beta, const char *op) {
   const Tensor &lhs = args.in(0), &rhs = args.in(1);
   Tensor &out = args.out(0);
-  bool transposeLhs = args.instruction.flag("transpose_lhs");
-  bool transposeRhs = args.instruction.flag("transpose_rhs");
+  const MatmulParameters &parameters = parametersOf<MatmulParameters>(args);
+  bool transposeLhs = parameters.transposeLhs;
+  bool transposeRhs = parameters.transposeRhs;
   MatmulSizes sizes =
       matmulSizes(lhs.shape(), rhs.shape(), transposeLhs, transposeRhs);
   int64_t m = sizes.m, k = sizes.k, n = sizes.n, batch = sizes.batch;
@@ -48,18 +49,14 @@ Status multiply(const KernelArgs &args, float beta, const char *op) {
 } // namespace
 
 Status runMatmul(const KernelArgs &args) {
-  return multiply(args, 0.0f, "matmul");
-}
-
-Status runMatmulAccumulate(const KernelArgs &args) {
-  // The step's first product writes the total; later ones add to it.
-  return multiply(args, args.instruction.flag("first") ? 0.0f : 1.0f,
-                  "matmul_accumulate");
+  // A total's first product of the step writes it; later ones add to it.
+  bool adds = rowOf(args).effects.accumulates &&
+              !parametersOf<MatmulParameters>(args).first;
+  return multiply(args, adds ? 1.0f : 0.0f, args.instruction.op.c_str());
 }
 
 void registerMatmulKernels(KernelTable &table) {
-  table.add({"matmul"}, runMatmul);
-  table.add({"matmul_accumulate"}, runMatmulAccumulate);
+  table.addFamily(OpFamily::Matmul, runMatmul);
 }
 
 } // namespace trellis::runtime::cpu

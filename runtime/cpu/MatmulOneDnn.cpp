@@ -103,8 +103,9 @@ Status runMatmulBf16(const KernelArgs &args) {
   const Tensor &lhs = args.in(0), &rhs = args.in(1);
   Tensor &out = args.out(0);
   MatmulShape s;
-  s.transposeLhs = args.instruction.flag("transpose_lhs");
-  s.transposeRhs = args.instruction.flag("transpose_rhs");
+  const MatmulParameters &parameters = parametersOf<MatmulParameters>(args);
+  s.transposeLhs = parameters.transposeLhs;
+  s.transposeRhs = parameters.transposeRhs;
   const std::vector<int64_t> &ls = lhs.shape(), &rs = rhs.shape();
   size_t rank = ls.size();
   s.m = ls[rank - (s.transposeLhs ? 1 : 2)];
@@ -115,8 +116,8 @@ Status runMatmulBf16(const KernelArgs &args) {
     s.batch *= ls[d];
   s.sharedRhs = rs.size() == 2;
   bool accumulates = rowOf(args).effects.accumulates;
-  s.f32Result = accumulates || args.instruction.flag("f32_result");
-  s.addsToResult = accumulates && !args.instruction.flag("first");
+  s.f32Result = accumulates || parameters.f32Result;
+  s.addsToResult = accumulates && !parameters.first;
   if (s.m == 0 || s.n == 0 || s.batch == 0)
     return Status::success();
   // A shared right-hand side with row-major lhs rows: one product over

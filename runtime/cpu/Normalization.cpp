@@ -281,7 +281,7 @@ Status runNormalization(const KernelArgs &args) {
       softmax(args.in(0), args.out(0));
     return Status::success();
   }
-  double epsilon = args.instruction.real("epsilon");
+  double epsilon = parametersOf<NormParameters>(args).epsilon;
   switch (*row.memberAs<NormKind>()) {
   case NormKind::Layer:
     if (row.gradient)

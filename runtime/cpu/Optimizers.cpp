@@ -58,38 +58,38 @@ struct Update {
 };
 
 StatusOr<Update> prepare(const KernelArgs &args) {
-  const Instruction &instruction = args.instruction;
+  const OptimizerParameters &parameters =
+      parametersOf<OptimizerParameters>(args);
   Update update;
   update.sgd = rowOf(args).memberAs<OptimizerKind>() == OptimizerKind::Sgd;
-  update.a.lr = instruction.real("learning_rate");
-  update.a.decay = instruction.real("weight_decay");
+  update.a.lr = parameters.learningRate;
+  update.a.decay = parameters.weightDecay;
   update.param = args.in(0).f32();
   update.grad = args.in(1).f32();
   update.newParam = args.out(0).f32();
   update.n = args.in(0).size();
   update.a.unscale = 1.0;
   const OpContract &contract = rowOf(args);
-  if (contract.hasGradientScale(instruction.inputs.size())) {
+  if (contract.hasGradientScale(args.instruction.inputs.size())) {
     double scale = args.in(contract.effects.gradientScaleOperand).f32()[0];
     update.skipped = !std::isfinite(scale);
     update.a.unscale = 1.0 / scale;
   }
   if (update.sgd)
     return update;
-  double beta1 = instruction.real("beta1"), beta2 = instruction.real("beta2");
+  double beta1 = parameters.beta1, beta2 = parameters.beta2;
   double step = args.in(4).f32()[0];
   if (!(step >= 1))
     return Status::error("adamw: expected a step count >= 1, found " +
                          std::to_string(step));
   // A scheduled rate: the schedule's at this step.
   // (The plan loader checked the schedule against the op table's row.)
-  if (instruction.attrs.count("lr_schedule"))
-    if (std::optional<LrSchedule> schedule =
-            lrScheduleFromAttributes(instruction))
-      update.a.lr = learningRateAt(*schedule, static_cast<int64_t>(step));
+  if (parameters.schedule)
+    update.a.lr =
+        learningRateAt(*parameters.schedule, static_cast<int64_t>(step));
   update.a.beta1 = beta1;
   update.a.beta2 = beta2;
-  update.a.epsilon = instruction.real("epsilon");
+  update.a.epsilon = parameters.epsilon;
   update.a.correction1 = 1.0 - std::pow(beta1, step);
   update.a.correction2 = 1.0 - std::pow(beta2, step);
   update.m = args.in(2).f32();

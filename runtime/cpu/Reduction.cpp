@@ -110,7 +110,8 @@ void sumRows(const Tensor &in, int64_t rows, int64_t columns,
 Status runReduction(const KernelArgs &args) {
   const Tensor &in = args.in(0);
   Tensor &out = args.out(0);
-  const std::vector<int64_t> &dims = args.instruction.ints("dims");
+  const std::vector<int64_t> &dims =
+      parametersOf<ReductionParameters>(args).dims;
   const std::vector<int64_t> &shape = in.shape();
   // Output offset of each input element: reduced dimensions contribute 0.
   std::vector<int64_t> keptShape(shape);

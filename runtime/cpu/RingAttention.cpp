@@ -36,7 +36,7 @@ StatusOr<AttentionRuns> blockRuns(const KernelArgs &args, int64_t seq) {
   if (!source.ok())
     return source.status();
   int64_t ranks = shardCount(args);
-  int64_t chunks = args.instruction.integer("chunks");
+  int64_t chunks = parametersOf<AttentionParameters>(args).chunks;
   int64_t length = seq * ranks;
   return AttentionRuns{
       tiled(

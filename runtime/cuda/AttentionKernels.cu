@@ -451,11 +451,13 @@ AttentionGeometry geometryOf(const KernelArgs &args, int64_t queryFirst,
   g.queryFirst = queryFirst;
   g.keyFirst = keyFirst;
   g.length = length;
-  g.chunks = args.instruction.integer("chunks");
-  g.scale = static_cast<float>(args.instruction.real("scale"));
-  g.softcap = static_cast<float>(args.instruction.real("softcap"));
-  g.causal = args.instruction.flag("causal", true);
-  g.window = args.instruction.integer("window");
+  const AttentionParameters &parameters =
+      parametersOf<AttentionParameters>(args);
+  g.chunks = parameters.chunks;
+  g.scale = static_cast<float>(parameters.scale);
+  g.softcap = static_cast<float>(parameters.softcap);
+  g.causal = parameters.causal;
+  g.window = parameters.window;
   return g;
 }
 
@@ -658,9 +660,9 @@ Status runRingAttention(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerAttentionKernels(CudaKernelTable &table) {
-  table.add({"attention", "attention_grad"}, runAttention, prepareAttention);
-  table.add({"attention_block", "attention_merge", "attention_block_grad"},
-            runRingAttention);
+  table.addMember(AttentionPiece::Whole, {runAttention, prepareAttention});
+  table.addMember(AttentionPiece::Block, {runRingAttention});
+  table.addMember(AttentionPiece::Merge, {runRingAttention});
 }
 
 } // namespace trellis::runtime::cuda

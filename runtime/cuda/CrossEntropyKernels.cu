@@ -112,7 +112,7 @@ Status runCrossEntropy(const KernelArgs &args, CudaContext &context) {
   const Tensor &logits = args.in(0), &targets = args.in(1);
   int64_t classes = logits.shape().back();
   int64_t rows = targets.size();
-  int64_t normalizer = args.instruction.integer("normalizer");
+  int64_t normalizer = parametersOf<LossParameters>(args).normalizer;
   double scale = 1.0 / static_cast<double>(normalizer ? normalizer : rows);
   bool isGrad = rowOf(args).gradient;
   StatusOr<int64_t> position = shardPosition(args);
@@ -199,7 +199,7 @@ Status runCrossEntropy(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerCrossEntropyKernels(CudaKernelTable &table) {
-  table.addFamily(OpFamily::Loss, runCrossEntropy);
+  table.addFamily(OpFamily::Loss, {runCrossEntropy});
 }
 
 } // namespace trellis::runtime::cuda

@@ -190,8 +190,21 @@ public:
 
   StatusOr<std::unique_ptr<PreparedLaunch>>
   prepare(const KernelArgs &args) override {
-    const CudaKernelTable::Entry *entry =
-        cudaKernels().find(args.instruction.op);
+    return runResolved(args, [this](const KernelArgs &resolved) {
+      return prepareResolved(resolved);
+    });
+  }
+
+  Status launch(const KernelArgs &args) override {
+    return runResolved(args, [this](const KernelArgs &resolved) {
+      return launchResolved(resolved);
+    });
+  }
+
+  /// prepare() of an instruction that is resolved.
+  StatusOr<std::unique_ptr<PreparedLaunch>>
+  prepareResolved(const KernelArgs &args) {
+    const CudaKernelEntry *entry = cudaKernels().find(rowOf(args).id);
     if (!entry)
       return Status::error("cuda: no kernel for '" + args.instruction.op +
                            "' yet (docs/Runtime.md lists the CUDA backend's "
@@ -208,21 +221,25 @@ public:
     return std::unique_ptr<PreparedLaunch>(std::move(launch));
   }
 
-  Status launch(const KernelArgs &args) override {
+  /// launch() of an instruction that is resolved.
+  Status launchResolved(const KernelArgs &args) {
     if (const auto *launch = dynamic_cast<const CudaLaunch *>(args.prepared)) {
       KernelArgs own = args;
       own.prepared = launch->decided.get();
       return launch->kernel(own, context_);
     }
-    StatusOr<std::unique_ptr<PreparedLaunch>> prepared = prepare(args);
+    StatusOr<std::unique_ptr<PreparedLaunch>> prepared = prepareResolved(args);
     if (!prepared.ok())
       return prepared.status();
     KernelArgs once = args;
     once.prepared = prepared->get();
-    return launch(once);
+    return launchResolved(once);
   }
 
   Status launchUpdates(const std::vector<KernelArgs> &updates) override {
+    for (const KernelArgs &update : updates)
+      if (!update.instruction.parameters)
+        return Device::launchUpdates(updates);
     // Each with what its kernel decided when prepared.
     std::vector<KernelArgs> own = updates;
     for (KernelArgs &args : own)
@@ -232,7 +249,9 @@ public:
   }
 
   Status runCollective(const KernelArgs &args) override {
-    return runtime::runCollective(args, collectiveMemory_);
+    return runResolved(args, [this](const KernelArgs &resolved) {
+      return runtime::runCollective(resolved, collectiveMemory_);
+    });
   }
 
   int64_t enqueueCommunication(std::function<Status()> work) override {
@@ -303,8 +322,7 @@ public:
   // becomes the graph's own allocations.
   bool recordsSteps() const override { return true; }
   bool recordable(const KernelArgs &args) const override {
-    const CudaKernelTable::Entry *entry =
-        cudaKernels().find(args.instruction.op);
+    const CudaKernelEntry *entry = cudaKernels().find(rowOf(args).id);
     return !entry || !entry->waitsOnHost || !entry->waitsOnHost(args);
   }
   Status beginRecording() override {
@@ -497,48 +515,6 @@ public:
 };
 
 } // namespace
-
-void CudaKernelTable::add(std::initializer_list<const char *> ops,
-                          CudaKernel run, CudaPrepare prepare,
-                          CudaWaitsOnHost waitsOnHost) {
-  for (const char *op : ops) {
-    const OpContract *contract = findOpContract(op);
-    if (!contract) {
-      unknown_.push_back(op);
-      continue;
-    }
-    if (entries_.size() <= contract->id)
-      entries_.resize(contract->id + 1);
-    entries_[contract->id] = {run, prepare, waitsOnHost};
-  }
-}
-
-void CudaKernelTable::addFamily(OpFamily family, CudaKernel run,
-                                CudaPrepare prepare) {
-  for (const OpContract &contract : opContracts())
-    if (contract.family == family) {
-      if (entries_.size() <= contract.id)
-        entries_.resize(contract.id + 1);
-      entries_[contract.id] = {run, prepare, nullptr};
-    }
-}
-
-std::vector<std::string> CudaKernelTable::ops() const {
-  std::vector<std::string> names;
-  for (const OpContract &contract : opContracts())
-    if (contract.id < entries_.size() && entries_[contract.id].run)
-      names.push_back(contract.name);
-  return names;
-}
-
-const CudaKernelTable::Entry *
-CudaKernelTable::find(const std::string &op) const {
-  const OpContract *contract = findOpContract(op);
-  if (!contract || contract->id >= entries_.size() ||
-      !entries_[contract->id].run)
-    return nullptr;
-  return &entries_[contract->id];
-}
 
 const CudaKernelTable &cudaKernels() {
   static const CudaKernelTable table = [] {

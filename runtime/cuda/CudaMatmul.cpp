@@ -15,9 +15,9 @@ public:
 };
 
 GemmMapping mappingOf(const KernelArgs &args) {
+  const MatmulParameters &parameters = parametersOf<MatmulParameters>(args);
   return mapMatmul(args.in(0).shape(), args.in(1).shape(),
-                   args.instruction.flag("transpose_lhs"),
-                   args.instruction.flag("transpose_rhs"));
+                   parameters.transposeLhs, parameters.transposeRhs);
 }
 
 bool empty(const GemmMapping &mapping) {
@@ -56,8 +56,8 @@ Status runMatmul(const KernelArgs &args, CudaContext &context) {
   Tensor &out = args.out(0);
   // A matmul_accumulate adds its product to the step's total after the
   // step's first, which writes it.
-  bool adds =
-      rowOf(args).effects.accumulates && !args.instruction.flag("first");
+  bool adds = rowOf(args).effects.accumulates &&
+              !parametersOf<MatmulParameters>(args).first;
   if (empty(prepared->mapping)) {
     // No products, or sums over nothing: zeros (added to nothing).
     if (!adds)
@@ -76,7 +76,7 @@ Status runMatmul(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerMatmulKernels(CudaKernelTable &table) {
-  table.add({"matmul", "matmul_accumulate"}, runMatmul, prepareMatmul);
+  table.addFamily(OpFamily::Matmul, {runMatmul, prepareMatmul});
 }
 
 } // namespace trellis::runtime::cuda

@@ -9,6 +9,7 @@
 #define TRELLIS_RUNTIME_CUDA_CUDASUPPORT_H
 
 #include "trellis/Runtime/Backend.h"
+#include "trellis/Runtime/KernelRegistry.h"
 
 #include <cuda_runtime_api.h>
 
@@ -118,39 +119,23 @@ using CudaPrepare = StatusOr<std::unique_ptr<PreparedLaunch>> (*)(
 /// all-to-all dispatch's counts), so that a CUDA graph cannot record it.
 using CudaWaitsOnHost = bool (*)(const KernelArgs &args);
 
-/// The backend's kernels by op id; each kernel file registers its ops.
 /// The row of the instruction a kernel runs (found when the plan loaded):
 /// kernels read their member and facts from it.
 inline const OpContract &rowOf(const KernelArgs &args) {
   return args.instruction.row();
 }
 
-class CudaKernelTable {
-public:
-  struct Entry {
-    CudaKernel run = nullptr;
-    CudaPrepare prepare = nullptr;
-    /// Null: never.
-    CudaWaitsOnHost waitsOnHost = nullptr;
-  };
-  void add(std::initializer_list<const char *> ops, CudaKernel run,
-           CudaPrepare prepare = nullptr,
-           CudaWaitsOnHost waitsOnHost = nullptr);
-  /// Registers `run` for every row of `family`: a new member of the family
-  /// needs no registration of its own.
-  void addFamily(OpFamily family, CudaKernel run,
-                 CudaPrepare prepare = nullptr);
-  /// The entry of `op`, or null.
-  const Entry *find(const std::string &op) const;
-  /// The ops with a kernel, in op-id order.
-  std::vector<std::string> ops() const;
-  /// Names registered that are no row of the op table (a typo).
-  const std::vector<std::string> &unknown() const { return unknown_; }
-
-private:
-  std::vector<Entry> entries_;
-  std::vector<std::string> unknown_;
+/// A kernel, what it decides once per instruction (null: nothing), and
+/// whether its host work waits on the step (null: never).
+struct CudaKernelEntry {
+  CudaKernel run = nullptr;
+  CudaPrepare prepare = nullptr;
+  CudaWaitsOnHost waitsOnHost = nullptr;
 };
+
+/// The backend's kernels by op id (KernelRegistry.h); each kernel file
+/// registers the families and members it runs.
+using CudaKernelTable = KernelRegistry<CudaKernelEntry>;
 
 /// Every kernel of the backend.
 const CudaKernelTable &cudaKernels();

@@ -294,15 +294,16 @@ std::optional<AttentionShape> coveredShape(const KernelArgs &args) {
   int64_t dim = qs[3];
   if (dim > 128 || dim % 8 != 0 || qs[1] != ks[1] || qs[0] != ks[0])
     return std::nullopt;
+  const AttentionParameters &parameters =
+      parametersOf<AttentionParameters>(args);
   StatusOr<int64_t> position = shardPosition(args);
-  if (!position.ok() || *position != 0 ||
-      args.instruction.integer("chunks") > 1 ||
-      args.instruction.real("softcap") > 0)
+  if (!position.ok() || *position != 0 || parameters.chunks > 1 ||
+      parameters.softcap > 0)
     return std::nullopt;
-  bool causal = args.instruction.flag("causal", true);
+  bool causal = parameters.causal;
   // A window as long as the sequence masks nothing; without causality the
   // kernels apply none.
-  int64_t window = args.instruction.integer("window");
+  int64_t window = parameters.window;
   if (!causal || window >= qs[1])
     window = 0;
   return AttentionShape{qs[0],
@@ -311,7 +312,7 @@ std::optional<AttentionShape> coveredShape(const KernelArgs &args) {
                         ks[2],
                         dim,
                         causal,
-                        static_cast<float>(args.instruction.real("scale")),
+                        static_cast<float>(parameters.scale),
                         dtype,
                         window};
 }

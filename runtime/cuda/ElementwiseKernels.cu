@@ -156,7 +156,7 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
   cudaStream_t stream = context.stream;
   DType dtype = out.desc().dtype;
   if (row.family == OpFamily::Fill) {
-    float value = static_cast<float>(instruction.real("value"));
+    float value = static_cast<float>(parametersOf<FillParameters>(args).value);
     TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
       using T = decltype(type);
       fillKernel<<<grid.blocks, grid.threads, 0, stream>>>(
@@ -184,7 +184,7 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
     return launched(op);
   }
   if (row.family == OpFamily::Accumulate) {
-    bool first = instruction.flag("first");
+    bool first = parametersOf<AccumulateParameters>(args).first;
     TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
       using T = decltype(type);
       accumulateKernel<<<grid.blocks, grid.threads, 0, stream>>>(
@@ -195,7 +195,8 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
     return launched(op);
   }
   if (row.family == OpFamily::Scale) {
-    float factor = static_cast<float>(instruction.real("factor"));
+    float factor =
+        static_cast<float>(parametersOf<ScaleParameters>(args).factor);
     TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
       using T = decltype(type);
       scaleKernel<<<grid.blocks, grid.threads, 0, stream>>>(
@@ -232,9 +233,9 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
     return launched(op);
   }
   bool gradient = row.family == OpFamily::UnaryGrad;
-  UnaryFunction fn =
-      gradient ? parseUnaryFunction(instruction.text("function").c_str())
-               : row.unaryFunction().value_or(UnaryFunction::Neg);
+  UnaryFunction fn = gradient
+                         ? parametersOf<UnaryGradParameters>(args).function
+                         : row.unaryFunction().value_or(UnaryFunction::Neg);
   TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {
     using T = decltype(type);
     unaryKernel<<<grid.blocks, grid.threads, 0, stream>>>(
@@ -252,7 +253,7 @@ void registerElementwiseKernels(CudaKernelTable &table) {
   for (OpFamily family :
        {OpFamily::Fill, OpFamily::Binary, OpFamily::Unary, OpFamily::UnaryGrad,
         OpFamily::Scale, OpFamily::Cast, OpFamily::Accumulate})
-    table.addFamily(family, runElementwise);
+    table.addFamily(family, {runElementwise});
 }
 
 } // namespace trellis::runtime::cuda

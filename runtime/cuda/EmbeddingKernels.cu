@@ -109,7 +109,7 @@ Status runEmbedding(const KernelArgs &args, CudaContext &context) {
     const Tensor &table = args.in(0), &ids = args.in(1);
     int64_t rows = table.shape()[0], width = table.shape()[1];
     int64_t offset =
-        args.instruction.integer("vocab_offset") + *position * rows;
+        parametersOf<EmbeddingParameters>(args).vocabOffset + *position * rows;
     int64_t count = ids.size() * width;
     if (count == 0)
       return Status::success();
@@ -127,7 +127,7 @@ Status runEmbedding(const KernelArgs &args, CudaContext &context) {
     Tensor &out = args.out(0);
     int64_t rows = out.shape()[0], width = out.shape()[1];
     int64_t offset =
-        args.instruction.integer("vocab_offset") + *position * rows;
+        parametersOf<EmbeddingParameters>(args).vocabOffset + *position * rows;
     // Rows no token reads stay zero; each other element is written once,
     // summed in f32 (a 16-bit table gradient rounded once, as the CPU
     // computes it).
@@ -168,7 +168,7 @@ Status runEmbedding(const KernelArgs &args, CudaContext &context) {
           embeddingGradKernel<<<grid.blocks, grid.threads, 0, stream>>>(
               sortedIds, sortedTokens, static_cast<const T *>(grad.raw()),
               static_cast<W *>(out.raw()), tokens, rows, width, offset,
-              args.instruction.integer("padding_idx", -1));
+              parametersOf<EmbeddingParameters>(args).paddingIndex);
           return Status::success();
         });
       });
@@ -191,7 +191,7 @@ public:
 StatusOr<std::unique_ptr<PreparedLaunch>> prepareRope(const KernelArgs &args,
                                                       CudaContext &) {
   const std::vector<double> &frequencies =
-      args.instruction.reals("frequencies");
+      parametersOf<PositionParameters>(args).frequencies;
   auto prepared = std::make_unique<PreparedRope>();
   int64_t bytes = std::max<size_t>(frequencies.size(), 1) * sizeof(double);
   TRELLIS_CUDA_RETURN_IF_ERROR(
@@ -223,13 +223,15 @@ Status runRope(const KernelArgs &args, CudaContext &context) {
   int64_t count = batch * seq * heads * (dim / 2);
   if (count > 0) {
     LaunchGeometry grid = elementwiseGeometry(count);
-    double sign = args.instruction.flag("inverse") ? -1.0 : 1.0;
+    const PositionParameters &parameters =
+        parametersOf<PositionParameters>(args);
+    double sign = parameters.inverse ? -1.0 : 1.0;
     TRELLIS_RETURN_IF_ERROR(onFloat(in.desc().dtype, [&](auto type) {
       using T = decltype(type);
       ropeKernel<<<grid.blocks, grid.threads, 0, context.stream>>>(
           static_cast<const T *>(in.raw()), static_cast<T *>(args.out(0).raw()),
           prepared->frequencies, batch, seq, heads, dim, *position * seq,
-          seq * shardCount(args), args.instruction.integer("chunks"), sign);
+          seq * shardCount(args), parameters.chunks, sign);
       return Status::success();
     }));
     TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching rope");
@@ -252,7 +254,7 @@ Status runPositions(const KernelArgs &args, CudaContext &context) {
   LaunchGeometry grid = elementwiseGeometry(count);
   positionsKernel<<<grid.blocks, grid.threads, 0, context.stream>>>(
       static_cast<int32_t *>(out.raw()), count, *position * count,
-      count * shardCount(args), args.instruction.integer("chunks"));
+      count * shardCount(args), parametersOf<PositionParameters>(args).chunks);
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching positions");
   return Status::success();
 }
@@ -260,9 +262,9 @@ Status runPositions(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerEmbeddingKernels(CudaKernelTable &table) {
-  table.addFamily(OpFamily::Embedding, runEmbedding);
-  table.add({"rope"}, runRope, prepareRope);
-  table.add({"positions"}, runPositions);
+  table.addFamily(OpFamily::Embedding, {runEmbedding});
+  table.addMember(PositionKind::Rope, {runRope, prepareRope});
+  table.addMember(PositionKind::Positions, {runPositions});
 }
 
 } // namespace trellis::runtime::cuda

@@ -392,7 +392,7 @@ Status launchGroupedMatmul(const KernelArgs &args, const T *lhs, T *out,
   groupedMatmulKernel<T><<<grid, kTileThreads, 0, sorted.stream>>>(
       lhs, static_cast<const T *>(args.in(1).raw()), out, sorted.slots,
       sorted.starts, sorted.tileStarts, sorted.count, depth, width,
-      slotsPerToken, args.instruction.flag("transpose_rhs"));
+      slotsPerToken, parametersOf<ExpertParameters>(args).transposeRhs);
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching expert_matmul");
   return Status::success();
 }
@@ -410,7 +410,7 @@ Status launchGroupedWeightGrad(const KernelArgs &args, const T *lhs,
   groupedWeightGradKernel<T><<<grid, kTileThreads, 0, sorted.stream>>>(
       lhs, grad, static_cast<T *>(args.out(0).raw()), sorted.slots,
       sorted.starts, depth, width, slotsPerToken,
-      args.instruction.flag("transpose_rhs"));
+      parametersOf<ExpertParameters>(args).transposeRhs);
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(),
                                "launching expert_matmul_weight_grad");
   return Status::success();
@@ -715,7 +715,7 @@ Status weightGradExchanged(const KernelArgs &args, CudaContext &context) {
 }
 
 bool dispatchesAllToAll(const KernelArgs &args) {
-  return args.instruction.text("dispatch") == "all_to_all";
+  return parametersOf<ExpertParameters>(args).allToAll;
 }
 
 Status runExpertMatmul(const KernelArgs &args, CudaContext &context) {
@@ -836,7 +836,7 @@ Status runExpertBiasUpdate(const KernelArgs &args, CudaContext &context) {
       static_cast<const float *>(bias.raw()),
       static_cast<const float *>(counts.raw()),
       static_cast<float *>(args.out(0).raw()), bias.size(),
-      args.instruction.real("rate"));
+      parametersOf<ExpertParameters>(args).rate);
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(),
                                "launching expert_bias_update");
   return Status::success();
@@ -845,13 +845,13 @@ Status runExpertBiasUpdate(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerExpertKernels(CudaKernelTable &table) {
-  table.add({"moe_route", "moe_route_grad"}, runRoute);
+  table.addMember(ExpertKind::Route, {runRoute});
   // The all-to-all dispatch reads its exchanged counts on the host.
-  table.add({"expert_matmul"}, runExpertMatmul, nullptr, dispatchesAllToAll);
-  table.add({"expert_matmul_weight_grad"}, runExpertWeightGrad, nullptr,
-            dispatchesAllToAll);
-  table.add({"expert_counts"}, runExpertCounts);
-  table.add({"expert_bias_update"}, runExpertBiasUpdate);
+  table.addMember(ExpertKind::Matmul,
+                  {runExpertMatmul, nullptr, dispatchesAllToAll},
+                  {runExpertWeightGrad, nullptr, dispatchesAllToAll});
+  table.addMember(ExpertKind::Counts, {runExpertCounts});
+  table.addMember(ExpertKind::BiasUpdate, {runExpertBiasUpdate});
 }
 
 } // namespace trellis::runtime::cuda

@@ -298,8 +298,9 @@ StatusOr<FusedProgram> parseProgramOf(const KernelArgs &args) {
   for (size_t i = 0; i < instruction.inputs.size(); ++i)
     types.push_back(args.in(i).desc().dtype);
   FusedProgram program;
-  if (Diagnostic diagnostic =
-          parseFusedProgram(instruction.texts("program"), types, program))
+  if (Diagnostic diagnostic = parseFusedProgram(
+          parametersOf<FusedElementwiseParameters>(args).program, types,
+          program))
     return Status::error(instruction.op + ": " + *diagnostic);
   if (program.resultType() != args.out(0).desc().dtype)
     return Status::error(instruction.op + ": the program computes " +
@@ -525,7 +526,7 @@ StatusOr<std::string> compileFusedSource(const std::string &source, int arch) {
 }
 
 void registerFusedElementwiseKernels(CudaKernelTable &table) {
-  table.add({"fused_elementwise"}, runFused, prepareFused);
+  table.addFamily(OpFamily::FusedElementwise, {runFused, prepareFused});
 }
 
 } // namespace trellis::runtime::cuda

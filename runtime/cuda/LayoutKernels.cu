@@ -82,8 +82,8 @@ Status moveStrided(const Tensor &in, Tensor &out,
 }
 
 Status runLayout(const KernelArgs &args, CudaContext &context) {
-  const Instruction &instruction = args.instruction;
   LayoutKind kind = *rowOf(args).memberAs<LayoutKind>();
+  const LayoutParameters &parameters = parametersOf<LayoutParameters>(args);
   cudaStream_t stream = context.stream;
   Tensor &out = args.out(0);
   const Tensor &in = args.in(0);
@@ -98,13 +98,13 @@ Status runLayout(const KernelArgs &args, CudaContext &context) {
   }
   if (kind == LayoutKind::Transpose) {
     std::vector<int64_t> inStrides = rowMajorStrides(in.shape()), strides;
-    for (int64_t d : instruction.ints("permutation"))
+    for (int64_t d : parameters.permutation)
       strides.push_back(inStrides[d]);
     return moveStrided(in, out, out.shape(), strides, 0, true, stream);
   }
   if (kind == LayoutKind::Slice) {
     std::vector<int64_t> strides = rowMajorStrides(in.shape());
-    const std::vector<int64_t> &offsets = instruction.ints("offsets");
+    const std::vector<int64_t> &offsets = parameters.offsets;
     int64_t base = 0;
     for (size_t d = 0; d < offsets.size(); ++d)
       base += offsets[d] * strides[d];
@@ -115,17 +115,17 @@ Status runLayout(const KernelArgs &args, CudaContext &context) {
     TRELLIS_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(out.raw(), 0, out.bytes(), stream), "zeroing a pad");
     std::vector<int64_t> outStrides = rowMajorStrides(out.shape());
-    const std::vector<int64_t> &low = instruction.ints("low");
+    const std::vector<int64_t> &low = parameters.low;
     int64_t base = 0;
     for (size_t d = 0; d < low.size(); ++d)
       base += low[d] * outStrides[d];
     return moveStrided(in, out, in.shape(), outStrides, base, false, stream);
   }
   if (kind == LayoutKind::Concat) {
-    int64_t dim = instruction.integer("dim");
+    int64_t dim = parameters.dim;
     std::vector<int64_t> outStrides = rowMajorStrides(out.shape());
     int64_t offset = 0;
-    for (size_t i = 0; i < instruction.inputs.size(); ++i) {
+    for (size_t i = 0; i < args.instruction.inputs.size(); ++i) {
       const Tensor &piece = args.in(i);
       TRELLIS_RETURN_IF_ERROR(moveStrided(piece, out, piece.shape(), outStrides,
                                           offset * outStrides[dim], false,
@@ -143,8 +143,7 @@ Status runLayout(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerLayoutKernels(CudaKernelTable &table) {
-  table.addFamily(OpFamily::Layout,
-            runLayout);
+  table.addFamily(OpFamily::Layout, {runLayout});
 }
 
 } // namespace trellis::runtime::cuda

@@ -104,17 +104,18 @@ __global__ void optimizerKernel(const DeviceUpdate *updates,
 }
 
 DeviceUpdate describe(const KernelArgs &args) {
-  const Instruction &instruction = args.instruction;
+  const OptimizerParameters &parameters =
+      parametersOf<OptimizerParameters>(args);
   DeviceUpdate u{};
   u.sgd = rowOf(args).memberAs<OptimizerKind>() == OptimizerKind::Sgd;
-  u.lr = instruction.real("learning_rate");
-  u.decay = instruction.real("weight_decay");
+  u.lr = parameters.learningRate;
+  u.decay = parameters.weightDecay;
   u.param = static_cast<const float *>(args.in(0).raw());
   u.grad = static_cast<const float *>(args.in(1).raw());
   u.newParam = static_cast<float *>(args.out(0).raw());
   u.n = args.in(0).size();
   const OpContract &contract = rowOf(args);
-  if (contract.hasGradientScale(instruction.inputs.size()))
+  if (contract.hasGradientScale(args.instruction.inputs.size()))
     u.gradScale = static_cast<const float *>(
         args.in(contract.effects.gradientScaleOperand).raw());
   if (u.sgd)
@@ -124,16 +125,14 @@ DeviceUpdate describe(const KernelArgs &args) {
   u.step = static_cast<const float *>(args.in(4).raw());
   u.newM = static_cast<float *>(args.out(1).raw());
   u.newV = static_cast<float *>(args.out(2).raw());
-  u.beta1 = instruction.real("beta1");
-  u.beta2 = instruction.real("beta2");
-  u.epsilon = instruction.real("epsilon");
+  u.beta1 = parameters.beta1;
+  u.beta2 = parameters.beta2;
+  u.epsilon = parameters.epsilon;
   // (The plan loader checked the schedule against the op table's row.)
-  if (instruction.attrs.count("lr_schedule"))
-    if (std::optional<LrSchedule> schedule =
-            lrScheduleFromAttributes(instruction)) {
-      u.scheduled = true;
-      u.schedule = *schedule;
-    }
+  if (parameters.schedule) {
+    u.scheduled = true;
+    u.schedule = *parameters.schedule;
+  }
   return u;
 }
 
@@ -229,7 +228,7 @@ Status runOptimizer(const KernelArgs &args, CudaContext &context) {
 }
 
 void registerOptimizerKernels(CudaKernelTable &table) {
-  table.addFamily(OpFamily::Optimizer, runOptimizer, prepareUpdate);
+  table.addFamily(OpFamily::Optimizer, {runOptimizer, prepareUpdate});
 }
 
 } // namespace trellis::runtime::cuda

@@ -152,7 +152,8 @@ Status runReduceDims(const KernelArgs &args, CudaContext &context) {
   const Tensor &in = args.in(0);
   Tensor &out = args.out(0);
   const std::vector<int64_t> &shape = in.shape();
-  std::vector<int64_t> dims = args.instruction.ints("dims");
+  const std::vector<int64_t> &dims =
+      parametersOf<ReductionParameters>(args).dims;
   std::vector<bool> reduced(shape.size(), false);
   for (int64_t d : dims)
     reduced[d < 0 ? d + static_cast<int64_t>(shape.size()) : d] = true;
@@ -233,7 +234,7 @@ int kindCode(ReduceKind kind) {
 } // namespace
 
 void registerReductionKernels(CudaKernelTable &table) {
-  table.addFamily(OpFamily::Reduction, runReduceDims);
+  table.addFamily(OpFamily::Reduction, {runReduceDims});
 }
 
 Status launchReduceElements(DType dtype, ReduceKind kind, void *target,

@@ -248,7 +248,7 @@ Status runRows(const KernelArgs &args, CudaContext &context) {
     TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
     return Status::success();
   }
-  double epsilon = args.instruction.real("epsilon");
+  double epsilon = parametersOf<NormParameters>(args).epsilon;
   // Layer norm centers the rows and adds a bias; RMS norm does neither.
   // Every kind is named: a new one fails to compile until it has a case.
   bool layer = false;
@@ -317,8 +317,8 @@ Status runRows(const KernelArgs &args, CudaContext &context) {
 } // namespace
 
 void registerRowKernels(CudaKernelTable &table) {
-  table.addFamily(OpFamily::Rowwise, runRows);
-  table.addFamily(OpFamily::Norm, runRows);
+  table.addFamily(OpFamily::Rowwise, {runRows});
+  table.addFamily(OpFamily::Norm, {runRows});
 }
 
 } // namespace trellis::runtime::cuda

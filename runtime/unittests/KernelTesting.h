@@ -25,53 +25,20 @@
 
 namespace trellis::runtime::testing {
 
-inline AttrValue real(double value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Real;
-  attr.real = value;
-  return attr;
-}
-
-inline AttrValue integer(int64_t value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Int;
-  attr.integer = value;
-  return attr;
-}
-
+inline AttrValue real(double value) { return AttrValue::ofReal(value); }
+inline AttrValue integer(int64_t value) { return AttrValue::ofInt(value); }
 inline AttrValue integers(std::vector<int64_t> values) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Ints;
-  attr.ints = std::move(values);
-  return attr;
+  return AttrValue::ofInts(std::move(values));
 }
-
 inline AttrValue reals(std::vector<double> values) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Reals;
-  attr.reals = std::move(values);
-  return attr;
+  return AttrValue::ofReals(std::move(values));
 }
-
-inline AttrValue flag(bool value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Bool;
-  attr.flag = value;
-  return attr;
-}
-
+inline AttrValue flag(bool value) { return AttrValue::ofBool(value); }
 inline AttrValue text(const std::string &value) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::String;
-  attr.text = value;
-  return attr;
+  return AttrValue::ofString(value);
 }
-
 inline AttrValue texts(std::vector<std::string> values) {
-  AttrValue attr;
-  attr.kind = AttrValue::Kind::Strings;
-  attr.texts = std::move(values);
-  return attr;
+  return AttrValue::ofStrings(std::move(values));
 }
 
 /// The names of every registered backend.

@@ -34,10 +34,12 @@ TEST(TrellisContractTest, EveryCollectiveIsACollectiveRow) {
     ASSERT_NE(contract, nullptr) << "trellis." << op << " has no row";
     EXPECT_TRUE(contract->collective) << op;
   }
-  for (const trellis::OpContract &contract : trellis::opContracts())
-    if (contract.collective)
+  for (const trellis::OpContract &contract : trellis::opContracts()) {
+    if (contract.collective) {
       EXPECT_TRUE(collectives.count(contract.name))
           << "row '" << contract.name << "' has no trellis op";
+    }
+  }
 }
 
 } // namespace

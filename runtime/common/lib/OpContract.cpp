@@ -68,6 +68,55 @@ std::string formatShape(const std::vector<int64_t> &shape) {
   return text + "]";
 }
 
+AttrValue AttrValue::ofBool(bool value) {
+  AttrValue attr;
+  attr.kind = Kind::Bool;
+  attr.flag = value;
+  return attr;
+}
+
+AttrValue AttrValue::ofInt(int64_t value) {
+  AttrValue attr;
+  attr.kind = Kind::Int;
+  attr.integer = value;
+  return attr;
+}
+
+AttrValue AttrValue::ofReal(double value) {
+  AttrValue attr;
+  attr.kind = Kind::Real;
+  attr.real = value;
+  return attr;
+}
+
+AttrValue AttrValue::ofInts(std::vector<int64_t> values) {
+  AttrValue attr;
+  attr.kind = Kind::Ints;
+  attr.ints = std::move(values);
+  return attr;
+}
+
+AttrValue AttrValue::ofReals(std::vector<double> values) {
+  AttrValue attr;
+  attr.kind = Kind::Reals;
+  attr.reals = std::move(values);
+  return attr;
+}
+
+AttrValue AttrValue::ofString(std::string value) {
+  AttrValue attr;
+  attr.kind = Kind::String;
+  attr.text = std::move(value);
+  return attr;
+}
+
+AttrValue AttrValue::ofStrings(std::vector<std::string> values) {
+  AttrValue attr;
+  attr.kind = Kind::Strings;
+  attr.texts = std::move(values);
+  return attr;
+}
+
 bool AttrValue::hasKind(Kind expected) const {
   if (kind == expected)
     return true;
@@ -213,6 +262,14 @@ std::string OpContract::operandCountText() const {
   for (size_t count = required + 1; count <= operands.size(); ++count)
     text += (count == operands.size() ? " or " : ", ") + std::to_string(count);
   return text;
+}
+
+OpParameters decodeParameters(const OpContract &contract,
+                              const AttrMap &attrs) {
+  if (!contract.parameters)
+    return std::monostate();
+  static const std::vector<TensorType> noOperands;
+  return contract.parameters(OpInstance(noOperands, attrs));
 }
 
 Diagnostic inferResults(const OpContract &contract, const OpInstance &instance,

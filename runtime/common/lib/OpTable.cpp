@@ -77,6 +77,7 @@ Row TableBuilder::add(const std::string &name,
   contract->attrs = std::move(attrs);
   contract->rule = std::move(rule);
   contract->family = family_;
+  contract->parameters = parameters_;
   contract->computeClass = family_ == OpFamily::Matmul ? ComputeClass::Gemm
                            : family_ == OpFamily::Attention
                                ? ComputeClass::Attention

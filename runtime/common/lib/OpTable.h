@@ -31,6 +31,7 @@ using ShapeRule =
     std::function<Diagnostic(const OpInstance &, std::vector<TensorType> &)>;
 using FactorRule = std::function<ShardingRule(const OpInstance &)>;
 using CostRule = std::function<OpCost(const OpInstance &)>;
+using ParameterDecoder = OpParameters (*)(const OpInstance &);
 
 /// Returns the diagnostic of `expr` if it has one.
 #define TRELLIS_CHECK(expr)                                                    \
@@ -69,8 +70,12 @@ private:
 class TableBuilder {
 public:
   /// The family of the rows added next (every row file opens each of its
-  /// families with it).
-  void family(OpFamily family) { family_ = family; }
+  /// families with it), and how they decode their parameters
+  /// (OpContract::parameters; null: they read none).
+  void family(OpFamily family, ParameterDecoder parameters = nullptr) {
+    family_ = family;
+    parameters_ = parameters;
+  }
   /// Adds a compute op of the current family; its cost defaults to one
   /// flop per result element, its compute class to the family's (matmul:
   /// gemm, attention: attention, else memory-bound).
@@ -90,6 +95,7 @@ private:
   /// Stable addresses while rows are written.
   std::vector<std::unique_ptr<OpContract>> rows_;
   OpFamily family_ = OpFamily::Fill;
+  ParameterDecoder parameters_ = nullptr;
 };
 
 /// The families, one file each.

@@ -106,9 +106,11 @@ allocateBuffers(Device &device, const std::vector<BufferDesc> &descs) {
 
 /// Seconds one launch of `instruction` over buffers of `descs` takes (the
 /// instruction's ids index `descs`).
-StatusOr<double> timeInstruction(Device &device, const Instruction &instruction,
+StatusOr<double> timeInstruction(Device &device, Instruction instruction,
                                  const std::vector<BufferDesc> &descs,
                                  double minSeconds, int trials) {
+  // Resolved once, as a loaded plan's are: launches then decode nothing.
+  instruction.resolve();
   StatusOr<InstructionBuffers> buffers = allocateBuffers(device, descs);
   if (!buffers.ok())
     return buffers.status();
@@ -356,8 +358,10 @@ Status measurePlanKernels(Device &device, const CalibrationOptions &options,
       // A product with a weight (its rows folded together, as the cost
       // query prices it) or a weight's gradient (x^T dy over 2-D rows).
       const Tensor &rhs = entry.buffers[instruction.inputs[1]];
-      bool transposeLhs = instruction.flag("transpose_lhs"),
-           transposeRhs = instruction.flag("transpose_rhs");
+      const MatmulParameters &parameters =
+          *instruction.parametersAs<MatmulParameters>();
+      bool transposeLhs = parameters.transposeLhs,
+           transposeRhs = parameters.transposeRhs;
       if (rhs.shape().size() == 2 && figures.gemm.count(dtype) &&
           (!transposeLhs || lhs.shape().size() == 2)) {
         double k = static_cast<double>(rhs.shape()[transposeRhs ? 1 : 0]);
@@ -369,8 +373,9 @@ Status measurePlanKernels(Device &device, const CalibrationOptions &options,
     }
     double bytes = static_cast<double>(cost.bytesRead + cost.bytesWritten);
     double roofline;
-    if (op.rfind("attention", 0) == 0) {
-      bool causal = instruction.flag("causal");
+    if (row.family == OpFamily::Attention) {
+      // Attention is causal unless its instance says otherwise.
+      bool causal = instruction.parametersAs<AttentionParameters>()->causal;
       roofline =
           (causal ? cost.flops / 2 : cost.flops) / peakOf(figures, dtype);
     } else {

@@ -92,26 +92,17 @@ StatusOr<double> timeCollective(Device &device, Communicator &comm,
   instruction.op = kind;
   instruction.inputs = {0};
   instruction.outputs = {1};
-  auto integer = [](int64_t value) {
-    AttrValue attr;
-    attr.kind = AttrValue::Kind::Int;
-    attr.integer = value;
-    attr.real = static_cast<double>(value);
-    return attr;
-  };
-  AttrValue sum;
-  sum.kind = AttrValue::Kind::String;
-  sum.text = "sum";
   BufferDesc input{{kind == "all_gather" ? piece : whole}, DType::F32};
   BufferDesc output{{kind == "reduce_scatter" ? piece : whole}, DType::F32};
   if (kind == "all_to_all") {
-    instruction.attrs["split_dim"] = integer(0);
-    instruction.attrs["concat_dim"] = integer(0);
+    instruction.attrs["split_dim"] = AttrValue::ofInt(0);
+    instruction.attrs["concat_dim"] = AttrValue::ofInt(0);
   } else {
-    instruction.attrs["dim"] = integer(0);
+    instruction.attrs["dim"] = AttrValue::ofInt(0);
   }
   if (kind == "reduce_scatter")
-    instruction.attrs["kind"] = sum;
+    instruction.attrs["kind"] = AttrValue::ofString("sum");
+  instruction.resolve();
   std::vector<std::unique_ptr<DeviceAllocation>> memory;
   std::vector<Tensor> tensors;
   for (const BufferDesc &desc : {input, output}) {
@@ -165,6 +156,7 @@ StatusOr<double> measureOverlap(Device &device, Communicator &comm,
   matmul.op = "matmul";
   matmul.inputs = {0, 1};
   matmul.outputs = {2};
+  matmul.resolve();
   AxisList none, all{0};
   KernelArgs args{matmul, BufferTable(tensors), none};
   void *data = (*buffer)->data();

@@ -63,12 +63,6 @@ Status unpack(CollectiveMemory &memory, const char *packed, int64_t dim,
   return Status::success();
 }
 
-ReduceKind parseKind(const std::string &kind) {
-  return kind == "max"   ? ReduceKind::Max
-         : kind == "min" ? ReduceKind::Min
-                         : ReduceKind::Sum;
-}
-
 /// A plain copy of a whole tensor's bytes.
 Status copyTensor(CollectiveMemory &memory, Tensor &target,
                   const Tensor &source) {
@@ -82,6 +76,8 @@ Status runCollective(const KernelArgs &args, CollectiveMemory &memory) {
   const std::string &op = instruction.op;
   // Validation admits collectives of the table alone.
   CollectiveKind collective = *instruction.row().collectiveKind();
+  const CollectiveParameters &parameters =
+      parametersOf<CollectiveParameters>(args);
   const AxisList &axes = args.axes;
   Communicator *comm = args.comm;
   const Tensor *in = instruction.inputs.empty() ? nullptr : &args.in(0);
@@ -97,28 +93,26 @@ Status runCollective(const KernelArgs &args, CollectiveMemory &memory) {
   if (collective == CollectiveKind::AllReduce) {
     TRELLIS_RETURN_IF_ERROR(copyTensor(memory, *out, *in));
     return comm->allReduce(axes, out->raw(), out->size(), dtype,
-                           parseKind(instruction.text("kind")));
+                           parameters.kind);
   }
   if (collective == CollectiveKind::Broadcast) {
     TRELLIS_RETURN_IF_ERROR(copyTensor(memory, *out, *in));
     return comm->broadcast(axes, out->raw(), out->size(), dtype,
-                           instruction.integer("root"));
+                           parameters.root);
   }
   if (collective == CollectiveKind::CollectivePermute)
     return comm->permute(axes, in->raw(), out->raw(), in->size(), dtype,
-                         instruction.integer("shift"));
+                         parameters.shift);
   if (collective == CollectiveKind::Send)
-    return comm->send(axes, in->raw(), in->size(), dtype,
-                      instruction.integer("peer"),
-                      instruction.integer("channel"));
+    return comm->send(axes, in->raw(), in->size(), dtype, parameters.peer,
+                      parameters.channel);
   if (collective == CollectiveKind::Recv)
-    return comm->recv(axes, out->raw(), out->size(), dtype,
-                      instruction.integer("peer"),
-                      instruction.integer("channel"));
+    return comm->recv(axes, out->raw(), out->size(), dtype, parameters.peer,
+                      parameters.channel);
 
   if (collective == CollectiveKind::SliceShard) {
     // This rank's piece along dim: no communication.
-    int64_t dim = instruction.integer("dim");
+    int64_t dim = parameters.dim;
     StatusOr<std::unique_ptr<DeviceAllocation>> packed = scratch(in->bytes());
     if (!packed.ok())
       return packed.status();
@@ -137,7 +131,7 @@ Status runCollective(const KernelArgs &args, CollectiveMemory &memory) {
     char *pieces = static_cast<char *>((*gathered)->data());
     TRELLIS_RETURN_IF_ERROR(
         comm->allGather(axes, in->raw(), pieces, in->size(), dtype));
-    return unpack(memory, pieces, instruction.integer("dim"), group, *out);
+    return unpack(memory, pieces, parameters.dim, group, *out);
   }
   StatusOr<std::unique_ptr<DeviceAllocation>> packed = scratch(in->bytes());
   StatusOr<std::unique_ptr<DeviceAllocation>> received = scratch(in->bytes());
@@ -150,11 +144,10 @@ Status runCollective(const KernelArgs &args, CollectiveMemory &memory) {
   if (collective == CollectiveKind::ReduceScatter) {
     // All-to-all of the pieces, then a reduction in group order: the same
     // traffic as a reduce-scatter, and every member sums alike.
-    TRELLIS_RETURN_IF_ERROR(
-        pack(memory, *in, instruction.integer("dim"), group, sent));
+    TRELLIS_RETURN_IF_ERROR(pack(memory, *in, parameters.dim, group, sent));
     TRELLIS_RETURN_IF_ERROR(
         comm->allToAll(axes, sent, pieces, out->size(), dtype));
-    ReduceKind kind = parseKind(instruction.text("kind"));
+    ReduceKind kind = parameters.kind;
     TRELLIS_RETURN_IF_ERROR(
         memory.copyRows(out->raw(), 0, pieces, 0, out->bytes(), 1));
     for (int64_t member = 1; member < group; ++member)
@@ -165,11 +158,10 @@ Status runCollective(const KernelArgs &args, CollectiveMemory &memory) {
   }
   // all_to_all: split along split_dim, exchange, concatenate along
   // concat_dim.
-  TRELLIS_RETURN_IF_ERROR(
-      pack(memory, *in, instruction.integer("split_dim"), group, sent));
+  TRELLIS_RETURN_IF_ERROR(pack(memory, *in, parameters.splitDim, group, sent));
   TRELLIS_RETURN_IF_ERROR(comm->allToAll(
       axes, sent, pieces, in->size() / std::max<int64_t>(group, 1), dtype));
-  return unpack(memory, pieces, instruction.integer("concat_dim"), group, *out);
+  return unpack(memory, pieces, parameters.concatDim, group, *out);
 }
 
 } // namespace trellis::runtime

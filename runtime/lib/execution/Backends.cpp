@@ -13,6 +13,9 @@
 #include "../cuda/CudaBackend.h"
 #endif
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace trellis::runtime {
 
 StatusOr<int64_t> shardPosition(const KernelArgs &args) {
@@ -34,21 +37,24 @@ StatusOr<int64_t> ringSourcePosition(const KernelArgs &args) {
   if (!position.ok())
     return position.status();
   int64_t ranks = shardCount(args);
-  int64_t shift = args.instruction.integer("shift");
+  int64_t shift = parametersOf<AttentionParameters>(args).shift;
   return ((*position - shift) % ranks + ranks) % ranks;
 }
 
 ExpertRouting expertRouting(const KernelArgs &args) {
-  const Instruction &instruction = args.instruction;
-  ExpertRouting routing;
+  ExpertRouting routing = parametersOf<ExpertParameters>(args).routing;
   routing.experts = args.in(0).shape().back();
-  routing.topK = instruction.integer("top_k");
-  routing.sigmoid = instruction.text("scoring") == "sigmoid";
-  routing.normalize = instruction.flag("normalize");
-  routing.scaling = instruction.real("scaling", 1.0);
-  routing.groups = instruction.integer("groups");
-  routing.topGroups = instruction.integer("top_groups");
   return routing;
+}
+
+void abortOnParameters(const Instruction &instruction, const char *wanted) {
+  std::fprintf(stderr,
+               "trellis: internal error: a kernel read the parameters of '%s' "
+               "as %s, but they are %s\n",
+               instruction.op.c_str(), wanted,
+               instruction.parameters ? "another family's"
+                                      : "not decoded (unresolved)");
+  std::abort();
 }
 
 StatusOr<int64_t>

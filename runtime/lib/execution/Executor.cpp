@@ -430,8 +430,10 @@ Status Executor::runTimeline(const std::vector<bool> *only, bool recording) {
         break;
     }
     if (isPointToPoint(instruction) && communicator_) {
-      int64_t peer = instruction.integer("peer");
-      int64_t channel = instruction.integer("channel");
+      const CollectiveParameters &transfer =
+          *instruction.parametersAs<CollectiveParameters>();
+      int64_t peer = transfer.peer;
+      int64_t channel = transfer.channel;
       bool sending = isSend(instruction);
       Tensor &buffer =
           sending ? buffers_[entry.inputs[0]] : buffers_[entry.outputs[0]];

@@ -57,6 +57,13 @@ const std::string kNoText;
 
 } // namespace
 
+void Instruction::resolve() {
+  contract = findOpContract(op);
+  parameters = contract ? std::make_shared<const OpParameters>(
+                              decodeParameters(*contract, attrs))
+                        : nullptr;
+}
+
 bool Instruction::flag(const std::string &name, bool fallback) const {
   const AttrValue *value = findAttr(*this, name);
   return value && value->kind == AttrValue::Kind::Bool ? value->flag : fallback;
@@ -247,8 +254,10 @@ plannedTimeline(const Plan &plan, int64_t stage,
         planned.contract, planned.overAxes,
         [&](const std::string &name) { return instruction.text(name); });
     if (isPointToPoint(instruction)) {
-      planned.channel = instruction.integer("channel");
-      planned.peer = instruction.integer("peer");
+      const CollectiveParameters &transfer =
+          *instruction.parametersAs<CollectiveParameters>();
+      planned.channel = transfer.channel;
+      planned.peer = transfer.peer;
     }
     if (i < completions.size())
       planned.completesAt = completions[i];

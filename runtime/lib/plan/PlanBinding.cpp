@@ -115,19 +115,19 @@ Status PlanReader::bindStage(int64_t index) {
       }
       // The step's first add into a total writes it; later ones add.
       if (accumulates(instruction)) {
-        AttrValue firstAdd;
-        firstAdd.kind = AttrValue::Kind::Bool;
-        firstAdd.flag =
+        bool firstAdd =
             accumulated.insert(bufferFor(instruction.outputs[0], mb)).second;
-        if (firstAdd.flag != instruction.flag("first")) {
+        if (firstAdd != instruction.flag("first")) {
           if (!amends)
             amended = instruction;
           amends = true;
-          amended.attrs["first"] = firstAdd;
+          amended.attrs["first"] = AttrValue::ofBool(firstAdd);
         }
       }
-      if (amends)
+      if (amends) {
+        amended.resolve();
         action.amended.emplace_back(i, std::move(amended));
+      }
     }
     out.schedule.push_back(std::move(action));
   }

@@ -608,7 +608,7 @@ Status PlanReader::readInstructions(const json &program,
     TRELLIS_RETURN_IF_ERROR(
         validateInstruction(instruction, plan_.buffers, axes, planMesh(plan_))
             .withContext(at));
-    instruction.contract = findOpContract(instruction.op);
+    instruction.resolve();
     into.instructions.push_back(std::move(instruction));
     into.instructionAxes.push_back(std::move(axes));
   }

@@ -44,26 +44,11 @@ private:
   AttrMap attrs_;
 };
 
-AttrValue flag(bool value) {
-  AttrValue attr;
-  attr.kind = AttrKind::Bool;
-  attr.flag = value;
-  return attr;
-}
-
+AttrValue flag(bool value) { return AttrValue::ofBool(value); }
 AttrValue ints(std::vector<int64_t> values) {
-  AttrValue attr;
-  attr.kind = AttrKind::Ints;
-  attr.ints = std::move(values);
-  return attr;
+  return AttrValue::ofInts(std::move(values));
 }
-
-AttrValue real(double value) {
-  AttrValue attr;
-  attr.kind = AttrKind::Real;
-  attr.real = value;
-  return attr;
-}
+AttrValue real(double value) { return AttrValue::ofReal(value); }
 
 TEST(OpTableTest, MatmulSplitsRowsAndColumnsAndReducesTheContraction) {
   Instance plain("matmul", {f32({8, 16}), f32({16, 32})});

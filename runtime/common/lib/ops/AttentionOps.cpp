@@ -163,6 +163,17 @@ CostRule attentionCost(double products) {
   };
 }
 
+OpParameters attentionParameters(const OpInstance &op) {
+  AttentionParameters parameters;
+  parameters.scale = op.real("scale");
+  parameters.causal = !op.has("causal") || op.flag("causal");
+  parameters.window = op.integer("window");
+  parameters.softcap = op.real("softcap");
+  parameters.chunks = op.integer("chunks");
+  parameters.shift = op.integer("shift");
+  return parameters;
+}
+
 } // namespace
 
 void addAttentionOps(TableBuilder &table) {
@@ -173,7 +184,7 @@ void addAttentionOps(TableBuilder &table) {
                                        kChunks,
                                        {"window", K::Int, false},
                                        {"softcap", K::Real, false}};
-  table.family(OpFamily::Attention);
+  table.family(OpFamily::Attention, attentionParameters);
   table
       .add("attention", {{"query"}, {"key"}, {"value"}}, 1, attrs,
            [](const OpInstance &op, Results &out) -> Diagnostic {

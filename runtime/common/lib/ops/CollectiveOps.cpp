@@ -64,10 +64,29 @@ Diagnostic splitRule(const OpInstance &op, Results &out) {
   return std::nullopt;
 }
 
+OpParameters collectiveParameters(const OpInstance &op) {
+  CollectiveParameters parameters;
+  std::string kind = op.text("kind");
+  parameters.kind = kind == "max"   ? ReduceKind::Max
+                    : kind == "min" ? ReduceKind::Min
+                                    : ReduceKind::Sum;
+  parameters.dim = op.integer("dim");
+  parameters.splitDim = op.integer("split_dim");
+  parameters.concatDim = op.integer("concat_dim");
+  parameters.root = op.integer("root");
+  parameters.shift = op.integer("shift");
+  parameters.peer = op.integer("peer");
+  parameters.channel = op.integer("channel");
+  return parameters;
+}
+
 } // namespace
 
 void addCollectiveOps(TableBuilder &table) {
   using K = AttrKind;
+  // addCollective sets each row's family (collective or point-to-point)
+  // from its kind; both read the same parameters.
+  table.family(OpFamily::Collective, collectiveParameters);
   table.addCollective("all_reduce", {kInput}, 1, {{"kind", K::String, true}},
                       [](const OpInstance &op, Results &out) -> Diagnostic {
                         TRELLIS_CHECK(checkReduceKind(op));

@@ -213,11 +213,26 @@ std::vector<int64_t> slotFactors(const ExpertFactors &f, int64_t last = -2) {
   return factors;
 }
 
+OpParameters expertParameters(const OpInstance &op) {
+  ExpertParameters parameters;
+  ExpertRouting &routing = parameters.routing;
+  routing.topK = op.integer("top_k");
+  routing.sigmoid = op.text("scoring") == "sigmoid";
+  routing.normalize = op.flag("normalize");
+  routing.scaling = op.has("scaling") ? op.real("scaling") : 1.0;
+  routing.groups = op.integer("groups");
+  routing.topGroups = op.integer("top_groups");
+  parameters.transposeRhs = op.flag("transpose_rhs");
+  parameters.allToAll = op.text("dispatch") == "all_to_all";
+  parameters.rate = op.real("rate");
+  return parameters;
+}
+
 } // namespace
 
 void addExpertOps(TableBuilder &table) {
   using K = AttrKind;
-  table.family(OpFamily::Expert);
+  table.family(OpFamily::Expert, expertParameters);
   // The router: scores from logits (softmax over the experts, or each
   // logit's sigmoid), the top_k highest (ties to the lower expert index)
   // in descending order, their scores as weights (renormalized to sum to

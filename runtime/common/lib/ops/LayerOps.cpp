@@ -188,11 +188,44 @@ OpCost crossEntropyCost(const OpInstance &op) {
   return cost;
 }
 
+OpParameters matmulParameters(const OpInstance &op) {
+  MatmulParameters parameters;
+  parameters.transposeLhs = op.flag("transpose_lhs");
+  parameters.transposeRhs = op.flag("transpose_rhs");
+  parameters.f32Result = op.flag("f32_result");
+  parameters.first = op.flag("first");
+  return parameters;
+}
+
+OpParameters normParameters(const OpInstance &op) {
+  return NormParameters{op.real("epsilon")};
+}
+
+OpParameters embeddingParameters(const OpInstance &op) {
+  EmbeddingParameters parameters;
+  parameters.vocabOffset = op.integer("vocab_offset");
+  if (op.has("padding_idx"))
+    parameters.paddingIndex = op.integer("padding_idx");
+  return parameters;
+}
+
+OpParameters positionParameters(const OpInstance &op) {
+  PositionParameters parameters;
+  parameters.frequencies = op.reals("frequencies");
+  parameters.inverse = op.flag("inverse");
+  parameters.chunks = op.integer("chunks");
+  return parameters;
+}
+
+OpParameters lossParameters(const OpInstance &op) {
+  return LossParameters{op.integer("normalizer")};
+}
+
 } // namespace
 
 void addLayerOps(TableBuilder &table) {
   using K = AttrKind;
-  table.family(OpFamily::Matmul);
+  table.family(OpFamily::Matmul, matmulParameters);
   table
       .add("matmul", {{"lhs"}, {"rhs"}}, 1,
            {{"transpose_lhs", K::Bool, false},
@@ -246,13 +279,13 @@ void addLayerOps(TableBuilder &table) {
       .factors(rowwiseFactors)
       .flopsPerElement(4);
 
-  table.family(OpFamily::Norm);
+  table.family(OpFamily::Norm, normParameters);
   addNorm(table, "layer_norm", NormKind::Layer, /*hasBias=*/true, 8, 12);
   addNorm(table, "rms_norm", NormKind::Rms, /*hasBias=*/false, 5, 9);
 
   // Splitting the vocabulary leaves the lookup partial: each shard fills
   // the rows it holds and zeros elsewhere. It reads only the selected rows.
-  table.family(OpFamily::Embedding);
+  table.family(OpFamily::Embedding, embeddingParameters);
   table
       .add("embedding", {{"table"}, {"ids", OperandKind::Index}}, 1,
            {{"vocab_offset", K::Int, false},
@@ -332,7 +365,7 @@ void addLayerOps(TableBuilder &table) {
 
   // The angle depends on the absolute position: a piece of the sequence
   // knows its offset from its place (the compiler's localizeAttributes).
-  table.family(OpFamily::Position);
+  table.family(OpFamily::Position, positionParameters);
   table
       .add("rope", {kInput}, 1,
            {{"frequencies", K::Reals, true},
@@ -386,7 +419,7 @@ void addLayerOps(TableBuilder &table) {
   // count); fp32 inside, from logits of any float dtype.
   OpEffects combinesOverAxes;
   combinesOverAxes.reducesOverAxes = true;
-  table.family(OpFamily::Loss);
+  table.family(OpFamily::Loss, lossParameters);
   table
       .add("cross_entropy", {{"logits"}, {"targets", OperandKind::Index}}, 1,
            {{"normalizer", K::Int, false}, kOptionalAxes},

@@ -48,11 +48,22 @@ CostRule perParameterElement(double flops) {
   };
 }
 
+OpParameters optimizerParameters(const OpInstance &op) {
+  OptimizerParameters parameters;
+  parameters.learningRate = op.real("learning_rate");
+  parameters.weightDecay = op.real("weight_decay");
+  parameters.beta1 = op.real("beta1");
+  parameters.beta2 = op.real("beta2");
+  parameters.epsilon = op.real("epsilon");
+  parameters.schedule = lrScheduleFromAttributes(op);
+  return parameters;
+}
+
 } // namespace
 
 void addOptimizerOps(TableBuilder &table) {
   using K = AttrKind;
-  table.family(OpFamily::Optimizer);
+  table.family(OpFamily::Optimizer, optimizerParameters);
   OpEffects adamw;
   adamw.replaces = {0, 2, 3}; // param, first_moment, second_moment
   adamw.gradientOperand = 1;

@@ -31,11 +31,31 @@ ShardingRule linearElementwiseFactors(const OpInstance &op) {
   return rule;
 }
 
+OpParameters fillParameters(const OpInstance &op) {
+  return FillParameters{op.real("value")};
+}
+
+OpParameters unaryGradParameters(const OpInstance &op) {
+  return UnaryGradParameters{parseUnaryFunction(op.text("function").c_str())};
+}
+
+OpParameters scaleParameters(const OpInstance &op) {
+  return ScaleParameters{op.real("factor")};
+}
+
+OpParameters accumulateParameters(const OpInstance &op) {
+  return AccumulateParameters{op.flag("first")};
+}
+
+OpParameters fusedElementwiseParameters(const OpInstance &op) {
+  return FusedElementwiseParameters{op.texts("program")};
+}
+
 } // namespace
 
 void addPointwiseOps(TableBuilder &table) {
   using K = AttrKind;
-  table.family(OpFamily::Fill);
+  table.family(OpFamily::Fill, fillParameters);
   table
       .add("fill", {}, 1, {{"shape", K::Ints, true}, {"value", K::Real, true}},
            [](const OpInstance &op, Results &out) -> Diagnostic {
@@ -70,7 +90,7 @@ void addPointwiseOps(TableBuilder &table) {
                                          : elementwiseFactors)
         .member(static_cast<int>(function))
         .fusible();
-  table.family(OpFamily::UnaryGrad);
+  table.family(OpFamily::UnaryGrad, unaryGradParameters);
   table
       .add("unary_grad", {kInput, {"result_grad"}}, 1,
            {{"function", K::String, true}},
@@ -85,7 +105,7 @@ void addPointwiseOps(TableBuilder &table) {
       .factors(elementwiseFactors)
       .fusible();
 
-  table.family(OpFamily::Scale);
+  table.family(OpFamily::Scale, scaleParameters);
   table.add("scale", {kInput}, 1, {{"factor", K::Real, true}}, sameAsInputRule)
       .factors(linearElementwiseFactors)
       .fusible();
@@ -118,7 +138,7 @@ void addPointwiseOps(TableBuilder &table) {
   // does not divide).
   OpEffects accumulates;
   accumulates.accumulates = true;
-  table.family(OpFamily::Accumulate);
+  table.family(OpFamily::Accumulate, accumulateParameters);
   table
       .add("accumulate", {kInput}, 1, {{"first", K::Bool, false}},
            sameAsInputRule)
@@ -133,7 +153,7 @@ void addPointwiseOps(TableBuilder &table) {
   // the inputs broadcast to the result; its dtype is the program's last
   // slot's. Its members' flops (one per element each); the bytes of its
   // inputs and result alone: the intermediates never reach memory.
-  table.family(OpFamily::FusedElementwise);
+  table.family(OpFamily::FusedElementwise, fusedElementwiseParameters);
   table
       .add("fused_elementwise", {kAnyInput}, 1, {{"program", K::Strings, true}},
            [](const OpInstance &op, Results &out) -> Diagnostic {

@@ -140,11 +140,24 @@ ShardingRule boxFactors(const OpInstance &op) {
   return rule;
 }
 
+OpParameters reductionParameters(const OpInstance &op) {
+  return ReductionParameters{op.ints("dims"), op.flag("keep_dims")};
+}
+
+OpParameters layoutParameters(const OpInstance &op) {
+  LayoutParameters parameters;
+  parameters.permutation = op.ints("permutation");
+  parameters.offsets = op.ints("offsets");
+  parameters.low = op.ints("low");
+  parameters.dim = op.integer("dim");
+  return parameters;
+}
+
 } // namespace
 
 void addShapeOps(TableBuilder &table) {
   using K = AttrKind;
-  table.family(OpFamily::Reduction);
+  table.family(OpFamily::Reduction, reductionParameters);
   // The reduction family. A sum over a split dimension is a partial sum;
   // a mean over one is not a partial sum of local means (its reduced
   // dimensions stay whole); a max over one is a partial max.
@@ -172,7 +185,7 @@ void addShapeOps(TableBuilder &table) {
           return cost;
         });
   }
-  table.family(OpFamily::Layout);
+  table.family(OpFamily::Layout, layoutParameters);
   table
       .add("broadcast_to", {kInput}, 1, {{"shape", K::Ints, true}},
            [](const OpInstance &op, Results &out) -> Diagnostic {

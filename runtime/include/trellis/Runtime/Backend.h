@@ -41,6 +41,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <typeinfo>
+#include <variant>
 #include <vector>
 
 namespace trellis::runtime {
@@ -125,6 +127,35 @@ struct KernelArgs {
   const Tensor &in(size_t i) const { return buffers[instruction.inputs[i]]; }
   Tensor &out(size_t i) const { return buffers[instruction.outputs[i]]; }
 };
+
+/// Aborts naming `instruction`: its parameters are not `wanted`'s, or it
+/// was never resolved (a kernel registered for another family, or an
+/// instruction made outside a plan launched past runResolved).
+[[noreturn]] void abortOnParameters(const Instruction &instruction,
+                                    const char *wanted);
+
+/// The instruction's attributes as its row decoded them: `P` is its
+/// family's struct (OpParameters.h). Precondition: the instruction is
+/// resolved (the plan loader resolves each; runResolved resolves others).
+template <typename P> const P &parametersOf(const KernelArgs &args) {
+  const P *parameters = args.instruction.parametersAs<P>();
+  if (!parameters)
+    abortOnParameters(args.instruction, typeid(P).name());
+  return *parameters;
+}
+
+/// `run(args)` with `args`' instruction resolved: `args` itself when it
+/// is (a plan's), else a resolved copy (an instruction made elsewhere:
+/// tests, calibration). Backends call their kernels through it.
+template <typename Run>
+auto runResolved(const KernelArgs &args, Run &&run) -> decltype(run(args)) {
+  if (args.instruction.parameters || !findOpContract(args.instruction.op))
+    return run(args);
+  Instruction resolved = args.instruction;
+  resolved.resolve();
+  KernelArgs own{resolved, args.buffers, args.axes, args.comm, args.prepared};
+  return run(own);
+}
 
 /// The rank's position along `args.axes` (0 when the op is not split);
 /// fails without a communicator for a split op.

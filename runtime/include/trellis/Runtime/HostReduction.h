@@ -15,7 +15,8 @@
 
 namespace trellis::runtime {
 
-enum class ReduceKind { Sum, Max, Min };
+/// The op table's (OpParameters.h).
+using trellis::ReduceKind;
 
 /// `out` may alias `a` or `b`.
 void reduceElements(DType dtype, ReduceKind kind, void *out, const void *a,

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,10 +61,24 @@ struct Instruction {
   /// made elsewhere (tests, calibration), whose row() looks the op up.
   const OpContract *contract = nullptr;
 
+  /// The attributes as the op's row decodes them (OpParameters.h), set
+  /// with `contract` by resolve(): what kernels read. Null until then.
+  std::shared_ptr<const OpParameters> parameters;
+
+  /// The parameters as `P`, their family's struct; null when the
+  /// instruction is unresolved or of a family with another struct.
+  template <typename P> const P *parametersAs() const {
+    return parameters ? std::get_if<P>(parameters.get()) : nullptr;
+  }
+
   /// The op's row; only for ops of the table (validation admits no other).
   const OpContract &row() const {
     return contract ? *contract : *findOpContract(op);
   }
+  /// Finds the op's row and decodes the attributes into `parameters`
+  /// (again after either changed). Precondition: the row validated them;
+  /// an op outside the table keeps both null.
+  void resolve();
 
   /// Typed attribute access; validation has established presence and kind
   /// of required attributes, so these return `fallback` only for optional

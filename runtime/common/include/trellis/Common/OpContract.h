@@ -18,6 +18,7 @@
 #define TRELLIS_COMMON_OPCONTRACT_H
 
 #include "trellis/Common/OpFamilies.h"
+#include "trellis/Common/OpParameters.h"
 #include "trellis/Common/ShardingRule.h"
 
 #include <cstdint>
@@ -66,6 +67,15 @@ struct AttrValue {
 
   /// Whether this value can be read as `expected`.
   bool hasKind(Kind expected) const;
+
+  // Values of one kind.
+  static AttrValue ofBool(bool value);
+  static AttrValue ofInt(int64_t value);
+  static AttrValue ofReal(double value);
+  static AttrValue ofInts(std::vector<int64_t> values);
+  static AttrValue ofReals(std::vector<double> values);
+  static AttrValue ofString(std::string value);
+  static AttrValue ofStrings(std::vector<std::string> values);
 };
 using AttrKind = AttrValue::Kind;
 using AttrMap = std::map<std::string, AttrValue>;
@@ -265,6 +275,10 @@ struct OpContract {
   std::function<ShardingRule(const OpInstance &)> factors;
   /// The cost of one execution of an instance with its result types.
   std::function<OpCost(const OpInstance &)> cost;
+  /// Reads a valid instance's attributes into its family's parameters
+  /// (OpParameters.h): what kernels read. Null for the families that read
+  /// none (their parameters are std::monostate).
+  OpParameters (*parameters)(const OpInstance &) = nullptr;
 
   bool isUpdate() const { return !effects.replaces.empty(); }
   /// The row's member of the family `Member` enumerates
@@ -327,6 +341,10 @@ bool acceptsElementType(OperandKind kind, ElementType type);
 /// attributes, the shape rule) and sets `results`.
 Diagnostic inferResults(const OpContract &contract, const OpInstance &instance,
                         std::vector<TensorType> &results);
+
+/// The parameters of an instance of `contract` with attributes `attrs`,
+/// which `contract` validated (inferResults).
+OpParameters decodeParameters(const OpContract &contract, const AttrMap &attrs);
 
 /// Bytes of a tensor of `type`.
 int64_t tensorBytes(const TensorType &type);
