@@ -5,6 +5,9 @@
 #   scripts/fuzz.sh [plan] [SECONDS]   the plan loader (and each stage run once)
 #   scripts/fuzz.sh mlir [SECONDS]     MLIR text: parse, verify, compile
 #   scripts/fuzz.sh config [SECONDS]   config.json: parse, import, compile
+#   scripts/fuzz.sh types [SECONDS]    every field of compiled plans as every
+#                                      JSON type (trellis-plan-type-fuzz, the
+#                                      normal build; no clang needed)
 # The plan target builds the runtime alone (build-fuzz); the other two build
 # the whole project with clang-22 (build-fuzz-compiler; apt-get install
 # clang-22 libclang-rt-22-dev libomp-dev), with OpenMP from libomp-dev (not
@@ -14,11 +17,62 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target=plan
-if [[ ${1:-} =~ ^(plan|mlir|config)$ ]]; then
+if [[ ${1:-} =~ ^(plan|mlir|config|types)$ ]]; then
   target=$1
   shift
 fi
 seconds=${1:-60}
+
+# Compiles the plans both plan targets start from into directory $1: one
+# rank and pipelines, micro-batches, zero-bubble and interleaved schedules,
+# mixed precision, ZeRO with padded pieces, the parallelisms' collectives.
+compile_plans() {
+  for config in gpt2-tiny llama-tiny; do
+    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
+      --batch 1 --seq 4 -o "$1/$config.plan"
+    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
+      --batch 2 --seq 4 --pp 2 --microbatches 2 -o "$1/$config.pp2.plan"
+    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
+      --batch 4 --seq 4 --microbatches 4 -o "$1/$config.m4.plan"
+    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
+      --batch 4 --seq 4 --pp 2 --microbatches 4 --schedule zb-h1 \
+      -o "$1/$config.zb.plan"
+  done
+  # Plan format v4 with several chunks per stage (interleaved 1F1B).
+  "$root/build/bin/trellis" compile \
+    "$root/test/tools/trellis/Inputs/llama-tiny-4layers.json" --batch 4 \
+    --seq 4 --pp 2 --chunks 2 --schedule interleaved --microbatches 2 \
+    -o "$1/llama.interleaved.plan"
+  # Mixed precision: bf16 and f16 buffers, casts, a loss_scale argument.
+  "$root/build/bin/trellis" compile "$root/examples/configs/llama-tiny.json" \
+    --batch 1 --seq 4 --precision bf16 -o "$1/llama.bf16.plan"
+  "$root/build/bin/trellis" compile "$root/examples/configs/gpt2-tiny.json" \
+    --batch 2 --seq 4 --precision fp16 --pp 2 --microbatches 2 \
+    -o "$1/gpt2.fp16.pp2.plan"
+  # ZeRO: split states, masters, padded pieces (global_shape).
+  "$root/build/bin/trellis" compile \
+    "$root/test/tools/trellis/Inputs/llama-odd.json" --batch 4 --seq 4 \
+    --dp 4 --zero 3 --precision bf16 -o "$1/llama-odd.z3.plan"
+  "$root/build/bin/trellis" compile "$root/examples/configs/gpt2-tiny.json" \
+    --batch 4 --seq 4 --mesh pp=2,dp=2 --microbatches 2 --zero 2 \
+    -o "$1/gpt2.z2.pp2.plan" 2>/dev/null
+  # Collectives of tensor, sequence, context and expert parallelism.
+  "$root/build/bin/trellis" compile "$root/examples/configs/llama-tiny.json" \
+    --batch 2 --seq 4 --tp 2 --sp -o "$1/llama.tp2.sp.plan"
+  "$root/build/bin/trellis" compile "$root/examples/configs/llama-tiny.json" \
+    --batch 2 --seq 8 --cp 2 -o "$1/llama.cp2.plan"
+  "$root/build/bin/trellis" compile "$root/examples/configs/mixtral-tiny.json" \
+    --batch 2 --seq 4 --ep 2 --clip-grad 1.0 -o "$1/mixtral.ep2.plan"
+}
+
+if [[ $target == types ]]; then
+  "$root/scripts/setup.sh" >/dev/null
+  plans=$root/build/type-fuzz-plans
+  mkdir -p "$plans"
+  compile_plans "$plans"
+  exec "$root/build/bin/trellis-plan-type-fuzz" --seconds="$seconds" \
+    "$plans"/*.plan
+fi
 
 if [[ $target != plan ]]; then
   build=$root/build-fuzz-compiler
@@ -72,35 +126,7 @@ cmake -G Ninja -S "$root/runtime" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo 
 ninja -C "$build" trellis-plan-fuzzer
 mkdir -p "$corpus"
 if [[ -x $root/build/bin/trellis ]]; then
-  for config in gpt2-tiny llama-tiny; do
-    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
-      --batch 1 --seq 4 -o "$corpus/$config.plan"
-    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
-      --batch 2 --seq 4 --pp 2 --microbatches 2 -o "$corpus/$config.pp2.plan"
-    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
-      --batch 4 --seq 4 --microbatches 4 -o "$corpus/$config.m4.plan"
-    "$root/build/bin/trellis" compile "$root/examples/configs/$config.json" \
-      --batch 4 --seq 4 --pp 2 --microbatches 4 --schedule zb-h1 \
-      -o "$corpus/$config.zb.plan"
-  done
-  # Plan format v4 with several chunks per stage (interleaved 1F1B).
-  "$root/build/bin/trellis" compile \
-    "$root/test/tools/trellis/Inputs/llama-tiny-4layers.json" --batch 4 \
-    --seq 4 --pp 2 --chunks 2 --schedule interleaved --microbatches 2 \
-    -o "$corpus/llama.interleaved.plan"
-  # Mixed precision: bf16 and f16 buffers, casts, a loss_scale argument.
-  "$root/build/bin/trellis" compile "$root/examples/configs/llama-tiny.json" \
-    --batch 1 --seq 4 --precision bf16 -o "$corpus/llama.bf16.plan"
-  "$root/build/bin/trellis" compile "$root/examples/configs/gpt2-tiny.json" \
-    --batch 2 --seq 4 --precision fp16 --pp 2 --microbatches 2 \
-    -o "$corpus/gpt2.fp16.pp2.plan"
-  # ZeRO: split states, masters, padded pieces (global_shape).
-  "$root/build/bin/trellis" compile \
-    "$root/test/tools/trellis/Inputs/llama-odd.json" --batch 4 --seq 4 \
-    --dp 4 --zero 3 --precision bf16 -o "$corpus/llama-odd.z3.plan"
-  "$root/build/bin/trellis" compile "$root/examples/configs/gpt2-tiny.json" \
-    --batch 4 --seq 4 --mesh pp=2,dp=2 --microbatches 2 --zero 2 \
-    -o "$corpus/gpt2.z2.pp2.plan" 2>/dev/null
+  compile_plans "$corpus"
 fi
 "$build/trellis-plan-fuzzer" "$corpus" -max_total_time="$seconds" \
   -max_len=200000 -print_final_stats=1

@@ -24,7 +24,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.trellis_tools_dir, config.llvm_tools_dir]
 tools = ["trellis-opt", "trellis-run", "trellis", "trellis-capi-test",
-         "trellis-calibrate"]
+         "trellis-calibrate", "trellis-plan-type-fuzz"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
 # mpirun.test starts ranks with Open MPI's mpirun (scripts/setup.sh

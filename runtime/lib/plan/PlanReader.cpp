@@ -689,7 +689,12 @@ Status PlanReader::readResults(const json &array) {
       return Status::error(where + ": buffer " + std::to_string(result.buffer) +
                            " holds one micro-batch's value; results are the "
                            "step's");
-    result.isLoss = entry.value("role", "") == "loss";
+    if (entry.contains("role") && !entry["role"].is_string())
+      return Status::error(where +
+                           ": field \"role\": expected a string (\"loss\" "
+                           "or another result's role), found " +
+                           describe(entry["role"]));
+    result.isLoss = entry.contains("role") && entry["role"] == "loss";
     if (entry.contains("metric")) {
       const json &metric = entry["metric"];
       if (!metric.is_string() || metric.get<std::string>().empty())
@@ -765,7 +770,8 @@ Status PlanReader::checkVocabulary() const {
 StatusOr<Plan> PlanReader::read(const json &root) {
   if (!root.is_object())
     return Status::error("expected a JSON object at the top level");
-  if (root.value("format", "") != kPlanFormatName)
+  if (!root.contains("format") || !root["format"].is_string() ||
+      root["format"].get<std::string>() != kPlanFormatName)
     return Status::error("expected \"format\": \"trellis-plan\", found " +
                          (root.contains("format") ? describe(root["format"])
                                                   : std::string("none")));

@@ -85,6 +85,9 @@ TEST(PlanTest, RejectsOtherFormatsAndVersions) {
   expectRejected(replace(kValidPlan, "trellis-plan", "onnx"),
                  "expected \"format\": \"trellis-plan\", found \"onnx\"");
   expectRejected("[1, 2, 3]", "expected a JSON object at the top level");
+  // Fields of another JSON type are errors, not exceptions.
+  expectRejected(replace(kValidPlan, "\"trellis-plan\"", "3"),
+                 "expected \"format\": \"trellis-plan\", found 3");
 }
 
 TEST(PlanTest, RejectsOutOfRangeBufferIds) {
@@ -286,6 +289,9 @@ TEST(PlanTest, RejectsBadArgumentsAndResults) {
   expectRejected(
       replace(kValidPlan, "\"role\": \"loss\"", "\"role\": \"other\""),
       "expected result 0 to be the loss");
+  expectRejected(replace(kValidPlan, "\"role\": \"loss\"", "\"role\": 7"),
+                 "result 0: field \"role\": expected a string (\"loss\" or "
+                 "another result's role), found 7");
 }
 
 TEST(PlanTest, RejectsBadMeshes) {
