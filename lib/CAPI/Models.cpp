@@ -130,7 +130,11 @@ TrellisStatus trellisModelCreateFromFile(const char *path,
   TRELLIS_CAPI_REQUIRE(model);
   return guarded(__func__, [&]() -> TrellisStatus {
     std::string text;
-    if (std::string why = readRegularFile(path, text); !why.empty())
+    if (std::string why = readRegularFile(
+            path, text,
+            llvm::StringRef(path).ends_with(".mlir") ? kMaxMlirFileBytes
+                                                     : kMaxConfigFileBytes);
+        !why.empty())
       return errorStatus(std::string("cannot read '") + path + "': it " + why +
                          ", expected a config.json or .mlir file");
     return createModel(text,

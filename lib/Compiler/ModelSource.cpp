@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+
 using namespace mlir;
 
 namespace trellis {
@@ -85,22 +87,33 @@ std::optional<LoadedModel> loadModelFile(MLIRContext &context,
                                          const BatchShape &shape,
                                          MessageSink sink,
                                          llvm::raw_ostream &parseOutput) {
-  // "-" is standard input; anything else must be a file (a FIFO or
-  // /dev/zero would be read without end).
-  if (path != "-")
-    if (std::string kind = whyNotRegularFile(path.str()); !kind.empty()) {
-      sink(MessageKind::Error, "cannot read '" + path + "': it " + kind +
-                                   ", expected a config.json or .mlir file");
-      return std::nullopt;
+  // "-" is standard input, read up to the larger bound; anything else
+  // must be a regular file within its kind's bound (a FIFO or /dev/zero
+  // would be read without end).
+  bool mlir = path.ends_with(".mlir");
+  std::string text;
+  if (path == "-") {
+    char chunk[1 << 16];
+    size_t got;
+    while ((got = std::fread(chunk, 1, sizeof chunk, stdin)) > 0) {
+      text.append(chunk, got);
+      if (static_cast<int64_t>(text.size()) > kMaxMlirFileBytes) {
+        sink(MessageKind::Error,
+             "standard input holds more than " +
+                 formatBytes(kMaxMlirFileBytes) +
+                 ", the most a config.json or .mlir model may hold");
+        return std::nullopt;
+      }
     }
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
-      llvm::MemoryBuffer::getFileOrSTDIN(path);
-  if (!file) {
-    sink(MessageKind::Error,
-         "cannot read '" + path + "': " + file.getError().message());
+  } else if (std::string why = readRegularFile(path.str(), text,
+                                               mlir ? kMaxMlirFileBytes
+                                                    : kMaxConfigFileBytes);
+             !why.empty()) {
+    sink(MessageKind::Error, "cannot read '" + path + "': it " + why +
+                                 ", expected a config.json or .mlir file");
     return std::nullopt;
   }
-  return loadModelText(context, (*file)->getBuffer(),
+  return loadModelText(context, text,
                        path.ends_with(".mlir") ? ModelFormat::Mlir
                                                : ModelFormat::Config,
                        path, shape, sink, parseOutput);

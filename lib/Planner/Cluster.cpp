@@ -10,11 +10,11 @@
 
 #include "trellis/Planner/Cluster.h"
 
+#include "trellis/Common/FileKind.h"
 #include "trellis/Common/JsonShape.h"
 #include "trellis/Common/OpContract.h"
 
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
 
 #include <cmath>
 #include <cstdio>
@@ -398,18 +398,20 @@ std::optional<ClusterSpec> loadCluster(const std::string &nameOrPath,
                                        std::string &error) {
   if (std::optional<ClusterSpec> found = clusterPreset(nameOrPath))
     return found;
-  auto buffer = llvm::MemoryBuffer::getFile(nameOrPath, /*IsText=*/true);
-  if (!buffer) {
+  std::string contents;
+  if (std::string why =
+          readRegularFile(nameOrPath, contents, kMaxClusterFileBytes);
+      !why.empty()) {
     std::string names;
     for (const std::string &name : clusterPresetNames())
       names += (names.empty() ? "" : ", ") + name;
     error = llvm::formatv("'{0}' is neither a cluster preset ({1}) nor a "
-                          "readable file: {2}",
-                          nameOrPath, names, buffer.getError().message())
+                          "readable file: it {2}",
+                          nameOrPath, names, why)
                 .str();
     return std::nullopt;
   }
-  llvm::StringRef text = (*buffer)->getBuffer();
+  llvm::StringRef text = contents;
   if (std::string shape = checkJsonShape(text, 16); !shape.empty()) {
     error = nameOrPath + ": " + shape;
     return std::nullopt;

@@ -5,14 +5,13 @@
 #include "PlanCompile.h"
 #include "trellis/Planner/CostComposition.h"
 
+#include "trellis/Common/FileKind.h"
 #include "trellis/Compiler/ModelSource.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
 #include <atomic>
@@ -576,20 +575,17 @@ llvm::json::Object searchResultJson(const PlanRequest &request,
 
 bool readPlanModel(const std::string &path, PlanRequest &request,
                    std::string &error) {
-  if (!llvm::sys::fs::is_regular_file(path)) {
-    error = "'" + path + "' is not a readable file";
+  bool mlir = llvm::StringRef(path).ends_with(".mlir");
+  if (std::string why =
+          readRegularFile(path, request.modelText,
+                          mlir ? kMaxMlirFileBytes : kMaxConfigFileBytes);
+      !why.empty()) {
+    error = "cannot read '" + path + "': it " + why +
+            ", expected a config.json or .mlir file";
     return false;
   }
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buffer) {
-    error = "'" + path + "': " + buffer.getError().message();
-    return false;
-  }
-  request.modelText = (*buffer)->getBuffer().str();
   request.modelSource = path;
-  request.format = llvm::StringRef(path).ends_with(".mlir")
-                       ? ModelFormat::Mlir
-                       : ModelFormat::Config;
+  request.format = mlir ? ModelFormat::Mlir : ModelFormat::Config;
   return true;
 }
 

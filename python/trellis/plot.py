@@ -12,6 +12,8 @@ Needs matplotlib (`pip install matplotlib`)."""
 import argparse
 import json
 import math
+import os
+import stat
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -20,15 +22,58 @@ class MetricsError(Exception):
     """A metrics file that cannot be drawn, with where and why."""
 
 
-def read_metrics(path: str) -> List[Dict[str, Any]]:
-    """The records of a metrics file, one per non-empty line; each must be
-    a JSON object with an integer `step`."""
-    records = []
+# A run writes a few hundred bytes a step: a million steps fit in 1 GiB.
+MAX_METRICS_BYTES = 1 << 30
+
+
+def _size(count: int) -> str:
+    return f"{count} bytes" if count < 2**20 else f"{count / 2**20:.1f} MiB"
+
+
+def _read_regular_file(path: str, max_bytes: int) -> str:
+    """The text of regular file `path` of at most `max_bytes` bytes. The
+    open never blocks (a FIFO is refused, not waited on) and the size comes
+    from the open file, so a device is refused before it is read."""
     try:
-        with open(path) as f:
-            lines = f.readlines()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise MetricsError(f"cannot read '{path}': it does not exist") \
+            from None
     except OSError as error:
         raise MetricsError(f"cannot read '{path}': {error.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kinds = [(stat.S_ISDIR, "is a directory"),
+                 (stat.S_ISCHR, "is a character device"),
+                 (stat.S_ISBLK, "is a block device"),
+                 (stat.S_ISFIFO, "is a FIFO"), (stat.S_ISSOCK, "is a socket")]
+        kind = next((text for test, text in kinds if test(info.st_mode)),
+                    "is not a regular file")
+        raise MetricsError(f"cannot read '{path}': it {kind}, expected a "
+                           "metrics file (trellis run --metrics)")
+    with os.fdopen(fd, "rb") as f:
+        if info.st_size > max_bytes:
+            raise MetricsError(
+                f"cannot read '{path}': it is {_size(info.st_size)}, more than "
+                f"the {_size(max_bytes)} a metrics file may hold")
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as error:
+            raise MetricsError(f"cannot read '{path}': {error.strerror}") \
+                from None
+    if len(data) > max_bytes:
+        raise MetricsError(f"cannot read '{path}': it grew past "
+                           f"{_size(max_bytes)} while it was read")
+    return data.decode("utf-8", errors="replace")
+
+
+def read_metrics(path: str) -> List[Dict[str, Any]]:
+    """The records of a metrics file, one per non-empty line; each must be
+    a JSON object with an integer `step`. The file is read with a bound
+    (MAX_METRICS_BYTES) and must be a regular file."""
+    records = []
+    lines = _read_regular_file(path, MAX_METRICS_BYTES).splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

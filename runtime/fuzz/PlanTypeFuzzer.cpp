@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trellis/Common/FileKind.h"
 #include "trellis/Runtime/Backend.h"
 #include "trellis/Runtime/Executor.h"
 #include "trellis/Runtime/Plan.h"
@@ -25,8 +26,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -139,12 +138,10 @@ int main(int argc, char **argv) {
   }
   Counts counts;
   for (const std::string &path : paths) {
-    std::ifstream file(path);
-    std::stringstream contents;
-    contents << file.rdbuf();
-    json root =
-        json::parse(contents.str(), nullptr, /*allow_exceptions=*/false);
-    if (!file || root.is_discarded() || !parsePlan(contents.str()).ok()) {
+    std::string text;
+    std::string why = trellis::readRegularFile(path, text, kMaxPlanFileBytes);
+    json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!why.empty() || root.is_discarded() || !parsePlan(text).ok()) {
       std::fprintf(stderr, "%s: not a plan this runtime loads\n", path.c_str());
       return 1;
     }

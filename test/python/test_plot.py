@@ -70,3 +70,24 @@ def test_plot_of_a_run_without_schedule_or_clipping(tmp_path) -> None:
     write_metrics(path, [{"step": s, "loss": 5.0 - s / 10,
                           "tokens_per_s": 1000.0 + s} for s in range(1, 5)])
     assert trellis.plot.main([path, "-o", str(tmp_path / "plain.png")]) == 0
+
+
+def test_plot_refuses_what_is_no_bounded_file(tmp_path, capsys,
+                                              monkeypatch) -> None:
+    """/dev/zero and a FIFO are refused at once (never read without end or
+    waited on), a directory too, and a file past the bound before it is
+    read."""
+    fifo = str(tmp_path / "metrics.fifo")
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/zero", "is a character device"),
+                       (fifo, "is a FIFO"),
+                       (str(tmp_path), "is a directory")):
+        assert trellis.plot.main([path]) == 1
+        assert f"cannot read '{path}': it {kind}, expected a metrics file" \
+            in capsys.readouterr().err
+    big = str(tmp_path / "big.jsonl")
+    write_metrics(big, [{"step": s, "loss": 1.0} for s in range(1, 200)])
+    monkeypatch.setattr(trellis.plot, "MAX_METRICS_BYTES", 1024)
+    assert trellis.plot.main([big]) == 1
+    assert "more than the 1024 bytes a metrics file may hold" in \
+        capsys.readouterr().err

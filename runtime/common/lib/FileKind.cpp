@@ -6,8 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <vector>
 
 namespace trellis {
 
@@ -51,21 +54,53 @@ std::string whyNotDirectory(const std::string &path) {
   return S_ISDIR(mode) ? "" : kind;
 }
 
-std::string readRegularFile(const std::string &path, std::string &contents) {
+std::string formatBytes(int64_t bytes) {
+  if (bytes < (int64_t(1) << 20))
+    return std::to_string(bytes) + " bytes";
+  char text[32];
+  bool gibibytes = bytes >= (int64_t(1) << 30);
+  std::snprintf(text, sizeof text, "%.1f %s",
+                static_cast<double>(bytes) /
+                    (gibibytes ? 1024.0 * 1024.0 * 1024.0 : 1024.0 * 1024.0),
+                gibibytes ? "GiB" : "MiB");
+  return text;
+}
+
+namespace {
+
+/// readRegularFileChunks, telling `sized` the file's size (within
+/// `maxBytes`) before the first chunk.
+std::string
+readChunks(const std::string &path, int64_t maxBytes,
+           const std::function<void(int64_t)> &sized,
+           const std::function<void(const char *, size_t)> &consume) {
   if (std::string kind = whyNotRegularFile(path); !kind.empty())
     return kind;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO that took the file's place since it was examined
+  // must not block the open (it is refused below); reads of a regular file
+  // ignore the flag.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return std::string("cannot be read: ") + std::strerror(errno);
   struct stat info;
   if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
     ::close(fd);
-    return "is not a regular file once opened";
+    return kNotRegularOnceOpened;
   }
-  contents.resize(static_cast<size_t>(info.st_size));
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t got = ::read(fd, contents.data() + done, contents.size() - done);
+  int64_t size = static_cast<int64_t>(info.st_size);
+  if (size > maxBytes) {
+    ::close(fd);
+    return "is " + formatBytes(size) + ", more than the " +
+           formatBytes(maxBytes) + " such a file may hold";
+  }
+  sized(size);
+  std::vector<char> buffer(static_cast<size_t>(
+      std::min<int64_t>(std::max<int64_t>(size, 1), int64_t(1) << 20)));
+  int64_t done = 0;
+  while (done < size) {
+    size_t want = static_cast<size_t>(
+        std::min<int64_t>(size - done, static_cast<int64_t>(buffer.size())));
+    ssize_t got = ::read(fd, buffer.data(), want);
     if (got < 0 && errno == EINTR)
       continue;
     if (got < 0) {
@@ -75,16 +110,35 @@ std::string readRegularFile(const std::string &path, std::string &contents) {
     }
     if (got == 0)
       break;
-    done += static_cast<size_t>(got);
+    consume(buffer.data(), static_cast<size_t>(got));
+    done += got;
   }
   // One byte more would mean it grew.
   char extra;
-  ssize_t more = done == contents.size() ? ::read(fd, &extra, 1) : 0;
+  ssize_t more = done == size ? ::read(fd, &extra, 1) : 0;
   ::close(fd);
-  if (done != contents.size() || more > 0)
-    return "changed while it was read: " + std::to_string(info.st_size) +
+  if (done != size || more > 0)
+    return "changed while it was read: " + std::to_string(size) +
            " bytes, then " + (more > 0 ? "more" : std::to_string(done));
   return "";
+}
+
+} // namespace
+
+std::string readRegularFileChunks(
+    const std::string &path, int64_t maxBytes,
+    const std::function<void(const char *, size_t)> &consume) {
+  return readChunks(
+      path, maxBytes, [](int64_t) {}, consume);
+}
+
+std::string readRegularFile(const std::string &path, std::string &contents,
+                            int64_t maxBytes) {
+  contents.clear();
+  return readChunks(
+      path, maxBytes,
+      [&](int64_t size) { contents.reserve(static_cast<size_t>(size)); },
+      [&](const char *data, size_t size) { contents.append(data, size); });
 }
 
 } // namespace trellis

@@ -2,6 +2,8 @@
 
 #include "trellis/Runtime/Checkpoint.h"
 
+#include "trellis/Common/FileKind.h"
+
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
@@ -13,6 +15,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
+#include <limits>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +26,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char *kManifest = "manifest.json";
+/// A manifest names a few files with their sizes and checksums.
+constexpr int64_t kMaxManifestBytes = int64_t(1) << 20;
 
 /// `path` without trailing slashes ("ckpt/" names the directory "ckpt",
 /// whose siblings are made next to it, not inside it); "/" stays.
@@ -81,26 +86,49 @@ Status syncPath(const std::string &path) {
   return Status::success();
 }
 
+/// The size and CRC-32 of regular file `name` in `dir`, read in chunks; a
+/// device, a FIFO or a link to one is refused unread.
 StatusOr<CheckpointManifest::File> describeFile(const std::string &dir,
                                                 const std::string &name) {
   std::string path = dir + "/" + name;
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream)
-    return Status::error("cannot read '" + path + "'");
   CheckpointManifest::File file{name, 0, 0};
   uLong crc = crc32(0L, Z_NULL, 0);
-  std::vector<char> buffer(1 << 20);
-  while (stream) {
-    stream.read(buffer.data(), buffer.size());
-    std::streamsize got = stream.gcount();
-    if (got <= 0)
-      break;
-    crc = crc32(crc, reinterpret_cast<const Bytef *>(buffer.data()),
-                static_cast<uInt>(got));
-    file.bytes += got;
-  }
+  std::string why = readRegularFileChunks(
+      path, std::numeric_limits<int64_t>::max(),
+      [&](const char *data, size_t size) {
+        crc = crc32(crc, reinterpret_cast<const Bytef *>(data),
+                    static_cast<uInt>(size));
+        file.bytes += size;
+      });
+  if (!why.empty())
+    return Status::error("'" + path + "' " + why);
   file.crc32 = static_cast<uint32_t>(crc);
   return file;
+}
+
+/// The step `dir`'s manifest records, or -1 when it has no readable one.
+int64_t manifestStep(const std::string &dir) {
+  std::string text;
+  if (!readRegularFile(dir + "/" + kManifest, text, kMaxManifestBytes).empty())
+    return -1;
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object() || !root.contains("step") ||
+      !root["step"].is_number_integer())
+    return -1;
+  return root["step"].get<int64_t>();
+}
+
+/// The step a checkpoint without a manifest (written before manifests)
+/// holds: its name's, `step-<digits>`, when it holds model.safetensors;
+/// else -1.
+int64_t legacyStep(const std::string &dir) {
+  std::string name = baseName(dir);
+  if (name.size() <= 5 || name.size() > 5 + 18 ||
+      !std::all_of(name.begin() + 5, name.end(),
+                   [](char c) { return c >= '0' && c <= '9'; }) ||
+      !whyNotRegularFile(dir + "/model.safetensors").empty())
+    return -1;
+  return std::stoll(name.substr(5));
 }
 
 void injectKill(bool now) {
@@ -210,15 +238,31 @@ std::string periodicCheckpointPath(const std::string &rootGiven, int64_t step) {
 
 namespace {
 
-/// The committed `step-*` checkpoints under `root`, oldest first.
+/// The committed `step-*` checkpoints under `root`, oldest first: ordered
+/// by the step each one's manifest records (not by name: `step-%08lld`
+/// gains a digit past step 10^8, and a directory may be renamed), ties by
+/// name. A `step-*` directory that records no step (a stray directory, a
+/// manifest that cannot be read) is no checkpoint: neither resumed nor
+/// pruned.
 std::vector<std::string> periodicCheckpoints(const std::string &root) {
-  std::vector<std::string> found;
-  for (const std::string &name : entriesOf(root))
-    if (name.rfind("step-", 0) == 0 && name.find(".partial-") ==
-                                           std::string::npos &&
-        isDirectory(root + "/" + name))
-      found.push_back(root + "/" + name);
-  return found;
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::string &name : entriesOf(root)) {
+    std::string dir = root + "/" + name;
+    if (name.rfind("step-", 0) != 0 ||
+        name.find(".partial-") != std::string::npos || !isDirectory(dir))
+      continue;
+    int64_t step = manifestStep(dir);
+    if (step < 0 &&
+        whyNotRegularFile(dir + "/" + kManifest) == "does not exist")
+      step = legacyStep(dir);
+    if (step >= 0)
+      found.emplace_back(step, dir);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> ordered;
+  for (auto &[step, dir] : found)
+    ordered.push_back(std::move(dir));
+  return ordered;
 }
 
 } // namespace
@@ -242,10 +286,17 @@ StatusOr<std::string> resolveCheckpoint(const std::string &pathGiven) {
 StatusOr<CheckpointManifest> verifyCheckpoint(const std::string &dir) {
   CheckpointManifest manifest;
   manifest.step = -1;
-  std::ifstream stream(dir + "/" + kManifest);
-  if (!stream)
-    return manifest;
-  json root = json::parse(stream, nullptr, /*allow_exceptions=*/false);
+  std::string text;
+  std::string path = dir + "/" + kManifest;
+  if (std::string why = readRegularFile(path, text, kMaxManifestBytes);
+      !why.empty()) {
+    // A checkpoint written before manifests has none.
+    if (why == "does not exist")
+      return manifest;
+    return Status::error("checkpoint '" + dir + "': its manifest '" + path +
+                         "' " + why);
+  }
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded() || !root.is_object() ||
       !root.value("step", json()).is_number_integer() ||
       !root.value("model", json()).is_string() ||
@@ -264,12 +315,20 @@ StatusOr<CheckpointManifest> verifyCheckpoint(const std::string &dir) {
     CheckpointManifest::File expected{entry["name"].get<std::string>(),
                                       entry["bytes"].get<uint64_t>(),
                                       entry["crc32"].get<uint32_t>()};
-    StatusOr<CheckpointManifest::File> found =
-        describeFile(dir, expected.name);
+    std::string path = dir + "/" + expected.name;
+    if (std::string why = whyNotRegularFile(path); !why.empty())
+      return Status::error(
+          "checkpoint '" + dir + "' is torn: its manifest (step " +
+          std::to_string(manifest.step) + ") names " + expected.name +
+          (why == "does not exist" ? ", which is missing"
+                                   : ", but '" + path + "' " + why));
+    StatusOr<CheckpointManifest::File> found = describeFile(dir, expected.name);
     if (!found.ok())
-      return Status::error("checkpoint '" + dir + "' is torn: its manifest "
-                           "(step " + std::to_string(manifest.step) +
-                           ") names " + expected.name + ", which is missing");
+      return Status::error("checkpoint '" + dir +
+                           "' is torn: its manifest "
+                           "(step " +
+                           std::to_string(manifest.step) + ") names " +
+                           expected.name + ", but " + found.status().message());
     if (found->bytes != expected.bytes || found->crc32 != expected.crc32)
       return Status::error(
           "checkpoint '" + dir + "' is torn or mixed: " + expected.name +

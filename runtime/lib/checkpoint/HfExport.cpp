@@ -98,7 +98,8 @@ Status writeTextFile(const std::string &path, const std::string &text) {
 
 StatusOr<json> readConfig(const std::string &path, const std::string &what) {
   std::string contents;
-  if (std::string why = readRegularFile(path, contents); !why.empty())
+  if (std::string why = readRegularFile(path, contents, kMaxConfigFileBytes);
+      !why.empty())
     return Status::error(what + " '" + path + "' " + why);
   json config = json::parse(contents, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object())

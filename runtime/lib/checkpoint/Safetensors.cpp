@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <tuple>
 
 namespace trellis::runtime {
@@ -33,7 +34,11 @@ size_t storedWidth(const std::string &dtype) {
 
 StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
   std::string bytes;
-  if (std::string why = readRegularFile(path, bytes); !why.empty())
+  // Read whole (the trainer holds every parameter anyway); the size is
+  // bounded by the file's own, which the memory must hold.
+  if (std::string why =
+          readRegularFile(path, bytes, std::numeric_limits<int64_t>::max());
+      !why.empty())
     return Status::error("cannot read '" + path + "': it " + why +
                          ", expected a .safetensors file");
   int64_t size = static_cast<int64_t>(bytes.size());

@@ -71,8 +71,7 @@ public:
     return sequential_ ? text + ", sequential" : text;
   }
 
-  Status fill(const BatchPosition &at, int64_t batch, int64_t seq,
-              int32_t *tokens, int32_t *targets) override {
+  Status checkWindows(int64_t seq) const override {
     for (const auto &stream : streams_)
       if (stream->size() < seq + 1)
         return Status::error(
@@ -81,6 +80,12 @@ public:
             " holds " + std::to_string(stream->size()) +
             " tokens; a window of seq + 1 = " + std::to_string(seq + 1) +
             " needs more");
+    return Status::success();
+  }
+
+  Status fill(const BatchPosition &at, int64_t batch, int64_t seq,
+              int32_t *tokens, int32_t *targets) override {
+    TRELLIS_RETURN_IF_ERROR(checkWindows(seq));
     std::vector<int32_t> window(seq + 1);
     for (int64_t row = 0; row < batch; ++row) {
       auto [component, index] = windowOf(at.window + row);
@@ -100,7 +105,7 @@ public:
             mix64(seed_ ^ mix64(component + 1) ^ mix64(~index)) %
             (stream.size() - seq));
       }
-      stream.read(start, seq + 1, window.data());
+      TRELLIS_RETURN_IF_ERROR(stream.read(start, seq + 1, window.data()));
       std::copy(window.begin(), window.end() - 1, tokens + row * seq);
       std::copy(window.begin() + 1, window.end(), targets + row * seq);
     }

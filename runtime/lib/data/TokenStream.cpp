@@ -1,11 +1,10 @@
-//===- TokenStream.cpp - Token files mapped as one stream -----------------===//
+//===- TokenStream.cpp - Token files read as one stream -------------------===//
 
 #include "TokenStream.h"
 
 #include "trellis/Common/FileKind.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -49,12 +48,32 @@ StatusOr<std::vector<std::string>> shardPaths(const std::string &path,
   return std::vector<std::string>{path};
 }
 
+/// Reads `length` bytes at `offset` of open file `fd` into `out`: "" or
+/// why not (an error, or the file ending before them: truncated).
+std::string readShard(int fd, size_t offset, size_t length,
+                      unsigned char *out) {
+  size_t done = 0;
+  while (done < length) {
+    ssize_t got = ::pread(fd, out + done, length - done,
+                          static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      return std::string("cannot be read: ") + std::strerror(errno);
+    if (got == 0)
+      return "ends at byte " + std::to_string(offset + done) +
+             ": it was truncated while the run reads it";
+    done += static_cast<size_t>(got);
+  }
+  return "";
+}
+
 } // namespace
 
 TokenStream::~TokenStream() {
   for (const Shard &shard : shards_)
-    if (shard.bytes)
-      munmap(const_cast<unsigned char *>(shard.bytes), shard.length);
+    if (shard.fd >= 0)
+      ::close(shard.fd);
 }
 
 StatusOr<std::unique_ptr<TokenStream>>
@@ -70,8 +89,10 @@ TokenStream::open(const std::string &path, const std::string &dtype,
   stream->path_ = path;
   stream->width_ = dtype == "uint16" ? 2 : 4;
   uLong crc = crc32(0L, Z_NULL, 0);
+  std::vector<unsigned char> chunk(size_t(1) << 20);
   for (const std::string &file : *files) {
-    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO put in the file's place is refused, not waited on.
+    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
       return Status::error("cannot open token file '" + file +
                            "': " + std::strerror(errno));
@@ -81,6 +102,11 @@ TokenStream::open(const std::string &path, const std::string &dtype,
       ::close(fd);
       return Status::error("cannot open token file '" + file +
                            "': " + std::strerror(statError));
+    }
+    if (!S_ISREG(info.st_mode)) {
+      ::close(fd);
+      return Status::error("cannot open token file '" + file + "': it " +
+                           kNotRegularOnceOpened);
     }
     size_t length = static_cast<size_t>(info.st_size);
     if (length % stream->width_ != 0 || length == 0) {
@@ -92,51 +118,64 @@ TokenStream::open(const std::string &path, const std::string &dtype,
                                               std::to_string(stream->width_)) +
                            " (" + dtype + ")");
     }
-    void *mapped = mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd, 0);
-    int mapError = errno;
-    ::close(fd);
-    if (mapped == MAP_FAILED)
-      return Status::error("cannot map token file '" + file +
-                           "': " + std::strerror(mapError));
-    Shard shard{static_cast<const unsigned char *>(mapped), length,
-                stream->size_};
-    stream->shards_.push_back(shard);
+    stream->shards_.push_back({file, fd, length, stream->size_});
     stream->size_ += static_cast<int64_t>(length / stream->width_);
-    // Every id inside the vocabulary, checked once here.
-    size_t count = length / stream->width_;
-    for (size_t i = 0; i < count; ++i) {
-      uint32_t value = 0;
-      std::memcpy(&value, shard.bytes + i * stream->width_, stream->width_);
-      if (value >= static_cast<uint64_t>(vocabSize))
-        return Status::error("token file '" + file + "': id " +
-                             std::to_string(value) + " at position " +
-                             std::to_string(i) +
-                             " is outside the vocabulary [0, " +
-                             std::to_string(vocabSize) + ")");
+    // Every id inside the vocabulary, checked once here, chunk by chunk.
+    for (size_t offset = 0; offset < length; offset += chunk.size()) {
+      size_t bytes = std::min(chunk.size(), length - offset);
+      if (std::string why = readShard(fd, offset, bytes, chunk.data());
+          !why.empty())
+        return Status::error("token file '" + file + "' " + why);
+      for (size_t i = 0; i < bytes / stream->width_; ++i) {
+        uint32_t value = 0;
+        std::memcpy(&value, chunk.data() + i * stream->width_, stream->width_);
+        if (value >= static_cast<uint64_t>(vocabSize))
+          return Status::error("token file '" + file + "': id " +
+                               std::to_string(value) + " at position " +
+                               std::to_string(offset / stream->width_ + i) +
+                               " is outside the vocabulary [0, " +
+                               std::to_string(vocabSize) + ")");
+      }
+      crc = crc32_z(crc, chunk.data(), bytes);
     }
-    crc = crc32_z(crc, shard.bytes, length);
   }
   stream->crc32_ = static_cast<uint32_t>(crc);
   return stream;
 }
 
-void TokenStream::read(int64_t start, int64_t count, int32_t *out) const {
+Status TokenStream::read(int64_t start, int64_t count, int32_t *out) const {
   // The shard holding `start`, then on across shard ends.
   size_t s = std::upper_bound(shards_.begin(), shards_.end(), start,
                               [](int64_t at, const Shard &shard) {
                                 return at < shard.first;
                               }) -
              shards_.begin() - 1;
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t at = start + i;
-    while (at >=
-           shards_[s].first + static_cast<int64_t>(shards_[s].length / width_))
+  std::vector<unsigned char> bytes;
+  for (int64_t done = 0; done < count;) {
+    const Shard &shard = shards_[s];
+    int64_t at = start + done;
+    int64_t ids = static_cast<int64_t>(shard.length / width_);
+    int64_t take = std::min(count - done, shard.first + ids - at);
+    if (take <= 0) {
       ++s;
-    uint32_t value = 0;
-    std::memcpy(&value, shards_[s].bytes + (at - shards_[s].first) * width_,
-                width_);
-    out[i] = static_cast<int32_t>(value);
+      continue;
+    }
+    bytes.resize(static_cast<size_t>(take) * width_);
+    if (std::string why =
+            readShard(shard.fd, static_cast<size_t>(at - shard.first) * width_,
+                      bytes.size(), bytes.data());
+        !why.empty())
+      return Status::error("token file '" + shard.path + "' " + why +
+                           " (it held " + std::to_string(shard.length) +
+                           " bytes when opened)");
+    for (int64_t i = 0; i < take; ++i) {
+      uint32_t value = 0;
+      std::memcpy(&value, bytes.data() + i * width_, width_);
+      out[done + i] = static_cast<int32_t>(value);
+    }
+    done += take;
   }
+  return Status::success();
 }
 
 std::string TokenStream::identity() const {

@@ -1,8 +1,10 @@
 //===- TokenStream.h - Token files mapped as one stream ---------*- C++ -*-===//
 //
-// A token file, or a directory of shards read in name order, mapped into
-// memory (never copied) and checked once: whole ids of the dtype, each
-// inside the vocabulary. Used by TokenSource.cpp.
+// A token file, or a directory of shards read in name order, checked once
+// when opened (whole ids of the dtype, each inside the vocabulary) and then
+// read window by window with pread: a file truncated or replaced while a
+// run reads it is an error naming the file, never a SIGBUS of a mapping.
+// Used by TokenSource.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,14 +27,15 @@ public:
   TokenStream(const TokenStream &) = delete;
   TokenStream &operator=(const TokenStream &) = delete;
 
-  /// Maps `path` (a file, or a directory whose regular files, not hidden,
+  /// Opens `path` (a file, or a directory whose regular files, not hidden,
   /// are its shards in name order) and checks every id.
   static StatusOr<std::unique_ptr<TokenStream>>
   open(const std::string &path, const std::string &dtype, int64_t vocabSize);
 
   int64_t size() const { return size_; }
-  /// Copies ids [start, start + count) (within size()) as int32.
-  void read(int64_t start, int64_t count, int32_t *out) const;
+  /// Copies ids [start, start + count) (within size()) as int32; fails
+  /// naming the file when it holds fewer bytes than when it was opened.
+  Status read(int64_t start, int64_t count, int32_t *out) const;
   /// "file of N tokens, crc32 H" or "K files of N tokens, crc32 H" (the
   /// CRC-32 of the shards' bytes in order).
   std::string identity() const;
@@ -41,7 +44,9 @@ public:
 private:
   TokenStream() = default;
   struct Shard {
-    const unsigned char *bytes = nullptr;
+    std::string path;
+    int fd = -1;
+    /// Bytes when opened.
     size_t length = 0;
     /// Index of its first id in the stream.
     int64_t first = 0;

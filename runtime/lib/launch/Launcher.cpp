@@ -143,7 +143,9 @@ StatusOr<std::string> resolveJobToken(const TrainOptions &options) {
                    options.jobTokenFile.c_str(), mode);
     }
     std::string contents;
-    if (std::string why = readRegularFile(options.jobTokenFile, contents);
+    // A secret of a few dozen bytes; 64 KiB is ample.
+    if (std::string why =
+            readRegularFile(options.jobTokenFile, contents, int64_t(64) << 10);
         !why.empty())
       return Status::error("--job-token-file: '" + options.jobTokenFile +
                            "' " + why + ", expected a file holding the job's "

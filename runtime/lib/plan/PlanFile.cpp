@@ -104,7 +104,8 @@ StatusOr<Plan> loadPlanText(const std::string &contents) {
 StatusOr<Plan> loadPlanFile(const std::string &path) {
   std::string contents;
   try {
-    if (std::string why = readRegularFile(path, contents); !why.empty())
+    if (std::string why = readRegularFile(path, contents, kMaxPlanFileBytes);
+        !why.empty())
       return Status::error("cannot open plan '" + path + "': it " + why +
                            ", expected a plan file (trellis compile -o)");
   } catch (const std::bad_alloc &) {

@@ -121,6 +121,8 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
   float scale = overflowNextStep_ ? std::numeric_limits<float>::infinity()
                                   : static_cast<float>(lossScale_.scale);
   overflowNextStep_ = false;
+  // From here a failure may leave the step half applied.
+  stateIntact_ = false;
   TRELLIS_RETURN_IF_ERROR(writeStepArguments(scale));
   TRELLIS_RETURN_IF_ERROR(executor_->run().withContext(
       "step " + std::to_string(completedSteps_ + 1)));
@@ -170,6 +172,7 @@ Status Trainer::step(const int32_t *tokenIds, const int32_t *targetIds) {
   TRELLIS_RETURN_IF_ERROR(collectLoss().withContext(stepName));
   ++completedSteps_;
   dataPosition_ += batch_;
+  stateIntact_ = true;
   return Status::success();
 }
 

@@ -366,6 +366,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
   trainer->onNonfinite_ = options.onNonfinite;
   trainer->evalData_ = std::move(*evalData);
   trainer->vocab_ = *vocab;
+  // A token file too short for one window is found now, before step 1.
+  if (trainer->data_)
+    TRELLIS_RETURN_IF_ERROR(trainer->data_->checkWindows(trainer->seq_));
+  if (trainer->evalData_)
+    TRELLIS_RETURN_IF_ERROR(trainer->evalData_->checkWindows(trainer->seq_)
+                                .withContext("--eval-data"));
   if (!options.weightsPath.empty())
     TRELLIS_RETURN_IF_ERROR(trainer->loadWeights(options.weightsPath));
   if (!options.loadDir.empty())

@@ -43,6 +43,23 @@ Status savePeriodicCheckpoint(Trainer &trainer, const TrainOptions &options,
                         saveFault);
 }
 
+Status saveBeforeFailing(Trainer &trainer, const TrainOptions &options,
+                         const SaveFault &saveFault, int64_t firstStep,
+                         const Status &failure) {
+  bool oneProcess = options.nproc * options.nnodes == 1 &&
+                    (options.outerLauncher.empty() || options.worldSize == 1);
+  int64_t last = trainer.completedSteps();
+  bool savedLast = options.saveEvery > 0 && last % options.saveEvery == 0;
+  if (options.saveDir.empty() || !oneProcess || !trainer.stateIntact() ||
+      last <= firstStep || savedLast)
+    return failure;
+  if (Status saved = saveFinalCheckpoint(trainer, options, saveFault);
+      !saved.ok())
+    return Status::error(failure.message() + "; " + saved.message());
+  return Status::error(failure.message() + " (the state after step " +
+                       std::to_string(last) + " was saved first)");
+}
+
 Status saveFinalCheckpoint(Trainer &trainer, const TrainOptions &options,
                            const SaveFault &saveFault) {
   int64_t last = trainer.completedSteps();

@@ -50,9 +50,11 @@ int runTrainingCommand(const TrainOptions &given) {
     return fail(created.status());
   Trainer &trainer = **created;
   setExecutorModes(trainer, options);
+  int64_t firstStep = trainer.completedSteps();
   StatusOr<StepTimes> times = trainSteps(trainer, options, *faults, metrics);
   if (!times.ok())
-    return fail(times.status());
+    return fail(saveBeforeFailing(trainer, options, faults->saveFault,
+                                  firstStep, times.status()));
   if (Status evaluated = evaluateWithoutSteps(trainer, options);
       !evaluated.ok())
     return fail(evaluated);

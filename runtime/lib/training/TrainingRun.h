@@ -161,6 +161,16 @@ Status reportRun(Trainer &trainer, const TrainOptions &options,
 Status savePeriodicCheckpoint(Trainer &trainer, const TrainOptions &options,
                               const SaveFault &saveFault);
 
+/// A run that failed after `firstStep` (the step it started from): when
+/// the state after its last completed step is intact (the failure came
+/// before the step began writing it: its data, its batch) and it has not
+/// been saved, saves it as --save would at the end, then returns `failure`
+/// naming the save: the work is not lost. A run of one process only: a
+/// job's ranks would all have to take part in the gathering save.
+Status saveBeforeFailing(Trainer &trainer, const TrainOptions &options,
+                         const SaveFault &saveFault, int64_t firstStep,
+                         const Status &failure);
+
 /// The checkpoint at the run's end (--save), unless the last step's
 /// periodic one is it.
 Status saveFinalCheckpoint(Trainer &trainer, const TrainOptions &options,

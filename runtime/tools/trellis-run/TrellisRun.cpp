@@ -6,12 +6,16 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "trellis/Common/FileKind.h"
 #include "trellis/Runtime/TrainOptionTable.h"
 #include "trellis/Runtime/Trainer.h"
 
 #include <CLI/CLI.hpp>
 
+#include <sys/resource.h>
+
 #include <cstdio>
+#include <new>
 
 namespace {
 
@@ -132,5 +136,20 @@ int main(int argc, char **argv) {
     return 1;
   }
   options.command.assign(argv, argv + argc);
-  return trellis::runtime::runTrainingCommand(options);
+  try {
+    return trellis::runtime::runTrainingCommand(options);
+  } catch (const std::bad_alloc &) {
+    // What no check could foresee (the loaders and the memory plan refuse
+    // what they can count) is still an error, not an abort.
+    std::string limit;
+    struct rlimit space;
+    if (getrlimit(RLIMIT_AS, &space) == 0 && space.rlim_cur != RLIM_INFINITY)
+      limit = " (ulimit -v (RLIMIT_AS) allows this process " +
+              trellis::formatBytes(static_cast<int64_t>(space.rlim_cur)) + ")";
+    std::fprintf(stderr,
+                 "trellis run: error: out of memory: an allocation of host "
+                 "memory failed%s\n",
+                 limit.c_str());
+    return 1;
+  }
 }

@@ -71,5 +71,40 @@ TEST_F(FileKindTest, NamesWhatAPathIsInstead) {
             0u);
 }
 
+// Tests that reads are bounded and kind-checked: the whole file within its
+// bound, a larger one refused before it is read, a device or FIFO refused
+// unread (never read without end or waited on).
+TEST_F(FileKindTest, ReadsRegularFilesWithinTheirBound) {
+  std::string file = dir_ + "/file";
+  std::FILE *handle = std::fopen(file.c_str(), "w");
+  ASSERT_NE(handle, nullptr);
+  std::string text(3000, 'x');
+  std::fputs(text.c_str(), handle);
+  std::fclose(handle);
+  std::string contents;
+  EXPECT_EQ(readRegularFile(file, contents, 3000), "");
+  EXPECT_EQ(contents, text);
+  EXPECT_EQ(readRegularFile(file, contents, 2999),
+            "is 3000 bytes, more than the 2999 bytes such a file may hold");
+  size_t chunks = 0, bytes = 0;
+  EXPECT_EQ(readRegularFileChunks(file, 4096,
+                                  [&](const char *, size_t size) {
+                                    ++chunks;
+                                    bytes += size;
+                                  }),
+            "");
+  EXPECT_EQ(bytes, 3000u);
+  EXPECT_GE(chunks, 1u);
+
+  EXPECT_EQ(readRegularFile("/dev/zero", contents, 1 << 20),
+            "is a character device");
+  std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(readRegularFile(fifo, contents, 1 << 20), "is a FIFO");
+  EXPECT_EQ(readRegularFile(dir_, contents, 1 << 20), "is a directory");
+  EXPECT_EQ(formatBytes(int64_t(198) << 20), "198.0 MiB");
+  EXPECT_EQ(formatBytes(int64_t(20) << 30), "20.0 GiB");
+}
+
 } // namespace
 } // namespace trellis

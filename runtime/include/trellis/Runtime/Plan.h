@@ -363,7 +363,14 @@ Status verifyPlanChecksum(const std::string &text);
 /// contentCrc32 is that of the whole text).
 StatusOr<Plan> loadPlanText(const std::string &text);
 
-/// Reads a plan file, verifies its checksum, parses it.
+/// The largest plan file read: the largest plans compiled (Llama-3.1-405B
+/// at pp=16, dp=16, tp=8 with 128 micro-batches in two chunks a stage) are
+/// 3.4 MiB; their programs are written once per action, so plans grow with
+/// neither the mesh nor the micro-batches.
+constexpr int64_t kMaxPlanFileBytes = int64_t(64) << 20;
+
+/// Reads a plan file of at most kMaxPlanFileBytes, verifies its checksum,
+/// parses it.
 StatusOr<Plan> loadPlanFile(const std::string &path);
 
 } // namespace trellis::runtime

@@ -41,6 +41,13 @@ public:
   /// window `at.window + r`.
   virtual Status fill(const BatchPosition &at, int64_t batch, int64_t seq,
                       int32_t *tokens, int32_t *targets) = 0;
+  /// Whether windows of `seq` + 1 tokens can be drawn (every token file
+  /// holds one), asked before step 1 so that a short file is found then,
+  /// not at the first batch or evaluation drawn from it.
+  virtual Status checkWindows(int64_t seq) const {
+    (void)seq;
+    return Status::success();
+  }
   /// What the batches are drawn from, in one line without the seed (which
   /// ranks compare at rendezvous): "synthetic", "repeat", "file of N
   /// tokens, crc32 H", or a blend's components and the order.

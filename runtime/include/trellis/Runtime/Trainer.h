@@ -112,6 +112,11 @@ public:
                      int64_t count);
 
   int64_t completedSteps() const { return completedSteps_; }
+  /// Whether the parameters and optimizer states are those after
+  /// completedSteps(): false once a step failed after it began writing them
+  /// (its update may be half applied); a step that failed reading its data
+  /// or checking its batch leaves them intact.
+  bool stateIntact() const { return stateIntact_; }
   /// This process's rank (0 without a communicator).
   int64_t rank() const;
   /// The loss of the last step on every rank (0 before the first).
@@ -256,6 +261,7 @@ private:
   /// Updates made (steps skipped for an overflow make none).
   int64_t optimizerSteps_ = 0;
   bool overflowNextStep_ = false;
+  bool stateIntact_ = true;
   float lastLoss_ = 0;
   /// TrainOptions::onNonfinite.
   std::string onNonfinite_ = "stop";

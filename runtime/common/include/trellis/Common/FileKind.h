@@ -9,6 +9,8 @@
 #ifndef TRELLIS_COMMON_FILEKIND_H
 #define TRELLIS_COMMON_FILEKIND_H
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 namespace trellis {
@@ -23,12 +25,40 @@ std::string whyNotRegularFile(const std::string &path);
 /// ("is a regular file" among them).
 std::string whyNotDirectory(const std::string &path);
 
-/// Reads the whole regular file `path` into `contents`; "" on success,
-/// otherwise why not, as a phrase ("is a directory", "cannot be read:
-/// <reason>", "changed while it was read: N bytes, then M"). The size comes
-/// from the open file itself (never from a stream position, which is -1 or
-/// huge for what is not a file), and the bytes read must match it.
-std::string readRegularFile(const std::string &path, std::string &contents);
+/// Reads the whole regular file `path` into `contents` when it holds at
+/// most `maxBytes` bytes; "" on success, otherwise why not, as a phrase
+/// ("is a directory", "is 198.0 MiB, more than the 64.0 MiB such a file
+/// may hold", "cannot be read: <reason>", "changed while it was read: N
+/// bytes, then M"). Opening never blocks (a FIFO put in the file's place
+/// is refused, not waited on); the size comes from the open file itself
+/// (never from a stream position, which is -1 or huge for what is not a
+/// file), is checked against `maxBytes` before anything is allocated, and
+/// the bytes read must match it.
+std::string readRegularFile(const std::string &path, std::string &contents,
+                            int64_t maxBytes);
+
+/// The same, handing the file to `consume` in consecutive chunks instead
+/// of holding it whole (checksums of checkpoint files).
+std::string
+readRegularFileChunks(const std::string &path, int64_t maxBytes,
+                      const std::function<void(const char *, size_t)> &consume);
+
+/// The largest config.json read (Hugging Face's are a few KiB; the largest
+/// with tokenizer tables inlined, a few MiB).
+constexpr int64_t kMaxConfigFileBytes = int64_t(16) << 20;
+/// The largest model in MLIR text read (weights are never in it; a 405B
+/// model's graph is a few MiB).
+constexpr int64_t kMaxMlirFileBytes = int64_t(256) << 20;
+/// The largest cluster file read (a few KiB of figures).
+constexpr int64_t kMaxClusterFileBytes = int64_t(16) << 20;
+
+/// What a path that was a regular file when examined is once opened (it
+/// was replaced in between).
+constexpr const char *kNotRegularOnceOpened =
+    "is not a regular file once opened";
+
+/// "3000 bytes", "198.0 MiB", "20.0 GiB".
+std::string formatBytes(int64_t bytes);
 
 } // namespace trellis
 
