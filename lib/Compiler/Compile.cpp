@@ -471,8 +471,20 @@ mlir::LogicalResult checkCompileOptions(const CompileOptions &options,
                        llvm::format("%g", options.bucketMiB)));
     return mlir::failure();
   }
-  if (!resolveParallelDegrees(options, sink))
+  std::optional<ParallelDegrees> degrees =
+      resolveParallelDegrees(options, sink);
+  if (!degrees)
     return mlir::failure();
+  bool expertAxis = llvm::any_of(degrees->axes, [](const MeshAxis &axis) {
+    return axis.role == AxisRole::Expert && axis.size > 1;
+  });
+  // Said, not refused: a script may pass one dispatch to every layout it
+  // compiles, the one-rank reference included.
+  if (options.expertDispatch == "all-to-all" && !expertAxis)
+    sink(MessageKind::Warning,
+         "--ep-dispatch all-to-all changes nothing here: it sends each token "
+         "to the ranks holding its experts, and no expert axis splits them "
+         "(--ep N with N > 1, or an ep axis in --mesh)");
   if (options.microBatches < 1 || options.batch % options.microBatches != 0) {
     sink(MessageKind::Error,
          llvm::formatv("--microbatches: expected a positive divisor of the "

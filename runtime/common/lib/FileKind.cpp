@@ -54,6 +54,28 @@ std::string whyNotDirectory(const std::string &path) {
   return S_ISDIR(mode) ? "" : kind;
 }
 
+std::string writeRegularFile(const std::string &path,
+                             const std::string &contents) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return std::strerror(errno);
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t wrote = ::write(fd, contents.data() + done, contents.size() - done);
+    if (wrote < 0 && errno == EINTR)
+      continue;
+    if (wrote < 0) {
+      std::string reason = std::strerror(errno);
+      ::close(fd);
+      return reason;
+    }
+    done += static_cast<size_t>(wrote);
+  }
+  if (::close(fd) != 0)
+    return std::strerror(errno);
+  return "";
+}
+
 std::string formatBytes(int64_t bytes) {
   if (bytes < (int64_t(1) << 20))
     return std::to_string(bytes) + " bytes";

@@ -174,10 +174,10 @@ Status commitCheckpoint(const std::string &partial,
                    {"files", json::array()}};
   for (const std::string &name : files) {
     injectKill(fault.afterFile == name);
+    TRELLIS_RETURN_IF_ERROR(syncPath(partial + "/" + name));
     StatusOr<CheckpointManifest::File> file = describeFile(partial, name);
     if (!file.ok())
       return file.status();
-    TRELLIS_RETURN_IF_ERROR(syncPath(partial + "/" + name));
     manifest["files"].push_back(
         {{"name", name}, {"bytes", file->bytes}, {"crc32", file->crc32}});
   }

@@ -81,13 +81,9 @@ bool endsWith(const std::string &text, const std::string &suffix) {
 /// Writes `text` to `path` under a temporary name, then renames it.
 Status writeTextFile(const std::string &path, const std::string &text) {
   std::string temporary = path + ".tmp-" + std::to_string(getpid());
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text;
-    if (!out.flush()) {
-      std::remove(temporary.c_str());
-      return Status::error("cannot write '" + path + "'");
-    }
+  if (std::string why = writeRegularFile(temporary, text); !why.empty()) {
+    std::remove(temporary.c_str());
+    return Status::error("cannot write '" + temporary + "': " + why);
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     std::remove(temporary.c_str());

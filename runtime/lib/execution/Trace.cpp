@@ -2,6 +2,8 @@
 
 #include "trellis/Runtime/Trace.h"
 
+#include "trellis/Common/FileKind.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,13 +33,12 @@ json metadata(const char *kind, int64_t rank, int64_t thread,
 }
 
 Status writeTraceFile(const std::string &path, json events) {
-  std::ofstream file(path);
-  file << json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}}
-              .dump()
-       << "\n";
-  file.close(); // a full disk shows when the buffered text is written
-  if (!file)
-    return Status::error("cannot write the trace '" + path + "'");
+  std::string why = writeRegularFile(
+      path, json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}}
+                    .dump() +
+                "\n");
+  if (!why.empty())
+    return Status::error("cannot write the trace '" + path + "': " + why);
   return Status::success();
 }
 

@@ -7,6 +7,7 @@
 #include "trellis/Common/FileKind.h"
 #include "trellis/Runtime/Trainer.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -299,9 +300,15 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
   // Wait. A failed rank's sockets close when it exits, so the ranks
   // waiting on it fail at once; one still running a moment after the
   // first failure is hung (or in work that waits on no failed rank): it is
-  // killed, and named first.
+  // killed, and named first. The fate line orders by cause, not by arrival
+  // (below).
   using Clock = std::chrono::steady_clock;
-  std::vector<std::string> failures, unresponsive;
+  // Each failure with its rank in the fate line: ranks killed by a signal
+  // (a crash, the kernel's OOM killer, a kill) come before ranks that
+  // exited with an error, which may be their peers' reaction to the loss
+  // (a closed socket); each group in the order the exits arrived.
+  std::vector<std::pair<int, std::string>> failures;
+  std::vector<std::string> unresponsive;
   std::optional<Clock::time_point> deadline;
   int64_t firstFailed = -1;
   while (!children.empty()) {
@@ -313,8 +320,9 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
       int64_t rank = children[pid];
       children.erase(pid);
       if (!succeeded(status)) {
-        failures.push_back("rank " + std::to_string(rank) + " " +
-                           describeExit(status));
+        failures.emplace_back(WIFSIGNALED(status) ? 0 : 1,
+                              "rank " + std::to_string(rank) + " " +
+                                  describeExit(status));
         if (!deadline) {
           deadline = Clock::now() + kExitGrace;
           firstFailed = rank;
@@ -341,20 +349,25 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  failures.insert(failures.begin(), unresponsive.begin(), unresponsive.end());
+  std::stable_sort(
+      failures.begin(), failures.end(),
+      [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::vector<std::string> fates = unresponsive;
+  for (auto &[rankClass, text] : failures)
+    fates.push_back(std::move(text));
   if (temporary) {
     std::error_code ignored;
     std::filesystem::remove_all(store, ignored);
   }
   if (int signal = receivedSignal)
-    failures.insert(failures.begin(),
-                    std::string("the launcher received ") + strsignal(signal) +
-                        " and passed it to every rank");
-  if (failures.empty())
+    fates.insert(fates.begin(), std::string("the launcher received ") +
+                                    strsignal(signal) +
+                                    " and passed it to every rank");
+  if (fates.empty())
     return 0;
-  std::string message = failures[0];
-  for (size_t i = 1; i < failures.size(); ++i)
-    message += "; " + failures[i];
+  std::string message = fates[0];
+  for (size_t i = 1; i < fates.size(); ++i)
+    message += "; " + fates[i];
   return fail(message);
 }
 

@@ -78,6 +78,12 @@ Status validateTrainOptions(const TrainOptions &options) {
   if (options.keep > 0 && options.saveEvery == 0)
     return Status::error("--keep counts periodic checkpoints: expected "
                          "--save-every N with it");
+  // A checkpoint holds the weights too: --weights would be overwritten.
+  if (!options.weightsPath.empty() && !options.loadDir.empty())
+    return Status::error("--weights and --load both set the weights: --load "
+                         "resumes a checkpoint (weights, optimizer states, "
+                         "step); --weights starts a run from Hugging Face "
+                         "weights. Give one");
   if (options.maxMemoryBytes < 0)
     return outOfRange("--max-memory", "MiB >= 0 (0: what is available)",
                       std::to_string(options.maxMemoryBytes >> 20));

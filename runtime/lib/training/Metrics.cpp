@@ -9,7 +9,9 @@
 
 #include <sys/resource.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +26,7 @@ Status openMetrics(const TrainOptions &options, std::ofstream &metrics) {
                options.loadDir.empty() ? std::ios::trunc : std::ios::app);
   if (!metrics)
     return Status::error("--metrics: cannot write '" + options.metricsPath +
-                         "'");
+                         "': " + std::strerror(errno));
   return Status::success();
 }
 

@@ -10,7 +10,9 @@
 #include "trellis/Runtime/Trace.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 namespace trellis::runtime {
@@ -20,7 +22,8 @@ Status prepareTrace(const TrainOptions &options) {
     return Status::success();
   // Fail before training, not after it, when the trace cannot be written.
   if (!std::ofstream(options.tracePath))
-    return Status::error("cannot write the trace '" + options.tracePath + "'");
+    return Status::error("cannot write the trace '" + options.tracePath +
+                         "': " + std::strerror(errno));
   // Only a finished run leaves a trace.
   std::remove(options.tracePath.c_str());
   return Status::success();

@@ -14,6 +14,7 @@
 
 #include <sys/resource.h>
 
+#include <charconv>
 #include <cstdio>
 #include <new>
 
@@ -54,10 +55,30 @@ CLI::Option *addFlag(CLI::App &app, const OptionRow<TrainOptions> &row,
   };
   switch (row.type) {
   case OptionType::Int:
-    return addValueFlag<int64_t>(app, name, row.help, apply,
-                                 [](OptionValue &value, const int64_t &given) {
-                                   value.integer = given;
-                                 });
+    // Read as text and converted here: a value past int64's range is
+    // refused, never clamped (CLI11 would saturate 2^64 to 2^63 - 1).
+    return app
+        .add_option_function<std::string>(
+            name,
+            [apply, name, &refused](const std::string &given) {
+              OptionValue value;
+              const char *end = given.data() + given.size();
+              auto [stop, error] =
+                  std::from_chars(given.data(), end, value.integer);
+              if (error != std::errc() || stop != end || given.empty()) {
+                if (refused.empty())
+                  refused = std::string("expected a number") +
+                            (error == std::errc::result_out_of_range
+                                 ? " in [-2^63, 2^63)"
+                                 : "") +
+                            " for " + name + ", found '" + given +
+                            "' (see 'trellis run --help')";
+                return;
+              }
+              apply(value);
+            },
+            row.help)
+        ->type_name("INT");
   case OptionType::Double:
     return addValueFlag<double>(
         app, name, row.help, apply,

@@ -71,7 +71,8 @@ TEST(TraceTest, UnwritablePathIsAnError) {
   Status status = writeRankTrace("/nonexistent-dir/trace.json", 0, {});
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.message(),
-            "cannot write the trace '/nonexistent-dir/trace.json'");
+            "cannot write the trace '/nonexistent-dir/trace.json': No such "
+            "file or directory");
 }
 
 } // namespace

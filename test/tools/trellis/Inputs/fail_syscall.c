@@ -14,7 +14,8 @@
 //
 // CALL is one of mkdir, mkdtemp, rename, rename-to, renameat2, fsync, write,
 // open, access, pipe2, fork, getentropy, posix_spawn, mmap (of a file: TEXT
-// matches its path), aligned_alloc (TEXT: the
+// matches its path), pread (TEXT: its descriptor's path), aligned_alloc
+// (TEXT: the
 // least size, in bytes, that fails). Failing calls set errno to EIO
 // (ENOSPC for write, ENOMEM and EAGAIN where those are what the call
 // reports).
@@ -141,6 +142,19 @@ void *mmap(void *address, size_t length, int protection, int flags, int fd,
     return errno = ENOMEM, MAP_FAILED;
   return NEXT(void *(*)(void *, size_t, int, int, int, off_t),
               "mmap")(address, length, protection, flags, fd, offset);
+}
+
+ssize_t pread(int fd, void *data, size_t size, off_t offset) {
+  char path[4096];
+  if (getenv("TRELLIS_FAIL") &&
+      shouldFail("pread", pathOf(fd, path, sizeof(path))))
+    return errno = EIO, -1;
+  return NEXT(ssize_t(*)(int, void *, size_t, off_t), "pread")(fd, data, size,
+                                                               offset);
+}
+
+ssize_t pread64(int fd, void *data, size_t size, off_t offset) {
+  return pread(fd, data, size, offset);
 }
 
 ssize_t writev(int fd, const struct iovec *parts, int count) {

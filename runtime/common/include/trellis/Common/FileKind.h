@@ -52,6 +52,13 @@ constexpr int64_t kMaxMlirFileBytes = int64_t(256) << 20;
 /// The largest cluster file read (a few KiB of figures).
 constexpr int64_t kMaxClusterFileBytes = int64_t(16) << 20;
 
+/// Writes `contents` as the whole of file `path` (made, or truncated):
+/// "" on success, otherwise the system's reason ("No space left on
+/// device"); every write and the close are checked, so a full disk is
+/// never silent.
+std::string writeRegularFile(const std::string &path,
+                             const std::string &contents);
+
 /// What a path that was a regular file when examined is once opened (it
 /// was replaced in between).
 constexpr const char *kNotRegularOnceOpened =
