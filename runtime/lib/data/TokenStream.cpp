@@ -19,8 +19,11 @@ namespace trellis::runtime::data {
 
 namespace {
 
-/// The shard files of `path`: itself, or a directory's regular files that
-/// are not hidden, in name order.
+/// The shard files of `path`: itself, or a directory's entries that are not
+/// hidden, in name order. Each must be a regular file (a link to one
+/// counts): a dangling link, a FIFO, a device or a directory among the
+/// shards is an error naming it, never left out in silence (hide what is
+/// no shard with a leading '.').
 StatusOr<std::vector<std::string>> shardPaths(const std::string &path,
                                               const std::string &dtype) {
   if (whyNotDirectory(path).empty()) {
@@ -28,9 +31,15 @@ StatusOr<std::vector<std::string>> shardPaths(const std::string &path,
     std::error_code error;
     for (const auto &entry : std::filesystem::directory_iterator(path, error)) {
       std::string name = entry.path().filename().string();
-      if (!name.empty() && name[0] != '.' &&
-          whyNotRegularFile(entry.path().string()).empty())
-        files.push_back(entry.path().string());
+      if (name.empty() || name[0] == '.')
+        continue;
+      if (std::string why = whyNotRegularFile(entry.path().string());
+          !why.empty())
+        return Status::error("token directory '" + path + "': shard '" + name +
+                             "' " + why + ", expected a file of " + dtype +
+                             " token ids (a name starting with '.' hides "
+                             "what is no shard)");
+      files.push_back(entry.path().string());
     }
     if (error)
       return Status::error("token directory '" + path +
