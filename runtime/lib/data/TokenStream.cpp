@@ -5,6 +5,7 @@
 #include "trellis/Common/FileKind.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -57,6 +58,19 @@ StatusOr<std::vector<std::string>> shardPaths(const std::string &path,
   return std::vector<std::string>{path};
 }
 
+/// Whether a stream of `shards` files keeps each open for its reads: at
+/// most 256, and at most a quarter of the descriptors this process may hold
+/// (RLIMIT_NOFILE, 1024 by default), so that a directory of thousands of
+/// shards never runs out of them; beyond that each read opens its shard.
+bool keepsShardsOpen(size_t shards) {
+  struct rlimit files;
+  rlim_t spare =
+      ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+          ? files.rlim_cur / 4
+          : 256;
+  return shards <= std::min<rlim_t>(spare, 256);
+}
+
 /// Reads `length` bytes at `offset` of open file `fd` into `out`: "" or
 /// why not (an error, or the file ending before them: truncated).
 std::string readShard(int fd, size_t offset, size_t length,
@@ -99,6 +113,7 @@ TokenStream::open(const std::string &path, const std::string &dtype,
   stream->width_ = dtype == "uint16" ? 2 : 4;
   uLong crc = crc32(0L, Z_NULL, 0);
   std::vector<unsigned char> chunk(size_t(1) << 20);
+  bool keepOpen = keepsShardsOpen(files->size());
   for (const std::string &file : *files) {
     // O_NONBLOCK: a FIFO put in the file's place is refused, not waited on.
     int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -147,6 +162,10 @@ TokenStream::open(const std::string &path, const std::string &dtype,
       }
       crc = crc32_z(crc, chunk.data(), bytes);
     }
+    if (!keepOpen) {
+      ::close(fd);
+      stream->shards_.back().fd = -1;
+    }
   }
   stream->crc32_ = static_cast<uint32_t>(crc);
   return stream;
@@ -170,10 +189,19 @@ Status TokenStream::read(int64_t start, int64_t count, int32_t *out) const {
       continue;
     }
     bytes.resize(static_cast<size_t>(take) * width_);
-    if (std::string why =
-            readShard(shard.fd, static_cast<size_t>(at - shard.first) * width_,
-                      bytes.size(), bytes.data());
-        !why.empty())
+    int fd = shard.fd;
+    if (fd < 0) {
+      fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      if (fd < 0)
+        return Status::error("cannot open token file '" + shard.path +
+                             "': " + std::strerror(errno));
+    }
+    std::string why =
+        readShard(fd, static_cast<size_t>(at - shard.first) * width_,
+                  bytes.size(), bytes.data());
+    if (shard.fd < 0)
+      ::close(fd);
+    if (!why.empty())
       return Status::error("token file '" + shard.path + "' " + why +
                            " (it held " + std::to_string(shard.length) +
                            " bytes when opened)");

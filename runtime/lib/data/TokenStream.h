@@ -45,6 +45,8 @@ private:
   TokenStream() = default;
   struct Shard {
     std::string path;
+    /// Open for the run's reads, or -1 when each read opens the file (a
+    /// directory of more shards than the descriptors a process may spare).
     int fd = -1;
     /// Bytes when opened.
     size_t length = 0;
