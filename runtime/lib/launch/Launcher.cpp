@@ -303,10 +303,10 @@ int launchRanks(const TrainOptions &options, const Mesh &mesh) {
   // killed, and named first. The fate line orders by cause, not by arrival
   // (below).
   using Clock = std::chrono::steady_clock;
-  // Each failure with its rank in the fate line: ranks killed by a signal
-  // (a crash, the kernel's OOM killer, a kill) come before ranks that
-  // exited with an error, which may be their peers' reaction to the loss
-  // (a closed socket); each group in the order the exits arrived.
+  // Each failure with its place in the fate line: ranks killed by a
+  // signal (0: a crash, the kernel's OOM killer, a kill) come before ranks
+  // that exited with an error (1), which may be their peers' reaction to
+  // the loss (a closed socket); each group in the order the exits arrived.
   std::vector<std::pair<int, std::string>> failures;
   std::vector<std::string> unresponsive;
   std::optional<Clock::time_point> deadline;
