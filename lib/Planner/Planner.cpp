@@ -593,6 +593,18 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
                                         const PlanConstraints &constraints,
                                         std::string &error) {
   auto start = std::chrono::steady_clock::now();
+  // Counts within bounds that keep every product the search forms of them
+  // (GPUs x sequences x tokens) in range, whichever caller set them.
+  if (request.globalBatch < 1 || request.globalBatch > (int64_t(1) << 31)) {
+    error = "the global batch: expected [1, 2^31] sequences, found " +
+            std::to_string(request.globalBatch);
+    return std::nullopt;
+  }
+  if (request.seq < 2 || request.seq > (int64_t(1) << 24)) {
+    error = "the sequence length: expected [2, 2^24] tokens, found " +
+            std::to_string(request.seq);
+    return std::nullopt;
+  }
   // Degrees the constraints fix must make (with the data axes) or divide
   // the GPUs. The message names the axes as given: `dp x tp x pp x cp`,
   // `dp_replicate x dp_shard x tp x pp x cp`.

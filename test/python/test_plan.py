@@ -42,6 +42,15 @@ def test_a_fixed_plan_and_the_refusals(gpt2_tiny: str) -> None:
         trellis.plan(gpt2_tiny, cluster="nope", gpus=2, batch=8, seq=16)
     with pytest.raises(trellis.Error, match="gpus: expected >= 1, found 0"):
         trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=0, batch=8, seq=16)
+    # The counts are checked by the search itself, whoever calls it.
+    for batch in (-8, 2**62):
+        with pytest.raises(trellis.Error, match="the global batch: expected "
+                           rf"\[1, 2\^31\] sequences, found {batch}"):
+            trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=8, batch=batch,
+                         seq=16)
+    with pytest.raises(trellis.Error, match="the sequence length: expected "
+                       r"\[2, 2\^24\] tokens, found 1"):
+        trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=8, batch=8, seq=1)
     with pytest.raises(trellis.Error, match="the fixed dp x tp x pp x cp = 4, "
                        "but the plan is for 2 GPUs"):
         trellis.plan(gpt2_tiny, cluster="h100-sxm", gpus=2, batch=8, seq=16,
