@@ -83,6 +83,14 @@ public:
     return Status::success();
   }
 
+  int64_t distinctWindows(int64_t seq) const override {
+    int64_t windows = 0;
+    for (const auto &stream : streams_)
+      windows +=
+          sequential_ ? (stream->size() - 1) / seq : stream->size() - seq;
+    return windows;
+  }
+
   Status fill(const BatchPosition &at, int64_t batch, int64_t seq,
               int32_t *tokens, int32_t *targets) override {
     TRELLIS_RETURN_IF_ERROR(checkWindows(seq));

@@ -379,4 +379,27 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions &options,
   return trainer;
 }
 
+std::vector<std::string> Trainer::dataNotes(int64_t evalBatches) const {
+  std::vector<std::string> notes;
+  std::string window =
+      " windows of seq + 1 = " + std::to_string(seq_ + 1) + " tokens";
+  if (data_) {
+    int64_t windows = data_->distinctWindows(seq_);
+    if (windows >= 0 && windows < batch_)
+      notes.push_back("the token data holds " + std::to_string(windows) +
+                      " distinct" + window + ", fewer than a batch's " +
+                      std::to_string(batch_) + " rows: rows repeat");
+  }
+  if (evalData_) {
+    int64_t windows = evalData_->distinctWindows(seq_);
+    if (windows >= 0 && windows < evalBatches * batch_)
+      notes.push_back("--eval-data holds " + std::to_string(windows) + window +
+                      "; --eval-batches " + std::to_string(evalBatches) +
+                      " of " + std::to_string(batch_) + " rows read " +
+                      std::to_string(evalBatches * batch_) +
+                      ": the evaluation repeats windows");
+  }
+  return notes;
+}
+
 } // namespace trellis::runtime

@@ -49,6 +49,9 @@ int runTrainingCommand(const TrainOptions &given) {
   if (!created.ok())
     return fail(created.status());
   Trainer &trainer = **created;
+  if (trainer.rank() == 0)
+    for (const std::string &note : trainer.dataNotes(options.evalBatches))
+      std::printf("note: %s\n", note.c_str());
   setExecutorModes(trainer, options);
   int64_t firstStep = trainer.completedSteps();
   StatusOr<StepTimes> times = trainSteps(trainer, options, *faults, metrics);

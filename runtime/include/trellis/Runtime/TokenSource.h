@@ -48,6 +48,13 @@ public:
     (void)seq;
     return Status::success();
   }
+  /// How many different windows of `seq` + 1 tokens the source can give
+  /// (its files' start positions, or their consecutive windows in the
+  /// sequential order); -1 when unbounded (synthetic data).
+  virtual int64_t distinctWindows(int64_t seq) const {
+    (void)seq;
+    return -1;
+  }
   /// What the batches are drawn from, in one line without the seed (which
   /// ranks compare at rendezvous): "synthetic", "repeat", "file of N
   /// tokens, crc32 H", or a blend's components and the order.

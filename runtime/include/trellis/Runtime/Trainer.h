@@ -87,6 +87,10 @@ public:
 
   /// The global batch's shape and the vocabulary.
   int64_t batchSize() const { return batch_; }
+  /// Notes on data too small for what the run draws from it: token data
+  /// with fewer distinct windows than a batch's rows, or held-out data
+  /// with fewer windows than `evalBatches` batches read (they repeat).
+  std::vector<std::string> dataNotes(int64_t evalBatches) const;
   int64_t seqLength() const { return seq_; }
   int64_t vocabSize() const { return vocab_; }
 
