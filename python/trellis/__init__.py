@@ -16,7 +16,6 @@ with the compiler's or runtime's message.
 
 import json
 import os
-import stat
 from contextlib import contextmanager
 from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, Union)
@@ -25,6 +24,7 @@ import numpy as np
 
 from . import _trellis
 from ._attributes import Attr, dictionary_text
+from ._files import kind_phrase
 from ._trellis import Error
 
 __all__ = ["Attr", "Error", "Graph", "Model", "Plan", "Session", "Value",
@@ -221,12 +221,7 @@ def _require_regular_file(path: str, expected: str) -> None:
     except OSError as error:
         kind = f"cannot be examined: {error.strerror}"
     else:
-        kinds = [(stat.S_ISREG, ""), (stat.S_ISDIR, "is a directory"),
-                 (stat.S_ISCHR, "is a character device"),
-                 (stat.S_ISBLK, "is a block device"),
-                 (stat.S_ISFIFO, "is a FIFO"), (stat.S_ISSOCK, "is a socket")]
-        kind = next((text for test, text in kinds if test(mode)),
-                    "is not a regular file")
+        kind = kind_phrase(mode)
     if kind:
         raise Error(f"cannot read '{path}': it {kind}, expected {expected}")
 

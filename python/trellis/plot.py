@@ -13,9 +13,10 @@ import argparse
 import json
 import math
 import os
-import stat
 import sys
 from typing import Any, Dict, List, Optional, Sequence
+
+from ._files import kind_phrase
 
 
 class MetricsError(Exception):
@@ -42,14 +43,9 @@ def _read_regular_file(path: str, max_bytes: int) -> str:
     except OSError as error:
         raise MetricsError(f"cannot read '{path}': {error.strerror}") from None
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
+    kind = kind_phrase(info.st_mode)
+    if kind:
         os.close(fd)
-        kinds = [(stat.S_ISDIR, "is a directory"),
-                 (stat.S_ISCHR, "is a character device"),
-                 (stat.S_ISBLK, "is a block device"),
-                 (stat.S_ISFIFO, "is a FIFO"), (stat.S_ISSOCK, "is a socket")]
-        kind = next((text for test, text in kinds if test(info.st_mode)),
-                    "is not a regular file")
         raise MetricsError(f"cannot read '{path}': it {kind}, expected a "
                            "metrics file (trellis run --metrics)")
     with os.fdopen(fd, "rb") as f:

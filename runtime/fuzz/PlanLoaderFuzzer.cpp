@@ -6,9 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "trellis/Runtime/Backend.h"
-#include "trellis/Runtime/Executor.h"
-#include "trellis/Runtime/Plan.h"
+#include "RunStages.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -21,21 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       parsePlan(std::string_view(reinterpret_cast<const char *>(data), size));
   if (!plan.ok())
     return 0;
-  // Keep each input cheap: skip plans whose buffers are large.
-  int64_t elements = 0;
-  for (const BufferDesc &buffer : plan->buffers)
-    elements += buffer.numElements();
-  if (elements > (int64_t(1) << 22))
-    return 0;
   static std::unique_ptr<Device> device =
       std::move(*(*findBackend("cpu"))->createDevice({}));
-  for (size_t stage = 0; stage < plan->stages.size(); ++stage) {
-    Plan staged = *plan;
-    selectStage(staged, static_cast<int64_t>(stage));
-    StatusOr<std::unique_ptr<Executor>> executor =
-        Executor::create(std::move(staged), *device);
-    if (executor.ok())
-      (void)(*executor)->run();
-  }
+  runEachStage(*plan, *device, int64_t(1) << 22);
   return 0;
 }

@@ -15,10 +15,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "RunStages.h"
+
 #include "trellis/Common/FileKind.h"
-#include "trellis/Runtime/Backend.h"
-#include "trellis/Runtime/Executor.h"
-#include "trellis/Runtime/Plan.h"
 
 #include <nlohmann/json.hpp>
 
@@ -79,21 +78,9 @@ void tryPlan(const std::string &text, const std::string &what, Device &device,
       return;
     }
     ++counts.loaded;
-    int64_t elements = 0;
-    for (const BufferDesc &buffer : plan->buffers)
-      elements += buffer.numElements();
     // A mutation that makes a plan large (a shape of 2^62 is refused, but
     // a size of 2^20 is not) is loaded, not run.
-    if (elements > (int64_t(1) << 24))
-      return;
-    for (size_t stage = 0; stage < plan->stages.size(); ++stage) {
-      Plan staged = *plan;
-      selectStage(staged, static_cast<int64_t>(stage));
-      StatusOr<std::unique_ptr<Executor>> executor =
-          Executor::create(std::move(staged), device);
-      if (executor.ok())
-        (void)(*executor)->run();
-    }
+    runEachStage(*plan, device, int64_t(1) << 24);
   } catch (const std::exception &error) {
     counts.threw.push_back(what + ": " + error.what());
   }

@@ -39,7 +39,7 @@ Diagnostic checkPosition(const OpInstance &op, const std::string &name) {
 
 Diagnostic checkReduceKind(const OpInstance &op) {
   std::string kind = op.text("kind");
-  if (kind != "sum" && kind != "max" && kind != "min")
+  if (!parseReduceKind(kind))
     return "expected kind sum, max or min, found '" + kind + "'";
   return std::nullopt;
 }
@@ -66,10 +66,8 @@ Diagnostic splitRule(const OpInstance &op, Results &out) {
 
 OpParameters collectiveParameters(const OpInstance &op) {
   CollectiveParameters parameters;
-  std::string kind = op.text("kind");
-  parameters.kind = kind == "max"   ? ReduceKind::Max
-                    : kind == "min" ? ReduceKind::Min
-                                    : ReduceKind::Sum;
+  // Ops without a kind (gathers, transfers) read the default.
+  parameters.kind = parseReduceKind(op.text("kind")).value_or(ReduceKind::Sum);
   parameters.dim = op.integer("dim");
   parameters.splitDim = op.integer("split_dim");
   parameters.concatDim = op.integer("concat_dim");

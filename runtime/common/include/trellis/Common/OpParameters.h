@@ -29,6 +29,17 @@ namespace trellis {
 /// How a collective combines its members' values (`kind`).
 enum class ReduceKind { Sum, Max, Min };
 
+/// The kind `text` names ("sum", "max", "min"), or nullopt.
+inline std::optional<ReduceKind> parseReduceKind(const std::string &text) {
+  if (text == "sum")
+    return ReduceKind::Sum;
+  if (text == "max")
+    return ReduceKind::Max;
+  if (text == "min")
+    return ReduceKind::Min;
+  return std::nullopt;
+}
+
 /// fill: every element `value` (the result's shape is its type's).
 struct FillParameters {
   double value = 0;
