@@ -173,10 +173,25 @@ private:
       return success();
     constrainResult(op, op->getResult(0),
                     tokenLayout(op->getResult(0), tokenDims, batch_));
-    // The weight: a parameter, perhaps cast to the compute dtype.
+    // The weight: a parameter, perhaps cast to the compute dtype, perhaps
+    // a slice of every expert (the gate or up half of a fused gate_up
+    // projection).
     Value weight = op->getOperand(1);
-    while (auto cast = weight.getDefiningOp<graph::CastOp>())
-      weight = cast.getInput();
+    while (true) {
+      if (auto cast = weight.getDefiningOp<graph::CastOp>()) {
+        weight = cast.getInput();
+        continue;
+      }
+      auto slice = weight.getDefiningOp<graph::SliceOp>();
+      if (slice && slice.getOffsets()[0] == 0 &&
+          slice.getSizes()[0] ==
+              llvm::cast<RankedTensorType>(slice.getInput().getType())
+                  .getDimSize(0)) {
+        weight = slice.getInput();
+        continue;
+      }
+      break;
+    }
     auto argument = llvm::dyn_cast<BlockArgument>(weight);
     auto name = argument ? function.getArgAttrOfType<StringAttr>(
                                argument.getArgNumber(),
@@ -185,7 +200,8 @@ private:
     if (!name)
       return op->emitOpError()
              << "splits its experts over " << axesText()
-             << ": expected its weight to be a parameter (through casts), "
+             << ": expected its weight to be a parameter (through casts and "
+                "slices of every expert), "
                 "found "
              << (weight.getDefiningOp()
                      ? weight.getDefiningOp()->getName().getStringRef()

@@ -559,29 +559,6 @@ def test_deepseek_moe_trains_like_pytorch() -> None:
     expect_trains_like_pytorch(module, converted, "deepseek_v3 moe")
 
 
-def test_an_unknown_router_is_refused_not_approximated() -> None:
-    """A router with a routed scaling factor that is not DeepSeek-V3's
-    (here Mixtral's given one) is not what moe_route computes: converting
-    it is refused, naming the block, never trained as softmax top-k."""
-    fields = dict(vocab_size=256, hidden_size=64, num_hidden_layers=1,
-                  num_attention_heads=4, num_key_value_heads=4,
-                  intermediate_size=32, num_local_experts=4,
-                  num_experts_per_tok=2, max_position_embeddings=64,
-                  attn_implementation="eager")
-    module = transformers.MixtralForCausalLM(
-        transformers.MixtralConfig(**fields)).eval()
-    module.model.layers[0].mlp.gate.routed_scaling_factor = 2.0
-    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
-    with pytest.raises(trellis.Error) as refused:
-        trellis_torch.from_module(module, example)
-    assert str(refused.value) == (
-        "the mixture-of-experts block model.layers.0.mlp: a router with a "
-        "score correction bias, groups or a routed scaling factor but not "
-        "DeepSeek-V3's (e_score_correction_bias, num_group, topk_group and "
-        "routed_scaling_factor together) is not translated by trellis.torch "
-        "(its moe_route computes softmax top-k or DeepSeek-V3's router)")
-
-
 class NanoGptAttention(torch.nn.Module):
     """nanoGPT's CausalSelfAttention (karpathy/nanoGPT model.py): q, k and
     v split from one nn.Linear, flash attention."""

@@ -534,38 +534,51 @@ def _assert_metadata(c: _Converter, node: Any, *args: Any, **kwargs: Any) -> Any
 
 # -- mixture of experts (the custom ops of _moe.py) ------------------------
 
-def _moe_route(c: _Converter, node: Any, logits: Any, top_k: int,
-               normalize: bool) -> Any:
-    weights, experts = c.op("moe_route", logits, top_k=top_k,
-                            normalize=normalize)
-    return (_Tensor(weights), _Tensor(experts))
-
-
-def _moe_route_scored(c: _Converter, node: Any, logits: Any, bias: Any,
-                      top_k: int, normalize: bool, scaling: float,
-                      groups: int, top_groups: int) -> Any:
-    """DeepSeek-V3's router: moe_route scoring "sigmoid" with the score
-    correction bias, a state argument of its buffer's name (read, loaded
-    and saved with the weights, never trained)."""
-    source = node.args[1]
-    name = (c.signature.inputs_to_buffers.get(source.name)
-            if isinstance(source, torch.fx.Node) else None)
-    if name is None or not isinstance(bias, _Constant):
-        raise Error("a score correction bias that is not a buffer of the "
-                    "module: expected the router's e_score_correction_bias")
-    name = c.canonical_names.get(name, name)
-    array = bias.tensor.detach().to(torch.float32).cpu().numpy().copy()
-    c.weights[name] = array
-    state = _Tensor(c.graph.state(name, list(array.shape)))
-    attrs: Dict[str, Any] = {"top_k": int(top_k), "scoring": "sigmoid"}
+def route_operands(c: _Converter, node: Any, logits: Any, bias: Any,
+                   top_k: int, sigmoid: bool, normalize: bool, scaling: float,
+                   groups: int, top_groups: int) -> Any:
+    """moe_route with its attributes; `bias` the correction bias as a
+    graph value, or None."""
+    attrs: Dict[str, Any] = {"top_k": int(top_k)}
+    if sigmoid:
+        attrs["scoring"] = "sigmoid"
     if normalize:
         attrs["normalize"] = True
     if scaling != 1.0:
         attrs["scaling"] = float(scaling)
     if groups > 1:
         attrs.update(groups=int(groups), top_groups=int(top_groups))
-    weights, experts = c.op("moe_route", logits, state, **attrs)
+    operands = [logits] if bias is None else [logits, bias]
+    weights, experts = c.op("moe_route", *operands, **attrs)
     return (_Tensor(weights), _Tensor(experts))
+
+
+def route_with_state(c: _Converter, node: Any, target: str) -> Any:
+    """moe_route whose correction bias is the module's parameter or buffer
+    `target`: a state of its name (read, loaded and saved with the
+    weights, never trained: only the choice reads it, so PyTorch gives it
+    no gradient either), flattened to one value per expert."""
+    name = c.canonical_names.get(target, target)
+    tensor = (c.exported.state_dict[target]
+              if target in c.signature.parameters else c._buffer(target))
+    array = tensor.detach().to(torch.float32).cpu().numpy().copy()
+    c.weights[name] = array
+    state: Any = _Tensor(c.graph.state(name, list(array.shape)))
+    if array.ndim != 1:
+        state = _reshape(c, state, [array.size])
+    logits = c.convert(node.args[0])
+    return route_operands(c, node, logits, state, *node.args[2:])
+
+
+def _moe_route(c: _Converter, node: Any, logits: Any, bias: Any, top_k: int,
+               sigmoid: bool, normalize: bool, scaling: float, groups: int,
+               top_groups: int) -> Any:
+    if bias is not None:  # route_with_state takes a parameter's or buffer's
+        raise Error("a router's correction bias computed in forward: "
+                    "Trellis holds it as a state, so it must be a "
+                    "parameter or buffer of the module")
+    return route_operands(c, node, logits, None, top_k, sigmoid, normalize,
+                          scaling, groups, top_groups)
 
 
 def _expert_matmul(c: _Converter, node: Any, lhs: Any, weight: Any,
@@ -643,7 +656,6 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten._assert_tensor_metadata.default: _assert_metadata,
     torch.ops.trellis.moe_route.default: _moe_route,
     torch.ops.trellis.expert_matmul.default: _expert_matmul,
-    torch.ops.trellis.moe_route_scored.default: _moe_route_scored,
 }
 
 # Python's operator.getitem picks a piece of split.

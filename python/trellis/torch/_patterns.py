@@ -12,7 +12,8 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple,
 import torch
 
 from .. import Error
-from ._aten import _attention, _matmul_flags, _permute, _scalar, _slice
+from ._aten import (_attention, _matmul_flags, _permute, _scalar, _slice,
+                    route_with_state)
 from ._values import _causal_window, _Constant, _normalize_dim, _Tensor
 
 if TYPE_CHECKING:  # annotations only: the converter imports this module
@@ -455,6 +456,19 @@ def _match_rms_norm(c: _Converter, node: Any) -> Optional[_Tensor]:
     return _Tensor(c.op("rms_norm", x, weight, epsilon=float(add.args[1])))
 
 
+def _match_route_state(c: _Converter, node: Any) -> Optional[Any]:
+    """trellis::moe_route whose correction bias is a parameter or buffer
+    of the module: a state, never converted as a trained parameter."""
+    bias = node.args[1] if len(node.args) > 1 else None
+    if not isinstance(bias, torch.fx.Node) or bias.op != "placeholder":
+        return None
+    target = (c.signature.inputs_to_buffers.get(bias.name) or
+              c.signature.inputs_to_parameters.get(bias.name))
+    if target is None:
+        return None
+    return route_with_state(c, node, target)
+
+
 # Patterns tried, in order, before a node's operands are converted.
 _PATTERNS: Dict[Any, Tuple[Callable[..., Any], ...]] = {
     aten.add.Tensor: (_match_rope,),
@@ -465,4 +479,5 @@ _PATTERNS: Dict[Any, Tuple[Callable[..., Any], ...]] = {
     aten.split.Tensor: (_match_fused_split,),
     aten.view.default: (_match_flat_linear,),
     aten.reshape.default: (_match_flat_linear,),
+    torch.ops.trellis.moe_route.default: (_match_route_state,),
 }

@@ -1,0 +1,482 @@
+"""trellis.torch's mixture-of-experts blocks, recognized by what they
+compute. A block holding fused experts (`experts.gate_up_proj` [E, 2F, H],
+`experts.down_proj` [E, H, F]) is run once on random weights and random
+hidden states, its experts' inputs (the chosen experts and their weights)
+and its output recorded, and matched against the forms Trellis's
+moe_route and expert_matmul compute: the router's logits x W^T (+ a bias),
+softmax or sigmoid scores, the top-k of the scores (+ a correction bias
+for the choice only), optionally within the best of contiguous groups
+ranked by their two highest, the chosen scores (renormalized or not)
+times a constant; the experts' act(x W_gate) * (x W_up) W_down weighted
+and summed; then a shared expert added, gated by a sigmoid, or averaged
+in. The form that reproduces every token is the block's; a block no form
+reproduces is refused, naming what matched and what did not. Attribute
+names (`top_k`, `norm_topk_prob`, `e_score_correction_bias`) decide
+nothing: a router computes what its forward computes."""
+
+import contextlib
+import dataclasses
+import inspect
+import math
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+from .. import Error
+
+#: Tokens of the probe: enough that every expert is chosen and every group
+#: limit shows.
+_PROBE_TOKENS = 256
+#: How close a form's output must be to the block's, relative to the
+#: block's largest value (both in float32, summed in other orders), and
+#: its weights to the block's, relative to each.
+_TOLERANCE = 1e-4
+_WEIGHT_TOLERANCE = 1e-5
+#: Tokens whose k-th and next choice differ by less are ambiguous: float32
+#: rounding may order them either way.
+_TIE = 1e-5
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterForm:
+    """A router as moe_route computes it; tensors by their path in the
+    block."""
+    weight: str
+    top_k: int
+    sigmoid: bool
+    logit_bias: Optional[str] = None
+    choice_bias: Optional[str] = None
+    normalize: bool = False
+    scaling: float = 1.0
+    groups: int = 0
+    top_groups: int = 0
+
+    def describe_choice(self) -> str:
+        """The choice in words: `top-2 of sigmoid(x gate.weight^T) + bias`."""
+        logits = f"x {self.weight}^T" + (
+            f" + {self.logit_bias}" if self.logit_bias else "")
+        scores = f"{'sigmoid' if self.sigmoid else 'softmax'}({logits})"
+        choice = scores + (f" + {self.choice_bias}" if self.choice_bias
+                           else "")
+        text = f"top-{self.top_k} of {choice}"
+        if self.groups:
+            text += (f" within the {self.top_groups} best of {self.groups} "
+                     "groups")
+        return text
+
+    def describe(self) -> str:
+        """The router in words, its weights too."""
+        text = self.describe_choice() + ", weighted by the chosen scores"
+        if self.normalize:
+            text += " renormalized"
+        if self.scaling != 1.0:
+            text += f" times {self.scaling:g}"
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockForm:
+    """A block: its router, its experts, and how a shared expert (a child
+    module by its name) joins them: added, gated by the sigmoid of another
+    child (`shared_gate`), or averaged with the experts' sum."""
+    router: RouterForm
+    shared: Optional[str] = None
+    shared_gate: Optional[str] = None
+    average: bool = False
+
+
+def choice_scores(logits: torch.Tensor, bias: Optional[torch.Tensor],
+                  sigmoid: bool, groups: int,
+                  top_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """moe_route's scores [T, E] from logits [..., E], and what its choice
+    ranks: score + bias, -inf outside the `top_groups` best of `groups`
+    contiguous groups (a group ranked by the sum of its two highest)."""
+    scores = torch.sigmoid(logits) if sigmoid else torch.softmax(logits, -1)
+    count = scores.shape[-1]
+    flat = scores.reshape(-1, count)
+    choice = flat if bias is None else flat + bias.reshape(-1).to(flat.dtype)
+    if groups > 1:
+        grouped = choice.view(-1, groups, count // groups)
+        group_scores = grouped.topk(2, dim=-1)[0].sum(dim=-1)
+        kept = torch.topk(group_scores, k=top_groups, dim=-1)[1]
+        mask = torch.zeros_like(group_scores).scatter_(1, kept, 1)
+        mask = mask.unsqueeze(-1).expand(-1, groups, count // groups)
+        choice = choice.masked_fill(~mask.reshape(-1, count).bool(),
+                                    float("-inf"))
+    return flat, choice
+
+
+def route(logits: torch.Tensor, bias: Optional[torch.Tensor], top_k: int,
+          sigmoid: bool, normalize: bool, scaling: float, groups: int,
+          top_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """moe_route's definition in logits' dtype: the top-k of the choice
+    (choice_scores); the weights are the chosen scores, renormalized with
+    `normalize`, times `scaling`. Returns (weights, experts [int64])."""
+    flat, choice = choice_scores(logits, bias, sigmoid, groups, top_groups)
+    chosen = torch.topk(choice, k=top_k, dim=-1)[1]
+    weights = flat.gather(1, chosen)
+    if normalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    shape = (*logits.shape[:-1], top_k)
+    return (weights * scaling).reshape(shape), chosen.reshape(shape)
+
+
+def tensor_at(block: torch.nn.Module, path: str) -> torch.Tensor:
+    """The parameter or buffer at `path` under `block`."""
+    owner, _, name = path.rpartition(".")
+    module = block.get_submodule(owner) if owner else block
+    return getattr(module, name)
+
+
+def _fused_experts(block: torch.nn.Module) -> Optional[torch.nn.Module]:
+    experts = getattr(block, "experts", None)
+    if not isinstance(experts, torch.nn.Module):
+        return None
+    gate_up = getattr(experts, "gate_up_proj", None)
+    down = getattr(experts, "down_proj", None)
+    if isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor):
+        return experts
+    return None
+
+
+def sparse_blocks(module: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
+    """The blocks of `module` holding fused experts, by their paths."""
+    return [(name, child) for name, child in module.named_modules()
+            if _fused_experts(child) is not None]
+
+
+def _where(block: torch.nn.Module) -> str:
+    """The file and line of the block's forward."""
+    forward = type(block).forward
+    try:
+        file = inspect.getsourcefile(forward) or "?"
+        line = inspect.getsourcelines(forward)[1]
+    except (OSError, TypeError):
+        return type(block).__name__
+    return f"{type(block).__name__}.forward at {file}:{line}"
+
+
+class _Refusal(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _random_tensors(block: torch.nn.Module) -> Iterator[None]:
+    """While inside, each floating parameter and buffer of `block` holds
+    random float32 values at a trained model's scale (matrices 1/sqrt of
+    their input width, vectors 0.1): zeros or ones at initialization
+    would hide a bias or tie every router score. Restored after."""
+    generator = torch.Generator().manual_seed(1234)
+    saved, seen = [], set()
+    with torch.no_grad():
+        for tensor in [*block.parameters(), *block.buffers()]:
+            if id(tensor) in seen or not tensor.is_floating_point():
+                continue
+            seen.add(id(tensor))
+            saved.append((tensor, tensor.data))
+            std = 1 / math.sqrt(tensor.shape[-1]) if tensor.dim() >= 2 else 0.1
+            tensor.data = torch.randn(tuple(tensor.shape), generator=generator,
+                                      dtype=torch.float32) * std
+    try:
+        yield
+    finally:
+        for tensor, data in saved:
+            tensor.data = data
+
+
+def _experts_inputs(block: torch.nn.Module, experts: torch.nn.Module,
+                    hidden: torch.Tensor) -> Tuple[Any, Dict[str, Any]]:
+    """The block's output on `hidden`, and what its experts were called
+    with: {"chosen": [T, k] ids, "weights": [T, k]}."""
+    called: Dict[str, Any] = {}
+
+    def record(module: Any, args: Any, kwargs: Any) -> None:
+        tensors = [a for a in (*args, *kwargs.values())
+                   if isinstance(a, torch.Tensor)]
+        ids = [t for t in tensors if not t.is_floating_point()]
+        if len(ids) == 1:
+            called["chosen"] = ids[0]
+            called["weights"] = next(
+                (t for t in tensors if t.is_floating_point() and
+                 t.shape == ids[0].shape), None)
+
+    handle = experts.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            output = block(hidden)
+    finally:
+        handle.remove()
+    return output, called
+
+
+def _numbers(block: torch.nn.Module) -> List[float]:
+    """The numbers the block and its modules hold: the exact values a
+    measured constant is snapped to."""
+    found = []
+    for module in block.modules():
+        for value in vars(module).values():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                found.append(float(value))
+    return found
+
+
+class _Probe:
+    """The block run on random weights: what its router chose, the
+    weights it gave, its output; and the tensors a form may read."""
+
+    def __init__(self, name: str, block: torch.nn.Module,
+                 experts: torch.nn.Module):
+        self.name, self.block, self.experts = name, block, experts
+        gate_up, down = experts.gate_up_proj, experts.down_proj
+        if gate_up.dim() != 3 or down.dim() != 3 or \
+                gate_up.shape[1] % 2 or \
+                tuple(down.shape) != (gate_up.shape[0], gate_up.shape[2],
+                                      gate_up.shape[1] // 2):
+            raise _Refusal(
+                f"its experts' gate_up_proj {tuple(gate_up.shape)} and "
+                f"down_proj {tuple(down.shape)} are not the layout Trellis's "
+                "expert ops read ([E, 2F, H] and [E, H, F], gate then up)")
+        self.count, _, self.width = (int(s) for s in gate_up.shape)
+        others = sorted(n for n, _ in experts.named_parameters()
+                        if n not in ("gate_up_proj", "down_proj"))
+        if others:
+            raise _Refusal(
+                f"its experts hold parameters Trellis's expert ops do not "
+                f"compute with ({', '.join(others)}): expert biases")
+        outside = [(n, t) for n, t in [*block.named_parameters(),
+                                       *block.named_buffers()]
+                   if not n.startswith("experts.") and t.is_floating_point()]
+        self.router_weights = [n for n, t in outside
+                               if tuple(t.shape) == (self.count, self.width)]
+        if not self.router_weights:
+            raise _Refusal(f"no router weight [{self.count}, {self.width}] "
+                           "outside its experts")
+        self.vectors = [n for n, t in outside
+                        if t.numel() == self.count and t.shape[-1] == self.count
+                        and n not in self.router_weights]
+
+    def run(self) -> None:
+        generator = torch.Generator().manual_seed(4321)
+        self.hidden = torch.randn(2, _PROBE_TOKENS // 2, self.width,
+                                  generator=generator, dtype=torch.float32)
+        output, called = _experts_inputs(self.block, self.experts, self.hidden)
+        again, _ = _experts_inputs(self.block, self.experts, self.hidden)
+        if not isinstance(output, torch.Tensor) or \
+                output.shape != self.hidden.shape:
+            raise _Refusal("its forward does not return one tensor of its "
+                           "input's shape")
+        if not torch.equal(output, again):
+            raise _Refusal("it computes another output on each call (random "
+                           "router noise in training mode? put the module in "
+                           "eval mode): random noise has no place in a plan")
+        if "chosen" not in called or called["weights"] is None:
+            raise _Refusal("its experts are not called with the chosen "
+                           "experts [T, k] and their weights [T, k]")
+        self.output = output.to(torch.float64)
+        self.chosen = called["chosen"].reshape(_PROBE_TOKENS, -1).long()
+        self.weights = called["weights"].reshape(_PROBE_TOKENS, -1).to(
+            torch.float64)
+        self.top_k = int(self.chosen.shape[-1])
+        self.scale = float(self.output.abs().max()) or 1.0
+
+    def close(self, a: torch.Tensor, b: torch.Tensor) -> bool:
+        """a and b [.., H] agree on the clearly routed tokens."""
+        difference = (a - b).reshape(_PROBE_TOKENS, -1)[self.clear]
+        return bool(difference.abs().max() <= _TOLERANCE * self.scale)
+
+    # -- the router ---------------------------------------------------
+
+    def _tensor(self, path: str) -> torch.Tensor:
+        return tensor_at(self.block, path).detach().to(torch.float64)
+
+    def _logits(self, weight: str, bias: Optional[str]) -> torch.Tensor:
+        """A form's logits, in float64 from the probe's float32 values."""
+        x = self.hidden.reshape(_PROBE_TOKENS, self.width).to(torch.float64)
+        logits = x @ self._tensor(weight).T
+        if bias is not None:
+            logits = logits + self._tensor(bias).reshape(-1)
+        return logits
+
+    def _route(self, form: RouterForm, normalize: bool = False
+               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`form`'s weights (scaling 1) and choice [T, k], and which tokens
+        choose clearly: the k-th and the next expert further apart than
+        float32 rounding could swap."""
+        bias = self._tensor(form.choice_bias) if form.choice_bias else None
+        logits = self._logits(form.weight, form.logit_bias)
+        weights, chosen = route(logits, bias, self.top_k, form.sigmoid,
+                                normalize, 1.0, form.groups, form.top_groups)
+        _, choice = choice_scores(logits, bias, form.sigmoid, form.groups,
+                                  form.top_groups)
+        clear = torch.ones(_PROBE_TOKENS, dtype=torch.bool)
+        if self.top_k < self.count:
+            top = choice.topk(self.top_k + 1, dim=-1).values
+            gap = top[:, self.top_k - 1] - top[:, self.top_k]
+            clear = ~(gap < _TIE)  # -inf - -inf is nan: not clear
+        return weights, chosen, clear
+
+    def _mismatched(self, chosen: torch.Tensor, clear: torch.Tensor) -> int:
+        same = (chosen.sort(-1).values == self.chosen.sort(-1).values).all(-1)
+        return int((~same & clear).sum())
+
+    def _choices(self) -> Iterator[RouterForm]:
+        """Every form of the choice, ungrouped ones first."""
+        plain = [RouterForm(weight, self.top_k, sigmoid, logit_bias, choice)
+                 for weight in self.router_weights
+                 for logit_bias in [None, *self.vectors]
+                 for sigmoid in (False, True)
+                 for choice in [None, *self.vectors]
+                 if choice is None or choice != logit_bias]
+        yield from plain
+        for groups in range(2, self.count + 1):
+            if self.count % groups or self.count // groups < 2:
+                continue
+            for top_groups in range(1, groups):
+                if top_groups * (self.count // groups) < self.top_k:
+                    continue
+                for form in plain:
+                    yield dataclasses.replace(form, groups=groups,
+                                              top_groups=top_groups)
+
+    def router(self) -> RouterForm:
+        best: Optional[Tuple[int, RouterForm]] = None
+        for form in self._choices():
+            _, chosen, clear = self._route(form)
+            missed = self._mismatched(chosen, clear)
+            if missed == 0:
+                weighted = self._weights(form, clear)
+                if weighted is not None:
+                    return weighted
+            if best is None or missed < best[0]:
+                best = (missed, form)
+        assert best is not None
+        missed, form = best
+        if missed == 0:
+            raise _Refusal(
+                f"its router chooses experts as {form.describe_choice()} "
+                "does, but weights them otherwise than the chosen scores "
+                "(renormalized or not) times a constant")
+        raise _Refusal(
+            f"its router chooses experts otherwise than every form Trellis's "
+            f"moe_route computes (closest: {form.describe_choice()}, which "
+            f"chooses otherwise for {missed} of {_PROBE_TOKENS} tokens); "
+            "moe_route computes softmax or sigmoid scores of x W^T (+ a "
+            "bias), the top-k of the scores (+ a correction bias for the "
+            "choice), "
+            "optionally within the best of contiguous groups ranked by their "
+            "two highest (DeepSeek-V3), weighted by the chosen scores, "
+            "renormalized or not, times a constant")
+
+    def _weights(self, form: RouterForm,
+                 clear: torch.Tensor) -> Optional[RouterForm]:
+        """`form` with the renormalization and scaling that give the
+        block's weights on the clearly chosen tokens, or None."""
+        given = self.weights.gather(1, self.chosen.argsort(-1))[clear]
+        for normalize in (False, True):
+            weights, chosen, _ = self._route(form, normalize)
+            computed = weights.gather(1, chosen.argsort(-1))[clear]
+            if bool((computed <= 0).any()):
+                continue
+            ratio = given / computed
+            middle = float(ratio.median())
+            if middle <= 0 or float((ratio - middle).abs().max()) > \
+                    _WEIGHT_TOLERANCE * abs(middle):
+                continue
+            return dataclasses.replace(form, normalize=normalize,
+                                       scaling=self._snap(middle))
+        return None
+
+    def _snap(self, measured: float) -> float:
+        """A measured constant as the exact number the block holds, or to
+        seven digits."""
+        if abs(measured - 1.0) <= _WEIGHT_TOLERANCE:
+            return 1.0
+        for value in _numbers(self.block):
+            if value and abs(value - measured) <= \
+                    _WEIGHT_TOLERANCE * abs(measured):
+                return value
+        return float(f"{measured:.7g}")
+
+    # -- the experts and a shared expert ------------------------------
+
+    def routed(self, router: RouterForm) -> torch.Tensor:
+        """The experts' weighted sum as expert_matmul computes it, in
+        float64; sets the tokens the comparison reads (those chosen
+        clearly)."""
+        x = self.hidden.reshape(_PROBE_TOKENS, self.width).to(torch.float64)
+        gate_up = self._tensor("experts.gate_up_proj")
+        down = self._tensor("experts.down_proj")
+        size = gate_up.shape[1] // 2
+        weights, chosen, self.clear = self._route(router, router.normalize)
+        weights = weights * router.scaling
+        out = torch.zeros_like(x)
+        with torch.no_grad():
+            for expert in chosen.unique().tolist():
+                rows, slots = (chosen == expert).nonzero(as_tuple=True)
+                projected = x[rows] @ gate_up[expert].T
+                inner = self.experts.act_fn(projected[:, :size]) * \
+                    projected[:, size:]
+                out.index_add_(0, rows, (inner @ down[expert].T) *
+                               weights[rows, slots, None])
+        return out.reshape(self.hidden.shape)
+
+    def _children(self, router: RouterForm) -> Dict[str, torch.Tensor]:
+        """Each child module's output on the hidden states, but the
+        experts' and the router's."""
+        owner = router.weight.split(".")[0]
+        outputs = {}
+        for name, child in self.block.named_children():
+            if child is self.experts or name == owner:
+                continue
+            try:
+                with torch.no_grad():
+                    value = child(self.hidden)
+            except Exception:  # a child that takes no hidden states
+                continue
+            if isinstance(value, torch.Tensor) and value.shape[:-1] == \
+                    self.hidden.shape[:-1]:
+                outputs[name] = value.to(torch.float64)
+        return outputs
+
+    def block_form(self, router: RouterForm) -> BlockForm:
+        routed = self.routed(router)
+        if self.close(self.output, routed):
+            return BlockForm(router)
+        children = self._children(router)
+        full = {n: v for n, v in children.items()
+                if v.shape == self.hidden.shape}
+        gates = {n: v for n, v in children.items() if v.shape[-1] == 1}
+        for name, value in full.items():
+            if self.close(self.output, routed + value):
+                return BlockForm(router, shared=name)
+            if self.close(self.output, (routed + value) / 2):
+                return BlockForm(router, shared=name, average=True)
+            for gate, gated in gates.items():
+                if self.close(self.output, routed + torch.sigmoid(gated) *
+                              value):
+                    return BlockForm(router, shared=name, shared_gate=gate)
+        difference = float((self.output - routed).reshape(
+            _PROBE_TOKENS, -1)[self.clear].abs().max())
+        raise _Refusal(
+            f"its router matches {router.describe()}, but its output is not "
+            "its experts' act(x W_gate) * (x W_up) W_down weighted and "
+            "summed, alone or with a child module added (a shared expert), "
+            "gated by a sigmoid, or averaged in (the experts' sum differs "
+            f"by up to {difference:.3g} where the output reaches "
+            f"{self.scale:.3g})")
+
+
+def recognize(name: str, block: torch.nn.Module) -> BlockForm:
+    """The form `block` computes, or an Error naming the block, where its
+    forward is, and what matched and what did not."""
+    experts = _fused_experts(block)
+    assert experts is not None
+    try:
+        probe = _Probe(name, block, experts)
+        with _random_tensors(block):
+            probe.run()
+            return probe.block_form(probe.router())
+    except _Refusal as refusal:
+        raise Error(f"the mixture-of-experts block {name} ({_where(block)}): "
+                    f"{refusal}; Trellis trains no approximation of it") \
+            from None

@@ -1,0 +1,356 @@
+"""trellis.torch's mixture-of-experts blocks, recognized by what they
+compute: routers of every supported form (softmax or sigmoid scores, a
+correction bias on the block, the router or a module of its own, groups,
+renormalized or not, a scaling) train as PyTorch trains them, losses,
+one-step gradients and parameters, under dp, tp and ep as one rank; a
+router or experts of another computation are refused naming the block,
+never trained as something else."""
+
+import copy
+from typing import Any, Dict, Optional
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import trellis  # noqa: E402
+import trellis.torch as trellis_torch  # noqa: E402
+from conftest import batches  # noqa: E402
+
+VOCAB, BATCH, SEQ, STEPS = 128, 4, 16, 3
+EPSILON = 1e-4
+COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=48, max_position_embeddings=64,
+              attn_implementation="eager", head_dim=8)
+
+
+def trained_scale(module: "torch.nn.Module", experts: int) -> "torch.nn.Module":
+    """`module` with the weights of a trained model, not of an initialized
+    one (zero routers tie every score; zero correction biases hide
+    themselves): matrices N(0, 1/fan_in), gains 1 + N(0, 0.1), other
+    vectors and every per-expert buffer N(0, 0.1). Evaluation mode."""
+    generator = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            noise = torch.randn(parameter.shape, generator=generator)
+            if parameter.dim() >= 2:
+                parameter.copy_(noise / parameter.shape[-1] ** 0.5)
+            elif bool((parameter == 1).all()):
+                parameter.copy_(1 + 0.1 * noise)
+            else:
+                parameter.copy_(0.1 * noise)
+        for buffer in module.buffers():
+            if buffer.is_floating_point() and buffer.numel() == experts:
+                buffer.copy_(0.1 * torch.randn(buffer.shape,
+                                               generator=generator))
+    return module.eval()
+
+
+class BlockModel(torch.nn.Module):
+    """A block of any model between an embedding and a head: the MoE block
+    alone (its own model's attention may need what this test does not
+    cover)."""
+
+    def __init__(self, block: "torch.nn.Module", width: int = 32) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, width)
+        self.block = block
+        self.head = torch.nn.Linear(width, VOCAB, bias=False)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        hidden = self.embed(tokens)
+        return self.head(hidden + self.block(hidden))
+
+
+def transformers_model(kind: str) -> "torch.nn.Module":
+    """Tiny transformers models whose MoE routers compute differently."""
+    if kind == "minimax_m2":  # sigmoid + a correction bias on the block
+        config: Any = transformers.MiniMaxM2Config(
+            **COMMON, num_local_experts=8, num_experts_per_tok=2,
+            rotary_dim=8)
+    elif kind == "hunyuan_v1_moe":  # the router's weight in gate.wg
+        config = transformers.HunYuanMoEV1Config(**COMMON, num_experts=8,
+                                                 moe_topk=2)
+    elif kind == "glm4_moe":  # sigmoid, bias, 2 of 4 groups, scaling
+        config = transformers.Glm4MoeConfig(
+            **COMMON, n_routed_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=24, first_k_dense_replace=0, n_group=4,
+            topk_group=2, routed_scaling_factor=1.8, n_shared_experts=1)
+    elif kind == "qwen2_moe":  # softmax, not renormalized, gated shared
+        config = transformers.Qwen2MoeConfig(
+            **COMMON, num_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=24, shared_expert_intermediate_size=40,
+            norm_topk_prob=False)
+    else:
+        raise KeyError(kind)
+    torch.manual_seed(0)
+    module = transformers.AutoModelForCausalLM.from_config(config)
+    return trained_scale(module, 8)
+
+
+def block_model(kind: str) -> "torch.nn.Module":
+    """A transformers MoE block between an embedding and a head."""
+    if kind.startswith("cohere2_moe"):
+        selection, shared = kind.split("-")[1:]
+        config: Any = transformers.Cohere2MoeConfig(
+            **COMMON, num_experts=8, num_experts_per_tok=2,
+            expert_selection_fn=selection, norm_topk_prob=False,
+            num_shared_experts=int(shared != "none"),
+            shared_expert_combination_strategy=(
+                shared if shared != "none" else "sum"))
+        from transformers.models.cohere2_moe import modeling_cohere2_moe
+        block: Any = modeling_cohere2_moe.Cohere2MoeSparseMoeBlock(config)
+    elif kind == "ernie4_5_moe":  # softmax + a [1, E] bias parameter
+        config = transformers.Ernie4_5_MoeConfig(
+            **COMMON, num_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=24, moe_num_shared_experts=1)
+        from transformers.models.ernie4_5_moe import modeling_ernie4_5_moe
+        block = modeling_ernie4_5_moe.Ernie4_5_MoeSparseMoeBlock(config)
+    elif kind.startswith("deepseek_v2"):  # softmax, not renormalized, x 1.5
+        method = "group_limited_greedy" if kind.endswith("group") else \
+            "greedy"
+        config = transformers.DeepseekV2Config(
+            **dict(COMMON, head_dim=None), n_routed_experts=8,
+            num_experts_per_tok=2, moe_intermediate_size=24,
+            routed_scaling_factor=1.5, topk_method=method, n_group=4,
+            topk_group=1, n_shared_experts=1)
+        from transformers.models.deepseek_v2 import modeling_deepseek_v2
+        block = modeling_deepseek_v2.DeepseekV2Moe(config)
+    elif kind == "phimoe":  # sparsemixer's weights
+        config = transformers.PhimoeConfig(**COMMON, num_local_experts=4,
+                                           num_experts_per_tok=2)
+        from transformers.models.phimoe import modeling_phimoe
+        block = modeling_phimoe.PhimoeSparseMoeBlock(config)
+    elif kind == "gpt_oss":  # experts with biases, interleaved gate and up
+        config = transformers.GptOssConfig(**COMMON, num_local_experts=8,
+                                           num_experts_per_tok=2)
+        from transformers.models.gpt_oss import modeling_gpt_oss
+        block = modeling_gpt_oss.GptOssMLP(config)
+    else:
+        raise KeyError(kind)
+    torch.manual_seed(0)
+    return trained_scale(BlockModel(block), 8)
+
+
+def loss_of(module: "torch.nn.Module", tokens: Any, targets: Any) -> Any:
+    output = module(torch.as_tensor(tokens, dtype=torch.long))
+    logits = getattr(output, "logits", output)
+    return torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1),
+        torch.as_tensor(targets, dtype=torch.long).flatten())
+
+
+def torch_training(module: "torch.nn.Module", data: list,
+                   dtype: "torch.dtype") -> Dict[str, Any]:
+    """PyTorch's losses and parameters after AdamW steps (decay 0.1 on
+    matrices) of a copy of `module` in `dtype` (its experts in their
+    eager loop: transformers' grouped_mm takes no float64)."""
+    module = copy.deepcopy(module).to(dtype)
+    for child in module.modules():
+        config = getattr(child, "config", None)
+        if hasattr(config, "_experts_implementation"):
+            config._experts_implementation = "eager"
+    groups = [{"params": [p for p in module.parameters() if p.dim() >= 2],
+               "weight_decay": 0.1},
+              {"params": [p for p in module.parameters() if p.dim() < 2],
+               "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=1e-3, eps=EPSILON)
+    losses = []
+    for tokens, targets in data:
+        loss = loss_of(module, tokens, targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return {"losses": losses, "parameters": {
+        name: p.detach().double().numpy()
+        for name, p in module.state_dict().items()}}
+
+
+def expect_trains_like_pytorch(module: "torch.nn.Module",
+                               converted: Any, what: str) -> None:
+    """One-step gradients (an SGD step of rate 1), 3 AdamW steps' losses
+    and parameters equal PyTorch's (the parameters also within float32
+    noise of a float64 run), and dp=2, tp=2 and ep=2 train as one rank."""
+    data = batches(VOCAB, BATCH, SEQ, STEPS, seed=5)
+    weights = converted.weights
+    plan = trellis.compile(converted, batch=BATCH, seq=SEQ, optimizer="sgd",
+                           lr=1.0)
+    with trellis.Session(plan, weights=weights) as session:
+        session.step(*data[0])
+        stepped = session.state_dict()
+    reference = copy.deepcopy(module)
+    loss_of(reference, *data[0]).backward()
+    gradients = {name: p.grad for name, p in reference.named_parameters()}
+    for name, before in weights.items():
+        if name not in gradients:  # a state: the router's correction bias
+            continue
+        expected = (gradients[name].numpy() if gradients[name] is not None
+                    else np.zeros_like(before))
+        np.testing.assert_allclose(before - stepped[name], expected,
+                                   rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{what} gradient {name}")
+    found: Dict[str, Any] = {}
+    for mesh in [None, "dp=2", "tp=2", "ep=2"]:
+        plan = trellis.compile(converted, batch=BATCH, seq=SEQ, mesh=mesh,
+                               weight_decay=0.1, adam_eps=EPSILON)
+        if mesh is None:
+            with trellis.Session(plan, weights=weights) as session:
+                losses = [session.step(*batch) for batch in data]
+                found = session.state_dict()
+        else:
+            per_rank = trellis.launch(plan, batches=data, weights=weights)
+            np.testing.assert_allclose(per_rank[0], losses, rtol=1e-5,
+                                       err_msg=f"{what} {mesh}")
+    single = torch_training(module, data, torch.float32)
+    double = torch_training(module, data, torch.float64)
+    np.testing.assert_allclose(losses, single["losses"], rtol=1e-6)
+    for name, value in found.items():
+        np.testing.assert_allclose(value, single["parameters"][name],
+                                   rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{what} {name}")
+        noise = np.abs(single["parameters"][name] -
+                       double["parameters"][name]).max()
+        np.testing.assert_allclose(value, double["parameters"][name],
+                                   rtol=0, atol=max(4 * noise, 1e-6),
+                                   err_msg=f"{what} {name} (float64)")
+
+
+def convert(module: "torch.nn.Module") -> Any:
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    return trellis_torch.from_module(module, example)
+
+
+@pytest.mark.parametrize("kind", ["minimax_m2", "hunyuan_v1_moe", "glm4_moe",
+                                  "qwen2_moe"])
+def test_transformers_routers_train_as_pytorch(kind: str) -> None:
+    """MiniMax-M2's sigmoid router with the correction bias on its block
+    (trained as softmax top-k before, 1e-4 off after one step), HunYuan's
+    router weight in gate.wg, GLM-4-MoE's grouped sigmoid router with its
+    bias and scaling, Qwen2-MoE without renormalization."""
+    module = transformers_model(kind)
+    converted = convert(module)
+    assert "graph.moe_route" in converted.mlir()
+    assert not any("forward" in vars(child) for child in module.modules())
+    expect_trains_like_pytorch(module, converted, kind)
+
+
+@pytest.mark.parametrize("kind", ["cohere2_moe-sigmoid-none",
+                                  "cohere2_moe-softmax-average",
+                                  "ernie4_5_moe", "deepseek_v2"])
+def test_router_blocks_train_as_pytorch(kind: str) -> None:
+    """Cohere2-MoE's sigmoid router (the softmax's losses before: both
+    were trained as softmax top-k) and its softmax over the chosen
+    logits with the shared expert averaged in; Ernie 4.5's correction
+    bias, a [1, E] parameter of a module of its own; DeepSeek-V2's
+    softmax router times 1.5, not renormalized."""
+    module = block_model(kind)
+    converted = convert(module)
+    expect_trains_like_pytorch(module, converted, kind)
+
+
+def test_the_correction_bias_is_a_state_of_its_name() -> None:
+    """MiniMax-M2's bias, held by the block, is a state (loaded and saved,
+    never trained) under the module's name; sigmoid scoring is in the
+    router op."""
+    module = transformers_model("minimax_m2")
+    converted = convert(module)
+    text = converted.mlir()
+    assert 'scoring = "sigmoid"' in text
+    name = "model.layers.0.mlp.e_score_correction_bias"
+    np.testing.assert_array_equal(
+        converted.weights[name],
+        module.get_buffer(name).numpy())
+
+
+@pytest.mark.parametrize("kind, why", [
+    ("deepseek_v2_group", "its router chooses experts otherwise than every "
+     "form Trellis's moe_route computes (closest: top-2 of softmax(x "
+     "gate.weight^T)"),
+    ("phimoe", "its router chooses experts as top-2 of softmax(x "
+     "router.weight^T) does, but weights them otherwise than the chosen "
+     "scores (renormalized or not) times a constant"),
+    ("gpt_oss", "its experts' gate_up_proj (8, 32, 96) and down_proj "
+     "(8, 48, 32) are not the layout Trellis's expert ops read"),
+])
+def test_other_computations_are_refused_naming_the_block(kind: str,
+                                                         why: str) -> None:
+    """DeepSeek-V2's group-limited greedy router (groups ranked by their
+    highest score), PhiMoE's sparsemixer weights and GPT-OSS's experts:
+    refused, naming the block, where its forward is, and what did not
+    match."""
+    module = block_model(kind)
+    with pytest.raises(trellis.Error) as refused:
+        convert(module)
+    message = str(refused.value)
+    assert message.startswith("the mixture-of-experts block block (")
+    assert ".forward at " in message and "modeling_" in message
+    assert why in message
+    assert message.endswith("Trellis trains no approximation of it")
+    assert not any("forward" in vars(child) for child in module.modules())
+
+
+class ScaledRouter(torch.nn.Module):
+    """A router computing softmax top-k times `scaling`, or, with
+    `squared`, the chosen scores squared: no form of moe_route."""
+
+    def __init__(self, experts: int, width: int, scaling: float,
+                 squared: bool) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(experts, width))
+        self.scaling, self.squared = scaling, squared
+        self.routed_scaling_factor = 7.0  # an attribute no forward reads
+
+    def forward(self, hidden: "torch.Tensor") -> Any:
+        scores = torch.softmax(hidden @ self.weight.T, dim=-1)
+        weights, chosen = torch.topk(scores, 2, dim=-1)
+        if self.squared:
+            weights = weights * weights
+        return weights * self.scaling, chosen
+
+
+class CustomBlock(torch.nn.Module):
+    """A user's MoE block over transformers' fused experts."""
+
+    def __init__(self, scaling: float, squared: bool) -> None:
+        super().__init__()
+        from transformers.models.qwen3_moe import modeling_qwen3_moe
+        config = transformers.Qwen3MoeConfig(**COMMON, num_experts=4,
+                                             moe_intermediate_size=24)
+        self.gate = ScaledRouter(4, 32, scaling, squared)
+        self.experts = modeling_qwen3_moe.Qwen3MoeExperts(config)
+
+    def forward(self, hidden: "torch.Tensor") -> "torch.Tensor":
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        weights, chosen = self.gate(flat)
+        return self.experts(flat, chosen, weights).reshape(hidden.shape)
+
+
+def test_a_router_is_what_it_computes_not_its_attributes() -> None:
+    """An attribute named routed_scaling_factor (7) that no forward reads
+    changes nothing; the scaling the router computes (0.75) is measured
+    and trained; a router squaring its weights is refused."""
+    torch.manual_seed(0)
+    module = trained_scale(BlockModel(CustomBlock(0.75, False)), 4)
+    converted = convert(module)
+    assert "scaling = 7.5" in converted.mlir()
+    expect_trains_like_pytorch(module, converted, "scaled router")
+    squared = trained_scale(BlockModel(CustomBlock(1.0, True)), 4)
+    with pytest.raises(trellis.Error, match="weights them otherwise"):
+        convert(squared)
+
+
+def test_a_random_router_is_refused() -> None:
+    """Mixtral's router noise in training mode: another output each call,
+    refused (random noise has no place in a plan)."""
+    config = transformers.MixtralConfig(**COMMON, num_local_experts=4,
+                                        num_experts_per_tok=2,
+                                        router_jitter_noise=0.1)
+    module = transformers.MixtralForCausalLM(config)
+    module.train()
+    with pytest.raises(trellis.Error,
+                       match="computes another output on each call"):
+        convert(module)
