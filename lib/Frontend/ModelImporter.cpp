@@ -190,7 +190,7 @@ Value TransformerBuilder::rope(Value x, int64_t layer) {
       builder_, loc_, x,
       builder_.getDenseF64ArrayAttr(local ? config_.localRopeFrequencies()
                                           : config_.ropeFrequencies()),
-      builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr());
+      builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr(), UnitAttr());
   double factor = local ? 1.0 : config_.ropeScaling.attentionFactor;
   if (factor == 1)
     return rotated;

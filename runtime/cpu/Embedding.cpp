@@ -97,9 +97,12 @@ Status runRope(const KernelArgs &args) {
         const float *x = in.f32() + base;
         float *y = args.out(0).f32() + base;
         for (int64_t i = 0; i < half; ++i) {
-          float x1 = x[i], x2 = x[i + half];
-          y[i] = x1 * cosines[i] - x2 * sines[i];
-          y[i + half] = x2 * cosines[i] + x1 * sines[i];
+          // The pair (first, second): (2i, 2i + 1) or (i, i + half).
+          int64_t first = parameters.interleaved ? 2 * i : i;
+          int64_t second = parameters.interleaved ? 2 * i + 1 : i + half;
+          float x1 = x[first], x2 = x[second];
+          y[first] = x1 * cosines[i] - x2 * sines[i];
+          y[second] = x2 * cosines[i] + x1 * sines[i];
         }
       }
   }

@@ -74,7 +74,7 @@ template <typename T>
 __global__ void ropeKernel(const T *in, T *out, const double *frequencies,
                            int64_t batch, int64_t seq, int64_t heads,
                            int64_t dim, int64_t first, int64_t length,
-                           int64_t chunks, double sign) {
+                           int64_t chunks, double sign, bool interleaved) {
   int64_t half = dim / 2;
   int64_t count = batch * seq * heads * half;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < count;
@@ -86,9 +86,12 @@ __global__ void ropeKernel(const T *in, T *out, const double *frequencies,
                    frequencies[i];
     float cosine = static_cast<float>(cos(angle));
     float sine = static_cast<float>(sin(angle));
-    float x1 = widen(in[base + i]), x2 = widen(in[base + i + half]);
-    out[base + i] = narrow<T>(x1 * cosine - x2 * sine);
-    out[base + i + half] = narrow<T>(x2 * cosine + x1 * sine);
+    // The pair: (2i, 2i + 1) interleaved, else (i, i + half).
+    int64_t one = base + (interleaved ? 2 * i : i);
+    int64_t two = base + (interleaved ? 2 * i + 1 : i + half);
+    float x1 = widen(in[one]), x2 = widen(in[two]);
+    out[one] = narrow<T>(x1 * cosine - x2 * sine);
+    out[two] = narrow<T>(x2 * cosine + x1 * sine);
   }
 }
 
@@ -231,7 +234,8 @@ Status runRope(const KernelArgs &args, CudaContext &context) {
       ropeKernel<<<grid.blocks, grid.threads, 0, context.stream>>>(
           static_cast<const T *>(in.raw()), static_cast<T *>(args.out(0).raw()),
           prepared->frequencies, batch, seq, heads, dim, *position * seq,
-          seq * shardCount(args), parameters.chunks, sign);
+          seq * shardCount(args), parameters.chunks, sign,
+          parameters.interleaved);
       return Status::success();
     }));
     TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching rope");

@@ -349,6 +349,24 @@ def _cat(c: _Converter, node: Any, values: Sequence[Any], dim: int = 0) -> Any:
     return _Tensor(c.op("concat", *kept, dim=_normalize_dim(dim, rank)))
 
 
+def _stack(c: _Converter, node: Any, values: Sequence[Any],
+           dim: int = 0) -> Any:
+    """stack: each value given a dimension of 1 at `dim`, concatenated
+    along it."""
+    shape = list(node.meta["val"].shape)
+    dim = _normalize_dim(dim, len(shape))
+    shape[dim] = 1
+    pieces = [_reshape(c, value, shape) for value in values]
+    if len(pieces) == 1:
+        return pieces[0]
+    return _Tensor(c.op("concat", *pieces, dim=dim))
+
+
+def _square(c: _Converter, node: Any, value: Any) -> Any:
+    x = c.materialize(value)
+    return _Tensor(c.emit("mul", x, x))
+
+
 def _embedding(c: _Converter, node: Any, table: Any, ids: Any, *rest: Any) -> Any:
     # nn.Embedding(padding_idx=...): that row gets no gradient (aten's
     # padding_idx is -1 for none; a negative one counts from the end).
@@ -639,6 +657,8 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.unflatten.int: _unflatten,
     aten.numpy_T.default: _numpy_t,
     aten.cat.default: _cat,
+    aten.stack.default: _stack,
+    aten.square.default: _square,
     aten.new_empty.default: _new_empty,
     aten.copy.default: _copy,
     aten.slice_scatter.default: _slice_scatter,

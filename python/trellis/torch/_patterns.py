@@ -274,16 +274,31 @@ def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
 
 
 def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
-    """x * cos + cat(-x[..., d/2:], x[..., :d/2]) * sin: Hugging Face's
-    rotate-half rotary embedding on x [batch, heads, seq, dim], its cos and
-    sin perhaps times an attention factor (YaRN's): a rope, then a
-    scale."""
+    """x * cos + rotate(x) * sin: a rotary embedding on x [batch, heads,
+    seq, dim] or [batch, seq, heads, dim] (GPT-J's), its cos and sin
+    perhaps times an attention factor (YaRN's): a rope, then a scale.
+    rotate(x) is Hugging Face's rotate-half, cat(-x[..., d/2:],
+    x[..., :d/2]), pairing (i, i + d/2), or the rotate-every-two of GPT-J,
+    CodeGen, GLM and Cohere, stack((-x[..., 1::2], x[..., 0::2]),
+    -1).flatten(-2), pairing (2i, 2i + 1) (an interleaved rope)."""
     left = _producer(node.args[0], aten.mul.Tensor)
     right = _producer(node.args[1], aten.mul.Tensor)
     if not left or not right:
         return None
     x_node, cos_node = left.args
     rotated, sin_node = right.args
+    layout = _rotate_half(x_node, rotated) or _rotate_every_two(x_node,
+                                                                rotated)
+    if layout is None:
+        return None
+    x = _rotated_operand(c, x_node, cos_node, sin_node)
+    if x is None:
+        return None
+    return _rope(c, node, x, cos_node, sin_node, layout)
+
+
+def _rotate_half(x_node: Any, rotated: Any) -> Optional[str]:
+    """"repeated" when `rotated` is cat(-x[..., d/2:], x[..., :d/2])."""
     cat = _producer(rotated, aten.cat.default)
     if not cat or len(cat.args[0]) != 2:
         return None
@@ -297,10 +312,34 @@ def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
     if tuple(low.args[1:4]) not in ((3, 0, dim // 2), (-1, 0, dim // 2)) or \
             tuple(high.args[1:3]) not in ((3, dim // 2), (-1, dim // 2)):
         return None
-    x = _rotated_operand(c, x_node, cos_node, sin_node)
-    if x is None:
+    return "repeated"
+
+
+def _every_other(node: Any, x_node: Any, start: int) -> bool:
+    """node is x[..., start::2]."""
+    piece = _producer(node, aten.slice.Tensor)
+    return bool(piece) and piece.args[0] is x_node and \
+        piece.args[1] in (3, -1) and len(piece.args) >= 5 and \
+        piece.args[2] == start and piece.args[4] == 2
+
+
+def _rotate_every_two(x_node: Any, rotated: Any) -> Optional[str]:
+    """"interleaved" when `rotated` is stack((-x[..., 1::2],
+    x[..., 0::2]), -1) flattened over its last two dimensions."""
+    flat = _producer(rotated, aten.flatten.using_ints, aten.view.default,
+                     aten.reshape.default, aten._unsafe_view.default)
+    if not flat or tuple(flat.meta["val"].shape) != \
+            tuple(x_node.meta["val"].shape):
         return None
-    return _rope(c, node, x, cos_node, sin_node, repeated=True)
+    stack = _producer(flat.args[0], aten.stack.default)
+    if not stack or len(stack.args[0]) != 2 or \
+            (stack.args[1] if len(stack.args) > 1 else 0) not in (4, -1):
+        return None
+    negated = _producer(stack.args[0][0], aten.neg.default)
+    if not negated or not _every_other(negated.args[0], x_node, 1) or \
+            not _every_other(stack.args[0][1], x_node, 0):
+        return None
+    return "interleaved"
 
 
 def _rotated_operand(c: _Converter, x_node: Any, cos_node: Any,
@@ -315,51 +354,79 @@ def _rotated_operand(c: _Converter, x_node: Any, cos_node: Any,
     return x
 
 
+def _sequence_axis(table: Any, shape: Tuple[int, ...]) -> int:
+    """Where a rotary table [.., .., .., width] varies with the position:
+    axis 2 for x [batch, heads, seq, dim] (Hugging Face's), axis 1 for x
+    [batch, seq, heads, dim] (GPT-J's)."""
+    if table.dim() == 4 and table.shape[2] == 1 and table.shape[1] > 1 and \
+            table.shape[1] == shape[1]:
+        return 1
+    return 2
+
+
 def _rope(c: _Converter, node: Any, x: _Tensor, cos_node: Any,
-          sin_node: Any, repeated: bool) -> _Tensor:
-    """graph.rope of x [batch, heads, seq, dim] (pairs (i, i + dim/2)) with
-    the frequencies of the constant cos and sin tables: cos(position *
-    frequency) per pair, written twice (`repeated`: rotate-half's
-    cat(freqs, freqs)) or once, perhaps times an attention factor (a scale
-    after the rope)."""
+          sin_node: Any, layout: str) -> _Tensor:
+    """graph.rope of x [batch, heads, seq, dim] or [batch, seq, heads, dim]
+    with the frequencies of the constant cos and sin tables: cos(position
+    * frequency) per pair, written twice (`layout` "repeated":
+    rotate-half's cat(freqs, freqs)), once ("once"), or each twice in a
+    row ("interleaved": repeat_interleave(freqs, 2), the pairs (2i,
+    2i + 1)), perhaps times an attention factor (a scale after the
+    rope)."""
     cos = c.convert(cos_node).tensor
     sin = c.convert(sin_node).tensor
-    batch, heads, seq, dim = x.shape
+    axis = _sequence_axis(cos, x.shape)
+    seq, dim = x.shape[axis], x.shape[3]
     half = dim // 2
-    width = dim if repeated else half
-    # The frequencies from the table: angle(position 1) = frequency; then
-    # the whole table must be cos/sin(position * frequency).
-    table_cos = cos.reshape(-1, seq, width)[0].to(torch.float64)
-    table_sin = sin.reshape(-1, seq, width)[0].to(torch.float64)
+    width = half if layout == "once" else dim
+    def table(values: Any) -> Any:
+        """The table at the first batch row and head: [seq, width]."""
+        if values.shape[-1] != width:
+            raise Error(f"a rotary embedding ({layout} pairs) whose tables "
+                        f"hold {values.shape[-1]} values per position, "
+                        f"not {width}")
+        full = values.expand(*x.shape[:3], width)
+        return full[0, 0] if axis == 2 else full[0, :, 0]
+    table_cos = table(cos).to(torch.float64)
+    table_sin = table(sin).to(torch.float64)
     if seq < 2:
         raise Error("a rotary embedding over a sequence of 1: cannot tell its "
                     "frequencies")
-    frequencies = torch.atan2(table_sin[1, :half], table_cos[1, :half])
+    pairs = slice(0, dim, 2) if layout == "interleaved" else slice(0, half)
+    frequencies = torch.atan2(table_sin[1, pairs], table_cos[1, pairs])
     frequencies = torch.where(frequencies < 0, frequencies + 2 * math.pi,
                               frequencies)
     inverse = _rotary_frequencies(c, cos_node)
-    if inverse is not None:
+    if inverse is not None and inverse.numel() == half:
         frequencies = inverse.to(torch.float64)
     # The attention factor: cos at position 0 (cos 0 = 1 times it).
     factor = float(table_cos[0, 0])
     angles = torch.arange(seq, dtype=torch.float64)[:, None] * frequencies
-    copies = 2 if repeated else 1
-    expected_cos = factor * torch.cat([angles.cos()] * copies, dim=-1)
-    expected_sin = factor * torch.cat([angles.sin()] * copies, dim=-1)
+    if layout == "interleaved":
+        expected_cos = factor * angles.cos().repeat_interleave(2, dim=-1)
+        expected_sin = factor * angles.sin().repeat_interleave(2, dim=-1)
+    else:
+        copies = 2 if layout == "repeated" else 1
+        expected_cos = factor * torch.cat([angles.cos()] * copies, dim=-1)
+        expected_sin = factor * torch.cat([angles.sin()] * copies, dim=-1)
     if not (factor > 0 and
             torch.allclose(table_cos, expected_cos, atol=1e-5) and
             torch.allclose(table_sin, expected_sin, atol=1e-5)):
-        raise Error("a rotary embedding whose cos/sin tables are not "
-                    "a * cos/sin(position * frequency) (position ids other "
-                    "than 0 .. n-1)")
-    value = c.materialize(_permute(c, node, x, (0, 2, 1, 3)))
-    out = c.emit("rope", value,
-                     frequencies=[float(f) for f in frequencies])
+        raise Error(f"a rotary embedding ({layout} pairs) whose cos/sin "
+                    "tables are not a * cos/sin(position * frequency) "
+                    "(position ids other than 0 .. n-1)")
+    order = (0, 2, 1, 3) if axis == 2 else (0, 1, 2, 3)
+    value = c.materialize(_permute(c, node, x, order))
+    attributes: Dict[str, Any] = {
+        "frequencies": [float(f) for f in frequencies]}
+    if layout == "interleaved":
+        attributes["interleaved"] = True
+    out = c.emit("rope", value, **attributes)
     # The tables are rounded to the activations' dtype: a factor of 1
     # within that is none.
     if abs(factor - 1) > 1e-6:
         out = c.emit("scale", out, factor=factor)
-    return _Tensor(out, (0, 2, 1, 3))
+    return _Tensor(out, order)
 
 
 def _match_interleaved_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
@@ -403,7 +470,7 @@ def _match_interleaved_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
     deinterleaved = _Tensor(c.op(
         "concat", _slice(c, node, x, 3, 0, dim, 2),
         _slice(c, node, x, 3, 1, dim, 2), dim=3))
-    return _rope(c, node, deinterleaved, cos_node, sin_node, repeated=False)
+    return _rope(c, node, deinterleaved, cos_node, sin_node, layout="once")
 
 
 def _rotary_frequencies(c: _Converter, node: Any) -> Optional[Any]:

@@ -220,9 +220,11 @@ TEST(OpParametersTest, AttributesLandInTheirFields) {
   PositionParameters rope =
       decode<PositionParameters>("rope", {{"frequencies", frequencies},
                                           {"inverse", flag(true)},
+                                          {"interleaved", flag(true)},
                                           {"chunks", integer(2)}});
   EXPECT_EQ(rope.frequencies, (std::vector<double>{1.0, 0.5}));
   EXPECT_TRUE(rope.inverse);
+  EXPECT_TRUE(rope.interleaved);
   EXPECT_EQ(rope.chunks, 2);
 
   EXPECT_EQ(

@@ -177,6 +177,10 @@ std::map<std::string, std::vector<Sample>> samples() {
   add("rope", {"dim 8",
                {values({2, 5, 3, 8})},
                {{"frequencies", reals({1.0, 0.1, 0.01, 0.001})}}});
+  add("rope", {"dim 8, interleaved",
+               {values({2, 5, 3, 8})},
+               {{"frequencies", reals({1.0, 0.1, 0.01, 0.001})},
+                {"interleaved", flag(true)}}});
   add("positions", {"13", {}, {{"length", integer(13)}}});
   add("cross_entropy", {"2x5 of 37",
                         {values({2, 5, 37}), ids({2, 5}, 37)},

@@ -99,6 +99,8 @@ func.func @layers(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>, %ids: tensor<2x8xi
   %de = graph.embedding_grad %ids, %e rows 32 : tensor<2x8xi32>, tensor<2x8x16xf32>
   // CHECK: graph.rope %{{.*}} frequencies [1.000000e+00, 1.000000e-02] {inverse = true} : tensor<2x8x4x4xf32>
   %r = graph.rope %q frequencies [1.0, 0.01] {inverse = true} : tensor<2x8x4x4xf32>
+  // CHECK: graph.rope %{{.*}} frequencies [1.000000e+00, 1.000000e-02] {interleaved} : tensor<2x8x4x4xf32>
+  %ri = graph.rope %q frequencies [1.0, 0.01] {interleaved} : tensor<2x8x4x4xf32>
   // CHECK: graph.attention %{{.*}}, %{{.*}}, %{{.*}} scale 5.000000e-01 : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
   %a = graph.attention %r, %kv, %kv scale 0.5 : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
   // CHECK: graph.attention %{{.*}} scale 5.000000e-01 {softcap = 3.000000e+01 : f64, window = 4 : i64}

@@ -352,7 +352,7 @@ LogicalResult RopeOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
   // A rotation's transpose is the inverse rotation.
   grads.push_back(RopeOp::create(b, getLoc(), dy[0], getFrequenciesAttr(),
                                  b.getBoolAttr(!getInverse()), ArrayAttr(),
-                                 getChunksAttr()));
+                                 getChunksAttr(), getInterleavedAttr()));
   return success();
 }
 

@@ -213,6 +213,7 @@ OpParameters positionParameters(const OpInstance &op) {
   PositionParameters parameters;
   parameters.frequencies = op.reals("frequencies");
   parameters.inverse = op.flag("inverse");
+  parameters.interleaved = op.flag("interleaved");
   parameters.chunks = op.integer("chunks");
   return parameters;
 }
@@ -370,6 +371,7 @@ void addLayerOps(TableBuilder &table) {
       .add("rope", {kInput}, 1,
            {{"frequencies", K::Reals, true},
             {"inverse", K::Bool, false},
+            {"interleaved", K::Bool, false},
             kOptionalAxes,
             kChunks},
            [](const OpInstance &op, Results &out) -> Diagnostic {

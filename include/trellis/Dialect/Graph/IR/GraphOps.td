@@ -468,7 +468,9 @@ def Graph_RopeOp : Graph_Op<"rope", [], ["localizeAttributes"]> {
   let summary = "Rotary position embedding on [batch, seq, heads, dim]";
   let description = [{
     Rotates the pair (i, i + dim/2) of every head vector at position s by the
-    angle s * frequencies[i] (the Hugging Face "rotate half" convention).
+    angle s * frequencies[i] (the Hugging Face "rotate half" convention), or
+    with `interleaved` the pair (2i, 2i + 1) (GPT-J's "rotate every two",
+    GLM's, Cohere's, DeepSeek's `rope_interleave`).
     `frequencies` has dim/2 entries: theta^(-2i/dim), possibly rescaled (as
     Llama 3's `rope_scaling` does). With `inverse` the rotation is undone:
     that is the gradient. With the sequence split over the mesh `axes`
@@ -482,7 +484,8 @@ def Graph_RopeOp : Graph_Op<"rope", [], ["localizeAttributes"]> {
                        DenseF64ArrayAttr:$frequencies,
                        DefaultValuedAttr<BoolAttr, "false">:$inverse,
                        OptionalAttr<StrArrayAttr>:$axes,
-                       OptionalAttr<I64Attr>:$chunks);
+                       OptionalAttr<I64Attr>:$chunks,
+                       UnitAttr:$interleaved);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$input `frequencies` $frequencies attr-dict `:` type($input)";
 }

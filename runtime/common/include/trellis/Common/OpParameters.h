@@ -106,12 +106,14 @@ struct EmbeddingParameters {
   int64_t paddingIndex = -1;
 };
 
-/// rope (`frequencies`, one per pair; `inverse`: the rotation's gradient)
-/// and positions; `chunks`: the sequence's zigzag order (SequenceChunks.h,
-/// 0 or 1: in order).
+/// rope (`frequencies`, one per pair; `inverse`: the rotation's gradient;
+/// `interleaved`: the pairs (2i, 2i + 1), else (i, i + dim / 2)) and
+/// positions; `chunks`: the sequence's zigzag order (SequenceChunks.h, 0
+/// or 1: in order).
 struct PositionParameters {
   std::vector<double> frequencies;
   bool inverse = false;
+  bool interleaved = false;
   int64_t chunks = 0;
 };
 
