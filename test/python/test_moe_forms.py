@@ -79,6 +79,10 @@ def transformers_model(kind: str) -> "torch.nn.Module":
             **COMMON, n_routed_experts=8, num_experts_per_tok=2,
             moe_intermediate_size=24, first_k_dense_replace=0, n_group=4,
             topk_group=2, routed_scaling_factor=1.8, n_shared_experts=1)
+    elif kind == "ernie4_5_moe":  # and its rotate-every-two in float32
+        config = transformers.Ernie4_5_MoeConfig(
+            **COMMON, num_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=24, moe_num_shared_experts=1)
     elif kind == "qwen2_moe":  # softmax, not renormalized, gated shared
         config = transformers.Qwen2MoeConfig(
             **COMMON, num_experts=8, num_experts_per_tok=2,
@@ -225,12 +229,14 @@ def convert(module: "torch.nn.Module") -> Any:
 
 
 @pytest.mark.parametrize("kind", ["minimax_m2", "hunyuan_v1_moe", "glm4_moe",
-                                  "qwen2_moe"])
+                                  "ernie4_5_moe", "qwen2_moe"])
 def test_transformers_routers_train_as_pytorch(kind: str) -> None:
     """MiniMax-M2's sigmoid router with the correction bias on its block
     (trained as softmax top-k before, 1e-4 off after one step), HunYuan's
     router weight in gate.wg, GLM-4-MoE's grouped sigmoid router with its
-    bias and scaling, Qwen2-MoE without renormalization."""
+    bias and scaling, Ernie 4.5's MoE model whole (its bias a [1, E]
+    parameter of a module of its own), Qwen2-MoE without
+    renormalization."""
     module = transformers_model(kind)
     converted = convert(module)
     assert "graph.moe_route" in converted.mlir()

@@ -851,7 +851,7 @@ def test_errors() -> None:
 def rotary_model(kind: str) -> "torch.nn.Module":
     """Tiny transformers models whose rotary embedding pairs (2i, 2i + 1)
     (GPT-J's and CodeGen's partial rotate-every-two on [batch, seq, heads,
-    dim], Cohere's and Helium's), or whose MLP squares (Nemotron's relu^2,
+    dim], Cohere's, Helium's, GLM's, Ernie 4.5's), or whose MLP squares (Nemotron's relu^2,
     Persimmon's): trained-scale random weights."""
     common = dict(vocab_size=256, hidden_size=32, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2,
@@ -865,6 +865,11 @@ def rotary_model(kind: str) -> "torch.nn.Module":
         "codegen": lambda: transformers.CodeGenConfig(**gpt_j, n_ctx=64),
         "cohere": lambda: transformers.CohereConfig(**common),
         "helium": lambda: transformers.HeliumConfig(**common, head_dim=8),
+        "glm": lambda: transformers.GlmConfig(**common, head_dim=8,
+                                              pad_token_id=0),
+        # Rotate-every-two in float32 with half tables repeated in a row.
+        "ernie4_5": lambda: transformers.Ernie4_5Config(**common,
+                                                        head_dim=8),
         "nemotron": lambda: transformers.NemotronConfig(**common,
                                                         head_dim=8),
         "persimmon": lambda: transformers.PersimmonConfig(
@@ -885,7 +890,8 @@ def rotary_model(kind: str) -> "torch.nn.Module":
 
 
 @pytest.mark.parametrize("kind", ["gptj", "codegen", "cohere", "helium",
-                                  "nemotron", "persimmon"])
+                                  "glm", "ernie4_5", "nemotron",
+                                  "persimmon"])
 def test_interleaved_rotary_and_squares_train_as_pytorch(kind: str) -> None:
     """The rotate-every-two rotary embedding becomes graph.rope with
     `interleaved` (refused before as aten.stack, then as a constant

@@ -318,16 +318,18 @@ def _rotate_half(x_node: Any, rotated: Any) -> Optional[str]:
 def _every_other(node: Any, x_node: Any, start: int) -> bool:
     """node is x[..., start::2]."""
     piece = _producer(node, aten.slice.Tensor)
-    return bool(piece) and piece.args[0] is x_node and \
+    return bool(piece) and _through(piece.args[0]) is _through(x_node) and \
         piece.args[1] in (3, -1) and len(piece.args) >= 5 and \
         piece.args[2] == start and piece.args[4] == 2
 
 
 def _rotate_every_two(x_node: Any, rotated: Any) -> Optional[str]:
     """"interleaved" when `rotated` is stack((-x[..., 1::2],
-    x[..., 0::2]), -1) flattened over its last two dimensions."""
-    flat = _producer(rotated, aten.flatten.using_ints, aten.view.default,
-                     aten.reshape.default, aten._unsafe_view.default)
+    x[..., 0::2]), -1) flattened over its last two dimensions (casts to
+    float32 around either, as Ernie 4.5 rotates in float32)."""
+    flat = _producer(_through(rotated), aten.flatten.using_ints,
+                     aten.view.default, aten.reshape.default,
+                     aten._unsafe_view.default)
     if not flat or tuple(flat.meta["val"].shape) != \
             tuple(x_node.meta["val"].shape):
         return None
@@ -379,6 +381,7 @@ def _rope(c: _Converter, node: Any, x: _Tensor, cos_node: Any,
     seq, dim = x.shape[axis], x.shape[3]
     half = dim // 2
     width = half if layout == "once" else dim
+
     def table(values: Any) -> Any:
         """The table at the first batch row and head: [seq, width]."""
         if values.shape[-1] != width:
@@ -387,6 +390,7 @@ def _rope(c: _Converter, node: Any, x: _Tensor, cos_node: Any,
                         f"not {width}")
         full = values.expand(*x.shape[:3], width)
         return full[0, 0] if axis == 2 else full[0, :, 0]
+
     table_cos = table(cos).to(torch.float64)
     table_sin = table(sin).to(torch.float64)
     if seq < 2:
