@@ -478,7 +478,8 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
           ? builder_.getF64FloatAttr(experts.routedScaling)
           : FloatAttr(),
       grouped ? builder_.getI64IntegerAttr(experts.groups) : IntegerAttr(),
-      grouped ? builder_.getI64IntegerAttr(experts.topGroups) : IntegerAttr());
+      grouped ? builder_.getI64IntegerAttr(experts.topGroups) : IntegerAttr(),
+      IntegerAttr());
   Value weights = route.getWeights(), chosen = route.getExperts();
   // The experts' stacked weights: one parameter [E, ...] per projection,
   // stored per expert (`*` is the expert's index in checkpoints' names).

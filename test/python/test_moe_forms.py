@@ -113,7 +113,8 @@ def block_model(kind: str) -> "torch.nn.Module":
             moe_intermediate_size=24, moe_num_shared_experts=1)
         from transformers.models.ernie4_5_moe import modeling_ernie4_5_moe
         block = modeling_ernie4_5_moe.Ernie4_5_MoeSparseMoeBlock(config)
-    elif kind.startswith("deepseek_v2"):  # softmax, not renormalized, x 1.5
+    elif kind.startswith("deepseek_v2") or kind == "cubed_group":
+        # Softmax, not renormalized, x 1.5; perhaps within the best group.
         method = "group_limited_greedy" if kind.endswith("group") else \
             "greedy"
         config = transformers.DeepseekV2Config(
@@ -123,6 +124,8 @@ def block_model(kind: str) -> "torch.nn.Module":
             topk_group=1, n_shared_experts=1)
         from transformers.models.deepseek_v2 import modeling_deepseek_v2
         block = modeling_deepseek_v2.DeepseekV2Moe(config)
+        if kind == "cubed_group":
+            block.gate.__class__ = CubedGroupRouter
     elif kind == "phimoe":  # sparsemixer's weights
         config = transformers.PhimoeConfig(**COMMON, num_local_experts=4,
                                            num_experts_per_tok=2)
@@ -137,6 +140,22 @@ def block_model(kind: str) -> "torch.nn.Module":
         raise KeyError(kind)
     torch.manual_seed(0)
     return trained_scale(BlockModel(block), 8)
+
+
+class CubedGroupRouter(torch.nn.Module):
+    """DeepSeek-V2's router with its groups ranked by the sum of their
+    scores' cubes: no form of moe_route."""
+
+    def forward(self, hidden: "torch.Tensor") -> Any:
+        scores = torch.softmax(hidden.reshape(-1, hidden.shape[-1]) @
+                               self.weight.T, dim=-1)
+        grouped = scores.view(-1, self.num_group,
+                              self.num_experts // self.num_group)
+        best = (grouped ** 3).sum(-1).topk(self.topk_group, dim=-1)[1]
+        mask = torch.zeros_like(grouped[..., 0]).scatter_(1, best, 1)
+        kept = scores * mask.repeat_interleave(grouped.shape[-1], dim=-1)
+        weights, chosen = torch.topk(kept, k=self.top_k, dim=-1)
+        return None, weights * self.routed_scaling_factor, chosen
 
 
 def loss_of(module: "torch.nn.Module", tokens: Any, targets: Any) -> Any:
@@ -246,13 +265,15 @@ def test_transformers_routers_train_as_pytorch(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["cohere2_moe-sigmoid-none",
                                   "cohere2_moe-softmax-average",
-                                  "ernie4_5_moe", "deepseek_v2"])
+                                  "ernie4_5_moe", "deepseek_v2",
+                                  "deepseek_v2_group"])
 def test_router_blocks_train_as_pytorch(kind: str) -> None:
     """Cohere2-MoE's sigmoid router (the softmax's losses before: both
     were trained as softmax top-k) and its softmax over the chosen
     logits with the shared expert averaged in; Ernie 4.5's correction
     bias, a [1, E] parameter of a module of its own; DeepSeek-V2's
-    softmax router times 1.5, not renormalized."""
+    softmax router times 1.5, not renormalized, and its group-limited
+    greedy one (the best of 4 groups ranked by their highest score)."""
     module = block_model(kind)
     converted = convert(module)
     expect_trains_like_pytorch(module, converted, kind)
@@ -273,7 +294,7 @@ def test_the_correction_bias_is_a_state_of_its_name() -> None:
 
 
 @pytest.mark.parametrize("kind, why", [
-    ("deepseek_v2_group", "its router chooses experts otherwise than every "
+    ("cubed_group", "its router chooses experts otherwise than every "
      "form Trellis's moe_route computes (closest: top-2 of softmax(x "
      "gate.weight^T)"),
     ("phimoe", "its router chooses experts as top-2 of softmax(x "
@@ -284,8 +305,8 @@ def test_the_correction_bias_is_a_state_of_its_name() -> None:
 ])
 def test_other_computations_are_refused_naming_the_block(kind: str,
                                                          why: str) -> None:
-    """DeepSeek-V2's group-limited greedy router (groups ranked by their
-    highest score), PhiMoE's sparsemixer weights and GPT-OSS's experts:
+    """A router ranking its groups by the sum of their scores' cubes,
+    PhiMoE's sparsemixer weights and GPT-OSS's experts:
     refused, naming the block, where its forward is, and what did not
     match."""
     module = block_model(kind)

@@ -554,7 +554,7 @@ def _assert_metadata(c: _Converter, node: Any, *args: Any, **kwargs: Any) -> Any
 
 def route_operands(c: _Converter, node: Any, logits: Any, bias: Any,
                    top_k: int, sigmoid: bool, normalize: bool, scaling: float,
-                   groups: int, top_groups: int) -> Any:
+                   groups: int, top_groups: int, group_top: int) -> Any:
     """moe_route with its attributes; `bias` the correction bias as a
     graph value, or None."""
     attrs: Dict[str, Any] = {"top_k": int(top_k)}
@@ -566,6 +566,8 @@ def route_operands(c: _Converter, node: Any, logits: Any, bias: Any,
         attrs["scaling"] = float(scaling)
     if groups > 1:
         attrs.update(groups=int(groups), top_groups=int(top_groups))
+        if group_top != 2:
+            attrs["group_top"] = int(group_top)
     operands = [logits] if bias is None else [logits, bias]
     weights, experts = c.op("moe_route", *operands, **attrs)
     return (_Tensor(weights), _Tensor(experts))
@@ -590,13 +592,13 @@ def route_with_state(c: _Converter, node: Any, target: str) -> Any:
 
 def _moe_route(c: _Converter, node: Any, logits: Any, bias: Any, top_k: int,
                sigmoid: bool, normalize: bool, scaling: float, groups: int,
-               top_groups: int) -> Any:
+               top_groups: int, group_top: int) -> Any:
     if bias is not None:  # route_with_state takes a parameter's or buffer's
         raise Error("a router's correction bias computed in forward: "
                     "Trellis holds it as a state, so it must be a "
                     "parameter or buffer of the module")
     return route_operands(c, node, logits, None, top_k, sigmoid, normalize,
-                          scaling, groups, top_groups)
+                          scaling, groups, top_groups, group_top)
 
 
 def _expert_matmul(c: _Converter, node: Any, lhs: Any, weight: Any,

@@ -18,7 +18,7 @@ from ._moe_forms import BlockForm, recognize, route, sparse_blocks, tensor_at
 _LIBRARY = torch.library.Library("trellis", "DEF")
 _LIBRARY.define("moe_route(Tensor logits, Tensor? bias, int top_k, "
                 "bool sigmoid, bool normalize, float scaling, int groups, "
-                "int top_groups) -> (Tensor, Tensor)")
+                "int top_groups, int group_top) -> (Tensor, Tensor)")
 _LIBRARY.define("expert_matmul(Tensor lhs, Tensor weight, Tensor experts, "
                 "bool transpose_rhs) -> Tensor")
 
@@ -26,19 +26,21 @@ _LIBRARY.define("expert_matmul(Tensor lhs, Tensor weight, Tensor experts, "
 @torch.library.impl(_LIBRARY, "moe_route", "CompositeExplicitAutograd")
 def _moe_route(logits: torch.Tensor, bias: Optional[torch.Tensor], top_k: int,
                sigmoid: bool, normalize: bool, scaling: float, groups: int,
-               top_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
+               top_groups: int,
+               group_top: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """The graph's moe_route, in fp32 as its kernels compute it."""
     weights, chosen = route(logits.float(),
                             None if bias is None else bias.float(), top_k,
-                            sigmoid, normalize, scaling, groups, top_groups)
+                            sigmoid, normalize, scaling, groups, top_groups,
+                            group_top)
     return weights, chosen.to(torch.int32)
 
 
 @torch.library.register_fake("trellis::moe_route")
 def _moe_route_fake(logits: torch.Tensor, bias: Optional[torch.Tensor],
                     top_k: int, sigmoid: bool, normalize: bool,
-                    scaling: float, groups: int,
-                    top_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                    scaling: float, groups: int, top_groups: int,
+                    group_top: int) -> Tuple[torch.Tensor, torch.Tensor]:
     shape = (*logits.shape[:-1], top_k)
     return (logits.new_empty(shape, dtype=torch.float32),
             logits.new_empty(shape, dtype=torch.int32))
@@ -83,7 +85,8 @@ def _sparse_forward(block: Any, form: BlockForm,
     bias = tensor_at(block, router.choice_bias) if router.choice_bias else None
     weights, chosen = torch.ops.trellis.moe_route(
         logits, bias, router.top_k, router.sigmoid, router.normalize,
-        float(router.scaling), router.groups, router.top_groups)
+        float(router.scaling), router.groups, router.top_groups,
+        router.group_top)
     size = experts.gate_up_proj.shape[1] // 2
     gate_proj = experts.gate_up_proj[:, :size]
     up_proj = experts.gate_up_proj[:, size:]

@@ -50,6 +50,7 @@ class RouterForm:
     scaling: float = 1.0
     groups: int = 0
     top_groups: int = 0
+    group_top: int = 2
 
     def describe_choice(self) -> str:
         """The choice in words: `top-2 of sigmoid(x gate.weight^T) + bias`."""
@@ -60,8 +61,9 @@ class RouterForm:
                            else "")
         text = f"top-{self.top_k} of {choice}"
         if self.groups:
+            ranked = "highest" if self.group_top == 1 else "two highest"
             text += (f" within the {self.top_groups} best of {self.groups} "
-                     "groups")
+                     f"groups (ranked by their {ranked})")
         return text
 
     def describe(self) -> str:
@@ -86,18 +88,19 @@ class BlockForm:
 
 
 def choice_scores(logits: torch.Tensor, bias: Optional[torch.Tensor],
-                  sigmoid: bool, groups: int,
-                  top_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                  sigmoid: bool, groups: int, top_groups: int,
+                  group_top: int = 2) -> Tuple[torch.Tensor, torch.Tensor]:
     """moe_route's scores [T, E] from logits [..., E], and what its choice
     ranks: score + bias, -inf outside the `top_groups` best of `groups`
-    contiguous groups (a group ranked by the sum of its two highest)."""
+    contiguous groups (a group ranked by the sum of its `group_top`
+    highest)."""
     scores = torch.sigmoid(logits) if sigmoid else torch.softmax(logits, -1)
     count = scores.shape[-1]
     flat = scores.reshape(-1, count)
     choice = flat if bias is None else flat + bias.reshape(-1).to(flat.dtype)
     if groups > 1:
         grouped = choice.view(-1, groups, count // groups)
-        group_scores = grouped.topk(2, dim=-1)[0].sum(dim=-1)
+        group_scores = grouped.topk(group_top, dim=-1)[0].sum(dim=-1)
         kept = torch.topk(group_scores, k=top_groups, dim=-1)[1]
         mask = torch.zeros_like(group_scores).scatter_(1, kept, 1)
         mask = mask.unsqueeze(-1).expand(-1, groups, count // groups)
@@ -108,11 +111,13 @@ def choice_scores(logits: torch.Tensor, bias: Optional[torch.Tensor],
 
 def route(logits: torch.Tensor, bias: Optional[torch.Tensor], top_k: int,
           sigmoid: bool, normalize: bool, scaling: float, groups: int,
-          top_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
+          top_groups: int,
+          group_top: int = 2) -> Tuple[torch.Tensor, torch.Tensor]:
     """moe_route's definition in logits' dtype: the top-k of the choice
     (choice_scores); the weights are the chosen scores, renormalized with
     `normalize`, times `scaling`. Returns (weights, experts [int64])."""
-    flat, choice = choice_scores(logits, bias, sigmoid, groups, top_groups)
+    flat, choice = choice_scores(logits, bias, sigmoid, groups, top_groups,
+                                 group_top)
     chosen = torch.topk(choice, k=top_k, dim=-1)[1]
     weights = flat.gather(1, chosen)
     if normalize:
@@ -305,9 +310,10 @@ class _Probe:
         bias = self._tensor(form.choice_bias) if form.choice_bias else None
         logits = self._logits(form.weight, form.logit_bias)
         weights, chosen = route(logits, bias, self.top_k, form.sigmoid,
-                                normalize, 1.0, form.groups, form.top_groups)
+                                normalize, 1.0, form.groups, form.top_groups,
+                                form.group_top)
         _, choice = choice_scores(logits, bias, form.sigmoid, form.groups,
-                                  form.top_groups)
+                                  form.top_groups, form.group_top)
         clear = torch.ones(_PROBE_TOKENS, dtype=torch.bool)
         if self.top_k < self.count:
             top = choice.topk(self.top_k + 1, dim=-1).values
@@ -328,15 +334,17 @@ class _Probe:
                  for choice in [None, *self.vectors]
                  if choice is None or choice != logit_bias]
         yield from plain
-        for groups in range(2, self.count + 1):
-            if self.count % groups or self.count // groups < 2:
-                continue
-            for top_groups in range(1, groups):
-                if top_groups * (self.count // groups) < self.top_k:
+        for group_top in (2, 1):
+            for groups in range(2, self.count + 1):
+                if self.count % groups or self.count // groups < group_top:
                     continue
-                for form in plain:
-                    yield dataclasses.replace(form, groups=groups,
-                                              top_groups=top_groups)
+                for top_groups in range(1, groups):
+                    if top_groups * (self.count // groups) < self.top_k:
+                        continue
+                    for form in plain:
+                        yield dataclasses.replace(
+                            form, groups=groups, top_groups=top_groups,
+                            group_top=group_top)
 
     def router(self) -> RouterForm:
         best: Optional[Tuple[int, RouterForm]] = None
@@ -364,7 +372,8 @@ class _Probe:
             "bias), the top-k of the scores (+ a correction bias for the "
             "choice), "
             "optionally within the best of contiguous groups ranked by their "
-            "two highest (DeepSeek-V3), weighted by the chosen scores, "
+            "highest or two highest (DeepSeek-V2, V3), weighted by the "
+            "chosen scores, "
             "renormalized or not, times a constant")
 
     def _weights(self, form: RouterForm,

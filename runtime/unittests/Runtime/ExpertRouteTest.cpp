@@ -88,6 +88,25 @@ TEST(ExpertRouteTest, GroupsKeepTheChoiceToTheBestGroups) {
   EXPECT_NEAR(biased.weights[0], sigmoid(-5), 1e-7);
 }
 
+TEST(ExpertRouteTest, GroupsRankedByTheirHighestKeepItsGroup) {
+  // DeepSeek-V2's group-limited greedy (group_top 1): groups ranked by
+  // their highest score keep expert 0's group (its 5), then group 1;
+  // by their two highest (the test above) groups 1 and 2.
+  std::vector<float> logits = {5, -5, 1, 1, 0.5, 0.5, -5, -5};
+  Route grouped = route(logits, {}, 2,
+                        {{"groups", integer(4)},
+                         {"top_groups", integer(2)},
+                         {"group_top", integer(1)}});
+  EXPECT_EQ(grouped.experts, (std::vector<int32_t>{0, 2}));
+  EXPECT_NEAR(grouped.weights[1], sigmoid(1), 1e-6);
+  // One group: its two experts, whatever scores higher elsewhere.
+  Route one = route({0, -1, 3, 2, 2.5f, -4, 1, 1}, {}, 2,
+                    {{"groups", integer(4)},
+                     {"top_groups", integer(1)},
+                     {"group_top", integer(1)}});
+  EXPECT_EQ(one.experts, (std::vector<int32_t>{2, 3}));
+}
+
 TEST(ExpertRouteTest, TheBiasUpdateMovesTowardsTheMeanLoad) {
   // Counts 1, 3, 2, 6: mean 3. Under it gains, at it stays, over it loses.
   DeviceTensors tensors;

@@ -344,6 +344,24 @@ func.func @route_group_size(%logits: tensor<2x3x8xf32>) {
 
 // -----
 
+// Tests that a group is ranked by its highest or its two highest.
+func.func @route_group_top(%logits: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{expected group_top 1 or 2 (a group ranked by its highest or the sum of its two highest), found 3}}
+  %w, %e = graph.moe_route %logits top_k 2 {groups = 4 : i64, top_groups = 2 : i64, group_top = 3 : i64} : tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+// Tests that a group ranking needs groups.
+func.func @route_group_top_alone(%logits: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{expected group_top with groups}}
+  %w, %e = graph.moe_route %logits top_k 2 {group_top = 1 : i64} : tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
 // Tests that the kept groups hold top_k experts at least.
 func.func @route_kept_groups(%logits: tensor<2x3x8xf32>) {
   // expected-error @+1 {{expected top_k (3) at most the 2 experts of top_groups groups}}

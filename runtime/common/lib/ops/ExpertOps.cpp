@@ -26,13 +26,15 @@ const std::vector<AttrSpec> kRouteAttrs = {{"top_k", AttrKind::Int, true},
                                            {"normalize", AttrKind::Bool, false},
                                            {"scaling", AttrKind::Real, false}};
 
-/// The forward router's attributes besides: DeepSeek-V3's grouped routing
+/// The forward router's attributes besides: DeepSeek's grouped routing
 /// (experts in `groups` contiguous groups, a token's experts from its
-/// `top_groups` best groups).
+/// `top_groups` best groups, a group ranked by the sum of its `group_top`
+/// highest: 2, DeepSeek-V3's, or 1, DeepSeek-V2's).
 std::vector<AttrSpec> forwardRouteAttrs() {
   std::vector<AttrSpec> attrs = kRouteAttrs;
   attrs.push_back({"groups", AttrKind::Int, false});
   attrs.push_back({"top_groups", AttrKind::Int, false});
+  attrs.push_back({"group_top", AttrKind::Int, false});
   return attrs;
 }
 
@@ -55,13 +57,22 @@ Diagnostic routeOperands(const OpInstance &op) {
   if (op.has("groups") != op.has("top_groups"))
     return std::string("expected groups and top_groups together, found ") +
            (op.has("groups") ? "groups alone" : "top_groups alone");
+  if (op.has("group_top") && !op.has("groups"))
+    return std::string("expected group_top with groups");
   if (!op.has("groups"))
     return std::nullopt;
   int64_t groups = op.integer("groups"), kept = op.integer("top_groups");
-  // A group's score is the sum of its two highest: two experts at least.
-  if (groups < 1 || experts % groups != 0 || experts / groups < 2)
+  int64_t top = op.has("group_top") ? op.integer("group_top") : 2;
+  if (top != 1 && top != 2)
+    return "expected group_top 1 or 2 (a group ranked by its highest or "
+           "the sum of its two highest), found " +
+           text(top);
+  // A group's score is the sum of its `top` highest: that many experts at
+  // least.
+  if (groups < 1 || experts % groups != 0 || experts / groups < top)
     return "expected groups dividing the " + text(experts) +
-           " experts into groups of two or more, found " + text(groups);
+           " experts into groups of " + (top == 2 ? "two" : "one") +
+           " or more, found " + text(groups);
   if (kept < 1 || kept > groups)
     return "expected top_groups in [1, " + text(groups) + "], found " +
            text(kept);
@@ -222,6 +233,7 @@ OpParameters expertParameters(const OpInstance &op) {
   routing.scaling = op.has("scaling") ? op.real("scaling") : 1.0;
   routing.groups = op.integer("groups");
   routing.topGroups = op.integer("top_groups");
+  routing.groupTop = op.has("group_top") ? op.integer("group_top") : 2;
   parameters.transposeRhs = op.flag("transpose_rhs");
   parameters.allToAll = op.text("dispatch") == "all_to_all";
   parameters.rate = op.real("rate");
@@ -240,7 +252,8 @@ void addExpertOps(TableBuilder &table) {
   // `bias` [E] (DeepSeek-V3's e_score_correction_bias) the choice ranks
   // score + bias while the weights stay the scores; with `groups` and
   // `top_groups` it ranks only the experts of the token's top_groups
-  // groups, a group ranked by the sum of its two highest score + bias.
+  // groups, a group ranked by the sum of its `group_top` (default 2)
+  // highest score + bias.
   table
       .add("moe_route",
            {{"logits"}, {"bias", OperandKind::Float32, /*optional=*/true}}, 2,

@@ -689,7 +689,8 @@ def Graph_MoeRouteOp : Graph_Op<"moe_route"> {
     e_score_correction_bias) shifts the scores for the choice alone: the
     experts are the top_k of score + bias, their weights still the scores.
     With `groups` G and `top_groups` g, the E experts form G contiguous
-    groups, each ranked by the sum of its two highest score + bias; the
+    groups, each ranked by the sum of its `group_top` (2, the default, or
+    1: DeepSeek-V2's group-limited greedy) highest score + bias; the
     choice ranks only the experts of the g best groups (ties to the lower
     group).
     ```mlir
@@ -703,7 +704,8 @@ def Graph_MoeRouteOp : Graph_Op<"moe_route"> {
                        OptionalAttr<StrAttr>:$scoring, UnitAttr:$normalize,
                        OptionalAttr<F64Attr>:$scaling,
                        OptionalAttr<I64Attr>:$groups,
-                       OptionalAttr<I64Attr>:$top_groups);
+                       OptionalAttr<I64Attr>:$top_groups,
+                       OptionalAttr<I64Attr>:$group_top);
   let results = (outs Graph_F32Tensor:$weights, Graph_IndexTensor:$experts);
   let assemblyFormat = [{
     $logits (`bias` $bias^)? `top_k` $top_k attr-dict `:` type($logits) (`,` type($bias)^)?

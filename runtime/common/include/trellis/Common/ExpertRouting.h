@@ -26,8 +26,9 @@ struct ExpertRouting {
   bool normalize = false;
   double scaling = 1;
   /// Grouped routing (0: none): experts in `groups` contiguous groups, the
-  /// choice among those of the `topGroups` best.
-  int64_t groups = 0, topGroups = 0;
+  /// choice among those of the `topGroups` best, a group ranked by the sum
+  /// of its `groupTop` (1 or 2) highest.
+  int64_t groups = 0, topGroups = 0, groupTop = 2;
 };
 
 /// A token's scores from its `experts` logits: softmax (max-shifted, the
@@ -71,20 +72,21 @@ TRELLIS_HOST_DEVICE inline void topExperts(const float *scores, int64_t experts,
   }
 }
 
-/// DeepSeek-V3's group limit on `choice` [experts]: each of the `groups`
-/// contiguous groups ranked by the sum of its two highest entries, the
-/// entries outside the `topGroups` best groups (ties to the lower group)
-/// set to -inf. `groupScores` [groups] and `keptGroups` [topGroups] are
-/// scratch.
-TRELLIS_HOST_DEVICE inline void limitToGroups(float *choice, int64_t experts,
-                                              int64_t groups, int64_t topGroups,
-                                              float *groupScores,
-                                              int32_t *keptGroups) {
+/// DeepSeek's group limit on `choice` [experts]: each of the `groups`
+/// contiguous groups ranked by the sum of its `groupTop` (1 or 2) highest
+/// entries (DeepSeek-V2's highest, DeepSeek-V3's two highest), the entries
+/// outside the `topGroups` best groups (ties to the lower group) set to
+/// -inf. `groupScores` [groups] and `keptGroups` [topGroups] are scratch.
+TRELLIS_HOST_DEVICE inline void
+limitToGroups(float *choice, int64_t experts, int64_t groups, int64_t topGroups,
+              int64_t groupTop, float *groupScores, int32_t *keptGroups) {
   int64_t size = experts / groups;
   for (int64_t g = 0; g < groups; ++g) {
     int32_t best[2];
-    topExperts(choice + g * size, size, 2, best);
-    groupScores[g] = choice[g * size + best[0]] + choice[g * size + best[1]];
+    topExperts(choice + g * size, size, groupTop, best);
+    groupScores[g] = choice[g * size + best[0]];
+    if (groupTop == 2)
+      groupScores[g] += choice[g * size + best[1]];
   }
   topExperts(groupScores, groups, topGroups, keptGroups);
   for (int64_t g = 0; g < groups; ++g) {
@@ -120,7 +122,7 @@ TRELLIS_HOST_DEVICE inline void routeToken(const ExpertRouting &r,
   for (int64_t e = 0; e < r.experts; ++e)
     choice[e] = bias ? scores[e] + bias[e] : scores[e];
   if (r.groups)
-    limitToGroups(choice, r.experts, r.groups, r.topGroups,
+    limitToGroups(choice, r.experts, r.groups, r.topGroups, r.groupTop,
                   scratch + 2 * r.experts, intScratch);
   topExperts(choice, r.experts, r.topK, chosen);
   double sum = 0;
