@@ -211,6 +211,33 @@ def _set_options(options: Any, values: Mapping[str, Any],
                             "float or str")
 
 
+def _expert_pieces(name: str, shape: Tuple[int, ...],
+                   weights: Mapping[str, Any]) -> Optional[List[str]]:
+    """The names of the per-expert arrays of the stacked parameter `name`
+    (one `*`, its expert index) in `weights`, each checked against the
+    parameter's shape; None when none is given. A missing, extra or
+    misshapen expert is an Error naming it."""
+    if name.count("*") != 1 or not shape:
+        return None
+    pieces = [name.replace("*", str(i)) for i in range(shape[0])]
+    given = [p for p in pieces if p in weights]
+    if not given:
+        return None
+    for index, piece in enumerate(pieces):
+        if piece not in weights:
+            raise Error(f"weights: missing {piece!r} (expert {index} of "
+                        f"{shape[0]} of {name!r})")
+        found = tuple(np.shape(weights[piece]))
+        if found != tuple(shape[1:]):
+            raise Error(f"weights: {piece!r} has shape {list(found)}, the "
+                        f"model expects {list(shape[1:])}")
+    extra = name.replace("*", str(shape[0]))
+    if extra in weights:
+        raise Error(f"weights: {extra!r} is expert {shape[0]} of {name!r}, "
+                    f"which the model has {shape[0]} of")
+    return pieces
+
+
 def _require_regular_file(path: str, expected: str) -> None:
     """Raises trellis.Error unless `path` names a regular file: reading a
     character device never ends, and reading a FIFO blocks."""
@@ -464,16 +491,42 @@ class Session:
 
     def write_weights(self, weights: Mapping[str, Any]) -> None:
         """Sets parameters from arrays by name (their fp32 master weights
-        too, under mixed precision); every parameter must be given."""
+        too, under mixed precision); every parameter must be given. A
+        stacked expert parameter (`experts.*.w1.weight` [E, ...]) is given
+        whole or as one array per expert under the Hub's names
+        (`experts.0.w1.weight`, ...), as weight files give it."""
         names = set(self.tensor_names())
-        missing = [n for n in self.parameter_names() if n not in weights]
+        resolved: Dict[str, Any] = {}
+        used = set()
+        missing = []
+        for name in self.parameter_names():
+            if name in weights:
+                resolved[name] = weights[name]
+                used.add(name)
+                continue
+            pieces = _expert_pieces(name, self.tensor_shape(name), weights)
+            if pieces is None:
+                missing.append(name)
+                continue
+            resolved[name] = np.stack([np.asarray(weights[p], np.float32)
+                                       for p in pieces])
+            used.update(pieces)
+        unused = [n for n in weights if n not in used]
         if missing:
-            raise Error(f"weights: missing parameter {missing[0]!r} (and "
-                        f"{len(missing) - 1} more)" if len(missing) > 1 else
-                        f"weights: missing parameter {missing[0]!r}")
-        for name, values in weights.items():
-            if name not in names:
-                raise Error(f"weights: {name!r} is not a parameter of the plan")
+            count = f" (and {len(missing) - 1} more)" if len(missing) > 1 \
+                else ""
+            given = ""
+            if unused:
+                more = f" (and {len(unused) - 5} more)" \
+                    if len(unused) > 5 else ""
+                given = ("; given but not a parameter: " +
+                         ", ".join(repr(n) for n in unused[:5]) + more)
+            raise Error(f"weights: missing parameter {missing[0]!r}{count}"
+                        f"{given}")
+        if unused:
+            raise Error(f"weights: {unused[0]!r} is not a parameter of the "
+                        "plan")
+        for name, values in resolved.items():
             self.write(name, values)
             if "master." + name in names:
                 self.write("master." + name, values)

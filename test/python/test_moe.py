@@ -298,6 +298,31 @@ def test_hub_checkpoints_load_and_export(tmp_path, trellis_bin: str) -> None:
     with trellis.Session(plan) as session:
         session.load_weights(path)
         assert session.step(*data[0]) == expected
+    # The same names in a Python dict load the same.
+    with trellis.Session(plan, weights=hub) as session:
+        assert session.step(*data[0]) == expected
+    # An expert more than the model has, or one missing, is named; a
+    # missing parameter's error lists the names given that were not used.
+    wrong = dict(hub)
+    wrong["model.layers.0.block_sparse_moe.experts.8.w1.weight"] = hub[
+        "model.layers.0.block_sparse_moe.experts.7.w1.weight"]
+    with pytest.raises(trellis.Error, match=r"weights: 'model\.layers\.0\."
+                       r"block_sparse_moe\.experts\.8\.w1\.weight' is expert "
+                       r"8 of .*, which the model has 8 of"):
+        trellis.Session(plan, weights=wrong)
+    wrong = {name.replace("model.norm", "model.final_norm"): values
+             for name, values in hub.items()}
+    with pytest.raises(trellis.Error) as refused:
+        trellis.Session(plan, weights=wrong)
+    assert str(refused.value) == (
+        "weights: missing parameter 'model.norm.weight'; given but not a "
+        "parameter: 'model.final_norm.weight'")
+    wrong = dict(hub)
+    del wrong["model.layers.1.block_sparse_moe.experts.3.w3.weight"]
+    with pytest.raises(trellis.Error, match=r"weights: missing 'model\.layers"
+                       r"\.1\.block_sparse_moe\.experts\.3\.w3\.weight' "
+                       r"\(expert 3 of 8 of "):
+        trellis.Session(plan, weights=wrong)
     # An expert more than the model has, or one missing, is named.
     extra = dict(hub)
     extra["model.layers.0.block_sparse_moe.experts.8.w1.weight"] = hub[
