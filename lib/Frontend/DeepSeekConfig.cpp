@@ -93,5 +93,17 @@ llvm::Error frontend::readDeepSeekExperts(ConfigReader &reader,
     experts.denseLayers.push_back(layer);
   TRY_ASSIGN(experts.zLossCoefficient,
              reader.nonNegativeOr("router_z_loss_coef", 0));
+  // DeepSeek-V3 trains with multi-token prediction; its modules are not
+  // built, and dropping them silently would train another objective.
+  int64_t predicted = 0;
+  TRY_ASSIGN(predicted, reader.integerOr("num_nextn_predict_layers", 0, 0));
+  if (predicted > 0)
+    return configError(llvm::formatv(
+        "field \"num_nextn_predict_layers\": expected 0, found {0}: "
+        "DeepSeek-V3's multi-token prediction modules (a layer per further "
+        "predicted token, its loss added at a weight) are not built; set it "
+        "to 0 to train the main model alone, as transformers' "
+        "DeepseekV3ForCausalLM does",
+        predicted));
   return llvm::Error::success();
 }

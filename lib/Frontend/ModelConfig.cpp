@@ -15,6 +15,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
+#include <optional>
 #include <string>
 
 using namespace trellis;
@@ -63,6 +64,22 @@ trellis::parseTransformerConfig(llvm::StringRef json) {
   } else {
     return configError(llvm::formatv(
         "unsupported model_type \"{0}\": expected {1}", type, kModelTypes));
+  }
+  // Weights stored quantized (DeepSeek-V3's FP8 blocks with their
+  // weight_scale_inv) are not dequantized on load: training them as if
+  // they were the weights would be another model.
+  if (const llvm::json::Object *quantization =
+          reader.object("quantization_config")) {
+    std::string method = "?";
+    if (std::optional<llvm::StringRef> name =
+            quantization->getString("quant_method"))
+      method = name->str();
+    return configError(llvm::formatv(
+        "field \"quantization_config\" (quant_method \"{0}\"): Trellis "
+        "reads unquantized weights only (FP8 blocks scaled by "
+        "weight_scale_inv are not dequantized on load): expected a config "
+        "without it and weights dequantized to bf16 or fp32",
+        method));
   }
   if (parsed.numLayers > kMaxLayers)
     return configError(
