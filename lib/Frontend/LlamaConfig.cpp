@@ -1,8 +1,8 @@
 //===- LlamaConfig.cpp - The Llama family's config.json -------------------===//
 //
 // Reads the config.json of Llama and the model types built as Llama with
-// additions: Mistral, Qwen2, Qwen3, the mixtures of experts Mixtral,
-// Qwen2-MoE, Qwen3-MoE and OLMoE, DeepSeek-V3, and Gemma 1 to 3. Their
+// additions: Mistral, Qwen2, Qwen3, OLMo 2, the mixtures of experts
+// Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE, DeepSeek-V3, and Gemma 1 to 3. Their
 // shared fields, projection biases and sliding windows are read here; what
 // Gemma, DeepSeek-V3, the experts and the rotary embedding add, in their own
 // files.
@@ -113,6 +113,8 @@ llvm::Error frontend::readLlama(ConfigReader &reader, TransformerConfig &config,
     architectures = {"Qwen3MoeForCausalLM", "Qwen3MoeModel"};
   else if (type == "olmoe")
     architectures = {"OlmoeForCausalLM", "OlmoeModel"};
+  else if (type == "olmo2")
+    architectures = {"Olmo2ForCausalLM", "Olmo2Model"};
   else if (type == "deepseek_v3")
     architectures = {"DeepseekV3ForCausalLM", "DeepseekV3Model"};
   else if (type == "gemma")
@@ -142,12 +144,17 @@ llvm::Error frontend::readLlama(ConfigReader &reader, TransformerConfig &config,
               "are not built"))
         return error;
     }
-  } else if (type == "olmoe") {
-    // OLMoE normalizes the whole query and key projections; clip_qkv
-    // (clamping them) and biases are not built.
+  } else if (type == "olmoe" || type == "olmo2") {
+    // OLMoE and OLMo 2 normalize the whole query and key projections;
+    // clip_qkv (clamping them) and biases are not built. OLMo 2 normalizes
+    // each branch's output, not its input.
     config.projectionNorm = true;
+    config.outputNormsOnly = type == "olmo2";
     if (llvm::Error error = reader.refuseFlag(
-            "attention_bias", false, "OLMoE's projections have no biases"))
+            "attention_bias", false,
+            llvm::formatv("{0}'s projections have no biases",
+                          type == "olmoe" ? "OLMoE" : "OLMo 2")
+                .str()))
       return error;
     double clip = 0;
     TRY_ASSIGN(clip, reader.nonNegativeOr("clip_qkv", 0));

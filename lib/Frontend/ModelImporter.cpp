@@ -304,20 +304,28 @@ Value TransformerBuilder::llamaBlock(Value x, int64_t layer) {
 
   // Gemma 2 normalizes each branch's output too ("sandwich" norms): its
   // post_attention_layernorm is the attention's output norm, and
-  // pre_feedforward_layernorm the MLP's input norm.
+  // pre_feedforward_layernorm the MLP's input norm. OLMo 2 normalizes the
+  // outputs alone.
   bool sandwich = config_.sandwichNorms;
-  Value hidden = rmsNorm(x, prefix + ".input_layernorm.weight");
+  bool outputs = sandwich || config_.outputNormsOnly;
+  Value hidden = config_.outputNormsOnly
+                     ? x
+                     : rmsNorm(x, prefix + ".input_layernorm.weight");
   Value output = config_.isLatent() ? latentAttention(hidden, prefix, layer)
                                     : attention(hidden, prefix, layer);
-  if (sandwich)
+  if (outputs)
     output = rmsNorm(output, prefix + ".post_attention_layernorm.weight");
   x = AddOp::create(builder_, loc_, x, output);
 
-  hidden = rmsNorm(x, prefix + (sandwich ? ".pre_feedforward_layernorm.weight"
-                                         : ".post_attention_layernorm.weight"));
+  hidden =
+      config_.outputNormsOnly
+          ? x
+          : rmsNorm(x,
+                    prefix + (sandwich ? ".pre_feedforward_layernorm.weight"
+                                       : ".post_attention_layernorm.weight"));
   Value mlp = config_.isSparseLayer(layer) ? expertsMlp(hidden, prefix)
                                            : swiGlu(hidden, prefix + ".mlp", f);
-  if (sandwich)
+  if (outputs)
     mlp = rmsNorm(mlp, prefix + ".post_feedforward_layernorm.weight");
   return AddOp::create(builder_, loc_, x, mlp);
 }
@@ -341,7 +349,7 @@ Value TransformerBuilder::attention(Value hidden, StringRef prefix,
   Value q = project("q_proj", hq * d);
   Value k = project("k_proj", hkv * d);
   Value v = project("v_proj", hkv * d);
-  // OLMoE: the whole projections normalized, all heads together.
+  // OLMoE, OLMo 2: the whole projections normalized, all heads together.
   if (config_.projectionNorm) {
     q = rmsNorm(q, (prefix + ".self_attn.q_norm.weight").str(), hq * d);
     k = rmsNorm(k, (prefix + ".self_attn.k_norm.weight").str(), hkv * d);

@@ -85,6 +85,10 @@ def config(kind: str) -> dict:
                           "full_attention": {"rope_type": "linear",
                                              "rope_theta": 1000000.0,
                                              "factor": 2.0}})
+    elif kind == "olmo2":
+        # Each branch's output normalized (not its input), the whole query
+        # and key projections RMS-normalized.
+        fields.update(model_type="olmo2", architectures=["Olmo2ForCausalLM"])
     elif kind == "qwen2_yarn":
         # YaRN: frequencies blended over the pairs, cos and sin scaled by
         # 0.1 ln 4 + 1.
@@ -106,6 +110,7 @@ def causal_lm(kind: str, **fields: Any) -> "torch.nn.Module":
                     transformers.MistralConfig),
         "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config),
         "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config),
+        "olmo2": (transformers.Olmo2ForCausalLM, transformers.Olmo2Config),
         "gemma": (transformers.GemmaForCausalLM, transformers.GemmaConfig),
         "gemma2": (transformers.Gemma2ForCausalLM, transformers.Gemma2Config),
         "gemma3": (transformers.Gemma3ForCausalLM,
@@ -269,7 +274,7 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2",
                                   "qwen3", "mistral_window", "qwen2_window",
-                                  "qwen2_yarn", "gemma", "gemma2",
+                                  "qwen2_yarn", "olmo2", "gemma", "gemma2",
                                   "gemma3"])
 def test_trained_parameters_equal_pytorch(kind: str) -> None:
     """Every parameter after 3 AdamW steps with weight decay equals
@@ -281,7 +286,8 @@ def test_trained_parameters_equal_pytorch(kind: str) -> None:
     do Gemma's norms (1 + weight) and scaled embeddings, Gemma 2's norms
     around both branches, soft caps and windows, Gemma 3's query and key
     norms and rotary base per layer kind (linear scaling on the global
-    layers), and YaRN's rotary scaling,
+    layers), YaRN's rotary scaling, and OLMo 2's output norms and
+    normalized projections,
     from the config importer and from the module alike.
     AdamW's epsilon is 1e-4: at 1e-8 its division turns the roundoff of a
     near-zero gradient into a visible step (zero.test says more)."""
@@ -906,3 +912,40 @@ def test_interleaved_rotary_and_squares_train_as_pytorch(kind: str) -> None:
     if kind not in ("nemotron", "persimmon"):
         assert "interleaved" in text
     expect_trains_like_pytorch(module, converted, kind)
+
+
+#: Published configs (the Hub's config.json fields that decide the
+#: parameters), by model type.
+HUB_CONFIGS = {
+    # allenai/OLMo-2-1124-7B
+    "olmo2": dict(model_type="olmo2", architectures=["Olmo2ForCausalLM"],
+                  hidden_size=4096, intermediate_size=11008,
+                  num_attention_heads=32, num_hidden_layers=32,
+                  num_key_value_heads=32, vocab_size=100352,
+                  max_position_embeddings=4096, rms_norm_eps=1e-06,
+                  rope_theta=500000, tie_word_embeddings=False,
+                  attention_bias=False, pad_token_id=100277),
+}
+
+
+def trellis_parameter_count(fields: dict) -> int:
+    """The parameters the config importer builds, from its MLIR."""
+    import re
+    text = trellis.Model.from_config(fields).mlir()
+    count = 0
+    for shape in re.findall(r"tensor<([0-9x]+)xf32> \{[^}]*graph.role = "
+                            r'"param"', text):
+        count += int(np.prod([int(s) for s in shape.split("x")]))
+    return count
+
+
+@pytest.mark.parametrize("kind", sorted(HUB_CONFIGS))
+def test_hub_configs_import_with_transformers_parameter_count(kind: str) -> None:
+    """A published config imports with exactly the parameters transformers
+    builds from it (counted on the meta device)."""
+    fields = HUB_CONFIGS[kind]
+    config = transformers.AutoConfig.for_model(**fields)
+    with torch.device("meta"):
+        module = transformers.AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in module.parameters())
+    assert trellis_parameter_count(fields) == expected

@@ -53,6 +53,10 @@ struct TransformerConfig {
   /// (post_attention_layernorm, post_feedforward_layernorm; the MLP's
   /// input norm is pre_feedforward_layernorm).
   bool sandwichNorms = false;
+  /// OLMo 2's "reordered" norms: each branch's output normalized
+  /// (post_attention_layernorm, post_feedforward_layernorm), its input
+  /// not.
+  bool outputNormsOnly = false;
   /// The embeddings times sqrt(hidden_size) (Gemma's normalizer).
   bool scaleEmbeddings = false;
   /// The gated MLP's activation: SiLU, or GELU's tanh approximation
