@@ -118,6 +118,27 @@ ConfigReader::integers(llvm::StringRef key) {
   return list;
 }
 
+llvm::Expected<std::vector<double>>
+ConfigReader::positiveNumbers(llvm::StringRef key) {
+  const llvm::json::Value *value = object_.get(key);
+  std::vector<double> list;
+  if (!value || value->kind() == llvm::json::Value::Null)
+    return list;
+  const llvm::json::Array *array = value->getAsArray();
+  for (size_t i = 0; array && i < array->size(); ++i) {
+    std::optional<double> number = (*array)[i].getAsNumber();
+    if (!number || !std::isfinite(*number) || !(*number > 0))
+      break;
+    list.push_back(*number);
+  }
+  if (!array || list.size() != array->size())
+    return configError(
+        llvm::formatv("field \"{0}\": expected a list of positive numbers, "
+                      "found {1}",
+                      key, describe(*value)));
+  return list;
+}
+
 llvm::Expected<bool> ConfigReader::booleanOr(llvm::StringRef key,
                                              bool fallback) {
   const llvm::json::Value *value = object_.get(key);

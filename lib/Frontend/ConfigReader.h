@@ -54,6 +54,10 @@ public:
   /// An optional list of integers (empty when absent or null).
   llvm::Expected<std::vector<int64_t>> integers(llvm::StringRef key);
 
+  /// An optional list of finite positive numbers (empty when absent or
+  /// null).
+  llvm::Expected<std::vector<double>> positiveNumbers(llvm::StringRef key);
+
   /// An optional boolean; `fallback` when absent or null.
   llvm::Expected<bool> booleanOr(llvm::StringRef key, bool fallback);
 

@@ -23,7 +23,7 @@ using namespace trellis::frontend;
 namespace {
 
 /// Reads which layers attend through a sliding window, as transformers
-/// does per model type: Mistral and Mixtral every layer when
+/// does per model type: Mistral, Mixtral and Phi-3 every layer when
 /// `sliding_window` is set; the Qwen types only with `use_sliding_window`,
 /// then the layers `layer_types` marks "sliding_attention" or, without
 /// it, Qwen2's layers from `max_window_layers` on, Qwen2-MoE's even layers
@@ -32,7 +32,7 @@ namespace {
 llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
                               llvm::StringRef type) {
   int64_t layers = config.numLayers;
-  if (type == "mistral" || type == "mixtral") {
+  if (type == "mistral" || type == "mixtral" || type == "phi3") {
     int64_t window = -1;
     TRY_ASSIGN(window, reader.integerOr("sliding_window", -1));
     if (window > 0) {
@@ -115,6 +115,8 @@ llvm::Error frontend::readLlama(ConfigReader &reader, TransformerConfig &config,
     architectures = {"OlmoeForCausalLM", "OlmoeModel"};
   else if (type == "olmo2")
     architectures = {"Olmo2ForCausalLM", "Olmo2Model"};
+  else if (type == "phi3")
+    architectures = {"Phi3ForCausalLM", "Phi3Model"};
   else if (type == "deepseek_v3")
     architectures = {"DeepseekV3ForCausalLM", "DeepseekV3Model"};
   else if (type == "gemma")
@@ -179,9 +181,26 @@ llvm::Error frontend::readLlama(ConfigReader &reader, TransformerConfig &config,
               llvm::formatv("{0}'s projections have no biases",
                             type == "llama"     ? "Llama"
                             : type == "mistral" ? "Mistral"
+                            : type == "phi3"    ? "Phi-3"
                                                 : "Mixtral")
                   .str()))
         return error;
+  }
+  if (type == "phi3") {
+    // Phi-3: fused projections; its LongRoPE reads the original positions
+    // beside rope_scaling. A partial rotary embedding (Phi-4-mini's) is
+    // not built.
+    config.fusedProjections = true;
+    TRY_ASSIGN(config.originalMaxPositions,
+               reader.integerOr("original_max_position_embeddings", 0, 0));
+    double partial = 1;
+    TRY_ASSIGN(partial, reader.numberOr("partial_rotary_factor", 1));
+    if (partial != 1)
+      return configError(llvm::formatv(
+          "field \"partial_rotary_factor\": expected 1 (every feature "
+          "rotated; a partial rotary embedding is not built by the "
+          "importer, trellis.torch.from_module converts it), found {0}",
+          partial));
   }
   TRY_ASSIGN(config.numLayers, reader.integer("num_hidden_layers"));
   if (llvm::Error error = readSlidingWindow(reader, config, type))

@@ -30,8 +30,8 @@ constexpr int64_t kMaxLayers = 4096;
 /// The model types Trellis builds, for messages.
 constexpr const char *kModelTypes =
     "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"olmo2\", "
-    "\"mixtral\", \"qwen2_moe\", \"qwen3_moe\", \"olmoe\", \"deepseek_v3\", "
-    "\"gemma\", \"gemma2\" or \"gemma3_text\"";
+    "\"phi3\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\", \"olmoe\", "
+    "\"deepseek_v3\", \"gemma\", \"gemma2\" or \"gemma3_text\"";
 
 } // namespace
 
@@ -48,10 +48,10 @@ trellis::parseTransformerConfig(llvm::StringRef json) {
     if (llvm::Error error = readGpt2(reader, parsed))
       return std::move(error);
   } else if (type == "llama" || type == "mistral" || type == "qwen2" ||
-             type == "qwen3" || type == "olmo2" || type == "mixtral" ||
-             type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe" ||
-             type == "deepseek_v3" || type == "gemma" || type == "gemma2" ||
-             type == "gemma3_text") {
+             type == "qwen3" || type == "olmo2" || type == "phi3" ||
+             type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
+             type == "olmoe" || type == "deepseek_v3" || type == "gemma" ||
+             type == "gemma2" || type == "gemma3_text") {
     if (llvm::Error error = readLlama(reader, parsed, type))
       return std::move(error);
   } else if (type == "gemma3") {

@@ -188,8 +188,9 @@ Value TransformerBuilder::rope(Value x, int64_t layer) {
                config_.slidingLayers[layer];
   Value rotated = RopeOp::create(
       builder_, loc_, x,
-      builder_.getDenseF64ArrayAttr(local ? config_.localRopeFrequencies()
-                                          : config_.ropeFrequencies()),
+      builder_.getDenseF64ArrayAttr(local
+                                        ? config_.localRopeFrequencies()
+                                        : config_.ropeFrequencies(shape_.seq)),
       builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr(), UnitAttr());
   double factor = local ? 1.0 : config_.ropeScaling.attentionFactor;
   if (factor == 1)
@@ -346,9 +347,27 @@ Value TransformerBuilder::attention(Value hidden, StringRef prefix,
                    "zeros");
     return linear(hidden, w, true, bias);
   };
-  Value q = project("q_proj", hq * d);
-  Value k = project("k_proj", hkv * d);
-  Value v = project("v_proj", hkv * d);
+  Value q, k, v;
+  if (config_.fusedProjections) {
+    // Phi-3: one qkv_proj, its rows the query's, then the key's, then the
+    // value's.
+    Value fused = param((prefix + ".self_attn.qkv_proj.weight").str(),
+                        {(hq + 2 * hkv) * d, e}, normal);
+    auto rows = [&](int64_t first, int64_t count) {
+      return linear(hidden,
+                    SliceOp::create(builder_, loc_, fused,
+                                    ArrayRef<int64_t>{first, 0},
+                                    ArrayRef<int64_t>{count, e}),
+                    true);
+    };
+    q = rows(0, hq * d);
+    k = rows(hq * d, hkv * d);
+    v = rows((hq + hkv) * d, hkv * d);
+  } else {
+    q = project("q_proj", hq * d);
+    k = project("k_proj", hkv * d);
+    v = project("v_proj", hkv * d);
+  }
   // OLMoE, OLMo 2: the whole projections normalized, all heads together.
   if (config_.projectionNorm) {
     q = rmsNorm(q, (prefix + ".self_attn.q_norm.weight").str(), hq * d);
@@ -442,10 +461,26 @@ Value TransformerBuilder::swiGlu(Value x, StringRef prefix,
                                  int64_t intermediate) {
   int64_t e = config_.hiddenSize, f = intermediate;
   std::string normal = normalInit(config_.initializerRange);
-  Value gate = linear(
-      x, param((prefix + ".gate_proj.weight").str(), {f, e}, normal), true);
-  Value up = linear(
-      x, param((prefix + ".up_proj.weight").str(), {f, e}, normal), true);
+  Value gate, up;
+  if (config_.fusedProjections) {
+    // Phi-3: one gate_up_proj, the gate's rows, then the up projection's.
+    Value fused =
+        param((prefix + ".gate_up_proj.weight").str(), {2 * f, e}, normal);
+    auto rows = [&](int64_t first) {
+      return linear(x,
+                    SliceOp::create(builder_, loc_, fused,
+                                    ArrayRef<int64_t>{first, 0},
+                                    ArrayRef<int64_t>{f, e}),
+                    true);
+    };
+    gate = rows(0);
+    up = rows(f);
+  } else {
+    gate = linear(
+        x, param((prefix + ".gate_proj.weight").str(), {f, e}, normal), true);
+    up = linear(x, param((prefix + ".up_proj.weight").str(), {f, e}, normal),
+                true);
+  }
   Value activation =
       config_.activation == TransformerConfig::Activation::GeluTanh
           ? GeluTanhOp::create(builder_, loc_, gate).getResult()

@@ -58,10 +58,44 @@ llvm::Error readRopeScaling(const llvm::json::Object &object,
           scaling.highFrequencyFactor, scaling.lowFrequencyFactor, ropeField));
     return llvm::Error::success();
   }
+  if (type == "longrope") {
+    // LongRoPE as transformers' _compute_longrope_parameters computes it.
+    scaling.kind = RopeScaling::Kind::LongRope;
+    TRY_ASSIGN(scaling.originalMaxPositions,
+               sub.integerOr("original_max_position_embeddings",
+                             config.originalMaxPositions, 0));
+    if (scaling.originalMaxPositions < 1)
+      return configError(llvm::formatv(
+          "field \"{0}\": expected original_max_position_embeddings for "
+          "rope_type \"longrope\" (there or beside it)",
+          ropeField));
+    TRY_ASSIGN(scaling.shortFactors, sub.positiveNumbers("short_factor"));
+    TRY_ASSIGN(scaling.longFactors, sub.positiveNumbers("long_factor"));
+    size_t pairs = static_cast<size_t>(config.ropeDim() / 2);
+    if (scaling.shortFactors.size() != pairs ||
+        scaling.longFactors.size() != pairs)
+      return configError(llvm::formatv(
+          "field \"{0}\": expected short_factor and long_factor of {1} "
+          "entries (one per rotated pair), found {2} and {3}",
+          ropeField, pairs, scaling.shortFactors.size(),
+          scaling.longFactors.size()));
+    TRY_ASSIGN(scaling.factor,
+               sub.numberOr("factor", double(config.maxPositions) /
+                                          scaling.originalMaxPositions));
+    double attentionFactor = 0;
+    TRY_ASSIGN(attentionFactor, sub.nonNegativeOr("attention_factor", 0));
+    scaling.attentionFactor =
+        attentionFactor ? attentionFactor
+        : scaling.factor <= 1
+            ? 1.0
+            : std::sqrt(1 + std::log(scaling.factor) /
+                                std::log(double(scaling.originalMaxPositions)));
+    return llvm::Error::success();
+  }
   if (type != "yarn")
     return configError(llvm::formatv(
         "field \"{0}\": expected rope_type \"default\", \"linear\", "
-        "\"llama3\" or \"yarn\", found \"{1}\"",
+        "\"llama3\", \"yarn\" or \"longrope\", found \"{1}\"",
         ropeField, type));
   // YaRN as transformers' _compute_yarn_parameters computes it.
   scaling.kind = RopeScaling::Kind::Yarn;

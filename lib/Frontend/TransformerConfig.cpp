@@ -15,7 +15,7 @@
 
 using namespace trellis;
 
-std::vector<double> TransformerConfig::ropeFrequencies() const {
+std::vector<double> TransformerConfig::ropeFrequencies(int64_t seq) const {
   const RopeScaling &scaling = ropeScaling;
   std::vector<double> frequencies;
   int64_t dim = ropeDim();
@@ -59,6 +59,14 @@ std::vector<double> TransformerConfig::ropeFrequencies() const {
     } else if (scaling.kind == RopeScaling::Kind::Yarn) {
       double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
       frequency = frequency / scaling.factor * ramp + frequency * (1 - ramp);
+    } else if (scaling.kind == RopeScaling::Kind::LongRope) {
+      // transformers computes 1 / (factor * theta^(2i/d)) in float32.
+      const std::vector<double> &factors = seq > scaling.originalMaxPositions
+                                               ? scaling.longFactors
+                                               : scaling.shortFactors;
+      float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+      frequency = 1.0f / (static_cast<float>(factors[i]) *
+                          std::pow(static_cast<float>(ropeTheta), exponent));
     }
     frequencies.push_back(frequency);
   }

@@ -85,6 +85,19 @@ def config(kind: str) -> dict:
                           "full_attention": {"rope_type": "linear",
                                              "rope_theta": 1000000.0,
                                              "factor": 2.0}})
+    elif kind.startswith("phi3"):
+        # Fused qkv_proj and gate_up_proj; LongRoPE's factors per pair, the
+        # short ones for sequences within the original 64 positions, the
+        # long ones past 8, cos and sin times sqrt(1 + ln(128 / 8) / ln 8).
+        fields.pop("rope_theta", None)
+        original = 8 if kind == "phi3_long" else 64
+        fields.update(model_type="phi3", architectures=["Phi3ForCausalLM"],
+                      rope_parameters={
+                          "rope_type": "longrope", "rope_theta": 10000.0,
+                          "short_factor": [1.0 + 0.25 * i for i in range(8)],
+                          "long_factor": [2.0 + 0.5 * i for i in range(8)],
+                          "original_max_position_embeddings": original},
+                      original_max_position_embeddings=original)
     elif kind == "olmo2":
         # Each branch's output normalized (not its input), the whole query
         # and key projections RMS-normalized.
@@ -111,13 +124,14 @@ def causal_lm(kind: str, **fields: Any) -> "torch.nn.Module":
         "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config),
         "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config),
         "olmo2": (transformers.Olmo2ForCausalLM, transformers.Olmo2Config),
+        "phi3": (transformers.Phi3ForCausalLM, transformers.Phi3Config),
         "gemma": (transformers.GemmaForCausalLM, transformers.GemmaConfig),
         "gemma2": (transformers.Gemma2ForCausalLM, transformers.Gemma2Config),
         "gemma3": (transformers.Gemma3ForCausalLM,
                    transformers.Gemma3TextConfig),
     }
     model, settings = classes[kind.removesuffix("_window").removesuffix(
-        "_yarn")]
+        "_yarn").removesuffix("_long")]
     return model(settings(**fields))
 
 
@@ -274,8 +288,8 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2",
                                   "qwen3", "mistral_window", "qwen2_window",
-                                  "qwen2_yarn", "olmo2", "gemma", "gemma2",
-                                  "gemma3"])
+                                  "qwen2_yarn", "olmo2", "phi3", "phi3_long",
+                                  "gemma", "gemma2", "gemma3"])
 def test_trained_parameters_equal_pytorch(kind: str) -> None:
     """Every parameter after 3 AdamW steps with weight decay equals
     PyTorch's, not only the losses: GPT-2's fused QKV bias is a 1-D bias
@@ -286,8 +300,9 @@ def test_trained_parameters_equal_pytorch(kind: str) -> None:
     do Gemma's norms (1 + weight) and scaled embeddings, Gemma 2's norms
     around both branches, soft caps and windows, Gemma 3's query and key
     norms and rotary base per layer kind (linear scaling on the global
-    layers), YaRN's rotary scaling, and OLMo 2's output norms and
-    normalized projections,
+    layers), YaRN's rotary scaling, OLMo 2's output norms and
+    normalized projections, and Phi-3's fused projections and LongRoPE
+    (its short factors, and its long ones past the original positions),
     from the config importer and from the module alike.
     AdamW's epsilon is 1e-4: at 1e-8 its division turns the roundoff of a
     near-zero gradient into a visible step (zero.test says more)."""
@@ -925,6 +940,18 @@ HUB_CONFIGS = {
                   max_position_embeddings=4096, rms_norm_eps=1e-06,
                   rope_theta=500000, tie_word_embeddings=False,
                   attention_bias=False, pad_token_id=100277),
+    # microsoft/Phi-3-mini-128k-instruct (LongRoPE's 48 factor pairs)
+    "phi3": dict(model_type="phi3", architectures=["Phi3ForCausalLM"],
+                 hidden_size=3072, intermediate_size=8192,
+                 num_attention_heads=32, num_hidden_layers=32,
+                 num_key_value_heads=32, vocab_size=32064,
+                 max_position_embeddings=131072,
+                 original_max_position_embeddings=4096, rms_norm_eps=1e-05,
+                 rope_theta=10000.0, sliding_window=262144,
+                 tie_word_embeddings=False, pad_token_id=32000,
+                 rope_scaling={"type": "longrope",
+                               "short_factor": [1.05] * 48,
+                               "long_factor": [1.5] * 48}),
 }
 
 

@@ -142,12 +142,14 @@ struct TransformerConfig {
   bool isSparseLayer(int64_t layer) const;
 
   /// The rotary embedding's scaling (`rope_parameters` or `rope_scaling`):
-  /// Llama 3's rescaled frequencies, or YaRN's (frequencies blended
-  /// between interpolation and extrapolation by a ramp between the
-  /// correction dimensions of betaFast and betaSlow rotations, cos and sin
-  /// times attentionFactor).
+  /// Llama 3's rescaled frequencies, YaRN's (frequencies blended between
+  /// interpolation and extrapolation by a ramp between the correction
+  /// dimensions of betaFast and betaSlow rotations, cos and sin times
+  /// attentionFactor), or LongRoPE's (Phi-3: each frequency divided by its
+  /// short factor, or its long one for sequences longer than
+  /// originalMaxPositions; cos and sin times attentionFactor).
   struct RopeScaling {
-    enum class Kind { None, Linear, Llama3, Yarn } kind = Kind::None;
+    enum class Kind { None, Linear, Llama3, Yarn, LongRope } kind = Kind::None;
     double factor = 1, lowFrequencyFactor = 1, highFrequencyFactor = 4;
     int64_t originalMaxPositions = 8192;
     double betaFast = 32, betaSlow = 1, attentionFactor = 1;
@@ -155,14 +157,25 @@ struct TransformerConfig {
     /// DeepSeek's softmax scale factor: get_mscale(factor, mscale_all_dim)
     /// squared (1 without mscale_all_dim).
     double softmaxFactor = 1;
+    /// LongRoPE's per-pair factors.
+    std::vector<double> shortFactors, longFactors;
   } ropeScaling;
+  /// The top level's original_max_position_embeddings (0: absent), which
+  /// Phi-3 gives beside its rope_scaling.
+  int64_t originalMaxPositions = 0;
+  /// Phi-3's fused projections: self_attn.qkv_proj [(heads + 2 kv heads)
+  /// * head_dim, hidden] (query rows, then key, then value) and
+  /// mlp.gate_up_proj [2 * intermediate, hidden] (gate rows, then up).
+  bool fusedProjections = false;
 
   /// The rotated features per head: headDim, or latent.ropeDim.
   int64_t ropeDim() const { return isLatent() ? latent.ropeDim : headDim; }
 
   /// The rotary embedding's per-pair inverse frequencies theta^(-2i/d)
-  /// over ropeDim() d, with Llama 3's or YaRN's scaling.
-  std::vector<double> ropeFrequencies() const;
+  /// over ropeDim() d, with Llama 3's, YaRN's or LongRoPE's scaling (its
+  /// long factors where a sequence of `seq` exceeds the original
+  /// positions).
+  std::vector<double> ropeFrequencies(int64_t seq = 0) const;
   /// The sliding-window layers' frequencies where they differ (Gemma 3's
   /// localRopeTheta), else ropeFrequencies().
   std::vector<double> localRopeFrequencies() const;

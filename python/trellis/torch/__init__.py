@@ -93,22 +93,34 @@ def _canonical_names(module: "torch.nn.Module") -> Dict[str, str]:
 
 
 def _check_no_buffer_writes(exported: Any) -> None:
-    """Refuses a forward that writes a buffer (running statistics, counters):
-    state that changes outside the trained parameters has no place."""
+    """Refuses a forward that writes a buffer with state: running
+    statistics (from the inputs), counters (from the buffer's own value).
+    A buffer set to a value of other constants alone (LongRoPE's inv_freq,
+    picked by the sequence length) holds the same after every call: it is
+    no state, and the converter computes what reads it in PyTorch. Reads
+    the functional program (_functional)."""
     signature = exported.graph_signature
-    mutated = sorted(signature.buffers_to_mutate.values())
-    for node in exported.graph_module.graph.nodes:
-        schema = getattr(node.target, "_schema", None)
-        if node.op != "call_function" or schema is None or \
-                not schema.is_mutable:
+    graph = exported.graph_module.graph
+    nodes = {node.name: node for node in graph.nodes}
+    varying = set(signature.inputs_to_parameters) | set(signature.user_inputs)
+    mutated = []
+    for spec in signature.output_specs:
+        if spec.kind != torch.export.graph_signature.OutputKind.BUFFER_MUTATION:
             continue
-        for argument, value in zip(schema.arguments, node.args):
-            written = argument.alias_info is not None and \
-                argument.alias_info.is_write
-            if written and isinstance(value, torch.fx.Node) and \
-                    value.name in signature.inputs_to_buffers:
-                buffer = signature.inputs_to_buffers[value.name]
-                mutated.append(f"{buffer[2:]} by {_describe(node)}")
+        value = nodes[spec.arg.name]
+        seen, stack, reads = set(), [value], set()
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if node.op == "placeholder":
+                reads.add(node.name)
+            stack.extend(node.all_input_nodes)
+        own = {name for name, buffer in signature.inputs_to_buffers.items()
+               if buffer == spec.target}
+        if reads & varying or reads & own:
+            mutated.append(f"{spec.target} by {_describe(value)}")
     if mutated:
         raise Error(f"the module writes its buffers in forward ({'; '.join(mutated)}): "
                     "Trellis cannot place state that changes outside the "
@@ -177,8 +189,8 @@ def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
     except Exception as error:  # torch's own message says what failed
         raise Error(f"from_module: torch.export failed: "
                     f"{type(error).__name__}: {error}") from None
-    _check_no_buffer_writes(exported)
     exported = _functional(exported)
+    _check_no_buffer_writes(exported)
     converter = _Converter(exported, module, _canonical_names(module))
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 50000))
@@ -187,7 +199,12 @@ def from_module(module: "torch.nn.Module", example_inputs: Tuple[Any, Any],
                   if n.op == "output"][0]
         result = output.args[0]
         if isinstance(result, (tuple, list)):
-            result = result[0]
+            # The loss: the first user output (buffer writes come first).
+            user = [i for i, spec in enumerate(
+                exported.graph_signature.output_specs)
+                if spec.kind == torch.export.graph_signature.OutputKind.
+                USER_OUTPUT]
+            result = result[user[0] if user else 0]
         converter.check_supported(result)
         loss_value = converter.convert(result)
     finally:

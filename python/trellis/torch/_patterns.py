@@ -397,25 +397,31 @@ def _rope(c: _Converter, node: Any, x: _Tensor, cos_node: Any,
         raise Error("a rotary embedding over a sequence of 1: cannot tell its "
                     "frequencies")
     pairs = slice(0, dim, 2) if layout == "interleaved" else slice(0, half)
-    frequencies = torch.atan2(table_sin[1, pairs], table_cos[1, pairs])
-    frequencies = torch.where(frequencies < 0, frequencies + 2 * math.pi,
-                              frequencies)
-    inverse = _rotary_frequencies(c, cos_node)
-    if inverse is not None and inverse.numel() == half:
-        frequencies = inverse.to(torch.float64)
+    measured = torch.atan2(table_sin[1, pairs], table_cos[1, pairs])
+    measured = torch.where(measured < 0, measured + 2 * math.pi, measured)
     # The attention factor: cos at position 0 (cos 0 = 1 times it).
     factor = float(table_cos[0, 0])
-    angles = torch.arange(seq, dtype=torch.float64)[:, None] * frequencies
-    if layout == "interleaved":
-        expected_cos = factor * angles.cos().repeat_interleave(2, dim=-1)
-        expected_sin = factor * angles.sin().repeat_interleave(2, dim=-1)
-    else:
-        copies = 2 if layout == "repeated" else 1
-        expected_cos = factor * torch.cat([angles.cos()] * copies, dim=-1)
-        expected_sin = factor * torch.cat([angles.sin()] * copies, dim=-1)
-    if not (factor > 0 and
-            torch.allclose(table_cos, expected_cos, atol=1e-5) and
-            torch.allclose(table_sin, expected_sin, atol=1e-5)):
+
+    def matches(frequencies: Any) -> bool:
+        """The tables are factor * cos/sin(position * frequency)."""
+        angles = torch.arange(seq, dtype=torch.float64)[:, None] * frequencies
+        if layout == "interleaved":
+            expected_cos = angles.cos().repeat_interleave(2, dim=-1)
+            expected_sin = angles.sin().repeat_interleave(2, dim=-1)
+        else:
+            copies = 2 if layout == "repeated" else 1
+            expected_cos = torch.cat([angles.cos()] * copies, dim=-1)
+            expected_sin = torch.cat([angles.sin()] * copies, dim=-1)
+        return (factor > 0 and
+                torch.allclose(table_cos, factor * expected_cos, atol=1e-5)
+                and torch.allclose(table_sin, factor * expected_sin,
+                                   atol=1e-5))
+
+    # The exact frequencies the tables were computed from where they are
+    # found above them, else those measured from the tables.
+    exact = _rotary_frequencies(c, cos_node, half)
+    frequencies = exact if exact is not None and matches(exact) else measured
+    if not matches(frequencies):
         raise Error(f"a rotary embedding ({layout} pairs) whose cos/sin "
                     "tables are not a * cos/sin(position * frequency) "
                     "(position ids other than 0 .. n-1)")
@@ -477,20 +483,23 @@ def _match_interleaved_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
     return _rope(c, node, deinterleaved, cos_node, sin_node, layout="once")
 
 
-def _rotary_frequencies(c: _Converter, node: Any) -> Optional[Any]:
-    """The inv_freq buffer a rotary table was computed from, if any."""
-    seen, stack = set(), [node]
-    while stack:
-        current = stack.pop()
+def _rotary_frequencies(c: _Converter, node: Any,
+                        pairs: int) -> Optional[Any]:
+    """The nearest constant of `pairs` values above a rotary table (its
+    inv_freq, or what a LongRoPE update picked), in float64, if any; the
+    caller checks it against the table."""
+    seen, queue = set(), [node]
+    while queue:
+        current = queue.pop(0)
         if current in seen or not isinstance(current, torch.fx.Node):
             continue
         seen.add(current)
-        if current.op == "placeholder" and \
-                current.name in c.signature.inputs_to_buffers:
-            name = c.signature.inputs_to_buffers[current.name]
-            if name.endswith("inv_freq"):
-                return c._buffer(name)
-        stack.extend(current.all_input_nodes)
+        value = current.meta.get("val")
+        if current is not node and current in c.constants and \
+                isinstance(value, torch.Tensor) and \
+                value.is_floating_point() and value.numel() == pairs:
+            return c.convert(current).tensor.reshape(-1).to(torch.float64)
+        queue.extend(current.all_input_nodes)
     return None
 
 
