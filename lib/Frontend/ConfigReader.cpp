@@ -97,46 +97,51 @@ llvm::Expected<double> ConfigReader::nonNegativeOr(llvm::StringRef key,
   return *number;
 }
 
-llvm::Expected<std::vector<int64_t>>
-ConfigReader::integers(llvm::StringRef key) {
-  const llvm::json::Value *value = object_.get(key);
-  std::vector<int64_t> list;
+namespace {
+
+/// The list `key` of `reader`'s object, each entry read by `element` (none:
+/// not of the kind `what` names); empty when absent or null.
+template <typename T, typename Element>
+llvm::Expected<std::vector<T>> readList(const llvm::json::Object &object,
+                                        llvm::StringRef key,
+                                        llvm::StringRef what, Element element) {
+  const llvm::json::Value *value = object.get(key);
+  std::vector<T> list;
   if (!value || value->kind() == llvm::json::Value::Null)
     return list;
   const llvm::json::Array *array = value->getAsArray();
   for (size_t i = 0; array && i < array->size(); ++i) {
-    std::optional<int64_t> number = (*array)[i].getAsInteger();
-    if (!number)
+    std::optional<T> entry = element((*array)[i]);
+    if (!entry)
       break;
-    list.push_back(*number);
+    list.push_back(*entry);
   }
   if (!array || list.size() != array->size())
     return configError(
-        llvm::formatv("field \"{0}\": expected a list of integers, found "
-                      "{1}",
-                      key, describe(*value)));
+        llvm::formatv("field \"{0}\": expected a list of {1}, found {2}", key,
+                      what, ConfigReader::describe(*value)));
   return list;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<int64_t>>
+ConfigReader::integers(llvm::StringRef key) {
+  return readList<int64_t>(
+      object_, key, "integers",
+      [](const llvm::json::Value &entry) { return entry.getAsInteger(); });
 }
 
 llvm::Expected<std::vector<double>>
 ConfigReader::positiveNumbers(llvm::StringRef key) {
-  const llvm::json::Value *value = object_.get(key);
-  std::vector<double> list;
-  if (!value || value->kind() == llvm::json::Value::Null)
-    return list;
-  const llvm::json::Array *array = value->getAsArray();
-  for (size_t i = 0; array && i < array->size(); ++i) {
-    std::optional<double> number = (*array)[i].getAsNumber();
-    if (!number || !std::isfinite(*number) || !(*number > 0))
-      break;
-    list.push_back(*number);
-  }
-  if (!array || list.size() != array->size())
-    return configError(
-        llvm::formatv("field \"{0}\": expected a list of positive numbers, "
-                      "found {1}",
-                      key, describe(*value)));
-  return list;
+  return readList<double>(
+      object_, key, "positive numbers",
+      [](const llvm::json::Value &entry) -> std::optional<double> {
+        std::optional<double> number = entry.getAsNumber();
+        if (!number || !std::isfinite(*number) || !(*number > 0))
+          return std::nullopt;
+        return number;
+      });
 }
 
 llvm::Expected<bool> ConfigReader::booleanOr(llvm::StringRef key,
