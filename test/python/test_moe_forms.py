@@ -6,8 +6,7 @@ one-step gradients and parameters, under dp, tp and ep as one rank; a
 router or experts of another computation are refused naming the block,
 never trained as something else."""
 
-import copy
-from typing import Any, Dict, Optional
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,36 +16,11 @@ transformers = pytest.importorskip("transformers")
 
 import trellis  # noqa: E402
 import trellis.torch as trellis_torch  # noqa: E402
-from conftest import batches  # noqa: E402
+from parity import TINY, convert, trained_scale  # noqa: E402
+from parity import expect_trains_like_pytorch as parity  # noqa: E402
 
-VOCAB, BATCH, SEQ, STEPS = 128, 4, 16, 3
-EPSILON = 1e-4
-COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2,
-              intermediate_size=48, max_position_embeddings=64,
-              attn_implementation="eager", head_dim=8)
-
-
-def trained_scale(module: "torch.nn.Module", experts: int) -> "torch.nn.Module":
-    """`module` with the weights of a trained model, not of an initialized
-    one (zero routers tie every score; zero correction biases hide
-    themselves): matrices N(0, 1/fan_in), gains 1 + N(0, 0.1), other
-    vectors and every per-expert buffer N(0, 0.1). Evaluation mode."""
-    generator = torch.Generator().manual_seed(11)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            noise = torch.randn(parameter.shape, generator=generator)
-            if parameter.dim() >= 2:
-                parameter.copy_(noise / parameter.shape[-1] ** 0.5)
-            elif bool((parameter == 1).all()):
-                parameter.copy_(1 + 0.1 * noise)
-            else:
-                parameter.copy_(0.1 * noise)
-        for buffer in module.buffers():
-            if buffer.is_floating_point() and buffer.numel() == experts:
-                buffer.copy_(0.1 * torch.randn(buffer.shape,
-                                               generator=generator))
-    return module.eval()
+VOCAB = 128
+COMMON = dict(TINY, attn_implementation="eager")
 
 
 class BlockModel(torch.nn.Module):
@@ -93,6 +67,11 @@ def transformers_model(kind: str) -> "torch.nn.Module":
     torch.manual_seed(0)
     module = transformers.AutoModelForCausalLM.from_config(config)
     return trained_scale(module, 8)
+
+
+def expect_trains_like_pytorch(module: "torch.nn.Module", converted: Any,
+                               what: str) -> None:
+    parity(module, converted, what, VOCAB)
 
 
 def block_model(kind: str) -> "torch.nn.Module":
@@ -156,95 +135,6 @@ class CubedGroupRouter(torch.nn.Module):
         kept = scores * mask.repeat_interleave(grouped.shape[-1], dim=-1)
         weights, chosen = torch.topk(kept, k=self.top_k, dim=-1)
         return None, weights * self.routed_scaling_factor, chosen
-
-
-def loss_of(module: "torch.nn.Module", tokens: Any, targets: Any) -> Any:
-    output = module(torch.as_tensor(tokens, dtype=torch.long))
-    logits = getattr(output, "logits", output)
-    return torch.nn.functional.cross_entropy(
-        logits.flatten(0, 1),
-        torch.as_tensor(targets, dtype=torch.long).flatten())
-
-
-def torch_training(module: "torch.nn.Module", data: list,
-                   dtype: "torch.dtype") -> Dict[str, Any]:
-    """PyTorch's losses and parameters after AdamW steps (decay 0.1 on
-    matrices) of a copy of `module` in `dtype` (its experts in their
-    eager loop: transformers' grouped_mm takes no float64)."""
-    module = copy.deepcopy(module).to(dtype)
-    for child in module.modules():
-        config = getattr(child, "config", None)
-        if hasattr(config, "_experts_implementation"):
-            config._experts_implementation = "eager"
-    groups = [{"params": [p for p in module.parameters() if p.dim() >= 2],
-               "weight_decay": 0.1},
-              {"params": [p for p in module.parameters() if p.dim() < 2],
-               "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=1e-3, eps=EPSILON)
-    losses = []
-    for tokens, targets in data:
-        loss = loss_of(module, tokens, targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return {"losses": losses, "parameters": {
-        name: p.detach().double().numpy()
-        for name, p in module.state_dict().items()}}
-
-
-def expect_trains_like_pytorch(module: "torch.nn.Module",
-                               converted: Any, what: str) -> None:
-    """One-step gradients (an SGD step of rate 1), 3 AdamW steps' losses
-    and parameters equal PyTorch's (the parameters also within float32
-    noise of a float64 run), and dp=2, tp=2 and ep=2 train as one rank."""
-    data = batches(VOCAB, BATCH, SEQ, STEPS, seed=5)
-    weights = converted.weights
-    plan = trellis.compile(converted, batch=BATCH, seq=SEQ, optimizer="sgd",
-                           lr=1.0)
-    with trellis.Session(plan, weights=weights) as session:
-        session.step(*data[0])
-        stepped = session.state_dict()
-    reference = copy.deepcopy(module)
-    loss_of(reference, *data[0]).backward()
-    gradients = {name: p.grad for name, p in reference.named_parameters()}
-    for name, before in weights.items():
-        if name not in gradients:  # a state: the router's correction bias
-            continue
-        expected = (gradients[name].numpy() if gradients[name] is not None
-                    else np.zeros_like(before))
-        np.testing.assert_allclose(before - stepped[name], expected,
-                                   rtol=1e-5, atol=1e-6,
-                                   err_msg=f"{what} gradient {name}")
-    found: Dict[str, Any] = {}
-    for mesh in [None, "dp=2", "tp=2", "ep=2"]:
-        plan = trellis.compile(converted, batch=BATCH, seq=SEQ, mesh=mesh,
-                               weight_decay=0.1, adam_eps=EPSILON)
-        if mesh is None:
-            with trellis.Session(plan, weights=weights) as session:
-                losses = [session.step(*batch) for batch in data]
-                found = session.state_dict()
-        else:
-            per_rank = trellis.launch(plan, batches=data, weights=weights)
-            np.testing.assert_allclose(per_rank[0], losses, rtol=1e-5,
-                                       err_msg=f"{what} {mesh}")
-    single = torch_training(module, data, torch.float32)
-    double = torch_training(module, data, torch.float64)
-    np.testing.assert_allclose(losses, single["losses"], rtol=1e-6)
-    for name, value in found.items():
-        np.testing.assert_allclose(value, single["parameters"][name],
-                                   rtol=1e-5, atol=1e-6,
-                                   err_msg=f"{what} {name}")
-        noise = np.abs(single["parameters"][name] -
-                       double["parameters"][name]).max()
-        np.testing.assert_allclose(value, double["parameters"][name],
-                                   rtol=0, atol=max(4 * noise, 1e-6),
-                                   err_msg=f"{what} {name} (float64)")
-
-
-def convert(module: "torch.nn.Module") -> Any:
-    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
-    return trellis_torch.from_module(module, example)
 
 
 @pytest.mark.parametrize("kind", ["minimax_m2", "hunyuan_v1_moe", "glm4_moe",

@@ -869,66 +869,6 @@ def test_errors() -> None:
     assert "aten.embedding.default" in trellis_torch.SUPPORTED_OPS
 
 
-def rotary_model(kind: str) -> "torch.nn.Module":
-    """Tiny transformers models whose rotary embedding pairs (2i, 2i + 1)
-    (GPT-J's and CodeGen's partial rotate-every-two on [batch, seq, heads,
-    dim], Cohere's, Helium's, GLM's, Ernie 4.5's), or whose MLP squares (Nemotron's relu^2,
-    Persimmon's): trained-scale random weights."""
-    common = dict(vocab_size=256, hidden_size=32, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=48, max_position_embeddings=64,
-                  attn_implementation="eager", use_cache=False)
-    gpt_j = dict(vocab_size=256, n_embd=32, n_layer=2, n_head=4,
-                 rotary_dim=4, n_positions=64, attn_implementation="eager",
-                 use_cache=False)
-    configs = {
-        "gptj": lambda: transformers.GPTJConfig(**gpt_j),
-        "codegen": lambda: transformers.CodeGenConfig(**gpt_j, n_ctx=64),
-        "cohere": lambda: transformers.CohereConfig(**common),
-        "helium": lambda: transformers.HeliumConfig(**common, head_dim=8),
-        "glm": lambda: transformers.GlmConfig(**common, head_dim=8,
-                                              pad_token_id=0),
-        # Rotate-every-two in float32 with half tables repeated in a row.
-        "ernie4_5": lambda: transformers.Ernie4_5Config(**common,
-                                                        head_dim=8),
-        "nemotron": lambda: transformers.NemotronConfig(**common,
-                                                        head_dim=8),
-        "persimmon": lambda: transformers.PersimmonConfig(
-            **{k: v for k, v in common.items()
-               if k != "num_key_value_heads"}),
-    }
-    torch.manual_seed(0)
-    module = transformers.AutoModelForCausalLM.from_config(configs[kind]())
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            noise = torch.randn(parameter.shape, generator=generator)
-            if parameter.dim() >= 2:
-                parameter.copy_(noise / parameter.shape[-1] ** 0.5)
-            else:
-                parameter.add_(0.1 * noise)
-    return module.eval()
-
-
-@pytest.mark.parametrize("kind", ["gptj", "codegen", "cohere", "helium",
-                                  "glm", "ernie4_5", "nemotron",
-                                  "persimmon"])
-def test_interleaved_rotary_and_squares_train_as_pytorch(kind: str) -> None:
-    """The rotate-every-two rotary embedding becomes graph.rope with
-    `interleaved` (refused before as aten.stack, then as a constant
-    table), partial where GPT-J and CodeGen rotate the first rotary_dim
-    features; aten.square (Nemotron, Persimmon) a product. Losses and
-    every parameter after 3 AdamW steps equal PyTorch's, and dp=2 and
-    tp=2 train as one rank."""
-    module = rotary_model(kind)
-    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
-    converted = trellis_torch.from_module(module, example)
-    text = converted.mlir()
-    if kind not in ("nemotron", "persimmon"):
-        assert "interleaved" in text
-    expect_trains_like_pytorch(module, converted, kind)
-
-
 #: Published configs (the Hub's config.json fields that decide the
 #: parameters), by model type.
 HUB_CONFIGS = {
