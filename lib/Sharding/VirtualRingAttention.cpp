@@ -126,14 +126,15 @@ SmallVector<int64_t> RingWriter::add(const VirtualOp &anchor, const char *row,
   op.cost = contract.cost(OpInstance(types, attrs, results));
   op.kernel = contract.name;
   int64_t index = static_cast<int64_t>(step_.ops.size());
-  const HeldValue &like = step_.values[inputs[0]];
+  // The context, not a reference into step_.values: each result pushed
+  // may move them.
+  MLIRContext *context = step_.values[inputs[0]].elementType.getContext();
   for (const TensorType &type : results) {
     HeldValue value;
     value.producer = index;
     value.shape.assign(type.shape.begin(), type.shape.end());
     value.global = value.shape;
-    value.elementType =
-        graph::fromElementType(like.elementType.getContext(), type.element);
+    value.elementType = graph::fromElementType(context, type.element);
     value.layout = ValueSharding::replicated(type.shape.size());
     step_.values.push_back(std::move(value));
     op.results.push_back(static_cast<int64_t>(step_.values.size()) - 1);
