@@ -67,6 +67,11 @@ ARCHITECTURES: Dict[str, Callable[[], Dict[str, Any]]] = {
     "ernie4_5": lambda: COMMON,
     "nemotron": lambda: COMMON,
     "persimmon": lambda: without(COMMON, "head_dim", "num_key_value_heads"),
+    "deepseek_v2": lambda: dict(
+        without(COMMON, "head_dim"), num_key_value_heads=4, **MOE,
+        kv_lora_rank=12, q_lora_rank=None, qk_rope_head_dim=4,
+        qk_nope_head_dim=8, v_head_dim=8, routed_scaling_factor=1.5,
+        n_shared_experts=1),
     "deepseek_v3": lambda: dict(
         without(COMMON, "head_dim"), num_key_value_heads=4, q_lora_rank=16,
         kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
@@ -89,14 +94,13 @@ ARCHITECTURES: Dict[str, Callable[[], Dict[str, Any]]] = {
 
 #: Model types whose rotary embedding pairs (2i, 2i + 1).
 INTERLEAVED = {"gptj", "codegen", "cohere", "helium", "glm", "glm4",
-               "ernie4_5", "ernie4_5_moe", "cohere2_moe"}
+               "ernie4_5", "ernie4_5_moe", "cohere2_moe", "deepseek_v2"}
 
 #: Model type -> the reason trellis.torch gives when it refuses it.
 REFUSED = {
     "gpt_oss": "its experts' gate_up_proj (8, 32, 96) and down_proj (8, 48, "
                "32) are not the layout Trellis's expert ops read",
     "phimoe": "weights them otherwise than the chosen scores",
-    "deepseek_v2": "unsupported ATen ops (2) aten.view_as_complex.default",
     "bloom": "aten.baddbmm.default",
 }
 
@@ -124,10 +128,6 @@ def test_architecture_trains_as_pytorch(kind: str) -> None:
 def test_architecture_refused_with_its_reason(kind: str) -> None:
     fields = dict(COMMON, **MOE) if kind != "bloom" else dict(
         vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4)
-    if kind == "deepseek_v2":
-        fields = dict(without(COMMON, "head_dim"), num_key_value_heads=4,
-                      **MOE, kv_lora_rank=12, q_lora_rank=None,
-                      qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8)
     module = build(kind, fields)
     with pytest.raises(trellis.Error) as refused:
         convert(module)

@@ -810,6 +810,19 @@ class WithBuffer(torch.nn.Module):
         return self.embed(tokens) + self.offset
 
 
+class ComplexSquare(torch.nn.Module):
+    """Squares its features as complex numbers: no rotary embedding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        x = self.embed(tokens)
+        pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * pairs).flatten(-2)
+
+
 class Counting(torch.nn.Module):
     """Writes a buffer in forward (as BatchNorm's running statistics do)."""
 
@@ -848,6 +861,9 @@ def test_errors() -> None:
                 logits.flatten(0, 1), targets.flatten(), ignore_index=3))
     with pytest.raises(trellis.Error, match="writes its buffers"):
         trellis_torch.from_module(Counting(), example)
+    with pytest.raises(trellis.Error, match=r"complex numbers used otherwise "
+                       r"than as a rotary embedding"):
+        trellis_torch.from_module(ComplexSquare(), example)
     batch = torch.export.Dim("batch", min=2)
     with pytest.raises(trellis.Error, match=r"input tokens: dimension 0 is "
                        r"dynamic"):

@@ -362,6 +362,14 @@ def _stack(c: _Converter, node: Any, values: Sequence[Any],
     return _Tensor(c.op("concat", *pieces, dim=dim))
 
 
+def _complex(c: _Converter, node: Any, value: Any) -> Any:
+    """Complex numbers enter only as a rotary embedding (_patterns'
+    _match_complex_rope): any other use is refused."""
+    raise Error("complex numbers used otherwise than as a rotary embedding "
+                "(view_as_real(view_as_complex(x as pairs) * a constant "
+                "table).flatten(-2)): graph ops compute real numbers")
+
+
 def _square(c: _Converter, node: Any, value: Any) -> Any:
     x = c.materialize(value)
     return _Tensor(c.emit("mul", x, x))
@@ -661,6 +669,8 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.cat.default: _cat,
     aten.stack.default: _stack,
     aten.square.default: _square,
+    aten.view_as_complex.default: _complex,
+    aten.view_as_real.default: _complex,
     aten.new_empty.default: _new_empty,
     aten.copy.default: _copy,
     aten.slice_scatter.default: _slice_scatter,

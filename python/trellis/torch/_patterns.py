@@ -375,8 +375,15 @@ def _rope(c: _Converter, node: Any, x: _Tensor, cos_node: Any,
     row ("interleaved": repeat_interleave(freqs, 2), the pairs (2i,
     2i + 1)), perhaps times an attention factor (a scale after the
     rope)."""
-    cos = c.convert(cos_node).tensor
-    sin = c.convert(sin_node).tensor
+    return _rope_of_tables(c, node, x, c.convert(cos_node).tensor,
+                           c.convert(sin_node).tensor, layout,
+                           _rotary_frequencies(c, cos_node, x.shape[3] // 2))
+
+
+def _rope_of_tables(c: _Converter, node: Any, x: _Tensor, cos: Any, sin: Any,
+                    layout: str, exact: Optional[Any]) -> _Tensor:
+    """_rope from the tables' values; `exact`: the frequencies found above
+    them, if any (checked against the tables)."""
     axis = _sequence_axis(cos, x.shape)
     seq, dim = x.shape[axis], x.shape[3]
     half = dim // 2
@@ -419,7 +426,6 @@ def _rope(c: _Converter, node: Any, x: _Tensor, cos_node: Any,
 
     # The exact frequencies the tables were computed from where they are
     # found above them, else those measured from the tables.
-    exact = _rotary_frequencies(c, cos_node, half)
     frequencies = exact if exact is not None and matches(exact) else measured
     if not matches(frequencies):
         raise Error(f"a rotary embedding ({layout} pairs) whose cos/sin "
@@ -481,6 +487,44 @@ def _match_interleaved_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
         "concat", _slice(c, node, x, 3, 0, dim, 2),
         _slice(c, node, x, 3, 1, dim, 2), dim=3))
     return _rope(c, node, deinterleaved, cos_node, sin_node, layout="once")
+
+
+def _match_complex_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
+    """view_as_real(view_as_complex(x as pairs) * table).flatten(-2), the
+    table constant complex numbers a * e^(i position frequency): DeepSeek-V2's
+    rotary embedding, which turns the pairs (2i, 2i + 1) (an interleaved
+    rope)."""
+    real = _producer(node.args[0], aten.view_as_real.default)
+    product = _producer(real.args[0], aten.mul.Tensor) if real else None
+    if not product:
+        return None
+    pairs_node, table_node = product.args
+    if not _producer(pairs_node, aten.view_as_complex.default):
+        pairs_node, table_node = table_node, pairs_node
+    complex_pairs = _producer(pairs_node, aten.view_as_complex.default)
+    if not complex_pairs or not isinstance(table_node, torch.fx.Node) or \
+            table_node not in c.constants:
+        return None
+    pairs = _producer(complex_pairs.args[0], aten.reshape.default,
+                      aten.view.default)
+    if not pairs:
+        return None
+    x_node = pairs.args[0]
+    shape = tuple(x_node.meta["val"].shape)
+    # The flatten (a view once functionalized) gives x's shape back.
+    if len(shape) != 4 or shape[3] % 2 or \
+            tuple(pairs.meta["val"].shape) != (*shape[:3], shape[3] // 2, 2) \
+            or tuple(node.meta["val"].shape) != shape:
+        return None
+    x = c.convert(x_node)
+    table = c.convert(table_node).tensor
+    if not isinstance(x, _Tensor) or not isinstance(table, torch.Tensor) or \
+            not table.is_complex():
+        return None
+    return _rope_of_tables(
+        c, node, x, table.real.repeat_interleave(2, dim=-1),
+        table.imag.repeat_interleave(2, dim=-1), "interleaved",
+        _rotary_frequencies(c, table_node, shape[3] // 2))
 
 
 def _rotary_frequencies(c: _Converter, node: Any,
@@ -557,7 +601,8 @@ _PATTERNS: Dict[Any, Tuple[Callable[..., Any], ...]] = {
     aten.matmul.default: (_match_attention,),
     aten.cross_entropy_loss.default: (_match_flat_cross_entropy,),
     aten.split.Tensor: (_match_fused_split,),
-    aten.view.default: (_match_flat_linear,),
-    aten.reshape.default: (_match_flat_linear,),
+    aten.view.default: (_match_flat_linear, _match_complex_rope),
+    aten.flatten.using_ints: (_match_complex_rope,),
+    aten.reshape.default: (_match_flat_linear, _match_complex_rope),
     torch.ops.trellis.moe_route.default: (_match_route_state,),
 }
