@@ -61,15 +61,11 @@ private:
   /// An RMSNorm over the last dimension, its gain `name` of `size` (0:
   /// the hidden size), epsilon `epsilon` (0: the config's).
   Value rmsNorm(Value x, StringRef name, int64_t size = 0, double epsilon = 0);
-  /// The rotary embedding on [b, s, heads, d], its cos and sin scaled by
-  /// YaRN's attention factor.
-  /// Rotary embeddings of `x` as layer `layer` rotates (-1: the global
-  /// layers' rotation).
-  Value rope(Value x, int64_t layer = -1);
-  /// x [b, s, heads, d] with the last dimension's interleaved pairs
-  /// (x0, x1), (x2, x3), ... regrouped as (x0, x2, ..., x1, x3, ...): the
-  /// rotate-half layout of DeepSeek's interleaved rotary features.
-  Value deinterleave(Value x);
+  /// The rotary embedding on [b, s, heads, d] as layer `layer` rotates
+  /// (-1: the global layers' rotation), its cos and sin scaled by YaRN's
+  /// attention factor; `interleaved`: the pairs (2i, 2i + 1) turn
+  /// (DeepSeek's rope_interleave), else (i, i + d / 2).
+  Value rope(Value x, int64_t layer = -1, bool interleaved = false);
   /// Layer `layer`'s self-attention through its output projection.
   Value attention(Value hidden, StringRef prefix, int64_t layer);
   /// DeepSeek-V3's multi-head latent attention through its output
@@ -181,32 +177,23 @@ Value TransformerBuilder::rmsNorm(Value x, StringRef name, int64_t size,
       builder_.getF64FloatAttr(epsilon ? epsilon : config_.normEpsilon));
 }
 
-Value TransformerBuilder::rope(Value x, int64_t layer) {
+Value TransformerBuilder::rope(Value x, int64_t layer, bool interleaved) {
   // Gemma 3's sliding layers rotate with a base of their own.
   bool local = config_.localRopeTheta && layer >= 0 &&
                layer < static_cast<int64_t>(config_.slidingLayers.size()) &&
                config_.slidingLayers[layer];
-  Value rotated = RopeOp::create(
-      builder_, loc_, x,
-      builder_.getDenseF64ArrayAttr(local
-                                        ? config_.localRopeFrequencies()
-                                        : config_.ropeFrequencies(shape_.seq)),
-      builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr(), UnitAttr());
+  Value rotated =
+      RopeOp::create(builder_, loc_, x,
+                     builder_.getDenseF64ArrayAttr(
+                         local ? config_.localRopeFrequencies()
+                               : config_.ropeFrequencies(shape_.seq)),
+                     builder_.getBoolAttr(false), ArrayAttr(), IntegerAttr(),
+                     interleaved ? builder_.getUnitAttr() : UnitAttr());
   double factor = local ? 1.0 : config_.ropeScaling.attentionFactor;
   if (factor == 1)
     return rotated;
   return ScaleOp::create(builder_, loc_, rotated,
                          builder_.getF64FloatAttr(factor));
-}
-
-Value TransformerBuilder::deinterleave(Value x) {
-  ArrayRef<int64_t> shape =
-      llvm::cast<RankedTensorType>(x.getType()).getShape();
-  int64_t b = shape[0], s = shape[1], h = shape[2], d = shape[3];
-  Value pairs = reshape(x, {b, s, h, d / 2, 2});
-  Value split = TransposeOp::create(builder_, loc_, pairs,
-                                    ArrayRef<int64_t>{0, 1, 2, 4, 3});
-  return reshape(split, {b, s, h, d});
 }
 
 Value TransformerBuilder::attend(Value query, Value key, Value value,
@@ -411,9 +398,10 @@ Value TransformerBuilder::latentAttention(Value hidden, StringRef prefix,
     sizes.back() = size;
     return SliceOp::create(builder_, loc_, v, offsets, sizes).getResult();
   };
-  auto rotate = [&](Value v) {
-    return rope(latent.interleaved ? deinterleave(v) : v);
-  };
+  // DeepSeek rotates its interleaved pairs: both the queries' and the
+  // keys' rotated features keep that order, so their products are those
+  // of transformers' de-interleaved ones.
+  auto rotate = [&](Value v) { return rope(v, -1, latent.interleaved); };
 
   // Queries: through the rank-q_lora_rank bottleneck, or one projection.
   Value q;
