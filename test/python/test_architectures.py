@@ -101,7 +101,8 @@ REFUSED = {
     "gpt_oss": "its experts' gate_up_proj (8, 32, 96) and down_proj (8, 48, "
                "32) are not the layout Trellis's expert ops read",
     "phimoe": "weights them otherwise than the chosen scores",
-    "bloom": "aten.baddbmm.default",
+    "bloom": "aten.baddbmm.default (baddbmm, in transformer.h.0."
+             "self_attention, at",
 }
 
 
@@ -132,3 +133,7 @@ def test_architecture_refused_with_its_reason(kind: str) -> None:
     with pytest.raises(trellis.Error) as refused:
         convert(module)
     assert REFUSED[kind] in str(refused.value)
+    if kind == "bloom":
+        assert "(ALiBi: attention scores plus a constant bias per head and " \
+            "key position, which graph.attention does not build)" in \
+            str(refused.value)
