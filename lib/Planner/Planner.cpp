@@ -339,9 +339,13 @@ std::vector<PlanChoice> structuralCandidates(const PlanRequest &request,
               allowed(AxisRole::Data, dp / ep) &&
               (ep == 1 || (facts.experts && facts.experts % ep == 0)))
             expertSplits.push_back(ep);
-        for (int64_t micro : {1, 2, 4, 8, 16}) {
-          if ((microBatchSize && *microBatchSize != micro) ||
-              (request.globalBatch / dp) % micro)
+        // The search tries powers of two; a size the caller fixes (LLM
+        // Foundry's 3 or 6) is taken as given.
+        std::vector<int64_t> microSizes = {1, 2, 4, 8, 16};
+        if (microBatchSize)
+          microSizes = {*microBatchSize};
+        for (int64_t micro : microSizes) {
+          if ((request.globalBatch / dp) % micro)
             continue;
           int64_t microBatches = request.globalBatch / dp / micro;
           if (pp > 1 && microBatches < pp && !microBatchSize)
@@ -671,10 +675,16 @@ std::optional<SearchResult> searchPlans(const PlanRequest &request,
     error =
         llvm::formatv("no layout of {0} GPUs divides the global batch of {1} "
                       "sequences of {2} tokens within the constraints (dp must "
-                      "divide the batch, tp the heads, 2 cp the sequence; each "
-                      "pipeline stage, or with chunks each virtual stage, "
-                      "needs a layer)",
-                      request.gpus, request.globalBatch, request.seq)
+                      "divide the batch, tp the heads, 2 cp the sequence{3}; "
+                      "each pipeline stage, or with chunks each virtual "
+                      "stage, needs a layer)",
+                      request.gpus, request.globalBatch, request.seq,
+                      constraints.microBatchSize
+                          ? llvm::formatv(", the micro-batch size {0} the "
+                                          "batch of each data-parallel rank",
+                                          *constraints.microBatchSize)
+                                .str()
+                          : std::string())
             .str();
     return std::nullopt;
   }
