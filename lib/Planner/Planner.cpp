@@ -433,18 +433,17 @@ double hybridBound(const PlanEvaluation &plain) {
 
 /// The ZeRO stages and recomputations to price for a structural
 /// candidate, by recomputation, least first: every ZeRO stage the
-/// constraints allow at each (ZeRO shards the optimizer's work and
-/// memory, and changes the step's collectives, so any stage may be the
-/// fastest), ZeRO-3 also as HSDP where the data axis spans nodes; full
-/// recomputation is tried only when nothing fits without it.
+/// constraints allow at each, pipelined or not (ZeRO shards the
+/// optimizer's work and memory, and changes the step's collectives, so
+/// any stage may be the fastest; the compiler builds ZeRO-2 and 3 with
+/// pipelines too), ZeRO-3 also as HSDP where the data axis spans nodes;
+/// full recomputation is tried only when nothing fits without it.
 std::vector<std::vector<PlanChoice>>
 zeroAndRecompute(const PlanChoice &choice, const PlanConstraints &fixed,
                  int64_t devicesPerNode) {
   std::vector<int64_t> stages{choice.settings.zero};
   if (!fixed.setting("zero") && choice.batchRanks() > 1)
-    stages = choice.degree(AxisRole::Pipeline) == 1
-                 ? std::vector<int64_t>{0, 1, 2, 3}
-                 : std::vector<int64_t>{0, 1};
+    stages = {0, 1, 2, 3};
   std::vector<std::string> recomputes{choice.settings.recompute};
   if (!fixed.setting("recompute") && choice.settings.recompute != "full")
     recomputes.push_back("full");
