@@ -2,6 +2,7 @@
 
 #include "trellis-c/Support.h"
 #include "trellis/CAPI/Handles.h"
+#include "trellis/Common/Utf8.h"
 
 #include <atomic>
 #include <string>
@@ -13,7 +14,10 @@ struct TrellisStatusObject {
 namespace trellis::capi {
 
 TrellisStatus errorStatus(const std::string &message) {
-  return new TrellisStatusObject{message.empty() ? "unknown error" : message};
+  // Bindings read messages as UTF-8: a quoted byte of another encoding, or
+  // half a character, would reach them empty.
+  return new TrellisStatusObject{message.empty() ? "unknown error"
+                                                 : wellFormedUtf8(message)};
 }
 
 uint64_t nextHandleId() {

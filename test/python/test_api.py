@@ -138,6 +138,16 @@ def test_open_mesh_and_integer_floats(gpt2_tiny: str) -> None:
         {"name": "replica", "size": 2}, {"name": "model", "size": 2}]
 
 
+def test_a_mesh_axis_outside_ascii_is_named_whole(gpt2_tiny: str) -> None:
+    """A mesh axis name outside ASCII: the error names the character whole
+    (the message reached Python empty when it held half of one)."""
+    with pytest.raises(trellis.Error) as refused:
+        trellis.compile(gpt2_tiny, mesh="d\u00e9=2", batch=4, seq=16)
+    assert ("expected '=' after mesh axis \"d\", found '\u00e9' (mesh axis "
+            "names and roles are ASCII letters, digits and '_')"
+            in str(refused.value))
+
+
 def test_emit_mlir_returns_the_step(gpt2_tiny: str) -> None:
     text = trellis.compile(gpt2_tiny, batch=4, seq=16, emit="mlir")
     assert isinstance(text, str) and "func.func @train_step" in text

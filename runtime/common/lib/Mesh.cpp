@@ -1,8 +1,10 @@
 //===- Mesh.cpp - Device mesh and process-group arithmetic ----------------===//
 
 #include "trellis/Common/Mesh.h"
+#include "trellis/Common/Utf8.h"
 
 #include <cctype>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <utility>
@@ -50,10 +52,20 @@ public:
   }
 
   /// A human-readable description of the next token for diagnostics.
+  /// The next character in quotes: a whole UTF-8 character (with a word
+  /// on what names may hold), or a byte that is none as 0xNN.
   std::string describeNext() const {
     if (atEnd())
       return "end of input";
-    return std::string("'") + text_[pos_] + "'";
+    auto byte = static_cast<unsigned char>(text_[pos_]);
+    if (byte < 0x80)
+      return std::string("'") + text_[pos_] + "'";
+    size_t length = utf8CharacterLength(text_, pos_);
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", byte);
+    return (length ? "'" + std::string(text_.substr(pos_, length)) + "'"
+                   : std::string("byte ") + hex) +
+           " (mesh axis names and roles are ASCII letters, digits and '_')";
   }
 
 private:

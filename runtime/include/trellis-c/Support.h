@@ -37,8 +37,9 @@ typedef struct TrellisStatusObject *TrellisStatus;
 /** A failed status carrying `message` (copied). */
 TRELLIS_CAPI_EXPORTED TrellisStatus trellisStatusCreateError(const char *message);
 
-/** The message of a failed status; "" for success (NULL). Valid until the
- * status is destroyed. */
+/** The message of a failed status, well-formed UTF-8 (a byte of another
+ * encoding written as \xNN); "" for success (NULL). Valid until the status
+ * is destroyed. */
 TRELLIS_CAPI_EXPORTED const char *trellisStatusGetMessage(TrellisStatus status);
 
 /** Releases a status; NULL is allowed. */

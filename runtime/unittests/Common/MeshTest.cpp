@@ -103,6 +103,27 @@ TEST(MeshTest, RoundTripsThroughText) {
   EXPECT_EQ(parseOrDie(mesh.toString()), mesh);
 }
 
+TEST(MeshTest, NamesWholeCharactersOutsideAscii) {
+  // A UTF-8 character whole, never half of one; a byte that starts none
+  // by its value.
+  MeshError error = parseError("d\xc3\xa9=2");
+  EXPECT_EQ(error.message,
+            "expected '=' after mesh axis \"d\", found '\xc3\xa9' (mesh axis "
+            "names and roles are ASCII letters, digits and '_')");
+  error = parseError("\xe2\x82\xac=2");
+  EXPECT_EQ(error.message, "expected a mesh axis name, found '\xe2\x82\xac' "
+                           "(mesh axis names and roles are ASCII letters, "
+                           "digits and '_')");
+  error = parseError("dp=2,\xff");
+  EXPECT_EQ(error.message,
+            "expected a mesh axis name, found byte 0xFF (mesh axis names and "
+            "roles are ASCII letters, digits and '_')");
+  error = parseError("d\xc3=2");
+  EXPECT_EQ(error.message,
+            "expected '=' after mesh axis \"d\", found byte 0xC3 (mesh axis "
+            "names and roles are ASCII letters, digits and '_')");
+}
+
 TEST(MeshTest, RejectsMalformedText) {
   MeshError error = parseError("dp=2,pp=,tp=4");
   EXPECT_EQ(error.column, 9u);
