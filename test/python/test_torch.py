@@ -932,3 +932,44 @@ def test_hub_configs_import_with_transformers_parameter_count(kind: str) -> None
         module = transformers.AutoModelForCausalLM.from_config(config)
     expected = sum(p.numel() for p in module.parameters())
     assert trellis_parameter_count(fields) == expected
+
+
+class TiledNorms(torch.nn.Module):
+    """torch's own rms_norm, repeat (tiling the features, and the batch
+    with a leading repeat) and view_as."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(32, 8)
+        self.gain = torch.nn.Parameter(1 + 0.1 * torch.randn(8))
+        self.head = torch.nn.Linear(16, 32)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        x = self.embed(tokens)
+        normed = torch.nn.functional.rms_norm(x, (8,), self.gain, 1e-5)
+        tiled = normed.repeat(1, 1, 2)
+        batch = x.repeat(2, 1, 1)[:x.shape[0]]
+        return self.head(tiled.view_as(torch.cat([batch, batch], -1)))
+
+
+def test_rms_norm_repeat_and_view_as_convert() -> None:
+    """aten.rms_norm becomes graph.rms_norm, aten.repeat a broadcast of
+    each dimension tiled, aten.view_as a reshape: losses and every
+    parameter after 3 AdamW steps equal PyTorch's."""
+    torch.manual_seed(0)
+    module = TiledNorms().eval()
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    converted = trellis_torch.from_module(module, example)
+    assert "graph.rms_norm" in converted.mlir()
+    data = batches(32, BATCH, SEQ, STEPS, seed=4)
+    plan = trellis.compile(converted, batch=BATCH, seq=SEQ, adam_eps=EPSILON)
+    with trellis.Session(plan, weights=converted.weights) as session:
+        losses = [session.step(*batch) for batch in data]
+        found = session.state_dict()
+    expected_losses: list = []
+    expected = trained_torch_parameters(module, data, decay=0.0,
+                                        losses=expected_losses)
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    for name, value in found.items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-5,
+                                   atol=1e-6, err_msg=name)

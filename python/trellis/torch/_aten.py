@@ -189,6 +189,42 @@ def _expand(c: _Converter, node: Any, value: Any, sizes: Sequence[int],
     return _Tensor(c.op("broadcast_to", value, shape=shape))
 
 
+def _view_as(c: _Converter, node: Any, value: Any, other: Any) -> Any:
+    return _reshape(c, value, tuple(node.meta["val"].shape))
+
+
+def _repeat(c: _Converter, node: Any, value: Any,
+            repeats: Sequence[int]) -> Any:
+    """repeat: each dimension d of size n tiled r times, as a new
+    dimension of r before it broadcast and merged: [.., r, n, ..] ->
+    [.., r * n, ..]."""
+    source = list(value.shape)
+    repeats = list(repeats)
+    # Leading repeats beyond the value's rank add dimensions of 1 first.
+    source = [1] * (len(repeats) - len(source)) + source
+    value = _reshape(c, value, source)
+    tiled = [size for r, n in zip(repeats, source) for size in (1, n)]
+    expanded = [size for r, n in zip(repeats, source) for size in (r, n)]
+    value = _reshape(c, value, tiled)
+    if expanded != tiled:
+        value = _Tensor(c.op("broadcast_to", value, shape=expanded))
+    return _reshape(c, value, tuple(node.meta["val"].shape))
+
+
+def _rms_norm(c: _Converter, node: Any, value: Any,
+              normalized_shape: Sequence[int], weight: Any = None,
+              eps: Optional[float] = None) -> Any:
+    """torch's rms_norm over the last dimension, with a weight: graph's
+    rms_norm (its epsilon torch's default, the dtype's eps, when None)."""
+    if len(normalized_shape) != 1 or weight is None:
+        raise Error("rms_norm over more than the last dimension, or without "
+                    "a weight: graph.rms_norm normalizes the last dimension "
+                    "and scales it by a weight")
+    if eps is None:
+        eps = float(torch.finfo(node.args[0].meta["val"].dtype).eps)
+    return _Tensor(c.op("rms_norm", value, weight, epsilon=float(eps)))
+
+
 def _strided_slice(c: _Converter, node: Any, value: Any, dim: int,
                    begin: int, stop: int, stride: int) -> Any:
     """value[..., begin::stride, ...] taking one element of every group of
@@ -657,6 +693,9 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.permute.default: _permute,
     aten.t.default: _t,
     aten.expand.default: _expand,
+    aten.view_as.default: _view_as,
+    aten.repeat.default: _repeat,
+    aten.rms_norm.default: _rms_norm,
     aten.slice.Tensor: _slice,
     aten.split.Tensor: _split,
     aten.split_with_sizes.default: _split,
