@@ -221,9 +221,13 @@ llvm::Error frontend::readLlama(ConfigReader &reader, TransformerConfig &config,
   TRY_ASSIGN(config.tieWordEmbeddings,
              reader.booleanOr("tie_word_embeddings", gemma));
   // The padding row: PyTorch's nn.Embedding(padding_idx=pad_token_id)
-  // gives it no gradient.
+  // gives it no gradient; transformers' defaults: Gemma's 0, Phi-3's 32000.
   int64_t padding = -1;
-  TRY_ASSIGN(padding, reader.integerOr("pad_token_id", gemma ? 0 : -1, 0));
+  TRY_ASSIGN(padding, reader.integerOr("pad_token_id",
+                                       gemma            ? 0
+                                       : type == "phi3" ? 32000
+                                                        : -1,
+                                       0));
   if (padding >= config.vocabSize)
     return configError(llvm::formatv(
         "field \"pad_token_id\": expected a token id below vocab_size ({0}), "

@@ -32,11 +32,29 @@ def train_and_export(tmp_path, trellis_bin: str, config: str, *options):
     return checkpoint, exported
 
 
+#: Model types built as variants of llama-tiny.json: their fields.
+VARIANTS = {
+    "olmo2-tiny": dict(model_type="olmo2", architectures=["Olmo2ForCausalLM"]),
+    "phi3-tiny": dict(model_type="phi3", architectures=["Phi3ForCausalLM"],
+                      pad_token_id=0, original_max_position_embeddings=8,
+                      rope_scaling={
+                          "type": "longrope",
+                          "short_factor": [1.0 + 0.25 * i for i in range(8)],
+                          "long_factor": [2.0 + 0.5 * i for i in range(8)]}),
+}
+
+
 @pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "gemma2-tiny",
-                                  "gemma3-tiny"])
+                                  "gemma3-tiny", "olmo2-tiny", "phi3-tiny"])
 def test_exported_model_loads_and_computes_trellis_forward(
         tmp_path, trellis_bin: str, examples: str, name: str) -> None:
     config = os.path.join(examples, "configs", name + ".json")
+    if name in VARIANTS:
+        with open(os.path.join(examples, "configs", "llama-tiny.json")) as f:
+            fields = dict(json.load(f), **VARIANTS[name])
+        config = str(tmp_path / (name + ".json"))
+        with open(config, "w") as f:
+            json.dump(fields, f)
     _, exported = train_and_export(tmp_path, trellis_bin, config)
     assert sorted(os.listdir(exported)) == [
         "config.json", "generation_config.json", "model.safetensors"]

@@ -49,6 +49,9 @@ const std::map<std::string, ModelTypeFacts> &modelTypes() {
        {"Qwen2ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"qwen3",
        {"Qwen3ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"olmo2",
+       {"Olmo2ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"phi3", {"Phi3ForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"mixtral",
        {"MixtralForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"qwen2_moe",
@@ -167,8 +170,8 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
   if (facts == modelTypes().end())
     return Status::error("config '" + configPath +
                          "': expected model_type gpt2, llama, mistral, "
-                         "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
-                         "olmoe, deepseek_v3, gemma, gemma2 or "
+                         "qwen2, qwen3, olmo2, phi3, mixtral, qwen2_moe, "
+                         "qwen3_moe, olmoe, deepseek_v3, gemma, gemma2 or "
                          "gemma3_text, found '" +
                          modelType + "'");
 
