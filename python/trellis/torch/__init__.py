@@ -120,7 +120,8 @@ def _check_no_buffer_writes(exported: Any) -> None:
         own = {name for name, buffer in signature.inputs_to_buffers.items()
                if buffer == spec.target}
         if reads & varying or reads & own:
-            mutated.append(f"{spec.target} by {_describe(value)}")
+            name = spec.target.removeprefix("m.")  # the wrapper's prefix
+            mutated.append(f"{name} by {_describe(value)}")
     if mutated:
         raise Error(f"the module writes its buffers in forward ({'; '.join(mutated)}): "
                     "Trellis cannot place state that changes outside the "
