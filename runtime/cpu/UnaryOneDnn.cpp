@@ -57,6 +57,8 @@ std::optional<Eltwise> eltwiseOf(UnaryFunction function) {
     return Eltwise{algorithm::eltwise_gelu_tanh};
   case F::Relu:
     return Eltwise{algorithm::eltwise_relu, 0.0f};
+  case F::Abs:
+    return Eltwise{algorithm::eltwise_abs};
   default:
     return std::nullopt;
   }

@@ -973,3 +973,42 @@ def test_rms_norm_repeat_and_view_as_convert() -> None:
     for name, value in found.items():
         np.testing.assert_allclose(value, expected[name], rtol=1e-5,
                                    atol=1e-6, err_msg=name)
+
+
+class SoftAbs(torch.nn.Module):
+    """softplus (beta 1 and 2) and abs of the hidden states."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(32, 8)
+        self.head = torch.nn.Linear(8, 32)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        x = self.embed(tokens)
+        y = torch.nn.functional.softplus(x) - torch.nn.functional.softplus(
+            x, beta=2.0) + 0.5 * x.abs()
+        return self.head(y)
+
+
+def test_softplus_and_abs_convert() -> None:
+    """aten.softplus becomes graph.softplus (other betas scaled around
+    it), aten.abs graph.abs: losses and every parameter after 3 AdamW
+    steps equal PyTorch's."""
+    torch.manual_seed(0)
+    module = SoftAbs().eval()
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    converted = trellis_torch.from_module(module, example)
+    text = converted.mlir()
+    assert "graph.softplus" in text and "graph.abs" in text
+    data = batches(32, BATCH, SEQ, STEPS, seed=4)
+    plan = trellis.compile(converted, batch=BATCH, seq=SEQ, adam_eps=EPSILON)
+    with trellis.Session(plan, weights=converted.weights) as session:
+        losses = [session.step(*batch) for batch in data]
+        found = session.state_dict()
+    expected_losses: list = []
+    expected = trained_torch_parameters(module, data, decay=0.0,
+                                        losses=expected_losses)
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    for name, value in found.items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-5,
+                                   atol=1e-6, err_msg=name)

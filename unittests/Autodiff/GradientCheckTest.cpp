@@ -85,8 +85,9 @@ TEST(GradientCheck, ScaleAndBroadcastTo) {
 
 TEST(GradientCheck, UnaryOps) {
   // log, sqrt and rsqrt see exp(x) > 0.
-  for (const char *op : {"neg", "exp", "tanh", "sigmoid", "silu", "gelu",
-                         "gelu_tanh", "relu", "log", "sqrt", "rsqrt"}) {
+  for (const char *op :
+       {"neg", "exp", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh", "relu",
+        "softplus", "abs", "log", "sqrt", "rsqrt"}) {
     std::string name = op;
     bool positive = name == "log" || name == "sqrt" || name == "rsqrt";
     std::string body =

@@ -406,6 +406,21 @@ def _complex(c: _Converter, node: Any, value: Any) -> Any:
                 "table).flatten(-2)): graph ops compute real numbers")
 
 
+def _softplus(c: _Converter, node: Any, value: Any, beta: float = 1,
+              threshold: float = 20) -> Any:
+    """softplus: log(1 + e^(beta x)) / beta, x above threshold / beta;
+    graph.softplus is beta 1, threshold 20 (torch's defaults), and other
+    betas scale around it."""
+    if threshold != 20:
+        raise Error(f"softplus with threshold {threshold}: graph.softplus "
+                    "switches to x above 20 (torch's default)")
+    if beta == 1:
+        return _Tensor(c.op("softplus", value))
+    scaled = c.emit("scale", c.materialize(value), factor=float(beta))
+    return _Tensor(c.emit("scale", c.emit("softplus", scaled),
+                          factor=1.0 / float(beta)))
+
+
 def _square(c: _Converter, node: Any, value: Any) -> Any:
     x = c.materialize(value)
     return _Tensor(c.emit("mul", x, x))
@@ -665,6 +680,8 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.gelu.default: _gelu,
     aten.silu.default: _unary("silu"),
     aten.relu.default: _unary("relu"),
+    aten.softplus.default: _softplus,
+    aten.abs.default: _unary("abs"),
     aten.sigmoid.default: _unary("sigmoid"),
     aten.tanh.default: _unary("tanh"),
     aten.exp.default: _unary("exp"),

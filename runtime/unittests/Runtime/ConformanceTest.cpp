@@ -97,7 +97,7 @@ std::map<std::string, std::vector<Sample>> samples() {
   }
   add("div", {"broadcast", {values({7, 37}), positive({1, 37})}, {}});
   for (const char *op : {"neg", "exp", "tanh", "sigmoid", "silu", "gelu",
-                         "gelu_tanh", "relu", "softmax"})
+                         "gelu_tanh", "relu", "softplus", "abs", "softmax"})
     add(op, {"3x5x37", {values({3, 5, 37})}, {}});
   for (const char *op : {"log", "sqrt", "rsqrt"})
     add(op, {"3x5x37", {positive({3, 5, 37})}, {}});

@@ -18,7 +18,9 @@ def Graph_UnaryFunction : I32EnumAttr<"UnaryFunction", "a pointwise function", [
     I32EnumAttrCase<"Silu", 7, "silu">,
     I32EnumAttrCase<"Gelu", 8, "gelu">,
     I32EnumAttrCase<"GeluTanh", 9, "gelu_tanh">,
-    I32EnumAttrCase<"Relu", 10, "relu">
+    I32EnumAttrCase<"Relu", 10, "relu">,
+    I32EnumAttrCase<"Softplus", 11, "softplus">,
+    I32EnumAttrCase<"Abs", 12, "abs">
   ]> {
   let cppNamespace = "::trellis::graph";
 }

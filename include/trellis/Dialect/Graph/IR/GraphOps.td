@@ -197,6 +197,8 @@ def Graph_GeluTanhOp : Graph_UnaryOp<"gelu_tanh", "GeluTanh"> {
   let summary = "GELU with the tanh approximation (GPT-2's `gelu_new`)";
 }
 def Graph_ReluOp : Graph_UnaryOp<"relu", "Relu">;
+def Graph_SoftplusOp : Graph_UnaryOp<"softplus", "Softplus">;
+def Graph_AbsOp : Graph_UnaryOp<"abs", "Abs">;
 
 def Graph_UnaryGradOp : Graph_Op<"unary_grad", [
     AllTypesMatch<["input", "result_grad"]>]> {

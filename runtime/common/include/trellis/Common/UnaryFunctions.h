@@ -40,7 +40,9 @@ namespace trellis {
   X(Silu, "silu", false)                                                       \
   X(Gelu, "gelu", false)                                                       \
   X(GeluTanh, "gelu_tanh", false)                                              \
-  X(Relu, "relu", false)
+  X(Relu, "relu", false)                                                       \
+  X(Softplus, "softplus", false)                                               \
+  X(Abs, "abs", false)
 
 enum class UnaryFunction {
 #define TRELLIS_UNARY_ENUMERATOR(NAME, TEXT, LINEAR) NAME,
@@ -114,6 +116,9 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoefficient = 0.044715f;
 constexpr float kInverseSqrt2 = 0.70710678118654752f;
 constexpr float kInverseSqrt2Pi = 0.3989422804014327f;
+/// softplus is x itself above this (torch.nn.functional.softplus's
+/// default threshold).
+constexpr float kSoftplusThreshold = 20.0f;
 
 TRELLIS_HOST_DEVICE inline float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
@@ -147,6 +152,11 @@ TRELLIS_HOST_DEVICE inline float applyUnary(UnaryFunction fn, float x) {
            (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCoefficient * x * x * x)));
   case UnaryFunction::Relu:
     return x > 0 ? x : 0;
+  case UnaryFunction::Softplus:
+    // log(1 + e^x), x itself above 20 (torch's threshold).
+    return x > kSoftplusThreshold ? x : log1pf(expf(x));
+  case UnaryFunction::Abs:
+    return fabsf(x);
   }
   return x;
 }
@@ -190,6 +200,11 @@ TRELLIS_HOST_DEVICE inline float unaryDerivative(UnaryFunction fn, float x) {
   }
   case UnaryFunction::Relu:
     return x > 0 ? 1.0f : 0.0f;
+  case UnaryFunction::Softplus:
+    return x > kSoftplusThreshold ? 1.0f : sigmoid(x);
+  case UnaryFunction::Abs:
+    // torch's: the sign, 0 at 0.
+    return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f;
   }
   return 0.0f;
 }
