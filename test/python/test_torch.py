@@ -934,6 +934,24 @@ def test_hub_configs_import_with_transformers_parameter_count(kind: str) -> None
     assert trellis_parameter_count(fields) == expected
 
 
+def expect_small_module_trains(module: "torch.nn.Module",
+                               converted: Any) -> None:
+    """`converted` (from `module`, a vocabulary of 32): losses and every
+    parameter after 3 AdamW steps equal PyTorch's."""
+    data = batches(32, BATCH, SEQ, STEPS, seed=4)
+    plan = trellis.compile(converted, batch=BATCH, seq=SEQ, adam_eps=EPSILON)
+    with trellis.Session(plan, weights=converted.weights) as session:
+        losses = [session.step(*batch) for batch in data]
+        found = session.state_dict()
+    expected_losses: list = []
+    expected = trained_torch_parameters(module, data, decay=0.0,
+                                        losses=expected_losses)
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    for name, value in found.items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-5,
+                                   atol=1e-6, err_msg=name)
+
+
 class TiledNorms(torch.nn.Module):
     """torch's own rms_norm, repeat (tiling the features, and the batch
     with a leading repeat) and view_as."""
@@ -961,18 +979,7 @@ def test_rms_norm_repeat_and_view_as_convert() -> None:
     example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
     converted = trellis_torch.from_module(module, example)
     assert "graph.rms_norm" in converted.mlir()
-    data = batches(32, BATCH, SEQ, STEPS, seed=4)
-    plan = trellis.compile(converted, batch=BATCH, seq=SEQ, adam_eps=EPSILON)
-    with trellis.Session(plan, weights=converted.weights) as session:
-        losses = [session.step(*batch) for batch in data]
-        found = session.state_dict()
-    expected_losses: list = []
-    expected = trained_torch_parameters(module, data, decay=0.0,
-                                        losses=expected_losses)
-    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
-    for name, value in found.items():
-        np.testing.assert_allclose(value, expected[name], rtol=1e-5,
-                                   atol=1e-6, err_msg=name)
+    expect_small_module_trains(module, converted)
 
 
 class SoftAbs(torch.nn.Module):
@@ -1000,15 +1007,4 @@ def test_softplus_and_abs_convert() -> None:
     converted = trellis_torch.from_module(module, example)
     text = converted.mlir()
     assert "graph.softplus" in text and "graph.abs" in text
-    data = batches(32, BATCH, SEQ, STEPS, seed=4)
-    plan = trellis.compile(converted, batch=BATCH, seq=SEQ, adam_eps=EPSILON)
-    with trellis.Session(plan, weights=converted.weights) as session:
-        losses = [session.step(*batch) for batch in data]
-        found = session.state_dict()
-    expected_losses: list = []
-    expected = trained_torch_parameters(module, data, decay=0.0,
-                                        losses=expected_losses)
-    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
-    for name, value in found.items():
-        np.testing.assert_allclose(value, expected[name], rtol=1e-5,
-                                   atol=1e-6, err_msg=name)
+    expect_small_module_trains(module, converted)
