@@ -229,9 +229,8 @@ class _Probe:
     """The block run on random weights: what its router chose, the
     weights it gave, its output; and the tensors a form may read."""
 
-    def __init__(self, name: str, block: torch.nn.Module,
-                 experts: torch.nn.Module):
-        self.name, self.block, self.experts = name, block, experts
+    def __init__(self, block: torch.nn.Module, experts: torch.nn.Module):
+        self.block, self.experts = block, experts
         gate_up, down = experts.gate_up_proj, experts.down_proj
         if gate_up.dim() != 3 or down.dim() != 3 or \
                 gate_up.shape[1] % 2 or \
@@ -338,7 +337,13 @@ class _Probe:
             for groups in range(2, self.count + 1):
                 if self.count % groups or self.count // groups < group_top:
                     continue
-                for top_groups in range(1, groups):
+                # A grouped router keeps each token's experts within its
+                # top_groups groups: fewer than the recorded choices span
+                # cannot be its form.
+                size = self.count // groups
+                spanned = torch.zeros(_PROBE_TOKENS, groups).scatter_(
+                    1, self.chosen // size, 1).sum(-1)
+                for top_groups in range(max(1, int(spanned.max())), groups):
                     if top_groups * (self.count // groups) < self.top_k:
                         continue
                     for form in plain:
@@ -481,7 +486,7 @@ def recognize(name: str, block: torch.nn.Module) -> BlockForm:
     experts = _fused_experts(block)
     assert experts is not None
     try:
-        probe = _Probe(name, block, experts)
+        probe = _Probe(block, experts)
         with _random_tensors(block):
             probe.run()
             return probe.block_form(probe.router())
