@@ -146,8 +146,8 @@ std::string opTableMarkdown() {
     text += "| " + std::to_string(contract.id) + " | `" + contract.name +
             "` | " + familyText(contract) + " | " +
             (operands.empty() ? "-" : operands) + " | " +
-            std::to_string(contract.results) + " | " +
-            (attrs.empty() ? "-" : attrs) + " | " +
+            contract.resultCountText() + " | " + (attrs.empty() ? "-" : attrs) +
+            " | " +
             (contract.collective ? "-" : precisionText(contract.precision)) +
             " | " + effectsText(contract) + " |\n";
   }

@@ -220,9 +220,9 @@ Value TransformerBuilder::attend(Value query, Value key, Value value,
                           ? builder_.getF64FloatAttr(config_.attentionSoftcap)
                           : FloatAttr();
   Value result = AttentionOp::create(
-      builder_, loc_, padTo(query, d), padTo(key, d), padTo(value, dv),
-      builder_.getF64FloatAttr(scale), builder_.getBoolAttr(true), ArrayAttr(),
-      IntegerAttr(), windowAttr, softcap);
+      builder_, loc_, padTo(query, d), padTo(key, d), padTo(value, dv), Value(),
+      Value(), builder_.getF64FloatAttr(scale), builder_.getBoolAttr(true),
+      ArrayAttr(), IntegerAttr(), windowAttr, softcap);
   if (dv == width)
     return result;
   SmallVector<int64_t> sizes(shapeOf(result));
@@ -263,7 +263,7 @@ Value TransformerBuilder::gpt2Block(Value x, int64_t layer) {
   };
   Value query = head(0), key = head(1), value = head(2);
   Value attention =
-      AttentionOp::create(builder_, loc_, query, key, value,
+      AttentionOp::create(builder_, loc_, query, key, value, Value(), Value(),
                           builder_.getF64FloatAttr(1.0 / std::sqrt(double(d))),
                           builder_.getBoolAttr(true), ArrayAttr(),
                           IntegerAttr(), IntegerAttr(), FloatAttr());

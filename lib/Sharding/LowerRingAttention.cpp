@@ -17,6 +17,10 @@
 // to on every rank it visits) and one last permute brings them home. The
 // query gradient is summed in place, in ring order.
 //
+// ALiBi's slopes go to every block (each knows its positions); attention
+// sinks join the softmax once, in the step-0 block (the rank's own keys),
+// whose backward gives their gradient.
+//
 //===----------------------------------------------------------------------===//
 
 #include "trellis/Sharding/Passes.h"
@@ -41,7 +45,7 @@ namespace {
 /// An attention (or its gradient) in the all-gather form: queries split
 /// over `axes`, keys and values gathered from this rank's blocks.
 struct GatheredAttention {
-  Value query, key, value;
+  Value query, key, value, slopes, sinks;
   FlatSymbolRefAttr mesh;
   ArrayAttr axes;
   int64_t ranks = 1;
@@ -59,11 +63,12 @@ Value gatheredBlock(Value gathered, ArrayAttr axes,
 }
 
 std::optional<GatheredAttention> matchGathered(Operation *op, Value query,
-                                               Value key, Value value) {
+                                               Value key, Value value,
+                                               Value slopes, Value sinks) {
   auto axes = op->getAttrOfType<ArrayAttr>("axes");
   if (!axes || axes.empty())
     return std::nullopt;
-  GatheredAttention match{query, {}, {}, {}, axes};
+  GatheredAttention match{query, {}, {}, slopes, sinks, {}, axes};
   FlatSymbolRefAttr valueMesh;
   match.key = gatheredBlock(key, axes, match.mesh);
   match.value = gatheredBlock(value, axes, valueMesh);
@@ -101,9 +106,9 @@ public:
     for (int64_t step = 0; step < match_.ranks; ++step) {
       auto [nextKey, nextValue] = passOn(step, key, value);
       auto block = mark(graph::AttentionBlockOp::create(
-          builder_, loc_, match_.query, key, value, scale_, causal_,
-          match_.axes, builder_.getI64IntegerAttr(step), chunks_, window_,
-          softcap_));
+          builder_, loc_, match_.query, key, value, match_.slopes,
+          step == 0 ? match_.sinks : Value(), scale_, causal_, match_.axes,
+          builder_.getI64IntegerAttr(step), chunks_, window_, softcap_));
       if (step == 0) {
         ring = {block.getResult(), block.getLogSumExp()};
       } else {
@@ -118,11 +123,12 @@ public:
     return ring;
   }
 
-  /// The query gradient and this rank's key and value gradients.
-  std::tuple<Value, Value, Value> backward(const RingResult &forward,
-                                           Value resultGrad) {
+  /// The query gradient, this rank's key and value gradients, and the
+  /// sinks' (null without sinks).
+  std::tuple<Value, Value, Value, Value> backward(const RingResult &forward,
+                                                  Value resultGrad) {
     Value key = match_.key, value = match_.value;
-    Value queryGrad, keyGrad, valueGrad;
+    Value queryGrad, keyGrad, valueGrad, sinksGrad;
     for (int64_t step = 0; step < match_.ranks; ++step) {
       auto [nextKey, nextValue] = passOn(step, key, value);
       // The gradients of the block arriving now, summed on the ranks it
@@ -134,9 +140,11 @@ public:
       }
       auto block = mark(graph::AttentionBlockGradOp::create(
           builder_, loc_, match_.query, key, value, forward.result,
-          forward.logSumExp, resultGrad, scale_, causal_, match_.axes,
+          forward.logSumExp, resultGrad, match_.slopes,
+          step == 0 ? match_.sinks : Value(), scale_, causal_, match_.axes,
           builder_.getI64IntegerAttr(step), chunks_, window_, softcap_));
       if (step == 0) {
+        sinksGrad = block.getSinksGrad();
         queryGrad = block.getQueryGrad();
         keyGrad = block.getKeyGrad();
         valueGrad = block.getValueGrad();
@@ -154,7 +162,7 @@ public:
       keyGrad = permute(keyGrad);
       valueGrad = permute(valueGrad);
     }
-    return {queryGrad, keyGrad, valueGrad};
+    return {queryGrad, keyGrad, valueGrad, sinksGrad};
   }
 
 private:
@@ -229,7 +237,8 @@ struct LowerRingAttentionPass
     function.walk([&](graph::AttentionOp op) { attentions.push_back(op); });
     for (graph::AttentionOp op : attentions) {
       std::optional<GatheredAttention> match =
-          matchGathered(op, op.getQuery(), op.getKey(), op.getValue());
+          matchGathered(op, op.getQuery(), op.getKey(), op.getValue(),
+                        op.getSlopes(), op.getSinks());
       if (!match)
         continue;
       RingResult ring = RingBuilder(op, *match).forward();
@@ -242,7 +251,8 @@ struct LowerRingAttentionPass
     function.walk([&](graph::AttentionGradOp op) { gradients.push_back(op); });
     for (graph::AttentionGradOp op : gradients) {
       std::optional<GatheredAttention> match =
-          matchGathered(op, op.getQuery(), op.getKey(), op.getValue());
+          matchGathered(op, op.getQuery(), op.getKey(), op.getValue(),
+                        op.getSlopes(), op.getSinks());
       if (!match)
         continue;
       FailureOr<SmallVector<ReduceScatterOp>> keyScatters =
@@ -255,9 +265,11 @@ struct LowerRingAttentionPass
       auto found = rings.find({op.getQuery(), op.getKey(), op.getValue()});
       RingResult forward =
           found != rings.end() ? found->second : builder.forward();
-      auto [queryGrad, keyGrad, valueGrad] =
+      auto [queryGrad, keyGrad, valueGrad, sinksGrad] =
           builder.backward(forward, op.getResultGrad());
       op.getQueryGrad().replaceAllUsesWith(queryGrad);
+      if (Value grad = op.getSinksGrad())
+        grad.replaceAllUsesWith(sinksGrad);
       // Erased in reverse: the scatters before the op they read.
       dead.push_back(op);
       for (ReduceScatterOp scatter : *keyScatters) {

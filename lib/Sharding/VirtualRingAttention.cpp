@@ -281,6 +281,11 @@ std::optional<VirtualOp> RingWriter::lowerable(size_t index, bool gradient) {
                        : llvm::isa<graph::AttentionOp>(op.origin);
   if (op.erased || !kind || op.reshardStep)
     return std::nullopt;
+  // With ALiBi slopes or sinks (operands past query, key, value and the
+  // result's gradient), priced in the all-gather form: the ring moves the
+  // same blocks and computes the same products.
+  if (op.operands.size() > (gradient ? 4u : 3u))
+    return std::nullopt;
   std::optional<GatheredAttention> found = match(op);
   if (!found)
     return std::nullopt;

@@ -9,7 +9,10 @@
 // split over the instruction's axes) sits at its place in the keys'
 // sequence; with `chunks` the stored sequence is in zigzag order and the
 // causal mask compares positions. A sliding `window` narrows the mask; a
-// `softcap` bends the scores (c tanh(s / c)) before it.
+// `softcap` bends the scores (c tanh(s / c)) before it; ALiBi's slopes add
+// slope * (key position - query position) after it; sinks add a logit per
+// head to each row's softmax denominator (their gradient is attention_grad's
+// fourth result).
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,7 +53,8 @@ Status runAttention(const KernelArgs &args) {
       blockedAttention(s, runs, t, result.data(), logSumExp.data()));
   return blockedAttentionGrad(s, runs, t, result.data(), logSumExp.data(),
                               args.in(3).f32(), args.out(0).f32(),
-                              args.out(1).f32(), args.out(2).f32());
+                              args.out(1).f32(), args.out(2).f32(),
+                              t.sinks ? args.out(3).f32() : nullptr);
 }
 
 std::vector<int64_t> sequencePositions(int64_t first, int64_t count,
@@ -99,12 +103,23 @@ void softCapRow(float *x, int64_t n, float cap, float *slopes) {
   }
 }
 
+void addAlibiRow(float *x, int64_t n, float slope, int64_t offset) {
+  for (int64_t j = 0; j < n; ++j)
+    x[j] += slope * static_cast<float>(offset + j);
+}
+
 AttentionTensors attentionTensors(const KernelArgs &args) {
   const AttentionParameters &parameters =
       parametersOf<AttentionParameters>(args);
-  return {args.in(0).f32(),        args.in(1).f32(),
-          args.in(2).f32(),        static_cast<float>(parameters.scale),
-          AttentionMask::of(args), static_cast<float>(parameters.softcap)};
+  AttentionTensors t{
+      args.in(0).f32(),        args.in(1).f32(),
+      args.in(2).f32(),        static_cast<float>(parameters.scale),
+      AttentionMask::of(args), static_cast<float>(parameters.softcap)};
+  if (parameters.slopesOperand >= 0)
+    t.alibiSlopes = args.in(parameters.slopesOperand).f32();
+  if (parameters.sinksOperand >= 0)
+    t.sinks = args.in(parameters.sinksOperand).f32();
+  return t;
 }
 
 Status runPositions(const KernelArgs &args) {

@@ -88,8 +88,10 @@ void forwardTile(const BlockShape &s, const AttentionRuns &runs,
                  const PositionRun &queries, float *out, float *logSumExp,
                  std::vector<float> &scores, std::vector<float> &maxima,
                  std::vector<double> &sums, GemmFailure &failure) {
-  maxima.assign(queries.count, kMinusInfinity);
-  sums.assign(queries.count, 0.0);
+  // A sink is a key of score sinks[h] and value zero: the rows start with
+  // it in their sum.
+  maxima.assign(queries.count, t.sinks ? t.sinks[h] : kMinusInfinity);
+  sums.assign(queries.count, t.sinks ? 1.0 : 0.0);
   float *outRows = out + s.queryOffset(b, h, queries.begin);
   for (int64_t i = 0; i < queries.count; ++i)
     std::fill(outRows + i * s.queryStride(),
@@ -111,6 +113,9 @@ void forwardTile(const BlockShape &s, const AttentionRuns &runs,
       float *shown = row + visible.begin;
       if (t.softcap > 0)
         softCapRow(shown, visible.count(), t.softcap, nullptr);
+      if (t.alibiSlopes)
+        addAlibiRow(shown, visible.count(), t.alibiSlopes[h],
+                    keys.position + visible.begin - (queries.position + i));
       float max = std::max(maxima[i], rowMax(shown, visible.count()));
       float rescale =
           maxima[i] == kMinusInfinity ? 0.0f : std::exp(maxima[i] - max);
@@ -175,8 +180,11 @@ Status blockedAttention(const BlockShape &s, const AttentionRuns &runs,
 Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
                             const AttentionTensors &t, const float *result,
                             const float *logSumExp, const float *resultGrad,
-                            float *dq, float *dk, float *dv) {
+                            float *dq, float *dk, float *dv, float *dSinks) {
   GemmFailure failure{false};
+  // The sinks' gradient per (batch, head), summed over batch in order
+  // after the threads are done: -sum over rows of p(sink) * rowsum(dO * O).
+  std::vector<double> sinkGrads(dSinks ? s.batch * s.queryHeads : 0, 0.0);
   int64_t queryElements = s.batch * s.querySeq * s.queryHeads * s.dim;
   int64_t keyElements = s.batch * s.keySeq * s.kvHeads * s.dim;
   std::fill(dq, dq + queryElements, 0.0f);
@@ -199,6 +207,12 @@ Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
             rowDots[i] = static_cast<float>(rowDot(o, g, s.dim));
           }
           const float *rowSums = logSumExp + s.rowOffset(b, h);
+          if (dSinks) {
+            double sum = 0;
+            for (int64_t i = 0; i < s.querySeq; ++i)
+              sum += std::exp(double(t.sinks[h]) - rowSums[i]) * rowDots[i];
+            sinkGrads[b * s.queryHeads + h] = -sum;
+          }
           for (const PositionRun &queries : runs.queries)
             for (const PositionRun &keys : runs.keys) {
               Visibility seen = visibility(queries, keys, t.mask);
@@ -225,6 +239,10 @@ Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
                     lse == kMinusInfinity
                         ? KeyRange{0, 0}
                         : visibleKeys(queries, keys, seen, t.mask, i);
+                if (t.alibiSlopes)
+                  addAlibiRow(
+                      row + visible.begin, visible.count(), t.alibiSlopes[h],
+                      keys.position + visible.begin - (queries.position + i));
                 expShifted(row + visible.begin, row + visible.begin,
                            visible.count(), lse);
                 clearOutside(row, keys.count, visible);
@@ -263,6 +281,12 @@ Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
                     failure);
             }
         }
+  }
+  for (int64_t h = 0; dSinks && h < s.queryHeads; ++h) {
+    double sum = 0;
+    for (int64_t b = 0; b < s.batch; ++b)
+      sum += sinkGrads[b * s.queryHeads + h];
+    dSinks[h] = static_cast<float>(sum);
   }
   return statusOf(failure, "attention_grad");
 }

@@ -52,21 +52,25 @@ std::vector<PositionRun> tiled(const std::vector<PositionRun> &runs,
                                int64_t tile);
 
 /// An attention instruction's operands and score rule: scores are
-/// scale q k^T, soft-capped when softcap > 0, then masked.
+/// scale q k^T, soft-capped when softcap > 0, plus ALiBi's
+/// alibiSlopes[h] * (key position - query position) when given, then
+/// masked; with `sinks`, head h's softmax denominator has exp(sinks[h]) too.
 struct AttentionTensors {
   const float *query, *key, *value;
   float scale;
   AttentionMask mask;
   float softcap = 0;
+  const float *alibiSlopes = nullptr;
+  const float *sinks = nullptr;
 };
 
 /// The first three operands and the attributes of an attention
 /// instruction (attention, attention_grad, attention_block and its grad).
 AttentionTensors attentionTensors(const KernelArgs &args);
 
-/// out = softmax(mask(softcap(scale q k^T))) v, rows without a visible
-/// key zero; logSumExp (may be null) the rows' log-sum-exp, -inf for
-/// those.
+/// out = softmax(mask(alibi(softcap(scale q k^T)))) v, rows without a
+/// visible key zero; logSumExp (may be null) the rows' log-sum-exp (of the
+/// sink too), -inf for rows that see nothing.
 Status blockedAttention(const BlockShape &s, const AttentionRuns &runs,
                         const AttentionTensors &t, float *out,
                         float *logSumExp);
@@ -74,11 +78,13 @@ Status blockedAttention(const BlockShape &s, const AttentionRuns &runs,
 /// The gradients for query, key and value of the attention whose result
 /// and log-sum-exp are `result` and `logSumExp` (of every key the queries
 /// see; `runs` may cover a part of them: ring attention's block), given
-/// the result's gradient. Overwrites dq, dk and dv.
+/// the result's gradient. Overwrites dq, dk and dv, and, when not null,
+/// the sinks' gradient dSinks [queryHeads] (of every query row: the sinks
+/// are counted once, whichever block `runs` covers).
 Status blockedAttentionGrad(const BlockShape &s, const AttentionRuns &runs,
                             const AttentionTensors &t, const float *result,
                             const float *logSumExp, const float *resultGrad,
-                            float *dq, float *dk, float *dv);
+                            float *dq, float *dk, float *dv, float *dSinks);
 
 } // namespace trellis::runtime::cpu
 

@@ -8,12 +8,14 @@
 // split over the device's OpenMP threads (the backward by kv head). A piece of
 // the queries (context parallelism) sits at its place in the keys' sequence;
 // with `chunks` the causal mask compares the zigzag order's positions. A
-// sliding `window` narrows the mask; a `softcap` bends the scores first.
+// sliding `window` narrows the mask; a `softcap` bends the scores first;
+// ALiBi's slopes add a distance penalty after it; a sink adds its logit
+// to each row's denominator.
 //
 //===----------------------------------------------------------------------===//
 
+#include "BlockedAttention.h"
 #include "Gemm.h"
-#include "Kernels.h"
 #include "SoftmaxRows.h"
 
 #include "trellis/Common/SequenceChunks.h"
@@ -65,15 +67,70 @@ struct KeyMask {
   bool sees(int64_t i, int64_t j) const {
     return mask.sees(queryPositions[i], keyPositions[j]);
   }
+  /// The position of query i and of key j.
+  int64_t queryPosition(const AttentionShape &s, int64_t i) const {
+    return chunks > 1 ? queryPositions[i] : s.first + i;
+  }
+  int64_t keyPosition(int64_t j) const {
+    return chunks > 1 ? keyPositions[j] : j;
+  }
 };
 
-/// probabilities = softmax(mask(softcap(scale * q k^T))), row by row
-/// ([seq, keySeq]); slopes (when not null) the soft-cap's derivative per
-/// score. False when the scores' product failed.
+/// A head's score terms beyond scale q k^T: ALiBi's slope and the sink's
+/// logit, where the instruction has them.
+struct HeadTerms {
+  float alibiSlope = 0;
+  bool alibi = false;
+  bool sink = false;
+  float sinkLogit = 0;
+
+  static HeadTerms of(const AttentionTensors &t, int64_t h) {
+    HeadTerms terms;
+    if (t.alibiSlopes) {
+      terms.alibi = true;
+      terms.alibiSlope = t.alibiSlopes[h];
+    }
+    if (t.sinks) {
+      terms.sink = true;
+      terms.sinkLogit = t.sinks[h];
+    }
+    return terms;
+  }
+};
+
+/// Softmax over the keys j of `row` that `shown(j)` is true for (the others
+/// zero), with the head's sink in the denominator; returns the sink's share
+/// (0 without one).
+template <typename Shown>
+float softmaxShown(float *row, int64_t keys, const HeadTerms &terms,
+                   Shown shown) {
+  float max =
+      terms.sink ? terms.sinkLogit : -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < keys; ++j)
+    if (shown(j))
+      max = std::max(max, row[j]);
+  double sum = terms.sink ? std::exp(double(terms.sinkLogit) - max) : 0.0;
+  double sinkTerm = sum;
+  for (int64_t j = 0; j < keys; ++j)
+    sum += (row[j] = shown(j) ? std::exp(row[j] - max) : 0.0f);
+  if (sum == 0)
+    return 0;
+  float inverse = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < keys; ++j)
+    row[j] *= inverse;
+  return static_cast<float>(sinkTerm / sum);
+}
+
+/// probabilities = softmax(mask(alibi(softcap(scale * q k^T)))), row by
+/// row ([seq, keySeq]), a sink in each denominator when the head has one;
+/// slopes (when not null) the soft-cap's derivative per score, sinkShares
+/// (when not null) each row's sink probability. False when the scores'
+/// product failed.
 bool attentionProbabilities(const AttentionShape &s, const float *q,
                             const float *k, float scale, float softcap,
-                            const KeyMask &mask, float *probabilities,
-                            float *slopes) {
+                            const HeadTerms &terms, const KeyMask &mask,
+                            float *probabilities, float *slopes,
+                            float *sinkShares) {
   if (!gemm(false, true, s.seq, s.keySeq, s.dim, scale, q, s.queryStride(), k,
             s.kvStride(), 0.0f, probabilities, s.keySeq))
     return false;
@@ -81,24 +138,29 @@ bool attentionProbabilities(const AttentionShape &s, const float *q,
     softCapRow(probabilities, s.seq * s.keySeq, softcap, slopes);
   for (int64_t i = 0; i < s.seq; ++i) {
     float *row = probabilities + i * s.keySeq;
+    float sinkShare = 0;
+    if (terms.alibi) {
+      int64_t query = mask.queryPosition(s, i);
+      for (int64_t j = 0; j < s.keySeq; ++j)
+        row[j] +=
+            terms.alibiSlope * static_cast<float>(mask.keyPosition(j) - query);
+    }
     if (mask.isRange()) {
       auto [begin, end] = mask.range(s, i);
-      softmaxRow(row + begin, row + begin, end - begin);
+      if (terms.sink)
+        sinkShare = softmaxShown(row, s.keySeq, terms, [&](int64_t j) {
+          return j >= begin && j < end;
+        });
+      else
+        softmaxRow(row + begin, row + begin, end - begin);
       std::fill(row, row + begin, 0.0f);
       std::fill(row + end, row + s.keySeq, 0.0f);
-      continue;
+    } else {
+      sinkShare = softmaxShown(row, s.keySeq, terms,
+                               [&](int64_t j) { return mask.sees(i, j); });
     }
-    // Every query sees its own position, so the row has a visible key.
-    float max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < s.keySeq; ++j)
-      if (mask.sees(i, j))
-        max = std::max(max, row[j]);
-    double sum = 0;
-    for (int64_t j = 0; j < s.keySeq; ++j)
-      sum += (row[j] = mask.sees(i, j) ? std::exp(row[j] - max) : 0.0f);
-    float inverse = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < s.keySeq; ++j)
-      row[j] *= inverse;
+    if (sinkShares)
+      sinkShares[i] = sinkShare;
   }
   return true;
 }
@@ -116,6 +178,7 @@ Status runDenseAttention(const KernelArgs &args) {
   float scale = static_cast<float>(parameters.scale);
   float softcap = static_cast<float>(parameters.softcap);
   KeyMask mask(s, AttentionMask::of(args), parameters.chunks);
+  AttentionTensors tensors = attentionTensors(args);
   const float *q = args.in(0).f32(), *k = args.in(1).f32(),
               *v = args.in(2).f32();
   int64_t seq = s.seq, dim = s.dim, keys = s.keySeq;
@@ -142,7 +205,8 @@ Status runDenseAttention(const KernelArgs &args) {
         for (int64_t h = 0; h < s.queryHeads; ++h) {
           check(attentionProbabilities(s, q + s.queryOffset(b, h),
                                        k + s.kvOffset(b, h), scale, softcap,
-                                       mask, probabilities.data(), nullptr));
+                                       HeadTerms::of(tensors, h), mask,
+                                       probabilities.data(), nullptr, nullptr));
           check(gemm(false, false, seq, dim, keys, 1.0f, probabilities.data(),
                      keys, v + s.kvOffset(b, h), s.kvStride(), 0.0f,
                      out + s.queryOffset(b, h), s.queryStride()));
@@ -156,6 +220,10 @@ Status runDenseAttention(const KernelArgs &args) {
         *dv = args.out(2).f32();
   std::fill(dk, dk + args.out(1).size(), 0.0f);
   std::fill(dv, dv + args.out(2).size(), 0.0f);
+  // The sinks' gradient per (batch, head), summed over batch in order
+  // afterwards: -sum over rows of p(sink) * rowsum(dP * P).
+  float *dSinks = tensors.sinks ? args.out(3).f32() : nullptr;
+  std::vector<double> sinkGrads(dSinks ? s.batch * s.queryHeads : 0, 0.0);
   // A kv head's gradients sum over its query heads: a thread takes whole
   // kv heads and adds their query heads in order (thread-count
   // independent).
@@ -163,15 +231,17 @@ Status runDenseAttention(const KernelArgs &args) {
 #pragma omp parallel
   {
     std::vector<float> probabilities(s.seq * s.keySeq),
-        dScores(s.seq * s.keySeq), slopes(softcap > 0 ? s.seq * s.keySeq : 0);
+        dScores(s.seq * s.keySeq), slopes(softcap > 0 ? s.seq * s.keySeq : 0),
+        sinkShares(s.seq);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t kv = 0; kv < s.kvHeads; ++kv)
         for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
       int64_t qo = s.queryOffset(b, h), ko = s.kvOffset(b, h);
       float *p = probabilities.data(), *ds = dScores.data();
-      check(attentionProbabilities(s, q + qo, k + ko, scale, softcap, mask, p,
-                                   slopes.data()));
+      check(attentionProbabilities(s, q + qo, k + ko, scale, softcap,
+                                   HeadTerms::of(tensors, h), mask, p,
+                                   slopes.data(), sinkShares.data()));
       // dV += P^T dO
       check(gemm(true, false, keys, dim, seq, 1.0f, p, keys, dOut + qo,
                  s.queryStride(), 1.0f, dv + ko, s.kvStride()));
@@ -179,9 +249,11 @@ Status runDenseAttention(const KernelArgs &args) {
       check(gemm(false, true, seq, keys, dim, 1.0f, dOut + qo,
                  s.queryStride(), v + ko, s.kvStride(), 0.0f, ds, keys));
       // dS = P * (dP - rowsum(dP * P)), times the soft-cap's slope
+      double sinkGrad = 0;
       for (int64_t i = 0; i < s.seq; ++i) {
         float *pRow = p + i * s.keySeq, *dRow = ds + i * s.keySeq;
         float dot = static_cast<float>(rowDot(pRow, dRow, s.keySeq));
+        sinkGrad -= double(sinkShares[i]) * dot;
         for (int64_t j = 0; j < s.keySeq; ++j)
           dRow[j] = pRow[j] * (dRow[j] - dot);
         if (softcap > 0) {
@@ -190,12 +262,20 @@ Status runDenseAttention(const KernelArgs &args) {
             dRow[j] *= slope[j];
         }
       }
+      if (dSinks)
+        sinkGrads[b * s.queryHeads + h] = sinkGrad;
       // dQ = scale dS K;  dK += scale dS^T Q
       check(gemm(false, false, seq, dim, keys, scale, ds, keys, k + ko,
                  s.kvStride(), 0.0f, dq + qo, s.queryStride()));
       check(gemm(true, false, keys, dim, seq, scale, ds, keys, q + qo,
                  s.queryStride(), 1.0f, dk + ko, s.kvStride()));
         }
+  }
+  for (int64_t h = 0; dSinks && h < s.queryHeads; ++h) {
+    double sum = 0;
+    for (int64_t b = 0; b < s.batch; ++b)
+      sum += sinkGrads[b * s.queryHeads + h];
+    dSinks[h] = static_cast<float>(sum);
   }
   return status();
 }

@@ -175,6 +175,10 @@ struct AttentionMask {
 /// cap) for i < n; slopes[i] (when not null) the derivative, 1 - tanh^2.
 void softCapRow(float *x, int64_t n, float cap, float *slopes);
 
+/// ALiBi on a row of scores: x[j] += slope * (offset + j) for j < n, where
+/// offset is the first key's position minus the query's.
+void addAlibiRow(float *x, int64_t n, float slope, int64_t offset);
+
 /// y[0, n) = softmax(x[0, n)), with the sum in double. `x` may equal `y`.
 void softmaxRow(const float *x, float *y, int64_t n);
 

@@ -91,7 +91,8 @@ Status runRingAttention(const KernelArgs &args) {
     return blockedAttention(s, *runs, t, args.out(0).f32(), args.out(1).f32());
   return blockedAttentionGrad(s, *runs, t, args.in(3).f32(), args.in(4).f32(),
                               args.in(5).f32(), args.out(0).f32(),
-                              args.out(1).f32(), args.out(2).f32());
+                              args.out(1).f32(), args.out(2).f32(),
+                              t.sinks ? args.out(3).f32() : nullptr);
 }
 
 void registerRingAttentionKernels(KernelTable &table) {

@@ -5,10 +5,14 @@
 // (runtime/cpu/BlockedAttention.h): queries [batch, querySeq, queryHeads,
 // dim], keys and values [batch, keySeq, kvHeads, dim], query head h reading
 // kv head h / (queryHeads / kvHeads); scores scale q k^T, soft-capped
-// (c tanh(s / c)) when softcap > 0, then masked (causal, perhaps a sliding
-// window, comparing each stored index's place in the sequence:
-// trellis/Common/SequenceChunks.h, zigzag chunks included); rows without a
-// visible key give zeros and a log-sum-exp of -inf.
+// (c tanh(s / c)) when softcap > 0, plus ALiBi's slope * (key position -
+// query position) when the instruction has slopes, then masked (causal,
+// perhaps a sliding window, comparing each stored index's place in the
+// sequence: trellis/Common/SequenceChunks.h, zigzag chunks included); rows
+// without a visible key give zeros and a log-sum-exp of -inf. A head's
+// sink is a key of logit sinks[h] and value zero that every row sees: the
+// rows' sums start with it, and its gradient is -sum over rows of
+// exp(sink - lse) * D, summed per head in one order (sinkGradKernel).
 //
 // FlashAttention-2's algorithm on CUDA cores, in fp32 whatever the operands'
 // dtype (16-bit values are widened on load and results rounded once, as
@@ -69,6 +73,9 @@ struct AttentionGeometry {
   float scale, softcap;
   bool causal;
   int64_t window;
+  /// ALiBi's slopes and the sinks, one per query head (fp32 copies; null:
+  /// none).
+  const float *alibiSlopes, *sinks;
 
   __device__ int64_t queryPosition(int64_t i) const {
     return sequencePosition(queryFirst + i, length, chunks);
@@ -98,6 +105,15 @@ struct AttentionGeometry {
     float t = tanhf(raw / softcap);
     slope = 1.0f - t * t;
     return softcap * t;
+  }
+  /// Head h's score of key position `key` for query position `query`
+  /// from the raw scale q k^T: capped, then ALiBi's distance term.
+  __device__ float score(float raw, int64_t h, int64_t query, int64_t key,
+                         float &slope) const {
+    float capped = cap(raw, slope);
+    if (alibiSlopes)
+      capped += alibiSlopes[h] * static_cast<float>(key - query);
+    return capped;
   }
 };
 
@@ -176,17 +192,18 @@ __global__ void attentionForward(AttentionGeometry g, const T *query,
       q[c] = widen(query[g.queryOffset(b, i, h) + c]);
 
   float o[kColumnsPerLane] = {};
-  float max = -INFINITY, sum = 0;
+  // The sink (a key of value zero) is in every row's sum from the start.
+  float max = g.sinks ? g.sinks[h] : -INFINITY, sum = g.sinks ? 1.0f : 0.0f;
   for (int64_t j0 = 0; j0 < g.keySeq; j0 += kTile) {
     int64_t j = j0 + lane;
-    bool seen =
-        row && j < g.keySeq && g.visible(queryPosition, g.keyPosition(j));
+    int64_t keyPosition = j < g.keySeq ? g.keyPosition(j) : 0;
+    bool seen = row && j < g.keySeq && g.visible(queryPosition, keyPosition);
     if (!loadKeyValueTiles(seen, g, key, value, b, kv, j0, keys, values))
       continue;
     float slope;
-    float score =
-        seen ? g.cap(g.scale * dot(q, keys + lane * padded, dim), slope)
-             : -INFINITY;
+    float score = seen ? g.score(g.scale * dot(q, keys + lane * padded, dim), h,
+                                 queryPosition, keyPosition, slope)
+                       : -INFINITY;
     float tileMax = warpMax(score);
     if (tileMax != -INFINITY) {
       float newMax = fmaxf(max, tileMax);
@@ -271,14 +288,15 @@ __global__ void attentionGradQuery(AttentionGeometry g, const T *query,
   float dq[kColumnsPerLane] = {};
   for (int64_t j0 = 0; j0 < g.keySeq; j0 += kTile) {
     int64_t j = j0 + lane;
-    bool seen =
-        live && j < g.keySeq && g.visible(queryPosition, g.keyPosition(j));
+    int64_t keyPosition = j < g.keySeq ? g.keyPosition(j) : 0;
+    bool seen = live && j < g.keySeq && g.visible(queryPosition, keyPosition);
     if (!loadKeyValueTiles(seen, g, key, value, b, kv, j0, keys, values))
       continue;
     float scoreGrad = 0;
     if (seen) {
       float slope;
-      float score = g.cap(g.scale * dot(q, keys + lane * padded, dim), slope);
+      float score = g.score(g.scale * dot(q, keys + lane * padded, dim), h,
+                            queryPosition, keyPosition, slope);
       float p = expf(score - rowLogSumExp);
       float pGrad = dot(dOut, values + lane * padded, dim);
       scoreGrad = p * (pGrad - rowDot) * slope * g.scale;
@@ -335,8 +353,9 @@ __global__ void attentionGradKeyValue(AttentionGeometry g, const T *query,
   for (int64_t h = kv * group; h < (kv + 1) * group; ++h)
     for (int64_t i0 = 0; i0 < g.querySeq; i0 += kTile) {
       int64_t i = i0 + lane;
+      int64_t queryPosition = i < g.querySeq ? g.queryPosition(i) : 0;
       bool seen =
-          row && i < g.querySeq && g.visible(g.queryPosition(i), keyPosition);
+          row && i < g.querySeq && g.visible(queryPosition, keyPosition);
       if (!__syncthreads_or(__any_sync(kAllLanes, seen)))
         continue;
       loadTile(queries, query + (b * g.querySeq) * stride + h * dim, i0,
@@ -353,8 +372,8 @@ __global__ void attentionGradKeyValue(AttentionGeometry g, const T *query,
       float p = 0, scoreGrad = 0;
       if (seen && rowLogSumExps[lane] != -INFINITY) {
         float slope;
-        float score =
-            g.cap(g.scale * dot(queries + lane * padded, k, dim), slope);
+        float score = g.score(g.scale * dot(queries + lane * padded, k, dim), h,
+                              queryPosition, keyPosition, slope);
         p = expf(score - rowLogSumExps[lane]);
         float pGrad = dot(grads + lane * padded, v, dim);
         scoreGrad = p * (pGrad - rowDots[lane]) * slope * g.scale;
@@ -379,6 +398,32 @@ __global__ void attentionGradKeyValue(AttentionGeometry g, const T *query,
       keyGrad[g.kvOffset(b, j, kv) + c] = narrow<T>(dk[e]);
       valueGrad[g.kvOffset(b, j, kv) + c] = narrow<T>(dv[e]);
     }
+}
+
+/// The sinks' gradient: for head blockIdx.x, -sum over the rows (b, i) of
+/// exp(sink - lse) * D, each of kSinkThreads threads a strided share, then
+/// the shares added in one fixed order.
+constexpr int kSinkThreads = 256;
+
+template <typename T>
+__global__ void sinkGradKernel(AttentionGeometry g, const float *logSumExp,
+                               const float *dots, T *sinksGrad) {
+  __shared__ float shares[kSinkThreads];
+  int64_t h = blockIdx.x, rows = g.batch * g.querySeq;
+  float sink = g.sinks[h], sum = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += kSinkThreads) {
+    int64_t row = g.rowOffset(r / g.querySeq, h, r % g.querySeq);
+    sum -= expf(sink - logSumExp[row]) * dots[row];
+  }
+  shares[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kSinkThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride)
+      shares[threadIdx.x] += shares[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    sinksGrad[h] = narrow<T>(shares[0]);
 }
 
 /// attention_merge: the two normalized results weighted by their rows'
@@ -408,6 +453,14 @@ __global__ void attentionMergeKernel(const T *a, const float *aSums,
       out[n * dim + d] = narrow<T>(widen(a[n * dim + d]) * wa +
                                    widen(other[n * dim + d]) * wb);
   }
+}
+
+/// out[0, n) = in[0, n) widened to fp32.
+template <typename T>
+__global__ void widenKernel(const T *in, float *out, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = widen(in[i]);
 }
 
 /// Shared memory of each kernel, in bytes.
@@ -458,7 +511,49 @@ AttentionGeometry geometryOf(const KernelArgs &args, int64_t queryFirst,
   g.softcap = static_cast<float>(parameters.softcap);
   g.causal = parameters.causal;
   g.window = parameters.window;
+  g.alibiSlopes = nullptr;
+  g.sinks = nullptr;
   return g;
+}
+
+/// Floats of scratch headTerms needs: fp32 copies of the slopes and sinks.
+int64_t headTermFloats(const KernelArgs &args) {
+  const AttentionParameters &parameters =
+      parametersOf<AttentionParameters>(args);
+  int64_t heads = args.in(0).shape()[2];
+  return (parameters.slopesOperand >= 0 ? heads : 0) +
+         (parameters.sinksOperand >= 0 ? heads : 0);
+}
+
+/// Allocates `scratch` (null when empty): fp32 copies of the instruction's
+/// ALiBi slopes and sinks (of element type T; `g` points at them, and they
+/// are enqueued on `stream`), then `extra` floats for the caller at
+/// scratch + headTermFloats(args). The caller frees it on the stream.
+template <typename T>
+Status withHeadTerms(const KernelArgs &args, AttentionGeometry &g,
+                     int64_t extra, float *&scratch, cudaStream_t stream) {
+  scratch = nullptr;
+  int64_t floats = headTermFloats(args) + extra;
+  if (floats == 0)
+    return Status::success();
+  TRELLIS_CUDA_RETURN_IF_ERROR(
+      cudaMallocAsync(reinterpret_cast<void **>(&scratch),
+                      floats * sizeof(float), stream),
+      "allocating " + args.instruction.op + "'s scratch");
+  const AttentionParameters &parameters =
+      parametersOf<AttentionParameters>(args);
+  float *copy = scratch;
+  for (auto [operand, field] :
+       {std::pair{parameters.slopesOperand, &g.alibiSlopes},
+        std::pair{parameters.sinksOperand, &g.sinks}}) {
+    if (operand < 0)
+      continue;
+    widenKernel<<<1, 256, 0, stream>>>(
+        static_cast<const T *>(args.in(operand).raw()), copy, g.queryHeads);
+    *field = copy;
+    copy += g.queryHeads;
+  }
+  return Status::success();
 }
 
 Status checkGeometry(const AttentionGeometry &g, const std::string &op) {
@@ -490,12 +585,13 @@ Status launchForward(const AttentionGeometry &g, const T *q, const T *k,
 }
 
 /// Enqueues the backward from the forward's `result` (R) and
-/// `logSumExp`; `dots` is scratch of one float per query row.
+/// `logSumExp`; `dots` is scratch of one float per query row. With sinks,
+/// their gradient goes to dSinks.
 template <typename T, typename R>
 Status launchBackward(const AttentionGeometry &g, const T *q, const T *k,
                       const T *v, const R *result, const float *logSumExp,
                       const T *resultGrad, float *dots, T *dq, T *dk, T *dv,
-                      cudaStream_t stream) {
+                      T *dSinks, cudaStream_t stream) {
   int64_t rows = g.batch * g.querySeq * g.queryHeads;
   LaunchGeometry warps = elementwiseGeometry(rows * 32);
   rowDots<T, R>
@@ -513,6 +609,10 @@ Status launchBackward(const AttentionGeometry &g, const T *q, const T *k,
       static_cast<unsigned>(g.kvHeads), static_cast<unsigned>(g.batch));
   attentionGradKeyValue<T><<<keyGrid, kRowsPerBlock * 32, bytes, stream>>>(
       g, q, k, v, resultGrad, logSumExp, dots, dk, dv);
+  if (g.sinks)
+    sinkGradKernel<T>
+        <<<static_cast<unsigned>(g.queryHeads), kSinkThreads, 0, stream>>>(
+            g, logSumExp, dots, dSinks);
   return Status::success();
 }
 
@@ -557,33 +657,36 @@ Status runAttention(const KernelArgs &args, CudaContext &context) {
     return Status::success();
   cudaStream_t stream = context.stream;
   int64_t rows = g.batch * g.querySeq * g.queryHeads;
+  int64_t terms = headTermFloats(args);
   TRELLIS_RETURN_IF_ERROR(onFloat(args.in(0).desc().dtype, [&](auto type) {
     using T = decltype(type);
     const T *q = static_cast<const T *>(args.in(0).raw()),
             *k = static_cast<const T *>(args.in(1).raw()),
             *v = static_cast<const T *>(args.in(2).raw());
-    if (!gradient)
-      return launchForward(g, q, k, v, static_cast<T *>(args.out(0).raw()),
-                           static_cast<float *>(nullptr), stream);
-    // The forward's fp32 result and log-sum-exp, then the row dots.
+    // The slopes' and sinks' fp32 copies; for the gradient, the forward's
+    // fp32 result and log-sum-exp, then the row dots.
     float *scratch = nullptr;
-    TRELLIS_CUDA_RETURN_IF_ERROR(
-        cudaMallocAsync(reinterpret_cast<void **>(&scratch),
-                        (rows * g.dim + 2 * rows) * sizeof(float), stream),
-        "allocating attention_grad's scratch");
-    float *result = scratch, *logSumExp = result + rows * g.dim,
-          *dots = logSumExp + rows;
-    auto both = [&]() -> Status {
+    TRELLIS_RETURN_IF_ERROR(withHeadTerms<T>(
+        args, g, gradient ? rows * g.dim + 2 * rows : 0, scratch, stream));
+    auto launch = [&]() -> Status {
+      if (!gradient)
+        return launchForward(g, q, k, v, static_cast<T *>(args.out(0).raw()),
+                             static_cast<float *>(nullptr), stream);
+      float *result = scratch + terms, *logSumExp = result + rows * g.dim,
+            *dots = logSumExp + rows;
       TRELLIS_RETURN_IF_ERROR(
           launchForward(g, q, k, v, result, logSumExp, stream));
-      return launchBackward(g, q, k, v, static_cast<const float *>(result),
-                            logSumExp, static_cast<const T *>(args.in(3).raw()),
-                            dots, static_cast<T *>(args.out(0).raw()),
-                            static_cast<T *>(args.out(1).raw()),
-                            static_cast<T *>(args.out(2).raw()), stream);
+      return launchBackward(
+          g, q, k, v, static_cast<const float *>(result), logSumExp,
+          static_cast<const T *>(args.in(3).raw()), dots,
+          static_cast<T *>(args.out(0).raw()),
+          static_cast<T *>(args.out(1).raw()),
+          static_cast<T *>(args.out(2).raw()),
+          g.sinks ? static_cast<T *>(args.out(3).raw()) : nullptr, stream);
     };
-    Status status = both();
-    (void)cudaFreeAsync(scratch, stream);
+    Status status = launch();
+    if (scratch)
+      (void)cudaFreeAsync(scratch, stream);
     return status;
   }));
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);
@@ -630,27 +733,31 @@ Status runRingAttention(const KernelArgs &args, CudaContext &context) {
   if (args.in(0).size() == 0)
     return Status::success();
   int64_t rows = g.batch * g.querySeq * g.queryHeads;
+  int64_t terms = headTermFloats(args);
   TRELLIS_RETURN_IF_ERROR(onFloat(args.in(0).desc().dtype, [&](auto type) {
     using T = decltype(type);
     const T *q = static_cast<const T *>(args.in(0).raw()),
             *k = static_cast<const T *>(args.in(1).raw()),
             *v = static_cast<const T *>(args.in(2).raw());
-    if (!row.gradient)
-      return launchForward(g, q, k, v, static_cast<T *>(args.out(0).raw()),
-                           static_cast<float *>(args.out(1).raw()), stream);
-    float *dots = nullptr;
-    TRELLIS_CUDA_RETURN_IF_ERROR(
-        cudaMallocAsync(reinterpret_cast<void **>(&dots), rows * sizeof(float),
-                        stream),
-        "allocating attention_block_grad's scratch");
+    // The slopes' and sinks' fp32 copies; for the gradient, the row dots.
+    float *scratch = nullptr;
+    TRELLIS_RETURN_IF_ERROR(
+        withHeadTerms<T>(args, g, row.gradient ? rows : 0, scratch, stream));
     Status status =
-        launchBackward(g, q, k, v, static_cast<const T *>(args.in(3).raw()),
-                       static_cast<const float *>(args.in(4).raw()),
-                       static_cast<const T *>(args.in(5).raw()), dots,
-                       static_cast<T *>(args.out(0).raw()),
-                       static_cast<T *>(args.out(1).raw()),
-                       static_cast<T *>(args.out(2).raw()), stream);
-    (void)cudaFreeAsync(dots, stream);
+        !row.gradient
+            ? launchForward(g, q, k, v, static_cast<T *>(args.out(0).raw()),
+                            static_cast<float *>(args.out(1).raw()), stream)
+            : launchBackward(
+                  g, q, k, v, static_cast<const T *>(args.in(3).raw()),
+                  static_cast<const float *>(args.in(4).raw()),
+                  static_cast<const T *>(args.in(5).raw()), scratch + terms,
+                  static_cast<T *>(args.out(0).raw()),
+                  static_cast<T *>(args.out(1).raw()),
+                  static_cast<T *>(args.out(2).raw()),
+                  g.sinks ? static_cast<T *>(args.out(3).raw()) : nullptr,
+                  stream);
+    if (scratch)
+      (void)cudaFreeAsync(scratch, stream);
     return status;
   }));
   TRELLIS_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching " + op);

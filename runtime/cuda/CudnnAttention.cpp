@@ -297,8 +297,10 @@ std::optional<AttentionShape> coveredShape(const KernelArgs &args) {
   const AttentionParameters &parameters =
       parametersOf<AttentionParameters>(args);
   StatusOr<int64_t> position = shardPosition(args);
+  // Soft-capping, ALiBi and sinks run on the CUDA-core kernels.
   if (!position.ok() || *position != 0 || parameters.chunks > 1 ||
-      parameters.softcap > 0)
+      parameters.softcap > 0 || parameters.slopesOperand >= 0 ||
+      parameters.sinksOperand >= 0)
     return std::nullopt;
   bool causal = parameters.causal;
   // A window as long as the sequence masks nothing; without causality the

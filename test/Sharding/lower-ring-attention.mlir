@@ -114,3 +114,29 @@ func.func @windowed(%q: tensor<1x4x2x8xf32>, %k: tensor<1x4x2x8xf32>,
   %dvl = trellis.reduce_scatter %dv over @mesh ["cp"] dim 1 sum : tensor<1x8x2x8xf32> -> tensor<1x4x2x8xf32>
   return %o, %dq, %dkl, %dvl : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>
 }
+
+// -----
+
+// Tests that ALiBi's slopes reach every ring step and the sinks only the
+// rank's own block (shift 0), whose backward gives their gradient.
+trellis.mesh @mesh = <["cp"=2]>
+
+// CHECK-LABEL: func.func @slopes_and_sinks
+// CHECK-SAME: %[[SLOPES:[^:]*]]: tensor<2xf32>, %[[SINKS:[^:]*]]: tensor<2xf32>
+// CHECK: graph.attention_block {{.*}} slopes %[[SLOPES]] : tensor<2xf32> sinks %[[SINKS]] : tensor<2xf32> scale {{.*}} shift 0
+// CHECK: graph.attention_block {{.*}} slopes %[[SLOPES]] : tensor<2xf32> scale {{.*}} shift 1
+// CHECK: %{{.*}}, %{{.*}}, %{{.*}}, %[[DSINKS:.*]] = graph.attention_block_grad {{.*}} slopes %[[SLOPES]] : tensor<2xf32> sinks %[[SINKS]] : tensor<2xf32> scale {{.*}} shift 0
+// CHECK: graph.attention_block_grad {{.*}} slopes %[[SLOPES]] : tensor<2xf32> scale {{.*}} shift 1
+// CHECK-NOT: graph.attention_grad
+// CHECK: return %{{.*}}, %{{.*}}, %[[DSINKS]]
+func.func @slopes_and_sinks(%q: tensor<1x4x2x8xf32>, %k: tensor<1x4x2x8xf32>,
+                            %dout: tensor<1x4x2x8xf32>, %slopes: tensor<2xf32>,
+                            %sinks: tensor<2xf32>)
+    -> (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<2xf32>) {
+  %kg = trellis.all_gather %k over @mesh ["cp"] dim 1 : tensor<1x4x2x8xf32> -> tensor<1x8x2x8xf32>
+  %o = graph.attention %q, %kg, %kg slopes %slopes : tensor<2xf32> sinks %sinks : tensor<2xf32> scale 0.25 {axes = ["cp"]} : tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>
+  %dq, %dk, %dv, %ds = graph.attention_grad %q, %kg, %kg, %dout slopes %slopes : tensor<2xf32> sinks %sinks : tensor<2xf32> scale 0.25 {axes = ["cp"]} : tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>
+  %dkl = trellis.reduce_scatter %dk over @mesh ["cp"] dim 1 sum : tensor<1x8x2x8xf32> -> tensor<1x4x2x8xf32>
+  %dvl = trellis.reduce_scatter %dv over @mesh ["cp"] dim 1 sum : tensor<1x8x2x8xf32> -> tensor<1x4x2x8xf32>
+  return %o, %dq, %ds : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<2xf32>
+}

@@ -66,6 +66,11 @@ Row &Row::gradient() {
   return *this;
 }
 
+Row &Row::optionalResults(size_t count) {
+  contract_.optionalResults = count;
+  return *this;
+}
+
 Row TableBuilder::add(const std::string &name,
                       std::vector<OperandSpec> operands, size_t results,
                       std::vector<AttrSpec> attrs, ShapeRule rule) {

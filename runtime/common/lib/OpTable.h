@@ -61,6 +61,9 @@ public:
   Row &fusible();
   /// The op computes another op's gradient (OpContract::gradient).
   Row &gradient();
+  /// The row's last `count` results exist only where the instance's
+  /// operands ask for them (OpContract::optionalResults).
+  Row &optionalResults(size_t count);
   OpContract &contract() { return contract_; }
 
 private:

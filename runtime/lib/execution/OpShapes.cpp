@@ -61,9 +61,10 @@ Status validateInstruction(const Instruction &instruction,
     return Status::error("unknown op '" + instruction.op + "'");
   size_t inputs = instruction.inputs.size();
   size_t outputs = instruction.outputs.size();
-  if (!contract->acceptsOperandCount(inputs) || outputs != contract->results)
+  if (!contract->acceptsOperandCount(inputs) ||
+      !contract->acceptsResultCount(outputs))
     return Status::error("expected " + contract->operandCountText() +
-                         " inputs and " + std::to_string(contract->results) +
+                         " inputs and " + contract->resultCountText() +
                          " outputs, found " + std::to_string(inputs) + " and " +
                          std::to_string(outputs));
   // Every attribute is one the op declares (a misspelt optional one would
@@ -90,6 +91,11 @@ Status validateInstruction(const Instruction &instruction,
   std::vector<TensorType> results;
   if (Diagnostic diagnostic = inferResults(*contract, instance, results))
     return Status::error(*diagnostic);
+  // Optional results: the operands decide how many there are.
+  if (contract->optionalResults && results.size() != outputs)
+    return Status::error("expected " + std::to_string(results.size()) +
+                         " outputs for these operands, found " +
+                         std::to_string(outputs));
   // A rule may leave a result to the loader (a receive's buffer is its
   // send's, checked there): those are not compared here.
   for (size_t i = 0; i < results.size() && i < outputs; ++i) {

@@ -211,6 +211,20 @@ std::map<std::string, std::vector<Sample>> samples() {
                          {values({2, 7, 4, 8}), values({2, 7, 2, 8}),
                           values({2, 7, 2, 8}), values({2, 7, 4, 8})},
                          windowed});
+  // ALiBi's slopes and sinks, one per query head.
+  AttrMap termed = {{"scale", real(0.35)},
+                    {"causal", flag(true)},
+                    {"operandSegmentSizes", integers({1, 1, 1, 1, 1})}};
+  add("attention", {"ALiBi and sinks",
+                    {values({2, 7, 4, 8}), values({2, 7, 2, 8}),
+                     values({2, 7, 2, 8}), values({4}), values({4})},
+                    termed});
+  termed["operandSegmentSizes"] = integers({1, 1, 1, 1, 1, 1});
+  add("attention_grad",
+      {"ALiBi and sinks",
+       {values({2, 7, 4, 8}), values({2, 7, 2, 8}), values({2, 7, 2, 8}),
+        values({2, 7, 4, 8}), values({4}), values({4})},
+       termed});
   AttrMap block = {
       {"scale", real(0.35)}, {"causal", flag(true)}, {"shift", integer(0)}};
   add("attention_block",

@@ -262,6 +262,40 @@ TEST(PlanTest, RejectsBadInstructions) {
                  "expected 2 inputs and 1 outputs, found 1 and 1");
 }
 
+// Attention's optional operands (ALiBi's slopes, sinks) are named by the
+// instruction's operandSegmentSizes; the sinks ask for a fourth gradient.
+TEST(PlanTest, RejectsAttentionWithoutItsSegmentsOrSinksGradient) {
+  const std::string plan = R"({
+  "format": "trellis-plan", "version": 4, "metadata": {"vocab_size": 4},
+  "mesh": [{"name": "dp", "size": 1}],
+  "buffers": [{"shape": [1, 2, 2, 4], "dtype": "f32"}, {"shape": [2], "dtype": "f32"},
+              {"shape": [1, 2, 2, 4], "dtype": "f32"}, {"shape": [1, 2, 2, 4], "dtype": "f32"},
+              {"shape": [1, 2, 2, 4], "dtype": "f32"}, {"shape": [2], "dtype": "f32"},
+              {"shape": [], "dtype": "f32"}],
+  "arguments": [{"buffer": 0, "role": "param", "param": "q", "init": "ones"},
+                {"buffer": 1, "role": "param", "param": "sinks", "init": "ones"}],
+  "results": [{"buffer": 6, "role": "loss"}],
+  "stages": [{"stage": 0, "programs": [{"name": "step", "program": [
+    {"op": "attention_grad", "inputs": [0, 0, 0, 0, 1], "outputs": [2, 3, 4, 5],
+     "attrs": {"scale": 0.5, "operandSegmentSizes": [1, 1, 1, 1, 0, 1]}},
+    {"op": "reduce_sum", "inputs": [5], "outputs": [6], "attrs": {"dims": [0]}}
+  ]}], "schedule": ["step"]}]
+})";
+  StatusOr<Plan> accepted = parsePlan(plan);
+  EXPECT_TRUE(accepted.ok()) << accepted.status().message();
+  expectRejected(
+      replace(plan, "\"outputs\": [2, 3, 4, 5]", "\"outputs\": [2, 3, 4]"),
+      "instruction 0 (attention_grad): expected 4 outputs for these "
+      "operands, found 3");
+  expectRejected(
+      replace(plan, ", \"operandSegmentSizes\": [1, 1, 1, 1, 0, 1]", ""),
+      "expected operandSegmentSizes saying which of slopes and "
+      "sinks the 1 operand(s) after the first 4 are");
+  expectRejected(replace(plan, "[1, 1, 1, 1, 0, 1]", "[1, 1, 1, 1, 1, 1]"),
+                 "expected operandSegmentSizes of 6 entries: 4 ones, then 0 or "
+                 "1 for slopes and for sinks, summing to the 5 operands");
+}
+
 TEST(PlanTest, RejectsBrokenDataflow) {
   std::string swapped = replace(kValidPlan,
                                 "{\"op\": \"matmul\", \"inputs\": [0, 1], "

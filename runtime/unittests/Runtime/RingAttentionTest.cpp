@@ -71,6 +71,67 @@ std::map<std::string, AttrValue> causalAttrs(int64_t chunks, int64_t window,
   return attrs;
 }
 
+/// Which of attention's per-head terms an instruction has: ALiBi's slopes
+/// (BLOOM's for 4 heads) and sinks.
+struct HeadTerms {
+  bool alibi = false, sinks = false;
+};
+
+const std::vector<float> kAlibiSlopes = {0.25f, 0.0625f, 0.015625f,
+                                         0.00390625f};
+const std::vector<float> kSinks = {0.5f, -1.0f, 2.0f, 0.0f};
+
+/// The operands and segment attribute of `terms` after `required`
+/// operands (added to `inputs` and `attrs`).
+void addHeadTerms(Kernels &k, HeadTerms terms, size_t required,
+                  std::vector<int64_t> &inputs,
+                  std::map<std::string, AttrValue> &attrs) {
+  if (!terms.alibi && !terms.sinks)
+    return;
+  if (terms.alibi) {
+    int64_t slopes = k.add({4});
+    k.set(slopes, kAlibiSlopes);
+    inputs.push_back(slopes);
+  }
+  if (terms.sinks) {
+    int64_t sinks = k.add({4});
+    k.set(sinks, kSinks);
+    inputs.push_back(sinks);
+  }
+  std::vector<int64_t> segments(required, 1);
+  segments.push_back(terms.alibi);
+  segments.push_back(terms.sinks);
+  attrs["operandSegmentSizes"] = integers(segments);
+}
+
+/// The results of attention and attention_grad over (q, key, value) with
+/// `attrs` and `terms`, given the result's gradient dOut (the sinks'
+/// gradient allocated, and written when `terms` has sinks).
+struct AttentionRun {
+  int64_t out, dq, dk, dv, dSinks;
+};
+
+AttentionRun runAttentionAndGrad(Kernels &k, int64_t q, int64_t key,
+                                 int64_t value, int64_t dOut,
+                                 const std::vector<int64_t> &qShape,
+                                 const std::vector<int64_t> &kvShape,
+                                 const std::map<std::string, AttrValue> &attrs,
+                                 HeadTerms terms) {
+  std::map<std::string, AttrValue> forwardAttrs = attrs, gradAttrs = attrs;
+  std::vector<int64_t> inputs = {q, key, value},
+                       gradInputs = {q, key, value, dOut};
+  addHeadTerms(k, terms, 3, inputs, forwardAttrs);
+  addHeadTerms(k, terms, 4, gradInputs, gradAttrs);
+  AttentionRun run{k.add(qShape), k.add(qShape), k.add(kvShape), k.add(kvShape),
+                   k.add({4})};
+  k.run("attention", inputs, {run.out}, forwardAttrs);
+  std::vector<int64_t> gradOutputs = {run.dq, run.dk, run.dv};
+  if (terms.sinks)
+    gradOutputs.push_back(run.dSinks);
+  k.run("attention_grad", gradInputs, gradOutputs, gradAttrs);
+  return run;
+}
+
 class RingAttentionTest : public EveryBackend {};
 TRELLIS_ON_EVERY_BACKEND(RingAttentionTest);
 
@@ -90,29 +151,42 @@ TEST_P(RingAttentionTest, ZigzagOrderHoldsEarlyAndLateChunks) {
 // pairs of position runs; with a sliding window and soft-capping too.
 TEST_P(RingAttentionTest, BlockEqualsAttentionOverAZigzagSequence) {
   for (int64_t chunks : {0, 4})
-    for (bool shaped : {false, true}) {
+    for (int shaping = 0; shaping < 3; ++shaping) {
+      // Plain; a sliding window and soft-capping; ALiBi and sinks too.
+      bool shaped = shaping > 0;
+      HeadTerms terms{shaping == 2, shaping == 2};
       Kernels k(GetParam());
       const std::vector<int64_t> qShape{2, 12, 4, 8}, kvShape{2, 12, 2, 8};
       int64_t q = k.add(qShape, 1), key = k.add(kvShape, 2),
               value = k.add(kvShape, 3), dOut = k.add(qShape, 4);
-      std::map<std::string, AttrValue> attrs =
-          causalAttrs(chunks, shaped ? 5 : 0, shaped ? 1.0 : 0.0);
-      int64_t expected = k.add(qShape);
-      k.run("attention", {q, key, value}, {expected}, attrs);
-      int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
-      k.run("attention_grad", {q, key, value, dOut}, {dq, dk, dv}, attrs);
+      AttentionRun whole = runAttentionAndGrad(
+          k, q, key, value, dOut, qShape, kvShape,
+          causalAttrs(chunks, shaped ? 5 : 0, shaped ? 1.0 : 0.0), terms);
 
-      std::map<std::string, AttrValue> blockAttrs = attrs;
+      std::map<std::string, AttrValue> blockAttrs =
+          causalAttrs(chunks, shaped ? 5 : 0, shaped ? 1.0 : 0.0);
       blockAttrs["shift"] = integer(0);
+      std::map<std::string, AttrValue> blockGradAttrs = blockAttrs;
       int64_t out = k.add(qShape), logSumExp = k.add({2, 4, 12});
-      k.run("attention_block", {q, key, value}, {out, logSumExp}, blockAttrs);
-      k.expectNear(expected, out, "result");
-      int64_t bq = k.add(qShape), bk = k.add(kvShape), bv = k.add(kvShape);
-      k.run("attention_block_grad", {q, key, value, out, logSumExp, dOut},
-            {bq, bk, bv}, blockAttrs);
-      k.expectNear(dq, bq, "query gradient");
-      k.expectNear(dk, bk, "key gradient");
-      k.expectNear(dv, bv, "value gradient");
+      std::vector<int64_t> blockInputs = {q, key, value};
+      addHeadTerms(k, terms, 3, blockInputs, blockAttrs);
+      k.run("attention_block", blockInputs, {out, logSumExp}, blockAttrs);
+      k.expectNear(whole.out, out, "result");
+      int64_t bq = k.add(qShape), bk = k.add(kvShape), bv = k.add(kvShape),
+              bSinks = k.add({4});
+      std::vector<int64_t> blockGradInputs = {q,   key,       value,
+                                              out, logSumExp, dOut};
+      addHeadTerms(k, terms, 6, blockGradInputs, blockGradAttrs);
+      std::vector<int64_t> blockGradOutputs = {bq, bk, bv};
+      if (terms.sinks)
+        blockGradOutputs.push_back(bSinks);
+      k.run("attention_block_grad", blockGradInputs, blockGradOutputs,
+            blockGradAttrs);
+      k.expectNear(whole.dq, bq, "query gradient");
+      k.expectNear(whole.dk, bk, "key gradient");
+      k.expectNear(whole.dv, bv, "value gradient");
+      if (terms.sinks)
+        k.expectNear(whole.dSinks, bSinks, "sinks gradient");
     }
 }
 
@@ -149,8 +223,9 @@ TEST_P(RingAttentionTest, MergedBlocksEqualAttentionOverBoth) {
   k.expectNear(merged, swapped, "merged in the other order");
 }
 
-/// softmax(mask(softcap(scale q k^T))) v per head in double, the mask
-/// causal over `positions` (and a sliding window when window > 0), and its
+/// softmax(mask(alibi(softcap(scale q k^T)))) v per head in double, the
+/// mask causal over `positions` (and a sliding window when window > 0), a
+/// sink's logit in each denominator when `sinks` is not empty, and its
 /// gradients for q, k and v given dOut ([S, heads, D] with one kv head per
 /// two query heads).
 struct Reference {
@@ -159,6 +234,7 @@ struct Reference {
   std::vector<int64_t> positions;
   int64_t window = 0;
   double softcap = 0;
+  std::vector<float> alibiSlopes, sinks;
 
   int64_t q(int64_t i, int64_t h, int64_t d) const {
     return (i * heads + h) * dim + d;
@@ -171,13 +247,14 @@ struct Reference {
     return key <= query && (window <= 0 || key > query - window);
   }
   /// Probabilities of head h, row i; slopes[j] the score's derivative
-  /// through the soft-cap.
+  /// through the soft-cap; sinkShare the sink's probability.
   std::vector<double> row(const std::vector<float> &qs,
                           const std::vector<float> &ks, int64_t h, int64_t i,
-                          std::vector<double> &slopes) const {
+                          std::vector<double> &slopes,
+                          double &sinkShare) const {
     std::vector<double> p(seq, 0.0);
     slopes.assign(seq, 1.0);
-    double max = -1e300, sum = 0;
+    double max = sinks.empty() ? -1e300 : sinks[h], sum = 0;
     for (int64_t j = 0; j < seq; ++j) {
       if (!sees(i, j))
         continue;
@@ -190,12 +267,17 @@ struct Reference {
         p[j] = softcap * t;
         slopes[j] = 1 - t * t;
       }
+      if (!alibiSlopes.empty())
+        p[j] += alibiSlopes[h] * double(positions[j] - positions[i]);
       max = std::max(max, p[j]);
     }
+    double sink = sinks.empty() ? 0 : std::exp(sinks[h] - max);
+    sum = sink;
     for (int64_t j = 0; j < seq; ++j)
       sum += (p[j] = sees(i, j) ? std::exp(p[j] - max) : 0);
     for (double &value : p)
       value /= sum;
+    sinkShare = sink / sum;
     return p;
   }
 };
@@ -203,30 +285,36 @@ struct Reference {
 /// attention and attention_grad over `seq` positions (stored in zigzag
 /// order of `chunks`) against Reference, forward and backward.
 void expectLikeReference(const std::string &backend, int64_t seq,
-                         int64_t chunks, int64_t window, double softcap) {
+                         int64_t chunks, int64_t window, double softcap,
+                         HeadTerms terms = {}) {
   SCOPED_TRACE(::testing::Message()
                << "seq " << seq << ", chunks " << chunks << ", window "
-               << window << ", softcap " << softcap);
+               << window << ", softcap " << softcap << ", alibi " << terms.alibi
+               << ", sinks " << terms.sinks);
   Kernels k(backend);
   const std::vector<int64_t> qShape{1, seq, 4, 8}, kvShape{1, seq, 2, 8};
   int64_t q = k.add(qShape, 11), key = k.add(kvShape, 12),
           value = k.add(kvShape, 13), dOut = k.add(qShape, 14);
-  std::map<std::string, AttrValue> attrs = causalAttrs(chunks, window, softcap);
-  int64_t out = k.add(qShape);
-  k.run("attention", {q, key, value}, {out}, attrs);
-  int64_t dq = k.add(qShape), dk = k.add(kvShape), dv = k.add(kvShape);
-  k.run("attention_grad", {q, key, value, dOut}, {dq, dk, dv}, attrs);
+  auto [out, dq, dk, dv, dSinks] =
+      runAttentionAndGrad(k, q, key, value, dOut, qShape, kvShape,
+                          causalAttrs(chunks, window, softcap), terms);
 
-  Reference ref{seq, 4, 2, 8, 0.35, {}, window, softcap};
+  Reference ref{seq, 4, 2, 8, 0.35, {}, window, softcap, {}, {}};
+  if (terms.alibi)
+    ref.alibiSlopes = kAlibiSlopes;
+  if (terms.sinks)
+    ref.sinks = kSinks;
   for (int64_t i = 0; i < seq; ++i)
     ref.positions.push_back(sequencePosition(i, seq, chunks));
   std::vector<float> qs = k.read(q), ks = k.read(key), vs = k.read(value),
                      gs = k.read(dOut), os = k.read(out), dqs = k.read(dq),
                      dks = k.read(dk), dvs = k.read(dv);
-  std::vector<double> eq(qs.size()), ek(ks.size()), ev(vs.size()), slopes;
+  std::vector<double> eq(qs.size()), ek(ks.size()), ev(vs.size()), slopes,
+      eSinks(4, 0.0);
   for (int64_t h = 0; h < 4; ++h)
     for (int64_t i = 0; i < seq; ++i) {
-      std::vector<double> p = ref.row(qs, ks, h, i, slopes);
+      double sinkShare = 0;
+      std::vector<double> p = ref.row(qs, ks, h, i, slopes, sinkShare);
       double rowDot = 0;
       std::vector<double> dp(seq, 0.0);
       for (int64_t d = 0; d < 8; ++d) {
@@ -236,6 +324,7 @@ void expectLikeReference(const std::string &backend, int64_t seq,
         ASSERT_NEAR(os[ref.q(i, h, d)], o, 2e-5) << "result, row " << i;
         rowDot += o * gs[ref.q(i, h, d)];
       }
+      eSinks[h] -= sinkShare * rowDot;
       for (int64_t j = 0; j < seq; ++j)
         for (int64_t d = 0; d < 8; ++d) {
           dp[j] += double(gs[ref.q(i, h, d)]) * vs[ref.kv(j, h, d)];
@@ -254,6 +343,13 @@ void expectLikeReference(const std::string &backend, int64_t seq,
   for (size_t i = 0; i < ek.size(); ++i) {
     ASSERT_NEAR(dks[i], ek[i], 2e-5) << "key gradient " << i;
     ASSERT_NEAR(dvs[i], ev[i], 2e-5) << "value gradient " << i;
+  }
+  if (terms.sinks) {
+    std::vector<float> found = k.read(dSinks);
+    for (int64_t h = 0; h < 4; ++h)
+      ASSERT_NEAR(found[h], eSinks[h],
+                  2e-5 * std::max(1.0, std::abs(eSinks[h])))
+          << "sinks gradient " << h;
   }
 }
 
@@ -278,6 +374,22 @@ TEST_P(RingAttentionTest, SlidingWindowsAndSoftCapsLikeADoubleReference) {
   }
   // A window of one position: each query sees only itself.
   expectLikeReference(GetParam(), 20, 0, 1, 0);
+}
+
+// ALiBi (BLOOM, MPT) penalizes distance per head; attention sinks
+// (GPT-OSS) take a share of every row's softmax and get a gradient.
+// Tiled (long) and dense (short) kernels, natural and zigzag order, with
+// and without a sliding window and soft-capping.
+TEST_P(RingAttentionTest, AlibiAndSinksLikeADoubleReference) {
+  const int64_t seq = 2 * 128 + 18;
+  for (HeadTerms terms :
+       {HeadTerms{true, false}, HeadTerms{false, true}, HeadTerms{true, true}})
+    for (int64_t chunks : {0, 6}) {
+      expectLikeReference(GetParam(), seq, chunks, 0, 0, terms);
+      expectLikeReference(GetParam(), seq, chunks, 140, 1.0, terms);
+      expectLikeReference(GetParam(), 40, chunks / 3, 0, 0, terms);
+      expectLikeReference(GetParam(), 40, chunks / 3, 9, 1.5, terms);
+    }
 }
 
 } // namespace

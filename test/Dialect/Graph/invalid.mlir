@@ -116,6 +116,24 @@ func.func @attention_softcap(%q: tensor<1x4x2x8xf32>) {
 
 // -----
 
+// Tests that ALiBi's slopes and the sinks are one per query head, in the
+// query's element type.
+func.func @attention_sinks_shape(%q: tensor<1x4x2x8xf32>, %sinks: tensor<4xf32>) {
+  // expected-error @+1 {{expected sinks of shape [2] (one per query head) in the query's f32, found [4] (f32)}}
+  %0 = graph.attention %q, %q, %q sinks %sinks : tensor<4xf32> scale 1.0 : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_slopes_type(%q: tensor<1x4x2x8xbf16>, %slopes: tensor<2xf32>) {
+  // expected-error @+1 {{expected slopes of element type bf16 (that of query), found f32}}
+  %0 = graph.attention %q, %q, %q slopes %slopes : tensor<2xf32> scale 1.0 : tensor<1x4x2x8xbf16>, tensor<1x4x2x8xbf16>
+  return
+}
+
+// -----
+
 // Tests that rope needs half a head dimension of frequencies.
 func.func @rope_frequencies(%x: tensor<1x4x2x8xf32>) {
   // expected-error @+1 {{expected 4 frequencies (half the head dimension), found 2}}

@@ -107,6 +107,15 @@ func.func @layers(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>, %ids: tensor<2x8xi
   %windowed = graph.attention %r, %kv, %kv scale 0.5 {window = 4 : i64, softcap = 30.0} : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
   // CHECK: graph.attention_grad %{{.*}} scale 5.000000e-01 {causal = false}
   %dq, %dk, %dv = graph.attention_grad %r, %kv, %kv, %a scale 0.5 {causal = false} : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
+  // CHECK: graph.attention %{{.*}}, %{{.*}}, %{{.*}} slopes %{{.*}} : tensor<4xf32> sinks %{{.*}} : tensor<4xf32> scale 5.000000e-01 : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
+  %heads = graph.fill 0.5 shape [4]
+  %termed = graph.attention %r, %kv, %kv slopes %heads : tensor<4xf32> sinks %heads : tensor<4xf32> scale 0.5 : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
+  // CHECK: graph.attention %{{.*}}, %{{.*}}, %{{.*}} sinks %{{.*}} : tensor<4xf32> scale
+  %sunk = graph.attention %r, %kv, %kv sinks %heads : tensor<4xf32> scale 0.5 : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
+  // CHECK: %{{.*}}, %{{.*}}, %{{.*}}, %sinks_grad = graph.attention_grad {{.*}} sinks %{{.*}} : tensor<4xf32> scale
+  %sq, %sk, %sv, %ds = graph.attention_grad %r, %kv, %kv, %a sinks %heads : tensor<4xf32> scale 0.5 : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
+  // CHECK: %{{.*}}, %{{.*}}, %{{[a-z_0-9]*}} = graph.attention_grad {{.*}} slopes %{{.*}} : tensor<4xf32> scale
+  %aq, %ak, %av = graph.attention_grad %r, %kv, %kv, %a slopes %heads : tensor<4xf32> scale 0.5 : tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>
   // CHECK: graph.cross_entropy %{{.*}}, %{{.*}} : tensor<2x8x32xf32>, tensor<2x8xi32>
   %loss = graph.cross_entropy %logits, %ids : tensor<2x8x32xf32>, tensor<2x8xi32>
   // CHECK: graph.cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} {normalizer = 64 : i64} : tensor<2x8x32xf32>, tensor<2x8xi32>

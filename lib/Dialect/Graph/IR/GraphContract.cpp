@@ -36,6 +36,10 @@ std::optional<AttrValue> toContractAttr(Attribute attr) {
   } else if (auto ints = llvm::dyn_cast<DenseI64ArrayAttr>(attr)) {
     value.kind = AttrKind::Ints;
     value.ints.assign(ints.asArrayRef().begin(), ints.asArrayRef().end());
+  } else if (auto ints = llvm::dyn_cast<DenseI32ArrayAttr>(attr)) {
+    // operandSegmentSizes: which optional operands an op has.
+    value.kind = AttrKind::Ints;
+    value.ints.assign(ints.asArrayRef().begin(), ints.asArrayRef().end());
   } else if (auto reals = llvm::dyn_cast<DenseF64ArrayAttr>(attr)) {
     value.kind = AttrKind::Reals;
     value.reals.assign(reals.asArrayRef().begin(), reals.asArrayRef().end());

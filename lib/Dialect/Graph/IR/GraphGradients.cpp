@@ -359,10 +359,15 @@ LogicalResult RopeOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
 LogicalResult AttentionOp::buildGradients(OpBuilder &b, ArrayRef<Value> dy,
                                           SmallVectorImpl<Value> &grads) {
   auto grad = AttentionGradOp::create(
-      b, getLoc(), getQuery(), getKey(), getValue(), dy[0], getScaleAttr(),
-      getCausalAttr(), ArrayAttr(), getChunksAttr(), getWindowAttr(),
-      getSoftcapAttr());
+      b, getLoc(), getQuery(), getKey(), getValue(), dy[0], getSlopes(),
+      getSinks(), getScaleAttr(), getCausalAttr(), ArrayAttr(), getChunksAttr(),
+      getWindowAttr(), getSoftcapAttr());
   grads.append({grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()});
+  // ALiBi's slopes are constants: no gradient.
+  if (getSlopes())
+    grads.push_back(Value());
+  if (getSinks())
+    grads.push_back(grad.getSinksGrad());
   return success();
 }
 

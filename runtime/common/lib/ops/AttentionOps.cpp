@@ -81,6 +81,62 @@ Diagnostic attentionBlockOperands(const OpInstance &op) {
   return expectKvHeadsDividing(q, k);
 }
 
+/// The segment attribute saying which of an attention instruction's
+/// optional operands it has: one count per operand group in the op's order,
+/// the last two ALiBi's slopes and the sinks (MLIR's own property of ops
+/// with several optional operands).
+constexpr const char *kSegments = "operandSegmentSizes";
+
+/// Which optional operands (ALiBi slopes, sinks) follow the `required`
+/// ones: both [heads] in the query's element type, named by the segment
+/// attribute when there are any.
+Diagnostic attentionExtras(const OpInstance &op, size_t required) {
+  size_t extras = op.numInputs() - required;
+  if (!op.has(kSegments)) {
+    if (extras == 0)
+      return std::nullopt;
+    return "expected " + std::string(kSegments) +
+           " saying which of slopes and sinks the " + text(extras) +
+           " operand(s) after the first " + text(required) + " are";
+  }
+  std::vector<int64_t> segments = op.ints(kSegments);
+  bool wellFormed = segments.size() == required + 2;
+  int64_t sum = 0;
+  for (size_t i = 0; wellFormed && i < segments.size(); ++i) {
+    wellFormed =
+        i < required ? segments[i] == 1 : segments[i] == 0 || segments[i] == 1;
+    sum += segments[i];
+  }
+  if (!wellFormed || sum != static_cast<int64_t>(op.numInputs()))
+    return "expected " + std::string(kSegments) + " of " + text(required + 2) +
+           " entries: " + text(required) +
+           " ones, then 0 or 1 for slopes and for sinks, summing to the " +
+           text(op.numInputs()) + " operands";
+  const Shape heads = {op.shape(0)[2]};
+  for (size_t i = required; i < op.numInputs(); ++i) {
+    bool slopes = i == required && segments[required] == 1;
+    const char *name = slopes ? "slopes" : "sinks";
+    if (op.shape(i) != heads || op.input(i).element != op.input(0).element)
+      return std::string("expected ") + name + " of shape " +
+             formatShape(heads) + " (one per query head) in the query's " +
+             elementTypeName(op.input(0).element) + ", found " +
+             formatShape(op.shape(i)) + " (" +
+             elementTypeName(op.input(i).element) + ")";
+  }
+  return std::nullopt;
+}
+
+/// Whether an instance has sinks (the last optional operand).
+bool hasSinks(const OpInstance &op) {
+  return op.has(kSegments) && op.ints(kSegments).back() == 1;
+}
+
+/// The sinks' gradient, [heads] like them (a grad op's fourth result).
+void pushSinksGrad(const OpInstance &op, Results &out) {
+  if (hasSinks(op))
+    out.push_back({{op.shape(0)[2]}, op.input(0).element});
+}
+
 /// The log-sum-exp of attention rows, [batch, heads, seq] in f32, for the
 /// queries (operand 0).
 TensorType logSumExpType(const OpInstance &op) {
@@ -104,7 +160,9 @@ Diagnostic expectLogSumExp(const OpInstance &op, size_t i,
 /// value gradients partial. Query heads and kv heads share one factor of
 /// size kv_heads: splitting both into contiguous blocks keeps every query
 /// head with its kv head. Operands and results after (query, key, value)
-/// are shaped like the queries, then like the keys.
+/// are shaped like the queries, then like the keys; the [heads] ones
+/// (slopes, sinks and the sinks' gradient, partial where batch or the
+/// queries' sequence is split) have the heads factor alone.
 ShardingRule attentionFactors(const OpInstance &op) {
   ShardingRule rule;
   const Shape &q = op.shape(0), &k = op.shape(1);
@@ -115,17 +173,21 @@ ShardingRule attentionFactors(const OpInstance &op) {
   int64_t dim = rule.addFactor(q[3], FactorKind::Whole);
   std::vector<int64_t> queryFactors = {batch, querySeq, heads, dim};
   std::vector<int64_t> keyFactors = {batch, keySeq, heads, dim};
+  auto factorsOf = [&](const Shape &shape, const std::vector<int64_t> &rows) {
+    return shape.size() == 1 ? std::vector<int64_t>{heads} : rows;
+  };
   rule.operandFactors = {queryFactors, keyFactors, keyFactors};
-  rule.operandFactors.insert(rule.operandFactors.end(), op.numInputs() - 3,
-                             queryFactors);
+  for (size_t i = 3; i < op.numInputs(); ++i)
+    rule.operandFactors.push_back(factorsOf(op.shape(i), queryFactors));
   rule.resultFactors = {queryFactors};
-  rule.resultFactors.insert(rule.resultFactors.end(), op.numResults() - 1,
-                            keyFactors);
+  for (size_t i = 1; i < op.numResults(); ++i)
+    rule.resultFactors.push_back(factorsOf(op.resultShape(i), keyFactors));
   return rule;
 }
 
 /// Ring attention's blocks: batch and heads parallel, blocks whole; the
-/// log-sum-exps [batch, heads, seq] share the factors.
+/// log-sum-exps [batch, heads, seq] share the factors, the [heads] slopes,
+/// sinks and sinks' gradient the heads factor.
 ShardingRule attentionBlockFactors(const OpInstance &op) {
   ShardingRule rule;
   const Shape &q = op.shape(0), &k = op.shape(1);
@@ -135,11 +197,15 @@ ShardingRule attentionBlockFactors(const OpInstance &op) {
   int64_t dim = rule.addFactor(q[3], FactorKind::Whole);
   std::vector<int64_t> rows = {batch, seq, heads, dim};
   std::vector<int64_t> rowSums = {batch, heads, seq};
+  auto factorsOf = [&](const Shape &shape) {
+    return shape.size() == 1   ? std::vector<int64_t>{heads}
+           : shape.size() == 3 ? rowSums
+                               : rows;
+  };
   for (size_t i = 0; i < op.numInputs(); ++i)
-    rule.operandFactors.push_back(op.shape(i).size() == 3 ? rowSums : rows);
+    rule.operandFactors.push_back(factorsOf(op.shape(i)));
   for (size_t i = 0; i < op.numResults(); ++i)
-    rule.resultFactors.push_back(op.resultShape(i).size() == 3 ? rowSums
-                                                               : rows);
+    rule.resultFactors.push_back(factorsOf(op.resultShape(i)));
   return rule;
 }
 
@@ -171,7 +237,22 @@ OpParameters attentionParameters(const OpInstance &op) {
   parameters.softcap = op.real("softcap");
   parameters.chunks = op.integer("chunks");
   parameters.shift = op.integer("shift");
+  if (op.has(kSegments)) {
+    std::vector<int64_t> segments = op.ints(kSegments);
+    int64_t required = static_cast<int64_t>(segments.size()) - 2;
+    if (required > 0 && segments[required] == 1)
+      parameters.slopesOperand = required;
+    if (required > 0 && segments[required + 1] == 1)
+      parameters.sinksOperand = required + segments[required];
+  }
   return parameters;
+}
+
+/// `operands`, then ALiBi's slopes and the sinks, each optional.
+std::vector<OperandSpec> withExtras(std::vector<OperandSpec> operands) {
+  operands.push_back({"slopes", OperandKind::Float, /*optional=*/true});
+  operands.push_back({"sinks", OperandKind::Float, /*optional=*/true});
+  return operands;
 }
 
 } // namespace
@@ -183,12 +264,14 @@ void addAttentionOps(TableBuilder &table) {
                                        kOptionalAxes,
                                        kChunks,
                                        {"window", K::Int, false},
-                                       {"softcap", K::Real, false}};
+                                       {"softcap", K::Real, false},
+                                       {kSegments, K::Ints, false}};
   table.family(OpFamily::Attention, attentionParameters);
   table
-      .add("attention", {{"query"}, {"key"}, {"value"}}, 1, attrs,
+      .add("attention", withExtras({{"query"}, {"key"}, {"value"}}), 1, attrs,
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(attentionOperands(op));
+             TRELLIS_CHECK(attentionExtras(op, 3));
              out.push_back(op.input(0));
              return std::nullopt;
            })
@@ -196,18 +279,22 @@ void addAttentionOps(TableBuilder &table) {
       .factors(attentionFactors)
       .cost(attentionCost(2));
   table
-      .add("attention_grad", {{"query"}, {"key"}, {"value"}, {"result_grad"}},
-           3, attrs,
+      .add("attention_grad",
+           withExtras({{"query"}, {"key"}, {"value"}, {"result_grad"}}), 4,
+           attrs,
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(attentionOperands(op));
              TRELLIS_CHECK(expectSameShape(op, 3, "result_grad", 0, "query"));
+             TRELLIS_CHECK(attentionExtras(op, 4));
              out.push_back(op.input(0));
              out.push_back(op.input(1));
              out.push_back(op.input(2));
+             pushSinksGrad(op, out);
              return std::nullopt;
            })
       .member(AttentionPiece::Whole)
       .gradient()
+      .optionalResults(1)
       .factors(attentionFactors)
       .cost(attentionCost(5));
 
@@ -217,11 +304,14 @@ void addAttentionOps(TableBuilder &table) {
                                             {"shift", K::Int, true},
                                             kChunks,
                                             {"window", K::Int, false},
-                                            {"softcap", K::Real, false}};
+                                            {"softcap", K::Real, false},
+                                            {kSegments, K::Ints, false}};
   table
-      .add("attention_block", {{"query"}, {"key"}, {"value"}}, 2, blockAttrs,
+      .add("attention_block", withExtras({{"query"}, {"key"}, {"value"}}), 2,
+           blockAttrs,
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(attentionBlockOperands(op));
+             TRELLIS_CHECK(attentionExtras(op, 3));
              out.push_back(op.input(0));
              out.push_back(logSumExpType(op));
              return std::nullopt;
@@ -251,25 +341,28 @@ void addAttentionOps(TableBuilder &table) {
       .flopsPerElement(6);
   table
       .add("attention_block_grad",
-           {{"query"},
-            {"key"},
-            {"value"},
-            {"result"},
-            {"log_sum_exp", OperandKind::Float32},
-            {"result_grad"}},
-           3, blockAttrs,
+           withExtras({{"query"},
+                       {"key"},
+                       {"value"},
+                       {"result"},
+                       {"log_sum_exp", OperandKind::Float32},
+                       {"result_grad"}}),
+           4, blockAttrs,
            [](const OpInstance &op, Results &out) -> Diagnostic {
              TRELLIS_CHECK(attentionBlockOperands(op));
              TRELLIS_CHECK(expectSameShape(op, 3, "result", 0, "query"));
              TRELLIS_CHECK(expectLogSumExp(op, 4, "log_sum_exp"));
              TRELLIS_CHECK(expectSameShape(op, 5, "result_grad", 0, "query"));
+             TRELLIS_CHECK(attentionExtras(op, 6));
              out.push_back(op.input(0));
              out.push_back(op.input(1));
              out.push_back(op.input(2));
+             pushSinksGrad(op, out);
              return std::nullopt;
            })
       .member(AttentionPiece::Block)
       .gradient()
+      .optionalResults(1)
       .factors(attentionBlockFactors)
       .cost(attentionCost(5));
 }

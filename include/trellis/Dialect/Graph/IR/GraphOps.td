@@ -493,7 +493,8 @@ def Graph_RopeOp : Graph_Op<"rope", [], ["localizeAttributes"]> {
 }
 
 def Graph_AttentionOp : Graph_Op<"attention", [
-    AllTypesMatch<["key", "value"]>], ["localizeAttributes"]> {
+    AllTypesMatch<["key", "value"]>, AttrSizedOperandSegments],
+    ["localizeAttributes"]> {
   let summary = "Scaled dot-product attention, multi-head or grouped-query";
   let description = [{
     `query` is [B, Sq, Hq, D]; `key` and `value` are [B, S, Hkv, D] with Hkv
@@ -508,9 +509,16 @@ def Graph_AttentionOp : Graph_Op<"attention", [
     sees the keys at positions p - W + 1 ... p (a sliding window: Mistral,
     Gemma 2). With `softcap` c, each score s = q k^T * scale becomes
     c * tanh(s / c) before the mask and softmax (Gemma 2's soft-capping).
+    With `slopes` [Hq] (ALiBi: BLOOM, MPT), head h's score of the key at
+    position pk for the query at position pq gains slopes[h] * (pk - pq).
+    With `sinks` [Hq] (attention sinks: GPT-OSS), head h's softmax has one
+    more logit, sinks[h], in its denominator and no value: each row's
+    weights sum to less than one. Both have the query's element type.
   }];
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
-                       Graph_FloatTensor:$value, F64Attr:$scale,
+                       Graph_FloatTensor:$value,
+                       Optional<Graph_FloatTensor>:$slopes,
+                       Optional<Graph_FloatTensor>:$sinks, F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
                        OptionalAttr<StrArrayAttr>:$axes,
                        OptionalAttr<I64Attr>:$chunks,
@@ -518,19 +526,23 @@ def Graph_AttentionOp : Graph_Op<"attention", [
                        OptionalAttr<F64Attr>:$softcap);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `scale` $scale attr-dict `:` type($query) `,` type($key)
+    $query `,` $key `,` $value (`slopes` $slopes^ `:` type($slopes))? (`sinks` $sinks^ `:` type($sinks))? `scale` $scale attr-dict `:` type($query) `,` type($key)
   }];
 }
 
 def Graph_AttentionGradOp : Graph_Op<"attention_grad", [
-    AllTypesMatch<["key", "value"]>, AllTypesMatch<["query", "result_grad"]>],
-    ["localizeAttributes"]> {
-  let summary = "Gradients of attention for query, key and value";
+    AllTypesMatch<["key", "value"]>, AllTypesMatch<["query", "result_grad"]>,
+    AttrSizedOperandSegments], ["localizeAttributes"]> {
+  let summary = "Gradients of attention for query, key, value (and sinks)";
   let description = [{
-    Recomputes the attention probabilities from query and key.
+    Recomputes the attention probabilities from query and key. With
+    `sinks`, the fourth result is their gradient; the ALiBi `slopes` are
+    constants and get none.
   }];
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
                        Graph_FloatTensor:$value, Graph_FloatTensor:$result_grad,
+                       Optional<Graph_FloatTensor>:$slopes,
+                       Optional<Graph_FloatTensor>:$sinks,
                        F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
                        OptionalAttr<StrArrayAttr>:$axes,
@@ -539,14 +551,15 @@ def Graph_AttentionGradOp : Graph_Op<"attention_grad", [
                        OptionalAttr<F64Attr>:$softcap);
   let results = (outs Graph_FloatTensor:$query_grad,
                       Graph_FloatTensor:$key_grad,
-                      Graph_FloatTensor:$value_grad);
+                      Graph_FloatTensor:$value_grad,
+                      Optional<Graph_FloatTensor>:$sinks_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $result_grad `scale` $scale attr-dict `:` type($query) `,` type($key)
+    $query `,` $key `,` $value `,` $result_grad (`slopes` $slopes^ `:` type($slopes))? (`sinks` $sinks^ `:` type($sinks))? `scale` $scale attr-dict `:` type($query) `,` type($key)
   }];
 }
 
 def Graph_AttentionBlockOp : Graph_Op<"attention_block", [
-    AllTypesMatch<["key", "value"]>]> {
+    AllTypesMatch<["key", "value"]>, AttrSizedOperandSegments]> {
   let summary = "Ring attention: the queries' block against one key block";
   let description = [{
     One step of ring attention (Liu et al., 2023). `query` is this rank's
@@ -557,11 +570,15 @@ def Graph_AttentionBlockOp : Graph_Op<"attention_block", [
     rows' log-sum-exp [B, Hq, S] (f32; -inf and a zero row where the mask
     hides the whole block): attention_merge combines blocks exactly. With
     `chunks`, the sequence is stored in zigzag order (see rope), and the
-    causal mask compares the positions that order gives; `window` and
-    `softcap` as in attention.
+    causal mask compares the positions that order gives; `window`,
+    `softcap` and `slopes` as in attention (ALiBi's positions are the
+    blocks' places in the whole sequence). `sinks` join the softmax of the
+    block they are given to (the ring gives them to one block: shift 0).
   }];
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
-                       Graph_FloatTensor:$value, F64Attr:$scale,
+                       Graph_FloatTensor:$value,
+                       Optional<Graph_FloatTensor>:$slopes,
+                       Optional<Graph_FloatTensor>:$sinks, F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
                        OptionalAttr<StrArrayAttr>:$axes, I64Attr:$shift,
                        OptionalAttr<I64Attr>:$chunks,
@@ -569,7 +586,7 @@ def Graph_AttentionBlockOp : Graph_Op<"attention_block", [
                        OptionalAttr<F64Attr>:$softcap);
   let results = (outs Graph_FloatTensor:$result, Graph_F32Tensor:$log_sum_exp);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `scale` $scale `shift` $shift attr-dict `:` type($query) `,` type($key)
+    $query `,` $key `,` $value (`slopes` $slopes^ `:` type($slopes))? (`sinks` $sinks^ `:` type($sinks))? `scale` $scale `shift` $shift attr-dict `:` type($query) `,` type($key)
   }];
 }
 
@@ -594,7 +611,8 @@ def Graph_AttentionMergeOp : Graph_Op<"attention_merge", [
 
 def Graph_AttentionBlockGradOp : Graph_Op<"attention_block_grad", [
     AllTypesMatch<["key", "value"]>,
-    AllTypesMatch<["query", "result", "result_grad"]>]> {
+    AllTypesMatch<["query", "result", "result_grad"]>,
+    AttrSizedOperandSegments]> {
   let summary = "Ring attention's backward step for one key block";
   let description = [{
     The block's share of attention's gradients (FlashAttention-2's
@@ -602,12 +620,16 @@ def Graph_AttentionBlockGradOp : Graph_Op<"attention_block_grad", [
     every block), from which the block's probabilities are recomputed.
     Returns this block's contribution to the query gradient and the key
     block's and value block's gradients from these queries; the ring sums
-    them. Operands and attributes as in attention_block.
+    them. With `sinks` (the block that had them in the forward), the
+    fourth result is their whole gradient. Operands and attributes as in
+    attention_block.
   }];
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
                        Graph_FloatTensor:$value, Graph_FloatTensor:$result,
                        Graph_F32Tensor:$log_sum_exp,
-                       Graph_FloatTensor:$result_grad, F64Attr:$scale,
+                       Graph_FloatTensor:$result_grad,
+                       Optional<Graph_FloatTensor>:$slopes,
+                       Optional<Graph_FloatTensor>:$sinks, F64Attr:$scale,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
                        OptionalAttr<StrArrayAttr>:$axes, I64Attr:$shift,
                        OptionalAttr<I64Attr>:$chunks,
@@ -615,9 +637,10 @@ def Graph_AttentionBlockGradOp : Graph_Op<"attention_block_grad", [
                        OptionalAttr<F64Attr>:$softcap);
   let results = (outs Graph_FloatTensor:$query_grad,
                       Graph_FloatTensor:$key_grad,
-                      Graph_FloatTensor:$value_grad);
+                      Graph_FloatTensor:$value_grad,
+                      Optional<Graph_FloatTensor>:$sinks_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $result `,` $log_sum_exp `,` $result_grad `scale` $scale `shift` $shift attr-dict `:` type($query) `,` type($key) `,` type($log_sum_exp)
+    $query `,` $key `,` $value `,` $result `,` $log_sum_exp `,` $result_grad (`slopes` $slopes^ `:` type($slopes))? (`sinks` $sinks^ `:` type($sinks))? `scale` $scale `shift` $shift attr-dict `:` type($query) `,` type($key) `,` type($log_sum_exp)
   }];
 }
 

@@ -82,7 +82,7 @@ limitToGroups(float *choice, int64_t experts, int64_t groups, int64_t topGroups,
               int64_t groupTop, float *groupScores, int32_t *keptGroups) {
   int64_t size = experts / groups;
   for (int64_t g = 0; g < groups; ++g) {
-    int32_t best[2];
+    int32_t best[2] = {0, 0};
     topExperts(choice + g * size, size, groupTop, best);
     groupScores[g] = choice[g * size + best[0]];
     if (groupTop == 2)

@@ -243,8 +243,11 @@ struct OpContract {
   /// all like the first.
   std::vector<OperandSpec> operands;
   bool variadic = false;
-  /// Result count.
+  /// Result count: the most an instance has; the last `optionalResults`
+  /// of them only where its operands ask for them (attention_grad's sinks
+  /// gradient).
   size_t results = 1;
+  size_t optionalResults = 0;
   std::vector<AttrSpec> attrs;
   /// Whether the op communicates over mesh axes (collectives, transfers).
   /// Such ops have no sharding rule: the partitioner makes them.
@@ -308,6 +311,16 @@ struct OpContract {
   /// Whether an instance may have `count` operands (the optional trailing
   /// ones left out, or a variadic op's one or more).
   bool acceptsOperandCount(size_t count) const;
+  bool acceptsResultCount(size_t count) const {
+    return count + optionalResults >= results && count <= results;
+  }
+  /// Whether an instance may have `count` results, and the counts in words
+  /// ("3", "3 to 4").
+  std::string resultCountText() const {
+    return optionalResults == 0 ? std::to_string(results)
+                                : std::to_string(results - optionalResults) +
+                                      " to " + std::to_string(results);
+  }
   /// The operand counts an instance may have, for messages ("2", "1 or 2",
   /// "at least 1").
   std::string operandCountText() const;

@@ -125,7 +125,9 @@ struct LossParameters {
 
 /// The attention family: the scores' scale, the mask (causal, with a
 /// sliding `window` > 0), Gemma 2's `softcap` (0: none), the sequence's
-/// zigzag `chunks`, and ring attention's key block `shift`.
+/// zigzag `chunks`, ring attention's key block `shift`, and the operand
+/// indices of ALiBi's `slopes` and of the `sinks` (-1: none; from the
+/// instruction's operandSegmentSizes).
 struct AttentionParameters {
   double scale = 1;
   bool causal = true;
@@ -133,6 +135,8 @@ struct AttentionParameters {
   double softcap = 0;
   int64_t chunks = 0;
   int64_t shift = 0;
+  int64_t slopesOperand = -1;
+  int64_t sinksOperand = -1;
 };
 
 /// The expert family: the router's attributes (moe_route, moe_route_grad;
