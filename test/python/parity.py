@@ -115,10 +115,11 @@ def expect_close(found: Any, single: Any, double: Any, what: str) -> None:
 
 def expect_trains_like_pytorch(
         module: "torch.nn.Module", converted: Any, what: str, vocab: int,
-        meshes: Sequence[str] = ("dp=2", "tp=2", "ep=2")) -> None:
+        meshes: Sequence[Any] = ("dp=2", "tp=2", "ep=2")) -> None:
     """One-step gradients (an SGD step of rate 1), 3 AdamW steps' losses
     and parameters equal PyTorch's (each also within float32 noise of a
-    float64 run), and each of `meshes` trains as one rank."""
+    float64 run), and each of `meshes` (a mesh, or a mesh and a dict of
+    more compile options) trains as one rank."""
     data = batches(vocab, BATCH, SEQ, STEPS, seed=5)
     weights = converted.weights
     plan = trellis.compile(converted, batch=BATCH, seq=SEQ, optimizer="sgd",
@@ -134,9 +135,11 @@ def expect_trains_like_pytorch(
         expect_close(before - stepped[name], single32[name], double64[name],
                      f"{what} gradient {name}")
     found: Dict[str, Any] = {}
-    for mesh in [None, *meshes]:
+    for layout in [None, *meshes]:
+        # A mesh, or a mesh and more compile options.
+        mesh, options = layout if isinstance(layout, tuple) else (layout, {})
         plan = trellis.compile(converted, batch=BATCH, seq=SEQ, mesh=mesh,
-                               weight_decay=0.1, adam_eps=EPSILON)
+                               weight_decay=0.1, adam_eps=EPSILON, **options)
         if mesh is None:
             with trellis.Session(plan, weights=weights) as session:
                 losses = [session.step(*batch) for batch in data]
@@ -144,7 +147,7 @@ def expect_trains_like_pytorch(
         else:
             per_rank = trellis.launch(plan, batches=data, weights=weights)
             np.testing.assert_allclose(per_rank[0], losses, rtol=1e-5,
-                                       err_msg=f"{what} {mesh}")
+                                       err_msg=f"{what} {layout}")
     single = torch_training(module, data, torch.float32)
     double = torch_training(module, data, torch.float64)
     np.testing.assert_allclose(losses, single["losses"], rtol=1e-6)

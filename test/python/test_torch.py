@@ -1008,3 +1008,68 @@ def test_softplus_and_abs_convert() -> None:
     text = converted.mlir()
     assert "graph.softplus" in text and "graph.abs" in text
     expect_small_module_trains(module, converted)
+
+
+class SinkAttention(torch.nn.Module):
+    """GPT-OSS's eager attention: causal scores of grouped-query heads, a
+    learned logit per head (the sink) joining each row's softmax, its
+    column dropped after. Hugging Face's projection names (tp splits
+    them by heads)."""
+
+    def __init__(self, width: int, heads: int, kv_heads: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads = heads, kv_heads
+        self.head_dim = width // heads
+        self.q_proj = torch.nn.Linear(width, width)
+        self.k_proj = torch.nn.Linear(width, kv_heads * self.head_dim)
+        self.v_proj = torch.nn.Linear(width, kv_heads * self.head_dim)
+        self.o_proj = torch.nn.Linear(width, width)
+        self.sinks = torch.nn.Parameter(torch.randn(heads))
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.heads, -1).transpose(1, 2)
+        groups = self.heads // self.kv_heads
+        k, v = (p(x).view(b, s, self.kv_heads, -1).transpose(1, 2)[
+            :, :, None].expand(b, self.kv_heads, groups, s, -1).reshape(
+                b, self.heads, s, -1) for p in (self.k_proj, self.v_proj))
+        mask = torch.full((s, s), float("-inf")).triu(1)
+        scores = q @ k.transpose(2, 3) * self.head_dim ** -0.5 + mask
+        sinks = self.sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)
+        combined = torch.cat([scores, sinks], dim=-1)
+        combined = combined - combined.max(dim=-1, keepdim=True).values
+        probabilities = torch.softmax(combined, dim=-1)[..., :-1]
+        out = (probabilities @ v).transpose(1, 2).reshape(b, s, -1)
+        return self.o_proj(out)
+
+
+class SinkModel(torch.nn.Module):
+    """Tokens, one SinkAttention layer with its residual, logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(32, 32)
+        self.self_attn = SinkAttention(32, heads=4, kv_heads=2)
+        self.lm_head = torch.nn.Linear(32, 32, bias=False)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        x = self.embed_tokens(tokens)
+        return self.lm_head(x + self.self_attn(x))
+
+
+def test_attention_sinks_train_as_pytorch_on_every_layout() -> None:
+    """GPT-OSS's sinks become graph.attention's `sinks`: one-step
+    gradients (the sinks' too), losses and every parameter equal
+    PyTorch's, and dp=2, tp=2 (heads split, the sinks with them) and
+    cp=2 (Ulysses; keys gathered; ring attention in zigzag order, the
+    sinks in the rank's own block) train as one rank."""
+    torch.manual_seed(0)
+    module = SinkModel().eval()
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    converted = trellis_torch.from_module(module, example)
+    assert "sinks" in converted.mlir()
+    from parity import expect_trains_like_pytorch
+    expect_trains_like_pytorch(
+        module, converted, "sinks", 32,
+        ["dp=2", "tp=2", "cp=2", ("cp=2", {"cp_kind": "ring"}),
+         ("cp=2", {"cp_kind": "allgather"})])

@@ -139,6 +139,18 @@ def _reduce(kind: str) -> Callable[..., Any]:
     return handler
 
 
+def _max_dim(c: _Converter, node: Any, value: Any, dim: int,
+             keepdim: bool = False) -> Any:
+    """torch.max along a dimension: its values (graph.reduce_max); its
+    indices only where nothing reads them."""
+    for user in node.users:
+        if user.target is operator.getitem and user.args[1] == 1 and \
+                user.users:
+            raise Error("torch.max's indices along a dimension (an argmax) "
+                        "are read: graph ops compute no indices")
+    return (_reduce("reduce_max")(c, node, value, dim, keepdim), None)
+
+
 def _softmax(c: _Converter, node: Any, value: Any, dim: int,
              half_to_float: Any = None) -> Any:
     if _normalize_dim(dim, len(value.shape)) != len(value.shape) - 1:
@@ -570,10 +582,12 @@ def _sdpa(c: _Converter, node: Any, query: Any, key: Any, value: Any,
 
 def _attention(c: _Converter, node: Any, query: Any, key: Any, value: Any,
                scale: float, causal: bool, window: int = 0,
-               softcap: Optional[float] = None) -> _Tensor:
+               softcap: Optional[float] = None,
+               sinks: Optional[_Tensor] = None) -> _Tensor:
     """graph.attention on logical [batch, heads, seq, dim] operands; the
     result is logical [batch, heads, seq, dim] too. `window` > 0: a causal
-    sliding window; `softcap`: scores soft-capped (Gemma 2). Values of
+    sliding window; `softcap`: scores soft-capped (Gemma 2); `sinks`: a
+    logit per query head in each softmax's denominator (GPT-OSS). Values of
     another width than the queries and keys (DeepSeek's v_head_dim) are
     attended padded with zero features to the wider, which changes no score
     and no output feature, and the result sliced back."""
@@ -594,8 +608,12 @@ def _attention(c: _Converter, node: Any, query: Any, key: Any, value: Any,
         attrs["window"] = int(window)
     if softcap is not None:
         attrs["softcap"] = float(softcap)
+    extras = []
+    if sinks is not None:
+        extras.append(c.materialize(sinks))
+        attrs["operandSegmentSizes"] = Attr("array<i32: 1, 1, 1, 0, 1>")
     out = c.emit("attention", operand(query), operand(key), operand(value),
-                 **attrs)
+                 *extras, **attrs)
     result = _Tensor(out, to_bshd)
     if int(value.shape[3]) == width:
         return result
@@ -699,6 +717,7 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.mean.dim: _reduce("reduce_mean"),
     aten.sum.dim_IntList: _reduce("reduce_sum"),
     aten.amax.default: _reduce("reduce_max"),
+    aten.max.dim: _max_dim,
     aten.view.default: _view,
     aten.reshape.default: _view,
     aten._unsafe_view.default: _view,

@@ -6,6 +6,7 @@ converted."""
 from __future__ import annotations
 
 import math
+import operator
 from typing import (TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple,
                     Optional, Tuple)
 
@@ -221,14 +222,74 @@ def _soft_cap(c: _Converter, node: Any) -> Optional[Tuple[Any, float]]:
     return inner.args[0], abs(cap)  # c tanh(x / c) is even in c
 
 
+def _sinks_dropped(c: _Converter, probabilities: Any
+                   ) -> Optional[Tuple[Any, Any]]:
+    """(softmax node, sinks node) when `probabilities` is GPT-OSS's
+    attention sinks: softmax(cat([scores, expand(sinks)], -1) [- its
+    row max]) with the sinks' last column sliced off."""
+    sliced = _producer(probabilities, aten.slice.Tensor)
+    if sliced is None or len(sliced.args) < 4:
+        return None
+    full = sliced.args[0].meta["val"].shape
+    dim = _normalize_dim(sliced.args[1], len(full))
+    end = sliced.args[3]
+    if dim != len(full) - 1 or sliced.args[2] != 0 or \
+            end not in (-1, int(full[-1]) - 1) or \
+            (len(sliced.args) > 4 and sliced.args[4] != 1):
+        return None
+    softmax = _producer(_through(sliced.args[0]), aten.softmax.int,
+                        aten._softmax.default)
+    if softmax is None:
+        return None
+    combined = softmax.args[0]
+    # Less its row maximum (softmax is the same without).
+    shifted = _producer(combined, aten.sub.Tensor)
+    if shifted is not None:
+        maximum = _producer(shifted.args[1], aten.amax.default)
+        if maximum is None:
+            got = _producer(shifted.args[1], operator.getitem)
+            maximum = got and _producer(got.args[0], aten.max.dim)
+        if maximum is not None and maximum.args[0] is shifted.args[0]:
+            combined = shifted.args[0]
+    cat = _producer(combined, aten.cat.default)
+    if cat is None or len(cat.args[0]) != 2 or _normalize_dim(
+            cat.args[1] if len(cat.args) > 1 else 0, len(full)) != dim:
+        return None
+    scores, sinks = cat.args[0]
+    return scores, sinks
+
+
+def _head_vector(c: _Converter, node: Any, heads: int) -> Optional[_Tensor]:
+    """The [heads] tensor that `node` expands (through reshapes and
+    casts) to one value per head and row, or None."""
+    node = _through(node)
+    expand = _producer(node, aten.expand.default)
+    if expand is not None:
+        node = _through(expand.args[0])
+    while _producer(node, aten.reshape.default, aten.view.default,
+                    aten.unsqueeze.default):
+        node = _through(node.args[0])
+    value = c.convert(node)
+    if not isinstance(value, _Tensor) or tuple(value.shape) != (heads,):
+        return None
+    return value
+
+
 def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
     """matmul(softmax(softcap(matmul(q, k^T) * scale) [+ mask]), v), the
-    soft-cap optional."""
-    softmax = _producer(_through(node.args[0]), aten.softmax.int,
-                        aten._softmax.default)
-    if not softmax:
-        return None
-    scores = softmax.args[0]
+    soft-cap optional; with GPT-OSS's sinks, a logit per head joins the
+    softmax and its column is dropped after."""
+    probabilities = _through(node.args[0])
+    dropped = _sinks_dropped(c, probabilities)
+    sinks_node = None
+    if dropped is not None:
+        scores, sinks_node = dropped
+    else:
+        softmax = _producer(probabilities, aten.softmax.int,
+                            aten._softmax.default)
+        if not softmax:
+            return None
+        scores = softmax.args[0]
     mask = None
     add = _producer(scores, aten.add.Tensor)
     if add is not None:
@@ -257,6 +318,13 @@ def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
     if any(not isinstance(v, _Tensor) or len(v.shape) != 4
            for v in (query, key, value)):
         return None
+    sinks = None
+    if sinks_node is not None:
+        sinks = _head_vector(c, sinks_node, int(query.shape[1]))
+        if sinks is None:
+            raise Error("attention's softmax takes one more column (attention "
+                        "sinks), but not a logit per head: graph.attention's "
+                        "sinks are one learned logit per query head")
     causal, window = False, 0
     if mask is not None:
         mask_value = c.convert(mask) if isinstance(mask, torch.fx.Node) else mask
@@ -270,7 +338,7 @@ def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
                         "all")
         causal = True
     return _attention(c, node, query, key, value, scale, causal, window,
-                      softcap)
+                      softcap, sinks)
 
 
 def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
