@@ -14,7 +14,9 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "trellis/Common/FileKind.h"
+#include "trellis/Common/OpContract.h"
 #include "trellis/Dialect/Graph/IR/GraphAttrs.h"
+#include "trellis/Dialect/Graph/IR/GraphContract.h"
 #include "trellis/Dialect/Graph/IR/GraphDialect.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FileSystem.h"
@@ -340,6 +342,29 @@ TrellisStatus trellisGraphAddOp(TrellisGraph handle, const char *opName,
             op + ": cannot parse the attributes '" + std::string(attributes) +
             "' (expected an MLIR attribute dictionary such as "
             "{transpose_rhs})");
+    }
+    // An op with several optional operands (attention's slopes and sinks)
+    // given none of them need not say so: its required operands, each
+    // once.
+    if (info->hasTrait<OpTrait::AttrSizedOperandSegments>() &&
+        !dictionary.get("operandSegmentSizes")) {
+      const OpContract *contract = findOpContract(
+          graph::planOpName(info->getStringRef().drop_front(strlen("graph.")))
+              .str());
+      SmallVector<int32_t> segments;
+      for (const OperandSpec &spec :
+           contract ? contract->operands : std::vector<OperandSpec>())
+        segments.push_back(spec.optional ? 0 : 1);
+      if (static_cast<int64_t>(llvm::count(segments, 1)) != numOperands)
+        return errorStatus(
+            op + ": with " + std::to_string(numOperands) +
+            " operands, say which optional operands they include in "
+            "operandSegmentSizes (one count per operand of the op, such as "
+            "array<i32: 1, 1, 1, 0, 1>)");
+      NamedAttrList named(dictionary);
+      named.set("operandSegmentSizes",
+                DenseI32ArrayAttr::get(context, segments));
+      dictionary = named.getDictionary(context);
     }
     // The inherent attributes as the op's properties, then its result
     // types from them (every graph op infers them).

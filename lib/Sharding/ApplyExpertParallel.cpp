@@ -175,12 +175,21 @@ private:
                     tokenLayout(op->getResult(0), tokenDims, batch_));
     // The weight: a parameter, perhaps cast to the compute dtype, perhaps
     // a slice of every expert (the gate or up half of a fused gate_up
-    // projection).
+    // projection) or reshaped with its experts first (a bias [E, N] read
+    // as [E, 1, N]).
     Value weight = op->getOperand(1);
     while (true) {
       if (auto cast = weight.getDefiningOp<graph::CastOp>()) {
         weight = cast.getInput();
         continue;
+      }
+      if (auto reshape = weight.getDefiningOp<graph::ReshapeOp>()) {
+        auto from = llvm::cast<RankedTensorType>(reshape.getInput().getType());
+        auto to = llvm::cast<RankedTensorType>(reshape.getType());
+        if (from.getRank() >= 1 && from.getDimSize(0) == to.getDimSize(0)) {
+          weight = reshape.getInput();
+          continue;
+        }
       }
       auto slice = weight.getDefiningOp<graph::SliceOp>();
       if (slice && slice.getOffsets()[0] == 0 &&
@@ -200,8 +209,9 @@ private:
     if (!name)
       return op->emitOpError()
              << "splits its experts over " << axesText()
-             << ": expected its weight to be a parameter (through casts and "
-                "slices of every expert), "
+             << ": expected its weight to be a parameter (through casts, "
+                "slices of every expert and reshapes keeping the experts "
+                "first), "
                 "found "
              << (weight.getDefiningOp()
                      ? weight.getDefiningOp()->getName().getStringRef()

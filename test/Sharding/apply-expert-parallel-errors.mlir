@@ -5,7 +5,7 @@
 // parameter, and one split already.
 // NO-STEP: error: expected a training step @step to split over experts, found none
 
-// CHECK: error: 'graph.expert_matmul' op splits its experts over ep: expected its weight to be a parameter (through casts and slices of every expert), found graph.scale
+// CHECK: error: 'graph.expert_matmul' op splits its experts over ep: expected its weight to be a parameter (through casts, slices of every expert and reshapes keeping the experts first), found graph.scale
 trellis.mesh @mesh = <["ep"=2]>
 func.func @train_step(%w: tensor<4x6x8xf32> {graph.role = "param", graph.param = "experts.*.w"},
                       %x: tensor<4x8xf32> {graph.role = "input", graph.param = "x"},

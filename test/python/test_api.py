@@ -214,6 +214,16 @@ def test_errors(gpt2_tiny: str, tmp_path) -> None:
         g.op("conv2d", w)
     with pytest.raises(TypeError, match="not a value of this graph"):
         g.op("add", w, trellis.Graph().parameter("x", (4, 8)))
+    # Attention's optional slopes and sinks: given, they are named.
+    q = g.parameter("q", (1, 4, 2, 8))
+    sinks = g.parameter("sinks", (2,))
+    with pytest.raises(trellis.Error, match="say which optional operands "
+                       "they include in operandSegmentSizes"):
+        g.op("attention", q, q, q, sinks, scale=0.5)
+    assert g.op("attention", q, q, q, sinks, scale=0.5,
+                operandSegmentSizes=trellis.Attr(
+                    "array<i32: 1, 1, 1, 0, 1>")).shape == (1, 4, 2, 8)
+    assert g.op("attention", q, q, q, scale=0.5).shape == (1, 4, 2, 8)
     with pytest.raises(trellis.Error, match="expected the loss to be a scalar"):
         g.finish(w)
 

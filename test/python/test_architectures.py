@@ -90,6 +90,10 @@ ARCHITECTURES: Dict[str, Callable[[], Dict[str, Any]]] = {
     "cohere2_moe": lambda: dict(COMMON, **MOE, expert_selection_fn="sigmoid"),
     "granitemoe": lambda: dict(COMMON, **MOE),
     "dots1": lambda: dict(COMMON, **MOE, n_shared_experts=1),
+    # Attention sinks, alternating sliding windows, YaRN's rotary, experts
+    # with biases and a clamped SwiGLU of alternating gate and up columns.
+    # (A limit of 0.5 clamps about half the gate and up values.)
+    "gpt_oss": lambda: dict(COMMON, **MOE, sliding_window=6, swiglu_limit=0.5),
 }
 
 #: Model types whose rotary embedding pairs (2i, 2i + 1).
@@ -98,8 +102,6 @@ INTERLEAVED = {"gptj", "codegen", "cohere", "helium", "glm", "glm4",
 
 #: Model type -> the reason trellis.torch gives when it refuses it.
 REFUSED = {
-    "gpt_oss": "its experts' gate_up_proj (8, 32, 96) and down_proj (8, 48, "
-               "32) are not the layout Trellis's expert ops read",
     "phimoe": "weights them otherwise than the chosen scores",
     "bloom": "aten.baddbmm.default (baddbmm, in transformer.h.0."
              "self_attention, at",

@@ -356,6 +356,33 @@ def _new_empty(c: _Converter, node: Any, value: Any, size: Sequence[int],
     return _Tensor(c.emit("fill", shape=shape, value=0.0))
 
 
+def _new_full(value: float) -> Callable[..., Any]:
+    """Tensor.new_ones / new_zeros: a tensor of one value."""
+    def handler(c: _Converter, node: Any, like: Any, size: Sequence[int],
+                **kw: Any) -> Any:
+        _to(c, node, like, **kw)
+        shape = [int(d) for d in node.meta["val"].shape]
+        return _Tensor(c.emit("fill", shape=shape, value=value))
+    return handler
+
+
+def _clamp(c: _Converter, node: Any, value: Any, min: Any = None,
+           max: Any = None) -> Any:
+    """clamp(x, min, max) = min(max(x, lo), hi), the upper bound as
+    -maximum(-y, -hi) (exact: negation is)."""
+    shape = tuple(node.meta["val"].shape)
+    x = c.materialize(value)
+    if min is not None:
+        x = c.emit("maximum", x, c.materialize(c.scalar_operand(min, shape)))
+    if max is not None:
+        if _scalar(max) is None:
+            raise Error("clamp with a tensor bound: expected numbers")
+        negated = c.emit("maximum", c.emit("neg", x), c.materialize(
+            c.scalar_operand(-_scalar(max), shape)))
+        x = c.emit("neg", negated)
+    return _Tensor(x)
+
+
 def _copy(c: _Converter, node: Any, target: Any, source: Any,
           non_blocking: bool = False) -> Any:
     """aten.copy (functionalized copy_): `source` broadcast to `target`'s
@@ -713,6 +740,9 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.mul.Tensor: _binary("mul"),
     aten.div.Tensor: _binary("div"),
     aten.maximum.default: _binary("maximum"),
+    aten.clamp.default: _clamp,
+    aten.new_ones.default: _new_full(1.0),
+    aten.new_zeros.default: _new_full(0.0),
     aten.pow.Tensor_Scalar: _pow,
     aten.mean.dim: _reduce("reduce_mean"),
     aten.sum.dim_IntList: _reduce("reduce_sum"),

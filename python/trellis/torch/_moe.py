@@ -69,12 +69,24 @@ def _expert_matmul_fake(lhs: torch.Tensor, weight: torch.Tensor,
     return lhs.new_empty((*experts.shape, width))
 
 
-def _sparse_forward(block: Any, form: BlockForm,
-                    hidden: torch.Tensor) -> torch.Tensor:
+def _expert_bias(block: Any, path: str, hidden: torch.Tensor,
+                 chosen: torch.Tensor) -> torch.Tensor:
+    """Each slot's row of the bias [E, N] at `path` (its expert's), as
+    expert_matmul of a row of ones and the bias read as [E, 1, N]: the
+    bias's gradient and its split under expert parallelism are the
+    weights'."""
+    bias = tensor_at(block, path)
+    ones = hidden.new_ones((*hidden.shape[:-1], 1))
+    return torch.ops.trellis.expert_matmul(ones, bias.unsqueeze(1), chosen,
+                                           False)
+
+
+def _sparse_output(block: Any, form: BlockForm, hidden: torch.Tensor
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
     """`block`'s forward as `form` computes it, through the custom ops:
     the router's logits (in fp32 where its weight is fp32), each token's
     top-k, the experts' gated MLP, the slots weighted and summed, and the
-    shared expert joined as the block joins it."""
+    shared expert joined as the block joins it; and the chosen weights."""
     router, experts = form.router, block.experts
     weight = tensor_at(block, router.weight)
     lhs = hidden.float() if weight.dtype == torch.float32 else hidden
@@ -87,23 +99,38 @@ def _sparse_forward(block: Any, form: BlockForm,
         logits, bias, router.top_k, router.sigmoid, router.normalize,
         float(router.scaling), router.groups, router.top_groups,
         router.group_top)
-    size = experts.gate_up_proj.shape[1] // 2
-    gate_proj = experts.gate_up_proj[:, :size]
-    up_proj = experts.gate_up_proj[:, size:]
-    gated = torch.ops.trellis.expert_matmul(hidden, gate_proj, chosen, True)
-    up = torch.ops.trellis.expert_matmul(hidden, up_proj, chosen, True)
-    down = torch.ops.trellis.expert_matmul(experts.act_fn(gated) * up,
-                                           experts.down_proj, chosen, True)
+    expert_form = form.experts
+    projected = torch.ops.trellis.expert_matmul(
+        hidden, experts.gate_up_proj, chosen, expert_form.transposed)
+    if expert_form.gate_up_bias:
+        projected = projected + _expert_bias(
+            block, expert_form.gate_up_bias, hidden, chosen)
+    down = torch.ops.trellis.expert_matmul(
+        expert_form.gated(projected, getattr(experts, "act_fn", None)),
+        experts.down_proj, chosen, expert_form.transposed)
+    if expert_form.down_bias:
+        down = down + _expert_bias(block, expert_form.down_bias, hidden,
+                                   chosen)
     output = (down * weights.unsqueeze(-1)).sum(dim=-2)
     if form.shared is None:
-        return output
+        return output, weights
     shared = getattr(block, form.shared)(hidden)
     if form.shared_gate is not None:
         return output + torch.sigmoid(
-            getattr(block, form.shared_gate)(hidden)) * shared
+            getattr(block, form.shared_gate)(hidden)) * shared, weights
     if form.average:
-        return (output + shared) / 2
-    return output + shared
+        return (output + shared) / 2, weights
+    return output + shared, weights
+
+
+def _sparse_forward(block: Any, form: BlockForm, hidden: torch.Tensor) -> Any:
+    """`block`'s forward as `form` computes it (_sparse_output), and its
+    chosen weights too where the block returns them."""
+    output, weights = _sparse_output(block, form, hidden)
+    if not form.returns_weights:
+        return output
+    return output, (weights.reshape(-1, weights.shape[-1])
+                    if form.flat_weights else weights)
 
 
 @contextlib.contextmanager

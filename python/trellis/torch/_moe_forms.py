@@ -1,15 +1,18 @@
 """trellis.torch's mixture-of-experts blocks, recognized by what they
-compute. A block holding fused experts (`experts.gate_up_proj` [E, 2F, H],
-`experts.down_proj` [E, H, F]) is run once on random weights and random
-hidden states, its experts' inputs (the chosen experts and their weights)
-and its output recorded, and matched against the forms Trellis's
-moe_route and expert_matmul compute: the router's logits x W^T (+ a bias),
-softmax or sigmoid scores, the top-k of the scores (+ a correction bias
-for the choice only), optionally within the best of contiguous groups
-ranked by their two highest, the chosen scores (renormalized or not)
-times a constant; the experts' act(x W_gate) * (x W_up) W_down weighted
-and summed; then a shared expert added, gated by a sigmoid, or averaged
-in. The form that reproduces every token is the block's; a block no form
+compute. A block holding fused experts (`experts.gate_up_proj` and
+`experts.down_proj`, [E, 2F, H] and [E, H, F] or [E, H, 2F] and [E, F,
+H]) is run once on random weights and random hidden states, its experts'
+inputs (the chosen experts and their weights) and its output recorded,
+and matched against the forms Trellis's moe_route and expert_matmul
+compute: the router's logits x W^T (+ a bias), softmax or sigmoid
+scores, the top-k of the scores (+ a correction bias for the choice
+only), optionally within the best of contiguous groups ranked by their
+two highest, the chosen scores (renormalized or not) times a constant;
+the experts' gated MLP (gate and up in halves or alternating, each
+expert's biases or none; act(gate) * up, or GPT-OSS's clamped SwiGLU,
+checked on the experts alone at 1 and 8 times the hidden states' scale so
+that clamps show) weighted and summed; then a shared expert added, gated
+by a sigmoid, or averaged in. The form that reproduces every token is the block's; a block no form
 reproduces is refused, naming what matched and what did not. Attribute
 names (`top_k`, `norm_topk_prob`, `e_score_correction_bias`) decide
 nothing: a router computes what its forward computes."""
@@ -77,12 +80,62 @@ class RouterForm:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExpertForm:
+    """The experts' gated MLP: gate_up [E, 2F, H] read as x W^T
+    (`transposed`) or [E, H, 2F] read as x W, its columns gate then up in
+    halves or alternating (`interleaved`); each expert's biases (paths in
+    the block) after the projections; the activation act_fn(gate) * up, or
+    with `swiglu` = (alpha, limit) GPT-OSS's (clamp(up, -limit, limit) + 1)
+    * g sigmoid(alpha g), g = min(gate, limit)."""
+    transposed: bool = True
+    interleaved: bool = False
+    gate_up_bias: Optional[str] = None
+    down_bias: Optional[str] = None
+    swiglu: Optional[Tuple[float, float]] = None
+
+    def describe(self) -> str:
+        gate_up = "x W_gate_up" + ("^T" if self.transposed else "") + (
+            f" + {self.gate_up_bias}" if self.gate_up_bias else "")
+        split = "alternating" if self.interleaved else "halves"
+        if self.swiglu:
+            alpha, limit = self.swiglu
+            act = (f"(clamp(up, -{limit:g}, {limit:g}) + 1) * g "
+                   f"sigmoid({alpha:g} g), g = min(gate, {limit:g})")
+        else:
+            act = "act(gate) * up"
+        down = "W_down" + ("^T" if self.transposed else "") + (
+            f" + {self.down_bias}" if self.down_bias else "")
+        return f"{act} of {gate_up} (gate and up in {split}), times {down}"
+
+    def gated(self, projected: torch.Tensor, act: Any) -> torch.Tensor:
+        """The activation's output from the gate_up projection [..., 2F]
+        (biases added)."""
+        size = projected.shape[-1] // 2
+        if self.interleaved:
+            pairs = projected.unflatten(-1, (size, 2))
+            gate, up = pairs[..., 0], pairs[..., 1]
+        else:
+            gate, up = projected[..., :size], projected[..., size:]
+        if self.swiglu is None:
+            return act(gate) * up
+        alpha, limit = self.swiglu
+        gate = gate.clamp(max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * alpha))
+
+
+@dataclasses.dataclass(frozen=True)
 class BlockForm:
     """A block: its router, its experts, and how a shared expert (a child
     module by its name) joins them: added, gated by the sigmoid of another
     child (`shared_gate`), or averaged with the experts' sum."""
     router: RouterForm
+    experts: ExpertForm = ExpertForm()
     shared: Optional[str] = None
+    #: The block returns (output, the chosen weights) (GPT-OSS), the
+    #: weights [tokens, k] when `flat_weights`, else [..., k].
+    returns_weights: bool = False
+    flat_weights: bool = False
     shared_gate: Optional[str] = None
     average: bool = False
 
@@ -200,6 +253,7 @@ def _experts_inputs(block: torch.nn.Module, experts: torch.nn.Module,
                    if isinstance(a, torch.Tensor)]
         ids = [t for t in tensors if not t.is_floating_point()]
         if len(ids) == 1:
+            called["args"], called["kwargs"] = args, kwargs
             called["chosen"] = ids[0]
             called["weights"] = next(
                 (t for t in tensors if t.is_floating_point() and
@@ -232,21 +286,34 @@ class _Probe:
     def __init__(self, block: torch.nn.Module, experts: torch.nn.Module):
         self.block, self.experts = block, experts
         gate_up, down = experts.gate_up_proj, experts.down_proj
-        if gate_up.dim() != 3 or down.dim() != 3 or \
-                gate_up.shape[1] % 2 or \
-                tuple(down.shape) != (gate_up.shape[0], gate_up.shape[2],
-                                      gate_up.shape[1] // 2):
+        shapes = (tuple(gate_up.shape), tuple(down.shape))
+        # Which layouts the shapes allow: [E, 2F, H] and [E, H, F] (x W^T),
+        # [E, H, 2F] and [E, F, H] (x W).
+        self.layouts = []
+        if gate_up.dim() == 3 and down.dim() == 3:
+            e, a, b = shapes[0]
+            if a % 2 == 0 and shapes[1] == (e, b, a // 2):
+                self.layouts.append(True)
+            if b % 2 == 0 and shapes[1] == (e, b // 2, a):
+                self.layouts.append(False)
+        if not self.layouts:
             raise _Refusal(
-                f"its experts' gate_up_proj {tuple(gate_up.shape)} and "
-                f"down_proj {tuple(down.shape)} are not the layout Trellis's "
-                "expert ops read ([E, 2F, H] and [E, H, F], gate then up)")
-        self.count, _, self.width = (int(s) for s in gate_up.shape)
-        others = sorted(n for n, _ in experts.named_parameters()
-                        if n not in ("gate_up_proj", "down_proj"))
+                f"its experts' gate_up_proj {shapes[0]} and down_proj "
+                f"{shapes[1]} are not a layout Trellis's expert ops read "
+                "([E, 2F, H] and [E, H, F], or [E, H, 2F] and [E, F, H])")
+        self.count = int(gate_up.shape[0])
+        self.width = int(down.shape[1] if self.layouts[0] else down.shape[2])
+        self.expert_vectors = {n: tuple(t.shape)
+                               for n, t in experts.named_parameters()
+                               if n not in ("gate_up_proj", "down_proj")}
+        twice = 2 * int(down.shape[2] if self.layouts[0] else down.shape[1])
+        others = sorted(n for n, shape in self.expert_vectors.items()
+                        if shape not in ((self.count, twice),
+                                         (self.count, self.width)))
         if others:
             raise _Refusal(
                 f"its experts hold parameters Trellis's expert ops do not "
-                f"compute with ({', '.join(others)}): expert biases")
+                f"compute with ({', '.join(others)})")
         outside = [(n, t) for n, t in [*block.named_parameters(),
                                        *block.named_buffers()]
                    if not n.startswith("experts.") and t.is_floating_point()]
@@ -265,10 +332,16 @@ class _Probe:
                                   generator=generator, dtype=torch.float32)
         output, called = _experts_inputs(self.block, self.experts, self.hidden)
         again, _ = _experts_inputs(self.block, self.experts, self.hidden)
+        # (output, the chosen weights), as GPT-OSS's block returns.
+        self.extra: Optional[torch.Tensor] = None
+        if isinstance(output, tuple) and len(output) == 2 and \
+                isinstance(output[1], torch.Tensor):
+            output, self.extra = output
+            again = again[0]
         if not isinstance(output, torch.Tensor) or \
                 output.shape != self.hidden.shape:
             raise _Refusal("its forward does not return one tensor of its "
-                           "input's shape")
+                           "input's shape, or that and its chosen weights")
         if not torch.equal(output, again):
             raise _Refusal("it computes another output on each call (random "
                            "router noise in training mode? put the module in "
@@ -277,11 +350,20 @@ class _Probe:
             raise _Refusal("its experts are not called with the chosen "
                            "experts [T, k] and their weights [T, k]")
         self.output = output.to(torch.float64)
+        self.call = (called["args"], called["kwargs"])
         self.chosen = called["chosen"].reshape(_PROBE_TOKENS, -1).long()
         self.weights = called["weights"].reshape(_PROBE_TOKENS, -1).to(
             torch.float64)
         self.top_k = int(self.chosen.shape[-1])
         self.scale = float(self.output.abs().max()) or 1.0
+        if self.extra is not None and not (
+                self.extra.numel() == self.weights.numel() and torch.equal(
+                    self.extra.reshape(_PROBE_TOKENS, -1).to(torch.float64),
+                    self.weights)):
+            raise _Refusal(
+                f"its forward returns a second tensor "
+                f"{tuple(self.extra.shape)} besides its output that is not "
+                "the chosen experts' weights")
 
     def close(self, a: torch.Tensor, b: torch.Tensor) -> bool:
         """a and b [.., H] agree on the clearly routed tokens."""
@@ -413,25 +495,103 @@ class _Probe:
 
     # -- the experts and a shared expert ------------------------------
 
-    def routed(self, router: RouterForm) -> torch.Tensor:
-        """The experts' weighted sum as expert_matmul computes it, in
-        float64; sets the tokens the comparison reads (those chosen
-        clearly)."""
-        x = self.hidden.reshape(_PROBE_TOKENS, self.width).to(torch.float64)
+    def _experts_sum(self, form: ExpertForm, x: torch.Tensor,
+                     chosen: torch.Tensor,
+                     weights: torch.Tensor) -> torch.Tensor:
+        """`form`'s weighted sum of the chosen experts' MLPs on x [T, H],
+        in float64."""
         gate_up = self._tensor("experts.gate_up_proj")
         down = self._tensor("experts.down_proj")
-        size = gate_up.shape[1] // 2
-        weights, chosen, self.clear = self._route(router, router.normalize)
-        weights = weights * router.scaling
+        if form.transposed:
+            gate_up, down = gate_up.transpose(1, 2), down.transpose(1, 2)
+        gate_up_bias = self._tensor(form.gate_up_bias) \
+            if form.gate_up_bias else None
+        down_bias = self._tensor(form.down_bias) if form.down_bias else None
+        act = getattr(self.experts, "act_fn", None)
         out = torch.zeros_like(x)
         with torch.no_grad():
             for expert in chosen.unique().tolist():
                 rows, slots = (chosen == expert).nonzero(as_tuple=True)
-                projected = x[rows] @ gate_up[expert].T
-                inner = self.experts.act_fn(projected[:, :size]) * \
-                    projected[:, size:]
-                out.index_add_(0, rows, (inner @ down[expert].T) *
-                               weights[rows, slots, None])
+                projected = x[rows] @ gate_up[expert]
+                if gate_up_bias is not None:
+                    projected = projected + gate_up_bias[expert]
+                product = form.gated(projected, act) @ down[expert]
+                if down_bias is not None:
+                    product = product + down_bias[expert]
+                out.index_add_(0, rows, product * weights[rows, slots, None])
+        return out
+
+    def _expert_forms(self) -> Iterator[ExpertForm]:
+        """Every form the experts' tensors and numbers allow, the plain
+        ones first."""
+        down = tuple(self.experts.down_proj.shape)
+        numbers = sorted({v for v in _numbers(self.experts) if v > 0})
+        for transposed in self.layouts:
+            twice = 2 * (down[2] if transposed else down[1])
+            gate_up_biases = [None] + [
+                f"experts.{n}" for n, s in self.expert_vectors.items()
+                if s == (self.count, twice)]
+            down_biases = [None] + [
+                f"experts.{n}" for n, s in self.expert_vectors.items()
+                if s == (self.count, self.width)]
+            activations: List[Optional[Tuple[float, float]]] = []
+            if callable(getattr(self.experts, "act_fn", None)):
+                activations.append(None)
+            activations += [(alpha, limit) for alpha in numbers
+                            for limit in numbers]
+            for interleaved in (False, True):
+                for gate_up_bias in gate_up_biases:
+                    for down_bias in down_biases:
+                        for swiglu in activations:
+                            yield ExpertForm(transposed, interleaved,
+                                             gate_up_bias, down_bias, swiglu)
+
+    def experts_form(self) -> ExpertForm:
+        """The form the experts module computes, checked on it alone with
+        the recorded choice, at 1 and 8 times the hidden states (clamps
+        and saturations show)."""
+        args, kwargs = self.call
+        hidden = next(a for a in (*args, *kwargs.values())
+                      if isinstance(a, torch.Tensor) and a.is_floating_point()
+                      and a.shape[-1] == self.width)
+        chosen = self.chosen
+        weights = self.weights
+        given = []
+        for scale in (1.0, 8.0):
+            def scaled(a: Any) -> Any:
+                return a * scale if a is hidden else a
+            with torch.no_grad():
+                out = self.experts(*[scaled(a) for a in args],
+                                   **{k: scaled(v) for k, v in kwargs.items()})
+            given.append((scale, out.reshape(_PROBE_TOKENS, -1).to(
+                torch.float64)))
+        x = hidden.reshape(_PROBE_TOKENS, self.width).to(torch.float64)
+        tried = 0
+        for form in self._expert_forms():
+            tried += 1
+            if all(self._same(out, self._experts_sum(form, x * scale, chosen,
+                                                     weights))
+                   for scale, out in given):
+                return form
+        raise _Refusal(
+            f"its experts compute otherwise than each of the {tried} forms "
+            "Trellis's expert ops build: act(gate) * up, or GPT-OSS's clamped "
+            "SwiGLU with the experts' numbers, of x W_gate_up (gate and up in "
+            "halves or alternating, each expert's biases or none), times "
+            "W_down (+ each expert's bias)")
+
+    @staticmethod
+    def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        scale = float(a.abs().max()) or 1.0
+        return bool((a - b).abs().max() <= _TOLERANCE * scale)
+
+    def routed(self, router: RouterForm, experts: ExpertForm) -> torch.Tensor:
+        """The experts' weighted sum as expert_matmul computes it, in
+        float64; sets the tokens the comparison reads (those chosen
+        clearly)."""
+        x = self.hidden.reshape(_PROBE_TOKENS, self.width).to(torch.float64)
+        weights, chosen, self.clear = self._route(router, router.normalize)
+        out = self._experts_sum(experts, x, chosen, weights * router.scaling)
         return out.reshape(self.hidden.shape)
 
     def _children(self, router: RouterForm) -> Dict[str, torch.Tensor]:
@@ -453,27 +613,36 @@ class _Probe:
         return outputs
 
     def block_form(self, router: RouterForm) -> BlockForm:
-        routed = self.routed(router)
+        form = dataclasses.replace(self._block_form(router))
+        if self.extra is None:
+            return form
+        return dataclasses.replace(form, returns_weights=True,
+                                   flat_weights=self.extra.dim() == 2)
+
+    def _block_form(self, router: RouterForm) -> BlockForm:
+        experts = self.experts_form()
+        routed = self.routed(router, experts)
         if self.close(self.output, routed):
-            return BlockForm(router)
+            return BlockForm(router, experts)
         children = self._children(router)
         full = {n: v for n, v in children.items()
                 if v.shape == self.hidden.shape}
         gates = {n: v for n, v in children.items() if v.shape[-1] == 1}
         for name, value in full.items():
             if self.close(self.output, routed + value):
-                return BlockForm(router, shared=name)
+                return BlockForm(router, experts, shared=name)
             if self.close(self.output, (routed + value) / 2):
-                return BlockForm(router, shared=name, average=True)
+                return BlockForm(router, experts, shared=name, average=True)
             for gate, gated in gates.items():
                 if self.close(self.output, routed + torch.sigmoid(gated) *
                               value):
-                    return BlockForm(router, shared=name, shared_gate=gate)
+                    return BlockForm(router, experts, shared=name,
+                                     shared_gate=gate)
         difference = float((self.output - routed).reshape(
             _PROBE_TOKENS, -1)[self.clear].abs().max())
         raise _Refusal(
             f"its router matches {router.describe()}, but its output is not "
-            "its experts' act(x W_gate) * (x W_up) W_down weighted and "
+            f"its experts' {experts.describe()} weighted and "
             "summed, alone or with a child module added (a shared expert), "
             "gated by a sigmoid, or averaged in (the experts' sum differs "
             f"by up to {difference:.3g} where the output reaches "

@@ -365,6 +365,76 @@ def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
     return _rope(c, node, x, cos_node, sin_node, layout)
 
 
+def _half_of(node: Any) -> Optional[Tuple[Any, int]]:
+    """(x, i) when `node` is the i-th half of x along its last dimension
+    (torch.chunk(x, 2, -1)[i], exported as a split)."""
+    got = _producer(node, operator.getitem)
+    split = got and _producer(got.args[0], aten.split.Tensor,
+                              aten.chunk.default)
+    if not split:
+        return None
+    x_node = split.args[0]
+    shape = x_node.meta["val"].shape
+    dim = _normalize_dim(split.args[2] if len(split.args) > 2 else 0,
+                         len(shape))
+    pieces = split.args[1] if split.target == aten.chunk.default else \
+        shape[-1] // split.args[1] if isinstance(split.args[1], int) else 0
+    if dim != len(shape) - 1 or pieces != 2 or shape[-1] % 2:
+        return None
+    return x_node, int(got.args[1])
+
+
+def _product_of(node: Any, factor: Any) -> Optional[Any]:
+    """The other factor of `node` = a * b when one of them is `factor`."""
+    mul = _producer(node, aten.mul.Tensor)
+    if not mul:
+        return None
+    if mul.args[1] is factor:
+        return mul.args[0]
+    return mul.args[0] is factor and mul.args[1]
+
+
+def _match_split_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
+    """cat(x1 cos - x2 sin, x2 cos + x1 sin) of the halves x1, x2 of x
+    (GPT-OSS's rotary embedding, its tables of half the head): a rope of
+    the pairs (i, i + d/2), perhaps times an attention factor."""
+    if len(node.args[0]) != 2:
+        return None
+    first = _producer(node.args[0][0], aten.sub.Tensor)
+    second = _producer(node.args[0][1], aten.add.Tensor)
+    if not first or not second:
+        return None
+    # first = x1 * cos - x2 * sin, with x1 the first half.
+    cos_term, sin_term = first.args[0], first.args[1]
+    cos_mul = _producer(cos_term, aten.mul.Tensor)
+    if not cos_mul:
+        return None
+    for x1_node, cos_node in (tuple(cos_mul.args), tuple(cos_mul.args)[::-1]):
+        half = _half_of(x1_node)
+        if half is None or half[1] != 0:
+            continue
+        x_node = half[0]
+        sin_mul = _producer(sin_term, aten.mul.Tensor)
+        if not sin_mul:
+            return None
+        for x2_node, sin_node in (tuple(sin_mul.args),
+                                  tuple(sin_mul.args)[::-1]):
+            other = _half_of(x2_node)
+            if other != (x_node, 1):
+                continue
+            # second = x2 * cos + x1 * sin, in either order.
+            a, b = second.args[:2]
+            if not any(_product_of(p, cos_node) is x2_node and
+                       _product_of(q, sin_node) is x1_node
+                       for p, q in ((a, b), (b, a))):
+                return None
+            x = _rotated_operand(c, x_node, cos_node, sin_node)
+            if x is None:
+                return None
+            return _rope(c, node, x, cos_node, sin_node, "once")
+    return None
+
+
 def _rotate_half(x_node: Any, rotated: Any) -> Optional[str]:
     """"repeated" when `rotated` is cat(-x[..., d/2:], x[..., :d/2])."""
     cat = _producer(rotated, aten.cat.default)
@@ -664,7 +734,7 @@ def _match_route_state(c: _Converter, node: Any) -> Optional[Any]:
 # Patterns tried, in order, before a node's operands are converted.
 _PATTERNS: Dict[Any, Tuple[Callable[..., Any], ...]] = {
     aten.add.Tensor: (_match_rope,),
-    aten.cat.default: (_match_interleaved_rope,),
+    aten.cat.default: (_match_interleaved_rope, _match_split_rope),
     aten.mul.Tensor: (_match_rms_norm,),
     aten.matmul.default: (_match_attention,),
     aten.cross_entropy_loss.default: (_match_flat_cross_entropy,),
