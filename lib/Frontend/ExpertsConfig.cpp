@@ -1,7 +1,8 @@
 //===- ExpertsConfig.cpp - Mixture-of-experts fields of a config ----------===//
 //
-// Reads the mixture-of-experts fields of Mixtral, Qwen2-MoE, Qwen3-MoE and
-// OLMoE configs: the experts, which layers are dense, the router's losses.
+// Reads the mixture-of-experts fields of Mixtral, Qwen2-MoE, Qwen3-MoE,
+// OLMoE and GPT-OSS configs: the experts, which layers are dense, the
+// router's losses.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,8 +24,11 @@ llvm::Error frontend::readExperts(ConfigReader &reader,
   if (type == "deepseek_v3")
     return readDeepSeekExperts(reader, config);
   bool mixtral = type == "mixtral";
+  bool gptOss = type == "gpt_oss";
   experts.mixtralNames = mixtral;
-  llvm::StringRef countField = mixtral ? "num_local_experts" : "num_experts";
+  experts.gptOss = gptOss;
+  llvm::StringRef countField =
+      mixtral || gptOss ? "num_local_experts" : "num_experts";
   TRY_ASSIGN(experts.count, reader.integer(countField));
   TRY_ASSIGN(experts.topK, reader.integer("num_experts_per_tok"));
   if (experts.topK > experts.count)
@@ -35,6 +39,18 @@ llvm::Error frontend::readExperts(ConfigReader &reader,
   if (mixtral) {
     experts.intermediateSize = config.intermediateSize;
     experts.normalize = true;
+  } else if (gptOss) {
+    // GPT-OSS: every layer sparse, experts of intermediate_size, the
+    // softmax of the chosen logits (the chosen scores renormalized), the
+    // clamped SwiGLU's constants.
+    experts.intermediateSize = config.intermediateSize;
+    experts.normalize = true;
+    TRY_ASSIGN(experts.swigluAlpha,
+               reader.nonNegativeOr("swiglu_alpha", 1.702));
+    TRY_ASSIGN(experts.swigluLimit, reader.nonNegativeOr("swiglu_limit", 7.0));
+    if (experts.swigluLimit == 0)
+      return configError("field \"swiglu_limit\": expected a limit > 0 (the "
+                         "SwiGLU's gate and up clamped to it), found 0");
   } else if (type == "olmoe") {
     // OLMoE: every layer sparse, experts of intermediate_size.
     experts.intermediateSize = config.intermediateSize;

@@ -1,8 +1,9 @@
 //===- LlamaConfig.cpp - The Llama family's config.json -------------------===//
 //
 // Reads the config.json of Llama and the model types built as Llama with
-// additions: Mistral, Qwen2, Qwen3, OLMo 2, the mixtures of experts
-// Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE, DeepSeek-V3, and Gemma 1 to 3. Their
+// additions: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3, the mixtures of experts
+// Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GPT-OSS, DeepSeek-V3, and Gemma 1
+// to 3. Their
 // shared fields, projection biases and sliding windows are read here; what
 // Gemma, DeepSeek-V3, the experts and the rotary embedding add, in their own
 // files.
@@ -14,6 +15,7 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -27,8 +29,8 @@ namespace {
 /// `sliding_window` is set; the Qwen types only with `use_sliding_window`,
 /// then the layers `layer_types` marks "sliding_attention" or, without
 /// it, Qwen2's layers from `max_window_layers` on, Qwen2-MoE's even layers
-/// below it, every Qwen3-MoE layer; Gemma 2's and Gemma 3's always. Needs
-/// numLayers.
+/// below it, every Qwen3-MoE layer; Gemma 2's, Gemma 3's and GPT-OSS's
+/// always (their even layers, without layer_types). Needs numLayers.
 llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
                               llvm::StringRef type) {
   int64_t layers = config.numLayers;
@@ -42,20 +44,24 @@ llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
     return llvm::Error::success();
   }
   bool gemma3 = type == "gemma3_text";
-  bool gemma2 = type == "gemma2" || gemma3;
-  if (!type.starts_with("qwen") && !gemma2)
+  bool gptOss = type == "gpt_oss";
+  // Gemma 2's and 3's windows and GPT-OSS's are always there.
+  bool always = type == "gemma2" || gemma3 || gptOss;
+  if (!type.starts_with("qwen") && !always)
     return llvm::Error::success();
-  // Gemma 2 and 3: every layer layer_types marks, else Gemma 2's even ones
-  // and all but every sliding_window_pattern-th of Gemma 3's, with
-  // sliding_window (4096 by default; null: none).
-  bool sliding = gemma2;
-  if (!gemma2)
+  // Gemma 2, 3 and GPT-OSS: every layer layer_types marks, else Gemma 2's
+  // and GPT-OSS's even ones and all but every sliding_window_pattern-th of
+  // Gemma 3's, with sliding_window (4096 by default, GPT-OSS's 128; null:
+  // none).
+  bool sliding = always;
+  if (!always)
     TRY_ASSIGN(sliding, reader.booleanOr("use_sliding_window", false));
   if (!sliding)
     return llvm::Error::success();
   int64_t window = 0;
-  TRY_ASSIGN(window, gemma2 ? reader.integerOr("sliding_window", 4096, 0)
-                            : reader.integer("sliding_window"));
+  TRY_ASSIGN(window,
+             always ? reader.integerOr("sliding_window", gptOss ? 128 : 4096, 0)
+                    : reader.integer("sliding_window"));
   if (window == 0)
     return llvm::Error::success();
   config.slidingWindow = window;
@@ -78,13 +84,13 @@ llvm::Error readSlidingWindow(ConfigReader &reader, TransformerConfig &config,
     return llvm::Error::success();
   }
   int64_t windowLayers = 0, pattern = 6;
-  if (!gemma2)
+  if (!always)
     TRY_ASSIGN(windowLayers, reader.integerOr("max_window_layers", 28, 0));
   if (gemma3)
     TRY_ASSIGN(pattern, reader.integerOr("sliding_window_pattern", 6));
   for (int64_t layer = 0; layer < layers; ++layer)
     config.slidingLayers.push_back(gemma3   ? (layer + 1) % pattern != 0
-                                   : gemma2 ? layer % 2 == 0
+                                   : always ? layer % 2 == 0
                                    : type == "qwen3_moe" ? true
                                    : type == "qwen2_moe"
                                        ? layer % 2 == 0 && layer < windowLayers
@@ -117,6 +123,8 @@ llvm::Error frontend::readLlama(ConfigReader &reader, TransformerConfig &config,
     architectures = {"Olmo2ForCausalLM", "Olmo2Model"};
   else if (type == "phi3")
     architectures = {"Phi3ForCausalLM", "Phi3Model"};
+  else if (type == "gpt_oss")
+    architectures = {"GptOssForCausalLM", "GptOssModel"};
   else if (type == "deepseek_v3")
     architectures = {"DeepseekV3ForCausalLM", "DeepseekV3Model"};
   else if (type == "gemma")
@@ -165,6 +173,12 @@ llvm::Error frontend::readLlama(ConfigReader &reader, TransformerConfig &config,
           "field \"clip_qkv\": expected null (no clamping of the query, key "
           "and value projections), found {0}",
           clip));
+  } else if (type == "gpt_oss") {
+    // GPT-OSS: biases on all four attention projections (attention_bias),
+    // a sink per head.
+    TRY_ASSIGN(config.attentionBias, reader.booleanOr("attention_bias", true));
+    config.outputBias = config.attentionBias;
+    config.attentionSinks = true;
   } else if (gemma) {
     if (llvm::Error error = readGemma(reader, config, type))
       return error;
@@ -212,10 +226,13 @@ llvm::Error frontend::readLlama(ConfigReader &reader, TransformerConfig &config,
   TRY_ASSIGN(config.intermediateSize, reader.integer("intermediate_size"));
   TRY_ASSIGN(config.vocabSize, reader.integer("vocab_size"));
   TRY_ASSIGN(config.maxPositions, reader.integer("max_position_embeddings"));
-  TRY_ASSIGN(config.normEpsilon, reader.numberOr("rms_norm_eps", 1e-6));
+  bool gptOss = type == "gpt_oss";
+  TRY_ASSIGN(config.normEpsilon,
+             reader.numberOr("rms_norm_eps", gptOss ? 1e-5 : 1e-6));
   TRY_ASSIGN(config.ropeTheta,
-             reader.numberOr("rope_theta",
-                             type == "gemma3_text" ? 1000000.0 : 10000.0));
+             reader.numberOr("rope_theta", type == "gemma3_text" ? 1000000.0
+                                           : gptOss              ? 150000.0
+                                                                 : 10000.0));
   TRY_ASSIGN(config.initializerRange,
              reader.numberOr("initializer_range", 0.02));
   TRY_ASSIGN(config.tieWordEmbeddings,
@@ -264,19 +281,35 @@ llvm::Error frontend::readLlama(ConfigReader &reader, TransformerConfig &config,
     return configError(llvm::formatv(
         "num_key_value_heads ({0}) does not divide num_attention_heads ({1})",
         config.numKvHeads, config.numHeads));
-  // head_dim defaults to 256 for Gemma, 128 for Qwen3 (transformers'
-  // configs), hidden_size / num_attention_heads for the others.
-  int64_t headDim = gemma   ? 256
-                    : qwen3 ? 128
-                            : config.hiddenSize / config.numHeads;
+  // head_dim defaults to 256 for Gemma, 128 for Qwen3, 64 for GPT-OSS
+  // (transformers' configs), hidden_size / num_attention_heads for the
+  // others.
+  int64_t headDim = gemma    ? 256
+                    : qwen3  ? 128
+                    : gptOss ? 64
+                             : config.hiddenSize / config.numHeads;
   TRY_ASSIGN(config.headDim, reader.integerOr("head_dim", headDim));
   if (config.headDim % 2 != 0)
     return configError(llvm::formatv(
         "head dimension {0} is odd: rotary embeddings need an even one",
         config.headDim));
   if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
-      type == "olmoe")
+      type == "olmoe" || gptOss)
     if (llvm::Error error = readExperts(reader, config, type))
       return error;
+  // GPT-OSS rotates with YaRN when its config names no rotation
+  // (transformers' GptOssConfig default).
+  if (gptOss && !reader.object("rope_scaling") &&
+      !reader.object("rope_parameters")) {
+    TransformerConfig::RopeScaling &scaling = config.ropeScaling;
+    scaling.kind = TransformerConfig::RopeScaling::Kind::Yarn;
+    scaling.factor = 32;
+    scaling.betaFast = 32;
+    scaling.betaSlow = 1;
+    scaling.truncate = false;
+    scaling.originalMaxPositions = 4096;
+    scaling.attentionFactor = 0.1 * std::log(scaling.factor) + 1;
+    return llvm::Error::success();
+  }
   return readRope(reader, config);
 }

@@ -31,7 +31,8 @@ constexpr int64_t kMaxLayers = 4096;
 constexpr const char *kModelTypes =
     "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"olmo2\", "
     "\"phi3\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\", \"olmoe\", "
-    "\"deepseek_v3\", \"gemma\", \"gemma2\" or \"gemma3_text\"";
+    "\"gpt_oss\", \"deepseek_v3\", \"gemma\", \"gemma2\" or "
+    "\"gemma3_text\"";
 
 } // namespace
 
@@ -50,8 +51,8 @@ trellis::parseTransformerConfig(llvm::StringRef json) {
   } else if (type == "llama" || type == "mistral" || type == "qwen2" ||
              type == "qwen3" || type == "olmo2" || type == "phi3" ||
              type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
-             type == "olmoe" || type == "deepseek_v3" || type == "gemma" ||
-             type == "gemma2" || type == "gemma3_text") {
+             type == "olmoe" || type == "gpt_oss" || type == "deepseek_v3" ||
+             type == "gemma" || type == "gemma2" || type == "gemma3_text") {
     if (llvm::Error error = readLlama(reader, parsed, type))
       return std::move(error);
   } else if (type == "gemma3") {

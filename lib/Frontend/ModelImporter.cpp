@@ -72,11 +72,11 @@ private:
   /// projection.
   Value latentAttention(Value hidden, StringRef prefix, int64_t layer);
   /// The attention op over [b, s, heads, d] queries and keys and [b, s,
-  /// heads, dv] values, with layer `layer`'s sliding window, if any; a
-  /// value head size other than the query's is zero-padded to the larger
-  /// and the result cut back to dv.
-  Value attend(Value query, Value key, Value value, double scale,
-               int64_t layer);
+  /// heads, dv] values, with layer `layer`'s sliding window, if any, and
+  /// the `sinks` [heads] if given; a value head size other than the
+  /// query's is zero-padded to the larger and the result cut back to dv.
+  Value attend(Value query, Value key, Value value, double scale, int64_t layer,
+               Value sinks = {});
   Value reshape(Value x, ArrayRef<int64_t> shape) {
     return ReshapeOp::create(builder_, loc_, x, shape);
   }
@@ -88,6 +88,21 @@ private:
   Value swiGlu(Value x, StringRef prefix, int64_t intermediate);
   /// A mixture-of-experts MLP: router, experts, Qwen2-MoE's shared expert.
   Value expertsMlp(Value x, StringRef layerPrefix);
+  /// GPT-OSS's experts on x [b, s, H] for the `chosen` [b, s, k]: biased
+  /// projections of alternating gate and up columns, the clamped SwiGLU;
+  /// [b, s, k, H].
+  Value gptOssExperts(Value x, StringRef prefix, Value chosen);
+  /// Each slot's row of the per-expert `bias` [E, n]: expert_matmul of a
+  /// row of ones with it read as [E, 1, n] (its gradient and its split
+  /// over experts are a weight's); [b, s, k, n].
+  Value expertBias(Value bias, Value chosen);
+  /// min(x, limit), as -max(-x, -limit).
+  Value clampAbove(Value x, double limit);
+  /// A tensor of `shape` holding `value` everywhere.
+  Value fill(ArrayRef<int64_t> shape, double value) {
+    return FillOp::create(builder_, loc_, builder_.getDenseI64ArrayAttr(shape),
+                          builder_.getF64FloatAttr(value));
+  }
   /// The router's load-balancing loss over the MoE layers built so far,
   /// times its coefficient: pooled over the layers (transformers') or one
   /// per layer, summed (Megatron-Core's).
@@ -197,7 +212,7 @@ Value TransformerBuilder::rope(Value x, int64_t layer, bool interleaved) {
 }
 
 Value TransformerBuilder::attend(Value query, Value key, Value value,
-                                 double scale, int64_t layer) {
+                                 double scale, int64_t layer, Value sinks) {
   auto shapeOf = [](Value v) {
     return llvm::cast<RankedTensorType>(v.getType()).getShape();
   };
@@ -221,7 +236,7 @@ Value TransformerBuilder::attend(Value query, Value key, Value value,
                           : FloatAttr();
   Value result = AttentionOp::create(
       builder_, loc_, padTo(query, d), padTo(key, d), padTo(value, dv), Value(),
-      Value(), builder_.getF64FloatAttr(scale), builder_.getBoolAttr(true),
+      sinks, builder_.getF64FloatAttr(scale), builder_.getBoolAttr(true),
       ArrayAttr(), IntegerAttr(), windowAttr, softcap);
   if (dv == width)
     return result;
@@ -368,12 +383,21 @@ Value TransformerBuilder::attention(Value hidden, StringRef prefix,
   }
   double scale = config_.attentionScale ? config_.attentionScale
                                         : 1.0 / std::sqrt(double(d));
+  // GPT-OSS: a sink per head.
+  Value sinks = config_.attentionSinks
+                    ? param((prefix + ".self_attn.sinks").str(), {hq}, normal)
+                    : Value();
   Value result = attend(rope(qHeads, layer), rope(kHeads, layer),
-                        reshape(v, {b, s, hkv, d}), scale, layer);
-  return linear(
-      reshape(result, {b, s, hq * d}),
-      param((prefix + ".self_attn.o_proj.weight").str(), {e, hq * d}, normal),
-      true);
+                        reshape(v, {b, s, hkv, d}), scale, layer, sinks);
+  // (Made in the checkpoints' order: the weight, then the bias.)
+  Value outputWeight =
+      param((prefix + ".self_attn.o_proj.weight").str(), {e, hq * d}, normal);
+  Value outputBias =
+      config_.outputBias
+          ? param((prefix + ".self_attn.o_proj.bias").str(), {e}, "zeros")
+          : Value();
+  return linear(reshape(result, {b, s, hq * d}), outputWeight, true,
+                outputBias);
 }
 
 Value TransformerBuilder::latentAttention(Value hidden, StringRef prefix,
@@ -489,9 +513,12 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
           .str();
   // The router: softmax (DeepSeek-V3: sigmoid) scores of [b, s, E]
   // logits, the top k (DeepSeek-V3: by score + e_score_correction_bias,
-  // among the best groups' experts).
-  Value logits =
-      linear(x, param(prefix + ".gate.weight", {count, e}, normal), true);
+  // among the best groups' experts). GPT-OSS's router has a bias.
+  std::string router = prefix + (experts.gptOss ? ".router" : ".gate");
+  Value routerWeight = param(router + ".weight", {count, e}, normal);
+  Value routerBias =
+      experts.gptOss ? param(router + ".bias", {count}, "zeros") : Value();
+  Value logits = linear(x, routerWeight, true, routerBias);
   // DeepSeek-V3's router computes in fp32 under mixed precision too (the
   // hidden states cast up, its weight kept fp32), as transformers does.
   if (experts.correctionBias)
@@ -512,29 +539,34 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
       grouped ? builder_.getI64IntegerAttr(experts.topGroups) : IntegerAttr(),
       IntegerAttr());
   Value weights = route.getWeights(), chosen = route.getExperts();
-  // The experts' stacked weights: one parameter [E, ...] per projection,
-  // stored per expert (`*` is the expert's index in checkpoints' names).
-  auto expertWeight = [&](StringRef mixtral, StringRef qwen,
-                          ArrayRef<int64_t> shape) {
-    std::string name = (prefix + ".experts.*." +
-                        (experts.mixtralNames ? mixtral : qwen) + ".weight")
-                           .str();
-    return param(name, shape, normal);
-  };
-  Value gateWeight = expertWeight("w1", "gate_proj", {count, f, e});
-  Value upWeight = expertWeight("w3", "up_proj", {count, f, e});
-  Value downWeight = expertWeight("w2", "down_proj", {count, e, f});
-  Value gate =
-      ExpertMatmulOp::create(builder_, loc_, x, gateWeight, chosen,
-                             /*transpose_rhs=*/true, ArrayAttr(), StringAttr());
-  Value up =
-      ExpertMatmulOp::create(builder_, loc_, x, upWeight, chosen,
-                             /*transpose_rhs=*/true, ArrayAttr(), StringAttr());
-  Value activated =
-      MulOp::create(builder_, loc_, SiluOp::create(builder_, loc_, gate), up);
-  Value down =
-      ExpertMatmulOp::create(builder_, loc_, activated, downWeight, chosen,
-                             /*transpose_rhs=*/true, ArrayAttr(), StringAttr());
+  Value down;
+  if (experts.gptOss) {
+    down = gptOssExperts(x, prefix, chosen);
+  } else {
+    // The experts' stacked weights: one parameter [E, ...] per projection,
+    // stored per expert (`*` is the expert's index in checkpoints' names).
+    auto expertWeight = [&](StringRef mixtral, StringRef qwen,
+                            ArrayRef<int64_t> shape) {
+      std::string name = (prefix + ".experts.*." +
+                          (experts.mixtralNames ? mixtral : qwen) + ".weight")
+                             .str();
+      return param(name, shape, normal);
+    };
+    Value gateWeight = expertWeight("w1", "gate_proj", {count, f, e});
+    Value upWeight = expertWeight("w3", "up_proj", {count, f, e});
+    Value downWeight = expertWeight("w2", "down_proj", {count, e, f});
+    Value gate = ExpertMatmulOp::create(builder_, loc_, x, gateWeight, chosen,
+                                        /*transpose_rhs=*/true, ArrayAttr(),
+                                        StringAttr());
+    Value up = ExpertMatmulOp::create(builder_, loc_, x, upWeight, chosen,
+                                      /*transpose_rhs=*/true, ArrayAttr(),
+                                      StringAttr());
+    Value activated =
+        MulOp::create(builder_, loc_, SiluOp::create(builder_, loc_, gate), up);
+    down = ExpertMatmulOp::create(builder_, loc_, activated, downWeight, chosen,
+                                  /*transpose_rhs=*/true, ArrayAttr(),
+                                  StringAttr());
+  }
   // The slots [b, s, k, E] weighted and summed in slot order.
   Value weighted =
       MulOp::create(builder_, loc_, down, reshape(weights, {b, s, k, 1}));
@@ -571,6 +603,67 @@ Value TransformerBuilder::expertsMlp(Value x, StringRef layerPrefix) {
   if (experts.zLossCoefficient > 0)
     routerZLosses_.push_back(zLoss(logits));
   return output;
+}
+
+Value TransformerBuilder::expertBias(Value bias, Value chosen) {
+  auto shape = llvm::cast<RankedTensorType>(bias.getType()).getShape();
+  Value ones = fill({shape_.batch, shape_.seq, 1}, 1.0);
+  return ExpertMatmulOp::create(
+      builder_, loc_, ones, reshape(bias, {shape[0], 1, shape[1]}), chosen,
+      /*transpose_rhs=*/false, ArrayAttr(), StringAttr());
+}
+
+Value TransformerBuilder::clampAbove(Value x, double limit) {
+  Value bound = fill({1}, -limit);
+  return NegOp::create(builder_, loc_,
+                       MaximumOp::create(builder_, loc_,
+                                         NegOp::create(builder_, loc_, x),
+                                         bound));
+}
+
+Value TransformerBuilder::gptOssExperts(Value x, StringRef prefix,
+                                        Value chosen) {
+  const TransformerConfig::Experts &experts = config_.experts;
+  int64_t b = shape_.batch, s = shape_.seq, e = config_.hiddenSize;
+  int64_t count = experts.count, k = experts.topK, f = experts.intermediateSize;
+  std::string normal = normalInit(config_.initializerRange);
+  std::string base = (prefix + ".experts.").str();
+  // The Hub's stacked tensors, read as x W.
+  Value gateUp = param(base + "gate_up_proj", {count, e, 2 * f}, normal);
+  Value gateUpBias = param(base + "gate_up_proj_bias", {count, 2 * f}, "zeros");
+  Value downWeight = param(base + "down_proj", {count, f, e}, normal);
+  Value downBias = param(base + "down_proj_bias", {count, e}, "zeros");
+  Value projected =
+      AddOp::create(builder_, loc_,
+                    ExpertMatmulOp::create(builder_, loc_, x, gateUp, chosen,
+                                           /*transpose_rhs=*/false, ArrayAttr(),
+                                           StringAttr()),
+                    expertBias(gateUpBias, chosen));
+  // Gate and up in alternating columns: pairs (gate, up) per feature.
+  Value pairs = reshape(projected, {b, s, k, f, 2});
+  auto column = [&](int64_t index) {
+    return reshape(SliceOp::create(builder_, loc_, pairs,
+                                   ArrayRef<int64_t>{0, 0, 0, 0, index},
+                                   ArrayRef<int64_t>{b, s, k, f, 1}),
+                   {b, s, k, f});
+  };
+  double limit = experts.swigluLimit;
+  Value gate = clampAbove(column(0), limit);
+  Value up = clampAbove(
+      MaximumOp::create(builder_, loc_, column(1), fill({1}, -limit)), limit);
+  Value glu = MulOp::create(
+      builder_, loc_, gate,
+      SigmoidOp::create(
+          builder_, loc_,
+          ScaleOp::create(builder_, loc_, gate,
+                          builder_.getF64FloatAttr(experts.swigluAlpha))));
+  Value upPlusOne = AddOp::create(builder_, loc_, up, fill({1}, 1.0));
+  Value activated = MulOp::create(builder_, loc_, upPlusOne, glu);
+  return AddOp::create(builder_, loc_,
+                       ExpertMatmulOp::create(
+                           builder_, loc_, activated, downWeight, chosen,
+                           /*transpose_rhs=*/false, ArrayAttr(), StringAttr()),
+                       expertBias(downBias, chosen));
 }
 
 Value TransformerBuilder::zLoss(Value logits) {

@@ -108,6 +108,10 @@ int64_t TransformerConfig::numParameters() const {
     }
     if (attentionBias)
       perLayer += numHeads * d + 2 * numKvHeads * d;
+    if (outputBias)
+      perLayer += e;
+    if (attentionSinks)
+      perLayer += numHeads;
     if (queryKeyNorm)
       perLayer += 2 * d;
     if (sandwichNorms)
@@ -121,6 +125,9 @@ int64_t TransformerConfig::numParameters() const {
       }
       params +=
           experts.count * e + 3 * e * experts.intermediateSize * experts.count;
+      // GPT-OSS: the router's bias, each expert's biases.
+      if (experts.gptOss)
+        params += experts.count * (1 + 2 * experts.intermediateSize + e);
       if (experts.sharedIntermediateSize)
         params += 3 * e * experts.sharedIntermediateSize +
                   (experts.sharedGate ? e : 0);

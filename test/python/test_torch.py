@@ -98,6 +98,21 @@ def config(kind: str) -> dict:
                           "long_factor": [2.0 + 0.5 * i for i in range(8)],
                           "original_max_position_embeddings": original},
                       original_max_position_embeddings=original)
+    elif kind == "gpt_oss":
+        # Attention sinks and biases on all four projections, a window of 6
+        # on the even layers, YaRN (truncate false), and 4 experts with
+        # biases, gate and up in alternating columns, a SwiGLU clamped at
+        # 0.05 (weights of 0.02 give projections of about 0.15: most clamp).
+        fields.pop("rope_theta", None)
+        fields.pop("hidden_act", None)
+        fields.update(model_type="gpt_oss", architectures=["GptOssForCausalLM"],
+                      num_local_experts=4, num_experts_per_tok=2,
+                      sliding_window=6, swiglu_limit=0.05, head_dim=16,
+                      rope_parameters={
+                          "rope_type": "yarn", "rope_theta": 10000.0,
+                          "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                          "truncate": False,
+                          "original_max_position_embeddings": 8})
     elif kind == "olmo2":
         # Each branch's output normalized (not its input), the whole query
         # and key projections RMS-normalized.
@@ -125,6 +140,8 @@ def causal_lm(kind: str, **fields: Any) -> "torch.nn.Module":
         "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config),
         "olmo2": (transformers.Olmo2ForCausalLM, transformers.Olmo2Config),
         "phi3": (transformers.Phi3ForCausalLM, transformers.Phi3Config),
+        "gpt_oss": (transformers.GptOssForCausalLM,
+                    transformers.GptOssConfig),
         "gemma": (transformers.GemmaForCausalLM, transformers.GemmaConfig),
         "gemma2": (transformers.Gemma2ForCausalLM, transformers.Gemma2Config),
         "gemma3": (transformers.Gemma3ForCausalLM,
@@ -289,7 +306,7 @@ def trained_torch_parameters(module: "torch.nn.Module", data: list,
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "mistral", "qwen2",
                                   "qwen3", "mistral_window", "qwen2_window",
                                   "qwen2_yarn", "olmo2", "phi3", "phi3_long",
-                                  "gemma", "gemma2", "gemma3"])
+                                  "gpt_oss", "gemma", "gemma2", "gemma3"])
 def test_trained_parameters_equal_pytorch(kind: str) -> None:
     """Every parameter after 3 AdamW steps with weight decay equals
     PyTorch's, not only the losses: GPT-2's fused QKV bias is a 1-D bias
@@ -301,9 +318,10 @@ def test_trained_parameters_equal_pytorch(kind: str) -> None:
     around both branches, soft caps and windows, Gemma 3's query and key
     norms and rotary base per layer kind (linear scaling on the global
     layers), YaRN's rotary scaling, OLMo 2's output norms and
-    normalized projections, and Phi-3's fused projections and LongRoPE
+    normalized projections, Phi-3's fused projections and LongRoPE
     (its short factors, and its long ones past the original positions),
-    from the config importer and from the module alike.
+    and GPT-OSS's sinks, biases, windows, YaRN and clamped experts, from
+    the config importer and from the module alike.
     AdamW's epsilon is 1e-4: at 1e-8 its division turns the roundoff of a
     near-zero gradient into a visible step (zero.test says more)."""
     fields = dict(config(kind), pad_token_id=0)
@@ -897,6 +915,24 @@ HUB_CONFIGS = {
                   rope_theta=500000, tie_word_embeddings=False,
                   attention_bias=False, pad_token_id=100277),
     # microsoft/Phi-3-mini-128k-instruct (LongRoPE's 48 factor pairs)
+    # gpt-oss-20b (its bf16 weights: no quantization_config).
+    "gpt_oss": dict(model_type="gpt_oss", architectures=["GptOssForCausalLM"],
+                    attention_bias=True, head_dim=64, hidden_act="silu",
+                    hidden_size=2880, initializer_range=0.02,
+                    intermediate_size=2880,
+                    layer_types=["sliding_attention", "full_attention"] * 12,
+                    max_position_embeddings=131072, num_attention_heads=64,
+                    num_experts_per_tok=4, num_hidden_layers=24,
+                    num_key_value_heads=8, num_local_experts=32,
+                    output_router_logits=False, pad_token_id=199999,
+                    rms_norm_eps=1e-05,
+                    rope_scaling={"beta_fast": 32.0, "beta_slow": 1.0,
+                                  "factor": 32.0,
+                                  "original_max_position_embeddings": 4096,
+                                  "rope_type": "yarn", "truncate": False},
+                    rope_theta=150000, router_aux_loss_coef=0.9,
+                    sliding_window=128, swiglu_limit=7.0,
+                    tie_word_embeddings=False, vocab_size=201088),
     "phi3": dict(model_type="phi3", architectures=["Phi3ForCausalLM"],
                  hidden_size=3072, intermediate_size=8192,
                  num_attention_heads=32, num_hidden_layers=32,
@@ -1073,3 +1109,42 @@ def test_attention_sinks_train_as_pytorch_on_every_layout() -> None:
         module, converted, "sinks", 32,
         ["dp=2", "tp=2", "cp=2", ("cp=2", {"cp_kind": "ring"}),
          ("cp=2", {"cp_kind": "allgather"})])
+
+
+def train_and_read(session: Any, data: list) -> Any:
+    """A rank's losses over `data` and the parameters after (whole)."""
+    losses = [session.step(*batch) for batch in data]
+    return losses, session.state_dict()
+
+
+def test_gpt_oss_from_its_config_trains_alike_on_every_layout() -> None:
+    """GPT-OSS from its config: dp=2, tp=2 (heads and their sinks split),
+    ep=2 (the experts and their biases split), cp=2 (ring attention, the
+    sinks in the rank's own block) and pp=2 give the one-rank losses and
+    parameters."""
+    fields = dict(config("gpt_oss"), pad_token_id=0)
+    torch.manual_seed(0)
+    module = causal_lm("gpt_oss", **fields, attn_implementation="eager")
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0.0, 0.02)
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    weights = trellis_torch.from_module(module.eval(), example).weights
+    model = trellis.Model.from_config(fields)
+    data = batches(256, BATCH, SEQ, STEPS, seed=3)
+    reference = None
+    for mesh, options in [(None, {}), ("dp=2", {}), ("tp=2", {}),
+                          ("ep=2", {}), ("cp=2", {"cp_kind": "ring"}),
+                          ("pp=2", {"microbatches": 2})]:
+        plan = trellis.compile(model, batch=BATCH, seq=SEQ, mesh=mesh,
+                               adam_eps=EPSILON, **options)
+        losses, parameters = trellis.launch(
+            plan, fn=train_and_read, args=(data,), weights=weights)[0]
+        if reference is None:
+            reference = (losses, parameters)
+        np.testing.assert_allclose(losses, reference[0], rtol=1e-5,
+                                   err_msg=str(mesh))
+        assert parameters.keys() == reference[1].keys()
+        for name, value in parameters.items():
+            np.testing.assert_allclose(value, reference[1][name], rtol=1e-5,
+                                       atol=1e-7, err_msg=f"{mesh} {name}")

@@ -39,8 +39,13 @@ struct TransformerConfig {
   bool tieWordEmbeddings = true;
   /// The embedding row that gets no gradient (Llama's pad_token_id).
   std::optional<int64_t> paddingIdx;
-  /// Biases on the query, key and value projections (Qwen2).
+  /// Biases on the query, key and value projections (Qwen2), and on the
+  /// output projection too with `outputBias` (GPT-OSS's attention_bias).
   bool attentionBias = false;
+  bool outputBias = false;
+  /// Attention sinks: a learned logit per query head in each softmax's
+  /// denominator, self_attn.sinks [heads] (GPT-OSS).
+  bool attentionSinks = false;
   /// RMSNorms over each head's query and key before the rotary embedding,
   /// one gain of head_dim each per layer (Qwen3's q_norm and k_norm).
   bool queryKeyNorm = false;
@@ -107,6 +112,14 @@ struct TransformerConfig {
     /// Mixtral's parameter names (block_sparse_moe, experts' w1, w3, w2);
     /// else Qwen's (mlp, experts' gate_proj, up_proj, down_proj).
     bool mixtralNames = false;
+    /// GPT-OSS's experts: the router mlp.router with a bias (its logits'),
+    /// the experts stacked as the Hub holds them, read as x W (gate_up_proj
+    /// [E, H, 2F], gate and up in alternating columns; down_proj [E, F,
+    /// H]), each projection with a bias per expert, and the clamped SwiGLU
+    /// (clamp(up, -limit, limit) + 1) * g sigmoid(alpha g), g = min(gate,
+    /// limit).
+    bool gptOss = false;
+    double swigluAlpha = 1.702, swigluLimit = 7.0;
     /// The shared expert of this intermediate size (0: none) every token
     /// takes besides: Qwen2-MoE's `shared_expert`, its output scaled by
     /// sigmoid(shared_expert_gate(x)); DeepSeek-V3's `shared_experts`,

@@ -60,6 +60,8 @@ const std::map<std::string, ModelTypeFacts> &modelTypes() {
        {"Qwen3MoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"olmoe",
        {"OlmoeForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
+      {"gpt_oss",
+       {"GptOssForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"gemma",
        {"GemmaForCausalLM", "model.embed_tokens.weight", "hidden_size"}},
       {"gemma2",
@@ -171,7 +173,8 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
     return Status::error("config '" + configPath +
                          "': expected model_type gpt2, llama, mistral, "
                          "qwen2, qwen3, olmo2, phi3, mixtral, qwen2_moe, "
-                         "qwen3_moe, olmoe, deepseek_v3, gemma, gemma2 or "
+                         "qwen3_moe, olmoe, gpt_oss, deepseek_v3, gemma, "
+                         "gemma2 or "
                          "gemma3_text, found '" +
                          modelType + "'");
 
