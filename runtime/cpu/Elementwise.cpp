@@ -119,8 +119,12 @@ Status runElementwise(const KernelArgs &args) {
   switch (row.family) {
   case OpFamily::Fill: {
     Tensor &out = args.out(0);
-    std::fill(out.f32(), out.f32() + out.size(),
-              static_cast<float>(parametersOf<FillParameters>(args).value));
+    const FillParameters &fill = parametersOf<FillParameters>(args);
+    if (!fill.values.empty())
+      std::copy(fill.values.begin(), fill.values.end(), out.f32());
+    else
+      std::fill(out.f32(), out.f32() + out.size(),
+                static_cast<float>(fill.value));
     return Status::success();
   }
   case OpFamily::Accumulate: {

@@ -96,6 +96,17 @@ __global__ void fillKernel(T *out, float value, int64_t count) {
   TRELLIS_GRID_STRIDE(i, count) { store(out, i, value); }
 }
 
+/// A constant's values (FillParameters::values, at most
+/// kMaxConstantValues), passed by value.
+struct ConstantValues {
+  float values[kMaxConstantValues];
+};
+
+__global__ void constantKernel(float *out, ConstantValues values,
+                               int64_t count) {
+  TRELLIS_GRID_STRIDE(i, count) { out[i] = values.values[i]; }
+}
+
 template <typename T>
 __global__ void accumulateKernel(const T *value, T *total, bool first,
                                  int64_t count) {
@@ -155,6 +166,19 @@ Status runElementwise(const KernelArgs &args, CudaContext &context) {
   LaunchGeometry grid = elementwiseGeometry(count);
   cudaStream_t stream = context.stream;
   DType dtype = out.desc().dtype;
+  if (row.family == OpFamily::Fill &&
+      !parametersOf<FillParameters>(args).values.empty()) {
+    // A constant's values ride in the launch's parameters (captured by
+    // value in a recorded step).
+    ConstantValues values{};
+    const std::vector<double> &given =
+        parametersOf<FillParameters>(args).values;
+    for (size_t i = 0; i < given.size(); ++i)
+      values.values[i] = static_cast<float>(given[i]);
+    constantKernel<<<grid.blocks, grid.threads, 0, stream>>>(
+        static_cast<float *>(out.raw()), values, count);
+    return launched(op);
+  }
   if (row.family == OpFamily::Fill) {
     float value = static_cast<float>(parametersOf<FillParameters>(args).value);
     TRELLIS_RETURN_IF_ERROR(onFloat(dtype, [&](auto type) {

@@ -1079,13 +1079,33 @@ class SinkAttention(torch.nn.Module):
         return self.o_proj(out)
 
 
-class SinkModel(torch.nn.Module):
-    """Tokens, one SinkAttention layer with its residual, logits."""
+def expect_attention_trains_on_every_layout(attention: "torch.nn.Module",
+                                            operand: str) -> None:
+    """AttentionModel(attention) converts with `operand` on its
+    graph.attention and trains as PyTorch (one-step gradients, losses,
+    parameters), and as one rank on dp=2, tp=2 and cp=2 (Ulysses, keys
+    gathered, ring attention)."""
+    from parity import expect_trains_like_pytorch
+    torch.manual_seed(0)
+    module = AttentionModel(attention).eval()
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    converted = trellis_torch.from_module(module, example)
+    assert any(operand in line for line in converted.mlir().splitlines()
+               if "graph.attention " in line)
+    expect_trains_like_pytorch(
+        module, converted, operand, 32,
+        ["dp=2", "tp=2", "cp=2", ("cp=2", {"cp_kind": "ring"}),
+         ("cp=2", {"cp_kind": "allgather"})])
 
-    def __init__(self) -> None:
+
+class AttentionModel(torch.nn.Module):
+    """Tokens (32 of them, width 32), one attention layer with its
+    residual, logits."""
+
+    def __init__(self, attention: "torch.nn.Module") -> None:
         super().__init__()
         self.embed_tokens = torch.nn.Embedding(32, 32)
-        self.self_attn = SinkAttention(32, heads=4, kv_heads=2)
+        self.self_attn = attention
         self.lm_head = torch.nn.Linear(32, 32, bias=False)
 
     def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
@@ -1099,16 +1119,8 @@ def test_attention_sinks_train_as_pytorch_on_every_layout() -> None:
     PyTorch's, and dp=2, tp=2 (heads split, the sinks with them) and
     cp=2 (Ulysses; keys gathered; ring attention in zigzag order, the
     sinks in the rank's own block) train as one rank."""
-    torch.manual_seed(0)
-    module = SinkModel().eval()
-    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
-    converted = trellis_torch.from_module(module, example)
-    assert "sinks" in converted.mlir()
-    from parity import expect_trains_like_pytorch
-    expect_trains_like_pytorch(
-        module, converted, "sinks", 32,
-        ["dp=2", "tp=2", "cp=2", ("cp=2", {"cp_kind": "ring"}),
-         ("cp=2", {"cp_kind": "allgather"})])
+    expect_attention_trains_on_every_layout(
+        SinkAttention(32, heads=4, kv_heads=2), "sinks")
 
 
 def train_and_read(session: Any, data: list) -> Any:
@@ -1148,3 +1160,54 @@ def test_gpt_oss_from_its_config_trains_alike_on_every_layout() -> None:
         for name, value in parameters.items():
             np.testing.assert_allclose(value, reference[1][name], rtol=1e-5,
                                        atol=1e-7, err_msg=f"{mesh} {name}")
+
+
+class AlibiAttention(torch.nn.Module):
+    """BLOOM's attention with ALiBi on heads merged into the batch:
+    baddbmm of the bias (a slope per head times the key's position, or,
+    `squared`, times its square: no ALiBi), the queries and the keys, a
+    causal mask, bmm with the values. Hugging Face's projection names (tp
+    splits them by heads)."""
+
+    def __init__(self, width: int, heads: int, squared: bool = False) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, width // heads
+        self.squared = squared
+        self.q_proj = torch.nn.Linear(width, width)
+        self.k_proj = torch.nn.Linear(width, width)
+        self.v_proj = torch.nn.Linear(width, width)
+        self.o_proj = torch.nn.Linear(width, width)
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        b, s, _ = x.shape
+        h = self.heads
+        q, k, v = (p(x).view(b, s, h, -1).transpose(1, 2).reshape(
+            b * h, s, -1) for p in (self.q_proj, self.k_proj, self.v_proj))
+        slopes = 2.0 ** (-8.0 * torch.arange(1, h + 1, dtype=q.dtype) / h)
+        positions = torch.arange(s, dtype=q.dtype)
+        if self.squared:
+            positions = positions * positions / s
+        bias = (slopes[:, None] * positions).repeat(b, 1)[:, None, :]
+        scores = bias.baddbmm(q, k.transpose(1, 2),
+                              alpha=self.head_dim ** -0.5)
+        mask = torch.full((s, s), float("-inf"), dtype=q.dtype).triu(1)
+        probabilities = torch.softmax(scores.view(b, h, s, s) + mask, dim=-1)
+        out = torch.bmm(probabilities.view(b * h, s, s), v)
+        return self.o_proj(out.view(b, h, s, -1).transpose(1, 2).reshape(
+            b, s, -1))
+
+
+def test_alibi_trains_as_pytorch_on_every_layout() -> None:
+    """BLOOM's ALiBi becomes graph.attention's `slopes` (a graph.constant
+    per head, measured from the bias): one-step gradients, losses and
+    every parameter equal PyTorch's, and dp=2, tp=2 (heads split, each
+    rank its slopes), cp=2 (Ulysses, keys gathered, ring attention over
+    zigzag blocks, each block's positions its own) train as one rank. A
+    bias that is not a slope times the position is refused."""
+    expect_attention_trains_on_every_layout(AlibiAttention(32, heads=4),
+                                            "slopes")
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    with pytest.raises(trellis.Error, match="not a slope per head times the "
+                       "key's position"):
+        trellis_torch.from_module(AttentionModel(AlibiAttention(
+            32, heads=4, squared=True)).eval(), example)

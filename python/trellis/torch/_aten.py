@@ -535,13 +535,18 @@ def _linear(c: _Converter, node: Any, value: Any, weight: Any,
 
 def _addmm(c: _Converter, node: Any, bias: Any, lhs: Any, rhs: Any,
            beta: Any = 1, alpha: Any = 1) -> Any:
-    if beta != 1 or alpha != 1:
-        raise Error(f"addmm with beta={beta}, alpha={alpha}")
+    """addmm and baddbmm: beta bias + alpha lhs @ rhs."""
     left, transpose_lhs = _matmul_flags(c, lhs)
     right, transpose_rhs = _matmul_flags(c, rhs)
     out = c.emit("matmul", left, right, transpose_lhs=transpose_lhs,
                      transpose_rhs=transpose_rhs)
-    return _Tensor(c.emit("add", out, c.materialize(bias)))
+    if alpha != 1:
+        out = c.emit("scale", out, factor=float(alpha))
+    shape = tuple(node.meta["val"].shape)
+    added = c.materialize(c.scalar_operand(bias, shape))
+    if beta != 1:
+        added = c.emit("scale", added, factor=float(beta))
+    return _Tensor(c.emit("add", out, added))
 
 
 def _layer_norm(c: _Converter, node: Any, value: Any, shape: Sequence[int],
@@ -610,11 +615,14 @@ def _sdpa(c: _Converter, node: Any, query: Any, key: Any, value: Any,
 def _attention(c: _Converter, node: Any, query: Any, key: Any, value: Any,
                scale: float, causal: bool, window: int = 0,
                softcap: Optional[float] = None,
-               sinks: Optional[_Tensor] = None) -> _Tensor:
+               sinks: Optional[_Tensor] = None,
+               slopes: Optional[_Tensor] = None) -> _Tensor:
     """graph.attention on logical [batch, heads, seq, dim] operands; the
     result is logical [batch, heads, seq, dim] too. `window` > 0: a causal
     sliding window; `softcap`: scores soft-capped (Gemma 2); `sinks`: a
-    logit per query head in each softmax's denominator (GPT-OSS). Values of
+    logit per query head in each softmax's denominator (GPT-OSS); `slopes`:
+    ALiBi's, a slope per query head times the key's distance (BLOOM).
+    Values of
     another width than the queries and keys (DeepSeek's v_head_dim) are
     attended padded with zero features to the wider, which changes no score
     and no output feature, and the result sliced back."""
@@ -635,10 +643,11 @@ def _attention(c: _Converter, node: Any, query: Any, key: Any, value: Any,
         attrs["window"] = int(window)
     if softcap is not None:
         attrs["softcap"] = float(softcap)
-    extras = []
-    if sinks is not None:
-        extras.append(c.materialize(sinks))
-        attrs["operandSegmentSizes"] = Attr("array<i32: 1, 1, 1, 0, 1>")
+    extras = [c.materialize(v) for v in (slopes, sinks) if v is not None]
+    if extras:
+        attrs["operandSegmentSizes"] = Attr(
+            f"array<i32: 1, 1, 1, {int(slopes is not None)}, "
+            f"{int(sinks is not None)}>")
     out = c.emit("attention", operand(query), operand(key), operand(value),
                  *extras, **attrs)
     result = _Tensor(out, to_bshd)
@@ -715,6 +724,7 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.embedding.default: _embedding,
     aten.linear.default: _linear,
     aten.addmm.default: _addmm,
+    aten.baddbmm.default: _addmm,
     aten.matmul.default: _matmul,
     aten.mm.default: _matmul,
     aten.bmm.default: _matmul,

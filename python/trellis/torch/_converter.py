@@ -12,7 +12,6 @@ from .. import Error, Graph
 from . import _aten, _patterns
 from ._values import _Constant, _Tensor
 
-aten = torch.ops.aten
 
 
 def _source_line(node: Any) -> Tuple[Optional[str], int]:
@@ -186,24 +185,11 @@ class _Converter:
             return
         described = [_describe(calls[0]) + (
             f" and {len(calls) - 1} more call{'s' if len(calls) > 2 else ''}"
-            if len(calls) > 1 else "") + self._cause(calls[0])
+            if len(calls) > 1 else "")
             for calls in missing.values()]
         kind = "op" if len(missing) == 1 else f"ops ({len(missing)})"
         raise Error(f"unsupported ATen {kind} {'; '.join(described)}: "
                     "trellis.torch.SUPPORTED_OPS lists those it translates")
-
-    def _cause(self, node: Any) -> str:
-        """What an unsupported op computes, in words, where its operands
-        tell: a product of queries and keys added to a constant per head
-        and key position is ALiBi's (BLOOM's baddbmm)."""
-        if node.target == aten.baddbmm.default and \
-                node.args[0] in self.constants:
-            bias = tuple(node.args[0].meta["val"].shape)
-            if len(bias) == 3 and bias[1] == 1:
-                return (" (ALiBi: attention scores plus a constant bias per "
-                        "head and key position, which graph.attention does "
-                        "not build)")
-        return ""
 
     def convert(self, node: Any) -> Any:
         if node in self.env:

@@ -13,8 +13,8 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple,
 import torch
 
 from .. import Error
-from ._aten import (_attention, _matmul_flags, _permute, _scalar, _slice,
-                    route_with_state)
+from ._aten import (_attention, _matmul_flags, _permute, _reshape, _scalar,
+                    _slice, route_with_state)
 from ._values import _causal_window, _Constant, _normalize_dim, _Tensor
 
 if TYPE_CHECKING:  # annotations only: the converter imports this module
@@ -325,20 +325,109 @@ def _match_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
             raise Error("attention's softmax takes one more column (attention "
                         "sinks), but not a logit per head: graph.attention's "
                         "sinks are one learned logit per query head")
-    causal, window = False, 0
-    if mask is not None:
-        mask_value = c.convert(mask) if isinstance(mask, torch.fx.Node) else mask
-        window = (_causal_window(mask_value.tensor, query.shape[2],
-                                 key.shape[2])
-                  if isinstance(mask_value, _Constant) else None)
-        if window is None:
-            raise Error("attention adds a mask that is neither causal nor a "
-                        "causal sliding window: graph.attention masks "
-                        "causally (perhaps with a sliding window) or not at "
-                        "all")
-        causal = True
+    causal, window = _mask_form(c, mask, query, key)
     return _attention(c, node, query, key, value, scale, causal, window,
                       softcap, sinks)
+
+
+def _mask_form(c: _Converter, mask: Any, query: _Tensor,
+               key: _Tensor) -> Tuple[bool, int]:
+    """(causal, window) of the mask attention scores are added to (None:
+    no mask), or an Error."""
+    if mask is None:
+        return False, 0
+    mask_value = c.convert(mask) if isinstance(mask, torch.fx.Node) else mask
+    window = (_causal_window(mask_value.tensor, query.shape[2], key.shape[2])
+              if isinstance(mask_value, _Constant) else None)
+    if window is None:
+        raise Error("attention adds a mask that is neither causal nor a "
+                    "causal sliding window: graph.attention masks causally "
+                    "(perhaps with a sliding window) or not at all")
+    return True, window
+
+
+_RESHAPES = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+
+
+def _heads_merged(node: Any) -> Optional[Any]:
+    """x [batch, heads, seq, dim] when `node` is x reshaped to [batch *
+    heads, seq, dim], else None."""
+    reshape = _producer(node, *_RESHAPES)
+    if reshape is None:
+        return None
+    source = reshape.args[0]
+    full = tuple(source.meta["val"].shape)
+    merged = tuple(node.meta["val"].shape)
+    if len(full) != 4 or merged != (full[0] * full[1], full[2], full[3]):
+        return None
+    return source
+
+
+def _alibi_slopes(bias: Any, batch: int, heads: int) -> List[float]:
+    """The slope per head of a constant bias [batch * heads, 1, keys] that
+    is slope * (key position) plus a constant per head (ALiBi as BLOOM
+    builds it), or an Error saying what it is not."""
+    keys = int(bias.shape[-1])
+    rows = bias.to(torch.float64).reshape(batch, heads, -1, keys)
+    if rows.shape[2] != 1 or keys < 2:
+        raise Error("attention scores plus a constant bias that differs "
+                    "between queries: graph.attention builds ALiBi, a slope "
+                    "per head times the key's distance")
+    rows = rows[:, :, 0]
+    slopes = (rows[..., -1] - rows[..., 0]) / (keys - 1)
+    positions = torch.arange(keys, dtype=torch.float64)
+    fitted = rows[..., :1] + slopes[..., None] * positions
+    size = float(rows.abs().max()) or 1.0
+    if float((fitted - rows).abs().max()) > 1e-5 * size or \
+            float((slopes - slopes[:1]).abs().max()) > 1e-6 * size:
+        raise Error("attention scores plus a constant bias per head and key "
+                    "position that is not a slope per head times the key's "
+                    "position (ALiBi): graph.attention builds ALiBi alone")
+    return [float(s) for s in slopes[0]]
+
+
+def _match_alibi_attention(c: _Converter, node: Any) -> Optional[_Tensor]:
+    """BLOOM's attention with ALiBi, on heads merged into the batch:
+    bmm(softmax(baddbmm(bias, q, k^T, beta, alpha) [+ mask]), v), the
+    constant bias a slope per head times the key's position (+ a constant
+    per head, which the softmax drops): graph.attention's `slopes`."""
+    flat = _producer(_through(node.args[0]), *_RESHAPES)
+    softmax = flat and _producer(_through(flat.args[0]), aten.softmax.int,
+                                 aten._softmax.default)
+    if not softmax:
+        return None
+    scores, mask = softmax.args[0], None
+    add = _producer(scores, aten.add.Tensor)
+    if add is not None:
+        scores, mask = add.args
+    unflat = _producer(_through(scores), *_RESHAPES)
+    biased = unflat and _producer(_through(unflat.args[0]),
+                                  aten.baddbmm.default)
+    if not biased:
+        return None
+    bias_node, query_node, key_t_node = biased.args[:3]
+    beta = float(biased.kwargs.get("beta", 1.0))
+    alpha = float(biased.kwargs.get("alpha", 1.0))
+    key_transpose = _producer(key_t_node, aten.transpose.int)
+    key_node = key_transpose and _heads_merged(key_transpose.args[0])
+    query_node = _heads_merged(query_node)
+    value_node = _heads_merged(node.args[1])
+    if key_node is None or query_node is None or value_node is None or \
+            bias_node not in c.constants:
+        return None
+    query = c.convert(query_node)
+    key = c.convert(_unrepeated(key_node))
+    value = c.convert(_unrepeated(value_node))
+    if any(not isinstance(v, _Tensor) for v in (query, key, value)):
+        return None
+    batch, heads = int(query.shape[0]), int(query.shape[1])
+    slopes = [beta * s for s in _alibi_slopes(
+        c.convert(bias_node).tensor, batch, heads)]
+    causal, window = _mask_form(c, mask, query, key)
+    table = _Tensor(c.emit("constant", shape=[heads], values=slopes))
+    result = _attention(c, node, query, key, value, alpha, causal, window,
+                        slopes=table)
+    return _reshape(c, result, list(node.meta["val"].shape))
 
 
 def _match_rope(c: _Converter, node: Any) -> Optional[_Tensor]:
@@ -737,6 +826,7 @@ _PATTERNS: Dict[Any, Tuple[Callable[..., Any], ...]] = {
     aten.cat.default: (_match_interleaved_rope, _match_split_rope),
     aten.mul.Tensor: (_match_rms_norm,),
     aten.matmul.default: (_match_attention,),
+    aten.bmm.default: (_match_alibi_attention,),
     aten.cross_entropy_loss.default: (_match_flat_cross_entropy,),
     aten.split.Tensor: (_match_fused_split,),
     aten.view.default: (_match_flat_linear, _match_complex_rope),

@@ -202,11 +202,22 @@ std::vector<int64_t> addRowFactors(ShardingRule &rule, const Shape &shape) {
   return factors;
 }
 
-ShardingRule resultFactors(const OpInstance &op) {
+namespace {
+
+ShardingRule resultFactorsOfKind(const OpInstance &op, FactorKind kind) {
   ShardingRule rule;
-  rule.resultFactors.push_back(
-      rule.addFactors(op.resultShape(0), FactorKind::Parallel));
+  rule.resultFactors.push_back(rule.addFactors(op.resultShape(0), kind));
   return rule;
+}
+
+} // namespace
+
+ShardingRule resultFactors(const OpInstance &op) {
+  return resultFactorsOfKind(op, FactorKind::Parallel);
+}
+
+ShardingRule wholeResultFactors(const OpInstance &op) {
+  return resultFactorsOfKind(op, FactorKind::Whole);
 }
 
 ShardingRule rowwiseFactors(const OpInstance &op) {

@@ -149,6 +149,8 @@ std::vector<int64_t> addRowFactors(ShardingRule &rule, const Shape &shape);
 /// Ops without operands (fill, positions): one parallel factor per
 /// dimension of the result.
 ShardingRule resultFactors(const OpInstance &op);
+/// The same, never split (a constant every rank holds whole).
+ShardingRule wholeResultFactors(const OpInstance &op);
 
 } // namespace optable
 } // namespace trellis

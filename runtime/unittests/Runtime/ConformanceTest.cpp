@@ -182,6 +182,10 @@ std::map<std::string, std::vector<Sample>> samples() {
                {{"frequencies", reals({1.0, 0.1, 0.01, 0.001})},
                 {"interleaved", flag(true)}}});
   add("positions", {"13", {}, {{"length", integer(13)}}});
+  add("constant", {"2x3",
+                   {},
+                   {{"shape", integers({2, 3})},
+                    {"values", reals({0.5, -1.0, 0.25, 3.0, 0.0, -0.125})}}});
   add("cross_entropy", {"2x5 of 37",
                         {values({2, 5, 37}), ids({2, 5}, 37)},
                         {{"normalizer", integer(10)}}});

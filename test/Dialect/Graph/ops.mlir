@@ -7,6 +7,8 @@
 func.func @elementwise(%a: tensor<2x3x4xf32>, %b: tensor<4xf32>) -> tensor<2x3x4xf32> {
   // CHECK: %[[FILL:.*]] = graph.fill 1.500000e+00 shape [2, 3, 4]
   %fill = graph.fill 1.5 shape [2, 3, 4]
+  // CHECK: graph.constant [2.500000e-01, 6.250000e-02] shape [2]
+  %slopes = graph.constant [0.25, 0.0625] shape [2]
   // CHECK: graph.add %{{.*}}, %{{.*}} : tensor<2x3x4xf32>, tensor<4xf32>
   %0 = graph.add %a, %b : tensor<2x3x4xf32>, tensor<4xf32>
   // CHECK: graph.sub

@@ -85,6 +85,11 @@ LogicalResult FillOp::buildGradients(OpBuilder &, ArrayRef<Value>,
   return success();
 }
 
+LogicalResult ConstantOp::buildGradients(OpBuilder &, ArrayRef<Value>,
+                                         SmallVectorImpl<Value> &) {
+  return success();
+}
+
 LogicalResult PositionsOp::buildGradients(OpBuilder &, ArrayRef<Value>,
                                           SmallVectorImpl<Value> &) {
   return success();

@@ -32,7 +32,11 @@ ShardingRule linearElementwiseFactors(const OpInstance &op) {
 }
 
 OpParameters fillParameters(const OpInstance &op) {
-  return FillParameters{op.real("value")};
+  FillParameters parameters;
+  parameters.value = op.real("value");
+  if (op.has("values"))
+    parameters.values = op.reals("values");
+  return parameters;
 }
 
 OpParameters unaryGradParameters(const OpInstance &op) {
@@ -67,6 +71,31 @@ void addPointwiseOps(TableBuilder &table) {
              return std::nullopt;
            })
       .factors(resultFactors)
+      .flopsPerElement(0);
+  table
+      .add("constant", {}, 1,
+           {{"shape", K::Ints, true}, {"values", K::Reals, true}},
+           [](const OpInstance &op, Results &out) -> Diagnostic {
+             Shape shape = op.ints("shape");
+             int64_t count = 1;
+             for (int64_t size : shape) {
+               if (size < 0)
+                 return "expected sizes >= 0, found " + formatShape(shape);
+               count *= size;
+             }
+             int64_t values = static_cast<int64_t>(op.reals("values").size());
+             if (values != count)
+               return "expected " + text(count) + " values (shape " +
+                      formatShape(shape) + "), found " + text(values);
+             if (count > kMaxConstantValues)
+               return "expected at most " + text(kMaxConstantValues) +
+                      " values in a constant (larger ones are parameters or "
+                      "states), found " +
+                      text(count);
+             out.push_back(f32(shape));
+             return std::nullopt;
+           })
+      .factors(wholeResultFactors)
       .flopsPerElement(0);
 
   // The binary family (trellis/Common/BinaryFunctions.h).

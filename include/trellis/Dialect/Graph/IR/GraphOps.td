@@ -97,6 +97,19 @@ def Graph_FillOp : Graph_Op<"fill", [], ["localizeAttributes"]> {
   let assemblyFormat = "$value `shape` $shape attr-dict";
 }
 
+def Graph_ConstantOp : Graph_Op<"constant"> {
+  let summary = "A small tensor of given values";
+  let description = [{
+    The tensor of `shape` holding `values` in row-major order (at most 512
+    of them: per-head vectors such as ALiBi's slopes; larger constants are
+    parameters or states). Never split: a consumer that wants a piece gets
+    its slice.
+  }];
+  let arguments = (ins DenseI64ArrayAttr:$shape, DenseF64ArrayAttr:$values);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$values `shape` $shape attr-dict";
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//

@@ -40,10 +40,15 @@ inline std::optional<ReduceKind> parseReduceKind(const std::string &text) {
   return std::nullopt;
 }
 
-/// fill: every element `value` (the result's shape is its type's).
+/// fill: every element `value` (the result's shape is its type's);
+/// constant: the elements `values`, in row-major order.
 struct FillParameters {
   double value = 0;
+  std::vector<double> values;
 };
+
+/// The most values a constant instruction holds.
+constexpr int64_t kMaxConstantValues = 512;
 
 /// unary_grad: the function whose derivative it applies.
 struct UnaryGradParameters {
