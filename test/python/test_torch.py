@@ -1033,6 +1033,33 @@ class SoftAbs(torch.nn.Module):
         return self.head(y)
 
 
+class LikeConstants(torch.nn.Module):
+    """zeros_like, ones_like and full_like of the hidden states, and a
+    copying cast to float32 (aten._to_copy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(32, 8)
+        self.head = torch.nn.Linear(8, 32)
+
+    def forward(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        x = torch.ops.aten._to_copy(self.embed(tokens), dtype=torch.float32)
+        shifted = x + torch.ones_like(x) - 2.0 * torch.full_like(x, 0.25)
+        return self.head(shifted * (1 + torch.zeros_like(x)))
+
+
+def test_like_constants_and_copying_casts_convert() -> None:
+    """aten.zeros_like, ones_like and full_like become graph.fill, a
+    float32 _to_copy passes its value through: losses and every parameter
+    after 3 AdamW steps equal PyTorch's."""
+    torch.manual_seed(0)
+    module = LikeConstants().eval()
+    example = (torch.zeros(BATCH, SEQ, dtype=torch.long),) * 2
+    converted = trellis_torch.from_module(module, example)
+    assert "graph.fill" in converted.mlir()
+    expect_small_module_trains(module, converted)
+
+
 def test_softplus_and_abs_convert() -> None:
     """aten.softplus becomes graph.softplus (other betas scaled around
     it), aten.abs graph.abs: losses and every parameter after 3 AdamW

@@ -366,6 +366,24 @@ def _new_full(value: float) -> Callable[..., Any]:
     return handler
 
 
+def _filled_like(value: Optional[float]) -> Callable[..., Any]:
+    """zeros_like and ones_like (`value`), full_like (its fill value): a
+    float tensor of the operand's shape holding one value."""
+    def handler(c: _Converter, node: Any, like: Any, *rest: Any,
+                **kw: Any) -> Any:
+        result = node.meta["val"]
+        if not result.dtype.is_floating_point:
+            raise Error(f"{node.target.__name__.split('.')[0]} of "
+                        f"{result.dtype}: graph constants are floating point")
+        fill = value if value is not None else _scalar(rest[0])
+        if fill is None:
+            raise Error("full_like with a tensor fill value: expected a "
+                        "number")
+        return _Tensor(c.emit("fill", shape=[int(d) for d in result.shape],
+                              value=float(fill)))
+    return handler
+
+
 def _clamp(c: _Converter, node: Any, value: Any, min: Any = None,
            max: Any = None) -> Any:
     """clamp(x, min, max) = min(max(x, lo), hi), the upper bound as
@@ -753,6 +771,9 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.clamp.default: _clamp,
     aten.new_ones.default: _new_full(1.0),
     aten.new_zeros.default: _new_full(0.0),
+    aten.zeros_like.default: _filled_like(0.0),
+    aten.ones_like.default: _filled_like(1.0),
+    aten.full_like.default: _filled_like(None),
     aten.pow.Tensor_Scalar: _pow,
     aten.mean.dim: _reduce("reduce_mean"),
     aten.sum.dim_IntList: _reduce("reduce_sum"),
@@ -792,6 +813,7 @@ _HANDLERS: Dict[Any, Callable[..., Any]] = {
     aten.cross_entropy_loss.default: _cross_entropy,
     aten.to.dtype: _to,
     aten.to.dtype_layout: _to,
+    aten._to_copy.default: _to,
     aten.to.device: _to,
     aten.type_as.default: _identity,
     aten.dropout.default: _dropout,
