@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -222,6 +223,19 @@ StatusOr<HfExportSummary> exportHuggingFace(const HfExportOptions &options) {
              : std::string("rank ") +
                    std::to_string(embedding->second.shape.size())) +
         "]");
+
+  // Weights holding NaN or infinity (saved by a run under --on-nonfinite
+  // continue) are no model: refused, as --load refuses them.
+  for (const auto &[name, entry] : model->tensors)
+    for (size_t i = 0; i < entry.values.size(); ++i)
+      if (!std::isfinite(entry.values[i]))
+        return Status::error(
+            "the checkpoint '" + *checkpoint + "': tensor \"" + name +
+            "\" holds " + (std::isnan(entry.values[i]) ? "NaN" : "infinity") +
+            " at element " + std::to_string(i) +
+            ": refusing to export weights that are not finite (a run under "
+            "--on-nonfinite continue saved them; export an earlier "
+            "checkpoint)");
 
   // Stacked expert weights as per-expert tensors, the Hub's names.
   splitStackedTensors(*model);
