@@ -49,6 +49,17 @@ std::string checkLrSchedule(const LrSchedule &s) {
   if (s.warmupSteps < 0)
     return "--warmup-steps: expected a count >= 0, found " +
            std::to_string(s.warmupSteps);
+  // Step counts a double holds exactly (the rate's ratios are doubles,
+  // and so are plans' JSON numbers to some readers): 2^53 steps outlast
+  // any run.
+  constexpr int64_t kMaxSteps = int64_t(1) << 53;
+  for (auto [flag, steps] : {std::pair{"--warmup-steps", s.warmupSteps},
+                             std::pair{"--decay-steps", s.decaySteps},
+                             std::pair{"--wsd-decay-steps", s.wsdDecaySteps}})
+    if (steps > kMaxSteps)
+      return std::string(flag) + ": expected at most 2^53 (" +
+             std::to_string(kMaxSteps) + ") steps, found " +
+             std::to_string(steps);
   if (s.kind == LrScheduleKind::Constant)
     return "";
   if (s.decaySteps <= s.warmupSteps)

@@ -180,13 +180,20 @@ std::optional<LrSchedule> Plan::learningRateSchedule() const {
                ? optimizer[key].get<double>()
                : 0.0;
   };
+  // Step counts as the integers they are (through a double, 2^63 - 1
+  // would overflow).
+  auto count = [&](const char *key) -> int64_t {
+    return optimizer.contains(key) && optimizer[key].is_number_integer()
+               ? optimizer[key].get<int64_t>()
+               : 0;
+  };
   LrSchedule schedule;
   schedule.kind = *kind;
   schedule.peak = number("learning_rate");
   schedule.minimum = number("min_lr");
-  schedule.warmupSteps = static_cast<int64_t>(number("warmup_steps"));
-  schedule.decaySteps = static_cast<int64_t>(number("decay_steps"));
-  schedule.wsdDecaySteps = static_cast<int64_t>(number("wsd_decay_steps"));
+  schedule.warmupSteps = count("warmup_steps");
+  schedule.decaySteps = count("decay_steps");
+  schedule.wsdDecaySteps = count("wsd_decay_steps");
   if (!checkLrSchedule(schedule).empty())
     return std::nullopt;
   return schedule;
