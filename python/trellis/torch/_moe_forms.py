@@ -554,8 +554,6 @@ class _Probe:
         hidden = next(a for a in (*args, *kwargs.values())
                       if isinstance(a, torch.Tensor) and a.is_floating_point()
                       and a.shape[-1] == self.width)
-        chosen = self.chosen
-        weights = self.weights
         given = []
         for scale in (1.0, 8.0):
             def scaled(a: Any) -> Any:
@@ -569,8 +567,9 @@ class _Probe:
         tried = 0
         for form in self._expert_forms():
             tried += 1
-            if all(self._same(out, self._experts_sum(form, x * scale, chosen,
-                                                     weights))
+            if all(self._same(out, self._experts_sum(form, x * scale,
+                                                     self.chosen,
+                                                     self.weights))
                    for scale, out in given):
                 return form
         raise _Refusal(
@@ -613,7 +612,7 @@ class _Probe:
         return outputs
 
     def block_form(self, router: RouterForm) -> BlockForm:
-        form = dataclasses.replace(self._block_form(router))
+        form = self._block_form(router)
         if self.extra is None:
             return form
         return dataclasses.replace(form, returns_weights=True,
